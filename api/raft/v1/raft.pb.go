@@ -2,7 +2,7 @@
 // versions:
 // 	protoc-gen-go v1.36.12-devel
 // 	protoc        (unknown)
-// source: raft/v1/raft.proto
+// source: api/raft/v1/raft.proto
 
 package raftv1
 
@@ -36,7 +36,7 @@ type RaftMessagesRequest struct {
 
 func (x *RaftMessagesRequest) Reset() {
 	*x = RaftMessagesRequest{}
-	mi := &file_raft_v1_raft_proto_msgTypes[0]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -48,7 +48,7 @@ func (x *RaftMessagesRequest) String() string {
 func (*RaftMessagesRequest) ProtoMessage() {}
 
 func (x *RaftMessagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_v1_raft_proto_msgTypes[0]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -61,7 +61,7 @@ func (x *RaftMessagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessagesRequest.ProtoReflect.Descriptor instead.
 func (*RaftMessagesRequest) Descriptor() ([]byte, []int) {
-	return file_raft_v1_raft_proto_rawDescGZIP(), []int{0}
+	return file_api_raft_v1_raft_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *RaftMessagesRequest) GetFromNode() uint64 {
@@ -97,7 +97,7 @@ type GroupMessage struct {
 
 func (x *GroupMessage) Reset() {
 	*x = GroupMessage{}
-	mi := &file_raft_v1_raft_proto_msgTypes[1]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -109,7 +109,7 @@ func (x *GroupMessage) String() string {
 func (*GroupMessage) ProtoMessage() {}
 
 func (x *GroupMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_v1_raft_proto_msgTypes[1]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -122,7 +122,7 @@ func (x *GroupMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupMessage.ProtoReflect.Descriptor instead.
 func (*GroupMessage) Descriptor() ([]byte, []int) {
-	return file_raft_v1_raft_proto_rawDescGZIP(), []int{1}
+	return file_api_raft_v1_raft_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *GroupMessage) GetGroupId() uint64 {
@@ -149,7 +149,7 @@ type RaftMessagesResponse struct {
 
 func (x *RaftMessagesResponse) Reset() {
 	*x = RaftMessagesResponse{}
-	mi := &file_raft_v1_raft_proto_msgTypes[2]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -161,7 +161,7 @@ func (x *RaftMessagesResponse) String() string {
 func (*RaftMessagesResponse) ProtoMessage() {}
 
 func (x *RaftMessagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_v1_raft_proto_msgTypes[2]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -174,7 +174,7 @@ func (x *RaftMessagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftMessagesResponse.ProtoReflect.Descriptor instead.
 func (*RaftMessagesResponse) Descriptor() ([]byte, []int) {
-	return file_raft_v1_raft_proto_rawDescGZIP(), []int{2}
+	return file_api_raft_v1_raft_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *RaftMessagesResponse) GetError() string {
@@ -198,7 +198,7 @@ type RaftSnapshotRequest struct {
 
 func (x *RaftSnapshotRequest) Reset() {
 	*x = RaftSnapshotRequest{}
-	mi := &file_raft_v1_raft_proto_msgTypes[3]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -210,7 +210,7 @@ func (x *RaftSnapshotRequest) String() string {
 func (*RaftSnapshotRequest) ProtoMessage() {}
 
 func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_v1_raft_proto_msgTypes[3]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -223,7 +223,7 @@ func (x *RaftSnapshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotRequest.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotRequest) Descriptor() ([]byte, []int) {
-	return file_raft_v1_raft_proto_rawDescGZIP(), []int{3}
+	return file_api_raft_v1_raft_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RaftSnapshotRequest) GetHeader() *SnapshotHeader {
@@ -263,7 +263,7 @@ type SnapshotHeader struct {
 
 func (x *SnapshotHeader) Reset() {
 	*x = SnapshotHeader{}
-	mi := &file_raft_v1_raft_proto_msgTypes[4]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -275,7 +275,7 @@ func (x *SnapshotHeader) String() string {
 func (*SnapshotHeader) ProtoMessage() {}
 
 func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_v1_raft_proto_msgTypes[4]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -288,7 +288,7 @@ func (x *SnapshotHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotHeader.ProtoReflect.Descriptor instead.
 func (*SnapshotHeader) Descriptor() ([]byte, []int) {
-	return file_raft_v1_raft_proto_rawDescGZIP(), []int{4}
+	return file_api_raft_v1_raft_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SnapshotHeader) GetFromNode() uint64 {
@@ -332,7 +332,7 @@ type RaftSnapshotResponse struct {
 
 func (x *RaftSnapshotResponse) Reset() {
 	*x = RaftSnapshotResponse{}
-	mi := &file_raft_v1_raft_proto_msgTypes[5]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -344,7 +344,7 @@ func (x *RaftSnapshotResponse) String() string {
 func (*RaftSnapshotResponse) ProtoMessage() {}
 
 func (x *RaftSnapshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_raft_v1_raft_proto_msgTypes[5]
+	mi := &file_api_raft_v1_raft_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -357,7 +357,7 @@ func (x *RaftSnapshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftSnapshotResponse.ProtoReflect.Descriptor instead.
 func (*RaftSnapshotResponse) Descriptor() ([]byte, []int) {
-	return file_raft_v1_raft_proto_rawDescGZIP(), []int{5}
+	return file_api_raft_v1_raft_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RaftSnapshotResponse) GetAccepted() bool {
@@ -374,11 +374,11 @@ func (x *RaftSnapshotResponse) GetError() string {
 	return ""
 }
 
-var File_raft_v1_raft_proto protoreflect.FileDescriptor
+var File_api_raft_v1_raft_proto protoreflect.FileDescriptor
 
-const file_raft_v1_raft_proto_rawDesc = "" +
+const file_api_raft_v1_raft_proto_rawDesc = "" +
 	"\n" +
-	"\x12raft/v1/raft.proto\x12\x10shardkit.raft.v1\"\x87\x01\n" +
+	"\x16api/raft/v1/raft.proto\x12\x10shardkit.raft.v1\"\x87\x01\n" +
 	"\x13RaftMessagesRequest\x12\x1b\n" +
 	"\tfrom_node\x18\x01 \x01(\x04R\bfromNode\x12\x17\n" +
 	"\ato_node\x18\x02 \x01(\x04R\x06toNode\x12:\n" +
@@ -405,19 +405,19 @@ const file_raft_v1_raft_proto_rawDesc = "" +
 	"\fRaftSnapshot\x12%.shardkit.raft.v1.RaftSnapshotRequest\x1a&.shardkit.raft.v1.RaftSnapshotResponse(\x01B1Z/github.com/shardkit/shardkit/api/raft/v1;raftv1b\x06proto3"
 
 var (
-	file_raft_v1_raft_proto_rawDescOnce sync.Once
-	file_raft_v1_raft_proto_rawDescData []byte
+	file_api_raft_v1_raft_proto_rawDescOnce sync.Once
+	file_api_raft_v1_raft_proto_rawDescData []byte
 )
 
-func file_raft_v1_raft_proto_rawDescGZIP() []byte {
-	file_raft_v1_raft_proto_rawDescOnce.Do(func() {
-		file_raft_v1_raft_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_raft_v1_raft_proto_rawDesc), len(file_raft_v1_raft_proto_rawDesc)))
+func file_api_raft_v1_raft_proto_rawDescGZIP() []byte {
+	file_api_raft_v1_raft_proto_rawDescOnce.Do(func() {
+		file_api_raft_v1_raft_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_api_raft_v1_raft_proto_rawDesc), len(file_api_raft_v1_raft_proto_rawDesc)))
 	})
-	return file_raft_v1_raft_proto_rawDescData
+	return file_api_raft_v1_raft_proto_rawDescData
 }
 
-var file_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
-var file_raft_v1_raft_proto_goTypes = []any{
+var file_api_raft_v1_raft_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_api_raft_v1_raft_proto_goTypes = []any{
 	(*RaftMessagesRequest)(nil),  // 0: shardkit.raft.v1.RaftMessagesRequest
 	(*GroupMessage)(nil),         // 1: shardkit.raft.v1.GroupMessage
 	(*RaftMessagesResponse)(nil), // 2: shardkit.raft.v1.RaftMessagesResponse
@@ -425,7 +425,7 @@ var file_raft_v1_raft_proto_goTypes = []any{
 	(*SnapshotHeader)(nil),       // 4: shardkit.raft.v1.SnapshotHeader
 	(*RaftSnapshotResponse)(nil), // 5: shardkit.raft.v1.RaftSnapshotResponse
 }
-var file_raft_v1_raft_proto_depIdxs = []int32{
+var file_api_raft_v1_raft_proto_depIdxs = []int32{
 	1, // 0: shardkit.raft.v1.RaftMessagesRequest.messages:type_name -> shardkit.raft.v1.GroupMessage
 	4, // 1: shardkit.raft.v1.RaftSnapshotRequest.header:type_name -> shardkit.raft.v1.SnapshotHeader
 	0, // 2: shardkit.raft.v1.RaftTransportService.RaftMessages:input_type -> shardkit.raft.v1.RaftMessagesRequest
@@ -439,26 +439,26 @@ var file_raft_v1_raft_proto_depIdxs = []int32{
 	0, // [0:2] is the sub-list for field type_name
 }
 
-func init() { file_raft_v1_raft_proto_init() }
-func file_raft_v1_raft_proto_init() {
-	if File_raft_v1_raft_proto != nil {
+func init() { file_api_raft_v1_raft_proto_init() }
+func file_api_raft_v1_raft_proto_init() {
+	if File_api_raft_v1_raft_proto != nil {
 		return
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
-			RawDescriptor: unsafe.Slice(unsafe.StringData(file_raft_v1_raft_proto_rawDesc), len(file_raft_v1_raft_proto_rawDesc)),
+			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_raft_v1_raft_proto_rawDesc), len(file_api_raft_v1_raft_proto_rawDesc)),
 			NumEnums:      0,
 			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
-		GoTypes:           file_raft_v1_raft_proto_goTypes,
-		DependencyIndexes: file_raft_v1_raft_proto_depIdxs,
-		MessageInfos:      file_raft_v1_raft_proto_msgTypes,
+		GoTypes:           file_api_raft_v1_raft_proto_goTypes,
+		DependencyIndexes: file_api_raft_v1_raft_proto_depIdxs,
+		MessageInfos:      file_api_raft_v1_raft_proto_msgTypes,
 	}.Build()
-	File_raft_v1_raft_proto = out.File
-	file_raft_v1_raft_proto_goTypes = nil
-	file_raft_v1_raft_proto_depIdxs = nil
+	File_api_raft_v1_raft_proto = out.File
+	file_api_raft_v1_raft_proto_goTypes = nil
+	file_api_raft_v1_raft_proto_depIdxs = nil
 }

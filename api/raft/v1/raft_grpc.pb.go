@@ -2,7 +2,7 @@
 // versions:
 // - protoc-gen-go-grpc v1.6.2
 // - protoc             (unknown)
-// source: raft/v1/raft.proto
+// source: api/raft/v1/raft.proto
 
 package raftv1
 
@@ -168,5 +168,5 @@ var RaftTransportService_ServiceDesc = grpc.ServiceDesc{
 			ClientStreams: true,
 		},
 	},
-	Metadata: "raft/v1/raft.proto",
+	Metadata: "api/raft/v1/raft.proto",
 }
