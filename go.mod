@@ -3,6 +3,7 @@ module github.com/shardkit/shardkit
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/spf13/cobra v1.10.2
 	go.etcd.io/raft/v3 v3.7.0

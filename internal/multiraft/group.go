@@ -60,6 +60,7 @@ type group struct {
 	pendingReads map[uint64]*readRequest // sent to raft, no read state yet
 	readyReads   []*readRequest          // read index known, waiting for apply
 	spooled      []string                // snapshot spool files stepped into raft
+	restored     uint64                  // snapshots restored since the group was opened
 	failure      error                   // set when the group stopped for good
 
 	// Waiters for proposals, guarded by wmu (not mu, so that a caller whose
@@ -156,6 +157,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 	if err := g.finishInterruptedRestore(); err != nil {
 		return nil, err
 	}
+	g.removeStaleSpoolFiles()
 	rn, err := raft.NewRawNode(&raft.Config{
 		ID:                        uint64(h.cfg.NodeID),
 		ElectionTick:              h.cfg.ElectionTicks,

@@ -209,6 +209,9 @@ type Status struct {
 	Learners       []NodeID
 	VotersOutgoing []NodeID
 	LeadTransferee NodeID
+	// SnapshotsRestored counts snapshots this member restored since the
+	// group was opened here.
+	SnapshotsRestored uint64
 	// Peers is filled on the leader only: its view of every member.
 	Peers []PeerStatus
 }
@@ -240,6 +243,8 @@ func (G *Group) Status() Status {
 		FirstIndex:     g.store.truncated.Index + 1,
 		LastIndex:      g.store.lastIndex,
 		LeadTransferee: NodeID(rs.LeadTransferee),
+
+		SnapshotsRestored: g.restored,
 	}
 	for id := range rs.Config.Voters[0] {
 		st.Voters = append(st.Voters, NodeID(id))

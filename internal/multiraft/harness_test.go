@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,6 +33,7 @@ type testNode struct {
 	memberArg   map[multiraft.GroupID][]multiraft.NodeID // what OpenGroup was given
 	alive       bool
 	incarnation int
+	fatal       atomic.Pointer[error] // set when the host stopped on a storage failure (or failpoint)
 }
 
 // cluster drives the hosts of a test in lock step with the network: one
@@ -96,6 +98,7 @@ func (c *cluster) openNode(n *testNode) {
 		ManualProcessing: true,
 		ManualTicks:      true,
 		Failpoints:       n.fp,
+		OnFatal:          func(err error) { n.fatal.Store(&err) },
 	}
 	if c.tweak != nil {
 		c.tweak(&cfg)

@@ -156,6 +156,11 @@ func NewHost(cfg Config) (*Host, error) {
 	if err := cfg.FS.MkdirAll(cfg.SnapshotDir, 0o755); err != nil {
 		return nil, fmt.Errorf("multiraft: snapshot dir %s: %w", cfg.SnapshotDir, err)
 	}
+	// The directory entry itself must be durable, or a crash could take the
+	// spooled snapshots with it.
+	if err := syncDir(cfg.FS, cfg.FS.PathDir(cfg.SnapshotDir)); err != nil {
+		return nil, fmt.Errorf("multiraft: sync parent of snapshot dir %s: %w", cfg.SnapshotDir, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Host{
 		cfg:    cfg,

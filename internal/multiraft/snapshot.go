@@ -241,6 +241,7 @@ func (g *group) restore(m restoreMarker) error {
 		return fmt.Errorf("group %d: record restored snapshot: %w", g.id, err)
 	}
 	g.store.applied = m.appliedState
+	g.restored++
 	if err := fs.Remove(path); err != nil {
 		g.log.Warn("cannot remove restored snapshot file", "file", path, "err", err)
 	}
@@ -260,6 +261,26 @@ func (g *group) finishInterruptedRestore() error {
 	g.log.Warn("finishing a snapshot restore interrupted by a crash", "index", m.Index)
 	g.store.resetToSnapshot(m.logPosition)
 	return g.restore(m)
+}
+
+// removeStaleSpoolFiles deletes the group's spool files left by an earlier
+// run (snapshots received but never restored). Called at open, after any
+// interrupted restore has finished.
+func (g *group) removeStaleSpoolFiles() {
+	fs := g.host.cfg.FS
+	names, err := fs.List(g.host.cfg.SnapshotDir)
+	if err != nil {
+		g.log.Warn("cannot list snapshot dir", "err", err)
+		return
+	}
+	prefix := fmt.Sprintf("g%d-", g.id)
+	for _, name := range names {
+		if strings.HasPrefix(name, prefix) && strings.HasSuffix(name, ".snap") {
+			if err := fs.Remove(fs.PathJoin(g.host.cfg.SnapshotDir, name)); err != nil {
+				g.log.Warn("cannot remove stale snapshot file", "file", name, "err", err)
+			}
+		}
+	}
 }
 
 // deleteSpooled removes spool files that raft has seen and that are not
