@@ -63,6 +63,12 @@ func (s *logStore) load() (found bool, err error) {
 			return false, fmt.Errorf("group %d truncated state: %w", s.group, err)
 		}
 	}
+	// Entries already durable in the log may be applied before the round's
+	// hard state (with its commit index) is synced; applied entries are
+	// committed, so the commit index is at least the applied one.
+	if s.applied.Index > s.hardState.GetCommit() {
+		s.hardState.Commit = new(s.applied.Index)
+	}
 	s.lastIndex = s.truncated.Index
 	last, err := s.lastStoredIndex()
 	if err != nil {

@@ -33,26 +33,26 @@ type grpcNode struct {
 }
 
 type grpcCluster struct {
-	t        *testing.T
+	t        testing.TB
 	resolver *multiraft.StaticResolver
 	tweak    func(*multiraft.Config, *multiraft.GRPCTransportConfig, *[]grpc.ServerOption)
 	mu       sync.Mutex
 	nodes    map[multiraft.NodeID]*grpcNode
 }
 
-func newGRPCCluster(t *testing.T, n int, tweak func(*multiraft.Config, *multiraft.GRPCTransportConfig, *[]grpc.ServerOption)) *grpcCluster {
-	t.Helper()
-	c := &grpcCluster{t: t, resolver: multiraft.NewStaticResolver(nil), tweak: tweak, nodes: map[multiraft.NodeID]*grpcNode{}}
+func newGRPCCluster(tb testing.TB, n int, tweak func(*multiraft.Config, *multiraft.GRPCTransportConfig, *[]grpc.ServerOption)) *grpcCluster {
+	tb.Helper()
+	c := &grpcCluster{t: tb, resolver: multiraft.NewStaticResolver(nil), tweak: tweak, nodes: map[multiraft.NodeID]*grpcNode{}}
 	var members []multiraft.NodeID
 	for i := 1; i <= n; i++ {
 		members = append(members, multiraft.NodeID(i))
 	}
 	for _, id := range members {
-		nd := &grpcNode{id: id, dir: t.TempDir(), addr: "127.0.0.1:0", members: members}
+		nd := &grpcNode{id: id, dir: tb.TempDir(), addr: "127.0.0.1:0", members: members}
 		c.nodes[id] = nd
 		c.start(nd)
 	}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		for _, nd := range c.nodes {
 			c.stop(nd)
 		}
@@ -68,7 +68,7 @@ func (c *grpcCluster) start(nd *grpcNode) {
 	}
 	nd.addr = lis.Addr().String()
 	c.resolver.Set(nd.id, nd.addr)
-	db, err := storage.Open(nd.dir+"/db", storage.Options{CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
+	db, err := storage.Open(nd.dir+"/db", storage.Options{})
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -140,7 +140,26 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 2. One batch, one fsync, for every group of the round.
+	// 2. Committed entries already durable in this member's log are applied
+	// now, without waiting for this round's fsync (which only concerns newer
+	// entries). The rest are applied after it.
+	for i := range work {
+		w := &work[i]
+		if s := w.rd.Snapshot; s != nil && !raft.IsEmptySnap(s) {
+			continue
+		}
+		ents := w.rd.CommittedEntries
+		n := 0
+		for n < len(ents) && ents[n].GetIndex() <= w.g.store.lastIndex {
+			n++
+		}
+		if err := w.g.applyCommitted(ents[:n]); err != nil {
+			return err
+		}
+		w.rd.CommittedEntries = ents[n:]
+	}
+
+	// 3. One batch, one fsync, for every group of the round.
 	b := h.db.NewBatch()
 	defer b.Close()
 	sync := false
@@ -180,7 +199,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		return err
 	}
 
-	// 3. The durable state becomes what raft's Storage serves.
+	// 4. The durable state becomes what raft's Storage serves.
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {
@@ -194,7 +213,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		w.g.assignIndexes(w.rd.Entries)
 	}
 
-	// 4. Followers (and candidates) send only after their state is durable.
+	// 5. Followers (and candidates) send only after their state is durable.
 	for i := range work {
 		if w := &work[i]; !w.leader {
 			if err := h.send(w.g, w.rd.Messages); err != nil {
@@ -203,7 +222,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 5. Restore snapshots, apply committed entries, answer reads, advance.
+	// 6. Restore snapshots, apply the remaining committed entries, answer reads, advance.
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {

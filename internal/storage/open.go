@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -41,6 +42,11 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 		Cache:        cache,
 		MemTableSize: o.MemTableBytes,
 		Logger:       pebbleLogger{l: o.Logger.With("component", "pebble")},
+	}
+	// Bloom filters on every level: point lookups of absent keys (every
+	// insert checks that its key is new) then skip tables without reading them.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
