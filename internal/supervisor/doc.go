@@ -11,8 +11,18 @@
 //
 // It must never know what an instance does: it reads no database, speaks
 // to no peer, and interprets neither the entrypoint string nor the
-// worker's output. It never deletes anything outside the data dir, and
-// refuses to wipe a data dir that is empty, "/" or the user's home.
+// worker's output. It never deletes anything outside the data dir.
+//
+// # The data dir
+//
+// Every fresh instance rebootstraps once (after discovery), so a wipe is
+// routine, and the data dir defaults to ".". Before the first worker the
+// parent therefore refuses a data dir that is empty, "/" or the user's
+// home, creates a missing one, and marks a new or empty one with the file
+// .shardkit-data-dir; it refuses a non-empty dir without that marker (its
+// files are someone else's). A wipe deletes everything in the dir but the
+// marker, removes symbolic links without following them, and refuses a dir
+// without the marker.
 //
 // # The contract between parent and worker
 //

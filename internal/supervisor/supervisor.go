@@ -94,7 +94,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	if err != nil {
 		return 1, err
 	}
-	if err := CheckWipeable(cfg.DataDir); err != nil {
+	if err := PrepareDataDir(cfg.DataDir); err != nil {
 		return 1, err
 	}
 	sigs := cfg.Signals

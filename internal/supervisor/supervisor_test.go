@@ -52,11 +52,9 @@ func newFixture(t *testing.T) *fixture {
 		stderr: &syncBuffer{},
 		sigs:   make(chan os.Signal, 1),
 	}
-	for _, d := range []string{f.state, f.data} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	must(t, os.Mkdir(f.state, 0o755))
+	// As the parent would at its start; tests put files in it before Run.
+	must(t, PrepareDataDir(f.data))
 	return f
 }
 
@@ -259,8 +257,8 @@ func TestRebootstrapWipesDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatalf("data dir itself must remain: %v", err)
 	}
-	if len(entries) != 0 {
-		t.Errorf("data dir not empty after the wipe: %v", entries)
+	if len(entries) != 1 || entries[0].Name() != MarkerFile {
+		t.Errorf("data dir after the wipe holds %v, want only %s", entries, MarkerFile)
 	}
 	if b, err := os.ReadFile(outside); err != nil || string(b) != "not ours" {
 		t.Errorf("a file outside the data dir (behind a symlink) was touched: %q, %v", b, err)
@@ -385,14 +383,21 @@ func TestStartFailure(t *testing.T) {
 
 func TestRefusesUnsafeDataDir(t *testing.T) {
 	t.Parallel()
-	f := newFixture(t)
-	cfg := f.config(t, "crash:0")
-	cfg.DataDir = "/"
-	if _, err := run(t.Context(), t, cfg); !errors.Is(err, ErrUnsafeDataDir) {
-		t.Errorf("Run error %v, want ErrUnsafeDataDir", err)
+	foreign := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(foreign, "notes.txt"), []byte("mine"), 0o644))
+	for _, dir := range []string{"/", "", foreign} {
+		f := newFixture(t)
+		cfg := f.config(t, "crash:0")
+		cfg.DataDir = dir
+		if _, err := run(t.Context(), t, cfg); !errors.Is(err, ErrUnsafeDataDir) {
+			t.Errorf("Run with data dir %q: error %v, want ErrUnsafeDataDir", dir, err)
+		}
+		if _, err := os.Stat(filepath.Join(f.state, "starts")); err == nil {
+			t.Errorf("a worker was started with data dir %q", dir)
+		}
 	}
-	if _, err := os.Stat(filepath.Join(f.state, "starts")); err == nil {
-		t.Error("a worker was started with an unsafe data dir")
+	if b, err := os.ReadFile(filepath.Join(foreign, "notes.txt")); err != nil || string(b) != "mine" {
+		t.Errorf("a foreign dir was touched: %q, %v", b, err)
 	}
 }
 

@@ -105,6 +105,7 @@ func TestWipeDir(t *testing.T) {
 	root := t.TempDir()
 	data := filepath.Join(root, "data")
 	outside := filepath.Join(root, "outside")
+	must(t, PrepareDataDir(data))
 	must(t, os.MkdirAll(filepath.Join(data, "a", "b"), 0o755))
 	must(t, os.WriteFile(filepath.Join(data, "a", "b", "f"), nil, 0o644))
 	must(t, os.WriteFile(filepath.Join(data, ".hidden"), nil, 0o644))
@@ -114,8 +115,8 @@ func TestWipeDir(t *testing.T) {
 
 	must(t, WipeDir(data))
 	entries, err := os.ReadDir(data)
-	if err != nil || len(entries) != 0 {
-		t.Fatalf("after wipe: %v, %v; want an empty dir", entries, err)
+	if err != nil || len(entries) != 1 || entries[0].Name() != MarkerFile {
+		t.Fatalf("after wipe: %v, %v; want only the marker", entries, err)
 	}
 	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
 		t.Errorf("wiped through a symlink: %v", err)
@@ -128,35 +129,65 @@ func TestWipeDir(t *testing.T) {
 	alias := filepath.Join(root, "alias")
 	must(t, os.Symlink(data, alias))
 	must(t, WipeDir(alias))
-	if entries, _ := os.ReadDir(data); len(entries) != 0 {
+	if entries, _ := os.ReadDir(data); len(entries) != 1 {
 		t.Errorf("wipe through an alias left %v", entries)
+	}
+	// Without the marker nothing is deleted.
+	if err := WipeDir(outside); !errors.Is(err, ErrUnsafeDataDir) {
+		t.Errorf("wipe of an unmarked dir: %v, want ErrUnsafeDataDir", err)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "keep")); err != nil {
+		t.Errorf("an unmarked dir was wiped: %v", err)
 	}
 }
 
-func TestCheckWipeableRefuses(t *testing.T) {
+func TestPrepareDataDir(t *testing.T) {
 	t.Parallel()
 	root := t.TempDir()
 	rootLink := filepath.Join(root, "slash")
 	must(t, os.Symlink("/", rootLink))
 	for _, dir := range []string{"", "  ", "/", "/.", "//", rootLink, rootLink + "/."} {
-		if err := CheckWipeable(dir); !errors.Is(err, ErrUnsafeDataDir) {
-			t.Errorf("CheckWipeable(%q) = %v, want ErrUnsafeDataDir", dir, err)
+		if err := PrepareDataDir(dir); !errors.Is(err, ErrUnsafeDataDir) {
+			t.Errorf("PrepareDataDir(%q) = %v, want ErrUnsafeDataDir", dir, err)
 		}
 	}
-	if err := CheckWipeable(filepath.Join(root, "fine")); err != nil {
-		t.Errorf("CheckWipeable of a fresh dir: %v", err)
+	// A missing dir is created and marked; a marked dir with files is a restart.
+	fresh := filepath.Join(root, "a", "fresh")
+	must(t, PrepareDataDir(fresh))
+	if _, err := os.Stat(filepath.Join(fresh, MarkerFile)); err != nil {
+		t.Errorf("new data dir not marked: %v", err)
+	}
+	must(t, os.WriteFile(filepath.Join(fresh, "db"), nil, 0o644))
+	must(t, PrepareDataDir(fresh))
+	// An empty dir is marked.
+	empty := filepath.Join(root, "empty")
+	must(t, os.Mkdir(empty, 0o755))
+	must(t, PrepareDataDir(empty))
+	if _, err := os.Stat(filepath.Join(empty, MarkerFile)); err != nil {
+		t.Errorf("empty data dir not marked: %v", err)
+	}
+	// A dir with someone else's files is refused and left alone.
+	foreign := filepath.Join(root, "foreign")
+	must(t, os.Mkdir(foreign, 0o755))
+	must(t, os.WriteFile(filepath.Join(foreign, "notes"), nil, 0o644))
+	if err := PrepareDataDir(foreign); !errors.Is(err, ErrUnsafeDataDir) || !strings.Contains(err.Error(), "--data-dir") {
+		t.Errorf("PrepareDataDir(foreign) = %v, want a refusal pointing at --data-dir", err)
+	}
+	if entries, _ := os.ReadDir(foreign); len(entries) != 1 {
+		t.Errorf("foreign dir changed: %v", entries)
 	}
 }
 
-func TestCheckWipeableRefusesHome(t *testing.T) {
+func TestPrepareDataDirRefusesHome(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	if err := CheckWipeable(home); !errors.Is(err, ErrUnsafeDataDir) || !strings.Contains(err.Error(), "home") {
-		t.Errorf("CheckWipeable(home) = %v, want a refusal naming the home directory", err)
+	if err := PrepareDataDir(home); !errors.Is(err, ErrUnsafeDataDir) || !strings.Contains(err.Error(), "home") {
+		t.Errorf("PrepareDataDir(home) = %v, want a refusal naming the home directory", err)
 	}
-	if err := CheckWipeable(filepath.Join(home, "data")); err != nil {
-		t.Errorf("a dir inside home: %v", err)
+	if _, err := os.Stat(filepath.Join(home, MarkerFile)); err == nil {
+		t.Error("home directory marked")
 	}
+	must(t, PrepareDataDir(filepath.Join(home, "data")))
 }
 
 func TestWorkerAPIOutsideWorker(t *testing.T) {
