@@ -316,18 +316,6 @@ wait:
 	return res, nil
 }
 
-func inode(f *os.File) (uint64, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return 0, fmt.Errorf("supervisor: request pipe: %w", err)
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return 0, errors.New("supervisor: request pipe: no inode on this platform")
-	}
-	return uint64(st.Ino), nil //nolint:unconvert // Ino is not uint64 on every platform
-}
-
 // workerEnv is base with the supervisor's variables set anew.
 func workerEnv(base []string, entrypoint string, parentPID int, pipeInode uint64) []string {
 	ours := []string{EnvWorker, EnvEntrypoint, EnvParentPID, EnvPipe}

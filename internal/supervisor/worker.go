@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"syscall"
 )
 
 // IsWorker reports whether this process is a worker started by the parent.
@@ -39,7 +38,7 @@ func AttachWorker() error {
 	if err := checkRequestPipe(); err != nil {
 		return err
 	}
-	syscall.CloseOnExec(requestFD)
+	closeRequestPipeOnExec()
 	return nil
 }
 
@@ -57,36 +56,8 @@ func RequestRebootstrap(entrypoint string) error {
 	if err := checkRequestPipe(); err != nil {
 		return err
 	}
-	// One write of less than PIPE_BUF bytes is atomic. The descriptor is
-	// written with a raw syscall and never wrapped in an *os.File, whose
-	// finalizer would close it.
-	for len(msg) > 0 {
-		n, err := syscall.Write(requestFD, msg)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("supervisor: send rebootstrap request: %w", err)
-		}
-		msg = msg[n:]
-	}
-	return nil
-}
-
-// checkRequestPipe makes sure fd 3 is still the pipe the parent gave us
-// (the same inode), so that nothing is ever written to a descriptor
-// number that was reused for something else.
-func checkRequestPipe() error {
-	want, err := strconv.ParseUint(os.Getenv(EnvPipe), 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: %s=%q is not an inode number", ErrNotWorker, EnvPipe, os.Getenv(EnvPipe))
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(requestFD, &st); err != nil {
-		return fmt.Errorf("supervisor: request pipe (fd %d): %w", requestFD, err)
-	}
-	if st.Mode&syscall.S_IFMT != syscall.S_IFIFO || uint64(st.Ino) != want { //nolint:unconvert // Ino is not uint64 on every platform
-		return fmt.Errorf("supervisor: fd %d is not the parent's request pipe (inode %d, want %d)", requestFD, st.Ino, want)
+	if err := writeRequest(msg); err != nil {
+		return fmt.Errorf("supervisor: send rebootstrap request: %w", err)
 	}
 	return nil
 }
