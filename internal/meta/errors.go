@@ -7,10 +7,10 @@ type Code int
 
 // Refusal codes.
 const (
-	CodeInvalid       Code = iota + 1 // the request itself is wrong
-	CodeNotFound                      // no such instance, replicaset or lease
-	CodeAlreadyExists                 // a duplicate instance_id
-	CodeFailedPrecondition            // the cluster's state forbids it now
+	CodeInvalid            Code = iota + 1 // the request itself is wrong
+	CodeNotFound                           // no such instance, replicaset or lease
+	CodeAlreadyExists                      // a duplicate instance_id
+	CodeFailedPrecondition                 // the cluster's state forbids it now
 )
 
 // Refusal is a command that was applied but had no effect because it was

@@ -9,12 +9,12 @@ import (
 
 // Grade variant names, exactly as users see them.
 var variantNames = map[clusterv1.GradeVariant]string{
-	clusterv1.GradeVariant_GRADE_VARIANT_OFFLINE:               "Offline",
-	clusterv1.GradeVariant_GRADE_VARIANT_RAFT_SYNCED:           "RaftSynced",
-	clusterv1.GradeVariant_GRADE_VARIANT_REPLICATED:            "Replicated",
-	clusterv1.GradeVariant_GRADE_VARIANT_SHARDING_INITIALIZED:  "ShardingInitialized",
-	clusterv1.GradeVariant_GRADE_VARIANT_ONLINE:                "Online",
-	clusterv1.GradeVariant_GRADE_VARIANT_EXPELLED:              "Expelled",
+	clusterv1.GradeVariant_GRADE_VARIANT_OFFLINE:              "Offline",
+	clusterv1.GradeVariant_GRADE_VARIANT_RAFT_SYNCED:          "RaftSynced",
+	clusterv1.GradeVariant_GRADE_VARIANT_REPLICATED:           "Replicated",
+	clusterv1.GradeVariant_GRADE_VARIANT_SHARDING_INITIALIZED: "ShardingInitialized",
+	clusterv1.GradeVariant_GRADE_VARIANT_ONLINE:               "Online",
+	clusterv1.GradeVariant_GRADE_VARIANT_EXPELLED:             "Expelled",
 }
 
 // VariantName returns a grade variant's user-facing name.

@@ -221,12 +221,12 @@ func TestGradeIncarnations(t *testing.T) {
 	if g := inst.GetCurrentGrade(); g.GetVariant() != RaftSynced || g.GetIncarnation() != 1 {
 		t.Fatalf("current %v, want RaftSynced(1): copied from the target", g)
 	}
-	inst = f.must(currentCmd(inst, Online)).Instance
+	f.must(currentCmd(inst, Online))
 	inst = f.must(targetCmd("a", Offline)).Instance
 	if g := inst.GetTargetGrade(); g.GetVariant() != Offline || g.GetIncarnation() != 1 {
 		t.Fatalf("target Offline: %v, want Offline(1): copied from the current", g)
 	}
-	inst = f.must(currentCmd(inst, Offline)).Instance
+	f.must(currentCmd(inst, Offline))
 	inst = f.must(targetCmd("a", Online)).Instance
 	if g := inst.GetTargetGrade(); g.GetIncarnation() != 2 {
 		t.Fatalf("restart: target %v, want Online(2)", g)
