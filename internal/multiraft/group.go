@@ -75,6 +75,8 @@ type group struct {
 	term    atomic.Uint64
 	notifyM sync.Mutex
 	notify  chan struct{} // closed and replaced on every change of the above
+
+	ccSem chan struct{} // one conf change at a time through this host
 }
 
 type proposal struct {
@@ -144,6 +146,7 @@ func (h *Host) openGroup(gc GroupConfig) (*group, error) {
 		waiters:      make(map[uint64]*proposal),
 		byIndex:      make(map[uint64]*proposal),
 		notify:       make(chan struct{}),
+		ccSem:        make(chan struct{}, 1),
 	}
 	found, err := g.store.load()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -65,10 +66,32 @@ func (g *group) submit(ctx context.Context, p *proposal, queue *[]*proposal) (an
 
 // ChangeConfig proposes a configuration change and returns the
 // configuration in force once it is applied on this host.
+//
+// Changes made through one host are serialized, and each waits until the
+// group has left any joint configuration: raft ignores a conf change
+// proposed while another is still unapplied.
 func (G *Group) ChangeConfig(ctx context.Context, cc *raftpb.ConfChangeV2) (*raftpb.ConfState, error) {
 	g := G.g
 	if err := g.usable(); err != nil {
 		return nil, err
+	}
+	select {
+	case g.ccSem <- struct{}{}:
+		defer func() { <-g.ccSem }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for G.Status().VotersOutgoing != nil {
+		ch := g.watch()
+		if len(G.Status().VotersOutgoing) == 0 {
+			break
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("multiraft: group %d: still in a joint configuration: %w", g.id, ctx.Err())
+		}
 	}
 	id := g.host.newID()
 	cc.Context = binary.BigEndian.AppendUint64(nil, id)

@@ -2316,7 +2316,9 @@ type GetProgressResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	RaftId uint64                 `protobuf:"varint,1,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`
 	// Applied index of every Raft group open on this instance.
-	Applied       map[uint64]uint64 `protobuf:"bytes,2,rep,name=applied,proto3" json:"applied,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	Applied map[uint64]uint64 `protobuf:"bytes,2,rep,name=applied,proto3" json:"applied,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// The leader (raft id, 0 if unknown) of every Raft group open on this instance.
+	Leaders       map[uint64]uint64 `protobuf:"bytes,3,rep,name=leaders,proto3" json:"leaders,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2361,6 +2363,13 @@ func (x *GetProgressResponse) GetRaftId() uint64 {
 func (x *GetProgressResponse) GetApplied() map[uint64]uint64 {
 	if x != nil {
 		return x.Applied
+	}
+	return nil
+}
+
+func (x *GetProgressResponse) GetLeaders() map[uint64]uint64 {
+	if x != nil {
+		return x.Leaders
 	}
 	return nil
 }
@@ -2546,11 +2555,15 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x10sharding_version\x18\x02 \x01(\x04R\x0fshardingVersion\";\n" +
 	"\x14SyncShardingResponse\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\"\x14\n" +
-	"\x12GetProgressRequest\"\xbb\x01\n" +
+	"\x12GetProgressRequest\"\xc8\x02\n" +
 	"\x13GetProgressResponse\x12\x17\n" +
 	"\araft_id\x18\x01 \x01(\x04R\x06raftId\x12O\n" +
-	"\aapplied\x18\x02 \x03(\v25.shardkit.cluster.v1.GetProgressResponse.AppliedEntryR\aapplied\x1a:\n" +
+	"\aapplied\x18\x02 \x03(\v25.shardkit.cluster.v1.GetProgressResponse.AppliedEntryR\aapplied\x12O\n" +
+	"\aleaders\x18\x03 \x03(\v25.shardkit.cluster.v1.GetProgressResponse.LeadersEntryR\aleaders\x1a:\n" +
 	"\fAppliedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a:\n" +
+	"\fLeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*\xe3\x01\n" +
 	"\fGradeVariant\x12\x1d\n" +
@@ -2597,7 +2610,7 @@ func file_api_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_api_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_api_cluster_v1_cluster_proto_goTypes = []any{
 	(GradeVariant)(0),              // 0: shardkit.cluster.v1.GradeVariant
 	(GroupAdminAction)(0),          // 1: shardkit.cluster.v1.GroupAdminAction
@@ -2637,6 +2650,7 @@ var file_api_cluster_v1_cluster_proto_goTypes = []any{
 	nil,                            // 35: shardkit.cluster.v1.Instance.FailureDomainEntry
 	nil,                            // 36: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
 	nil,                            // 37: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	nil,                            // 38: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
 }
 var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
@@ -2660,35 +2674,36 @@ var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	6,  // 18: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
 	1,  // 19: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
 	37, // 20: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	8,  // 21: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
-	11, // 22: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
-	13, // 23: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
-	15, // 24: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
-	17, // 25: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
-	21, // 26: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
-	23, // 27: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
-	25, // 28: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
-	27, // 29: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
-	29, // 30: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
-	31, // 31: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
-	33, // 32: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
-	9,  // 33: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
-	12, // 34: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
-	14, // 35: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
-	16, // 36: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
-	18, // 37: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
-	22, // 38: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
-	24, // 39: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
-	26, // 40: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
-	28, // 41: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
-	30, // 42: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
-	32, // 43: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
-	34, // 44: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
-	33, // [33:45] is the sub-list for method output_type
-	21, // [21:33] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	38, // 21: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	8,  // 22: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
+	11, // 23: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
+	13, // 24: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
+	15, // 25: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
+	17, // 26: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
+	21, // 27: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
+	23, // 28: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
+	25, // 29: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
+	27, // 30: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
+	29, // 31: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
+	31, // 32: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
+	33, // 33: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
+	9,  // 34: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
+	12, // 35: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
+	14, // 36: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
+	16, // 37: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
+	18, // 38: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
+	22, // 39: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
+	24, // 40: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
+	26, // 41: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
+	28, // 42: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
+	30, // 43: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
+	32, // 44: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
+	34, // 45: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_v1_cluster_proto_init() }
@@ -2706,7 +2721,7 @@ func file_api_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_v1_cluster_proto_rawDesc), len(file_api_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,7 +1,6 @@
 package kvsm
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // Op is a command kind.
@@ -85,12 +85,6 @@ func (s *SM) key(k []byte) []byte {
 	return append(append(make([]byte, 0, len(s.prefix)+len(k)), s.prefix...), k...)
 }
 
-func (s *SM) span() (lo, hi []byte) {
-	hi = append([]byte(nil), s.prefix...)
-	hi[len(hi)-1]++
-	return s.prefix, hi
-}
-
 func get(r pebble.Reader, key []byte) ([]byte, bool, error) {
 	v, c, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -143,96 +137,12 @@ func (s *SM) Read(db pebble.Reader, key []byte) ([]byte, bool, error) {
 	return get(db, s.key(key))
 }
 
-// Snapshot implements multiraft.StateMachine: a sequence of
-// (uvarint key length, key, uvarint value length, value) records.
+// Snapshot implements multiraft.StateMachine.
 func (s *SM) Snapshot(ctx context.Context, r pebble.Reader, w io.Writer) error {
-	lo, hi := s.span()
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return err
-	}
-	defer it.Close()
-	bw := bufio.NewWriterSize(w, 64<<10)
-	var hdr []byte
-	for ok := it.First(); ok; ok = it.Next() {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		k := it.Key()[len(s.prefix):]
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return err
-		}
-		hdr = binary.AppendUvarint(hdr[:0], uint64(len(k)))
-		hdr = append(hdr, k...)
-		hdr = binary.AppendUvarint(hdr, uint64(len(v)))
-		if _, err := bw.Write(hdr); err != nil {
-			return err
-		}
-		if _, err := bw.Write(v); err != nil {
-			return err
-		}
-	}
-	if err := it.Error(); err != nil {
-		return err
-	}
-	return bw.Flush()
+	return storage.WritePrefixSnapshot(ctx, r, s.prefix, w)
 }
-
-// maxRecord bounds one key or value read from a snapshot stream.
-const maxRecord = 64 << 20
 
 // Restore implements multiraft.StateMachine.
 func (s *SM) Restore(ctx context.Context, db *pebble.DB, r io.Reader) error {
-	lo, hi := s.span()
-	if err := db.DeleteRange(lo, hi, pebble.NoSync); err != nil {
-		return err
-	}
-	br := bufio.NewReader(r)
-	b := db.NewBatch()
-	defer func() { _ = b.Close() }()
-	readField := func() ([]byte, error) {
-		n, err := binary.ReadUvarint(br)
-		if err != nil {
-			return nil, err
-		}
-		if n > maxRecord {
-			return nil, fmt.Errorf("kvsm: snapshot record of %d bytes exceeds %d", n, maxRecord)
-		}
-		buf := make([]byte, n)
-		if _, err := io.ReadFull(br, buf); err != nil {
-			return nil, fmt.Errorf("kvsm: truncated snapshot: %w", err)
-		}
-		return buf, nil
-	}
-	for {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		k, err := readField()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		v, err := readField()
-		if err != nil {
-			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("kvsm: truncated snapshot: %w", io.ErrUnexpectedEOF)
-			}
-			return err
-		}
-		if err := b.Set(s.key(k), v, nil); err != nil {
-			return err
-		}
-		if b.Len() > 4<<20 {
-			if err := b.Commit(pebble.NoSync); err != nil {
-				return err
-			}
-			_ = b.Close()
-			b = db.NewBatch()
-		}
-	}
-	return b.Commit(pebble.NoSync)
+	return storage.RestorePrefixSnapshot(ctx, db, s.prefix, r)
 }
