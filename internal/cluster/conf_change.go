@@ -40,6 +40,8 @@ func planConfChange(st *meta.State, gs multiraft.Status) *raftpb.ConfChangeV2 {
 	insts := st.SortedInstances()
 	eligible := 0
 	var stay, leaving, candidates []*clusterv1.Instance
+	selfLeaving := false
+	var selfInst *clusterv1.Instance
 	for _, inst := range insts {
 		id := inst.GetRaftId()
 		cur, tgt := inst.GetCurrentGrade().GetVariant(), inst.GetTargetGrade().GetVariant()
@@ -53,9 +55,12 @@ func planConfChange(st *meta.State, gs multiraft.Status) *raftpb.ConfChangeV2 {
 			eligible++
 		}
 		switch {
+		case id == self:
+			selfLeaving = tgt != meta.Online
+			selfInst = inst
 		case !isMember(id):
 			add(raftpb.ConfChangeType_ConfChangeAddLearnerNode, id)
-		case isVoter(id) && (tgt == meta.Online || id == self):
+		case isVoter(id) && tgt == meta.Online:
 			stay = append(stay, inst)
 		case isVoter(id):
 			leaving = append(leaving, inst)
@@ -65,7 +70,13 @@ func planConfChange(st *meta.State, gs multiraft.Status) *raftpb.ConfChangeV2 {
 	}
 	want := largestOdd(min(eligible, 5))
 
+	// The leader is a voter until it hands leadership over. If it is
+	// leaving, the others must make up the voters without it, so that it
+	// has a successor to hand over to.
 	voters := slices.Clone(stay)
+	if selfInst != nil && !selfLeaving {
+		voters = append(voters, selfInst)
+	}
 	for len(voters) < want && len(candidates) > 0 {
 		best := pickBySpread(voters, candidates)
 		voters = append(voters, candidates[best])
@@ -82,6 +93,8 @@ func planConfChange(st *meta.State, gs multiraft.Status) *raftpb.ConfChangeV2 {
 		}
 	}
 	// Too many voters (the cluster shrank): demote the most redundant ones.
+	// (A leaving leader is not counted in voters; it is demoted by the next
+	// leader.)
 	for len(voters) > want {
 		worst := -1
 		for i, v := range voters {

@@ -21,11 +21,17 @@ func (gv *governor) downgrade(ctx context.Context, st *meta.State, gs multiraft.
 	// The leader itself is leaving: hand leadership over; the next leader
 	// goes on from here.
 	if inst.GetRaftId() == uint64(gs.Node) {
-		if to := bestSuccessor(st, gs); to != 0 {
+		to := bestSuccessor(st, gs)
+		if to != 0 {
 			gv.log.Info("this leader is leaving; transferring leadership", "to", uint64(to))
 			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			return n.g0.Load().TransferLeadership(tctx, to)
+		}
+		if tgt == meta.Expelled {
+			// An expelled leader cannot lead on; wait for a successor (the
+			// conf change step promotes one).
+			return fmt.Errorf("%w: the leader is expelled but no voter can take over yet", errWaiting)
 		}
 	}
 	rs := st.Replicasets[inst.GetReplicasetId()]

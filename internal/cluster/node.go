@@ -443,11 +443,20 @@ func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reas
 	id := n.Identity()
 	backoff := 100 * time.Millisecond
 	for {
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := n.UpdateInstance(rctx, &clusterv1.UpdateInstanceRequest{
+		req := &clusterv1.UpdateInstanceRequest{
 			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: v, Reason: reason, Uuid: id.UUID,
-		})
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := n.UpdateInstance(rctx, req)
 		cancel()
+		if status.Code(err) == codes.Unavailable {
+			// This instance knows no leader (it may no longer be a member
+			// of group 0): ask the others, who forward to theirs.
+			err = n.askOthers(ctx, func(ctx context.Context, c clusterv1.ClusterServiceClient) error {
+				_, err := c.UpdateInstance(ctx, req)
+				return err
+			})
+		}
 		if err == nil {
 			return true
 		}
@@ -464,6 +473,29 @@ func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reas
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// askOthers tries call on every other known instance until one answers
+// with anything but Unavailable, and returns that answer.
+func (n *Node) askOthers(ctx context.Context, call func(context.Context, clusterv1.ClusterServiceClient) error) error {
+	err := status.Error(codes.Unavailable, "no other instance is known")
+	self := n.Identity().RaftID
+	for _, inst := range n.meta.State().SortedInstances() {
+		if inst.GetRaftId() == self || inst.GetCurrentGrade().GetVariant() == meta.Expelled {
+			continue
+		}
+		c, cerr := n.peers.client(inst.GetAddress())
+		if cerr != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = call(cctx, c)
+		cancel()
+		if status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+			return err
+		}
+	}
+	return err
 }
 
 // shutdown asks for target Offline and waits, bounded, until current
