@@ -151,7 +151,7 @@ func TestLeaderShutdownAndVoterCrash(t *testing.T) {
 		t.Fatal("the cluster cannot take a lease after the leader's shutdown")
 	}
 	lead.start(t)
-	st = c.waitOnline(4)
+	c.waitOnline(4)
 	st = c.waitStatus("3 voters again", 30*time.Second, func(s *statusJSON) bool { return len(voters(s)) == 3 })
 
 	// kill -9 a voter that is not the leader.

@@ -33,7 +33,7 @@ func TestExpel(t *testing.T) {
 			t.Fatalf("expel %s: exit %d: %s %s", fid, code, out, errs)
 		}
 	}
-	st = c.waitStatus("the follower Expelled and out of group 0", 30*time.Second, func(s *statusJSON) bool {
+	c.waitStatus("the follower Expelled and out of group 0", 30*time.Second, func(s *statusJSON) bool {
 		i := s.byAddress(follower.listen)
 		return i != nil && i.CurrentGrade.Variant == "Expelled" && i.RaftRole == "none"
 	})

@@ -53,7 +53,6 @@ func TestJoinRefusals(t *testing.T) {
 	}
 }
 
-
 // Failure domains spread replicasets and voters; RF=2 with 4 instances
 // gives 2 replicasets of 2.
 func TestFailureDomainsAndReplicationFactor(t *testing.T) {
@@ -63,7 +62,7 @@ func TestFailureDomainsAndReplicationFactor(t *testing.T) {
 		inst.args = append(inst.args, "--failure-domain", "dc="+dcs[i])
 	}
 	c.startAll()
-	st := c.waitOnline(4)
+	c.waitOnline(4)
 	st = c.waitStatus("2 replicasets of 2 with weights", 30*time.Second, func(s *statusJSON) bool {
 		if len(s.Replicasets) != 2 {
 			return false
