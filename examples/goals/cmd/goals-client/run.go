@@ -217,7 +217,7 @@ func benchCmd() *cobra.Command {
 			sent, logical := goals.RequestCounts(reg)
 			fmt.Fprintf(cmd.OutOrStdout(), "%s requests_per_logical=%.3f\n", res.Summary(), sent/max(logical, 1))
 			if res.Errors > 0 || res.Mismatches > 0 {
-				return fmt.Errorf("%d Gets failed (first: %v), %d answers wrong", res.Errors, res.FirstError, res.Mismatches)
+				return fmt.Errorf("%d Gets failed, %d answers wrong (first error: %w)", res.Errors, res.Mismatches, res.FirstError)
 			}
 			return nil
 		},

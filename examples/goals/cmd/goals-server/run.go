@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
@@ -125,7 +126,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	log = log.With("host", f.advertise)
 
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
@@ -172,7 +173,9 @@ func serve(ctx context.Context, f serveFlags) error {
 	rules, err := goals.LoadRules(ctx, goalsDB, f.goalsTable, l.Range)
 	if err != nil {
 		cancel(err)
-		<-keeperDone
+		if kerr := <-keeperDone; kerr != nil {
+			log.Warn("shard lease ended with an error", "err", kerr)
+		}
 		return fmt.Errorf("load goals: %w", err)
 	}
 	svc.SetRules(rules)
@@ -181,7 +184,9 @@ func serve(ctx context.Context, f serveFlags) error {
 	select {
 	case err := <-serveErr:
 		cancel(err)
-		<-keeperDone
+		if kerr := <-keeperDone; kerr != nil {
+			log.Warn("shard lease ended with an error", "err", kerr)
+		}
 		return fmt.Errorf("grpc server: %w", err)
 	case <-ctx.Done():
 	}
