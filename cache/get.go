@@ -21,12 +21,18 @@ type attemptResult[ID comparable, V any] struct {
 	err        error
 }
 
+// pendingKey is a key without an answer: its sharding key and how many
+// in-flight requests carry it.
+type pendingKey[K any] struct {
+	key   K
+	skey  uint64
+	cover int
+}
+
 // getState is one Get's bookkeeping; only the Get's goroutine touches it.
 type getState[K any, ID comparable, V any] struct {
-	pending map[ID]K // keys without an answer yet
-	skey    map[ID]uint64
+	pending map[ID]pendingKey[K] // keys without an answer yet
 	result  map[ID]V
-	cover   map[ID]int // in-flight requests carrying the id
 	asked   map[*host]bool
 	failed  map[*host]bool
 	causes  map[string]error
@@ -59,18 +65,14 @@ func (c *Client[K, ID, V, Req, Resp]) get(ctx context.Context, keys []K) (map[ID
 		return nil, ErrClosed
 	}
 	g := &getState[K, ID, V]{
-		pending: make(map[ID]K, len(keys)),
+		pending: make(map[ID]pendingKey[K], len(keys)),
 		result:  make(map[ID]V, len(keys)),
-		cover:   map[ID]int{},
 		asked:   map[*host]bool{},
 		failed:  map[*host]bool{},
 		causes:  map[string]error{},
 	}
-	g.skey = make(map[ID]uint64, len(keys))
 	for _, k := range keys {
-		id := c.desc.EntryID(k)
-		g.pending[id] = k
-		g.skey[id] = c.desc.ShardingKey(k)
+		g.pending[c.desc.EntryID(k)] = pendingKey[K]{key: k, skey: c.desc.ShardingKey(k)}
 	}
 	if len(g.pending) == 0 {
 		return g.result, nil
@@ -156,40 +158,26 @@ func (c *Client[K, ID, V, Req, Resp]) launch(ctx context.Context, g *getState[K,
 		return 0
 	}
 	var cands []candidate[ID]
-	liveOwners := map[ID]int{}
+	anyEjected := false
 	for _, h := range c.hosts {
-		if !h.known || g.failed[h] {
+		if !h.known || g.failed[h] || g.asked[h] {
 			continue
 		}
-		ejected := now.Before(h.ejectedUntil)
 		var ids []ID
-		for id := range g.pending {
-			if !h.shard.Contains(g.skey[id]) {
-				continue
-			}
-			if !ejected {
-				liveOwners[id]++
-			}
-			if !g.asked[h] {
+		for id, p := range g.pending {
+			if h.shard.Contains(p.skey) {
 				ids = append(ids, id)
 			}
 		}
-		if len(ids) > 0 && !g.asked[h] {
+		if len(ids) > 0 {
+			ejected := now.Before(h.ejectedUntil)
+			anyEjected = anyEjected || ejected
 			cands = append(cands, candidate[ID]{h: h, ids: ids, ejected: ejected, lat: h.ewma})
 		}
 	}
-	// An ejected host is asked only for keys no other live replica holds.
-	cands = slices.DeleteFunc(cands, func(cd candidate[ID]) bool {
-		if !cd.ejected {
-			return false
-		}
-		for _, id := range cd.ids {
-			if liveOwners[id] == 0 {
-				return false
-			}
-		}
-		return true
-	})
+	if anyEjected {
+		cands = c.dropEjected(g, cands, now)
+	}
 	if first {
 		ranges := map[lease.Range]bool{}
 		for _, cd := range cands {
@@ -205,7 +193,7 @@ func (c *Client[K, ID, V, Req, Resp]) launch(ctx context.Context, g *getState[K,
 	for _, cd := range cands {
 		ids := cd.ids
 		if !all {
-			ids = slices.DeleteFunc(slices.Clone(ids), func(id ID) bool { return g.cover[id] > 0 })
+			ids = slices.DeleteFunc(slices.Clone(ids), func(id ID) bool { return g.pending[id].cover > 0 })
 			if len(ids) == 0 {
 				continue
 			}
@@ -214,17 +202,17 @@ func (c *Client[K, ID, V, Req, Resp]) launch(ctx context.Context, g *getState[K,
 		if c.opts.HedgeDelay > 0 {
 			kind = kindHedge
 			for _, id := range ids {
-				if g.cover[id] == 0 {
+				if g.pending[id].cover == 0 {
 					kind = kindGet
 				}
 			}
 		}
-		for _, id := range ids {
-			g.cover[id]++
-		}
 		keys := make([]K, len(ids))
 		for i, id := range ids {
-			keys[i] = g.pending[id]
+			p := g.pending[id]
+			p.cover++
+			g.pending[id] = p
+			keys[i] = p.key
 		}
 		g.asked[cd.h] = true
 		h := cd.h
@@ -234,16 +222,43 @@ func (c *Client[K, ID, V, Req, Resp]) launch(ctx context.Context, g *getState[K,
 	return n
 }
 
+// dropEjected removes ejected candidates unless they hold a key that no
+// live (not ejected, not failed) replica holds.
+func (c *Client[K, ID, V, Req, Resp]) dropEjected(g *getState[K, ID, V], cands []candidate[ID], now time.Time) []candidate[ID] {
+	live := map[ID]bool{}
+	for _, h := range c.hosts {
+		if !h.known || g.failed[h] || now.Before(h.ejectedUntil) {
+			continue
+		}
+		for id, p := range g.pending {
+			if h.shard.Contains(p.skey) {
+				live[id] = true
+			}
+		}
+	}
+	return slices.DeleteFunc(cands, func(cd candidate[ID]) bool {
+		if !cd.ejected {
+			return false
+		}
+		for _, id := range cd.ids {
+			if !live[id] {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // unrouted returns the pending ids no known host holds (asked or not):
 // their shard's holder is unknown, so waiting for the map may help.
 func (c *Client[K, ID, V, Req, Resp]) unrouted(g *getState[K, ID, V]) []ID {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []ID
-	for id := range g.pending {
+	for id, p := range g.pending {
 		held := false
 		for _, h := range c.hosts {
-			if h.known && h.shard.Contains(g.skey[id]) {
+			if h.known && h.shard.Contains(p.skey) {
 				held = true
 				break
 			}
@@ -258,7 +273,10 @@ func (c *Client[K, ID, V, Req, Resp]) unrouted(g *getState[K, ID, V]) []ID {
 // take merges one host's outcome into the Get.
 func (c *Client[K, ID, V, Req, Resp]) take(g *getState[K, ID, V], r attemptResult[ID, V]) {
 	for _, id := range r.ids {
-		g.cover[id]--
+		if p, ok := g.pending[id]; ok {
+			p.cover--
+			g.pending[id] = p
+		}
 	}
 	if r.err == nil && r.allMatched {
 		used := false
@@ -329,7 +347,7 @@ func (c *Client[K, ID, V, Req, Resp]) call(ctx context.Context, h *host, keys []
 		cancel()
 		lat := c.opts.Clock.Now().Sub(start)
 		if err == nil {
-			values := map[ID]V{}
+			values := make(map[ID]V, len(keys))
 			shard, all, derr := c.desc.Deserialize(resp, values)
 			if derr != nil {
 				err = fmt.Errorf("%w: %w", ErrBadAnswer, derr)

@@ -77,7 +77,7 @@ var backends = []backend{
 
 // world is one test's lease table, goals database and servers.
 type world struct {
-	t                 *testing.T
+	t                 testing.TB
 	dir               string
 	driver, dsn       string
 	table             string
@@ -97,8 +97,9 @@ func randomName(tb testing.TB) string {
 	return hex.EncodeToString(b[:])
 }
 
-func newWorld(t *testing.T, be backend, dcs []string, shards int) *world {
-	t.Helper()
+func newWorld(tb testing.TB, be backend, dcs []string, shards int) *world {
+	tb.Helper()
+	t := tb
 	w := &world{t: t, dir: t.TempDir(), driver: be.driver, counters: 60, perCtr: 6,
 		ttl: 1500 * time.Millisecond, ping: 250 * time.Millisecond, margin: 300 * time.Millisecond}
 	w.table = "leases_" + randomName(t)
@@ -204,10 +205,10 @@ func (w *world) start(dc string, extra ...string) *proc {
 	return p
 }
 
-func (p *proc) signal(t *testing.T, sig syscall.Signal) {
-	t.Helper()
+func (p *proc) signal(tb testing.TB, sig syscall.Signal) {
+	tb.Helper()
 	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil {
-		t.Fatalf("kill -%v %s: %v", sig, p.addr, err)
+		tb.Fatalf("kill -%v %s: %v", sig, p.addr, err)
 	}
 }
 
