@@ -113,6 +113,7 @@ func BenchmarkGet(b *testing.B) {
 }
 
 func benchGet(b *testing.B, hedge time.Duration, scenario string) {
+	b.Helper()
 	w := newWorld(b, backends[0], []string{"dc1", "dc2"}, 3)
 	w.ttl, w.ping, w.margin = 10*time.Second, 2*time.Second, 2*time.Second
 	var ps []*proc
