@@ -315,7 +315,10 @@ func (c *Client[K, ID, V, Req, Resp]) slowerThan(h *host, d time.Duration) {
 
 func (c *Client[K, ID, V, Req, Resp]) failed(h *host, err error) {
 	if status.Code(err) == codes.FailedPrecondition {
+		// No lease: not a health problem (a spare server says so to every
+		// ping), so it does not count towards ejection.
 		c.forget(h)
+		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

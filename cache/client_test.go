@@ -403,3 +403,24 @@ func TestClientRejectsBadConfiguration(t *testing.T) {
 		t.Fatalf("Get after Close: %v", err)
 	}
 }
+
+func TestHostWithoutLeaseIsNotEjected(t *testing.T) {
+	t.Parallel()
+	f := startServer(t, "dc1", cache.Shard{Begin: 0, End: 0, Epoch: 1})
+	f.set(behaviour{noLease: true}) // a spare server: refuses every ping
+	hl := &hostList{}
+	hl.add(f)
+	reg := prometheus.NewRegistry()
+	c := newClient(t, hl, reg, func(o *cache.Options) { o.EjectAfter, o.PingPeriod = 1, 5*time.Millisecond })
+	poll(t, "five refused pings", func() bool { return f.pings.Load() >= 5 })
+	if n := metric(t, reg, "shardkit_cache_client_ejections_total", nil); n != 0 {
+		t.Fatalf("a host without a lease was ejected %v times", n)
+	}
+	f.set(behaviour{}) // it gets a lease
+	ks := keys(0, 2)
+	got, err := c.Get(getCtx(t, 10*time.Second), ks)
+	if err != nil {
+		t.Fatalf("Get once the host holds a lease: %v", err)
+	}
+	checkValues(t, got, ks)
+}

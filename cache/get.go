@@ -365,8 +365,11 @@ func (c *Client[K, ID, V, Req, Resp]) call(ctx context.Context, h *host, keys []
 			return nil, Shard{}, false, ctx.Err()
 		}
 		c.failed(h, err)
+		if !retryable(err) {
+			return nil, Shard{}, false, err
+		}
 		c.budget.failure()
-		if !retryable(err) || attempt >= c.opts.MaxAttempts || !c.budget.allow() {
+		if attempt >= c.opts.MaxAttempts || !c.budget.allow() {
 			return nil, Shard{}, false, err
 		}
 		backoff := min(c.opts.BackoffMax, c.opts.BackoffBase<<(attempt-1))

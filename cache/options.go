@@ -45,9 +45,9 @@ type Options struct {
 	// fails), while the retry budget allows.
 	HedgeDelay time.Duration
 	// BudgetTokens and BudgetRatio are the retry/hedge budget in the manner
-	// of gRPC A6 [10, 0.1]: a failed attempt takes a token, a success gives
-	// back BudgetRatio; retries and hedges are sent only while more than
-	// BudgetTokens/2 remain.
+	// of gRPC A6 [10, 0.1]: an attempt failed with a retryable code (or an
+	// unusable answer) takes a token, a success gives back BudgetRatio;
+	// retries and hedges are sent only while more than BudgetTokens/2 remain.
 	BudgetTokens, BudgetRatio float64
 	// EjectAfter consecutive failures take a host out of Gets for
 	// EjectBase times its ejection count, at most EjectMax, or until a ping

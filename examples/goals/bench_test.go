@@ -56,6 +56,42 @@ func BenchmarkUnaryVsClient(b *testing.B) {
 			}
 		}
 	})
+	// Both calls in turn, so that the load of the (shared) machine weighs
+	// on both alike: reports median latencies and their ratio.
+	b.Run("interleaved", func(b *testing.B) {
+		conn, err := grpc.NewClient(p.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer conn.Close()
+		stub := goalsv1.NewGoalsMatcherServiceClient(conn)
+		c, err := cache.New(b.Context(), goals.Description(), cache.Options{Resolver: cache.StaticResolver(endpoints([]*proc{p})...)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		plain, viaCache := hdrhistogram.New(1, 10_000_000, 3), hdrhistogram.New(1, 10_000_000, 3)
+		b.ResetTimer()
+		for i := range b.N {
+			hits := benchHits(i, w.counters, w.perCtr)
+			t0 := time.Now()
+			if _, err := stub.MatchSharded(b.Context(), &goalsv1.MatchShardedRequest{Hits: hits}); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			if _, err := c.Get(b.Context(), hits); err != nil {
+				b.Fatal(err)
+			}
+			t2 := time.Now()
+			_ = plain.RecordValue(max(t1.Sub(t0).Microseconds(), 1))    // bounded by the call
+			_ = viaCache.RecordValue(max(t2.Sub(t1).Microseconds(), 1)) // bounded by the call
+		}
+		p50, c50 := float64(plain.ValueAtQuantile(50)), float64(viaCache.ValueAtQuantile(50))
+		b.ReportMetric(p50, "unary-p50-us")
+		b.ReportMetric(c50, "get-p50-us")
+		b.ReportMetric(c50/p50, "ratio-p50")
+		b.ReportMetric(float64(viaCache.ValueAtQuantile(99))/float64(plain.ValueAtQuantile(99)), "ratio-p99")
+	})
 	b.Run("cache-get", func(b *testing.B) {
 		c, err := cache.New(b.Context(), goals.Description(), cache.Options{Resolver: cache.StaticResolver(endpoints([]*proc{p})...)})
 		if err != nil {

@@ -3,10 +3,9 @@ package goals
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
-
-	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/cache"
 	goalsv1 "github.com/shardkit/shardkit/examples/goals/v1"
@@ -113,10 +112,5 @@ func DemoHit(i, counters, perCounter int) *goalsv1.Hit {
 	return &goalsv1.Hit{CounterId: DemoCounterID(c), WatchId: uint64(i), Url: url}
 }
 
-// Equal compares goal lists.
-func Equal(a, b []uint64) bool {
-	if len(a) == 0 && len(b) == 0 {
-		return true
-	}
-	return proto.Equal(&goalsv1.GoalReach{GoalIds: a}, &goalsv1.GoalReach{GoalIds: b})
-}
+// Equal compares goal lists (nil and empty are equal).
+func Equal(a, b []uint64) bool { return slices.Equal(a, b) }

@@ -166,13 +166,17 @@ func serve(ctx context.Context, f serveFlags) error {
 	shards.set(keeper)
 	l := keeper.Lease()
 	log = log.With("shard", l.Shard, "range", l.Range.String(), "epoch", l.Epoch)
+	// The keeper has its own context: on shutdown the gRPC server stops
+	// first, and only then is the lease released.
+	kctx, kstop := context.WithCancel(context.WithoutCancel(ctx))
+	defer kstop()
 	keeperDone := make(chan error, 1)
-	go func() { keeperDone <- keeper.Run(ctx) }()
+	go func() { keeperDone <- keeper.Run(kctx) }()
 
 	start := time.Now()
 	rules, err := goals.LoadRules(ctx, goalsDB, f.goalsTable, l.Range)
 	if err != nil {
-		cancel(err)
+		kstop()
 		if kerr := <-keeperDone; kerr != nil {
 			log.Warn("shard lease ended with an error", "err", kerr)
 		}
@@ -183,7 +187,7 @@ func serve(ctx context.Context, f serveFlags) error {
 
 	select {
 	case err := <-serveErr:
-		cancel(err)
+		kstop()
 		if kerr := <-keeperDone; kerr != nil {
 			log.Warn("shard lease ended with an error", "err", kerr)
 		}
@@ -191,6 +195,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	case <-ctx.Done():
 	}
 	srv.Stop() // answer nothing more, before the lease is released
+	kstop()
 	kerr := <-keeperDone
 	if cause := context.Cause(ctx); errors.Is(cause, lease.ErrLost) || errors.Is(kerr, lease.ErrLost) {
 		log.Error("shard lease lost; exiting so that a restart claims a shard afresh", "err", cause)
