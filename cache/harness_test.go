@@ -195,7 +195,8 @@ func grid(t *testing.T, dcs ...string) ([][]*fakeServer, *hostList) {
 
 func newClient(t *testing.T, r cache.Resolver, reg prometheus.Registerer, tweak func(*cache.Options)) *kvClient {
 	t.Helper()
-	opts := cache.Options{Resolver: r, PingPeriod: time.Hour, ShardWait: 10 * time.Millisecond, Registerer: reg}
+	// A long host timeout: the first pings must not time out on a loaded machine.
+	opts := cache.Options{Resolver: r, PingPeriod: time.Hour, ShardWait: 10 * time.Millisecond, HostTimeout: 10 * time.Second, Registerer: reg}
 	if tweak != nil {
 		tweak(&opts)
 	}

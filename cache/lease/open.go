@@ -12,14 +12,28 @@ import (
 	_ "modernc.org/sqlite"             // registers driver "sqlite"
 )
 
-// Drivers lists the driver names OpenSQL accepts.
-func Drivers() []string { return []string{"sqlite", "mysql", "postgres"} }
+// Drivers lists the driver names Open accepts.
+func Drivers() []string { return []string{"sqlite", "mysql", "postgres", "shardkit"} }
+
+// Open opens a lease store by driver name: "sqlite", "mysql" and
+// "postgres" go to OpenSQL (table is the table name); "shardkit" dials the
+// cluster instance at dsn (host:port) and uses its leases (table is the
+// namespace of the lease names). An empty table takes the default.
+func Open(driver, dsn, table string) (Store, error) {
+	switch driver {
+	case "shardkit":
+		return OpenCluster(dsn, ClusterOptions{Namespace: table})
+	case "sqlite", "mysql", "postgres", "postgresql", "pgx":
+		return OpenSQL(driver, dsn, SQLOptions{Table: table})
+	}
+	return nil, fmt.Errorf("%w: driver %q; use one of %s", ErrInvalid, driver, strings.Join(Drivers(), ", "))
+}
 
 // OpenSQL opens a lease store on database/sql.
 //
 //   - driver "sqlite": dsn is a file name or a "file:" URI of modernc.org/sqlite.
-//     OpenSQL adds a 10 s busy timeout, WAL journal and immediate
-//     transactions unless the DSN already sets them.
+//     OpenSQL adds a 10 s busy timeout, WAL journal, synchronous=NORMAL and
+//     immediate transactions unless the DSN already sets them.
 //   - driver "mysql": a github.com/go-sql-driver/mysql DSN
 //     (user:pass@tcp(host:3306)/db). OpenSQL sets clientFoundRows, parseTime
 //     and the UTC location.
@@ -43,7 +57,7 @@ func OpenSQL(driver, dsn string, opts SQLOptions) (*SQLStore, error) {
 	case "postgres", "postgresql", "pgx":
 		dialect, sqlName, finalDSN = PostgreSQL, "pgx", dsn
 	default:
-		return nil, fmt.Errorf("%w: driver %q; use one of %s", ErrInvalid, driver, strings.Join(Drivers(), ", "))
+		return nil, fmt.Errorf("%w: SQL driver %q; use one of sqlite, mysql, postgres", ErrInvalid, driver)
 	}
 	if err != nil {
 		return nil, err
@@ -90,6 +104,14 @@ func sqliteDSN(dsn string) (string, error) {
 	}
 	if !hasAny(vals, "_txlock") {
 		vals.Set("_txlock", "immediate")
+	}
+	if !hasAny(vals, "_synchronous", "_sync") && !hasPragma(vals, "synchronous") {
+		// In WAL mode NORMAL does not fsync on commit, which keeps the
+		// write lock held for microseconds: a holder frozen (SIGSTOP) in
+		// the middle of a ping is then unlikely to hold it. Safe against
+		// process crashes; a power loss may drop the last commits, and
+		// kills every holder on this host with them.
+		vals.Set("_synchronous", "NORMAL")
 	}
 	return base + "?" + vals.Encode(), nil
 }

@@ -30,20 +30,27 @@ type leaseDBFlags struct {
 }
 
 func (f *leaseDBFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.driver, "driver", "sqlite", "database driver: sqlite, mysql or postgres")
-	cmd.Flags().StringVar(&f.dsn, "dsn", "", "database DSN (sqlite: a file name; mysql: user:pass@tcp(host:3306)/db; postgres: a URL)")
-	cmd.Flags().StringVar(&f.table, "table", lease.DefaultTable, "lease table name")
+	cmd.Flags().StringVar(&f.driver, "driver", "sqlite", "lease store: sqlite, mysql, postgres, or shardkit (a cluster's leases)")
+	cmd.Flags().StringVar(&f.dsn, "dsn", "", "sqlite: a file name; mysql: user:pass@tcp(host:3306)/db; postgres: a URL; shardkit: a cluster instance host:port")
+	cmd.Flags().StringVar(&f.table, "table", lease.DefaultTable, "lease table name (shardkit: namespace of the lease names)")
 }
 
-func (f *leaseDBFlags) open() (*lease.SQLStore, error) {
+func (f *leaseDBFlags) open() (lease.Store, error) {
 	if f.dsn == "" {
-		return nil, &ExitError{Code: 2, Err: errors.New("--dsn is required: the database that holds the lease table")}
+		return nil, &ExitError{Code: 2, Err: errors.New("--dsn is required: the database (or cluster instance) that holds the leases")}
 	}
-	s, err := lease.OpenSQL(f.driver, f.dsn, lease.SQLOptions{Table: f.table})
+	s, err := lease.Open(f.driver, f.dsn, f.table)
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: err}
 	}
 	return s, nil
+}
+
+func (f *leaseDBFlags) where() string {
+	if f.driver == "shardkit" {
+		return "cluster namespace"
+	}
+	return "table"
 }
 
 func newCacheInitLeasesCmd() *cobra.Command {
@@ -81,7 +88,7 @@ changes nothing; other ranges for an existing datacenter are refused.`,
 				if err := s.Init(ctx, dc, ranges); err != nil {
 					return fmt.Errorf("init-leases of dc %q: %w", dc, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "dc %s: %d shards in table %s\n", dc, len(ranges), db.table)
+				fmt.Fprintf(cmd.OutOrStdout(), "dc %s: %d shards in %s %s\n", dc, len(ranges), db.where(), db.table)
 			}
 			return nil
 		},

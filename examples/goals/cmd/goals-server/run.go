@@ -80,9 +80,9 @@ func serveCmd() *cobra.Command {
 	fl.StringVar(&f.dc, "dc", "", "datacenter of this server (required)")
 	fl.StringVar(&f.addrFile, "addr-file", "", "write the bound gRPC address to this file once listening")
 	fl.StringVar(&f.metricsListen, "metrics-listen", "", "serve Prometheus /metrics on this address (empty: off)")
-	fl.StringVar(&f.leaseDriver, "lease-driver", "sqlite", "lease table driver: sqlite, mysql, postgres")
-	fl.StringVar(&f.leaseDSN, "lease-dsn", "", "lease table DSN (required)")
-	fl.StringVar(&f.leaseTable, "lease-table", lease.DefaultTable, "lease table name")
+	fl.StringVar(&f.leaseDriver, "lease-driver", "sqlite", "lease store: sqlite, mysql, postgres, or shardkit (a cluster's leases)")
+	fl.StringVar(&f.leaseDSN, "lease-dsn", "", "lease store DSN (shardkit: a cluster instance host:port) (required)")
+	fl.StringVar(&f.leaseTable, "lease-table", lease.DefaultTable, "lease table name (shardkit: lease name namespace)")
 	fl.StringVar(&f.goalsDriver, "goals-driver", "sqlite", "goals table driver: sqlite, mysql, postgres")
 	fl.StringVar(&f.goalsDSN, "goals-dsn", "", "goals table DSN (required)")
 	fl.StringVar(&f.goalsTable, "goals-table", "goals", "goals table name")
@@ -104,7 +104,7 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	log := slog.New(handler).With("dc", f.dc)
 
-	store, err := lease.OpenSQL(f.leaseDriver, f.leaseDSN, lease.SQLOptions{Table: f.leaseTable})
+	store, err := lease.Open(f.leaseDriver, f.leaseDSN, f.leaseTable)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
