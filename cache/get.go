@@ -102,6 +102,12 @@ func (c *Client[K, ID, V, Req, Resp]) get(ctx context.Context, keys []K) (map[ID
 			return g.result, nil
 		}
 		if inflight == 0 {
+			c.mu.Lock()
+			closed := c.closed
+			c.mu.Unlock()
+			if closed {
+				return g.result, ErrClosed
+			}
 			unrouted := c.unrouted(g)
 			if len(unrouted) == 0 {
 				return g.result, g.missing(nil, nil)

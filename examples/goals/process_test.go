@@ -449,3 +449,45 @@ func TestPausedHolderStopsAndAborts(t *testing.T) {
 		})
 	}
 }
+
+// TestSixServersRaceForThreeShards: six goals-servers started at once in
+// one DC of three shards: each shard is held and served exactly once, the
+// other three servers answer nothing.
+func TestSixServersRaceForThreeShards(t *testing.T) {
+	t.Parallel()
+	for _, be := range backends {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, be, []string{"dc1"}, 3)
+			var ps []*proc
+			for range 6 {
+				ps = append(ps, w.start("dc1"))
+			}
+			serving := map[lease.Range]*proc{}
+			poll(t, "three servers to serve", func() bool {
+				clear(serving)
+				for _, p := range ps {
+					s, err := shardOf(t.Context(), p.addr)
+					if err != nil {
+						continue
+					}
+					if q, dup := serving[s.Range()]; dup {
+						t.Fatalf("%s and %s both serve %v", q.addr, p.addr, s)
+					}
+					serving[s.Range()] = p
+				}
+				return len(serving) == 3
+			})
+			rows, err := w.store.Rows(t.Context(), "dc1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rows {
+				p := serving[r.Range]
+				if p == nil || r.Host != p.addr || r.Expired {
+					t.Fatalf("lease row %+v does not match the server of its range", r)
+				}
+			}
+		})
+	}
+}
