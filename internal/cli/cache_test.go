@@ -18,7 +18,7 @@ import (
 	"github.com/shardkit/shardkit/internal/server"
 )
 
-func run(t *testing.T, args ...string) (int, string, string) {
+func runCache(t *testing.T, args ...string) (int, string, string) {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	code := Main(args, nil, &out, &errOut)
@@ -29,29 +29,29 @@ func TestCacheInitLeases(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "leases.db")
-	code, out, errOut := run(t, "cache", "init-leases", "--dsn", db, "--dc", "dc1,dc2", "--shards", "3")
+	code, out, errOut := runCache(t, "cache", "init-leases", "--dsn", db, "--dc", "dc1,dc2", "--shards", "3")
 	if code != 0 || !strings.Contains(out, "dc dc2: 3 shards") {
 		t.Fatalf("init-leases: code %d, out %q, err %q", code, out, errOut)
 	}
-	code, out, errOut = run(t, "cache", "leases", "--dsn", db, "--dc", "dc1", "--dc", "dc2")
+	code, out, errOut = runCache(t, "cache", "leases", "--dsn", db, "--dc", "dc1", "--dc", "dc2")
 	if code != 0 || strings.Count(out, " free") != 6 || !strings.Contains(out, "[12297829382473034412, 18446744073709551616)") {
 		t.Fatalf("leases: code %d, out %q, err %q", code, out, errOut)
 	}
 	// Same ranges again: nothing changes. Other ranges: refused.
-	if code, _, errOut := run(t, "cache", "init-leases", "--dsn", db, "--dc", "dc1", "--shards", "3"); code != 0 {
+	if code, _, errOut := runCache(t, "cache", "init-leases", "--dsn", db, "--dc", "dc1", "--shards", "3"); code != 0 {
 		t.Fatalf("repeated init-leases: %d %s", code, errOut)
 	}
-	if code, _, errOut := run(t, "cache", "init-leases", "--dsn", db, "--dc", "dc1", "--shards", "4"); code == 0 || !strings.Contains(errOut, "already has other shards") {
+	if code, _, errOut := runCache(t, "cache", "init-leases", "--dsn", db, "--dc", "dc1", "--shards", "4"); code == 0 || !strings.Contains(errOut, "already has other shards") {
 		t.Fatalf("init-leases with other ranges: %d %s", code, errOut)
 	}
 	ranges := filepath.Join(dir, "ranges")
 	if err := os.WriteFile(ranges, []byte("# counters\n0 1000\n1000 max\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if code, _, errOut := run(t, "cache", "init-leases", "--dsn", db, "--dc", "dc3", "--ranges", ranges); code != 0 {
+	if code, _, errOut := runCache(t, "cache", "init-leases", "--dsn", db, "--dc", "dc3", "--ranges", ranges); code != 0 {
 		t.Fatalf("init-leases --ranges: %d %s", code, errOut)
 	}
-	if _, out, _ := run(t, "cache", "leases", "--dsn", db, "--dc", "dc3"); !strings.Contains(out, "[0, 1000)") {
+	if _, out, _ := runCache(t, "cache", "leases", "--dsn", db, "--dc", "dc3"); !strings.Contains(out, "[0, 1000)") {
 		t.Fatalf("dc3 rows: %q", out)
 	}
 }
@@ -79,7 +79,7 @@ func TestCacheInitLeasesRejectsBadFlags(t *testing.T) {
 		{[]string{"--dsn", db, "--dc", "dc1", "--shards", "3", "--table", "x;drop"}, "table name"},
 	}
 	for _, tc := range tests {
-		code, _, errOut := run(t, append([]string{"cache", "init-leases"}, tc.args...)...)
+		code, _, errOut := runCache(t, append([]string{"cache", "init-leases"}, tc.args...)...)
 		if code != 2 || !strings.Contains(errOut, tc.want) {
 			t.Errorf("init-leases %v: code %d, stderr %q; want 2 and %q", tc.args, code, errOut, tc.want)
 		}
@@ -88,23 +88,23 @@ func TestCacheInitLeasesRejectsBadFlags(t *testing.T) {
 
 func TestCacheInitLeasesOnClusterLeases(t *testing.T) {
 	t.Parallel()
-	addr := startCluster(t)
-	code, out, errOut := run(t, "cache", "init-leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1", "--shards", "2")
+	addr := startLeaseCluster(t)
+	code, out, errOut := runCache(t, "cache", "init-leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1", "--shards", "2")
 	if code != 0 || !strings.Contains(out, "dc dc1: 2 shards in cluster namespace") {
 		t.Fatalf("init-leases on the cluster: code %d, out %q, err %q", code, out, errOut)
 	}
-	code, out, errOut = run(t, "cache", "leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1")
+	code, out, errOut = runCache(t, "cache", "leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1")
 	if code != 0 || strings.Count(out, " free") != 2 {
 		t.Fatalf("leases on the cluster: code %d, out %q, err %q", code, out, errOut)
 	}
-	if code, _, errOut := run(t, "cache", "init-leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1", "--shards", "3"); code == 0 || !strings.Contains(errOut, "already has other shards") {
+	if code, _, errOut := runCache(t, "cache", "init-leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1", "--shards", "3"); code == 0 || !strings.Contains(errOut, "already has other shards") {
 		t.Fatalf("init-leases with other ranges on the cluster: %d %s", code, errOut)
 	}
 }
 
-// startCluster runs a one-instance cluster in this process until the test
+// startLeaseCluster runs a one-instance cluster in this process until the test
 // ends and returns its address once it grants leases.
-func startCluster(t *testing.T) string {
+func startLeaseCluster(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -85,6 +87,8 @@ type Node struct {
 
 	shuttingDown atomic.Bool
 	fatal        chan error
+	expelled     chan struct{} // closed when this instance learns it is expelled
+	expelledOnce sync.Once
 	metrics      *Metrics
 }
 
@@ -106,6 +110,7 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 		peers:    newPeerPool(),
 		rsGroups: map[multiraft.GroupID]*multiraft.Group{},
 		fatal:    make(chan error, 1),
+		expelled: make(chan struct{}),
 		metrics:  m,
 	}
 	return n
@@ -351,8 +356,7 @@ func (n *Node) serve(ctx context.Context) error {
 		stopLoops()
 		wg.Wait()
 	}()
-	expelled := make(chan struct{})
-	wg.Go(func() { n.watch(loops, expelled) })
+	wg.Go(func() { n.watch(loops) })
 	wg.Go(func() { newGovernor(n).run(loops) })
 	wg.Go(func() { n.selfSentinel(loops) })
 
@@ -362,7 +366,7 @@ func (n *Node) serve(ctx context.Context) error {
 	case <-ctx.Done():
 		n.shutdown()
 		return nil
-	case <-expelled:
+	case <-n.expelled:
 		n.log.Warn("this instance has been expelled from the cluster; exiting")
 		return ErrExpelled
 	case err := <-n.fatal:
@@ -372,12 +376,12 @@ func (n *Node) serve(ctx context.Context) error {
 
 // watch follows group 0 for this instance: it opens the replicaset group
 // once the instance is placed, and reports expulsion.
-func (n *Node) watch(ctx context.Context, expelled chan<- struct{}) {
+func (n *Node) watch(ctx context.Context) {
 	for {
 		ch := n.meta.Changed()
 		if inst := n.selfInstance(); inst != nil {
 			if inst.GetCurrentGrade().GetVariant() == meta.Expelled {
-				close(expelled)
+				n.expelledOnce.Do(func() { close(n.expelled) })
 				return
 			}
 			n.ensureReplicasetGroup(inst)
@@ -433,7 +437,8 @@ func (n *Node) group(gid multiraft.GroupID) *multiraft.Group {
 }
 
 // requestTarget asks the leader to set this instance's target grade,
-// retrying until it is recorded or ctx ends.
+// retrying until it is recorded or ctx ends. If the cluster answers that
+// this instance is expelled, it reports that on n.expelled.
 func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reason string) bool {
 	id := n.Identity()
 	backoff := 100 * time.Millisecond
@@ -445,6 +450,11 @@ func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reas
 		cancel()
 		if err == nil {
 			return true
+		}
+		if status.Code(err) == codes.PermissionDenied {
+			n.log.Warn("the cluster refuses this instance", "err", err)
+			n.expelledOnce.Do(func() { close(n.expelled) })
+			return false
 		}
 		n.log.Info("cannot set own target grade yet", "target", meta.VariantName(v), "err", err)
 		select {

@@ -58,6 +58,8 @@ func statusError(err error) error {
 			code = codes.NotFound
 		case meta.CodeAlreadyExists:
 			code = codes.AlreadyExists
+		case meta.CodeExpelled:
+			code = codes.PermissionDenied
 		}
 		return status.Error(code, ref.Msg)
 	}

@@ -118,7 +118,7 @@ func (t *txn) rejoin(existing *clusterv1.Instance, req *clusterv1.RaftJoinReques
 	id := existing.GetInstanceId()
 	switch {
 	case IsExpelled(existing):
-		return Result{Err: refuse(CodeFailedPrecondition, "instance %q (uuid %s) is expelled from the cluster", id, existing.GetUuid())}
+		return Result{Err: refuse(CodeExpelled, "instance %q (uuid %s) is expelled from the cluster", id, existing.GetUuid())}
 	case existing.GetCurrentGrade().GetVariant() != Offline || existing.GetTargetGrade().GetVariant() != Offline:
 		return Result{Err: refuse(CodeFailedPrecondition, "instance %q (uuid %s) is already joined and is not Offline but %s", id, existing.GetUuid(), FormatGrade(existing.GetCurrentGrade()))}
 	case req.GetInstanceId() != "" && req.GetInstanceId() != id:
@@ -242,7 +242,7 @@ func (t *txn) setTargetGrade(c *metapb.SetTargetGrade) Result {
 		return Result{Err: refuse(CodeInvalid, "target grade %s cannot be requested (only Online, Offline or Expelled)", VariantName(v))}
 	}
 	if inst.GetCurrentGrade().GetVariant() == Expelled {
-		return Result{Err: refuse(CodeFailedPrecondition, "cannot update expelled instance %q", inst.GetInstanceId())}
+		return Result{Err: refuse(CodeExpelled, "cannot update expelled instance %q", inst.GetInstanceId())}
 	}
 	if inst.GetTargetGrade().GetVariant() == Expelled && v != Expelled {
 		return Result{Err: refuse(CodeFailedPrecondition, "instance %q is being expelled; its target cannot change", inst.GetInstanceId())}

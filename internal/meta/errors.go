@@ -11,6 +11,7 @@ const (
 	CodeNotFound                           // no such instance, replicaset or lease
 	CodeAlreadyExists                      // a duplicate instance_id
 	CodeFailedPrecondition                 // the cluster's state forbids it now
+	CodeExpelled                           // the instance is expelled: it must stop
 )
 
 // Refusal is a command that was applied but had no effect because it was
