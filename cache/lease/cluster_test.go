@@ -1,10 +1,10 @@
 package lease_test
 
 // The cluster backend runs the conformance suite against a real one-instance
-// shardkit cluster, started in this test process. This test file (not the
-// package) imports internal/server: it is the only way to start an
-// instance until `shardkit run` exists as a command; the store itself
-// speaks only the public api/cluster/v1.
+// shardkit cluster, started in this test process (internal/server, the code
+// behind `shardkit run`, without its supervisor process). Only this test
+// file imports internal/server; the store itself speaks only the public
+// api/cluster/v1.
 
 import (
 	"context"

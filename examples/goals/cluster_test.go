@@ -1,9 +1,10 @@
 package goals_test
 
-// The "shardkit" lease backend needs a running cluster. Until `shardkit run`
-// exists as a command, the tests run a one-instance cluster inside the test
-// process (only this test file imports internal/server; goals-server itself
-// reaches the cluster through the public api/cluster/v1).
+// The "shardkit" lease backend needs a running cluster: the tests run a
+// one-instance cluster inside the test process (internal/server, the code
+// behind `shardkit run`, without its supervisor). Only this test file
+// imports internal/server; goals-server reaches the cluster through the
+// public api/cluster/v1 like any client.
 
 import (
 	"context"
