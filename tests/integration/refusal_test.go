@@ -63,7 +63,7 @@ func TestFailureDomainsAndReplicationFactor(t *testing.T) {
 	}
 	c.startAll()
 	c.waitOnline(4)
-	st = c.waitStatus("2 replicasets of 2 with weights", 30*time.Second, func(s *statusJSON) bool {
+	st := c.waitStatus("2 replicasets of 2 with weights", 30*time.Second, func(s *statusJSON) bool {
 		if len(s.Replicasets) != 2 {
 			return false
 		}
