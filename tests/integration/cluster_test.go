@@ -65,7 +65,7 @@ func TestJoinRestartAndColdRestart(t *testing.T) {
 	j1 := c.add()
 	j1.args = replacePeer(j1.args, follower.listen)
 	j1.start(t)
-	st = c.waitOnline(4)
+	c.waitOnline(4)
 
 	// A joiner whose first peer is dead.
 	dead := freePorts(t, 1)[0]
