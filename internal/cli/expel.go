@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
 )
 
 // expelMargin is added to --timeout for the RPC deadline, so that the
@@ -73,7 +74,7 @@ func runExpel(ctx context.Context, o expelOptions, instanceID string, out io.Wri
 		return err
 	}
 	_, err = fmt.Fprintf(out, "instance %s expelled (raft_id %d, uuid %s, current grade %s)\n",
-		in.GetInstanceId(), in.GetRaftId(), dash(in.GetUuid()), gradeText(gradeFromProto(in.GetCurrentGrade())))
+		in.GetInstanceId(), in.GetRaftId(), in.GetUuid(), meta.FormatGrade(in.GetCurrentGrade()))
 	return err
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/shardkit/shardkit/internal/cluster/statusview"
 	"github.com/shardkit/shardkit/internal/server"
 )
 
@@ -275,7 +276,7 @@ func FuzzParseFailureDomain(f *testing.F) {
 		}
 		// Accepted pairs print back to an equivalent value.
 		again := map[string]string{}
-		if err := parseFailureDomain(domainText(fd), again); err != nil || !maps.Equal(fd, again) {
+		if err := parseFailureDomain(statusview.FormatFailureDomain(fd), again); err != nil || !maps.Equal(fd, again) {
 			t.Fatalf("%q -> %v does not round-trip: %v %v", s, fd, again, err)
 		}
 		for k, v := range fd {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
 
 type statusOptions struct {
@@ -60,12 +61,12 @@ func runStatus(ctx context.Context, o statusOptions, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("status: %w", callError(o.peer, o.timeout, err))
 	}
-	st := statusFromProto(resp, o.all)
+	st := statusview.FromProto(resp, o.all)
 	if o.format == "json" {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
 		return enc.Encode(st)
 	}
-	return writeStatusTable(out, st)
+	return statusview.WriteTable(out, st)
 }

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata golden files")
@@ -153,7 +155,7 @@ func TestStatusAll(t *testing.T) {
 	if r := f.lastStatusReq(); r == nil || !r.GetAll() {
 		t.Errorf("request %v: want all=true", r)
 	}
-	var st statusJSON
+	var st statusview.View
 	if err := json.Unmarshal([]byte(out), &st); err != nil {
 		t.Fatal(err)
 	}

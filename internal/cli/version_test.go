@@ -28,16 +28,3 @@ func TestUnknownCommandFails(t *testing.T) {
 		t.Errorf("stderr %q does not name the unknown command", errOut.String())
 	}
 }
-
-func TestDemoRunsAndReportsALeader(t *testing.T) {
-	var out, errOut bytes.Buffer
-	if code := Main([]string{"demo", "--duration", "3s"}, nil, &out, &errOut); code != 0 {
-		t.Fatalf("demo exited %d: %s", code, errOut.String())
-	}
-	if !strings.Contains(out.String(), "leader") || !strings.Contains(out.String(), "stopping after") {
-		t.Fatalf("demo output lacks a leader or its summary:\n%s", out.String())
-	}
-	if strings.Contains(out.String(), "stopping after 0 writes") {
-		t.Fatalf("demo made no write:\n%s", out.String())
-	}
-}

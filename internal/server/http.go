@@ -6,12 +6,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
 
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/cluster/statusview"
 	"github.com/shardkit/shardkit/internal/meta"
 )
 
-// newHTTPHandler serves /health/live, /health/ready, /metrics and the JSON API.
+// newHTTPHandler serves /health/live, /health/ready, /metrics and the JSON
+// API /api/v1/cluster (the status, as `shardkit status --format json`;
+// ?all=1 includes expelled instances).
 func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
@@ -25,6 +30,15 @@ func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+		all := r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true"
+		resp, err := node.GetStatus(r.Context(), &clusterv1.GetStatusRequest{All: all})
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": status.Convert(err).Message()})
+			return
+		}
+		writeJSON(w, http.StatusOK, statusview.FromProto(resp, all))
+	})
 	return mux
 }
 

@@ -1,4 +1,4 @@
-package cli
+package statusview
 
 import (
 	"fmt"
@@ -8,9 +8,9 @@ import (
 	"text/tabwriter"
 )
 
-// writeStatusTable prints the status for people: a summary line, the
+// WriteTable prints the status for people: a summary line, the
 // instances (the Raft leader marked with *), then the replicasets.
-func writeStatusTable(out io.Writer, st statusJSON) error {
+func WriteTable(out io.Writer, st View) error {
 	leader := "none known"
 	for _, in := range st.Instances {
 		if st.LeaderRaftID != 0 && in.RaftID == st.LeaderRaftID {
@@ -33,7 +33,7 @@ func writeStatusTable(out io.Writer, st statusJSON) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			dash(name), in.RaftID, dash(in.ReplicasetID), in.RaftRole,
 			gradeText(in.CurrentGrade), gradeText(in.TargetGrade),
-			dash(in.Address), domainText(in.FailureDomain), dash(in.TargetReason))
+			dash(in.Address), FormatFailureDomain(in.FailureDomain), dash(in.TargetReason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -54,9 +54,10 @@ func writeStatusTable(out io.Writer, st statusJSON) error {
 	return tw.Flush()
 }
 
-func gradeText(g gradeJSON) string { return fmt.Sprintf("%s(%d)", g.Variant, g.Incarnation) }
+func gradeText(g Grade) string { return fmt.Sprintf("%s(%d)", g.Variant, g.Incarnation) }
 
-func domainText(fd map[string]string) string {
+// FormatFailureDomain renders failure-domain pairs as k=v,... sorted ("-" when none).
+func FormatFailureDomain(fd map[string]string) string {
 	if len(fd) == 0 {
 		return "-"
 	}

@@ -1,4 +1,4 @@
-package cli
+package statusview
 
 import (
 	"cmp"
@@ -6,20 +6,22 @@ import (
 	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
 )
 
-// The JSON form of `shardkit status --format json`. Scripts rely on these
+// View is the JSON form of the cluster's status: `shardkit status --format
+// json` and the HTTP endpoint /api/v1/cluster print it. Scripts rely on these
 // names and types: fields are only ever added after the ones the issue
 // fixed, never renamed or retyped. Instances are sorted by raft_id,
 // replicasets by replicaset_id; lists and maps are never null.
-type statusJSON struct {
-	ClusterID    string           `json:"cluster_id"`
-	ClusterUUID  string           `json:"cluster_uuid"`
-	LeaderRaftID uint64           `json:"leader_raft_id"`
-	Term         uint64           `json:"term"`
-	CommitIndex  uint64           `json:"commit_index"`
-	Instances    []instanceJSON   `json:"instances"`
-	Replicasets  []replicasetJSON `json:"replicasets"`
+type View struct {
+	ClusterID    string       `json:"cluster_id"`
+	ClusterUUID  string       `json:"cluster_uuid"`
+	LeaderRaftID uint64       `json:"leader_raft_id"`
+	Term         uint64       `json:"term"`
+	CommitIndex  uint64       `json:"commit_index"`
+	Instances    []Instance   `json:"instances"`
+	Replicasets  []Replicaset `json:"replicasets"`
 
 	// Additions.
 	Voters            []uint64 `json:"voters"`
@@ -29,7 +31,7 @@ type statusJSON struct {
 	ShardingVersion   uint64   `json:"sharding_version"`
 }
 
-type instanceJSON struct {
+type Instance struct {
 	InstanceID    string            `json:"instance_id"`
 	RaftID        uint64            `json:"raft_id"`
 	UUID          string            `json:"uuid"`
@@ -37,8 +39,8 @@ type instanceJSON struct {
 	Address       string            `json:"address"`
 	FailureDomain map[string]string `json:"failure_domain"`
 	RaftRole      string            `json:"raft_role"` // voter, learner or none
-	CurrentGrade  gradeJSON         `json:"current_grade"`
-	TargetGrade   gradeJSON         `json:"target_grade"`
+	CurrentGrade  Grade             `json:"current_grade"`
+	TargetGrade   Grade             `json:"target_grade"`
 
 	// Additions.
 	ReplicasetUUID string `json:"replicaset_uuid"`
@@ -50,12 +52,12 @@ type instanceJSON struct {
 	CommitIndex uint64 `json:"commit_index"`
 }
 
-type gradeJSON struct {
+type Grade struct {
 	Variant     string `json:"variant"`
 	Incarnation uint64 `json:"incarnation"`
 }
 
-type replicasetJSON struct {
+type Replicaset struct {
 	ReplicasetID     string   `json:"replicaset_id"`
 	UUID             string   `json:"uuid"`
 	LeaderInstanceID string   `json:"leader_instance_id"`
@@ -69,52 +71,23 @@ type replicasetJSON struct {
 	Expelled          bool   `json:"expelled"`
 }
 
-// Grade variant names, exactly as the issue spells them.
-const (
-	gradeOffline             = "Offline"
-	gradeRaftSynced          = "RaftSynced"
-	gradeReplicated          = "Replicated"
-	gradeShardingInitialized = "ShardingInitialized"
-	gradeOnline              = "Online"
-	gradeExpelled            = "Expelled"
-	gradeUnknown             = "Unknown"
-)
-
-func gradeName(v clusterv1.GradeVariant) string {
-	switch v {
-	case clusterv1.GradeVariant_GRADE_VARIANT_OFFLINE:
-		return gradeOffline
-	case clusterv1.GradeVariant_GRADE_VARIANT_RAFT_SYNCED:
-		return gradeRaftSynced
-	case clusterv1.GradeVariant_GRADE_VARIANT_REPLICATED:
-		return gradeReplicated
-	case clusterv1.GradeVariant_GRADE_VARIANT_SHARDING_INITIALIZED:
-		return gradeShardingInitialized
-	case clusterv1.GradeVariant_GRADE_VARIANT_ONLINE:
-		return gradeOnline
-	case clusterv1.GradeVariant_GRADE_VARIANT_EXPELLED:
-		return gradeExpelled
-	}
-	return gradeUnknown
+func gradeFromProto(g *clusterv1.Grade) Grade {
+	return Grade{Variant: meta.VariantName(g.GetVariant()), Incarnation: g.GetIncarnation()}
 }
 
-func gradeFromProto(g *clusterv1.Grade) gradeJSON {
-	return gradeJSON{Variant: gradeName(g.GetVariant()), Incarnation: g.GetIncarnation()}
-}
-
-// statusFromProto converts the answer, keeping expelled instances and
+// FromProto converts the answer, keeping expelled instances and
 // replicasets only when all (the server filters too; this is the backstop).
-func statusFromProto(r *clusterv1.GetStatusResponse, all bool) statusJSON {
+func FromProto(r *clusterv1.GetStatusResponse, all bool) View {
 	voters, learners := sortedIDs(r.GetVoters()), sortedIDs(r.GetLearners())
 	props := r.GetProperties()
-	st := statusJSON{
+	st := View{
 		ClusterID:         r.GetClusterId(),
 		ClusterUUID:       r.GetClusterUuid(),
 		LeaderRaftID:      r.GetLeaderRaftId(),
 		Term:              r.GetTerm(),
 		CommitIndex:       r.GetCommitIndex(),
-		Instances:         []instanceJSON{},
-		Replicasets:       []replicasetJSON{},
+		Instances:         []Instance{},
+		Replicasets:       []Replicaset{},
 		Voters:            voters,
 		Learners:          learners,
 		ReplicationFactor: props.GetReplicationFactor(),
@@ -141,7 +114,7 @@ func statusFromProto(r *clusterv1.GetStatusResponse, all bool) statusJSON {
 			changed = time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z07:00")
 		}
 		shown[in.GetInstanceId()] = in.GetRaftId()
-		st.Instances = append(st.Instances, instanceJSON{
+		st.Instances = append(st.Instances, Instance{
 			InstanceID:      in.GetInstanceId(),
 			RaftID:          in.GetRaftId(),
 			UUID:            in.GetUuid(),
@@ -158,7 +131,7 @@ func statusFromProto(r *clusterv1.GetStatusResponse, all bool) statusJSON {
 			CommitIndex:     in.GetCommitIndex(),
 		})
 	}
-	slices.SortStableFunc(st.Instances, func(a, b instanceJSON) int {
+	slices.SortStableFunc(st.Instances, func(a, b Instance) int {
 		return cmp.Or(cmp.Compare(a.RaftID, b.RaftID), cmp.Compare(a.InstanceID, b.InstanceID))
 	})
 
@@ -190,7 +163,7 @@ func statusFromProto(r *clusterv1.GetStatusResponse, all bool) statusJSON {
 			}
 			return cmp.Compare(a, b)
 		})
-		st.Replicasets = append(st.Replicasets, replicasetJSON{
+		st.Replicasets = append(st.Replicasets, Replicaset{
 			ReplicasetID:      rep.GetReplicasetId(),
 			UUID:              rep.GetUuid(),
 			LeaderInstanceID:  rep.GetLeaderInstanceId(),
@@ -202,7 +175,7 @@ func statusFromProto(r *clusterv1.GetStatusResponse, all bool) statusJSON {
 			Expelled:          rep.GetExpelled(),
 		})
 	}
-	slices.SortStableFunc(st.Replicasets, func(a, b replicasetJSON) int {
+	slices.SortStableFunc(st.Replicasets, func(a, b Replicaset) int {
 		return cmp.Compare(a.ReplicasetID, b.ReplicasetID)
 	})
 	return st
