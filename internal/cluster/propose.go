@@ -60,6 +60,8 @@ func statusError(err error) error {
 			code = codes.AlreadyExists
 		case meta.CodeExpelled:
 			code = codes.PermissionDenied
+		case meta.CodeUnavailable:
+			code = codes.Unavailable
 		}
 		return status.Error(code, ref.Msg)
 	}

@@ -12,6 +12,7 @@ const (
 	CodeAlreadyExists                      // a duplicate instance_id
 	CodeFailedPrecondition                 // the cluster's state forbids it now
 	CodeExpelled                           // the instance is expelled: it must stop
+	CodeUnavailable                        // not possible yet (the cluster is booting); retry
 )
 
 // Refusal is a command that was applied but had no effect because it was

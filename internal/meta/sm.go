@@ -217,7 +217,7 @@ func (t *txn) putBuckets(first, last uint32, rs string) {
 
 func (t *txn) apply(c *metapb.Command) Result {
 	if c.GetBoot() == nil && !t.s.Booted() {
-		return Result{Err: refuse(CodeFailedPrecondition, "the cluster is not bootstrapped yet")}
+		return Result{Err: refuse(CodeUnavailable, "the cluster is not bootstrapped yet; retry")}
 	}
 	switch op := c.GetOp().(type) {
 	case *metapb.Command_Boot:

@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,10 +17,24 @@ import (
 )
 
 // K2: instances started at the same moment with the same --peer list form
-// exactly one cluster.
+// exactly one cluster. SHARDKIT_IT_ROUNDS repeats it (default 2 per size;
+// the discovery unit test runs each size 30 times in-process).
 func TestStartTogetherFormsOneCluster(t *testing.T) {
-	for _, n := range []int{2, 3, 5} {
-		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+	rounds := 2
+	if v, err := strconv.Atoi(os.Getenv("SHARDKIT_IT_ROUNDS")); err == nil && v > 0 {
+		rounds = v
+	}
+	for run := range rounds {
+		for _, n := range []int{2, 3, 5} {
+			startTogether(t, run, n)
+		}
+	}
+}
+
+func startTogether(t *testing.T, run, n int) {
+	t.Helper()
+	{
+		t.Run(fmt.Sprintf("round=%d/n=%d", run, n), func(t *testing.T) {
 			c := newCluster(t, n)
 			c.startAll()
 			st := c.waitOnline(n)
