@@ -1,0 +1,122 @@
+package numerator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/shardkit/shardkit/sharding"
+)
+
+// pool holds the per-shard sorters of both tables and keeps the rows held in
+// memory under the budget by spilling the largest sorter.
+type pool struct {
+	o      Options
+	state  []*sorter
+	offers []*sorter
+	bytes  int64
+	spills int
+}
+
+func newPool(o Options) *pool {
+	p := &pool{o: o, state: make([]*sorter, o.Scheme.Shards), offers: make([]*sorter, o.Scheme.Shards)}
+	for i := range p.state {
+		p.state[i], p.offers[i] = &sorter{}, &sorter{}
+	}
+	return p
+}
+
+// load partitions the input state (by its stored shard, or by the run's
+// scheme when resharding) and the offers (by the run's scheme).
+func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) error {
+	shards := p.o.Scheme.Shards
+	if state != nil {
+		err := state.scan(ctx, func(batch []record) error {
+			for i := range batch {
+				r := batch[i]
+				if err := checkKey(&r.key); err != nil {
+					return fmt.Errorf("input state: %w", err)
+				}
+				r.hash = sharding.KeyHash(r.key)
+				sh := r.shard
+				if reshard {
+					var err error
+					if sh, err = p.o.Scheme.Shard(r.key); err != nil {
+						return err
+					}
+				} else if sh >= shards {
+					return fmt.Errorf("%w: a row has shard_id %d but the scheme has %d shards; the state is corrupt or of another scheme",
+						ErrBadState, sh, shards)
+				}
+				p.add(p.state[sh], r)
+			}
+			return p.fit()
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return offers.scan(ctx, func(batch []record) error {
+		for i := range batch {
+			r := record{key: batch[i].key}
+			if err := checkKey(&r.key); err != nil {
+				return fmt.Errorf("input offers: %w", err)
+			}
+			r.hash = sharding.KeyHash(r.key)
+			sh, err := p.o.Scheme.Shard(r.key)
+			if err != nil {
+				return err
+			}
+			p.add(p.offers[sh], r)
+		}
+		return p.fit()
+	})
+}
+
+func checkKey(k *sharding.OfferKey) error {
+	if len(k.OfferID) > maxOfferIDLen {
+		return fmt.Errorf("%w: offer_id of %d bytes (business_id %d); offer ids longer than %d bytes are refused",
+			ErrBadInput, len(k.OfferID), k.BusinessID, maxOfferIDLen)
+	}
+	return nil
+}
+
+func (p *pool) add(s *sorter, r record) {
+	before := s.bytes
+	s.add(r)
+	p.bytes += s.bytes - before
+}
+
+// fit spills the largest sorters until the rows in memory fit the budget.
+func (p *pool) fit() error {
+	for p.bytes > p.o.MemoryLimit {
+		var big *sorter
+		for _, s := range append(p.state[:len(p.state):len(p.state)], p.offers...) {
+			if big == nil || s.bytes > big.bytes {
+				big = s
+			}
+		}
+		if big == nil || big.bytes == 0 {
+			return nil
+		}
+		p.bytes -= big.bytes
+		if err := big.spill(p.o.TempDir); err != nil {
+			return err
+		}
+		p.spills++
+		p.o.Logger.Debug("spilled a sorted run", "rows_in_memory_bytes", p.bytes)
+	}
+	return nil
+}
+
+func (p *pool) releaseShard(sh int) error {
+	return errors.Join(p.state[sh].release(), p.offers[sh].release())
+}
+
+func (p *pool) release() error {
+	var errs []error
+	for sh := range p.state {
+		errs = append(errs, p.releaseShard(sh))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,75 @@
+package numerator
+
+import (
+	"github.com/shardkit/shardkit/sharding"
+)
+
+// record is one row of a shard's sort: an offer key with its sort hash and,
+// for state rows, the stored assignment. Rows are ordered by (hash, key):
+// comparing the hash first is cheap, and the key breaks the rare ties, so the
+// order is total and the same on every machine.
+type record struct {
+	hash     uint64
+	key      sharding.OfferKey
+	shard    uint32 // state rows: stored shard_id
+	doc      uint32 // state rows: doc_id
+	lastSeen uint64 // state rows: last_seen_run
+}
+
+func newRecord(k sharding.OfferKey) record {
+	return record{hash: sharding.KeyHash(k), key: k}
+}
+
+func compareRecords(a, b *record) int {
+	switch {
+	case a.hash < b.hash:
+		return -1
+	case a.hash > b.hash:
+		return 1
+	}
+	return a.key.Compare(b.key)
+}
+
+// recordSize is what a record costs in memory, for the memory budget: the
+// struct, its offer_id bytes and the slice slot that holds it.
+func recordSize(r *record) int64 {
+	return recordOverhead + int64(len(r.key.OfferID))
+}
+
+const recordOverhead = 64
+
+// recordIter walks records in (hash, key) order. The record returned by next
+// stays valid until the iterator is closed.
+type recordIter interface {
+	next() (record, bool)
+	err() error
+	close() error
+}
+
+// sortedSource is a re-openable sorted stream of records: the merge reads a
+// shard twice (plan, then emit).
+type sortedSource interface {
+	open() (recordIter, error)
+	count() int64
+}
+
+// sliceSource is a sorted in-memory source.
+type sliceSource []record
+
+func (s sliceSource) open() (recordIter, error) { return &sliceIter{recs: s}, nil }
+func (s sliceSource) count() int64              { return int64(len(s)) }
+
+type sliceIter struct {
+	recs []record
+	i    int
+}
+
+func (it *sliceIter) next() (record, bool) {
+	if it.i >= len(it.recs) {
+		return record{}, false
+	}
+	it.i++
+	return it.recs[it.i-1], true
+}
+func (it *sliceIter) err() error   { return nil }
+func (it *sliceIter) close() error { return nil }
