@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/cespare/xxhash/v2 v2.3.0
+	github.com/go-zookeeper/zk v1.0.4
 	github.com/spf13/cobra v1.10.2
 	golang.org/x/sync v0.24.0
 	google.golang.org/grpc v1.85.0
