@@ -21,6 +21,7 @@ type clocks struct {
 }
 
 func (c *clocks) of(t *testing.T) *fakeClock {
+	t.Helper()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m[t] == nil {
@@ -40,13 +41,17 @@ func TestLocalConformance(t *testing.T) {
 	cl := &clocks{m: map[*testing.T]*fakeClock{}}
 	coordtest.Run(t, coordtest.Harness{
 		New: func(t *testing.T, record string) coordinator.Coordinator {
+			t.Helper()
 			c, err := coordinator.NewLocal(filepath.Join(root, recordKey(record)), cl.of(t).Now)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return c
 		},
-		Advance: func(t *testing.T, d time.Duration) { cl.of(t).Advance(d) },
+		Advance: func(t *testing.T, d time.Duration) {
+			t.Helper()
+			cl.of(t).Advance(d)
+		},
 		Timeout: time.Minute,
 	})
 }

@@ -24,6 +24,7 @@ func TestZooKeeperConformance(t *testing.T) {
 	cl := &clocks{m: map[*testing.T]*fakeClock{}}
 	coordtest.Run(t, coordtest.Harness{
 		New: func(t *testing.T, record string) coordinator.Coordinator {
+			t.Helper()
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
 			c, err := coordinator.NewZooKeeper(ctx, addr+base+"/"+recordKey(record), nil, cl.of(t).Now)
@@ -32,7 +33,10 @@ func TestZooKeeperConformance(t *testing.T) {
 			}
 			return c
 		},
-		Advance: func(t *testing.T, d time.Duration) { cl.of(t).Advance(d) },
+		Advance: func(t *testing.T, d time.Duration) {
+			t.Helper()
+			cl.of(t).Advance(d)
+		},
 		Timeout: time.Minute,
 	})
 }
