@@ -52,6 +52,7 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCmd(),
+		newNumeratorCmd(),
 	)
 	return root
 }
