@@ -18,6 +18,8 @@ type memState struct {
 
 type memTable []record
 
+func (m memTable) rowCount() int64 { return int64(len(m)) }
+
 func (m memTable) scan(ctx context.Context, fn func([]record) error) error {
 	// Small batches, so that batching is exercised.
 	for i := 0; i < len(m); i += 3 {

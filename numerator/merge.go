@@ -1,6 +1,7 @@
 package numerator
 
 import (
+	"errors"
 	"fmt"
 	"math"
 )
@@ -60,7 +61,18 @@ type plan struct {
 	expired int64
 	size    int64 // max id + 1 after the plain run
 	holes   int64 // holes after the plain run
+	// trace records the join's steps, so that emitting replays it without
+	// comparing keys again.
+	trace []byte
 }
+
+// Steps of a join trace.
+const (
+	stepState    byte = 1 // a state row without offer
+	stepOffer    byte = 2 // an offer without state row
+	stepBoth     byte = 3 // a state row and its offer
+	stepDupOffer byte = 4 // a duplicate offer, dropped
+)
 
 func (pl *plan) holeRatio() float64 {
 	if pl.size == 0 {
@@ -83,8 +95,17 @@ func expires(p shardParams, lastSeen uint64) bool {
 }
 
 func planShard(p shardParams, state, offers sortedSource) (*plan, error) {
-	pl := &plan{maxKept: -1}
-	err := joinSources(p.shard, state, offers, func(s, o *record) error {
+	pl := &plan{maxKept: -1, trace: make([]byte, 0, state.count()+offers.count())}
+	onDup := func() { pl.trace = append(pl.trace, stepDupOffer) }
+	err := joinSources(p.shard, state, offers, onDup, func(s, o *record) error {
+		switch {
+		case s == nil:
+			pl.trace = append(pl.trace, stepOffer)
+		case o == nil:
+			pl.trace = append(pl.trace, stepState)
+		default:
+			pl.trace = append(pl.trace, stepBoth)
+		}
 		if o != nil {
 			pl.offers++
 		}
@@ -123,10 +144,35 @@ func emitPlain(p shardParams, state, offers sortedSource, pl *plan, sink shardSi
 	st := ShardStats{Shard: p.shard, Offers: pl.offers, MaxDocID: pl.size - 1, Holes: pl.holes}
 	nextFree := pl.used.nextClear(0)
 	top := uint64(pl.maxKept + 1) // ids from here up were never held by a kept key
-	err := joinSources(p.shard, state, offers, func(s, o *record) error {
-		switch {
-		case s == nil: // a new key: lowest freed id first, then max+1
-			r := *o
+	si, err := state.open()
+	if err != nil {
+		return st, err
+	}
+	defer si.close()
+	oi, err := offers.open()
+	if err != nil {
+		return st, err
+	}
+	defer oi.close()
+	var s, o record
+	for _, step := range pl.trace {
+		var sok, ook bool
+		if step&stepState != 0 {
+			s, sok = si.next()
+		}
+		if step&stepOffer != 0 {
+			o, ook = oi.next()
+		}
+		if sok != (step&stepState != 0) || ook != (step&stepOffer != 0) {
+			return st, replayError(p.shard, si, oi)
+		}
+		switch step {
+		case stepDupOffer:
+			if _, ok := oi.next(); !ok {
+				return st, replayError(p.shard, si, oi)
+			}
+		case stepOffer: // a new key: lowest freed id first, then max+1
+			r := o
 			r.shard = p.shard
 			if nextFree < top {
 				st.Reused++
@@ -137,22 +183,41 @@ func emitPlain(p shardParams, state, offers sortedSource, pl *plan, sink shardSi
 			st.New++
 			st.Docs++
 			if err := sink.state(&r); err != nil {
-				return err
+				return st, err
 			}
-			return sink.newDoc(&r)
-		case o == nil && expires(p, s.lastSeen):
-			st.Expired++
-			return sink.expired(s)
+			if err := sink.newDoc(&r); err != nil {
+				return st, err
+			}
+		case stepState:
+			if expires(p, s.lastSeen) {
+				st.Expired++
+				if err := sink.expired(&s); err != nil {
+					return st, err
+				}
+				continue
+			}
+			s.shard = p.shard
+			st.Docs++
+			if err := sink.state(&s); err != nil {
+				return st, err
+			}
+		case stepBoth:
+			s.shard, s.lastSeen = p.shard, p.run
+			st.Docs++
+			if err := sink.state(&s); err != nil {
+				return st, err
+			}
 		}
-		r := *s
-		r.shard = p.shard
-		if o != nil {
-			r.lastSeen = p.run
-		}
-		st.Docs++
-		return sink.state(&r)
-	})
-	return st, err
+	}
+	return st, nil
+}
+
+// replayError reports sources that changed between the plan and the emit.
+func replayError(shard uint32, si, oi recordIter) error {
+	if err := errors.Join(si.err(), oi.err()); err != nil {
+		return fmt.Errorf("shard %d: %w", shard, err)
+	}
+	return fmt.Errorf("numerator: internal error: shard %d changed between plan and emit", shard)
 }
 
 // emitRebuild numbers the shard's input offers 0..n-1 in (hash, key) order;
@@ -160,7 +225,7 @@ func emitPlain(p shardParams, state, offers sortedSource, pl *plan, sink shardSi
 func emitRebuild(p shardParams, state, offers sortedSource, sink shardSink) (ShardStats, error) {
 	st := ShardStats{Shard: p.shard, Rebuilt: true}
 	var next uint32
-	err := joinSources(p.shard, state, offers, func(s, o *record) error {
+	err := joinSources(p.shard, state, offers, nil, func(s, o *record) error {
 		if o == nil {
 			st.Expired++
 			return sink.expired(s)
@@ -184,7 +249,8 @@ func emitRebuild(p shardParams, state, offers sortedSource, sink shardSink) (Sha
 // and calls fn with (state, offer), (state, nil) or (nil, offer) for each
 // distinct key. Duplicate offers are merged; a duplicate or out-of-order
 // state row, or out-of-order offers, are errors.
-func joinSources(shard uint32, state, offers sortedSource, fn func(s, o *record) error) error {
+// onDup, if set, is called for each dropped duplicate offer.
+func joinSources(shard uint32, state, offers sortedSource, onDup func(), fn func(s, o *record) error) error {
 	si, err := state.open()
 	if err != nil {
 		return err
@@ -196,7 +262,7 @@ func joinSources(shard uint32, state, offers sortedSource, fn func(s, o *record)
 	}
 	defer oi.close()
 	ss := orderedIter{it: si, what: "state", shard: shard}
-	os := orderedIter{it: oi, what: "offers", shard: shard, dedupe: true}
+	os := orderedIter{it: oi, what: "offers", shard: shard, dedupe: true, onDup: onDup}
 	s, sok, err := ss.next()
 	if err != nil {
 		return err
@@ -247,6 +313,7 @@ type orderedIter struct {
 	what   string
 	shard  uint32
 	dedupe bool
+	onDup  func()
 	prev   record
 	have   bool
 }
@@ -263,12 +330,16 @@ func (o *orderedIter) next() (record, bool, error) {
 		if o.have {
 			switch c := compareRecords(&o.prev, &r); {
 			case c == 0 && o.dedupe:
+				if o.onDup != nil {
+					o.onDup()
+				}
 				continue
 			case c == 0:
 				return record{}, false, fmt.Errorf("%w: shard %d holds key %+v twice; the state is corrupt, rebuild it with --rebuild-state-force",
 					ErrBadState, o.shard, r.key)
 			case c > 0:
-				return record{}, false, fmt.Errorf("numerator: internal error: shard %d %s out of order at key %+v", o.shard, o.what, r.key)
+				return record{}, false, fmt.Errorf("%w: shard %d %s out of order at key %+v; a state part must hold its rows as this numerator wrote them, or be rebuilt with --rebuild-state-force",
+					ErrBadState, o.shard, o.what, r.key)
 			}
 		}
 		o.prev, o.have = r, true

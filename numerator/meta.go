@@ -18,8 +18,11 @@ const (
 	metaShards         = metaPrefix + "shards"
 	metaLastRebuildRun = metaPrefix + "last_rebuild_run"
 	metaShard          = metaPrefix + "shard"
+	metaOrder          = metaPrefix + "order"
 
 	formatV1 = "1"
+	// orderV1: a part holds one shard's rows in (KeyHash, key) order.
+	orderV1 = "key_hash,business_id,offer_id,shop_id,warehouse_id"
 )
 
 // Table names in metaTable.
@@ -40,6 +43,7 @@ func (m StateMeta) keyValues(table string, shard uint32) map[string]string {
 		metaShards:         strconv.FormatUint(uint64(m.Shards), 10),
 		metaLastRebuildRun: strconv.FormatUint(m.LastRebuildRun, 10),
 		metaShard:          strconv.FormatUint(uint64(shard), 10),
+		metaOrder:          orderV1,
 	}
 }
 

@@ -16,6 +16,17 @@ type pool struct {
 	offers []*sorter
 	bytes  int64
 	spills int
+	// streamed, when set, replaces the state sorters: each shard's state is
+	// read from its sorted part file.
+	streamed []sortedSource
+}
+
+// stateSource is shard sh's sorted state.
+func (p *pool) stateSource(sh int) sortedSource {
+	if p.streamed != nil {
+		return p.streamed[sh]
+	}
+	return p.state[sh].source()
 }
 
 func newPool(o Options) *pool {
@@ -30,7 +41,22 @@ func newPool(o Options) *pool {
 // scheme when resharding) and the offers (by the run's scheme).
 func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) error {
 	shards := p.o.Scheme.Shards
-	if state != nil {
+	// Reserve each sorter's share of the rows the footers claim (within the
+	// budget), so appends do not copy the slices over and over.
+	reserve := func(sorters []*sorter, rows int64) {
+		per := min(rows/int64(shards)+rows/int64(shards)/16+64, p.o.MemoryLimit/recordOverhead/int64(shards)/2)
+		for _, s := range sorters {
+			s.recs = make([]record, 0, max(per, 0))
+		}
+	}
+	if ss, ok := state.(interface{ sortedShards(uint32) []sortedSource }); ok && !reshard && !p.o.ForceRebuild {
+		p.streamed = ss.sortedShards(shards)
+	}
+	if state != nil && p.streamed == nil {
+		reserve(p.state, state.rowCount())
+	}
+	reserve(p.offers, offers.rowCount())
+	if state != nil && p.streamed == nil {
 		err := state.scan(ctx, func(batch []record) error {
 			for i := range batch {
 				r := batch[i]

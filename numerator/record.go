@@ -26,6 +26,8 @@ func compareRecords(a, b *record) int {
 		return -1
 	case a.hash > b.hash:
 		return 1
+	case a.key == b.key: // equal hashes are mostly equal keys: the join's matches
+		return 0
 	}
 	return a.key.Compare(b.key)
 }

@@ -27,6 +27,8 @@ type Result struct {
 // only valid during the call.
 type rowSource interface {
 	scan(ctx context.Context, fn func(batch []record) error) error
+	// rowCount is how many rows the table claims (a hint for sizing).
+	rowCount() int64
 }
 
 // outputs receives a run's tables. Nothing is visible at the final
@@ -83,7 +85,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	}
 	if !rebuildAll {
 		err := forEachShard(ctx, o.Workers, len(params), func(sh int) error {
-			pl, err := planShard(params[sh], p.state[sh].source(), p.offers[sh].source())
+			pl, err := planShard(params[sh], p.stateSource(sh), p.offers[sh].source())
 			if err != nil {
 				return err
 			}
@@ -125,7 +127,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 		if err != nil {
 			return err
 		}
-		state, offers := p.state[sh].source(), p.offers[sh].source()
+		state, offers := p.stateSource(sh), p.offers[sh].source()
 		var st ShardStats
 		if plans[sh] != nil {
 			st, err = emitPlain(params[sh], state, offers, plans[sh], w)

@@ -44,12 +44,16 @@ func (k OfferKey) Compare(o OfferKey) int {
 // the bytes of offer_id. It never changes: schemes and stored orderings
 // depend on it.
 func KeyHash(k OfferKey) uint64 {
-	var buf [24]byte
+	var buf [88]byte
 	binary.LittleEndian.PutUint64(buf[0:], k.BusinessID)
 	binary.LittleEndian.PutUint64(buf[8:], k.ShopID)
 	binary.LittleEndian.PutUint64(buf[16:], k.WarehouseID)
+	if len(k.OfferID) <= len(buf)-24 { // the common case, without a streaming digest
+		n := 24 + copy(buf[24:], k.OfferID)
+		return xxhash.Sum64(buf[:n])
+	}
 	d := xxhash.New()
-	_, _ = d.Write(buf[:])
+	_, _ = d.Write(buf[:24])
 	_, _ = d.WriteString(k.OfferID)
 	return d.Sum64()
 }
