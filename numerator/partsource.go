@@ -83,7 +83,7 @@ func (it *partIter) err() error {
 
 func (it *partIter) close() error {
 	it.cancel()
-	for range it.batches { //nolint:revive // drain so the reader can stop
+	for range it.batches { // drain so the reader can stop
 	}
 	it.wg.Wait()
 	return nil

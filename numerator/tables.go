@@ -115,7 +115,7 @@ func (t *parquetTable) scan(ctx context.Context, fn func([]record) error) error 
 // batchDecoder turns Arrow batches of an offers or state table into records,
 // reusing its buffers.
 type batchDecoder struct {
-	batch                          []record
+	batch                           []record
 	bus, shop, wh, shard, doc, seen []uint64
 }
 
