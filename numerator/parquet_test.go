@@ -387,3 +387,39 @@ func FuzzReadOffersFile(f *testing.F) {
 		}
 	})
 }
+
+func FuzzReadStateFile(f *testing.F) {
+	dir := f.TempDir()
+	in := filepath.Join(dir, "o.parquet")
+	writeOffers(f, in, testKeys(30, "s"))
+	st := filepath.Join(dir, "state")
+	if _, err := Run(context.Background(), Tables{InputOffers: in, OutputState: st}, Options{Scheme: sharding.Builtin()[3]}); err != nil {
+		f.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(st, "part-00000.parquet"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(data)
+	f.Add(data[:len(data)-20])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(dir, "fuzz-state.parquet")
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		tab, _, err := openState(p)
+		if err != nil {
+			if !errors.Is(err, ErrBadInput) && !errors.Is(err, ErrBadState) {
+				t.Fatalf("error %v wraps neither ErrBadInput nor ErrBadState", err)
+			}
+			return
+		}
+		if tab.rows > 100_000 {
+			t.Skip("footer claims", tab.rows, "rows")
+		}
+		err = tab.scan(context.Background(), func([]record) error { return nil })
+		if err != nil && !errors.Is(err, ErrBadInput) && !errors.Is(err, ErrBadState) {
+			t.Fatalf("scan error %v", err)
+		}
+	})
+}

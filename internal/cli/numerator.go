@@ -410,7 +410,7 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 	fmt.Fprintf(out, "numerator bench: %d offers/generation, %d generations, churn %.2f, flap %.2f, memory-limit %s, dir %s\n",
 		f.offers, f.generations, f.churn, f.flap, f.memory, dir)
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "gen\tgenerate_s\toffers\trun_s\toffers/s\tpeak_rss_MiB\tversion\t")
+	fmt.Fprintln(tw, "gen\tgenerate_s\toffers\trun_s\toffers/s\tpeak_rss_MiB\tcpu_s\tspills\tversion\t")
 	prev := ""
 	for g := range f.generations {
 		offers := filepath.Join(dir, fmt.Sprintf("offers-%03d.parquet", g))
@@ -421,7 +421,7 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 		}
 		genSecs := time.Since(t0).Seconds()
 		state := filepath.Join(dir, fmt.Sprintf("state-%03d", g))
-		args := []string{"numerator", "run", "--coordinator", "none", "--quiet",
+		args := []string{"numerator", "run", "--coordinator", "none",
 			"--input-offers", offers, "--output-state", state,
 			"--intermediate-new-docs", filepath.Join(dir, fmt.Sprintf("new-%03d", g)),
 			"--intermediate-expired-docs", filepath.Join(dir, fmt.Sprintf("expired-%03d", g)),
@@ -431,6 +431,7 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 			args = append(args, "--input-state", prev)
 		}
 		var rss int64
+		var cpu time.Duration
 		var version strings.Builder
 		t1 := time.Now()
 		if f.inProcess {
@@ -447,17 +448,24 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
 					rss = ru.Maxrss << 10
 				}
+				cpu = c.ProcessState.UserTime() + c.ProcessState.SystemTime()
 			}
 		}
 		runSecs := time.Since(t1).Seconds()
 		if err != nil {
 			return fmt.Errorf("generation %d: %w", g, err)
 		}
-		ver := "?"
-		if fields := strings.Fields(version.String()); len(fields) > 1 {
-			ver = fields[1]
+		ver, spills := "?", "?"
+		fields := strings.Fields(version.String())
+		for i, fl := range fields[:max(len(fields)-1, 0)] {
+			switch fl {
+			case "version":
+				ver = fields[i+1]
+			case "spills":
+				spills = fields[i+1]
+			}
 		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%d\t%.2f\t%.0f\t%d\t%s\t\n", g, genSecs, n, runSecs, float64(n)/runSecs, rss>>20, ver)
+		fmt.Fprintf(tw, "%d\t%.1f\t%d\t%.2f\t%.0f\t%d\t%.1f\t%s\t%s\t\n", g, genSecs, n, runSecs, float64(n)/runSecs, rss>>20, cpu.Seconds(), spills, ver)
 		if !f.keep {
 			if err := os.Remove(offers); err != nil {
 				return err
