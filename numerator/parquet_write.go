@@ -70,8 +70,19 @@ func createTableWriter(path string, fields []arrow.Field, kv map[string]string) 
 		_ = f.Close()
 		return nil, fmt.Errorf("numerator: write %s: %w", path, err)
 	}
-	return &tableWriter{path: path, f: f, w: w, b: array.NewRecordBuilder(memory.DefaultAllocator, sc),
-		extras: len(fields) > 4, seen: len(fields) > 6}, nil
+	t := &tableWriter{path: path, f: f, w: w, b: array.NewRecordBuilder(memory.DefaultAllocator, sc),
+		extras: len(fields) > 4, seen: len(fields) > 6}
+	t.reserve()
+	return t, nil
+}
+
+// reserve sizes the builders for a whole batch, so that they do not grow
+// (and copy) row by row.
+func (t *tableWriter) reserve() {
+	for i := range t.b.Fields() {
+		t.b.Field(i).Reserve(writeBatch)
+	}
+	t.b.Field(1).(*array.StringBuilder).ReserveData(writeBatch * 24)
 }
 
 func (t *tableWriter) add(r *record) error {
@@ -100,6 +111,7 @@ func (t *tableWriter) flush() error {
 	rec := t.b.NewRecordBatch()
 	defer rec.Release()
 	t.n = 0
+	t.reserve()
 	if err := t.w.WriteBuffered(rec); err != nil {
 		return fmt.Errorf("numerator: write %s: %w", t.path, err)
 	}

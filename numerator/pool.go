@@ -44,9 +44,9 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 	// Reserve each sorter's share of the rows the footers claim (within the
 	// budget), so appends do not copy the slices over and over.
 	reserve := func(sorters []*sorter, rows int64) {
-		per := min(rows/int64(shards)+rows/int64(shards)/16+64, p.o.MemoryLimit/recordOverhead/int64(shards)/2)
+		per := min(rows/int64(shards)+rows/int64(shards)/16+64, p.o.MemoryLimit/(entrySize+48)/int64(shards)/2)
 		for _, s := range sorters {
-			s.recs = make([]record, 0, max(per, 0))
+			s.idx = make([]entry, 0, max(per, 0))
 		}
 	}
 	if ss, ok := state.(interface{ sortedShards(uint32) []sortedSource }); ok && !reshard && !p.o.ForceRebuild {
@@ -74,7 +74,7 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 					return fmt.Errorf("%w: a row has shard_id %d but the scheme has %d shards; the state is corrupt or of another scheme",
 						ErrBadState, sh, shards)
 				}
-				p.add(p.state[sh], r)
+				p.add(p.state[sh], &r)
 			}
 			return p.fit()
 		})
@@ -93,7 +93,7 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 			if err != nil {
 				return err
 			}
-			p.add(p.offers[sh], r)
+			p.add(p.offers[sh], &r)
 		}
 		return p.fit()
 	})
@@ -107,7 +107,7 @@ func checkKey(k *sharding.OfferKey) error {
 	return nil
 }
 
-func (p *pool) add(s *sorter, r record) {
+func (p *pool) add(s *sorter, r *record) {
 	before := s.bytes
 	s.add(r)
 	p.bytes += s.bytes - before

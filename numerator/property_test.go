@@ -37,7 +37,7 @@ func TestSpillingGivesTheSameHistory(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			checkHistory(t, seed, 1500)
+			checkHistory(t, seed, 800)
 		})
 	}
 }
@@ -87,7 +87,7 @@ func checkHistory(t *testing.T, seed uint64, memLimit int64) {
 			if fmt.Sprint(sortRows(next.rows), sortRows(newDocs), sortRows(expired)) != fmt.Sprint(sortRows(ref.rows), sortRows(refNew), sortRows(refExp)) {
 				t.Fatalf("run %d: spilled run differs from the in-memory run", run)
 			}
-			if res.Spills == 0 && int64(len(in))*recordOverhead > memLimit {
+			if res.Spills == 0 && int64(len(in))*(entrySize+16) > memLimit {
 				t.Fatalf("run %d: budget %d did not spill %d offers", run, memLimit, len(in))
 			}
 		}

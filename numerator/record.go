@@ -32,14 +32,6 @@ func compareRecords(a, b *record) int {
 	return a.key.Compare(b.key)
 }
 
-// recordSize is what a record costs in memory, for the memory budget: the
-// struct, its offer_id bytes and the slice slot that holds it.
-func recordSize(r *record) int64 {
-	return recordOverhead + int64(len(r.key.OfferID))
-}
-
-const recordOverhead = 64
-
 // recordIter walks records in (hash, key) order. The record returned by next
 // stays valid until the iterator is closed.
 type recordIter interface {
@@ -54,24 +46,3 @@ type sortedSource interface {
 	open() (recordIter, error)
 	count() int64
 }
-
-// sliceSource is a sorted in-memory source.
-type sliceSource []record
-
-func (s sliceSource) open() (recordIter, error) { return &sliceIter{recs: s}, nil }
-func (s sliceSource) count() int64              { return int64(len(s)) }
-
-type sliceIter struct {
-	recs []record
-	i    int
-}
-
-func (it *sliceIter) next() (record, bool) {
-	if it.i >= len(it.recs) {
-		return record{}, false
-	}
-	it.i++
-	return it.recs[it.i-1], true
-}
-func (it *sliceIter) err() error   { return nil }
-func (it *sliceIter) close() error { return nil }

@@ -2,31 +2,66 @@ package numerator
 
 import (
 	"container/heap"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 )
 
 // sorter collects one shard's records for one table and yields them sorted.
-// Records are kept in memory until the pool's budget is exceeded; then the
+// Records are kept in memory, encoded as in spill files in large byte blocks
+// with a small index entry each (neither holds pointers, so the garbage
+// collector never scans them), until the pool's budget is exceeded; then the
 // pool spills the largest sorter as a sorted run file (external sort).
 type sorter struct {
-	recs   []record
+	blocks [][]byte
+	idx    []entry
 	bytes  int64
-	arena  arena
 	runs   []string
 	total  int64
 	sorted bool
 }
 
-func (s *sorter) add(r record) {
-	if r.key.OfferID != "" {
-		r.key.OfferID = s.arena.intern(r.key.OfferID)
+// entry locates one encoded record.
+type entry struct {
+	hash uint64
+	blk  uint32
+	off  uint32
+	n    uint32
+}
+
+const (
+	entrySize   = 24
+	sorterBlock = 1 << 20
+)
+
+func (s *sorter) add(r *record) {
+	need := 8 + 7*binary.MaxVarintLen64 + len(r.key.OfferID)
+	if len(s.blocks) == 0 || cap(s.blocks[len(s.blocks)-1])-len(s.blocks[len(s.blocks)-1]) < need {
+		s.blocks = append(s.blocks, make([]byte, 0, max(sorterBlock, need)))
 	}
-	s.recs = append(s.recs, r)
+	bi := len(s.blocks) - 1
+	b := s.blocks[bi]
+	start := len(b)
+	b = appendRecordHead(b, r)
+	b = append(b, r.key.OfferID...)
+	b = appendRecordTail(b, r)
+	s.blocks[bi] = b
+	n := len(b) - start
+	s.idx = append(s.idx, entry{hash: r.hash, blk: uint32(bi), off: uint32(start), n: uint32(n)})
 	s.sorted = false
-	s.bytes += recordSize(&r)
+	s.bytes += int64(n) + entrySize
 	s.total++
+}
+
+// rec decodes the record of e; its offer_id points into the sorter's block.
+func (s *sorter) rec(e *entry) record {
+	r, _, err := decodeRecordBytes(s.blocks[e.blk][e.off : e.off+e.n])
+	if err != nil { // we encoded it ourselves
+		panic(fmt.Sprintf("numerator: sorter block corrupt: %v", err))
+	}
+	return r
 }
 
 func (s *sorter) sortInMemory() {
@@ -34,12 +69,35 @@ func (s *sorter) sortInMemory() {
 		return
 	}
 	s.sorted = true
-	slices.SortFunc(s.recs, func(a, b record) int { return compareRecords(&a, &b) })
+	slices.SortFunc(s.idx, func(a, b entry) int {
+		switch {
+		case a.hash < b.hash:
+			return -1
+		case a.hash > b.hash:
+			return 1
+		}
+		ra, rb := s.rec(&a), s.rec(&b)
+		return ra.key.Compare(rb.key)
+	})
+	// Lay the records out in sorted order, so that the passes over them read
+	// memory sequentially instead of missing the cache on every record.
+	var blocks [][]byte
+	for i := range s.idx {
+		e := &s.idx[i]
+		if len(blocks) == 0 || cap(blocks[len(blocks)-1])-len(blocks[len(blocks)-1]) < int(e.n) {
+			blocks = append(blocks, make([]byte, 0, max(sorterBlock, int(e.n))))
+		}
+		bi := len(blocks) - 1
+		off := len(blocks[bi])
+		blocks[bi] = append(blocks[bi], s.blocks[e.blk][e.off:e.off+e.n]...)
+		e.blk, e.off = uint32(bi), uint32(off)
+	}
+	s.blocks = blocks
 }
 
 // spill writes the in-memory records as one sorted run and frees them.
 func (s *sorter) spill(dir string) error {
-	if len(s.recs) == 0 {
+	if len(s.idx) == 0 {
 		return nil
 	}
 	s.sortInMemory()
@@ -47,8 +105,9 @@ func (s *sorter) spill(dir string) error {
 	if err != nil {
 		return err
 	}
-	for i := range s.recs {
-		if err := w.write(&s.recs[i]); err != nil {
+	for i := range s.idx {
+		e := &s.idx[i]
+		if _, err := w.w.Write(s.blocks[e.blk][e.off : e.off+e.n]); err != nil {
 			_ = w.abort()
 			return err
 		}
@@ -58,7 +117,7 @@ func (s *sorter) spill(dir string) error {
 		return err
 	}
 	s.runs = append(s.runs, path)
-	s.recs, s.bytes, s.arena = nil, 0, arena{}
+	s.blocks, s.idx, s.bytes = nil, s.idx[:0], 0 // the index's room is reused
 	return nil
 }
 
@@ -66,11 +125,33 @@ func (s *sorter) spill(dir string) error {
 // records: the in-memory ones merged with the spilled runs.
 func (s *sorter) source() sortedSource {
 	s.sortInMemory()
+	mem := &memSource{s: s}
 	if len(s.runs) == 0 {
-		return sliceSource(s.recs)
+		return mem
 	}
-	return &mergeSource{runs: s.runs, mem: s.recs, n: s.total}
+	return &mergeSource{runs: s.runs, mem: mem, n: s.total}
 }
+
+// memSource reads a sorted sorter's in-memory records.
+type memSource struct{ s *sorter }
+
+func (m *memSource) count() int64              { return int64(len(m.s.idx)) }
+func (m *memSource) open() (recordIter, error) { return &memIter{s: m.s}, nil }
+
+type memIter struct {
+	s *sorter
+	i int
+}
+
+func (it *memIter) next() (record, bool) {
+	if it.i >= len(it.s.idx) {
+		return record{}, false
+	}
+	it.i++
+	return it.s.rec(&it.s.idx[it.i-1]), true
+}
+func (it *memIter) err() error   { return nil }
+func (it *memIter) close() error { return nil }
 
 // release drops the records and removes the run files.
 func (s *sorter) release() error {
@@ -80,14 +161,14 @@ func (s *sorter) release() error {
 			errs = append(errs, err)
 		}
 	}
-	s.recs, s.runs, s.bytes, s.arena = nil, nil, 0, arena{}
+	s.blocks, s.idx, s.runs, s.bytes = nil, nil, nil, 0
 	return errors.Join(errs...)
 }
 
 // mergeSource merges spilled runs and a sorted in-memory tail.
 type mergeSource struct {
 	runs []string
-	mem  []record
+	mem  sortedSource
 	n    int64
 }
 
@@ -103,10 +184,17 @@ func (m *mergeSource) open() (recordIter, error) {
 		}
 		it.all = append(it.all, r)
 	}
-	it.all = append(it.all, &sliceIter{recs: m.mem})
-	for _, src := range it.all {
+	mi, err := m.mem.open()
+	if err != nil {
+		_ = it.close()
+		return nil, err
+	}
+	it.all = append(it.all, mi)
+	it.h.heads = make([]record, len(it.all))
+	for i, src := range it.all {
 		if r, ok := src.next(); ok {
-			it.h = append(it.h, mergeHead{rec: r, src: src})
+			it.h.heads[i] = r
+			it.h.order = append(it.h.order, i)
 		} else if err := src.err(); err != nil {
 			_ = it.close()
 			return nil, err
@@ -116,21 +204,22 @@ func (m *mergeSource) open() (recordIter, error) {
 	return it, nil
 }
 
-type mergeHead struct {
-	rec record
-	src recordIter
+// mergeHeap orders the sources by their head records; it swaps small
+// indices, not records.
+type mergeHeap struct {
+	heads []record // heads[i] is source i's current record
+	order []int    // a min-heap of source indices
 }
 
-type mergeHeap []mergeHead
-
-func (h mergeHeap) Len() int           { return len(h) }
-func (h mergeHeap) Less(i, j int) bool { return compareRecords(&h[i].rec, &h[j].rec) < 0 }
-func (h mergeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *mergeHeap) Push(x any)        { *h = append(*h, x.(mergeHead)) }
+func (h *mergeHeap) Len() int { return len(h.order) }
+func (h *mergeHeap) Less(i, j int) bool {
+	return compareRecords(&h.heads[h.order[i]], &h.heads[h.order[j]]) < 0
+}
+func (h *mergeHeap) Swap(i, j int) { h.order[i], h.order[j] = h.order[j], h.order[i] }
+func (h *mergeHeap) Push(x any)    { h.order = append(h.order, x.(int)) }
 func (h *mergeHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+	x := h.order[len(h.order)-1]
+	h.order = h.order[:len(h.order)-1]
 	return x
 }
 
@@ -141,16 +230,16 @@ type mergeIter struct {
 }
 
 func (m *mergeIter) next() (record, bool) {
-	if len(m.h) == 0 || m.e != nil {
+	if len(m.h.order) == 0 || m.e != nil {
 		return record{}, false
 	}
-	top := &m.h[0]
-	out := top.rec
-	if r, ok := top.src.next(); ok {
-		top.rec = r
+	top := m.h.order[0]
+	out := m.h.heads[top]
+	if r, ok := m.all[top].next(); ok {
+		m.h.heads[top] = r
 		heap.Fix(&m.h, 0)
 	} else {
-		if err := top.src.err(); err != nil {
+		if err := m.all[top].err(); err != nil {
 			m.e = err
 			return record{}, false
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unsafe"
 )
 
 // A spill file is a sorted run of records written when a shard's rows do not
@@ -111,7 +112,9 @@ func openSpill(path string) (*spillReader, error) {
 }
 
 // newSpillReader reads a spill stream (tests, fuzzing).
-func newSpillReader(r io.Reader) *spillReader { return &spillReader{r: bufio.NewReader(r)} }
+func newSpillReader(r io.Reader) *spillReader {
+	return &spillReader{r: bufio.NewReaderSize(r, spillBuffer)}
+}
 
 func (s *spillReader) readMagic() error {
 	var m [len(spillMagic)]byte
@@ -135,43 +138,68 @@ func (s *spillReader) next() (record, bool) {
 	return r, true
 }
 
+// maxEncodedRecord bounds one encoded record.
+const maxEncodedRecord = 8 + 7*binary.MaxVarintLen64 + maxOfferIDLen
+
 func (s *spillReader) decode() (record, error) {
-	var h [8]byte
-	if n, err := io.ReadFull(s.r, h[:]); err != nil {
-		if n == 0 && errors.Is(err, io.EOF) {
+	// Peek returns less than asked only at the end of the file (or on an
+	// error), so a record cut short there is truncated for good.
+	b, err := s.r.Peek(maxEncodedRecord)
+	if len(b) == 0 {
+		if err == nil || errors.Is(err, io.EOF) {
 			return record{}, io.EOF
 		}
-		return record{}, fmt.Errorf("%w: truncated record", errSpillCorrupt)
+		return record{}, fmt.Errorf("%w: %v", errSpillCorrupt, err) //nolint:errorlint // not %w: a read error must not read as a clean io.EOF
 	}
-	var r record
-	r.hash = binary.LittleEndian.Uint64(h[:])
-	var v [7]uint64
-	for i := range v {
-		x, err := binary.ReadUvarint(s.r)
-		if err != nil {
-			return record{}, fmt.Errorf("%w: field %d: %v", errSpillCorrupt, i, err) //nolint:errorlint // not %w: a truncated field must not read as a clean io.EOF
-		}
-		v[i] = x
-		if i == 3 { // offer_id length, then its bytes
-			if x > maxOfferIDLen {
-				return record{}, fmt.Errorf("%w: offer_id of %d bytes", errSpillCorrupt, x)
-			}
-			b := s.arena.alloc(int(x))
-			if _, err := io.ReadFull(s.r, b); err != nil {
-				return record{}, fmt.Errorf("%w: truncated offer_id", errSpillCorrupt)
-			}
-			r.key.OfferID = s.arena.str(b)
-		}
+	r, n, derr := decodeRecordBytes(b)
+	if derr != nil {
+		return record{}, derr
 	}
-	if v[4] > 1<<32-1 || v[5] > 1<<32-1 {
-		return record{}, fmt.Errorf("%w: shard %d or doc %d out of range", errSpillCorrupt, v[4], v[5])
+	if r.key.OfferID != "" {
+		r.key.OfferID = s.arena.intern(r.key.OfferID) // the buffer is reused
 	}
-	r.key.BusinessID, r.key.ShopID, r.key.WarehouseID = v[0], v[1], v[2]
-	r.shard, r.doc, r.lastSeen = uint32(v[4]), uint32(v[5]), v[6]
+	if _, err := s.r.Discard(n); err != nil {
+		return record{}, fmt.Errorf("%w: %v", errSpillCorrupt, err) //nolint:errorlint // as above
+	}
 	return r, nil
 }
 
 func (s *spillReader) err() error { return s.e }
+
+// decodeRecordBytes decodes one record from b (the spill encoding, as the
+// sorter keeps records in memory). The offer_id points into b.
+func decodeRecordBytes(b []byte) (record, int, error) {
+	if len(b) < 8 {
+		return record{}, 0, fmt.Errorf("%w: truncated record", errSpillCorrupt)
+	}
+	var r record
+	r.hash = binary.LittleEndian.Uint64(b)
+	pos := 8
+	var v [7]uint64
+	for i := range v {
+		x, n := binary.Uvarint(b[pos:])
+		if n <= 0 {
+			return record{}, 0, fmt.Errorf("%w: field %d", errSpillCorrupt, i)
+		}
+		pos += n
+		v[i] = x
+		if i == 3 {
+			if x > uint64(len(b)-pos) {
+				return record{}, 0, fmt.Errorf("%w: truncated offer_id", errSpillCorrupt)
+			}
+			if x > 0 {
+				r.key.OfferID = unsafe.String(&b[pos], int(x))
+			}
+			pos += int(x)
+		}
+	}
+	if v[4] > 1<<32-1 || v[5] > 1<<32-1 {
+		return record{}, 0, fmt.Errorf("%w: shard %d or doc %d out of range", errSpillCorrupt, v[4], v[5])
+	}
+	r.key.BusinessID, r.key.ShopID, r.key.WarehouseID = v[0], v[1], v[2]
+	r.shard, r.doc, r.lastSeen = uint32(v[4]), uint32(v[5]), v[6]
+	return r, pos, nil
+}
 
 func (s *spillReader) close() error {
 	if s.f == nil {
