@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 
 	"github.com/shardkit/shardkit/sharding"
 )
@@ -14,8 +16,13 @@ type pool struct {
 	o      Options
 	state  []*sorter
 	offers []*sorter
-	bytes  int64
+	bytes  int64 // rows held by the sorters
 	spills int
+
+	jobs     chan *spillJob
+	inflight atomic.Int64 // bytes of detached records not yet written
+	mu       sync.Mutex
+	spillErr error
 	// streamed, when set, replaces the state sorters: each shard's state is
 	// read from its sorted part file.
 	streamed []sortedSource
@@ -39,7 +46,13 @@ func newPool(o Options) *pool {
 
 // load partitions the input state (by its stored shard, or by the run's
 // scheme when resharding) and the offers (by the run's scheme).
-func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) error {
+func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) (err error) {
+	stop := p.startSpiller()
+	defer func() {
+		if serr := stop(); err == nil {
+			err = serr
+		}
+	}()
 	shards := p.o.Scheme.Shards
 	// Reserve each sorter's share of the rows the footers claim (within the
 	// budget), so appends do not copy the slices over and over.
@@ -113,9 +126,16 @@ func (p *pool) add(s *sorter, r *record) {
 	p.bytes += s.bytes - before
 }
 
-// fit spills the largest sorters until the rows in memory fit the budget.
+// fit keeps the rows in memory within the budget: while they exceed it,
+// the largest sorter's records are detached and handed to the spiller
+// goroutine, which sorts and writes them while loading goes on. Records
+// being spilled still count until written; with one job running and one
+// queued, loading waits.
 func (p *pool) fit() error {
-	for p.bytes > p.o.MemoryLimit {
+	for p.bytes+p.inflight.Load() > p.o.MemoryLimit {
+		if err := p.spillError(); err != nil {
+			return err
+		}
 		var big *sorter
 		for _, s := range append(p.state[:len(p.state):len(p.state)], p.offers...) {
 			if big == nil || s.bytes > big.bytes {
@@ -126,13 +146,46 @@ func (p *pool) fit() error {
 			return nil
 		}
 		p.bytes -= big.bytes
-		if err := big.spill(p.o.TempDir); err != nil {
-			return err
-		}
-		p.spills++
-		p.o.Logger.Debug("spilled a sorted run", "rows_in_memory_bytes", p.bytes)
+		p.inflight.Add(big.bytes)
+		p.jobs <- big.detach()
 	}
-	return nil
+	return p.spillError()
+}
+
+func (p *pool) spillError() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.spillErr
+}
+
+// startSpiller runs the spill goroutine; the returned func stops it and
+// waits for it.
+func (p *pool) startSpiller() func() error {
+	p.jobs = make(chan *spillJob, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for j := range p.jobs {
+			if p.spillError() != nil {
+				p.inflight.Add(-j.bytes)
+				continue
+			}
+			path, err := j.write(p.o.TempDir)
+			p.mu.Lock()
+			if err != nil {
+				p.spillErr = err
+			} else {
+				j.s.runs = append(j.s.runs, path)
+				p.spills++
+			}
+			p.mu.Unlock()
+			p.inflight.Add(-j.bytes)
+		}
+	})
+	return func() error {
+		close(p.jobs)
+		wg.Wait()
+		return p.spillError()
+	}
 }
 
 func (p *pool) releaseShard(sh int) error {

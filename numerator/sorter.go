@@ -56,12 +56,27 @@ func (s *sorter) add(r *record) {
 }
 
 // rec decodes the record of e; its offer_id points into the sorter's block.
-func (s *sorter) rec(e *entry) record {
-	r, _, err := decodeRecordBytes(s.blocks[e.blk][e.off : e.off+e.n])
+func (s *sorter) rec(e *entry) record { return recAt(s.blocks, e) }
+
+func recAt(blocks [][]byte, e *entry) record {
+	r, _, err := decodeRecordBytes(blocks[e.blk][e.off : e.off+e.n])
 	if err != nil { // we encoded it ourselves
 		panic(fmt.Sprintf("numerator: sorter block corrupt: %v", err))
 	}
 	return r
+}
+
+func sortEntries(blocks [][]byte, idx []entry) {
+	slices.SortFunc(idx, func(a, b entry) int {
+		switch {
+		case a.hash < b.hash:
+			return -1
+		case a.hash > b.hash:
+			return 1
+		}
+		ra, rb := recAt(blocks, &a), recAt(blocks, &b)
+		return ra.key.Compare(rb.key)
+	})
 }
 
 func (s *sorter) sortInMemory() {
@@ -69,16 +84,7 @@ func (s *sorter) sortInMemory() {
 		return
 	}
 	s.sorted = true
-	slices.SortFunc(s.idx, func(a, b entry) int {
-		switch {
-		case a.hash < b.hash:
-			return -1
-		case a.hash > b.hash:
-			return 1
-		}
-		ra, rb := s.rec(&a), s.rec(&b)
-		return ra.key.Compare(rb.key)
-	})
+	sortEntries(s.blocks, s.idx)
 	// Lay the records out in sorted order, so that the passes over them read
 	// memory sequentially instead of missing the cache on every record.
 	var blocks [][]byte
@@ -95,30 +101,37 @@ func (s *sorter) sortInMemory() {
 	s.blocks = blocks
 }
 
-// spill writes the in-memory records as one sorted run and frees them.
-func (s *sorter) spill(dir string) error {
-	if len(s.idx) == 0 {
-		return nil
-	}
-	s.sortInMemory()
+// spillJob is a sorter's in-memory records taken out to be written as a
+// sorted run, possibly on another goroutine while the sorter fills again.
+type spillJob struct {
+	s      *sorter
+	blocks [][]byte
+	idx    []entry
+	bytes  int64
+}
+
+// detach hands the in-memory records to a spill job.
+func (s *sorter) detach() *spillJob {
+	j := &spillJob{s: s, blocks: s.blocks, idx: s.idx, bytes: s.bytes}
+	s.blocks, s.idx, s.bytes, s.sorted = nil, nil, 0, false
+	return j
+}
+
+// write sorts the job's records and writes them as one run file.
+func (j *spillJob) write(dir string) (string, error) {
+	sortEntries(j.blocks, j.idx)
 	w, err := createSpill(dir)
 	if err != nil {
-		return err
+		return "", err
 	}
-	for i := range s.idx {
-		e := &s.idx[i]
-		if _, err := w.w.Write(s.blocks[e.blk][e.off : e.off+e.n]); err != nil {
+	for i := range j.idx {
+		e := &j.idx[i]
+		if _, err := w.w.Write(j.blocks[e.blk][e.off : e.off+e.n]); err != nil {
 			_ = w.abort()
-			return err
+			return "", err
 		}
 	}
-	path, err := w.finish()
-	if err != nil {
-		return err
-	}
-	s.runs = append(s.runs, path)
-	s.blocks, s.idx, s.bytes = nil, s.idx[:0], 0 // the index's room is reused
-	return nil
+	return w.finish()
 }
 
 // source sorts what is in memory and returns the sorted stream of all
