@@ -409,8 +409,9 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 	p := synth.Params{Offers: f.offers, Churn: f.churn, Flap: f.flap}
 	fmt.Fprintf(out, "numerator bench: %d offers/generation, %d generations, churn %.2f, flap %.2f, memory-limit %s, dir %s\n",
 		f.offers, f.generations, f.churn, f.flap, f.memory, dir)
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "gen\tgenerate_s\toffers\trun_s\toffers/s\tpeak_rss_MiB\tcpu_s\tspills\tversion\t")
+	// Fixed widths, a line per generation as soon as it is done.
+	const row = "%3v %10v %10v %8v %9v %12v %8v %6v  %v\n"
+	fmt.Fprintf(out, row, "gen", "generate_s", "offers", "run_s", "offers/s", "peak_rss_MiB", "cpu_s", "spills", "version")
 	prev := ""
 	for g := range f.generations {
 		offers := filepath.Join(dir, fmt.Sprintf("offers-%03d.parquet", g))
@@ -465,7 +466,8 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 				spills = fields[i+1]
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%.1f\t%d\t%.2f\t%.0f\t%d\t%.1f\t%s\t%s\t\n", g, genSecs, n, runSecs, float64(n)/runSecs, rss>>20, cpu.Seconds(), spills, ver)
+		fmt.Fprintf(out, row, g, fmt.Sprintf("%.1f", genSecs), n, fmt.Sprintf("%.2f", runSecs), fmt.Sprintf("%.0f", float64(n)/runSecs),
+			rss>>20, fmt.Sprintf("%.1f", cpu.Seconds()), spills, ver)
 		if !f.keep {
 			if err := os.Remove(offers); err != nil {
 				return err
@@ -478,7 +480,7 @@ func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error
 		}
 		prev = state
 	}
-	return tw.Flush()
+	return nil
 }
 
 // vmHWM is this process's peak resident set size in bytes (0 if unknown).
