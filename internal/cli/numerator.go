@@ -157,8 +157,8 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	if f.tables.InputOffers == "" || f.tables.OutputState == "" {
 		return errors.New("--input-offers and --output-state are required")
 	}
-	debug.SetMemoryLimit(limit / 10 * 9)
-	defer debug.SetMemoryLimit(-1)
+	prevLimit := debug.SetMemoryLimit(limit / 10 * 9)
+	defer debug.SetMemoryLimit(prevLimit)
 	opts := numerator.Options{StateType: f.stateType, Scheme: scheme, TTL: f.ttl, ForceRebuild: f.force,
 		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: limit / 2, TempDir: f.tempDir, Logger: logger}
 	if f.threshold == 0 {
