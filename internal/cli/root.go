@@ -12,10 +12,12 @@ import (
 )
 
 // ExitError carries a process exit code through cobra. Its message is
-// printed as one line on stderr.
+// printed as one line on stderr, unless Quiet (someone already said why:
+// the supervised worker, on the same stderr).
 type ExitError struct {
-	Code int
-	Err  error
+	Code  int
+	Err   error
+	Quiet bool
 }
 
 func (e *ExitError) Error() string { return e.Err.Error() }
@@ -35,9 +37,12 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "shardkit: %v\n", err)
 	var exit *ExitError
-	if errors.As(err, &exit) && exit.Code != 0 {
+	isExit := errors.As(err, &exit)
+	if !isExit || !exit.Quiet {
+		fmt.Fprintf(stderr, "shardkit: %v\n", err)
+	}
+	if isExit && exit.Code != 0 {
 		return exit.Code
 	}
 	return 1
@@ -52,6 +57,9 @@ func newRootCmd() *cobra.Command {
 	}
 	root.AddCommand(
 		newVersionCmd(),
+		newDemoCmd(),
+		newRunCmd(), newStatusCmd(), newExpelCmd(),
+		newCacheCmd(),
 		newNumeratorCmd(),
 	)
 	return root

@@ -1,0 +1,131 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+)
+
+func TestExpelSuccess(t *testing.T) {
+	t.Parallel()
+	f := &fakeCluster{expel: func(_ context.Context, r *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+		return &clusterv1.ExpelResponse{Instance: &clusterv1.Instance{
+			InstanceId: r.GetInstanceId(), RaftId: 3, Uuid: "u3",
+			CurrentGrade: grade(clusterv1.GradeVariant_GRADE_VARIANT_EXPELLED, 2),
+		}}, nil
+	}}
+	addr := f.serve(t)
+	code, out, errOut := runMain(t, "expel", "--peer", addr, "--force", "--timeout", "90s", "i3")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "instance i3 expelled (raft_id 3, uuid u3, current grade Expelled(2))\n"; out != want {
+		t.Errorf("output %q, want %q", out, want)
+	}
+	r := f.lastExpelReq()
+	if r.GetInstanceId() != "i3" || !r.GetForce() || r.GetTimeoutMs() != 90_000 {
+		t.Errorf("request %v: want i3, force, 90000 ms", r)
+	}
+	// Defaults: no force, 60 s.
+	if code, _, errOut := runMain(t, "expel", "--peer", addr, "i5"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if r := f.lastExpelReq(); r.GetInstanceId() != "i5" || r.GetForce() || r.GetTimeoutMs() != 60_000 {
+		t.Errorf("request %v: want i5, no force, 60000 ms", r)
+	}
+}
+
+func TestExpelErrors(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		expel func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error)
+		wants []string
+	}{
+		{"server timeout", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+			return nil, status.Error(codes.DeadlineExceeded, "expel confirmation didn't arrive in time")
+		}, []string{"expel of i3 not confirmed within 1.5s: expel confirmation didn't arrive in time"}},
+		{"refused without force", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+			return nil, status.Error(codes.FailedPrecondition, "attempt to expel instance \"i3\" which is not Offline, but Online; rerun with --force")
+		}, []string{"expel of i3: attempt to expel instance \"i3\" which is not Offline, but Online; rerun with --force"}},
+		{"last instance", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+			return nil, status.Error(codes.FailedPrecondition, "cannot expel the last instance of the cluster")
+		}, []string{"expel of i3: cannot expel the last instance"}},
+		{"unknown instance", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+			return nil, status.Error(codes.NotFound, "no instance \"i3\"\nin the cluster")
+		}, []string{"expel of i3: no instance \"i3\"; in the cluster"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			f := &fakeCluster{expel: tt.expel}
+			addr := f.serve(t)
+			code, out, errOut := runMain(t, "expel", "--peer", addr, "--timeout", "1.5s", "i3")
+			if code == 0 {
+				t.Fatalf("exit 0, output %q", out)
+			}
+			if strings.Count(errOut, "\n") != 1 {
+				t.Errorf("stderr %q: want one line", errOut)
+			}
+			for _, w := range tt.wants {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q lacks %q", errOut, w)
+				}
+			}
+		})
+	}
+}
+
+func TestExpelClientDeadline(t *testing.T) {
+	t.Parallel()
+	// A server that never answers: the RPC deadline (timeout + margin) ends it.
+	f := &fakeCluster{expel: func(ctx context.Context, _ *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	addr := f.serve(t)
+	var out bytes.Buffer
+	err := runExpel(t.Context(), expelOptions{peer: addr, timeout: 100 * time.Millisecond, margin: 100 * time.Millisecond}, "i3", &out)
+	if err == nil || !strings.HasPrefix(err.Error(), "expel of i3 not confirmed within 100ms") {
+		t.Errorf("error %v: want a not-confirmed timeout", err)
+	}
+	if r := f.lastExpelReq(); r == nil || r.GetTimeoutMs() != 100 {
+		t.Errorf("request %v: want timeout_ms 100", r)
+	}
+}
+
+func TestExpelBadInput(t *testing.T) {
+	t.Parallel()
+	dead := deadAddr(t)
+	tests := []struct {
+		name  string
+		args  []string
+		wants []string
+	}{
+		{"no instance", []string{"expel", "--peer", dead}, []string{"accepts 1 arg"}},
+		{"bad instance id", []string{"expel", "--peer", dead, "i 3"}, []string{"instance id", `"i 3"`}},
+		{"bad timeout", []string{"expel", "--peer", dead, "--timeout", "-1s", "i3"}, []string{"--timeout"}},
+		{"unreachable", []string{"expel", "--peer", dead, "i3"}, []string{"expel of i3", "peer " + dead, "unavailable"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errOut := runMain(t, tt.args...)
+			if code == 0 {
+				t.Fatal("exit 0")
+			}
+			for _, w := range tt.wants {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q lacks %q", errOut, w)
+				}
+			}
+		})
+	}
+}

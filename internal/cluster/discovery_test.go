@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+)
+
+// fakeNet connects discovery instances by address; some addresses may be
+// down, and calls take a random short time so that runs interleave.
+type fakeNet struct {
+	mu    sync.Mutex
+	nodes map[string]*discovery
+	rng   *rand.Rand
+}
+
+func (n *fakeNet) call(ctx context.Context, addr string, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error) {
+	n.mu.Lock()
+	d := n.nodes[addr]
+	delay := time.Duration(n.rng.IntN(300)) * time.Microsecond
+	n.mu.Unlock()
+	time.Sleep(delay)
+	if d == nil {
+		return nil, errors.New("connection refused")
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return d.handle(req), nil
+}
+
+// TestDiscoveryElectsExactlyOneBootstrapLeader starts N instances at once
+// with the same peer list, many times, and checks that exactly one decides
+// to bootstrap and that every other one learns its address.
+func TestDiscoveryElectsExactlyOneBootstrapLeader(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{2, 3, 5} {
+		for run := range 30 {
+			net := &fakeNet{nodes: map[string]*discovery{}, rng: rand.New(rand.NewPCG(uint64(n), uint64(run)))}
+			var addrs []string
+			for i := range n {
+				addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", 4000+i))
+			}
+			peers := addrs[:min(3, n)]
+			for _, a := range addrs {
+				net.nodes[a] = newDiscovery(a, peers)
+			}
+			results := make([]discoveryResult, n)
+			var wg sync.WaitGroup
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			for i, a := range addrs {
+				wg.Go(func() {
+					r, err := net.nodes[a].run(ctx, net.call, time.Millisecond)
+					if err != nil {
+						t.Errorf("n=%d run=%d: %s: %v", n, run, a, err)
+					}
+					results[i] = r
+				})
+			}
+			wg.Wait()
+			cancel()
+			leaders := 0
+			var leader string
+			for i, r := range results {
+				if r.bootstrap {
+					leaders++
+					leader = addrs[i]
+				}
+			}
+			if leaders != 1 {
+				t.Fatalf("n=%d run=%d: %d instances bootstrap: %+v", n, run, leaders, results)
+			}
+			for i, r := range results {
+				if !r.bootstrap && r.leader != leader {
+					t.Fatalf("n=%d run=%d: %s follows %q, the bootstrap leader is %s", n, run, addrs[i], r.leader, leader)
+				}
+			}
+		}
+	}
+}
+
+// A new instance whose first peer is dead joins through the live one.
+func TestDiscoveryJoinsRunningClusterPastADeadPeer(t *testing.T) {
+	t.Parallel()
+	net := &fakeNet{nodes: map[string]*discovery{}, rng: rand.New(rand.NewPCG(1, 2))}
+	running := newDiscovery("127.0.0.1:5001", nil)
+	running.decide(discoveryResult{leader: "127.0.0.1:5009"}) // in a cluster led by :5009
+	net.nodes["127.0.0.1:5001"] = running
+	joiner := newDiscovery("127.0.0.1:5002", []string{"127.0.0.1:5000", "127.0.0.1:5001"})
+	net.nodes["127.0.0.1:5002"] = joiner
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := joiner.run(ctx, net.call, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.bootstrap || r.leader != "127.0.0.1:5009" {
+		t.Fatalf("joiner result %+v, want to follow 127.0.0.1:5009", r)
+	}
+}
+
+// An instance reached under an alias learns that alias as its own.
+func TestDiscoveryLearnsOwnAliases(t *testing.T) {
+	t.Parallel()
+	d := newDiscovery("10.0.0.1:3301", []string{"localhost:3301"})
+	d.handle(&clusterv1.DiscoverRequest{TmpId: d.tmpID, RequestTo: "localhost:3301"})
+	if !d.myAddrs["localhost:3301"] {
+		t.Fatal("alias not learned from a request carrying the instance's own id")
+	}
+	d.handle(&clusterv1.DiscoverRequest{TmpId: "someone-else", RequestTo: "other:1"})
+	if d.myAddrs["other:1"] {
+		t.Fatal("learned an address from another instance's request")
+	}
+}

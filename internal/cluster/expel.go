@@ -1,0 +1,76 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+)
+
+// Expel implements ClusterService (K14): target Expelled, then wait until
+// the governor has made the current grade Expelled. Idempotent.
+func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+	if c, ok, err := n.forward(ctx); err != nil {
+		return nil, err
+	} else if ok {
+		return c.Expel(forwarded(ctx), req)
+	}
+	if err := n.checkClusterID(req.GetClusterId()); err != nil {
+		return nil, err
+	}
+	timeout := time.Duration(req.GetTimeoutMs()) * time.Millisecond
+	if timeout <= 0 {
+		timeout = 60 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := n.g0.Load().ReadIndex(ctx); err != nil {
+		return nil, statusError(err)
+	}
+	st := n.meta.State()
+	inst := st.Instance(req.GetInstanceId())
+	if inst == nil {
+		return nil, status.Errorf(codes.NotFound, "no instance %q in the cluster", req.GetInstanceId())
+	}
+	if inst.GetCurrentGrade().GetVariant() != meta.Expelled {
+		if inst.GetTargetGrade().GetVariant() != meta.Expelled {
+			alive := 0
+			for _, other := range st.Instances {
+				if !meta.IsExpelled(other) {
+					alive++
+				}
+			}
+			if alive <= 1 {
+				return nil, status.Errorf(codes.FailedPrecondition, "cannot expel %q: it is the last instance of the cluster", inst.GetInstanceId())
+			}
+			cur, tgt := inst.GetCurrentGrade().GetVariant(), inst.GetTargetGrade().GetVariant()
+			if !req.GetForce() && (cur != meta.Offline || tgt != meta.Offline) {
+				return nil, status.Errorf(codes.FailedPrecondition,
+					"attempt to expel instance %q which is not Offline but %s (target %s); stop it first, or rerun with --force",
+					inst.GetInstanceId(), meta.VariantName(cur), meta.VariantName(tgt))
+			}
+		}
+		if _, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
+			InstanceId: inst.GetInstanceId(), Variant: meta.Expelled, Reason: "expel"}}}); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		ch := n.meta.Changed()
+		cur := n.meta.State().Instance(req.GetInstanceId())
+		if cur.GetCurrentGrade().GetVariant() == meta.Expelled {
+			return &clusterv1.ExpelResponse{Instance: cur}, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "expel of %q not confirmed within %v: its current grade is still %s",
+				req.GetInstanceId(), timeout, meta.FormatGrade(cur.GetCurrentGrade()))
+		case <-ch:
+		}
+	}
+}

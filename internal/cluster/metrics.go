@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/multiraft"
+)
+
+// Metrics are the instance's Prometheus metrics. Gauges of raft and grades
+// are read from the node at scrape time.
+type Metrics struct {
+	node          func() *Node
+	governorSteps *prometheus.CounterVec
+	governorTime  *prometheus.HistogramVec
+	started       map[string]time.Time
+}
+
+// NewMetrics registers the cluster metrics on reg; node returns the running
+// node (nil before it exists).
+func NewMetrics(reg prometheus.Registerer, node func() *Node) *Metrics {
+	m := &Metrics{
+		node: node,
+		governorSteps: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "shardkit_governor_activities_total",
+			Help: "Governor activities run on this instance while it led group 0, by step and outcome.",
+		}, []string{"step", "outcome"}),
+		governorTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardkit_governor_step_seconds",
+			Help:    "Time between governor activities of a step (the step's duration including waits).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"step"}),
+		started: map[string]time.Time{},
+	}
+	reg.MustRegister(m.governorSteps, m.governorTime, &collector{m: m})
+	return m
+}
+
+func (m *Metrics) governorStep(step string, err error) {
+	outcome := "done"
+	switch {
+	case errors.Is(err, errWaiting):
+		outcome = "waiting"
+	case err != nil:
+		outcome = "failed"
+	}
+	m.governorSteps.WithLabelValues(step, outcome).Inc()
+	now := time.Now()
+	if t, ok := m.started[step]; ok {
+		m.governorTime.WithLabelValues(step).Observe(now.Sub(t).Seconds())
+	}
+	m.started[step] = now
+}
+
+var (
+	descTerm    = prometheus.NewDesc("shardkit_raft_term", "Raft term of a group on this instance.", []string{"group"}, nil)
+	descRole    = prometheus.NewDesc("shardkit_raft_role", "1 for this instance's raft role in a group.", []string{"group", "role"}, nil)
+	descCommit  = prometheus.NewDesc("shardkit_raft_commit_index", "Raft commit index of a group on this instance.", []string{"group"}, nil)
+	descApplied = prometheus.NewDesc("shardkit_raft_applied_index", "Raft applied index of a group on this instance.", []string{"group"}, nil)
+	descGrades  = prometheus.NewDesc("shardkit_instances", "Instances of the cluster by current grade.", []string{"grade"}, nil)
+)
+
+type collector struct{ m *Metrics }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descTerm, descRole, descCommit, descApplied, descGrades} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	n := c.m.node()
+	if n == nil {
+		return
+	}
+	emit := func(gid multiraft.GroupID, g *multiraft.Group) {
+		st := g.Status()
+		label := groupLabel(gid)
+		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(st.Term), label)
+		ch <- prometheus.MustNewConstMetric(descRole, prometheus.GaugeValue, 1, label, st.Role)
+		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.Commit), label)
+		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.Applied), label)
+	}
+	if g := n.g0.Load(); g != nil {
+		emit(GroupMeta, g)
+	}
+	n.mu.Lock()
+	groups := make(map[multiraft.GroupID]*multiraft.Group, len(n.rsGroups))
+	for k, v := range n.rsGroups {
+		groups[k] = v
+	}
+	n.mu.Unlock()
+	for gid, g := range groups {
+		emit(gid, g)
+	}
+	counts := map[string]int{}
+	for _, v := range []string{"Offline", "RaftSynced", "Replicated", "ShardingInitialized", "Online", "Expelled"} {
+		counts[v] = 0
+	}
+	for _, inst := range n.meta.State().Instances {
+		counts[meta.VariantName(inst.GetCurrentGrade().GetVariant())]++
+	}
+	for g, c := range counts {
+		ch <- prometheus.MustNewConstMetric(descGrades, prometheus.GaugeValue, float64(c), g)
+	}
+}
+
+func groupLabel(g multiraft.GroupID) string {
+	if g == GroupMeta {
+		return "meta"
+	}
+	return "rs-" + strconv.FormatUint(uint64(g), 10)
+}

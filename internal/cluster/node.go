@@ -1,0 +1,526 @@
+package cluster
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset"
+)
+
+// GroupMeta is group 0, the cluster's metadata log.
+const GroupMeta multiraft.GroupID = 0
+
+// Config configures a Node.
+type Config struct {
+	ClusterID             string
+	InstanceID            string
+	ReplicasetID          string
+	Advertise             string
+	HTTPAddress           string
+	Peers                 []string
+	FailureDomain         map[string]string
+	InitReplicationFactor int
+	DataDir               string
+	AutoOfflineTimeout    time.Duration
+	ShutdownTimeout       time.Duration
+	// TickInterval is the raft tick (default 100ms).
+	TickInterval time.Duration
+	Logger       *slog.Logger
+	// OnFatal is called if the raft host stops on a storage failure.
+	OnFatal func(error)
+}
+
+// RebootstrapRequest is returned by Run after discovery: the process must
+// restart clean at Entrypoint ("boot" or "join:<address>").
+type RebootstrapRequest struct{ Entrypoint string }
+
+func (r *RebootstrapRequest) Error() string { return "rebootstrap to " + r.Entrypoint }
+
+// RefusedError: the instance cannot start or join; restarting won't help.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// ErrExpelled: this instance has been expelled from the cluster.
+var ErrExpelled = errors.New("current instance is expelled from the cluster")
+
+// Entrypoints.
+const (
+	EntrypointBoot = "boot"
+	entryJoin      = "join:"
+)
+
+// Node is one running instance.
+type Node struct {
+	cfg   Config
+	log   *slog.Logger
+	db    *pebble.DB
+	meta  *meta.SM
+	res   *resolver
+	peers *peerPool
+
+	transport atomic.Pointer[multiraft.GRPCTransport]
+	hostPtr   atomic.Pointer[multiraft.Host]
+	g0        atomic.Pointer[multiraft.Group]
+
+	mu       sync.Mutex
+	ident    *Identity
+	disc     *discovery
+	rsGroups map[multiraft.GroupID]*multiraft.Group
+
+	shuttingDown atomic.Bool
+	fatal        chan error
+	expelled     chan struct{} // closed when this instance learns it is expelled
+	expelledOnce sync.Once
+	metrics      *Metrics
+}
+
+// NewNode makes a node over an open database.
+func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.TickInterval == 0 {
+		cfg.TickInterval = 100 * time.Millisecond
+	}
+	sm := meta.New()
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		db:       db,
+		meta:     sm,
+		res:      newResolver(sm),
+		peers:    newPeerPool(),
+		rsGroups: map[multiraft.GroupID]*multiraft.Group{},
+		fatal:    make(chan error, 1),
+		expelled: make(chan struct{}),
+		metrics:  m,
+	}
+	return n
+}
+
+// Meta returns group 0's state machine.
+func (n *Node) Meta() *meta.SM { return n.meta }
+
+// Group0 returns group 0 once this node runs it (nil before).
+func (n *Node) Group0() *multiraft.Group { return n.g0.Load() }
+
+// Identity returns the node's identity once known (nil before).
+func (n *Node) Identity() *Identity {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ident
+}
+
+func newUUID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// Run runs the instance until ctx ends (then shuts down gracefully), the
+// instance is expelled, or it fails. entrypoint is "" on a first start,
+// or what a RebootstrapRequest asked for.
+func (n *Node) Run(ctx context.Context, entrypoint string) error {
+	ident, err := loadIdentity(n.db)
+	if err != nil {
+		return &RefusedError{Err: fmt.Errorf("%w; wipe the data dir %s to start this instance afresh", err, n.cfg.DataDir)}
+	}
+	boot := false
+	switch {
+	case ident != nil:
+		if err := ident.checkRestart(n.cfg.ClusterID, n.cfg.InstanceID, n.cfg.ReplicasetID, n.cfg.FailureDomain); err != nil {
+			return &RefusedError{Err: err}
+		}
+		n.log.Info("restarting with the identity in the data dir (no discovery)", "instance_id", ident.InstanceID, "raft_id", ident.RaftID)
+	case entrypoint == EntrypointBoot:
+		boot = true
+		ident = &Identity{ClusterID: n.cfg.ClusterID, InstanceID: n.cfg.InstanceID, RaftID: 1, UUID: newUUID(),
+			ReplicasetID: n.cfg.ReplicasetID, FailureDomain: n.cfg.FailureDomain}
+		if ident.InstanceID == "" {
+			ident.InstanceID = "i1"
+		}
+		n.setDiscoveryResult(discoveryResult{bootstrap: true})
+		if err := saveIdentity(n.db, ident); err != nil {
+			return err
+		}
+		n.log.Info("bootstrapping a new cluster", "cluster_id", ident.ClusterID)
+	case strings.HasPrefix(entrypoint, entryJoin):
+		leader := strings.TrimPrefix(entrypoint, entryJoin)
+		n.setDiscoveryResult(discoveryResult{leader: leader})
+		ident, err = n.join(ctx, leader)
+		if err != nil {
+			return err
+		}
+	default:
+		return n.discover(ctx)
+	}
+	n.mu.Lock()
+	n.ident = ident
+	n.mu.Unlock()
+	n.res.setSelf(ident.RaftID, n.cfg.Advertise)
+	n.res.setBoot(ident.Peers, ident.PeersCommitIndex)
+
+	if err := n.startRaft(ident, boot); err != nil {
+		return err
+	}
+	defer n.stopRaft()
+	if err := n.ensureBooted(ctx, ident); err != nil {
+		return err
+	}
+	if inst := n.meta.State().InstanceByUUID(ident.UUID); inst != nil && inst.GetCurrentGrade().GetVariant() == meta.Expelled {
+		return &RefusedError{Err: ErrExpelled}
+	}
+	return n.serve(ctx)
+}
+
+func (n *Node) setDiscoveryResult(r discoveryResult) {
+	d := newDiscovery(n.cfg.Advertise, n.cfg.Peers)
+	d.decide(r)
+	n.mu.Lock()
+	n.disc = d
+	n.mu.Unlock()
+}
+
+// discover runs discovery and asks for a rebootstrap at its outcome.
+func (n *Node) discover(ctx context.Context) error {
+	d := newDiscovery(n.cfg.Advertise, n.cfg.Peers)
+	n.mu.Lock()
+	n.disc = d
+	n.mu.Unlock()
+	n.log.Info("discovering peers", "peers", n.cfg.Peers)
+	res, err := d.run(ctx, func(ctx context.Context, addr string, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error) {
+		c, err := n.peers.client(addr)
+		if err != nil {
+			return nil, err
+		}
+		return c.Discover(ctx, req)
+	}, 200*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	if res.bootstrap {
+		n.log.Info("discovery: this instance bootstraps the cluster")
+		return &RebootstrapRequest{Entrypoint: EntrypointBoot}
+	}
+	n.log.Info("discovery: joining", "leader", res.leader)
+	return &RebootstrapRequest{Entrypoint: entryJoin + res.leader}
+}
+
+// startRaft starts the host and opens group 0 and the replicaset group.
+func (n *Node) startRaft(ident *Identity, boot bool) error {
+	if err := n.meta.Load(n.db); err != nil {
+		return err
+	}
+	tr := multiraft.NewGRPCTransport(multiraft.GRPCTransportConfig{
+		NodeID: multiraft.NodeID(ident.RaftID), Resolver: n.res, Logger: n.log,
+	})
+	host, err := multiraft.NewHost(multiraft.Config{
+		NodeID:       multiraft.NodeID(ident.RaftID),
+		DB:           n.db,
+		SnapshotDir:  filepath.Join(n.cfg.DataDir, "snapshots"),
+		Transport:    tr,
+		Logger:       n.log,
+		TickInterval: n.cfg.TickInterval,
+		OnFatal: func(err error) {
+			select {
+			case n.fatal <- err:
+			default:
+			}
+			if n.cfg.OnFatal != nil {
+				n.cfg.OnFatal(err)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	tr.SetHandler(host)
+	n.transport.Store(tr)
+	if err := host.Start(); err != nil {
+		return err
+	}
+	n.hostPtr.Store(host)
+	var members []multiraft.NodeID
+	if boot {
+		members = []multiraft.NodeID{1}
+	}
+	g0, err := host.OpenGroup(multiraft.GroupConfig{ID: GroupMeta, Members: members, StateMachine: n.meta})
+	if err != nil {
+		return err
+	}
+	n.g0.Store(g0)
+	return nil
+}
+
+func (n *Node) stopRaft() {
+	if h := n.hostPtr.Load(); h != nil {
+		h.Stop()
+	}
+	if tr := n.transport.Load(); tr != nil {
+		tr.Close()
+	}
+	n.peers.close()
+}
+
+// ensureBooted proposes the cluster's first command on the bootstrap
+// instance (K6) and completes its identity from the result.
+func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
+	if ident.RaftID != 1 || ident.ClusterUUID != "" {
+		return nil
+	}
+	st := n.meta.State()
+	if !st.Booted() {
+		cmd := &metapb.Command{Op: &metapb.Command_Boot{Boot: &metapb.Boot{
+			Properties: &clusterv1.ClusterProperties{
+				ClusterId: ident.ClusterID, ClusterUuid: newUUID(),
+				ReplicationFactor: uint32(max(1, n.cfg.InitReplicationFactor)), BucketCount: meta.DefaultBucketCount,
+			},
+			First: n.joinRequest(ident.UUID),
+		}}}
+		for {
+			res, err := n.proposeMeta(ctx, cmd)
+			if err == nil && res.Err != nil {
+				return &RefusedError{Err: res.Err}
+			}
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			n.log.Info("waiting to propose the cluster's first entry", "err", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+		st = n.meta.State()
+	}
+	inst := st.InstanceByUUID(ident.UUID)
+	if inst == nil {
+		return &RefusedError{Err: fmt.Errorf("the cluster was bootstrapped by another instance; wipe the data dir %s", n.cfg.DataDir)}
+	}
+	ident.ClusterUUID = st.Props.GetClusterUuid()
+	ident.InstanceID = inst.GetInstanceId()
+	ident.ReplicasetID = inst.GetReplicasetId()
+	n.mu.Lock()
+	n.ident = ident
+	n.mu.Unlock()
+	return saveIdentity(n.db, ident)
+}
+
+func (n *Node) joinRequest(uuid string) *clusterv1.RaftJoinRequest {
+	return &clusterv1.RaftJoinRequest{
+		ClusterId:        n.cfg.ClusterID,
+		InstanceId:       n.cfg.InstanceID,
+		ReplicasetId:     n.cfg.ReplicasetID,
+		AdvertiseAddress: n.cfg.Advertise,
+		FailureDomain:    n.cfg.FailureDomain,
+		Uuid:             uuid,
+		HttpAddress:      n.cfg.HTTPAddress,
+	}
+}
+
+// selfInstance returns this node's record in group 0.
+func (n *Node) selfInstance() *clusterv1.Instance {
+	id := n.Identity()
+	if id == nil {
+		return nil
+	}
+	return n.meta.State().InstanceByUUID(id.UUID)
+}
+
+// serve runs the background loops, asks to go Online, and waits for the
+// end; then it shuts down gracefully (K13).
+func (n *Node) serve(ctx context.Context) error {
+	loops, stopLoops := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() {
+		stopLoops()
+		wg.Wait()
+	}()
+	wg.Go(func() { n.watch(loops) })
+	wg.Go(func() { newGovernor(n).run(loops) })
+	wg.Go(func() { n.selfSentinel(loops) })
+
+	n.requestTarget(ctx, meta.Online, "start")
+
+	select {
+	case <-ctx.Done():
+		n.shutdown()
+		return nil
+	case <-n.expelled:
+		n.log.Warn("this instance has been expelled from the cluster; exiting")
+		return ErrExpelled
+	case err := <-n.fatal:
+		return err
+	}
+}
+
+// watch follows group 0 for this instance: it opens the replicaset group
+// once the instance is placed, and reports expulsion.
+func (n *Node) watch(ctx context.Context) {
+	for {
+		ch := n.meta.Changed()
+		if inst := n.selfInstance(); inst != nil {
+			if inst.GetCurrentGrade().GetVariant() == meta.Expelled {
+				n.expelledOnce.Do(func() { close(n.expelled) })
+				return
+			}
+			n.ensureReplicasetGroup(inst)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
+}
+
+// ensureReplicasetGroup opens this instance's replicaset group: as its
+// only initial member on the replicaset's bootstrap instance, empty (to be
+// added by the group's leader) elsewhere.
+func (n *Node) ensureReplicasetGroup(inst *clusterv1.Instance) {
+	rs := n.meta.State().Replicasets[inst.GetReplicasetId()]
+	if rs == nil {
+		return
+	}
+	gid := multiraft.GroupID(rs.GetRaftGroupId())
+	n.mu.Lock()
+	_, open := n.rsGroups[gid]
+	n.mu.Unlock()
+	if open {
+		return
+	}
+	var members []multiraft.NodeID
+	if rs.GetBootstrapInstanceId() == inst.GetInstanceId() {
+		members = []multiraft.NodeID{multiraft.NodeID(inst.GetRaftId())}
+	}
+	h := n.hostPtr.Load()
+	g, err := h.OpenGroup(multiraft.GroupConfig{ID: gid, Members: members, StateMachine: replicaset.New(gid)})
+	if err != nil {
+		if !errors.Is(err, multiraft.ErrGroupExists) {
+			n.log.Error("cannot open the replicaset group", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "err", err)
+		}
+		return
+	}
+	n.mu.Lock()
+	n.rsGroups[gid] = g
+	n.mu.Unlock()
+	n.log.Info("replicaset group open", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "bootstrap", members != nil)
+}
+
+func (n *Node) group(gid multiraft.GroupID) *multiraft.Group {
+	if gid == GroupMeta {
+		return n.g0.Load()
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rsGroups[gid]
+}
+
+// requestTarget asks the leader to set this instance's target grade,
+// retrying until it is recorded or ctx ends. If the cluster answers that
+// this instance is expelled, it reports that on n.expelled.
+func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reason string) bool {
+	id := n.Identity()
+	backoff := 100 * time.Millisecond
+	for {
+		req := &clusterv1.UpdateInstanceRequest{
+			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: v, Reason: reason, Uuid: id.UUID,
+		}
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := n.UpdateInstance(rctx, req)
+		cancel()
+		if status.Code(err) == codes.Unavailable {
+			// This instance knows no leader (it may no longer be a member
+			// of group 0): ask the others, who forward to theirs.
+			err = n.askOthers(ctx, func(ctx context.Context, c clusterv1.ClusterServiceClient) error {
+				_, err := c.UpdateInstance(ctx, req)
+				return err
+			})
+		}
+		if err == nil {
+			return true
+		}
+		if status.Code(err) == codes.PermissionDenied {
+			n.log.Warn("the cluster refuses this instance", "err", err)
+			n.expelledOnce.Do(func() { close(n.expelled) })
+			return false
+		}
+		n.log.Info("cannot set own target grade yet", "target", meta.VariantName(v), "err", err)
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// askOthers tries call on every other known instance until one answers
+// with anything but Unavailable, and returns that answer.
+func (n *Node) askOthers(ctx context.Context, call func(context.Context, clusterv1.ClusterServiceClient) error) error {
+	err := status.Error(codes.Unavailable, "no other instance is known")
+	self := n.Identity().RaftID
+	for _, inst := range n.meta.State().SortedInstances() {
+		if inst.GetRaftId() == self || inst.GetCurrentGrade().GetVariant() == meta.Expelled {
+			continue
+		}
+		c, cerr := n.peers.client(inst.GetAddress())
+		if cerr != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = call(cctx, c)
+		cancel()
+		if status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
+			return err
+		}
+	}
+	return err
+}
+
+// shutdown asks for target Offline and waits, bounded, until current
+// Offline is applied here (K13). Without a quorum it gives up at the bound.
+func (n *Node) shutdown() {
+	n.shuttingDown.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
+	defer cancel()
+	n.log.Info("shutting down: asking for target grade Offline", "timeout", n.cfg.ShutdownTimeout)
+	if !n.requestTarget(ctx, meta.Offline, "shutdown") {
+		n.log.Warn("shutdown: target Offline not recorded in time (no leader or no quorum?)")
+		return
+	}
+	for {
+		ch := n.meta.Changed()
+		inst := n.selfInstance()
+		if v := inst.GetCurrentGrade().GetVariant(); v == meta.Offline || v == meta.Expelled {
+			n.log.Info("shutdown: current grade is Offline")
+			return
+		}
+		select {
+		case <-ctx.Done():
+			n.log.Warn("shutdown: current grade Offline not applied in time", "current", meta.FormatGrade(inst.GetCurrentGrade()))
+			return
+		case <-ch:
+		}
+	}
+}

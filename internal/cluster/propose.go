@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/multiraft"
+)
+
+// errNoGroup0: the node does not run group 0 yet (discovering or joining).
+var errNoGroup0 = status.Error(codes.Unavailable, "this instance is not part of a running cluster yet")
+
+// proposeMeta stamps a command with this node's clock and proposes it to
+// group 0, returning the state machine's result once applied here.
+func (n *Node) proposeMeta(ctx context.Context, c *metapb.Command) (meta.Result, error) {
+	g := n.g0.Load()
+	if g == nil {
+		return meta.Result{}, errNoGroup0
+	}
+	c.NowUnixMs = time.Now().UnixMilli()
+	data, err := meta.Encode(c)
+	if err != nil {
+		return meta.Result{}, err
+	}
+	v, err := g.Propose(ctx, data)
+	if err != nil {
+		return meta.Result{}, err
+	}
+	res, ok := v.(meta.Result)
+	if !ok {
+		return meta.Result{}, fmt.Errorf("cluster: unexpected group-0 result %T", v)
+	}
+	return res, nil
+}
+
+// statusError maps a refusal or an engine error to a gRPC status.
+func statusError(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	var ref *meta.Refusal
+	if errors.As(err, &ref) {
+		code := codes.FailedPrecondition
+		switch ref.Code {
+		case meta.CodeInvalid:
+			code = codes.InvalidArgument
+		case meta.CodeNotFound:
+			code = codes.NotFound
+		case meta.CodeAlreadyExists:
+			code = codes.AlreadyExists
+		case meta.CodeExpelled:
+			code = codes.PermissionDenied
+		}
+		return status.Error(code, ref.Msg)
+	}
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, multiraft.ErrOutcomeUnknown):
+		return status.Error(codes.DeadlineExceeded, err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, err.Error())
+	case errors.Is(err, multiraft.ErrProposalDropped), errors.Is(err, multiraft.ErrStopped):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// metaCall proposes and turns a refusal into an error.
+func (n *Node) metaCall(ctx context.Context, c *metapb.Command) (meta.Result, error) {
+	res, err := n.proposeMeta(ctx, c)
+	if err != nil {
+		return res, statusError(err)
+	}
+	if res.Err != nil {
+		return res, statusError(res.Err)
+	}
+	return res, nil
+}

@@ -1,0 +1,248 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+)
+
+// replicate is governor step 4: the instance becomes a member of its
+// replicaset's group and catches up with it (it has applied a barrier the
+// group's leader appended after adding it); then Replicated.
+func (gv *governor) replicate(ctx context.Context, st *meta.State, inst *clusterv1.Instance) error {
+	rs := st.Replicasets[inst.GetReplicasetId()]
+	if rs == nil {
+		return fmt.Errorf("instance %s: no replicaset %q", inst.GetInstanceId(), inst.GetReplicasetId())
+	}
+	gid := rs.GetRaftGroupId()
+	var index uint64
+	if rs.GetBootstrapInstanceId() == inst.GetInstanceId() && len(st.Members(rs.GetReplicasetId())) == 1 {
+		// The group's first member creates it; wait until it leads it.
+		p, err := gv.progress(ctx, inst)
+		if err != nil {
+			return err
+		}
+		if p.GetLeaders()[gid] == 0 {
+			return fmt.Errorf("%w: replicaset group %d of %s has no leader yet", errWaiting, gid, inst.GetInstanceId())
+		}
+	}
+	resp, err := gv.rsAdmin(ctx, st, rs, clusterv1.GroupAdminAction_GROUP_ADMIN_ACTION_BARRIER, 0)
+	if err != nil {
+		return fmt.Errorf("replicaset %s: %w", rs.GetReplicasetId(), err)
+	}
+	if !slices.Contains(resp.GetVoters(), inst.GetRaftId()) {
+		gv.log.Info("adding instance to its replicaset's group", "instance", inst.GetInstanceId(), "replicaset", rs.GetReplicasetId())
+		if _, err := gv.rsAdmin(ctx, st, rs, clusterv1.GroupAdminAction_GROUP_ADMIN_ACTION_ADD_VOTER, inst.GetRaftId()); err != nil {
+			return fmt.Errorf("replicaset %s: add %s: %w", rs.GetReplicasetId(), inst.GetInstanceId(), err)
+		}
+		if resp, err = gv.rsAdmin(ctx, st, rs, clusterv1.GroupAdminAction_GROUP_ADMIN_ACTION_BARRIER, 0); err != nil {
+			return err
+		}
+	}
+	index = resp.GetIndex()
+	if lead := st.InstanceByRaftID(resp.GetLeaderRaftId()); lead != nil {
+		if err := gv.setReplicasetLeader(ctx, rs, lead.GetInstanceId()); err != nil {
+			return err
+		}
+	}
+	// The instance must reach the barrier's index in its replicaset group.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := gv.progress(ctx, inst)
+		if err != nil {
+			return err
+		}
+		if p.GetApplied()[gid] >= index {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s has applied %d of %d in replicaset group %d", errWaiting, inst.GetInstanceId(), p.GetApplied()[gid], index, gid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return gv.setCurrent(ctx, inst, meta.Replicated)
+}
+
+// shardingInit is governor step 5: the first full replicaset gets every
+// bucket (once per cluster), the sharding configuration is pushed to every
+// instance in service, then ShardingInitialized.
+func (gv *governor) shardingInit(ctx context.Context, st *meta.State, inst *clusterv1.Instance) error {
+	if !st.Props.GetBucketsBootstrapped() {
+		if rs := st.Replicasets[inst.GetReplicasetId()]; rs != nil && gv.full(st, rs, meta.Replicated, inst) {
+			gv.log.Info("bootstrapping buckets", "replicaset", rs.GetReplicasetId(), "buckets", st.Props.GetBucketCount())
+			if _, err := gv.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+				Ranges: []*clusterv1.BucketRange{{First: 1, Last: st.Props.GetBucketCount(), ReplicasetId: rs.GetReplicasetId()}},
+			}}}); err != nil {
+				return err
+			}
+			st = gv.n.meta.State()
+		}
+	}
+	if err := gv.pushSharding(ctx, st, inst); err != nil {
+		return err
+	}
+	return gv.setCurrent(ctx, inst, meta.ShardingInitialized)
+}
+
+// toOnline is governor step 6: full replicasets without weight get one
+// (their share of buckets; the data layer moves them), the configuration is
+// pushed again, then Online.
+func (gv *governor) toOnline(ctx context.Context, st *meta.State, inst *clusterv1.Instance) error {
+	for _, rs := range st.SortedReplicasets() {
+		if rs.GetExpelled() || rs.GetWeight() != 0 || !gv.full(st, rs, meta.ShardingInitialized, nil) {
+			continue
+		}
+		gv.log.Info("replicaset is full: raising its weight", "replicaset", rs.GetReplicasetId())
+		if _, err := gv.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{
+			ReplicasetId: rs.GetReplicasetId(), Weight: new(uint32(1))}}}); err != nil {
+			return err
+		}
+		st = gv.n.meta.State()
+	}
+	if err := gv.pushSharding(ctx, st, inst); err != nil {
+		return err
+	}
+	return gv.setCurrent(ctx, inst, meta.Online)
+}
+
+// full reports whether a replicaset has the replication factor's number of
+// members in service, each at least at grade min (the instance being
+// advanced counts as there).
+func (gv *governor) full(st *meta.State, rs *clusterv1.Replicaset, min clusterv1.GradeVariant, advancing *clusterv1.Instance) bool {
+	ready := 0
+	for _, m := range st.Members(rs.GetReplicasetId()) {
+		if m.GetTargetGrade().GetVariant() != meta.Online {
+			continue
+		}
+		if advancing != nil && m.GetInstanceId() == advancing.GetInstanceId() || gradeAtLeast(m.GetCurrentGrade().GetVariant(), min) {
+			ready++
+		}
+	}
+	return uint32(ready) >= st.Props.GetReplicationFactor()
+}
+
+var gradeOrder = []clusterv1.GradeVariant{meta.Offline, meta.RaftSynced, meta.Replicated, meta.ShardingInitialized, meta.Online}
+
+func gradeAtLeast(v, min clusterv1.GradeVariant) bool {
+	return slices.Index(gradeOrder, v) >= slices.Index(gradeOrder, min) && slices.Contains(gradeOrder, v)
+}
+
+// pushSharding makes instances apply group 0 up to now, so they use the
+// current sharding configuration (K12 step 5). The instance being advanced
+// must confirm; the others in service are asked and may lag (an instance
+// that cannot answer is the sentinel's business).
+func (gv *governor) pushSharding(ctx context.Context, st *meta.State, must *clusterv1.Instance) error {
+	index := gv.n.g0.Load().Applied()
+	req := &clusterv1.SyncShardingRequest{CommitIndex: index, ShardingVersion: st.Props.GetShardingVersion()}
+	var mustErr error
+	for _, inst := range st.SortedInstances() {
+		isMust := must != nil && inst.GetInstanceId() == must.GetInstanceId()
+		if !isMust && (inst.GetTargetGrade().GetVariant() != meta.Online || !gradeAtLeast(inst.GetCurrentGrade().GetVariant(), meta.Replicated)) {
+			continue
+		}
+		c, err := gv.n.peers.client(inst.GetAddress())
+		if err == nil {
+			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err = c.SyncSharding(sctx, req)
+			cancel()
+		}
+		if err != nil && isMust {
+			mustErr = fmt.Errorf("push sharding configuration %d to %s: %w", req.GetShardingVersion(), inst.GetInstanceId(), err)
+		}
+	}
+	return mustErr
+}
+
+func (gv *governor) progress(ctx context.Context, inst *clusterv1.Instance) (*clusterv1.GetProgressResponse, error) {
+	c, err := gv.n.peers.client(inst.GetAddress())
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	p, err := c.GetProgress(pctx, &clusterv1.GetProgressRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("progress of %s: %w", inst.GetInstanceId(), err)
+	}
+	if p.GetRaftId() != inst.GetRaftId() {
+		return nil, fmt.Errorf("%s at %s answers as raft_id %d", inst.GetInstanceId(), inst.GetAddress(), p.GetRaftId())
+	}
+	return p, nil
+}
+
+// rsAdmin runs a GroupAdmin action on the leader of a replicaset's group,
+// trying the recorded leader first and then every member.
+func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *clusterv1.Replicaset, action clusterv1.GroupAdminAction, raftID uint64) (*clusterv1.GroupAdminResponse, error) {
+	members := st.Members(rs.GetReplicasetId())
+	slices.SortStableFunc(members, func(a, b *clusterv1.Instance) int {
+		switch {
+		case a.GetInstanceId() == rs.GetLeaderInstanceId():
+			return -1
+		case b.GetInstanceId() == rs.GetLeaderInstanceId():
+			return 1
+		}
+		return 0
+	})
+	var errs []error
+	for _, m := range members {
+		c, err := gv.n.peers.client(m.GetAddress())
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.GroupAdmin(actx, &clusterv1.GroupAdminRequest{GroupId: rs.GetRaftGroupId(), Action: action, RaftId: raftID})
+		cancel()
+		if err == nil {
+			return resp, nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", m.GetInstanceId(), err))
+	}
+	return nil, fmt.Errorf("no leader of replicaset group %d answered: %w", rs.GetRaftGroupId(), errors.Join(errs...))
+}
+
+// replicasetLeader returns the raft id leading a replicaset's group.
+func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *clusterv1.Replicaset) (uint64, error) {
+	for _, m := range st.Members(rs.GetReplicasetId()) {
+		if m.GetTargetGrade().GetVariant() != meta.Online && m.GetCurrentGrade().GetVariant() == meta.Offline {
+			continue
+		}
+		p, err := gv.progress(ctx, m)
+		if err != nil {
+			continue
+		}
+		if l := p.GetLeaders()[rs.GetRaftGroupId()]; l != 0 {
+			return l, nil
+		}
+	}
+	return 0, fmt.Errorf("replicaset %s: no member knows its leader", rs.GetReplicasetId())
+}
+
+// recordReplicasetLeaders keeps each replicaset's recorded leader (its
+// read-write instance) true, at most once every few seconds.
+func (gv *governor) recordReplicasetLeaders(ctx context.Context, st *meta.State) error {
+	if time.Since(gv.leadersChecked) < 3*time.Second {
+		return nil
+	}
+	gv.leadersChecked = time.Now()
+	for _, rs := range st.SortedReplicasets() {
+		if rs.GetExpelled() {
+			continue
+		}
+		l, err := gv.replicasetLeader(ctx, st, rs)
+		if err != nil {
+			continue
+		}
+		if inst := st.InstanceByRaftID(l); inst != nil && inst.GetInstanceId() != rs.GetLeaderInstanceId() {
+			gv.log.Info("replicaset leader changed", "replicaset", rs.GetReplicasetId(), "leader", inst.GetInstanceId())
+			return gv.setReplicasetLeader(ctx, rs, inst.GetInstanceId())
+		}
+	}
+	return nil
+}

@@ -1,0 +1,38 @@
+package cluster
+
+import (
+	"context"
+	"time"
+
+	"github.com/shardkit/shardkit/internal/meta"
+)
+
+// selfSentinel runs on every instance: while the instance is alive and not
+// shutting down, a target grade of Offline (set by the leader's sentinel
+// while it could not hear from us) is answered by asking for Online again,
+// with growing pauses.
+func (n *Node) selfSentinel(ctx context.Context) {
+	backoff := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if n.shuttingDown.Load() {
+			return
+		}
+		inst := n.selfInstance()
+		if inst == nil || inst.GetTargetGrade().GetVariant() != meta.Offline {
+			backoff = time.Second
+			continue
+		}
+		n.log.Info("target grade is Offline while this instance runs; asking for Online", "reason", inst.GetTargetReason())
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		ok := n.requestTarget(rctx, meta.Online, "auto-online")
+		cancel()
+		if !ok {
+			backoff = min(2*backoff, 30*time.Second)
+		}
+	}
+}

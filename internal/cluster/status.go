@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/multiraft"
+)
+
+// GetStatus implements ClusterService. It first catches up with the
+// leader (a read index); without a leader it answers from what it has.
+func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (*clusterv1.GetStatusResponse, error) {
+	g0 := n.g0.Load()
+	if g0 == nil {
+		return nil, errNoGroup0
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = g0.ReadIndex(rctx)
+	cancel()
+	return BuildStatus(n.meta.State(), g0.Status(), req.GetAll()), nil
+}
+
+// BuildStatus describes the cluster from group 0's state and this
+// member's view of group 0.
+func BuildStatus(st *meta.State, gs multiraft.Status, all bool) *clusterv1.GetStatusResponse {
+	resp := &clusterv1.GetStatusResponse{
+		ClusterId:    st.Props.GetClusterId(),
+		ClusterUuid:  st.Props.GetClusterUuid(),
+		LeaderRaftId: uint64(gs.Leader),
+		Term:         gs.Term,
+		CommitIndex:  gs.Commit,
+		Properties:   st.Props,
+	}
+	for _, v := range gs.Voters {
+		resp.Voters = append(resp.Voters, uint64(v))
+	}
+	for _, l := range gs.Learners {
+		resp.Learners = append(resp.Learners, uint64(l))
+	}
+	for _, inst := range st.SortedInstances() {
+		if !all && inst.GetCurrentGrade().GetVariant() == meta.Expelled {
+			continue
+		}
+		role := "none"
+		switch id := multiraft.NodeID(inst.GetRaftId()); {
+		case slices.Contains(gs.Voters, id) || slices.Contains(gs.VotersOutgoing, id):
+			role = "voter"
+		case slices.Contains(gs.Learners, id):
+			role = "learner"
+		}
+		resp.Instances = append(resp.Instances, &clusterv1.InstanceStatus{Instance: inst, RaftRole: role})
+	}
+	counts := st.BucketCounts()
+	targets := TargetBucketCounts(st)
+	for _, rs := range st.SortedReplicasets() {
+		if !all && rs.GetExpelled() {
+			continue
+		}
+		rss := &clusterv1.ReplicasetStatus{
+			Replicaset:        rs,
+			BucketCount:       uint32(counts[rs.GetReplicasetId()]),
+			TargetBucketCount: uint32(targets[rs.GetReplicasetId()]),
+		}
+		for _, m := range st.Members(rs.GetReplicasetId()) {
+			rss.Instances = append(rss.Instances, m.GetInstanceId())
+		}
+		resp.Replicasets = append(resp.Replicasets, rss)
+	}
+	return resp
+}
+
+// TargetBucketCounts is the distribution the weights ask for: each
+// replicaset's share of the buckets in proportion to its weight, the
+// remainder going to the largest fractions (ties by replicaset id).
+func TargetBucketCounts(st *meta.State) map[string]int {
+	total := int(st.Props.GetBucketCount())
+	var sum uint64
+	rss := st.SortedReplicasets()
+	for _, rs := range rss {
+		if !rs.GetExpelled() {
+			sum += uint64(rs.GetWeight())
+		}
+	}
+	out := map[string]int{}
+	if sum == 0 || total == 0 {
+		return out
+	}
+	type frac struct {
+		id  string
+		rem uint64
+	}
+	var fracs []frac
+	given := 0
+	for _, rs := range rss {
+		if rs.GetExpelled() || rs.GetWeight() == 0 {
+			continue
+		}
+		share := uint64(total) * uint64(rs.GetWeight())
+		out[rs.GetReplicasetId()] = int(share / sum)
+		given += int(share / sum)
+		fracs = append(fracs, frac{rs.GetReplicasetId(), share % sum})
+	}
+	slices.SortStableFunc(fracs, func(a, b frac) int {
+		switch {
+		case a.rem > b.rem:
+			return -1
+		case a.rem < b.rem:
+			return 1
+		}
+		return 0
+	})
+	for i := 0; given < total; i++ {
+		out[fracs[i%len(fracs)].id]++
+		given++
+	}
+	return out
+}

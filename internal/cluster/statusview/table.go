@@ -1,0 +1,77 @@
+package statusview
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable prints the status for people: a summary line, the
+// instances (the Raft leader marked with *), then the replicasets.
+func WriteTable(out io.Writer, st View) error {
+	leader := "none known"
+	for _, in := range st.Instances {
+		if st.LeaderRaftID != 0 && in.RaftID == st.LeaderRaftID {
+			leader = fmt.Sprintf("%s (raft_id %d)", in.InstanceID, in.RaftID)
+		}
+	}
+	if leader == "none known" && st.LeaderRaftID != 0 {
+		leader = fmt.Sprintf("raft_id %d", st.LeaderRaftID)
+	}
+	fmt.Fprintf(out, "cluster %s  uuid %s  term %d  commit %d  leader %s\n\n",
+		dash(st.ClusterID), dash(st.ClusterUUID), st.Term, st.CommitIndex, leader)
+
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "INSTANCE\tRAFT_ID\tREPLICASET\tROLE\tCURRENT\tTARGET\tADDRESS\tFAILURE_DOMAIN\tTARGET_REASON")
+	for _, in := range st.Instances {
+		name := in.InstanceID
+		if st.LeaderRaftID != 0 && in.RaftID == st.LeaderRaftID {
+			name += " *"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			dash(name), in.RaftID, dash(in.ReplicasetID), in.RaftRole,
+			gradeText(in.CurrentGrade), gradeText(in.TargetGrade),
+			dash(in.Address), FormatFailureDomain(in.FailureDomain), dash(in.TargetReason))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "(* the Raft leader; %d instances)\n\n", len(st.Instances))
+
+	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICASET\tLEADER\tWEIGHT\tBUCKETS\tTARGET_BUCKETS\tINSTANCES")
+	for _, rs := range st.Replicasets {
+		name := rs.ReplicasetID
+		if rs.Expelled {
+			name += " (expelled)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%s\n",
+			dash(name), dash(rs.LeaderInstanceID), rs.Weight, rs.BucketCount, rs.TargetBucketCount,
+			dash(strings.Join(rs.Instances, ",")))
+	}
+	return tw.Flush()
+}
+
+func gradeText(g Grade) string { return fmt.Sprintf("%s(%d)", g.Variant, g.Incarnation) }
+
+// FormatFailureDomain renders failure-domain pairs as k=v,... sorted ("-" when none).
+func FormatFailureDomain(fd map[string]string) string {
+	if len(fd) == 0 {
+		return "-"
+	}
+	pairs := make([]string, 0, len(fd))
+	for k, v := range fd {
+		pairs = append(pairs, k+"="+v)
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

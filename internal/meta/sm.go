@@ -1,0 +1,251 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// Result is what applying one command returns to its proposer.
+type Result struct {
+	Instance *clusterv1.Instance
+	Lease    *clusterv1.Lease
+	Granted  bool
+	// Err is a *Refusal when the command was not allowed.
+	Err error
+}
+
+// SM is group 0's state machine.
+type SM struct {
+	state atomic.Pointer[State]
+
+	mu      sync.Mutex
+	changed chan struct{}
+}
+
+var _ multiraft.StateMachine = (*SM)(nil)
+
+// New returns a state machine with an empty state; call Load to read the
+// persisted one.
+func New() *SM {
+	sm := &SM{changed: make(chan struct{})}
+	sm.state.Store(emptyState())
+	return sm
+}
+
+// State returns the current state. It never changes; a newer one replaces it.
+func (sm *SM) State() *State { return sm.state.Load() }
+
+// Changed returns a channel closed at the next change of state.
+func (sm *SM) Changed() <-chan struct{} {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	return sm.changed
+}
+
+func (sm *SM) publish(s *State) {
+	sm.state.Store(s)
+	sm.mu.Lock()
+	close(sm.changed)
+	sm.changed = make(chan struct{})
+	sm.mu.Unlock()
+}
+
+// Encode marshals a command for Group.Propose.
+func Encode(c *metapb.Command) ([]byte, error) { return proto.Marshal(c) }
+
+// Apply implements multiraft.StateMachine.
+func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
+	st := sm.State().clone()
+	out := make([]any, len(entries))
+	for i, e := range entries {
+		cmd := &metapb.Command{}
+		if err := proto.Unmarshal(e.Cmd, cmd); err != nil {
+			out[i] = Result{Err: refuse(CodeInvalid, "undecodable group-0 command at %d: %v", e.Index, err)}
+			continue
+		}
+		t := &txn{s: st, b: b, index: e.Index, now: max(cmd.GetNowUnixMs(), st.Clock)}
+		res := t.apply(cmd)
+		if t.err != nil {
+			return nil, t.err
+		}
+		st.Index, st.Clock = e.Index, t.now
+		out[i] = res
+	}
+	if err := b.Set(keyIndex, binary.BigEndian.AppendUint64(nil, st.Index), nil); err != nil {
+		return nil, err
+	}
+	if err := b.Set(keyClock, binary.BigEndian.AppendUint64(nil, uint64(st.Clock)), nil); err != nil {
+		return nil, err
+	}
+	sm.publish(st)
+	return out, nil
+}
+
+// Snapshot implements multiraft.StateMachine.
+func (sm *SM) Snapshot(ctx context.Context, r pebble.Reader, w io.Writer) error {
+	return storage.WritePrefixSnapshot(ctx, r, []byte(prefix), w)
+}
+
+// Restore implements multiraft.StateMachine.
+func (sm *SM) Restore(ctx context.Context, db *pebble.DB, r io.Reader) error {
+	if err := storage.RestorePrefixSnapshot(ctx, db, []byte(prefix), r); err != nil {
+		return err
+	}
+	return sm.Load(db)
+}
+
+// Load reads the persisted state.
+func (sm *SM) Load(r pebble.Reader) error {
+	st := emptyState()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: []byte(prefix), UpperBound: storage.PrefixEnd([]byte(prefix))})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	var buckets map[uint32]string
+	for ok := it.First(); ok; ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		var err error
+		switch {
+		case bytes.Equal(k, keyProps):
+			p := &clusterv1.ClusterProperties{}
+			err = proto.Unmarshal(v, p)
+			st.Props = p
+		case bytes.Equal(k, keyClock) && len(v) == 8:
+			st.Clock = int64(binary.BigEndian.Uint64(v))
+		case bytes.Equal(k, keyIndex) && len(v) == 8:
+			st.Index = binary.BigEndian.Uint64(v)
+		case bytes.HasPrefix(k, []byte(prefixInstance)):
+			inst := &clusterv1.Instance{}
+			err = proto.Unmarshal(v, inst)
+			st.Instances[inst.GetInstanceId()] = inst
+		case bytes.HasPrefix(k, []byte(prefixReplicaset)):
+			rs := &clusterv1.Replicaset{}
+			err = proto.Unmarshal(v, rs)
+			st.Replicasets[rs.GetReplicasetId()] = rs
+		case bytes.HasPrefix(k, []byte(prefixLease)):
+			l := &clusterv1.Lease{}
+			err = proto.Unmarshal(v, l)
+			st.Leases[l.GetName()] = l
+		case bytes.HasPrefix(k, []byte(prefixBucket)) && len(k) == len(prefixBucket)+4:
+			if buckets == nil {
+				buckets = map[uint32]string{}
+			}
+			buckets[binary.BigEndian.Uint32(k[len(prefixBucket):])] = string(v)
+		default:
+			err = fmt.Errorf("unknown key")
+		}
+		if err != nil {
+			return fmt.Errorf("meta: load %q: %w", k, err)
+		}
+	}
+	if err := it.Error(); err != nil {
+		return err
+	}
+	if st.Props != nil {
+		st.Buckets = make([]string, st.Props.GetBucketCount())
+		for b, rs := range buckets {
+			if b >= 1 && int(b) <= len(st.Buckets) {
+				st.Buckets[b-1] = rs
+			}
+		}
+	}
+	sm.publish(st)
+	return nil
+}
+
+// txn applies one command to a state and writes what changed into a batch.
+type txn struct {
+	s     *State
+	b     *pebble.Batch
+	index uint64
+	now   int64
+	err   error // a storage failure: stops the group
+}
+
+func (t *txn) write(key []byte, m proto.Message) {
+	if t.err != nil {
+		return
+	}
+	v, err := proto.Marshal(m)
+	if err == nil {
+		err = t.b.Set(key, v, nil)
+	}
+	t.err = err
+}
+
+func (t *txn) putInstance(inst *clusterv1.Instance) {
+	inst.CommitIndex = t.index
+	t.s.putInstance(inst)
+	t.write(keyInstance(inst.GetInstanceId()), inst)
+}
+
+func (t *txn) putReplicaset(rs *clusterv1.Replicaset) {
+	t.s.putReplicaset(rs)
+	t.write(keyReplicaset(rs.GetReplicasetId()), rs)
+}
+
+func (t *txn) putProps(p *clusterv1.ClusterProperties) {
+	t.s.setProps(p)
+	t.write(keyProps, p)
+}
+
+func (t *txn) putLease(l *clusterv1.Lease) {
+	t.s.Leases[l.GetName()] = l
+	t.write(keyLease(l.GetName()), l)
+}
+
+func (t *txn) putBuckets(first, last uint32, rs string) {
+	t.s.setBuckets(first, last, rs)
+	for i := first; i <= last && t.err == nil; i++ {
+		t.err = t.b.Set(keyBucket(i), []byte(rs), nil)
+	}
+}
+
+func (t *txn) apply(c *metapb.Command) Result {
+	if c.GetBoot() == nil && !t.s.Booted() {
+		return Result{Err: refuse(CodeFailedPrecondition, "the cluster is not bootstrapped yet")}
+	}
+	switch op := c.GetOp().(type) {
+	case *metapb.Command_Boot:
+		return t.boot(op.Boot)
+	case *metapb.Command_Join:
+		return t.join(op.Join.GetRequest())
+	case *metapb.Command_SetTargetGrade:
+		return t.setTargetGrade(op.SetTargetGrade)
+	case *metapb.Command_SetCurrentGrade:
+		return t.setCurrentGrade(op.SetCurrentGrade)
+	case *metapb.Command_SetReplicaset:
+		return t.setReplicaset(op.SetReplicaset)
+	case *metapb.Command_AssignBuckets:
+		return t.assignBuckets(op.AssignBuckets)
+	case *metapb.Command_BumpSharding:
+		p := t.s.editProps()
+		p.ShardingVersion++
+		t.putProps(p)
+		return Result{}
+	case *metapb.Command_AcquireLease:
+		return t.acquireLease(op.AcquireLease)
+	case *metapb.Command_RenewLease:
+		return t.renewLease(op.RenewLease)
+	case *metapb.Command_ReleaseLease:
+		return t.releaseLease(op.ReleaseLease)
+	case *metapb.Command_SetAddress:
+		return t.setAddress(op.SetAddress)
+	default:
+		return Result{Err: refuse(CodeInvalid, "unknown group-0 command %T", op)}
+	}
+}

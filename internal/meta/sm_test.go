@@ -1,0 +1,371 @@
+package meta
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// fixture applies commands to a state machine over an in-memory Pebble,
+// the way the engine does: one indexed batch per run, committed after.
+type fixture struct {
+	t     *testing.T
+	db    *pebble.DB
+	sm    *SM
+	index uint64
+	now   int64
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return &fixture{t: t, db: db, sm: New(), index: 10, now: 1_000_000}
+}
+
+func (f *fixture) apply(c *metapb.Command) Result {
+	f.t.Helper()
+	f.index++
+	if c.NowUnixMs == 0 {
+		c.NowUnixMs = f.now
+	}
+	data, err := Encode(c)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	b := f.db.NewIndexedBatch()
+	defer b.Close()
+	out, err := f.sm.Apply(b, []multiraft.Entry{{Index: f.index, Term: 1, Cmd: data}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		f.t.Fatal(err)
+	}
+	return out[0].(Result)
+}
+
+func (f *fixture) must(c *metapb.Command) Result {
+	f.t.Helper()
+	r := f.apply(c)
+	if r.Err != nil {
+		f.t.Fatalf("command %v refused: %v", c, r.Err)
+	}
+	return r
+}
+
+func (f *fixture) refused(c *metapb.Command, wantMsg string) {
+	f.t.Helper()
+	r := f.apply(c)
+	var ref *Refusal
+	if !errors.As(r.Err, &ref) {
+		f.t.Fatalf("command %v: got %v, want a refusal containing %q", c, r.Err, wantMsg)
+	}
+	if !strings.Contains(ref.Msg, wantMsg) {
+		f.t.Fatalf("refusal %q does not contain %q", ref.Msg, wantMsg)
+	}
+}
+
+func joinReq(id, rs string, fd map[string]string) *clusterv1.RaftJoinRequest {
+	uuid := "uuid-" + id
+	if id == "" {
+		uuid = fmt.Sprintf("uuid-anon-%p", &fd)
+	}
+	return &clusterv1.RaftJoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: "127.0.0.1:1", FailureDomain: fd, Uuid: uuid}
+}
+
+func bootCmd(rf uint32, first *clusterv1.RaftJoinRequest) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_Boot{Boot: &metapb.Boot{
+		Properties: &clusterv1.ClusterProperties{ClusterId: "c1", ClusterUuid: "cu", ReplicationFactor: rf},
+		First:      first,
+	}}}
+}
+
+func joinCmd(r *clusterv1.RaftJoinRequest) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: r}}}
+}
+
+func targetCmd(id string, v clusterv1.GradeVariant) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{InstanceId: id, Variant: v, Reason: "test"}}}
+}
+
+func currentCmd(inst *clusterv1.Instance, v clusterv1.GradeVariant) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
+		InstanceId: inst.GetInstanceId(), Variant: v, ExpectedTarget: inst.GetTargetGrade()}}}
+}
+
+func TestBootAndJoinAssignFreshRaftIDs(t *testing.T) {
+	f := newFixture(t)
+	r := f.must(bootCmd(1, joinReq("", "", nil)))
+	if r.Instance.GetRaftId() != 1 || r.Instance.GetInstanceId() != "i1" || r.Instance.GetReplicasetId() != "r1" {
+		t.Fatalf("first instance %v, want raft_id 1, i1, r1", r.Instance)
+	}
+	st := f.sm.State()
+	if len(st.Buckets) != DefaultBucketCount || st.Props.GetReplicationFactor() != 1 {
+		t.Fatalf("props %v, %d buckets", st.Props, len(st.Buckets))
+	}
+	if rs := st.Replicasets["r1"]; rs.GetWeight() != 1 || rs.GetRaftGroupId() != 1 || rs.GetBootstrapInstanceId() != "i1" {
+		t.Fatalf("first replicaset %v", rs)
+	}
+	r2 := f.must(joinCmd(joinReq("", "", nil)))
+	if r2.Instance.GetRaftId() != 2 || r2.Instance.GetInstanceId() != "i2" || r2.Instance.GetReplicasetId() != "r2" {
+		t.Fatalf("second instance %v, want raft_id 2, i2, r2 (RF 1)", r2.Instance)
+	}
+	if w := f.sm.State().Replicasets["r2"].GetWeight(); w != 0 {
+		t.Fatalf("a later replicaset starts with weight %d, want 0", w)
+	}
+	if g := r2.Instance.GetCurrentGrade(); g.GetVariant() != Offline || r2.Instance.GetTargetGrade().GetVariant() != Offline {
+		t.Fatalf("a joiner starts %v, want Offline/Offline", g)
+	}
+	if r2.Instance.GetCommitIndex() != f.index {
+		t.Fatalf("record commit index %d, want the entry's %d", r2.Instance.GetCommitIndex(), f.index)
+	}
+	// raft ids are never reused, even after expel.
+	f.must(targetCmd("i2", Expelled))
+	inst := f.sm.State().Instance("i2")
+	f.must(currentCmd(inst, Expelled))
+	r3 := f.must(joinCmd(joinReq("i2", "", nil)))
+	if r3.Instance.GetRaftId() != 3 {
+		t.Fatalf("rejoin of an expelled name got raft_id %d, want 3", r3.Instance.GetRaftId())
+	}
+}
+
+func TestJoinRefusals(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", map[string]string{"dc": "x"})))
+	bad := joinReq("b", "", map[string]string{"dc": "y"})
+	bad.ClusterId = "other"
+	f.refused(joinCmd(bad), `cluster_id mismatch: instance has "other", cluster has "c1"`)
+	dup := joinReq("a", "", map[string]string{"dc": "y"})
+	dup.Uuid = "another-uuid"
+	f.refused(joinCmd(dup), `instance "a" is already joined`)
+	f.refused(joinCmd(joinReq("c", "", nil)), "missing failure domain names: dc")
+	f.refused(joinCmd(joinReq("bad id!", "", map[string]string{"dc": "y"})), "invalid instance_id")
+	noAddr := joinReq("d", "", map[string]string{"dc": "y"})
+	noAddr.AdvertiseAddress = ""
+	f.refused(joinCmd(noAddr), "advertise address")
+	// Nothing was recorded by the refusals.
+	if n := len(f.sm.State().Instances); n != 1 {
+		t.Fatalf("%d instances after refused joins, want 1", n)
+	}
+}
+
+func TestRejoinSameUUIDIsIdempotentWhileOffline(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	first := f.must(joinCmd(joinReq("b", "", nil))).Instance
+	again := f.must(joinCmd(joinReq("b", "", nil))).Instance
+	if again.GetRaftId() != first.GetRaftId() {
+		t.Fatalf("rejoin got raft_id %d, first join %d", again.GetRaftId(), first.GetRaftId())
+	}
+	other := joinReq("b2", "", nil)
+	other.Uuid = "uuid-b"
+	f.refused(joinCmd(other), "different instance_id")
+	f.must(targetCmd("b", Online))
+	f.must(currentCmd(f.sm.State().Instance("b"), RaftSynced))
+	f.refused(joinCmd(joinReq("b", "", nil)), "is not Offline")
+}
+
+func TestPlacementByReplicationFactorAndFailureDomain(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(2, joinReq("i1", "", map[string]string{"dc": "a"})))
+	place := func(id, dc string) string {
+		return f.must(joinCmd(joinReq(id, "", map[string]string{"dc": dc}))).Instance.GetReplicasetId()
+	}
+	// Same dc as i1: not with it.
+	if rs := place("i2", "a"); rs != "r2" {
+		t.Fatalf("i2 (dc a) placed in %s, want r2", rs)
+	}
+	// Another dc: fills r1.
+	if rs := place("i3", "b"); rs != "r1" {
+		t.Fatalf("i3 (dc b) placed in %s, want r1", rs)
+	}
+	if rs := place("i4", "b"); rs != "r2" {
+		t.Fatalf("i4 (dc b) placed in %s, want r2", rs)
+	}
+	// Both full: a new one.
+	if rs := place("i5", "c"); rs != "r3" {
+		t.Fatalf("i5 placed in %s, want r3", rs)
+	}
+	// An explicit replicaset wins, even when full.
+	if rs := f.must(joinCmd(joinReq("i6", "r1", map[string]string{"dc": "a"}))).Instance.GetReplicasetId(); rs != "r1" {
+		t.Fatalf("explicit r1 placed in %s", rs)
+	}
+	if n := len(f.sm.State().Members("r1")); n != 3 {
+		t.Fatalf("r1 has %d members, want 3", n)
+	}
+}
+
+func TestGradeIncarnations(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	inst := f.must(targetCmd("a", Online)).Instance
+	if g := inst.GetTargetGrade(); g.GetVariant() != Online || g.GetIncarnation() != 1 {
+		t.Fatalf("target after Online: %v, want Online(1)", g)
+	}
+	inst = f.must(currentCmd(inst, RaftSynced)).Instance
+	if g := inst.GetCurrentGrade(); g.GetVariant() != RaftSynced || g.GetIncarnation() != 1 {
+		t.Fatalf("current %v, want RaftSynced(1): copied from the target", g)
+	}
+	f.must(currentCmd(inst, Online))
+	inst = f.must(targetCmd("a", Offline)).Instance
+	if g := inst.GetTargetGrade(); g.GetVariant() != Offline || g.GetIncarnation() != 1 {
+		t.Fatalf("target Offline: %v, want Offline(1): copied from the current", g)
+	}
+	f.must(currentCmd(inst, Offline))
+	inst = f.must(targetCmd("a", Online)).Instance
+	if g := inst.GetTargetGrade(); g.GetIncarnation() != 2 {
+		t.Fatalf("restart: target %v, want Online(2)", g)
+	}
+	// A decision made on an older target is dropped.
+	stale := &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
+		InstanceId: "a", Variant: Online, ExpectedTarget: &clusterv1.Grade{Variant: Online, Incarnation: 1}}}}
+	f.refused(stale, "target grade is Online(2), not Online(1)")
+	// Expelled is terminal.
+	f.must(targetCmd("a", Expelled))
+	f.refused(targetCmd("a", Online), "is being expelled")
+	f.must(currentCmd(f.sm.State().Instance("a"), Expelled))
+	f.refused(targetCmd("a", Offline), "cannot update expelled instance")
+	f.refused(targetCmd("a", RaftSynced), "cannot be requested")
+}
+
+func leaseCmd(op string, name, holder string, ticket uint64, ttl int64, now int64) *metapb.Command {
+	c := &metapb.Command{NowUnixMs: now}
+	switch op {
+	case "acquire":
+		c.Op = &metapb.Command_AcquireLease{AcquireLease: &metapb.AcquireLease{Name: name, Holder: holder, TtlMs: ttl}}
+	case "renew":
+		c.Op = &metapb.Command_RenewLease{RenewLease: &metapb.RenewLease{Name: name, Holder: holder, Ticket: ticket, TtlMs: ttl}}
+	case "release":
+		c.Op = &metapb.Command_ReleaseLease{ReleaseLease: &metapb.ReleaseLease{Name: name, Holder: holder, Ticket: ticket}}
+	}
+	return c
+}
+
+func TestLeasesFenceWithGrowingTickets(t *testing.T) {
+	f := newFixture(t)
+	f.now = 1
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	a := f.must(leaseCmd("acquire", "shard-1", "A", 0, 1000, 5000))
+	b := f.must(leaseCmd("acquire", "shard-1", "B", 0, 1000, 5001))
+	if !a.Granted || b.Granted || b.Lease.GetHolder() != "A" {
+		t.Fatalf("race: A granted=%v, B granted=%v (holder %q): exactly A must win", a.Granted, b.Granted, b.Lease.GetHolder())
+	}
+	// Renew with the right ticket works; with a wrong one it does not.
+	if r := f.must(leaseCmd("renew", "shard-1", "A", a.Lease.GetTicket(), 1000, 5500)); !r.Granted || r.Lease.GetExpiresUnixMs() != 6500 {
+		t.Fatalf("renew: %+v", r)
+	}
+	if r := f.must(leaseCmd("renew", "shard-1", "A", a.Lease.GetTicket()+1, 1000, 5600)); r.Granted {
+		t.Fatal("renew with a wrong ticket succeeded")
+	}
+	// A stamp from the past does not move the clock back: B still cannot take it.
+	if r := f.must(leaseCmd("acquire", "shard-1", "B", 0, 1000, 100)); r.Granted {
+		t.Fatal("a stale clock stamp let B take a held lease")
+	}
+	// After expiry B gets it with a larger ticket; A's late renewal fails.
+	b2 := f.must(leaseCmd("acquire", "shard-1", "B", 0, 1000, 6501))
+	if !b2.Granted || b2.Lease.GetTicket() <= a.Lease.GetTicket() {
+		t.Fatalf("after expiry B: %+v, want granted with ticket > %d", b2, a.Lease.GetTicket())
+	}
+	if r := f.must(leaseCmd("renew", "shard-1", "A", a.Lease.GetTicket(), 1000, 6502)); r.Granted {
+		t.Fatal("the old holder renewed after losing the lease")
+	}
+	// Release keeps the ticket growing.
+	f.must(leaseCmd("release", "shard-1", "B", b2.Lease.GetTicket(), 0, 6600))
+	a3 := f.must(leaseCmd("acquire", "shard-1", "A", 0, 1000, 6601))
+	if !a3.Granted || a3.Lease.GetTicket() != b2.Lease.GetTicket()+1 {
+		t.Fatalf("after release: %+v, want ticket %d", a3, b2.Lease.GetTicket()+1)
+	}
+	f.refused(leaseCmd("acquire", "", "A", 0, 1000, 7000), "lease name is empty")
+	f.refused(leaseCmd("acquire", "x", "A", 0, 0, 7000), "ttl")
+}
+
+func TestBucketsAndShardingVersion(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	v0 := f.sm.State().Props.GetShardingVersion()
+	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*clusterv1.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+	st := f.sm.State()
+	if st.BucketCounts()["r1"] != DefaultBucketCount || !st.Props.GetBucketsBootstrapped() || st.Props.GetShardingVersion() != v0+1 {
+		t.Fatalf("after assign: counts %v, props %v", st.BucketCounts(), st.Props)
+	}
+	f.refused(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*clusterv1.BucketRange{{First: 0, Last: 5, ReplicasetId: "r1"}}}}}, "outside")
+}
+
+func TestStateSurvivesReloadAndSnapshot(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(2, joinReq("a", "", map[string]string{"dc": "x"})))
+	f.must(joinCmd(joinReq("b", "", map[string]string{"dc": "y"})))
+	f.must(leaseCmd("acquire", "l", "A", 0, 1000, 9000))
+	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*clusterv1.BucketRange{{First: 1, Last: 10, ReplicasetId: "r1"}}}}})
+	want := f.sm.State()
+
+	check := func(what string, got *State) {
+		t.Helper()
+		if got.Index != want.Index || got.Clock != want.Clock || len(got.Instances) != 2 ||
+			got.Instance("b").GetReplicasetId() != "r1" || got.Leases["l"].GetTicket() != 1 ||
+			got.BucketCounts()["r1"] != 10 || got.Props.GetFailureDomainKeys()[0] != "dc" {
+			t.Fatalf("%s: state differs: %+v", what, got)
+		}
+	}
+	reloaded := New()
+	if err := reloaded.Load(f.db); err != nil {
+		t.Fatal(err)
+	}
+	check("reload", reloaded.State())
+
+	var buf bytes.Buffer
+	if err := f.sm.Snapshot(context.Background(), f.db, &buf); err != nil {
+		t.Fatal(err)
+	}
+	other := newFixture(t)
+	other.must(bootCmd(1, joinReq("zzz", "", nil))) // state to be replaced
+	if err := other.sm.Restore(context.Background(), other.db, &buf); err != nil {
+		t.Fatal(err)
+	}
+	check("restore", other.sm.State())
+	if other.sm.State().Instance("zzz") != nil {
+		t.Fatal("restore kept an instance of the replaced state")
+	}
+}
+
+func FuzzApply(f *testing.F) {
+	seed, _ := Encode(joinCmd(joinReq("x", "", nil)))
+	f.Add(seed)
+	f.Add([]byte{0x52, 0x03, 0x0a, 0x01})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		sm := New()
+		b := db.NewIndexedBatch()
+		defer b.Close()
+		bootData, _ := Encode(bootCmd(1, joinReq("a", "", nil)))
+		out, err := sm.Apply(b, []multiraft.Entry{{Index: 1, Cmd: bootData}, {Index: 2, Cmd: data}})
+		if err != nil {
+			t.Fatalf("a command made apply fail: %v", err)
+		}
+		if len(out) != 2 {
+			t.Fatalf("%d results", len(out))
+		}
+	})
+}

@@ -1,0 +1,155 @@
+package meta
+
+import (
+	"maps"
+	"slices"
+
+	"google.golang.org/protobuf/proto"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+)
+
+// State is an immutable view of group 0 at one applied index. Readers get
+// it from SM.State and must not modify it.
+type State struct {
+	// Index is the log index of the last command this state reflects.
+	Index uint64
+	// Clock is the latest leader-stamped time seen (Unix ms).
+	Clock int64
+	// Props is nil until the cluster is booted.
+	Props       *clusterv1.ClusterProperties
+	Instances   map[string]*clusterv1.Instance
+	Replicasets map[string]*clusterv1.Replicaset
+	// Buckets[i] is the replicaset of bucket i+1 ("" while unassigned).
+	Buckets []string
+	Leases  map[string]*clusterv1.Lease
+}
+
+func emptyState() *State {
+	return &State{
+		Instances:   map[string]*clusterv1.Instance{},
+		Replicasets: map[string]*clusterv1.Replicaset{},
+		Leases:      map[string]*clusterv1.Lease{},
+	}
+}
+
+// clone returns a copy whose maps and slices may be changed; the records in
+// them are shared and must be cloned before they are changed.
+func (s *State) clone() *State {
+	return &State{
+		Index:       s.Index,
+		Clock:       s.Clock,
+		Props:       s.Props,
+		Instances:   maps.Clone(s.Instances),
+		Replicasets: maps.Clone(s.Replicasets),
+		Buckets:     s.Buckets, // copied on write by setBuckets
+		Leases:      maps.Clone(s.Leases),
+	}
+}
+
+// Booted reports whether the cluster has been bootstrapped.
+func (s *State) Booted() bool { return s.Props != nil }
+
+// Instance returns an instance by id.
+func (s *State) Instance(id string) *clusterv1.Instance { return s.Instances[id] }
+
+// InstanceByRaftID returns the instance with a raft id (nil if none).
+func (s *State) InstanceByRaftID(raftID uint64) *clusterv1.Instance {
+	for _, inst := range s.Instances {
+		if inst.GetRaftId() == raftID {
+			return inst
+		}
+	}
+	return nil
+}
+
+// InstanceByUUID returns the instance with a uuid (nil if none).
+func (s *State) InstanceByUUID(uuid string) *clusterv1.Instance {
+	for _, inst := range s.Instances {
+		if inst.GetUuid() == uuid {
+			return inst
+		}
+	}
+	return nil
+}
+
+// SortedInstances returns every instance, by raft id.
+func (s *State) SortedInstances() []*clusterv1.Instance {
+	out := slices.Collect(maps.Values(s.Instances))
+	slices.SortFunc(out, func(a, b *clusterv1.Instance) int { return cmpU64(a.GetRaftId(), b.GetRaftId()) })
+	return out
+}
+
+// SortedReplicasets returns every replicaset, by id.
+func (s *State) SortedReplicasets() []*clusterv1.Replicaset {
+	out := slices.Collect(maps.Values(s.Replicasets))
+	slices.SortFunc(out, func(a, b *clusterv1.Replicaset) int { return cmpString(a.GetReplicasetId(), b.GetReplicasetId()) })
+	return out
+}
+
+// Members returns the non-expelled instances of a replicaset, by raft id.
+func (s *State) Members(replicasetID string) []*clusterv1.Instance {
+	var out []*clusterv1.Instance
+	for _, inst := range s.SortedInstances() {
+		if inst.GetReplicasetId() == replicasetID && !IsExpelled(inst) {
+			out = append(out, inst)
+		}
+	}
+	return out
+}
+
+// BucketCounts returns how many buckets each replicaset holds now.
+func (s *State) BucketCounts() map[string]int {
+	out := map[string]int{}
+	for _, rs := range s.Buckets {
+		if rs != "" {
+			out[rs]++
+		}
+	}
+	return out
+}
+
+// IsExpelled reports whether an instance's current or target grade is Expelled.
+func IsExpelled(inst *clusterv1.Instance) bool {
+	return inst.GetCurrentGrade().GetVariant() == Expelled || inst.GetTargetGrade().GetVariant() == Expelled
+}
+
+func (s *State) putInstance(inst *clusterv1.Instance) { s.Instances[inst.GetInstanceId()] = inst }
+
+func (s *State) putReplicaset(rs *clusterv1.Replicaset) { s.Replicasets[rs.GetReplicasetId()] = rs }
+
+func (s *State) setProps(p *clusterv1.ClusterProperties) { s.Props = p }
+
+func (s *State) editProps() *clusterv1.ClusterProperties {
+	p := proto.CloneOf(s.Props)
+	s.Props = p
+	return p
+}
+
+func (s *State) setBuckets(first, last uint32, rs string) {
+	b := slices.Clone(s.Buckets)
+	for i := first; i <= last; i++ {
+		b[i-1] = rs
+	}
+	s.Buckets = b
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

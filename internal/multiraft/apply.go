@@ -1,0 +1,271 @@
+package multiraft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrOutcomeUnknown: the caller stopped waiting (or the entry was covered
+// by a snapshot) before the proposal's fate was known; it may or may not
+// have been applied.
+var ErrOutcomeUnknown = errors.New("multiraft: outcome unknown, the proposal may or may not be applied")
+
+type appliedResult struct {
+	id    uint64
+	index uint64
+	value any
+}
+
+// applyCommitted applies committed entries: runs of normal entries go to
+// the state machine, conf changes to raft, and the applied state is
+// written in the same batch as the state machine's writes.
+func (g *group) applyCommitted(ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	b := g.host.db.NewIndexedBatch()
+	defer b.Close()
+	var (
+		results []appliedResult
+		run     []Entry
+		runIDs  []uint64
+	)
+	flush := func() error {
+		if len(run) == 0 {
+			return nil
+		}
+		vals, err := g.sm.Apply(b, run)
+		if err != nil {
+			return fmt.Errorf("group %d: state machine apply [%d, %d]: %w", g.id, run[0].Index, run[len(run)-1].Index, err)
+		}
+		if len(vals) != len(run) {
+			return fmt.Errorf("group %d: state machine returned %d results for %d entries", g.id, len(vals), len(run))
+		}
+		for i, e := range run {
+			results = append(results, appliedResult{id: runIDs[i], index: e.Index, value: vals[i]})
+		}
+		run, runIDs = run[:0], runIDs[:0]
+		return nil
+	}
+	cs := g.store.applied.ConfState
+	var last logPosition
+	for _, e := range ents {
+		last = logPosition{Index: e.GetIndex(), Term: e.GetTerm()}
+		switch e.GetType() {
+		case raftpb.EntryType_EntryNormal:
+			if len(e.GetData()) == 0 {
+				results = append(results, appliedResult{index: last.Index}) // a new leader's empty entry
+				continue
+			}
+			id, cmd, err := decodeProposal(e.GetData())
+			if err != nil {
+				return fmt.Errorf("group %d entry %d: %w", g.id, last.Index, err)
+			}
+			run = append(run, Entry{Index: last.Index, Term: last.Term, Cmd: cmd})
+			runIDs = append(runIDs, id)
+		case raftpb.EntryType_EntryConfChange, raftpb.EntryType_EntryConfChangeV2:
+			if err := flush(); err != nil {
+				return err
+			}
+			cc, id, err := decodeConfChange(e)
+			if err != nil {
+				return fmt.Errorf("group %d entry %d: %w", g.id, last.Index, err)
+			}
+			cs = g.rn.ApplyConfChange(cc)
+			results = append(results, appliedResult{id: id, index: last.Index, value: proto.CloneOf(cs)})
+			g.log.Info("configuration changed", "index", last.Index, "voters", cs.GetVoters(),
+				"learners", cs.GetLearners(), "outgoing", cs.GetVotersOutgoing())
+		default:
+			return fmt.Errorf("%w: group %d entry %d: unknown type %v", ErrCorruptState, g.id, last.Index, e.GetType())
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	as := appliedState{logPosition: last, ConfState: cs}
+	if err := g.store.stageApplied(b, as); err != nil {
+		return err
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("group %d: commit applied entries: %w", g.id, err)
+	}
+	g.store.applied = as
+	for _, r := range results {
+		g.deliver(r)
+	}
+	return nil
+}
+
+func decodeConfChange(e *raftpb.Entry) (raftpb.ConfChangeI, uint64, error) {
+	var ctx []byte
+	var cc raftpb.ConfChangeI
+	if e.GetType() == raftpb.EntryType_EntryConfChange {
+		v1 := &raftpb.ConfChange{}
+		if err := proto.Unmarshal(e.GetData(), v1); err != nil {
+			return nil, 0, fmt.Errorf("%w: conf change: %w", ErrCorruptState, err)
+		}
+		cc, ctx = v1, v1.GetContext()
+	} else {
+		v2 := &raftpb.ConfChangeV2{}
+		if err := proto.Unmarshal(e.GetData(), v2); err != nil {
+			return nil, 0, fmt.Errorf("%w: conf change: %w", ErrCorruptState, err)
+		}
+		cc, ctx = v2, v2.GetContext()
+	}
+	var id uint64
+	if len(ctx) == proposalIDLen {
+		id = binary.BigEndian.Uint64(ctx)
+	}
+	return cc, id, nil
+}
+
+// entryID returns the proposal id carried by an entry (0 if none).
+func entryID(e *raftpb.Entry) uint64 {
+	switch e.GetType() {
+	case raftpb.EntryType_EntryNormal:
+		if id, _, err := decodeProposal(e.GetData()); err == nil {
+			return id
+		}
+	default:
+		if _, id, err := decodeConfChange(e); err == nil {
+			return id
+		}
+	}
+	return 0
+}
+
+// assignIndexes records where this host's proposals landed in the log, and
+// fails proposals whose place was taken by another entry.
+func (g *group) assignIndexes(ents []*raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if len(g.waiters) == 0 && len(g.byIndex) == 0 {
+		return
+	}
+	for _, e := range ents {
+		idx := e.GetIndex()
+		id := entryID(e)
+		if old := g.byIndex[idx]; old != nil && old.id != id {
+			g.supersede(old)
+		}
+		if p := g.waiters[id]; id != 0 && p != nil {
+			if p.index != 0 && p.index != idx && g.byIndex[p.index] == p {
+				delete(g.byIndex, p.index)
+			}
+			p.index, p.term = idx, e.GetTerm()
+			g.byIndex[idx] = p
+		}
+	}
+}
+
+// supersede fails p, whose log position now holds another entry. Called
+// with wmu held.
+func (g *group) supersede(p *proposal) {
+	delete(g.waiters, p.id)
+	delete(g.byIndex, p.index)
+	p.done <- proposalResult{err: fmt.Errorf("%w: group %d: entry %d was replaced by another leader's entry", ErrProposalDropped, g.id, p.index)}
+}
+
+// deliver hands an applied entry's result to its waiter, if it is here.
+func (g *group) deliver(r appliedResult) {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	if old := g.byIndex[r.index]; old != nil && old.id != r.id {
+		g.supersede(old)
+	}
+	if r.id == 0 {
+		return
+	}
+	p := g.waiters[r.id]
+	if p == nil {
+		return
+	}
+	delete(g.waiters, r.id)
+	if g.byIndex[p.index] == p {
+		delete(g.byIndex, p.index)
+	}
+	p.done <- proposalResult{value: r.value}
+}
+
+// failCoveredWaiters fails waiters whose entries a snapshot replaced: they
+// may have been applied as part of it, or not.
+func (g *group) failCoveredWaiters(index uint64) {
+	g.wmu.Lock()
+	defer g.wmu.Unlock()
+	for i, p := range g.byIndex {
+		if i <= index {
+			delete(g.byIndex, i)
+			delete(g.waiters, p.id)
+			p.done <- proposalResult{err: fmt.Errorf("%w: group %d: entry %d was covered by a snapshot", ErrOutcomeUnknown, g.id, i)}
+		}
+	}
+}
+
+func (g *group) takeReadStates(rss []raft.ReadState) {
+	for _, rs := range rss {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(rs.RequestCtx)
+		if r := g.pendingReads[id]; r != nil {
+			delete(g.pendingReads, id)
+			r.index = rs.Index
+			g.readyReads = append(g.readyReads, r)
+		}
+	}
+}
+
+// answerReads completes reads whose read index has been applied.
+func (g *group) answerReads() {
+	if len(g.readyReads) == 0 {
+		return
+	}
+	applied := g.store.applied.Index
+	keep := g.readyReads[:0]
+	for _, r := range g.readyReads {
+		if r.index <= applied {
+			r.done <- nil
+		} else {
+			keep = append(keep, r)
+		}
+	}
+	clear(g.readyReads[len(keep):])
+	g.readyReads = keep
+}
+
+// maybeCompact truncates the log once enough of it has been applied.
+func (g *group) maybeCompact() error {
+	cfg := &g.host.cfg
+	applied := g.store.applied.Index
+	if applied <= g.store.truncated.Index+cfg.LogCompactionThreshold {
+		return nil
+	}
+	to := applied - cfg.LogCompactionKeep
+	term, err := g.store.Term(to)
+	if err != nil {
+		return fmt.Errorf("group %d: compaction: term of %d: %w", g.id, to, err)
+	}
+	pos := logPosition{Index: to, Term: term}
+	b := g.host.db.NewBatch()
+	defer b.Close()
+	if err := g.store.stageTruncate(b, pos); err != nil {
+		return err
+	}
+	// Not synced: the truncation is ordered after the applied state it
+	// relies on, and Pebble recovers a prefix of its write-ahead log.
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("group %d: compaction: %w", g.id, err)
+	}
+	g.store.commitTruncate(pos)
+	g.log.Debug("log compacted", "through", to)
+	return nil
+}

@@ -1,0 +1,102 @@
+// Package multiraft runs many Raft groups in one process on
+// go.etcd.io/raft/v3 (RawNode), with every group's log in the instance's one
+// Pebble database and one gRPC stream per peer node for all of them.
+//
+// It owns: the scheduling of groups onto a small pool of workers, the
+// persistence of raft state (log entries, hard state, applied state,
+// snapshot metadata under "raft/<group>/..."), the application of committed
+// entries to each group's StateMachine, snapshots made on demand and
+// streamed in chunks, log compaction, and the transport. It must never know
+// what the state machines mean: the cluster, metadata and data layers above
+// give it opaque commands and get back opaque results. It never closes the
+// database it was given.
+//
+// # Scheduling
+//
+// A group has work when a message, proposal, read request or report
+// arrives, when a tick is due, or when raft has a Ready. The scheduler
+// queues such a group once; a worker claims up to MaxGroupsPerRound queued
+// groups and runs one round over all of them. A group is never held by two
+// workers: work that arrives while a worker holds it waits in its pending
+// flags and re-queues it when the round ends. No group has a goroutine of
+// its own.
+//
+// # The round (the ready-loop contract)
+//
+// For the groups of one round, in this order:
+//
+//  1. Feed raft: step inbound messages, report snapshot outcomes and
+//     unreachable peers, propose queued commands and conf changes, ask for
+//     read indexes, tick. Then take each group's Ready.
+//  2. Leaders send their messages now. A leader may replicate entries
+//     before they are durable on its own disk (Raft thesis 10.2.1): it
+//     counts itself in the quorum only once its own append is acknowledged,
+//     which in this engine means after step 3.
+//  3. Write every group's snapshot marker, new entries (deleting any
+//     stored suffix they replace) and hard state into ONE Pebble batch and
+//     commit it with one fsync if any Ready needs it (MustSync, or a
+//     snapshot). This is the group commit: one fsync serves every group of
+//     the round, and Pebble merges concurrent commits of several workers.
+//  4. Only now does raft's Storage serve the new entries, and only now do
+//     followers and candidates send: their votes and acknowledgements
+//     promise that state is durable.
+//  5. Restore accepted snapshots, apply committed entries, answer read
+//     requests whose index is applied, call Advance, and compact the log if
+//     enough of it has been applied.
+//
+// A failure to persist stops the host (Config.OnFatal): raft has already
+// taken the Ready, so the round cannot be retried, and nothing that was not
+// persisted has been acknowledged to anyone. A restart recovers.
+//
+// # Applying entries
+//
+// Committed entries are handed to StateMachine.Apply in index order, in
+// runs between conf changes, with an indexed batch. The engine writes the
+// applied index (with the configuration in force) into the same batch and
+// commits it, so the state machine's writes and the applied index are
+// durable together or not at all; that batch is not synced (the log it was
+// derived from is), and Pebble recovers a prefix of its write-ahead log, so
+// a crash loses a suffix of applications, which are re-delivered on
+// restart. No command's effect is applied twice.
+//
+// Each proposal carries an 8-byte id in front of its command. When the
+// entry is applied on the host that proposed it, the waiting Propose call
+// gets the state machine's result. A proposal whose log position is taken
+// by another leader's entry fails with ErrProposalDropped (it was not
+// applied); one whose caller gave up, or whose entry a snapshot covered,
+// ends with ErrOutcomeUnknown.
+//
+// # Snapshots
+//
+// Raft asks Storage.Snapshot for metadata only. The sender takes a Pebble
+// snapshot, reads the group's applied state from it (which may be newer
+// than what raft asked for; the follower then acknowledges a higher index)
+// and streams the state machine's data from it in chunks on a separate
+// gRPC stream. The receiver spools the data to a file and fsyncs it before
+// raft sees the MsgSnap; when raft accepts it, step 3 persists a restore
+// marker with the new log position and drops the old log, step 5 restores
+// the state machine from the file and then records the applied state and
+// deletes the marker. A crash in between finds the marker at the next open
+// and restores again.
+//
+// # Log compaction
+//
+// When more than LogCompactionThreshold applied entries are in the log, it
+// is truncated to the applied index minus LogCompactionKeep. Followers
+// behind the truncation catch up by snapshot.
+//
+// # Transport
+//
+// GRPCTransport keeps one bidi stream per peer node for every group's
+// messages, fed from a bounded queue that drops on overflow (raft
+// retransmits), batched up to MaxBatchBytes, reconnecting with backoff and
+// looking the peer's address up again each time. memnet is the in-memory
+// network for deterministic tests.
+//
+// # Failpoints
+//
+// Built with the "failpoints" tag, Config.Failpoints runs test hooks at
+// raftBeforeSave, raftAfterSave, raftBeforeSend and raftBeforeApplySnapshot;
+// a hook's error stops the host there as a crash would. Release builds
+// compile them to nothing.
+package multiraft

@@ -1,0 +1,313 @@
+package multiraft
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
+)
+
+// Group is the handle of one open group, safe for concurrent use.
+type Group struct{ g *group }
+
+// ID returns the group's id.
+func (G *Group) ID() GroupID { return G.g.id }
+
+func (g *group) usable() error {
+	if err := g.host.failed(); err != nil {
+		return err
+	}
+	if g.host.stopped.Load() {
+		return ErrStopped
+	}
+	return nil
+}
+
+// Propose replicates cmd and returns the state machine's result for it once
+// it is applied on this host. Concurrent proposals are appended together.
+//
+// Errors: ErrProposalDropped (not applied: no leader, or replaced in the
+// log; retry), ErrOutcomeUnknown (joined with ctx.Err() when ctx ended
+// first: it may still be applied), ErrStopped, ErrStorage.
+func (G *Group) Propose(ctx context.Context, cmd []byte) (any, error) {
+	g := G.g
+	if err := g.usable(); err != nil {
+		return nil, err
+	}
+	id := g.host.newID()
+	p := &proposal{id: id, data: encodeProposal(id, cmd), done: make(chan proposalResult, 1)}
+	return g.submit(ctx, p, &g.props)
+}
+
+func (g *group) submit(ctx context.Context, p *proposal, queue *[]*proposal) (any, error) {
+	g.register(p)
+	g.inMu.Lock()
+	*queue = append(*queue, p)
+	g.inMu.Unlock()
+	g.host.sched.enqueue(g, flagInput)
+	select {
+	case r := <-p.done:
+		return r.value, r.err
+	case <-ctx.Done():
+		g.abandon(p)
+		select {
+		case r := <-p.done: // the result won the race
+			return r.value, r.err
+		default:
+		}
+		return nil, fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// ChangeConfig proposes a configuration change and returns the
+// configuration in force once it is applied on this host.
+//
+// Changes made through one host are serialized, and each waits until the
+// group has left any joint configuration: raft ignores a conf change
+// proposed while another is still unapplied.
+func (G *Group) ChangeConfig(ctx context.Context, cc *raftpb.ConfChangeV2) (*raftpb.ConfState, error) {
+	g := G.g
+	if err := g.usable(); err != nil {
+		return nil, err
+	}
+	select {
+	case g.ccSem <- struct{}{}:
+		defer func() { <-g.ccSem }()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	for G.Status().VotersOutgoing != nil {
+		ch := g.watch()
+		if len(G.Status().VotersOutgoing) == 0 {
+			break
+		}
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, fmt.Errorf("multiraft: group %d: still in a joint configuration: %w", g.id, ctx.Err())
+		}
+	}
+	id := g.host.newID()
+	cc.Context = binary.BigEndian.AppendUint64(nil, id)
+	p := &proposal{id: id, cc: cc, done: make(chan proposalResult, 1)}
+	v, err := g.submit(ctx, p, &g.confs)
+	if err != nil {
+		return nil, err
+	}
+	cs, _ := v.(*raftpb.ConfState)
+	return cs, nil
+}
+
+func (G *Group) changeOne(ctx context.Context, t raftpb.ConfChangeType, node NodeID) (*raftpb.ConfState, error) {
+	return G.ChangeConfig(ctx, &raftpb.ConfChangeV2{Changes: []*raftpb.ConfChangeSingle{
+		{Type: t.Enum(), NodeId: new(uint64(node))},
+	}})
+}
+
+// AddVoter adds node as a voter, or promotes it if it is a learner.
+func (G *Group) AddVoter(ctx context.Context, node NodeID) (*raftpb.ConfState, error) {
+	return G.changeOne(ctx, raftpb.ConfChangeType_ConfChangeAddNode, node)
+}
+
+// AddLearner adds node as a learner, or demotes it if it is a voter.
+func (G *Group) AddLearner(ctx context.Context, node NodeID) (*raftpb.ConfState, error) {
+	return G.changeOne(ctx, raftpb.ConfChangeType_ConfChangeAddLearnerNode, node)
+}
+
+// PromoteLearner makes a learner a voter.
+func (G *Group) PromoteLearner(ctx context.Context, node NodeID) (*raftpb.ConfState, error) {
+	return G.AddVoter(ctx, node)
+}
+
+// DemoteVoter makes a voter a learner.
+func (G *Group) DemoteVoter(ctx context.Context, node NodeID) (*raftpb.ConfState, error) {
+	return G.AddLearner(ctx, node)
+}
+
+// RemoveNode removes node from the group.
+func (G *Group) RemoveNode(ctx context.Context, node NodeID) (*raftpb.ConfState, error) {
+	return G.changeOne(ctx, raftpb.ConfChangeType_ConfChangeRemoveNode, node)
+}
+
+// ReadIndex returns once this host has applied everything committed when
+// the call was made: a read of the state machine after it is linearizable.
+func (G *Group) ReadIndex(ctx context.Context) error {
+	g := G.g
+	if err := g.usable(); err != nil {
+		return err
+	}
+	r := &readRequest{id: g.host.newID(), done: make(chan error, 1)}
+	g.inMu.Lock()
+	g.reads = append(g.reads, r)
+	g.inMu.Unlock()
+	g.host.sched.enqueue(g, flagInput)
+	select {
+	case err := <-r.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// TransferLeadership asks the leader to hand leadership to node and waits
+// until node leads (or ctx ends). Call it on any member; it is passed to
+// the leader.
+func (G *Group) TransferLeadership(ctx context.Context, to NodeID) error {
+	g := G.g
+	if err := g.usable(); err != nil {
+		return err
+	}
+	for {
+		ch := g.watch()
+		if NodeID(g.leader.Load()) == to {
+			return nil
+		}
+		g.inMu.Lock()
+		g.transfers = append(g.transfers, to)
+		g.inMu.Unlock()
+		g.host.sched.enqueue(g, flagInput)
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("multiraft: group %d: leadership not transferred to %d: %w", g.id, to, ctx.Err())
+		}
+	}
+}
+
+// Campaign makes this member start an election now.
+func (G *Group) Campaign() {
+	g := G.g
+	g.inMu.Lock()
+	g.campaign = true
+	g.inMu.Unlock()
+	g.host.sched.enqueue(g, flagInput)
+}
+
+// Leader returns the leader this member knows of (0 if none).
+func (G *Group) Leader() NodeID { return NodeID(G.g.leader.Load()) }
+
+// Applied returns this member's applied index.
+func (G *Group) Applied() uint64 { return G.g.applied.Load() }
+
+// WaitFor returns once cond (called after every change of leader, term or
+// applied index) holds, or when ctx ends.
+func (G *Group) WaitFor(ctx context.Context, cond func(*Group) bool) error {
+	for {
+		ch := G.g.watch()
+		if cond(G) {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// WaitApplied returns once this member has applied index.
+func (G *Group) WaitApplied(ctx context.Context, index uint64) error {
+	return G.WaitFor(ctx, func(g *Group) bool { return g.Applied() >= index })
+}
+
+// Status describes one member of a group as it sees itself.
+type Status struct {
+	Group          GroupID
+	Node           NodeID
+	Role           string // "leader", "follower", "candidate", "pre-candidate" or "learner"
+	Term           uint64
+	Vote           NodeID
+	Leader         NodeID
+	Commit         uint64
+	Applied        uint64
+	FirstIndex     uint64
+	LastIndex      uint64
+	Voters         []NodeID
+	Learners       []NodeID
+	VotersOutgoing []NodeID
+	LeadTransferee NodeID
+	// SnapshotsRestored counts snapshots this member restored since the
+	// group was opened here.
+	SnapshotsRestored uint64
+	// Peers is filled on the leader only: its view of every member.
+	Peers []PeerStatus
+}
+
+// PeerStatus is the leader's view of one member.
+type PeerStatus struct {
+	Node    NodeID
+	Match   uint64
+	Next    uint64
+	State   string // "probe", "replicate" or "snapshot"
+	Active  bool   // heard from within the last election timeout
+	Learner bool
+}
+
+// Status returns the member's current status.
+func (G *Group) Status() Status {
+	g := G.g
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rs := g.rn.Status()
+	st := Status{
+		Group:          g.id,
+		Node:           NodeID(rs.ID),
+		Term:           rs.GetTerm(),
+		Vote:           NodeID(rs.GetVote()),
+		Leader:         NodeID(rs.Lead),
+		Commit:         rs.GetCommit(),
+		Applied:        g.store.applied.Index,
+		FirstIndex:     g.store.truncated.Index + 1,
+		LastIndex:      g.store.lastIndex,
+		LeadTransferee: NodeID(rs.LeadTransferee),
+
+		SnapshotsRestored: g.restored,
+	}
+	for id := range rs.Config.Voters[0] {
+		st.Voters = append(st.Voters, NodeID(id))
+	}
+	for id := range rs.Config.Voters[1] {
+		st.VotersOutgoing = append(st.VotersOutgoing, NodeID(id))
+	}
+	for id := range rs.Config.Learners {
+		st.Learners = append(st.Learners, NodeID(id))
+	}
+	slices.Sort(st.Voters)
+	slices.Sort(st.VotersOutgoing)
+	slices.Sort(st.Learners)
+	st.Role = roleName(rs.RaftState)
+	if rs.RaftState == raft.StateFollower && slices.Contains(st.Learners, st.Node) {
+		st.Role = "learner"
+	}
+	for id, pr := range rs.Progress {
+		st.Peers = append(st.Peers, peerStatus(id, pr))
+	}
+	slices.SortFunc(st.Peers, func(a, b PeerStatus) int { return int(a.Node) - int(b.Node) })
+	return st
+}
+
+func peerStatus(id uint64, pr tracker.Progress) PeerStatus {
+	return PeerStatus{
+		Node: NodeID(id), Match: pr.Match, Next: pr.Next,
+		State: pr.State.String(), Active: pr.RecentActive, Learner: pr.IsLearner,
+	}
+}
+
+func roleName(s raft.StateType) string {
+	switch s {
+	case raft.StateLeader:
+		return "leader"
+	case raft.StateCandidate:
+		return "candidate"
+	case raft.StatePreCandidate:
+		return "pre-candidate"
+	default:
+		return "follower"
+	}
+}

@@ -1,0 +1,347 @@
+package multiraft
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// Config configures a Host. Zero values take the defaults named below.
+type Config struct {
+	// NodeID is this process's Raft id in every group. Required, non-zero.
+	NodeID NodeID
+	// DB is the instance's Pebble database. Required. The host never closes it.
+	DB *pebble.DB
+	// FS and SnapshotDir say where inbound snapshots are spooled before
+	// they are restored. FS defaults to the OS file system; SnapshotDir is
+	// required.
+	FS          vfs.FS
+	SnapshotDir string
+	// Transport sends this host's messages. Required (may be set with
+	// SetTransport after NewHost, before Start).
+	Transport Transport
+	Logger    *slog.Logger
+
+	// TickInterval is the duration of one Raft tick (default 100ms).
+	// ManualTicks turns the ticker off: the owner calls Tick.
+	TickInterval time.Duration
+	ManualTicks  bool
+	// ElectionTicks (default 10) and HeartbeatTicks (default 1).
+	ElectionTicks  int
+	HeartbeatTicks int
+
+	// Workers is the size of the worker pool (default 2). ManualProcessing
+	// starts no workers: the owner calls ProcessReady (deterministic tests).
+	Workers          int
+	ManualProcessing bool
+	// MaxGroupsPerRound bounds how many groups one worker handles in one
+	// round, sharing one fsync (default 64).
+	MaxGroupsPerRound int
+
+	// MaxSizePerMsg (default 1 MiB), MaxInflightMsgs (default 256) and
+	// MaxUncommittedBytes (default 64 MiB) are Raft's flow control.
+	MaxSizePerMsg       uint64
+	MaxInflightMsgs     int
+	MaxUncommittedBytes uint64
+	// EntryCacheBytes bounds each group's cache of recent entries (default 4 MiB).
+	EntryCacheBytes int
+	// InboxSize bounds each group's queue of inbound messages (default 4096);
+	// messages beyond it are dropped (Raft retransmits).
+	InboxSize int
+
+	// LogCompactionThreshold: when the log holds more than this many applied
+	// entries, it is truncated, keeping LogCompactionKeep of them (defaults
+	// 10000 and 1000). Followers behind the truncation catch up by snapshot.
+	LogCompactionThreshold uint64
+	LogCompactionKeep      uint64
+
+	// MaxConcurrentSnapshots bounds outbound snapshot streams (default 2).
+	MaxConcurrentSnapshots int
+
+	// OnFatal is called once if the host stops because it cannot persist
+	// its state (for example, a full disk). The owner should exit: nothing
+	// unpersisted was acknowledged, and a restart recovers.
+	OnFatal func(error)
+
+	// Failpoints are test hooks at the durability boundaries. They do
+	// nothing unless the binary is built with the "failpoints" tag.
+	Failpoints *Failpoints
+}
+
+func (c *Config) setDefaults() error {
+	if c.NodeID == 0 {
+		return errors.New("multiraft: Config.NodeID must be non-zero")
+	}
+	if c.DB == nil {
+		return errors.New("multiraft: Config.DB is required")
+	}
+	if c.SnapshotDir == "" {
+		return errors.New("multiraft: Config.SnapshotDir is required")
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	setDefault(&c.TickInterval, 100*time.Millisecond)
+	setDefault(&c.ElectionTicks, 10)
+	setDefault(&c.HeartbeatTicks, 1)
+	setDefault(&c.Workers, 2)
+	setDefault(&c.MaxGroupsPerRound, 64)
+	setDefault(&c.MaxSizePerMsg, 1<<20)
+	setDefault(&c.MaxInflightMsgs, 256)
+	setDefault(&c.MaxUncommittedBytes, 64<<20)
+	setDefault(&c.EntryCacheBytes, 4<<20)
+	setDefault(&c.InboxSize, 4096)
+	setDefault(&c.LogCompactionThreshold, 10000)
+	setDefault(&c.LogCompactionKeep, 1000)
+	setDefault(&c.MaxConcurrentSnapshots, 2)
+	if c.LogCompactionKeep >= c.LogCompactionThreshold {
+		return fmt.Errorf("multiraft: LogCompactionKeep (%d) must be below LogCompactionThreshold (%d)",
+			c.LogCompactionKeep, c.LogCompactionThreshold)
+	}
+	if c.Failpoints == nil {
+		c.Failpoints = &Failpoints{}
+	}
+	return nil
+}
+
+func setDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Host runs the Raft groups of one process over one Pebble database and
+// one transport. See the package documentation for the contract it keeps.
+type Host struct {
+	cfg   Config
+	db    *pebble.DB
+	log   *slog.Logger
+	sched *scheduler
+
+	mu     sync.RWMutex
+	groups map[GroupID]*group
+
+	nextID atomic.Uint64 // proposal and read ids
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	started atomic.Bool
+	stopped atomic.Bool
+
+	fatalOnce sync.Once
+	fatalErr  atomic.Pointer[error]
+
+	snaps *snapshotSender
+}
+
+// NewHost makes a host. It opens no group and starts nothing.
+func NewHost(cfg Config) (*Host, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	if err := cfg.FS.MkdirAll(cfg.SnapshotDir, 0o755); err != nil {
+		return nil, fmt.Errorf("multiraft: snapshot dir %s: %w", cfg.SnapshotDir, err)
+	}
+	// The directory entry itself must be durable, or a crash could take the
+	// spooled snapshots with it.
+	if err := syncDir(cfg.FS, cfg.FS.PathDir(cfg.SnapshotDir)); err != nil {
+		return nil, fmt.Errorf("multiraft: sync parent of snapshot dir %s: %w", cfg.SnapshotDir, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &Host{
+		cfg:    cfg,
+		db:     cfg.DB,
+		log:    cfg.Logger.With("node", uint64(cfg.NodeID)),
+		sched:  newScheduler(cfg.MaxGroupsPerRound),
+		groups: make(map[GroupID]*group),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	h.nextID.Store(binary.BigEndian.Uint64(seed[:]) >> 1)
+	h.snaps = newSnapshotSender(h, cfg.MaxConcurrentSnapshots)
+	return h, nil
+}
+
+// SetTransport sets the transport; call it before Start.
+func (h *Host) SetTransport(t Transport) { h.cfg.Transport = t }
+
+// NodeID returns this host's Raft id.
+func (h *Host) NodeID() NodeID { return h.cfg.NodeID }
+
+// Start starts the workers and the ticker (unless configured manual).
+func (h *Host) Start() error {
+	if h.cfg.Transport == nil {
+		return errors.New("multiraft: no transport set")
+	}
+	if !h.started.CompareAndSwap(false, true) {
+		return errors.New("multiraft: host already started")
+	}
+	if !h.cfg.ManualProcessing {
+		for range h.cfg.Workers {
+			h.wg.Go(h.worker)
+		}
+	}
+	if !h.cfg.ManualTicks {
+		h.wg.Go(h.ticker)
+	}
+	return nil
+}
+
+// Stop stops the workers, the ticker and the snapshot streams, and fails
+// every waiting proposal with ErrStopped. It does not close the database.
+func (h *Host) Stop() {
+	if !h.stopped.CompareAndSwap(false, true) {
+		return
+	}
+	h.cancel()
+	h.sched.stop()
+	h.wg.Wait()
+	h.snaps.wait()
+	h.mu.Lock()
+	gs := make([]*group, 0, len(h.groups))
+	for _, g := range h.groups {
+		if g != nil {
+			gs = append(gs, g)
+		}
+	}
+	h.mu.Unlock()
+	for _, g := range gs {
+		g.stop(ErrStopped)
+	}
+}
+
+func (h *Host) worker() {
+	for {
+		gs, fs := h.sched.take(true)
+		if gs == nil {
+			return
+		}
+		h.processRound(gs, fs)
+	}
+}
+
+func (h *Host) ticker() {
+	t := time.NewTicker(h.cfg.TickInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.ctx.Done():
+			return
+		case <-t.C:
+			h.Tick()
+		}
+	}
+}
+
+// Tick gives every group one Raft tick. The ticker calls it; with
+// ManualTicks the owner does.
+func (h *Host) Tick() {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	for _, g := range h.groups {
+		if g != nil {
+			h.sched.enqueue(g, flagTick)
+		}
+	}
+}
+
+// ProcessReady runs scheduler rounds on the calling goroutine until no group
+// has work left, and reports whether any group was processed. It is for
+// ManualProcessing hosts (deterministic tests).
+func (h *Host) ProcessReady() bool {
+	any := false
+	for {
+		gs, fs := h.sched.take(false)
+		if gs == nil {
+			return any
+		}
+		any = true
+		h.processRound(gs, fs)
+	}
+}
+
+// Group returns an open group.
+func (h *Host) Group(id GroupID) (*Group, error) {
+	h.mu.RLock()
+	g := h.groups[id]
+	h.mu.RUnlock()
+	if g == nil {
+		return nil, fmt.Errorf("%w: group %d", ErrGroupNotFound, id)
+	}
+	return &Group{g: g}, nil
+}
+
+func (h *Host) group(id GroupID) *group {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return h.groups[id]
+}
+
+func (h *Host) newID() uint64 { return h.nextID.Add(1) }
+
+// fatal stops the host after a storage failure.
+func (h *Host) fatal(err error) {
+	err = fmt.Errorf("%w: %w", ErrStorage, err)
+	h.fatalOnce.Do(func() {
+		h.fatalErr.Store(&err)
+		h.log.Error("raft host stopping: cannot persist raft state", "err", err)
+		h.sched.stop()
+		h.mu.RLock()
+		for _, g := range h.groups {
+			if g != nil {
+				g.failWaiters(err)
+			}
+		}
+		h.mu.RUnlock()
+		if h.cfg.OnFatal != nil {
+			go h.cfg.OnFatal(err)
+		}
+	})
+}
+
+func (h *Host) failed() error {
+	if p := h.fatalErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// RemoveGroup closes a group on this host: its waiters fail with
+// ErrStopped and messages for it are dropped from now on. With destroy, the
+// group's raft state (log, hard state, applied state) is deleted too; the
+// state machine's own data is the caller's to delete.
+func (h *Host) RemoveGroup(id GroupID, destroy bool) error {
+	h.mu.Lock()
+	g := h.groups[id]
+	if g == nil {
+		h.mu.Unlock()
+		return fmt.Errorf("%w: group %d", ErrGroupNotFound, id)
+	}
+	delete(h.groups, id)
+	h.mu.Unlock()
+	g.stop(ErrStopped) // waits for a round in progress: it holds g.mu
+	if !destroy {
+		return nil
+	}
+	lo, hi := groupSpan(id)
+	if err := h.db.DeleteRange(lo, hi, pebble.Sync); err != nil {
+		return fmt.Errorf("multiraft: destroy group %d: %w", id, err)
+	}
+	return nil
+}

@@ -1,0 +1,60 @@
+package multiraft
+
+import "encoding/binary"
+
+// Storage keys of the engine. Every key of a group starts with
+// "raft/" + 8-byte big-endian group id + "/", so one group's keys are one
+// contiguous range and log entries sort by index:
+//
+//	raft/<group>/log/<index>   one raftpb.Entry per index (proto encoding)
+//	raft/<group>/hardstate     raftpb.HardState (proto encoding)
+//	raft/<group>/applied       appliedState: index, term and ConfState of the last applied entry
+//	raft/<group>/truncated     logPosition: index and term of the last entry removed from the log
+//	raft/<group>/restoring     restoreMarker: a snapshot whose restore has not finished yet
+//
+// The state machines of the layers above keep their own keys outside the
+// "raft/" prefix; the engine never reads or writes them.
+
+const keyPrefix = "raft/"
+
+const (
+	suffixLog       = "/log/"
+	suffixHardState = "/hardstate"
+	suffixApplied   = "/applied"
+	suffixTruncated = "/truncated"
+	suffixRestoring = "/restoring"
+)
+
+func groupPrefix(g GroupID) []byte {
+	k := make([]byte, 0, len(keyPrefix)+8)
+	k = append(k, keyPrefix...)
+	return binary.BigEndian.AppendUint64(k, uint64(g))
+}
+
+func groupKey(g GroupID, suffix string) []byte {
+	return append(groupPrefix(g), suffix...)
+}
+
+func logKey(g GroupID, index uint64) []byte {
+	k := make([]byte, 0, len(keyPrefix)+8+len(suffixLog)+8)
+	k = append(k, keyPrefix...)
+	k = binary.BigEndian.AppendUint64(k, uint64(g))
+	k = append(k, suffixLog...)
+	return binary.BigEndian.AppendUint64(k, index)
+}
+
+// groupSpan returns the [start, end) range of every key of group g.
+func groupSpan(g GroupID) (start, end []byte) {
+	start = groupPrefix(g)
+	end = groupPrefix(g + 1)
+	if g == ^GroupID(0) {
+		end = append([]byte(keyPrefix[:len(keyPrefix)-1]), keyPrefix[len(keyPrefix)-1]+1)
+	}
+	return start, end
+}
+
+// logSpanEnd is the exclusive upper bound of group g's log keys: "/log0"
+// sorts right after every "/log/<index>" key.
+func logSpanEnd(g GroupID) []byte {
+	return groupKey(g, suffixLog[:len(suffixLog)-1]+"0")
+}

@@ -1,0 +1,310 @@
+package multiraft
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// logStore is one group's raft.Storage over the shared Pebble database.
+//
+// Raft calls it only from inside RawNode methods, and the engine calls
+// RawNode only with the group's mutex held, so logStore needs no lock of its
+// own. It serves recent entries from an in-memory cache (a leader reads
+// every entry back soon after writing it, to replicate it) and falls back to
+// Pebble for older ones.
+type logStore struct {
+	db    *pebble.DB
+	group GroupID
+
+	hardState *raftpb.HardState
+	applied   appliedState // last persisted applied state
+	truncated logPosition  // last entry removed from the log (or the snapshot's)
+	lastIndex uint64
+
+	cache entryCache
+}
+
+var _ raft.Storage = (*logStore)(nil)
+
+func newLogStore(db *pebble.DB, g GroupID, cacheBytes int) *logStore {
+	return &logStore{db: db, group: g, hardState: &raftpb.HardState{}, cache: entryCache{maxBytes: cacheBytes}}
+}
+
+// load reads the group's persisted raft state. A group that has none
+// (found == false) has an empty log and no configuration.
+func (s *logStore) load() (found bool, err error) {
+	s.applied = appliedState{ConfState: &raftpb.ConfState{}}
+	if v, ok, err := s.get(groupKey(s.group, suffixHardState)); err != nil {
+		return false, err
+	} else if ok {
+		found = true
+		if err := proto.Unmarshal(v, s.hardState); err != nil {
+			return false, fmt.Errorf("%w: group %d hard state: %w", ErrCorruptState, s.group, err)
+		}
+	}
+	if v, ok, err := s.get(groupKey(s.group, suffixApplied)); err != nil {
+		return false, err
+	} else if ok {
+		found = true
+		if s.applied, err = decodeApplied(v); err != nil {
+			return false, fmt.Errorf("group %d applied state: %w", s.group, err)
+		}
+	}
+	if v, ok, err := s.get(groupKey(s.group, suffixTruncated)); err != nil {
+		return false, err
+	} else if ok {
+		found = true
+		if s.truncated, _, err = decodePosition(v); err != nil {
+			return false, fmt.Errorf("group %d truncated state: %w", s.group, err)
+		}
+	}
+	// Entries already durable in the log may be applied before the round's
+	// hard state (with its commit index) is synced; applied entries are
+	// committed, so the commit index is at least the applied one.
+	if s.applied.Index > s.hardState.GetCommit() {
+		s.hardState.Commit = new(s.applied.Index)
+	}
+	s.lastIndex = s.truncated.Index
+	last, err := s.lastStoredIndex()
+	if err != nil {
+		return false, err
+	}
+	if last > s.lastIndex {
+		s.lastIndex = last
+		found = true
+	}
+	return found, nil
+}
+
+func (s *logStore) lastStoredIndex() (uint64, error) {
+	it, err := s.db.NewIter(&pebble.IterOptions{
+		LowerBound: logKey(s.group, 0),
+		UpperBound: logSpanEnd(s.group),
+	})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	if !it.Last() {
+		return 0, it.Error()
+	}
+	k := it.Key()
+	if len(k) < 8 {
+		return 0, fmt.Errorf("%w: group %d: short log key %x", ErrCorruptState, s.group, k)
+	}
+	return beUint64(k[len(k)-8:]), nil
+}
+
+func (s *logStore) get(key []byte) ([]byte, bool, error) {
+	v, closer, err := s.db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := append([]byte(nil), v...)
+	return out, true, closer.Close()
+}
+
+// InitialState implements raft.Storage.
+func (s *logStore) InitialState() (*raftpb.HardState, *raftpb.ConfState, error) {
+	return proto.CloneOf(s.hardState), proto.CloneOf(s.applied.ConfState), nil
+}
+
+// FirstIndex implements raft.Storage.
+func (s *logStore) FirstIndex() (uint64, error) { return s.truncated.Index + 1, nil }
+
+// LastIndex implements raft.Storage.
+func (s *logStore) LastIndex() (uint64, error) { return s.lastIndex, nil }
+
+// Term implements raft.Storage.
+func (s *logStore) Term(i uint64) (uint64, error) {
+	switch {
+	case i == s.truncated.Index:
+		return s.truncated.Term, nil
+	case i < s.truncated.Index:
+		return 0, raft.ErrCompacted
+	case i > s.lastIndex:
+		return 0, raft.ErrUnavailable
+	}
+	if e, ok := s.cache.get(i); ok {
+		return e.GetTerm(), nil
+	}
+	e, err := s.readEntry(i)
+	if err != nil {
+		return 0, err
+	}
+	return e.GetTerm(), nil
+}
+
+// Entries implements raft.Storage.
+func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
+	if lo <= s.truncated.Index {
+		return nil, raft.ErrCompacted
+	}
+	if hi > s.lastIndex+1 {
+		return nil, fmt.Errorf("multiraft: group %d: entries [%d, %d) beyond last index %d", s.group, lo, hi, s.lastIndex)
+	}
+	var out []*raftpb.Entry
+	var size uint64
+	add := func(e *raftpb.Entry) bool {
+		size += uint64(proto.Size(e))
+		if len(out) > 0 && size > maxSize {
+			return false
+		}
+		out = append(out, e)
+		return true
+	}
+	i := lo
+	for ; i < hi; i++ {
+		e, ok := s.cache.get(i)
+		if !ok {
+			break
+		}
+		if !add(e) {
+			return out, nil
+		}
+	}
+	if i == hi {
+		return out, nil
+	}
+	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: logKey(s.group, i), UpperBound: logKey(s.group, hi)})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		e := &raftpb.Entry{}
+		if err := proto.Unmarshal(it.Value(), e); err != nil {
+			return nil, fmt.Errorf("%w: group %d entry: %w", ErrCorruptState, s.group, err)
+		}
+		if e.GetIndex() != i {
+			return nil, fmt.Errorf("%w: group %d: expected entry %d, found %d", ErrCorruptState, s.group, i, e.GetIndex())
+		}
+		i++
+		if !add(e) {
+			return out, nil
+		}
+	}
+	if err := it.Error(); err != nil {
+		return nil, err
+	}
+	if i != hi {
+		return nil, raft.ErrUnavailable
+	}
+	return out, nil
+}
+
+func (s *logStore) readEntry(i uint64) (*raftpb.Entry, error) {
+	v, ok, err := s.get(logKey(s.group, i))
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, raft.ErrUnavailable
+	}
+	e := &raftpb.Entry{}
+	if err := proto.Unmarshal(v, e); err != nil {
+		return nil, fmt.Errorf("%w: group %d entry %d: %w", ErrCorruptState, s.group, i, err)
+	}
+	return e, nil
+}
+
+// Snapshot implements raft.Storage. The engine's snapshots are made on
+// demand: this returns only the metadata of the applied state; the sender
+// fills in the data from a consistent view of the database when it streams
+// the snapshot (and may send a newer applied state than this one, which
+// raft accepts: the follower simply acknowledges a higher index).
+func (s *logStore) Snapshot() (*raftpb.Snapshot, error) {
+	if s.applied.Index == 0 {
+		return nil, raft.ErrSnapshotTemporarilyUnavailable
+	}
+	return &raftpb.Snapshot{Metadata: &raftpb.SnapshotMetadata{
+		Index:     new(s.applied.Index),
+		Term:      new(s.applied.Term),
+		ConfState: proto.CloneOf(s.applied.ConfState),
+	}}, nil
+}
+
+// stageAppend writes entries (and deletes any stored suffix they replace)
+// into b. The in-memory view changes only in commitAppend, after b is durable.
+func (s *logStore) stageAppend(b *pebble.Batch, ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	for _, e := range ents {
+		v, err := proto.Marshal(e)
+		if err != nil {
+			return err
+		}
+		if err := b.Set(logKey(s.group, e.GetIndex()), v, nil); err != nil {
+			return err
+		}
+	}
+	newLast := ents[len(ents)-1].GetIndex()
+	if s.lastIndex > newLast {
+		if err := b.DeleteRange(logKey(s.group, newLast+1), logKey(s.group, s.lastIndex+1), nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *logStore) commitAppend(ents []*raftpb.Entry) {
+	if len(ents) == 0 {
+		return
+	}
+	s.cache.append(ents)
+	s.lastIndex = ents[len(ents)-1].GetIndex()
+}
+
+func (s *logStore) stageHardState(b *pebble.Batch, hs *raftpb.HardState) error {
+	v, err := proto.Marshal(hs)
+	if err != nil {
+		return err
+	}
+	return b.Set(groupKey(s.group, suffixHardState), v, nil)
+}
+
+func (s *logStore) stageApplied(b *pebble.Batch, a appliedState) error {
+	v, err := encodeApplied(a)
+	if err != nil {
+		return err
+	}
+	return b.Set(groupKey(s.group, suffixApplied), v, nil)
+}
+
+// stageTruncate removes log entries up to and including pos.Index.
+func (s *logStore) stageTruncate(b *pebble.Batch, pos logPosition) error {
+	if err := b.DeleteRange(logKey(s.group, s.truncated.Index), logKey(s.group, pos.Index+1), nil); err != nil {
+		return err
+	}
+	return b.Set(groupKey(s.group, suffixTruncated), encodePosition(pos), nil)
+}
+
+func (s *logStore) commitTruncate(pos logPosition) {
+	s.truncated = pos
+	if s.lastIndex < pos.Index {
+		s.lastIndex = pos.Index
+	}
+	s.cache.truncateFront(pos.Index + 1)
+}
+
+// resetToSnapshot replaces the in-memory view after a snapshot became durable.
+func (s *logStore) resetToSnapshot(pos logPosition) {
+	s.truncated = pos
+	s.lastIndex = pos.Index
+	s.cache.clear()
+}
+
+func beUint64(b []byte) uint64 {
+	_ = b[7]
+	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
+		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
+}

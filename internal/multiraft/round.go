@@ -1,0 +1,291 @@
+package multiraft
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"go.etcd.io/raft/v3"
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// roundWork is one group's Ready within a round.
+type roundWork struct {
+	g      *group
+	rd     raft.Ready
+	leader bool
+	marker *restoreMarker // set when the Ready carries a snapshot
+}
+
+// processRound is one pass of a worker over the groups it claimed. It is
+// the ready loop of the package documentation, for many groups at once.
+func (h *Host) processRound(gs []*group, fs []schedFlags) {
+	again := make([]bool, len(gs))
+	locked := make([]bool, len(gs))
+	var work []roundWork
+	for i, g := range gs {
+		if g == nil {
+			continue
+		}
+		g.mu.Lock()
+		locked[i] = true
+		if g.failure != nil {
+			continue
+		}
+		g.handleInputs(fs[i])
+		if g.rn.HasReady() {
+			work = append(work, roundWork{g: g, rd: g.rn.Ready()})
+		}
+	}
+	if len(work) > 0 {
+		if err := h.handleReadies(work); err != nil {
+			h.fatal(err)
+		}
+	}
+	for i, g := range gs {
+		if !locked[i] {
+			continue
+		}
+		again[i] = g.failure == nil && h.failed() == nil && g.rn.HasReady()
+		g.mu.Unlock()
+	}
+	h.sched.done(gs, again)
+}
+
+// handleInputs feeds raft what arrived since the last round.
+func (g *group) handleInputs(f schedFlags) {
+	g.inMu.Lock()
+	inbox, props, confs, reads := g.inbox, g.props, g.confs, g.reads
+	transfers, snapRep, unreach, campaign := g.transfers, g.snapRep, g.unreach, g.campaign
+	g.inbox, g.props, g.confs, g.reads = nil, nil, nil, nil
+	g.transfers, g.snapRep, g.unreach, g.campaign = nil, nil, nil, false
+	g.inMu.Unlock()
+
+	for _, m := range inbox {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			g.spooled = append(g.spooled, string(m.GetSnapshot().GetData()))
+		}
+		if err := g.rn.Step(m); err != nil {
+			g.log.Debug("raft refused message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
+		}
+	}
+	for _, r := range snapRep {
+		g.rn.ReportSnapshot(uint64(r.to), r.status)
+	}
+	for _, n := range unreach {
+		g.rn.ReportUnreachable(uint64(n))
+	}
+	if campaign {
+		if err := g.rn.Campaign(); err != nil {
+			g.log.Debug("campaign refused", "err", err)
+		}
+	}
+	for _, p := range props {
+		if err := g.rn.Propose(p.data); err != nil {
+			g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: %w", ErrProposalDropped, g.id, err)})
+		}
+	}
+	for _, p := range confs {
+		if err := g.rn.ProposeConfChange(p.cc); err != nil {
+			g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: conf change: %w", ErrProposalDropped, g.id, err)})
+		}
+	}
+	for _, r := range reads {
+		g.pendingReads[r.id] = r
+		g.rn.ReadIndex(readCtx(r.id))
+	}
+	for _, to := range transfers {
+		g.rn.TransferLeader(uint64(to))
+	}
+	if f&flagTick != 0 {
+		g.rn.Tick()
+		g.retryReads()
+	}
+}
+
+// retryReads re-sends read requests that got no answer for an election
+// timeout (raft drops them silently while there is no leader) and gives up
+// on those that waited for ten.
+func (g *group) retryReads() {
+	et := g.host.cfg.ElectionTicks
+	for id, r := range g.pendingReads {
+		r.ticks++
+		switch {
+		case r.ticks >= 10*et:
+			delete(g.pendingReads, id)
+			r.done <- fmt.Errorf("multiraft: group %d: read index: no answer from a leader for %d ticks", g.id, r.ticks)
+		case r.ticks%et == 0:
+			g.rn.ReadIndex(readCtx(id))
+		}
+	}
+}
+
+func readCtx(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
+
+// handleReadies persists, sends and applies the Readies of one round, in
+// the order the package documentation states.
+func (h *Host) handleReadies(work []roundWork) error {
+	// 1. A leader may send before its own entries are durable.
+	for i := range work {
+		w := &work[i]
+		if w.rd.SoftState != nil {
+			w.g.soft = *w.rd.SoftState
+		}
+		w.leader = w.g.soft.RaftState == raft.StateLeader
+		if w.leader {
+			if err := h.send(w.g, w.rd.Messages); err != nil {
+				return err
+			}
+		}
+	}
+
+	// 2. Committed entries already durable in this member's log are applied
+	// now, without waiting for this round's fsync (which only concerns newer
+	// entries). The rest are applied after it.
+	for i := range work {
+		w := &work[i]
+		if s := w.rd.Snapshot; s != nil && !raft.IsEmptySnap(s) {
+			continue
+		}
+		ents := w.rd.CommittedEntries
+		n := 0
+		for n < len(ents) && ents[n].GetIndex() <= w.g.store.lastIndex {
+			n++
+		}
+		if err := w.g.applyCommitted(ents[:n]); err != nil {
+			return err
+		}
+		w.rd.CommittedEntries = ents[n:]
+	}
+
+	// 3. One batch, one fsync, for every group of the round.
+	b := h.db.NewBatch()
+	defer b.Close()
+	sync := false
+	for i := range work {
+		w := &work[i]
+		if s := w.rd.Snapshot; s != nil && !raft.IsEmptySnap(s) {
+			m, err := w.g.stageSnapshot(b, s)
+			if err != nil {
+				return err
+			}
+			w.marker = &m
+			sync = true
+		}
+		if err := w.g.store.stageAppend(b, w.rd.Entries); err != nil {
+			return err
+		}
+		if hs := w.rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
+			if err := w.g.store.stageHardState(b, hs); err != nil {
+				return err
+			}
+		}
+		sync = sync || w.rd.MustSync
+	}
+	if err := h.cfg.Failpoints.eval(FailpointBeforeSave); err != nil {
+		return err
+	}
+	if !b.Empty() {
+		opts := pebble.NoSync
+		if sync {
+			opts = pebble.Sync
+		}
+		if err := b.Commit(opts); err != nil {
+			return fmt.Errorf("persist raft state: %w", err)
+		}
+	}
+	if err := h.cfg.Failpoints.eval(FailpointAfterSave); err != nil {
+		return err
+	}
+
+	// 4. The durable state becomes what raft's Storage serves.
+	for i := range work {
+		w := &work[i]
+		if w.marker != nil {
+			w.g.store.resetToSnapshot(w.marker.logPosition)
+			w.g.failCoveredWaiters(w.marker.Index)
+		}
+		w.g.store.commitAppend(w.rd.Entries)
+		if hs := w.rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
+			w.g.store.hardState = proto.CloneOf(hs)
+		}
+		w.g.assignIndexes(w.rd.Entries)
+	}
+
+	// 5. Followers (and candidates) send only after their state is durable.
+	for i := range work {
+		if w := &work[i]; !w.leader {
+			if err := h.send(w.g, w.rd.Messages); err != nil {
+				return err
+			}
+		}
+	}
+
+	// 6. Restore snapshots, apply the remaining committed entries, answer reads, advance.
+	for i := range work {
+		w := &work[i]
+		if w.marker != nil {
+			if err := h.cfg.Failpoints.eval(FailpointBeforeApplySnapshot); err != nil {
+				return err
+			}
+			if err := w.g.restore(*w.marker); err != nil {
+				return err
+			}
+		}
+		if err := w.g.applyCommitted(w.rd.CommittedEntries); err != nil {
+			return err
+		}
+		w.g.takeReadStates(w.rd.ReadStates)
+		w.g.answerReads()
+		w.g.rn.Advance(w.rd)
+		if err := w.g.maybeCompact(); err != nil {
+			return err
+		}
+		w.g.deleteSpooled()
+		w.g.publish()
+	}
+	return nil
+}
+
+// send hands messages to the transport; snapshots go to the snapshot sender.
+func (h *Host) send(g *group, msgs []*raftpb.Message) error {
+	if len(msgs) == 0 {
+		return nil
+	}
+	if err := h.cfg.Failpoints.eval(FailpointBeforeSend); err != nil {
+		return err
+	}
+	out := make([]OutboundMessage, 0, len(msgs))
+	for _, m := range msgs {
+		if m.GetType() == raftpb.MessageType_MsgSnap {
+			h.snaps.send(g, m)
+			continue
+		}
+		out = append(out, OutboundMessage{Group: g.id, Msg: m})
+	}
+	if len(out) > 0 {
+		h.cfg.Transport.Send(out)
+	}
+	return nil
+}
+
+// publish makes the group's progress visible to waiters.
+func (g *group) publish() {
+	changed := false
+	if a := g.store.applied.Index; g.applied.Load() != a {
+		g.applied.Store(a)
+		changed = true
+	}
+	if l := g.soft.Lead; g.leader.Load() != l {
+		g.leader.Store(l)
+		changed = true
+	}
+	if t := g.store.hardState.GetTerm(); g.term.Load() != t {
+		g.term.Store(t)
+		changed = true
+	}
+	if changed {
+		g.changed()
+	}
+}

@@ -1,0 +1,129 @@
+package multiraft
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// ErrCorruptState is returned when a stored engine record cannot be decoded.
+var ErrCorruptState = errors.New("multiraft: corrupt stored raft state")
+
+// logPosition names one log entry.
+type logPosition struct {
+	Index uint64
+	Term  uint64
+}
+
+// appliedState is what the engine persists, atomically with the state
+// machine's own writes, after applying entries: the position of the last
+// applied entry and the configuration in force at that entry.
+type appliedState struct {
+	logPosition
+	ConfState *raftpb.ConfState
+}
+
+// restoreMarker records a snapshot that was accepted by Raft and must be
+// restored into the state machine before the group runs again.
+type restoreMarker struct {
+	appliedState
+	// File is the snapshot's spool file name, relative to the snapshot dir.
+	File string
+}
+
+const codecVersion = 1
+
+func encodePosition(p logPosition) []byte {
+	b := make([]byte, 0, 1+2*binary.MaxVarintLen64)
+	b = append(b, codecVersion)
+	b = binary.AppendUvarint(b, p.Index)
+	return binary.AppendUvarint(b, p.Term)
+}
+
+func decodePosition(b []byte) (logPosition, []byte, error) {
+	if len(b) == 0 || b[0] != codecVersion {
+		return logPosition{}, nil, fmt.Errorf("%w: unknown record version", ErrCorruptState)
+	}
+	b = b[1:]
+	idx, n := binary.Uvarint(b)
+	if n <= 0 {
+		return logPosition{}, nil, fmt.Errorf("%w: bad index", ErrCorruptState)
+	}
+	b = b[n:]
+	term, n := binary.Uvarint(b)
+	if n <= 0 {
+		return logPosition{}, nil, fmt.Errorf("%w: bad term", ErrCorruptState)
+	}
+	return logPosition{Index: idx, Term: term}, b[n:], nil
+}
+
+func encodeApplied(a appliedState) ([]byte, error) {
+	cs, err := proto.Marshal(a.ConfState)
+	if err != nil {
+		return nil, err
+	}
+	return append(encodePosition(a.logPosition), cs...), nil
+}
+
+func decodeApplied(b []byte) (appliedState, error) {
+	p, rest, err := decodePosition(b)
+	if err != nil {
+		return appliedState{}, err
+	}
+	cs := &raftpb.ConfState{}
+	if err := proto.Unmarshal(rest, cs); err != nil {
+		return appliedState{}, fmt.Errorf("%w: conf state: %w", ErrCorruptState, err)
+	}
+	return appliedState{logPosition: p, ConfState: cs}, nil
+}
+
+func encodeMarker(m restoreMarker) ([]byte, error) {
+	cs, err := proto.Marshal(m.ConfState)
+	if err != nil {
+		return nil, err
+	}
+	b := encodePosition(m.logPosition)
+	b = binary.AppendUvarint(b, uint64(len(m.File)))
+	b = append(b, m.File...)
+	return append(b, cs...), nil
+}
+
+func decodeMarker(b []byte) (restoreMarker, error) {
+	p, rest, err := decodePosition(b)
+	if err != nil {
+		return restoreMarker{}, err
+	}
+	n, k := binary.Uvarint(rest)
+	if k <= 0 || n > uint64(len(rest)-k) {
+		return restoreMarker{}, fmt.Errorf("%w: bad snapshot file name", ErrCorruptState)
+	}
+	rest = rest[k:]
+	file := string(rest[:n])
+	cs := &raftpb.ConfState{}
+	if err := proto.Unmarshal(rest[n:], cs); err != nil {
+		return restoreMarker{}, fmt.Errorf("%w: conf state: %w", ErrCorruptState, err)
+	}
+	return restoreMarker{appliedState: appliedState{logPosition: p, ConfState: cs}, File: file}, nil
+}
+
+// Proposal payloads. A normal entry's data is an 8-byte big-endian proposal
+// id followed by the command; the id lets the proposing host find the
+// waiter to hand the result to. Id 0 means nobody waits. An entry with no
+// data at all is raft's own empty entry (a new leader's first entry).
+const proposalIDLen = 8
+
+func encodeProposal(id uint64, cmd []byte) []byte {
+	b := make([]byte, proposalIDLen, proposalIDLen+len(cmd))
+	binary.BigEndian.PutUint64(b, id)
+	return append(b, cmd...)
+}
+
+func decodeProposal(data []byte) (id uint64, cmd []byte, err error) {
+	if len(data) < proposalIDLen {
+		return 0, nil, fmt.Errorf("%w: proposal of %d bytes is shorter than its id", ErrCorruptState, len(data))
+	}
+	return binary.BigEndian.Uint64(data), data[proposalIDLen:], nil
+}

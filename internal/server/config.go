@@ -1,0 +1,84 @@
+package server
+
+import (
+	"log/slog"
+	"time"
+)
+
+// InstanceConfig is everything `shardkit run` configures. The CLI fills it
+// from flags, SHARDKIT_<FLAG> environment variables and a YAML file (in
+// that order of precedence); the YAML keys are the flag names.
+type InstanceConfig struct {
+	// InstanceID names the instance; empty: the leader assigns i<raft_id>.
+	InstanceID string `yaml:"instance-id"`
+	// ClusterID names the cluster (default "demo"); a joiner with another
+	// cluster id is refused.
+	ClusterID string `yaml:"cluster-id"`
+	// Listen is the gRPC address (default 127.0.0.1:3301).
+	Listen string `yaml:"listen"`
+	// Advertise is the address others reach this instance at (default: Listen).
+	Advertise string `yaml:"advertise"`
+	// Peers are the discovery peers (default: [Advertise], so a bare run
+	// bootstraps a one-instance cluster).
+	Peers []string `yaml:"peer"`
+	// DataDir holds the instance's database (default ".").
+	DataDir string `yaml:"data-dir"`
+	// ReplicasetID places the instance; empty: the leader assigns r<N>.
+	ReplicasetID string `yaml:"replicaset-id"`
+	// FailureDomain is k=v pairs (e.g. dc=msk,rack=3).
+	FailureDomain map[string]string `yaml:"failure-domain"`
+	// InitReplicationFactor is used only when this instance bootstraps the
+	// cluster (default 1).
+	InitReplicationFactor int `yaml:"init-replication-factor"`
+	// HTTPListen serves /metrics, /health/* and /api/v1/* (off when empty).
+	HTTPListen string `yaml:"http-listen"`
+	// AutoOfflineTimeout: the leader sets target Offline for an instance it
+	// has not heard from for this long (default 30s).
+	AutoOfflineTimeout time.Duration `yaml:"auto-offline-timeout"`
+	// ShutdownTimeout bounds the wait for current grade Offline on
+	// SIGTERM/SIGINT (default 30s).
+	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
+	// LogLevel and LogFormat (text or json) configure the log on stderr.
+	LogLevel  string `yaml:"log-level"`
+	LogFormat string `yaml:"log-format"`
+
+	// Logger is built by the CLI from LogLevel and LogFormat.
+	Logger *slog.Logger `yaml:"-"`
+}
+
+// Defaults fills unset fields with their defaults.
+func (c *InstanceConfig) Defaults() {
+	if c.ClusterID == "" {
+		c.ClusterID = "demo"
+	}
+	if c.Listen == "" {
+		c.Listen = "127.0.0.1:3301"
+	}
+	if c.Advertise == "" {
+		c.Advertise = c.Listen
+	}
+	if len(c.Peers) == 0 {
+		c.Peers = []string{c.Advertise}
+	}
+	if c.DataDir == "" {
+		c.DataDir = "."
+	}
+	if c.InitReplicationFactor == 0 {
+		c.InitReplicationFactor = 1
+	}
+	if c.AutoOfflineTimeout == 0 {
+		c.AutoOfflineTimeout = 30 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 30 * time.Second
+	}
+	if c.LogLevel == "" {
+		c.LogLevel = "info"
+	}
+	if c.LogFormat == "" {
+		c.LogFormat = "text"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}

@@ -1,0 +1,73 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc/status"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/internal/meta"
+)
+
+// newHTTPHandler serves /health/live, /health/ready, /metrics and the JSON
+// API /api/v1/cluster (the status, as `shardkit status --format json`;
+// ?all=1 includes expelled instances).
+func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
+	})
+	mux.HandleFunc("GET /health/ready", func(w http.ResponseWriter, _ *http.Request) {
+		if reason := notReady(node); reason != "" {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not_ready", "reason": reason})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
+		all := r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true"
+		resp, err := node.GetStatus(r.Context(), &clusterv1.GetStatusRequest{All: all})
+		if err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": status.Convert(err).Message()})
+			return
+		}
+		writeJSON(w, http.StatusOK, statusview.FromProto(resp, all))
+	})
+	return mux
+}
+
+// notReady says why the instance is not ready ("" when it is): it must be
+// Online and know a leader of group 0.
+func notReady(node *cluster.Node) string {
+	g0 := node.Group0()
+	if g0 == nil {
+		return "not part of a running cluster yet (discovering or joining)"
+	}
+	if g0.Leader() == 0 {
+		return "no leader of group 0 is known"
+	}
+	id := node.Identity()
+	if id == nil {
+		return "identity not known yet"
+	}
+	inst := node.Meta().State().InstanceByUUID(id.UUID)
+	if inst == nil {
+		return "this instance is not recorded in group 0 yet"
+	}
+	if v := inst.GetCurrentGrade().GetVariant(); v != meta.Online {
+		return "current grade is " + meta.FormatGrade(inst.GetCurrentGrade()) + ", not Online"
+	}
+	return ""
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

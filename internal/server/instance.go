@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+
+	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) error {
+	cfg.Defaults()
+	log := cfg.Logger
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
+	}
+	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log})
+	if err != nil {
+		return &RefusedError{Err: fmt.Errorf("cannot open the database in %s (is another instance using this data dir?): %w", cfg.DataDir, err)}
+	}
+	defer db.Close()
+
+	lis, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return &RefusedError{Err: fmt.Errorf("cannot listen on --listen %s: %w", cfg.Listen, err)}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var nodePtr atomic.Pointer[cluster.Node]
+	metrics := cluster.NewMetrics(reg, nodePtr.Load)
+	rpc := newRPCMetrics(reg)
+
+	node := cluster.NewNode(cluster.Config{
+		ClusterID:             cfg.ClusterID,
+		InstanceID:            cfg.InstanceID,
+		ReplicasetID:          cfg.ReplicasetID,
+		Advertise:             cfg.Advertise,
+		HTTPAddress:           cfg.HTTPListen,
+		Peers:                 cfg.Peers,
+		FailureDomain:         cfg.FailureDomain,
+		InitReplicationFactor: cfg.InitReplicationFactor,
+		DataDir:               cfg.DataDir,
+		AutoOfflineTimeout:    cfg.AutoOfflineTimeout,
+		ShutdownTimeout:       cfg.ShutdownTimeout,
+		Logger:                log,
+	}, db, metrics)
+	nodePtr.Store(node)
+
+	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(rpc.unary))
+	srv := grpc.NewServer(opts...)
+	node.Register(srv)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(lis) }()
+	defer stopGRPC(srv)
+
+	if cfg.HTTPListen != "" {
+		hs, err := startHTTP(cfg.HTTPListen, node, reg)
+		if err != nil {
+			return &RefusedError{Err: err}
+		}
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		}()
+	}
+	log.Info("instance started", "listen", cfg.Listen, "advertise", cfg.Advertise, "data_dir", cfg.DataDir, "http", cfg.HTTPListen)
+
+	runErr := make(chan error, 1)
+	go func() { runErr <- node.Run(ctx, entrypoint) }()
+	select {
+	case err = <-runErr:
+	case err = <-serveErr:
+		return fmt.Errorf("gRPC server stopped: %w", err)
+	}
+	var rb *cluster.RebootstrapRequest
+	var refused *cluster.RefusedError
+	switch {
+	case err == nil:
+		log.Info("instance stopped")
+		return nil
+	case errors.As(err, &rb):
+		return &RebootstrapError{Entrypoint: rb.Entrypoint}
+	case errors.Is(err, cluster.ErrExpelled):
+		return ErrExpelled
+	case errors.As(err, &refused):
+		return &RefusedError{Err: refused.Err}
+	}
+	return err
+}
+
+func stopGRPC(srv *grpc.Server) {
+	done := make(chan struct{})
+	go func() {
+		srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		srv.Stop()
+	}
+}
+
+func startHTTP(addr string, node *cluster.Node, reg *prometheus.Registry) (*http.Server, error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
+	}
+	hs := &http.Server{Handler: newHTTPHandler(node, reg), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = hs.Serve(lis) }()
+	return hs, nil
+}

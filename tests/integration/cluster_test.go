@@ -1,0 +1,243 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+)
+
+// K2: instances started at the same moment with the same --peer list form
+// exactly one cluster.
+func TestStartTogetherFormsOneCluster(t *testing.T) {
+	for _, n := range []int{2, 3, 5} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			c := newCluster(t, n)
+			c.startAll()
+			st := c.waitOnline(n)
+			if st.count(func(i *instanceJSON) bool { return i.RaftID == 1 }) != 1 {
+				t.Fatalf("no single raft_id 1: %+v", st.Instances)
+			}
+			// Every instance sees the same cluster.
+			for _, inst := range c.insts {
+				s, err := status(inst.listen, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if s.ClusterUUID != st.ClusterUUID || len(s.Instances) != n {
+					t.Fatalf("%s sees cluster %s with %d instances, want %s with %d", inst.name, s.ClusterUUID, len(s.Instances), st.ClusterUUID, n)
+				}
+			}
+			wantVoters := map[int]int{2: 1, 3: 3, 5: 5}[n]
+			st = c.waitStatus(fmt.Sprintf("%d voters", wantVoters), 30*time.Second, func(s *statusJSON) bool {
+				return len(voters(s)) == wantVoters
+			})
+			if st.ClusterID != "demo" {
+				t.Fatalf("cluster_id %q, want the default demo", st.ClusterID)
+			}
+		})
+	}
+}
+
+// K7, K5: joiners through any member; restarts keep identity and bump the
+// incarnation; a full cold restart recovers.
+func TestJoinRestartAndColdRestart(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	st := c.waitOnline(3)
+	lead := c.leader(st)
+	var follower *instance
+	for _, inst := range c.insts {
+		if inst != lead {
+			follower = inst
+			break
+		}
+	}
+
+	// A joiner that knows only a follower.
+	j1 := c.add()
+	j1.args = replacePeer(j1.args, follower.listen)
+	j1.start(t)
+	c.waitOnline(4)
+
+	// A joiner whose first peer is dead.
+	dead := freePorts(t, 1)[0]
+	j2 := c.add()
+	j2.args = replacePeer(j2.args, dead+","+lead.listen)
+	j2.start(t)
+	st = c.waitOnline(5)
+
+	// Restart a follower: same raft_id, incarnation + 1.
+	before := *st.byAddress(follower.listen)
+	follower.term(t)
+	follower.start(t)
+	st = c.waitStatus("the follower back Online with a new incarnation", 60*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(follower.listen)
+		return i != nil && online(i) && i.CurrentGrade.Incarnation == before.CurrentGrade.Incarnation+1
+	})
+	if after := st.byAddress(follower.listen); after.RaftID != before.RaftID || after.InstanceID != before.InstanceID || after.UUID != before.UUID {
+		t.Fatalf("restart changed identity: before %+v after %+v", before, after)
+	}
+
+	// Restart the leader (kill -9): a new leader, and the old one rejoins.
+	before = *st.byAddress(lead.listen)
+	lead.kill()
+	lead.start(t)
+	st = c.waitStatus("the old leader back Online with a new incarnation", 60*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(lead.listen)
+		return i != nil && online(i) && i.CurrentGrade.Incarnation > before.CurrentGrade.Incarnation
+	})
+	if after := st.byAddress(lead.listen); after.RaftID != before.RaftID {
+		t.Fatalf("leader restart changed raft_id %d -> %d", before.RaftID, after.RaftID)
+	}
+
+	// A joiner that knows only the former leader.
+	j3 := c.add()
+	j3.args = replacePeer(j3.args, lead.listen)
+	j3.start(t)
+	c.waitOnline(6)
+
+	// Full cold restart.
+	for _, inst := range c.insts {
+		inst.kill()
+	}
+	for _, inst := range c.insts {
+		inst.start(t)
+	}
+	st = c.waitOnline(6)
+	if len(st.Instances) != 6 || st.count(func(i *instanceJSON) bool { return i.RaftID > 6 }) != 0 {
+		t.Fatalf("after cold restart: %+v", st.Instances)
+	}
+}
+
+func replacePeer(args []string, peer string) []string {
+	out := slices.Clone(args)
+	for i := range out {
+		if out[i] == "--peer" {
+			out[i+1] = peer
+		}
+	}
+	return out
+}
+
+// K13 and the sentinel: SIGTERM of the leader hands leadership over;
+// kill -9 of a voter gets it marked Offline and a learner promoted.
+func TestLeaderShutdownAndVoterCrash(t *testing.T) {
+	c := newCluster(t, 4)
+	c.startAll()
+	c.waitOnline(4)
+	st := c.waitStatus("3 voters and 1 learner", 30*time.Second, func(s *statusJSON) bool {
+		return len(voters(s)) == 3 && s.count(func(i *instanceJSON) bool { return i.RaftRole == "learner" }) == 1
+	})
+	lead := c.leader(st)
+	oldLeader := st.LeaderRaftID
+	lead.term(t)
+	if !strings.Contains(lead.logText(), "transferring leadership") {
+		t.Errorf("the leader's log does not show a leadership transfer")
+	}
+	st = c.waitStatus("a new leader and the old one Offline", 30*time.Second, func(s *statusJSON) bool {
+		old := s.byAddress(lead.listen)
+		return s.LeaderRaftID != 0 && s.LeaderRaftID != oldLeader && old != nil && old.CurrentGrade.Variant == "Offline"
+	})
+	// The rest keep working: a lease can be taken.
+	if granted, _ := acquire(t, c.leader(st).listen, "after-shutdown", "x", time.Minute); !granted {
+		t.Fatal("the cluster cannot take a lease after the leader's shutdown")
+	}
+	lead.start(t)
+	c.waitOnline(4)
+	st = c.waitStatus("3 voters again", 30*time.Second, func(s *statusJSON) bool { return len(voters(s)) == 3 })
+
+	// kill -9 a voter that is not the leader.
+	var victim *instance
+	var victimID uint64
+	for _, i := range st.Instances {
+		if i.RaftRole == "voter" && i.RaftID != st.LeaderRaftID {
+			victim, victimID = c.instanceAt(i.Address), i.RaftID
+			break
+		}
+	}
+	victim.kill()
+	st = c.waitStatus("the sentinel to mark the killed voter Offline and a learner to be promoted", 60*time.Second, func(s *statusJSON) bool {
+		v := s.byRaftID(victimID)
+		return v != nil && v.TargetGrade.Variant == "Offline" && v.CurrentGrade.Variant == "Offline" &&
+			v.RaftRole == "learner" && len(voters(s)) == 3
+	})
+	for _, id := range voters(st) {
+		if i := st.byRaftID(id); !online(i) {
+			t.Fatalf("voter %d is not Online: %+v", id, i)
+		}
+	}
+}
+
+func acquire(t *testing.T, addr, name, holder string, ttl time.Duration) (bool, *clusterv1.Lease) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	resp, err := clusterv1.NewClusterServiceClient(conn).AcquireLease(ctx, &clusterv1.AcquireLeaseRequest{Name: name, Holder: holder, TtlMs: ttl.Milliseconds()})
+	if err != nil {
+		t.Fatalf("acquire %s as %s: %v", name, holder, err)
+	}
+	return resp.GetGranted(), resp.GetLease()
+}
+
+// Leases: two holders race, exactly one wins; the loser gets the lease
+// after it expires, with a larger ticket.
+func TestLeaseRace(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	c.waitOnline(3)
+	type result struct {
+		granted bool
+		lease   *clusterv1.Lease
+	}
+	res := make(chan result, 2)
+	for i, holder := range []string{"A", "B"} {
+		addr := c.insts[i].listen
+		go func() {
+			g, l := acquire(t, addr, "shard-7", holder, 2*time.Second)
+			res <- result{g, l}
+		}()
+	}
+	r1, r2 := <-res, <-res
+	if r1.granted == r2.granted {
+		t.Fatalf("both or neither got the lease: %+v %+v", r1, r2)
+	}
+	winner, loser := r1, r2
+	if !winner.granted {
+		winner, loser = r2, r1
+	}
+	loserName := "A"
+	if winner.lease.GetHolder() == "A" {
+		loserName = "B"
+	}
+	_ = loser
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		g, l := acquire(t, c.insts[2].listen, "shard-7", loserName, 2*time.Second)
+		if g {
+			if l.GetTicket() <= winner.lease.GetTicket() {
+				t.Fatalf("the loser got ticket %d, not larger than the winner's %d", l.GetTicket(), winner.lease.GetTicket())
+			}
+			if time.Now().UnixMilli() < winner.lease.GetExpiresUnixMs()-500 {
+				t.Fatalf("the loser got the lease before the winner's expired")
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the loser never got the lease")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}

@@ -1,0 +1,75 @@
+package integration
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// K14: expel of a follower and of the leader; the last instance never.
+func TestExpel(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	st := c.waitOnline(3)
+	lead := c.leader(st)
+	var follower *instance
+	for _, inst := range c.insts {
+		if inst != lead {
+			follower = inst
+			break
+		}
+	}
+	fid := st.byAddress(follower.listen).InstanceID
+
+	// An Online instance is not expelled without --force.
+	_, errs, code := shardkit(30*time.Second, "expel", "--peer", lead.listen, fid)
+	if code == 0 || !strings.Contains(errs, "not Offline") {
+		t.Fatalf("expel of an Online instance without --force: exit %d, stderr %q", code, errs)
+	}
+	// Stopped, it is; the command waits until Expelled and is idempotent.
+	follower.term(t)
+	for range 2 {
+		if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.listen, "--timeout", "60s", fid); code != 0 {
+			t.Fatalf("expel %s: exit %d: %s %s", fid, code, out, errs)
+		}
+	}
+	c.waitStatus("the follower Expelled and out of group 0", 30*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(follower.listen)
+		return i != nil && i.CurrentGrade.Variant == "Expelled" && i.RaftRole == "none"
+	})
+	if s, err := status(lead.listen, false); err != nil || s.byAddress(follower.listen) != nil {
+		t.Fatalf("an expelled instance is listed without --all: %v %v", err, s)
+	}
+	// Restarting it fails with a clear message.
+	follower.start(t)
+	if code := follower.wait(t, 60*time.Second); code == 0 {
+		t.Fatal("an expelled instance restarted with exit code 0")
+	}
+	if !strings.Contains(follower.logText(), "expelled") {
+		t.Fatalf("the restarted expelled instance did not say why it stopped")
+	}
+
+	// The leader, with --force while Online: leadership moves, the process exits.
+	st, _ = status(lead.listen, false)
+	lid := st.byAddress(lead.listen).InstanceID
+	var other *instance
+	for _, inst := range c.insts {
+		if inst != lead && inst != follower {
+			other = inst
+		}
+	}
+	if out, errs, code := shardkit(90*time.Second, "expel", "--peer", other.listen, "--force", "--timeout", "60s", lid); code != 0 {
+		t.Fatalf("expel of the leader: exit %d: %s %s", code, out, errs)
+	}
+	if code := lead.wait(t, 60*time.Second); code == 0 {
+		t.Fatalf("the expelled leader exited 0")
+	}
+	st = c.waitStatus("one instance left, leading", 30*time.Second, func(s *statusJSON) bool {
+		return s.count(online) == 1 && s.LeaderRaftID == s.byAddress(other.listen).RaftID
+	})
+	// The last instance cannot be expelled.
+	_, errs, code = shardkit(30*time.Second, "expel", "--peer", other.listen, "--force", st.byAddress(other.listen).InstanceID)
+	if code == 0 || !strings.Contains(errs, "last instance") {
+		t.Fatalf("expel of the last instance: exit %d, stderr %q", code, errs)
+	}
+}

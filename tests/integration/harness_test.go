@@ -1,0 +1,402 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "shardkit-it-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binary = filepath.Join(dir, "shardkit")
+	cmd := exec.Command("go", "build", "-o", binary, "github.com/shardkit/shardkit/cmd/shardkit")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "building shardkit: %v\n", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// freePorts returns n loopback addresses that were free a moment ago.
+func freePorts(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	var ls []net.Listener
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		out = append(out, l.Addr().String())
+	}
+	for _, l := range ls {
+		_ = l.Close()
+	}
+	return out
+}
+
+// instance is one `shardkit run` process (a supervisor and its worker).
+type instance struct {
+	name   string
+	listen string
+	http   string
+	dir    string
+	args   []string
+	logf   string
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd
+	exited chan struct{}
+	state  *os.ProcessState
+}
+
+type cluster struct {
+	t     *testing.T
+	peers []string
+	insts []*instance
+}
+
+// newCluster allocates n instances sharing a --peer list of the first
+// min(n, 3) addresses; extra run arguments go to every instance.
+func newCluster(t *testing.T, n int, extra ...string) *cluster {
+	t.Helper()
+	c := &cluster{t: t}
+	addrs := freePorts(t, 2*n)
+	for i := range n {
+		inst := &instance{
+			name:   fmt.Sprintf("n%d", i+1),
+			listen: addrs[2*i],
+			http:   addrs[2*i+1],
+			dir:    t.TempDir(),
+		}
+		inst.logf = filepath.Join(inst.dir, "..", inst.name+".log")
+		c.insts = append(c.insts, inst)
+	}
+	for i := range min(n, 3) {
+		c.peers = append(c.peers, c.insts[i].listen)
+	}
+	for _, inst := range c.insts {
+		inst.args = append([]string{
+			"--listen", inst.listen, "--http-listen", inst.http,
+			"--peer", strings.Join(c.peers, ","), "--data-dir", filepath.Join(inst.dir, "data"),
+			"--auto-offline-timeout", "3s", "--shutdown-timeout", "15s", "--log-level", "debug",
+		}, extra...)
+	}
+	t.Cleanup(func() {
+		for _, inst := range c.insts {
+			inst.kill()
+		}
+		if t.Failed() {
+			for _, inst := range c.insts {
+				b, _ := os.ReadFile(inst.logf)
+				lines := strings.Split(string(b), "\n")
+				lines = lines[max(0, len(lines)-60):]
+				t.Logf("---- %s (%s) log tail ----\n%s", inst.name, inst.listen, strings.Join(lines, "\n"))
+			}
+		}
+	})
+	return c
+}
+
+// add allocates one more instance (not started).
+func (c *cluster) add(extra ...string) *instance {
+	addrs := freePorts(c.t, 2)
+	inst := &instance{name: fmt.Sprintf("n%d", len(c.insts)+1), listen: addrs[0], http: addrs[1], dir: c.t.TempDir()}
+	inst.logf = filepath.Join(inst.dir, "..", inst.name+".log")
+	inst.args = append([]string{
+		"--listen", inst.listen, "--http-listen", inst.http,
+		"--peer", strings.Join(c.peers, ","), "--data-dir", filepath.Join(inst.dir, "data"),
+		"--auto-offline-timeout", "3s", "--shutdown-timeout", "15s", "--log-level", "debug",
+	}, extra...)
+	c.insts = append(c.insts, inst)
+	return inst
+}
+
+func (c *cluster) startAll() {
+	for _, inst := range c.insts {
+		inst.start(c.t)
+	}
+}
+
+func (inst *instance) start(t *testing.T, extra ...string) {
+	t.Helper()
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	logf, err := os.OpenFile(inst.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(logf, "==== start %s %v\n", time.Now().Format(time.RFC3339Nano), append(inst.args, extra...))
+	cmd := exec.Command(binary, append(append([]string{"run"}, inst.args...), extra...)...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	inst.cmd = cmd
+	inst.exited = make(chan struct{})
+	inst.state = nil
+	exited := inst.exited
+	go func() {
+		_ = cmd.Wait()
+		_ = logf.Close()
+		inst.mu.Lock()
+		inst.state = cmd.ProcessState
+		inst.mu.Unlock()
+		close(exited)
+	}()
+}
+
+// kill sends SIGKILL to the whole process group (supervisor and worker).
+func (inst *instance) kill() {
+	inst.mu.Lock()
+	cmd, exited := inst.cmd, inst.exited
+	inst.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	<-exited
+}
+
+// term sends SIGTERM to the supervisor and waits for it to exit.
+func (inst *instance) term(t *testing.T) {
+	t.Helper()
+	inst.mu.Lock()
+	cmd, exited := inst.cmd, inst.exited
+	inst.mu.Unlock()
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not exit within 60s of SIGTERM", inst.name)
+	}
+}
+
+// wait waits for the process to exit on its own and returns its exit code.
+func (inst *instance) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	inst.mu.Lock()
+	exited := inst.exited
+	inst.mu.Unlock()
+	select {
+	case <-exited:
+	case <-time.After(timeout):
+		t.Fatalf("%s still runs after %v", inst.name, timeout)
+	}
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	return inst.state.ExitCode()
+}
+
+func (inst *instance) running() bool {
+	inst.mu.Lock()
+	defer inst.mu.Unlock()
+	if inst.exited == nil {
+		return false
+	}
+	select {
+	case <-inst.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+func (inst *instance) logText() string {
+	b, _ := os.ReadFile(inst.logf)
+	return string(b)
+}
+
+type grade struct {
+	Variant     string `json:"variant"`
+	Incarnation uint64 `json:"incarnation"`
+}
+
+type instanceJSON struct {
+	InstanceID    string            `json:"instance_id"`
+	RaftID        uint64            `json:"raft_id"`
+	UUID          string            `json:"uuid"`
+	ReplicasetID  string            `json:"replicaset_id"`
+	Address       string            `json:"address"`
+	FailureDomain map[string]string `json:"failure_domain"`
+	RaftRole      string            `json:"raft_role"`
+	CurrentGrade  grade             `json:"current_grade"`
+	TargetGrade   grade             `json:"target_grade"`
+}
+
+type replicasetJSON struct {
+	ReplicasetID     string   `json:"replicaset_id"`
+	UUID             string   `json:"uuid"`
+	LeaderInstanceID string   `json:"leader_instance_id"`
+	Weight           float64  `json:"weight"`
+	Instances        []string `json:"instances"`
+	BucketCount      int      `json:"bucket_count"`
+}
+
+type statusJSON struct {
+	ClusterID    string           `json:"cluster_id"`
+	ClusterUUID  string           `json:"cluster_uuid"`
+	LeaderRaftID uint64           `json:"leader_raft_id"`
+	Term         uint64           `json:"term"`
+	CommitIndex  uint64           `json:"commit_index"`
+	Instances    []instanceJSON   `json:"instances"`
+	Replicasets  []replicasetJSON `json:"replicasets"`
+}
+
+func (s *statusJSON) byAddress(addr string) *instanceJSON {
+	for i := range s.Instances {
+		if s.Instances[i].Address == addr {
+			return &s.Instances[i]
+		}
+	}
+	return nil
+}
+
+func (s *statusJSON) byRaftID(id uint64) *instanceJSON {
+	for i := range s.Instances {
+		if s.Instances[i].RaftID == id {
+			return &s.Instances[i]
+		}
+	}
+	return nil
+}
+
+func (s *statusJSON) count(pred func(*instanceJSON) bool) int {
+	n := 0
+	for i := range s.Instances {
+		if pred(&s.Instances[i]) {
+			n++
+		}
+	}
+	return n
+}
+
+// shardkit runs a CLI command and returns its stdout, stderr and exit code.
+func shardkit(timeout time.Duration, args ...string) (string, string, int) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		code = -1
+	}
+	return out.String(), errb.String(), code
+}
+
+func status(peer string, all bool) (*statusJSON, error) {
+	args := []string{"status", "--peer", peer, "--format", "json"}
+	if all {
+		args = append(args, "--all")
+	}
+	out, errs, code := shardkit(10*time.Second, args...)
+	if code != 0 {
+		return nil, fmt.Errorf("status exit %d: %s", code, errs)
+	}
+	st := &statusJSON{}
+	if err := json.Unmarshal([]byte(out), st); err != nil {
+		return nil, fmt.Errorf("status output: %w: %s", err, out)
+	}
+	return st, nil
+}
+
+// waitStatus polls status through any running instance until cond holds.
+func (c *cluster) waitStatus(what string, timeout time.Duration, cond func(*statusJSON) bool) *statusJSON {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *statusJSON
+	var lastErr error
+	for time.Now().Before(deadline) {
+		for _, inst := range c.insts {
+			if !inst.running() {
+				continue
+			}
+			st, err := status(inst.listen, true)
+			if err != nil {
+				lastErr = err
+				continue
+			}
+			last = st
+			if cond(st) {
+				return st
+			}
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	b, _ := json.MarshalIndent(last, "", "  ")
+	c.t.Fatalf("timed out after %v waiting for %s; last status %s; last error %v", timeout, what, b, lastErr)
+	return nil
+}
+
+func online(i *instanceJSON) bool {
+	return i.CurrentGrade.Variant == "Online" && i.TargetGrade.Variant == "Online"
+}
+
+// waitOnline waits until n instances are Online with a leader.
+func (c *cluster) waitOnline(n int) *statusJSON {
+	c.t.Helper()
+	return c.waitStatus(fmt.Sprintf("%d instances Online", n), 90*time.Second, func(s *statusJSON) bool {
+		return s.LeaderRaftID != 0 && s.count(online) == n
+	})
+}
+
+func (c *cluster) instanceAt(addr string) *instance {
+	for _, inst := range c.insts {
+		if inst.listen == addr {
+			return inst
+		}
+	}
+	return nil
+}
+
+// leader returns the instance leading group 0.
+func (c *cluster) leader(st *statusJSON) *instance {
+	l := st.byRaftID(st.LeaderRaftID)
+	if l == nil {
+		c.t.Fatalf("status names leader raft_id %d, which is not an instance", st.LeaderRaftID)
+	}
+	return c.instanceAt(l.Address)
+}
+
+func voters(st *statusJSON) []uint64 {
+	var out []uint64
+	for _, i := range st.Instances {
+		if i.RaftRole == "voter" {
+			out = append(out, i.RaftID)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
