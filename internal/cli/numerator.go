@@ -64,7 +64,7 @@ func openCoordinator(ctx context.Context, kind, addr string, logger *slog.Logger
 		defer cancel()
 		return coordinator.NewZooKeeper(cctx, addr, logger, time.Now)
 	case "shardkit":
-		return nil, fmt.Errorf("%w: --coordinator shardkit needs the cluster's lease primitive (leases with fencing tickets in group 0), which is not built yet; use --coordinator local or zookeeper",
+		return nil, fmt.Errorf("%w: --coordinator shardkit is not available yet: the cluster's leases can fence the write lock, but recording the new state under the lock's ticket needs a fenced write (store only while the ticket is current) that the cluster does not offer yet; use --coordinator local or zookeeper",
 			coordinator.ErrUnavailable)
 	}
 	return nil, fmt.Errorf("%w: --coordinator %q; want local, zookeeper, shardkit or none", coordinator.ErrInvalid, kind)
