@@ -60,6 +60,7 @@ func newRootCmd() *cobra.Command {
 		newDemoCmd(),
 		newRunCmd(), newStatusCmd(), newExpelCmd(),
 		newCacheCmd(),
+		newNumeratorCmd(),
 	)
 	return root
 }

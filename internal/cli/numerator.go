@@ -1,0 +1,501 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/numerator"
+	"github.com/shardkit/shardkit/numerator/coordinator"
+	"github.com/shardkit/shardkit/numerator/synth"
+	"github.com/shardkit/shardkit/sharding"
+)
+
+func newNumeratorCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "numerator",
+		Short: "Persistent <shard_id, doc_id> for offers across index generations (seed 003)",
+	}
+	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorBenchCmd())
+	return cmd
+}
+
+type coordFlags struct {
+	kind    string
+	addr    string
+	master  string
+	timeout time.Duration
+	retry   time.Duration
+	wait    time.Duration
+}
+
+func (c *coordFlags) register(cmd *cobra.Command) {
+	host, _ := os.Hostname()
+	cmd.Flags().StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (not available yet) or none")
+	cmd.Flags().StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]")
+	cmd.Flags().StringVar(&c.master, "master-name", host, "this master's name in the write lock")
+	cmd.Flags().DurationVar(&c.timeout, "lock-timeout", 30*time.Minute, "a lock holder silent for this long is dropped and its report refused")
+	cmd.Flags().DurationVar(&c.retry, "lock-retry", 10*time.Second, "retry interval while another master holds the lock")
+	cmd.Flags().DurationVar(&c.wait, "lock-wait", time.Hour, "give up if the lock is not granted within this time")
+}
+
+// openCoordinator opens the chosen backend; none returns nil.
+func openCoordinator(ctx context.Context, kind, addr string, logger *slog.Logger) (coordinator.Coordinator, error) {
+	switch kind {
+	case "none":
+		return nil, nil
+	case "local":
+		return coordinator.NewLocal(addr, time.Now)
+	case "zookeeper":
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		return coordinator.NewZooKeeper(cctx, addr, logger, time.Now)
+	case "shardkit":
+		return nil, fmt.Errorf("%w: --coordinator shardkit is not available yet: the cluster's leases can fence the write lock, but recording the new state under the lock's ticket needs a fenced write (store only while the ticket is current) that the cluster does not offer yet; use --coordinator local or zookeeper",
+			coordinator.ErrUnavailable)
+	}
+	return nil, fmt.Errorf("%w: --coordinator %q; want local, zookeeper, shardkit or none", coordinator.ErrInvalid, kind)
+}
+
+// parseSize reads sizes such as 512MiB, 2GiB, 1.5G, 4096 (bytes).
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := 1.0
+	units := []struct {
+		suffix string
+		mult   float64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}}
+	for _, u := range units {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSpace(strings.TrimSuffix(t, u.suffix)), u.mult
+			break
+		}
+	}
+	f, err := strconv.ParseFloat(t, 64)
+	if err != nil || f < 0 || f != f || f*mult >= 1<<62 {
+		return 0, fmt.Errorf("size %q: want a non-negative number with an optional unit (B, KiB, MiB, GiB, TiB, KB, MB, GB, TB)", s)
+	}
+	return int64(f * mult), nil
+}
+
+type runFlags struct {
+	tables       numerator.Tables
+	scheme       uint32
+	stateType    uint32
+	ttl          uint64
+	threshold    float64
+	minDocs      int64
+	force        bool
+	memory       string
+	tempDir      string
+	coord        coordFlags
+	quietSummary bool
+}
+
+func newNumeratorRunCmd() *cobra.Command {
+	var f runFlags
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Number one generation of offers: read the state and offers, write the new state",
+		Long: `Reads the input state (the coordinator's last consistent state, copied to
+--input-state when both are set) and the generation's offers, and writes the new
+state plus the intermediate new-docs and expired-docs tables. With a
+coordinator, the run holds the write lock and reports the new state's location
+under its ticket; a run whose lock timed out is refused and its output is not
+recorded.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runNumerator(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.tables.InputState, "input-state", "", "input state (Parquet file or directory); with a coordinator that has a state, its state is copied here first")
+	fl.StringVar(&f.tables.InputOffers, "input-offers", "", "input offers (Parquet file or directory): business_id, offer_id, shop_id, warehouse_id")
+	fl.StringVar(&f.tables.NewDocs, "intermediate-new-docs", "", "where to write the new docs table (optional)")
+	fl.StringVar(&f.tables.ExpiredDocs, "intermediate-expired-docs", "", "where to write the expired docs table (optional)")
+	fl.StringVar(&f.tables.OutputState, "output-state", "", "where to write the new state (must not exist)")
+	fl.Uint32Var(&f.scheme, "output-sharding-scheme", 0, "sharding scheme id of the output state (see 'shardkit numerator inspect --schemes')")
+	fl.BoolVar(&f.force, "rebuild-state-force", false, "renumber every shard densely from 0 (also needed to change the scheme or state type)")
+	fl.Uint32Var(&f.stateType, "state-type", 0, "T of the state version T.S.V.G")
+	fl.Uint64Var(&f.ttl, "ttl", 3, "a key absent for more than this many runs frees its doc_id")
+	fl.Float64Var(&f.threshold, "rebuild-threshold", numerator.DefaultRebuildThreshold, "rebuild a shard automatically when its holes exceed this share of its id range (>= 1 disables)")
+	fl.Int64Var(&f.minDocs, "rebuild-min-docs", 1000, "shards with fewer ids never rebuild automatically")
+	fl.StringVar(&f.memory, "memory-limit", "1GiB", "memory target of the process: half holds rows (past it, shards spill sorted runs to --temp-dir), the Go heap is capped softly at 90%")
+	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
+	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line")
+	f.coord.register(cmd)
+	return cmd
+}
+
+func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (err error) {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	limit, err := parseSize(f.memory)
+	if err != nil {
+		return fmt.Errorf("--memory-limit: %w", err)
+	}
+	if limit < 64<<20 {
+		return fmt.Errorf("--memory-limit %s: need at least 64MiB", f.memory)
+	}
+	scheme, err := sharding.DefaultRegistry().Lookup(sharding.SchemeID(f.scheme))
+	if err != nil {
+		return fmt.Errorf("--output-sharding-scheme: %w", err)
+	}
+	if f.tables.InputOffers == "" || f.tables.OutputState == "" {
+		return errors.New("--input-offers and --output-state are required")
+	}
+	prevLimit := debug.SetMemoryLimit(limit / 10 * 9)
+	defer debug.SetMemoryLimit(prevLimit)
+	opts := numerator.Options{StateType: f.stateType, Scheme: scheme, TTL: f.ttl, ForceRebuild: f.force,
+		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: limit / 2, TempDir: f.tempDir, Logger: logger}
+	if f.threshold == 0 {
+		opts.RebuildThreshold = 1e-12 // an explicit 0: any hole triggers a rebuild
+	}
+
+	coord, err := openCoordinator(ctx, f.coord.kind, f.coord.addr, logger)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if coord == nil {
+		res, err := numerator.Run(ctx, f.tables, opts)
+		if err != nil {
+			return err
+		}
+		printRunSummary(stdout, res, time.Since(start), f.quietSummary)
+		return nil
+	}
+	defer coord.Close()
+
+	wctx, cancel := context.WithTimeout(ctx, f.coord.wait)
+	lease, err := coordinator.AcquireWait(wctx, coord, f.coord.master, f.coord.timeout, f.coord.retry)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("write lock: %w", err)
+	}
+	fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", lease.Holder, lease.Ticket, lease.State.Location)
+	report := coordinator.Report{}
+	defer func() {
+		// A failed run reports failure so the next master need not wait out
+		// the timeout; the state stays as it was.
+		if !report.OK {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if _, rerr := coord.Report(rctx, lease.Ticket, report); rerr != nil {
+				logger.Warn("reporting the failed run", "err", rerr)
+			}
+		}
+	}()
+
+	tables := f.tables
+	if loc := lease.State.Location; loc != "" {
+		if tables.InputState != "" && tables.InputState != loc {
+			if err := numerator.CopyTable(loc, tables.InputState); err != nil {
+				return fmt.Errorf("copying the last consistent state %s to --input-state: %w", loc, err)
+			}
+		} else {
+			tables.InputState = loc
+		}
+	}
+
+	// Renew the lock while the run works; a refused renewal stops the run,
+	// whose result would be refused anyway.
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	renewDone := make(chan struct{})
+	go func() {
+		defer close(renewDone)
+		t := time.NewTicker(max(f.coord.timeout/3, time.Second))
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				if _, err := coord.Renew(runCtx, lease.Ticket, f.coord.timeout); err != nil && runCtx.Err() == nil {
+					stop(fmt.Errorf("lost the write lock: %w", err))
+					return
+				}
+			}
+		}
+	}()
+	res, err := numerator.Run(runCtx, tables, opts)
+	stop(nil)
+	<-renewDone
+	if err != nil {
+		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return fmt.Errorf("%w (run stopped: %w)", err, cause)
+		}
+		return err
+	}
+	loc, err := filepath.Abs(tables.OutputState)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	st, err := coord.Report(rctx, lease.Ticket, coordinator.Report{OK: true, Location: loc, Version: res.State.Version.String()})
+	if err != nil {
+		report.OK = true // nothing more to report: the lock is not ours
+		return fmt.Errorf("the coordinator refused the new state %s, which is therefore not valid: %w", loc, err)
+	}
+	report.OK = true
+	printRunSummary(stdout, res, time.Since(start), f.quietSummary)
+	fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
+	return nil
+}
+
+func printRunSummary(w io.Writer, res numerator.Result, d time.Duration, quiet bool) {
+	fmt.Fprintf(w, "version %s run %d\n", res.State.Version, res.State.Run)
+	if quiet {
+		return
+	}
+	fmt.Fprintf(w, "offers %d docs %d new %d reused %d expired %d rebuilt_shards %d spills %d in %.2fs (%.0f offers/s)\n",
+		res.Offers, res.Docs, res.New, res.Reused, res.Expired, res.Rebuilt, res.Spills, d.Seconds(), float64(res.Offers)/max(d.Seconds(), 1e-9))
+}
+
+func newNumeratorInspectCmd() *cobra.Command {
+	var schemes bool
+	cmd := &cobra.Command{
+		Use:   "inspect STATE",
+		Short: "Print a state's version, run, TTL, scheme and per-shard sizes, holes and max ids",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			out := cmd.OutOrStdout()
+			if schemes {
+				reg := sharding.DefaultRegistry()
+				for _, id := range reg.IDs() {
+					s, _ := reg.Lookup(id)
+					fmt.Fprintf(out, "%d\t%s\t%d shards\n", s.ID, s.Name, s.Shards)
+				}
+				return nil
+			}
+			if len(args) != 1 {
+				return errors.New("inspect needs the state's location (or --schemes)")
+			}
+			in, err := numerator.Inspect(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			m := in.Meta
+			fmt.Fprintf(out, "version %s (type %d, scheme %d %s, rebuild %d, generation %d)\nrun %d ttl %d shards %d last_rebuild_run %d\n",
+				m.Version, m.Version.Type, m.Version.Scheme, m.SchemeName, m.Version.Rebuild, m.Version.Generation, m.Run, m.TTL, m.Shards, m.LastRebuildRun)
+			tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
+			fmt.Fprintln(tw, "shard\tdocs\tmax_doc_id\tholes\thole_ratio\t")
+			var docs, holes int64
+			for _, s := range in.Shards {
+				fmt.Fprintf(tw, "%d\t%d\t%d\t%d\t%.4f\t\n", s.Shard, s.Docs, s.MaxDocID, s.Holes, s.HoleRatio())
+				docs += s.Docs
+				holes += s.Holes
+			}
+			fmt.Fprintf(tw, "total\t%d\t\t%d\t\t\n", docs, holes)
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&schemes, "schemes", false, "list the known sharding schemes instead")
+	return cmd
+}
+
+func newNumeratorStatusCmd() *cobra.Command {
+	var c coordFlags
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print the coordinator's last consistent state and write-lock holder",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			coord, err := openCoordinator(cmd.Context(), c.kind, c.addr, nil)
+			if err != nil {
+				return err
+			}
+			if coord == nil {
+				return errors.New("status needs a coordinator")
+			}
+			defer coord.Close()
+			st, err := coord.Status(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "state %q version %s by %s ticket %d at %s\n", st.State.Location, st.State.Version, st.State.Master, st.State.Ticket, st.State.Updated.Format(time.RFC3339))
+			if st.Lock == nil {
+				fmt.Fprintf(out, "lock free (last ticket %d)\n", st.LastTicket)
+				return nil
+			}
+			state := "held"
+			if !time.Now().Before(st.Lock.Expires) {
+				state = "timed out"
+			}
+			fmt.Fprintf(out, "lock %s by %s ticket %d since %s until %s\n", state, st.Lock.Holder, st.Lock.Ticket,
+				st.Lock.Acquired.Format(time.RFC3339), st.Lock.Expires.Format(time.RFC3339))
+			return nil
+		},
+	}
+	c.register(cmd)
+	return cmd
+}
+
+type benchFlags struct {
+	offers      int64
+	generations int
+	churn, flap float64
+	dir         string
+	memory      string
+	scheme      uint32
+	ttl         uint64
+	keep        bool
+	inProcess   bool
+}
+
+func newNumeratorBenchCmd() *cobra.Command {
+	var f benchFlags
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Generate synthetic generations and time the numerator end to end (rows/s, peak RSS)",
+		Long: `Writes --generations synthetic offer tables of --offers rows each (offers
+appearing, disappearing and returning), then numbers them one after another,
+each run a child 'shardkit numerator run' process so its wall time and peak RSS
+(getrusage maxrss) are its own. Generated data is removed unless --keep.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return benchNumerator(cmd.Context(), cmd.OutOrStdout(), f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.Int64Var(&f.offers, "offers", 1_000_000, "offers per generation")
+	fl.IntVar(&f.generations, "generations", 2, "generations to number (the first builds the state)")
+	fl.Float64Var(&f.churn, "churn", 0.05, "share of offers replaced each generation")
+	fl.Float64Var(&f.flap, "flap", 0.02, "share of offers missing every other generation")
+	fl.StringVar(&f.dir, "dir", "", "working directory (default: a new temporary directory)")
+	fl.StringVar(&f.memory, "memory-limit", "1GiB", "--memory-limit of each run")
+	fl.Uint32Var(&f.scheme, "scheme", 0, "sharding scheme id")
+	fl.Uint64Var(&f.ttl, "ttl", 1, "TTL of the runs")
+	fl.BoolVar(&f.keep, "keep", false, "keep the generated tables and states")
+	fl.BoolVar(&f.inProcess, "in-process", false, "run in this process (peak RSS then includes generation; for tests)")
+	return cmd
+}
+
+func benchNumerator(ctx context.Context, out io.Writer, f benchFlags) (err error) {
+	if f.offers <= 0 || f.generations <= 0 {
+		return errors.New("--offers and --generations must be positive")
+	}
+	dir := f.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "shardkit-numerator-bench-"); err != nil {
+			return err
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if !f.keep {
+		defer func() { err = errors.Join(err, os.RemoveAll(dir)) }()
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	p := synth.Params{Offers: f.offers, Churn: f.churn, Flap: f.flap}
+	fmt.Fprintf(out, "numerator bench: %d offers/generation, %d generations, churn %.2f, flap %.2f, memory-limit %s, dir %s\n",
+		f.offers, f.generations, f.churn, f.flap, f.memory, dir)
+	// Fixed widths, a line per generation as soon as it is done.
+	const row = "%3v %10v %10v %8v %9v %12v %8v %6v  %v\n"
+	fmt.Fprintf(out, row, "gen", "generate_s", "offers", "run_s", "offers/s", "peak_rss_MiB", "cpu_s", "spills", "version")
+	prev := ""
+	for g := range f.generations {
+		offers := filepath.Join(dir, fmt.Sprintf("offers-%03d.parquet", g))
+		t0 := time.Now()
+		n, err := synth.Write(ctx, offers, p, int64(g))
+		if err != nil {
+			return err
+		}
+		genSecs := time.Since(t0).Seconds()
+		state := filepath.Join(dir, fmt.Sprintf("state-%03d", g))
+		args := []string{"numerator", "run", "--coordinator", "none",
+			"--input-offers", offers, "--output-state", state,
+			"--intermediate-new-docs", filepath.Join(dir, fmt.Sprintf("new-%03d", g)),
+			"--intermediate-expired-docs", filepath.Join(dir, fmt.Sprintf("expired-%03d", g)),
+			"--output-sharding-scheme", strconv.FormatUint(uint64(f.scheme), 10),
+			"--ttl", strconv.FormatUint(f.ttl, 10), "--memory-limit", f.memory, "--temp-dir", dir}
+		if prev != "" {
+			args = append(args, "--input-state", prev)
+		}
+		var rss int64
+		var cpu time.Duration
+		var version strings.Builder
+		t1 := time.Now()
+		if f.inProcess {
+			var stderr strings.Builder
+			if code := Main(args, nil, &version, &stderr); code != 0 {
+				err = fmt.Errorf("exit code %d: %s", code, strings.TrimSpace(stderr.String()))
+			}
+			rss = vmHWM()
+		} else {
+			c := exec.CommandContext(ctx, exe, args...)
+			c.Stdout, c.Stderr = &version, os.Stderr
+			err = c.Run()
+			if c.ProcessState != nil {
+				if ru, ok := c.ProcessState.SysUsage().(*syscall.Rusage); ok {
+					rss = ru.Maxrss << 10
+				}
+				cpu = c.ProcessState.UserTime() + c.ProcessState.SystemTime()
+			}
+		}
+		runSecs := time.Since(t1).Seconds()
+		if err != nil {
+			return fmt.Errorf("generation %d: %w", g, err)
+		}
+		ver, spills := "?", "?"
+		fields := strings.Fields(version.String())
+		for i, fl := range fields[:max(len(fields)-1, 0)] {
+			switch fl {
+			case "version":
+				ver = fields[i+1]
+			case "spills":
+				spills = fields[i+1]
+			}
+		}
+		fmt.Fprintf(out, row, g, fmt.Sprintf("%.1f", genSecs), n, fmt.Sprintf("%.2f", runSecs), fmt.Sprintf("%.0f", float64(n)/runSecs),
+			rss>>20, fmt.Sprintf("%.1f", cpu.Seconds()), spills, ver)
+		if !f.keep {
+			if err := os.Remove(offers); err != nil {
+				return err
+			}
+			if prev != "" {
+				if err := os.RemoveAll(prev); err != nil {
+					return err
+				}
+			}
+		}
+		prev = state
+	}
+	return nil
+}
+
+// vmHWM is this process's peak resident set size in bytes (0 if unknown).
+func vmHWM() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			if err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,162 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/shardkit/shardkit/numerator"
+	"github.com/shardkit/shardkit/numerator/synth"
+)
+
+func run(t *testing.T, args ...string) (string, string, int) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := Main(args, nil, &out, &errOut)
+	return out.String(), errOut.String(), code
+}
+
+func writeGeneration(t *testing.T, path string, g int64) {
+	t.Helper()
+	if _, err := synth.Write(t.Context(), path, synth.Params{Offers: 3000, Churn: 0.1, Flap: 0.05}, g); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNumeratorRunsThroughTheLocalCoordinator: two runs take their input
+// state from the coordinator; a run on bad input fails, reports failure and
+// leaves the recorded state untouched.
+func TestNumeratorRunsThroughTheLocalCoordinator(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	coord := filepath.Join(dir, "coord")
+	for g := range 2 {
+		writeGeneration(t, filepath.Join(dir, fmt.Sprintf("offers-%d.parquet", g)), int64(g))
+	}
+	common := []string{"numerator", "run", "--coordinator", "local", "--coordinator-addr", coord, "--master-name", "dc-a", "--ttl", "1"}
+	out, stderr, code := run(t, append(common, "--input-offers", filepath.Join(dir, "offers-0.parquet"), "--output-state", filepath.Join(dir, "s0"))...)
+	if code != 0 {
+		t.Fatalf("run 0: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "version 0.0.0.0 run 1") || !strings.Contains(out, "ticket 1") {
+		t.Fatalf("run 0 output: %s", out)
+	}
+	// Run 1 names no input state: the coordinator's is used, copied to the working location.
+	work := filepath.Join(dir, "work-state")
+	out, stderr, code = run(t, append(common, "--input-state", work, "--input-offers", filepath.Join(dir, "offers-1.parquet"),
+		"--output-state", filepath.Join(dir, "s1"), "--intermediate-new-docs", filepath.Join(dir, "new1"))...)
+	if code != 0 {
+		t.Fatalf("run 1: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "version 0.0.0.1 run 2") {
+		t.Fatalf("run 1 output: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(work, "part-00000.parquet")); err != nil {
+		t.Fatalf("the coordinator's state was not copied to --input-state: %v", err)
+	}
+	// A truncated offers table: the run fails and the recorded state stays.
+	bad := filepath.Join(dir, "bad.parquet")
+	data, err := os.ReadFile(filepath.Join(dir, "offers-1.parquet"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, data[:len(data)/3], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, stderr, code = run(t, append(common, "--input-offers", bad, "--output-state", filepath.Join(dir, "s2"))...)
+	if code == 0 || !strings.Contains(stderr, "bad.parquet") {
+		t.Fatalf("bad input: exit %d, stderr %q", code, stderr)
+	}
+	out, stderr, code = run(t, "numerator", "status", "--coordinator", "local", "--coordinator-addr", coord)
+	if code != 0 {
+		t.Fatalf("status: %s", stderr)
+	}
+	if !strings.Contains(out, filepath.Join(dir, "s1")+`"`) || !strings.Contains(out, "lock free") {
+		t.Fatalf("status after the failed run: %s", out)
+	}
+	out, stderr, code = run(t, "numerator", "inspect", filepath.Join(dir, "s1"))
+	if code != 0 || !strings.Contains(out, "version 0.0.0.1") || !strings.Contains(out, "hole_ratio") {
+		t.Fatalf("inspect: exit %d out %s err %s", code, out, stderr)
+	}
+	in, err := numerator.Inspect(t.Context(), filepath.Join(dir, "s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var docs int64
+	for _, s := range in.Shards {
+		docs += s.Docs
+	}
+	if !strings.Contains(out, fmt.Sprintf("total %d", docs)) && !strings.Contains(strings.Join(strings.Fields(out), " "), fmt.Sprintf("total %d", docs)) {
+		t.Fatalf("inspect total: %s (want %d docs)", out, docs)
+	}
+}
+
+func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "o.parquet")
+	writeGeneration(t, offers, 0)
+	tests := []struct {
+		name  string
+		args  []string
+		words string
+	}{
+		{"shardkit coordinator", []string{"--coordinator", "shardkit"}, "not available yet"},
+		{"unknown coordinator", []string{"--coordinator", "etcd"}, "want local, zookeeper"},
+		{"unknown scheme", []string{"--coordinator", "none", "--output-sharding-scheme", "999"}, "unknown scheme"},
+		{"bad memory limit", []string{"--coordinator", "none", "--memory-limit", "lots"}, "--memory-limit"},
+		{"tiny memory limit", []string{"--coordinator", "none", "--memory-limit", "1MiB"}, "at least 64MiB"},
+	}
+	for i, tt := range tests {
+		args := append([]string{"numerator", "run", "--input-offers", offers, "--output-state", filepath.Join(dir, fmt.Sprint("s", i))}, tt.args...)
+		_, stderr, code := run(t, args...)
+		if code == 0 || !strings.Contains(stderr, tt.words) {
+			t.Errorf("%s: exit %d, stderr %q; want a refusal saying %q", tt.name, code, stderr, tt.words)
+		}
+	}
+}
+
+func TestNumeratorBenchInProcess(t *testing.T) {
+	t.Parallel()
+	out, stderr, code := run(t, "numerator", "bench", "--in-process", "--offers", "2000", "--generations", "3", "--dir", filepath.Join(t.TempDir(), "b"))
+	if code != 0 {
+		t.Fatalf("bench: exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "0.0.0.0") || !strings.Contains(out, "0.0.0.2") || !strings.Contains(out, "peak_rss_MiB") {
+		t.Fatalf("bench output: %s", out)
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want int64
+		ok   bool
+	}{
+		{"1GiB", 1 << 30, true}, {"512MiB", 512 << 20, true}, {"2G", 2 << 30, true}, {"1.5GiB", 3 << 29, true},
+		{"1000", 1000, true}, {"10MB", 10e6, true}, {"0", 0, true}, {" 4 KiB ", 4096, true},
+		{"", 0, false}, {"-1GiB", 0, false}, {"GiB", 0, false}, {"1PiB", 0, false}, {"NaN", 0, false}, {"1e30", 0, false},
+	}
+	for _, tt := range tests {
+		got, err := parseSize(tt.in)
+		if (err == nil) != tt.ok || (tt.ok && got != tt.want) {
+			t.Errorf("parseSize(%q) = %d, %v; want %d ok=%v", tt.in, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func FuzzParseSize(f *testing.F) {
+	for _, s := range []string{"1GiB", "0.5M", "12", "-3", "1e3KB", "inf", "+Inf GiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := parseSize(s)
+		if err == nil && n < 0 {
+			t.Fatalf("parseSize(%q) = %d", s, n)
+		}
+	})
+}

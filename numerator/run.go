@@ -1,0 +1,204 @@
+package numerator
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Result describes a run.
+type Result struct {
+	Previous *StateMeta // nil when the run started without a state
+	State    StateMeta
+	Shards   []ShardStats
+	Offers   int64 // distinct input offers
+	Docs     int64 // rows of the output state
+	New      int64
+	Reused   int64
+	Expired  int64
+	Rebuilt  int // shards rebuilt
+	Spills   int // sorted runs written to disk
+}
+
+// rowSource is a table read as batches of records. Offer batches carry keys
+// only; state batches carry shard, doc and last_seen_run too. A batch is
+// only valid during the call.
+type rowSource interface {
+	scan(ctx context.Context, fn func(batch []record) error) error
+	// rowCount is how many rows the table claims (a hint for sizing).
+	rowCount() int64
+}
+
+// outputs receives a run's tables. Nothing is visible at the final
+// locations before commit; abort removes everything written.
+type outputs interface {
+	openShard(shard uint32, meta StateMeta) (shardWriter, error)
+	commit(meta StateMeta) error
+	abort() error
+}
+
+type shardWriter interface {
+	shardSink
+	close() error
+}
+
+// execute is a whole run: check the input state, partition and sort both
+// tables by shard, plan every shard, fix the new version, then emit.
+func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, offers rowSource, out outputs) (res Result, err error) {
+	defer func() {
+		if err != nil {
+			_ = out.abort()
+		}
+	}()
+	if err := checkCompatible(o, prev); err != nil {
+		return res, err
+	}
+	res.Previous = prev
+	run, rebuildAll, reshard := uint64(1), true, false
+	if prev != nil {
+		run = prev.Run + 1
+		rebuildAll = o.ForceRebuild
+		reshard = prev.Version.Scheme != o.Scheme.ID
+	}
+
+	p := newPool(o)
+	defer func() {
+		if rerr := p.release(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
+	if err := p.load(ctx, state, offers, reshard); err != nil {
+		return res, err
+	}
+	res.Spills = p.spills
+
+	params := make([]shardParams, o.Scheme.Shards)
+	plans := make([]*plan, o.Scheme.Shards)
+	var anyNew, anyRebuild atomic.Bool
+	for sh := range params {
+		params[sh] = shardParams{
+			shard: uint32(sh), run: run, ttl: o.TTL, force: rebuildAll,
+			threshold: o.RebuildThreshold, minDocs: o.RebuildMinDocs,
+		}
+	}
+	if !rebuildAll {
+		err := forEachShard(ctx, o.Workers, len(params), func(sh int) error {
+			pl, err := planShard(params[sh], p.stateSource(sh), p.offers[sh].source())
+			if err != nil {
+				return err
+			}
+			plans[sh] = pl
+			if pl.newKeys > 0 {
+				anyNew.Store(true)
+			}
+			if pl.wantsRebuild(params[sh]) {
+				anyRebuild.Store(true)
+				params[sh].force = true
+				plans[sh] = nil
+			}
+			return nil
+		})
+		if err != nil {
+			return res, err
+		}
+	}
+
+	meta := StateMeta{Run: run, TTL: o.TTL, SchemeName: o.Scheme.Name, Shards: o.Scheme.Shards,
+		Version: Version{Type: o.StateType, Scheme: o.Scheme.ID}}
+	switch {
+	case prev == nil:
+		meta.LastRebuildRun = run
+	case rebuildAll || anyRebuild.Load():
+		meta.Version.Rebuild = prev.Version.Rebuild + 1
+		meta.LastRebuildRun = run
+	default:
+		meta.Version.Rebuild, meta.Version.Generation = prev.Version.Rebuild, prev.Version.Generation
+		meta.LastRebuildRun = prev.LastRebuildRun
+		if anyNew.Load() {
+			meta.Version.Generation++
+		}
+	}
+
+	res.Shards = make([]ShardStats, o.Scheme.Shards)
+	err = forEachShard(ctx, o.Workers, len(params), func(sh int) error {
+		w, err := out.openShard(uint32(sh), meta)
+		if err != nil {
+			return err
+		}
+		state, offers := p.stateSource(sh), p.offers[sh].source()
+		var st ShardStats
+		if plans[sh] != nil {
+			st, err = emitPlain(params[sh], state, offers, plans[sh], w)
+		} else {
+			st, err = emitRebuild(params[sh], state, offers, w)
+		}
+		plans[sh] = nil
+		if cerr := w.close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		res.Shards[sh] = st
+		return p.releaseShard(sh)
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, st := range res.Shards {
+		res.Offers += st.Offers
+		res.Docs += st.Docs
+		res.New += st.New
+		res.Reused += st.Reused
+		res.Expired += st.Expired
+		if st.Rebuilt {
+			res.Rebuilt++
+		}
+	}
+	if err := out.commit(meta); err != nil {
+		return res, err
+	}
+	res.State = meta
+	o.Logger.Info("numerator run done", "version", meta.Version.String(), "run", run,
+		"offers", res.Offers, "docs", res.Docs, "new", res.New, "reused", res.Reused,
+		"expired", res.Expired, "rebuilt_shards", res.Rebuilt, "spills", res.Spills)
+	return res, nil
+}
+
+// checkCompatible refuses an input state of another type or scheme unless
+// the run rebuilds (N6).
+func checkCompatible(o Options, prev *StateMeta) error {
+	if prev == nil || o.ForceRebuild {
+		return nil
+	}
+	if prev.Version.Type != o.StateType {
+		return fmt.Errorf("%w: the input state is of type %d (version %s), the run was asked for type %d; pass the state's type, or --rebuild-state-force to renumber",
+			ErrIncompatibleState, prev.Version.Type, prev.Version, o.StateType)
+	}
+	if prev.Version.Scheme != o.Scheme.ID {
+		return fmt.Errorf("%w: the input state is placed by sharding scheme %d (version %s), the run was asked for scheme %s; pass --rebuild-state-force to re-place every offer under the new scheme",
+			ErrIncompatibleState, prev.Version.Scheme, prev.Version, o.Scheme)
+	}
+	if prev.Shards != o.Scheme.Shards {
+		return fmt.Errorf("%w: the input state says scheme %d has %d shards, this binary's scheme %s has %d; the schemes differ, check the registry",
+			ErrBadState, prev.Version.Scheme, prev.Shards, o.Scheme, o.Scheme.Shards)
+	}
+	return nil
+}
+
+// forEachShard calls fn for shards 0..n-1 on at most workers goroutines.
+func forEachShard(ctx context.Context, workers, n int, fn func(sh int) error) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(workers)
+	for sh := range n {
+		g.Go(func() error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return fn(sh)
+		})
+	}
+	return g.Wait()
+}
