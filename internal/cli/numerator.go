@@ -44,8 +44,8 @@ type coordFlags struct {
 
 func (c *coordFlags) register(cmd *cobra.Command) {
 	host, _ := os.Hostname()
-	cmd.Flags().StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (not available yet) or none")
-	cmd.Flags().StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]")
+	cmd.Flags().StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (a cluster's leases) or none")
+	cmd.Flags().StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]; shardkit: host:port[,host:port][/lease-name] of cluster instances")
 	cmd.Flags().StringVar(&c.master, "master-name", host, "this master's name in the write lock")
 	cmd.Flags().DurationVar(&c.timeout, "lock-timeout", 30*time.Minute, "a lock holder silent for this long is dropped and its report refused")
 	cmd.Flags().DurationVar(&c.retry, "lock-retry", 10*time.Second, "retry interval while another master holds the lock")
@@ -64,8 +64,7 @@ func openCoordinator(ctx context.Context, kind, addr string, logger *slog.Logger
 		defer cancel()
 		return coordinator.NewZooKeeper(cctx, addr, logger, time.Now)
 	case "shardkit":
-		return nil, fmt.Errorf("%w: --coordinator shardkit is not available yet: the cluster's leases can fence the write lock, but recording the new state under the lock's ticket needs a fenced write (store only while the ticket is current) that the cluster does not offer yet; use --coordinator local or zookeeper",
-			coordinator.ErrUnavailable)
+		return coordinator.NewShardkit(addr)
 	}
 	return nil, fmt.Errorf("%w: --coordinator %q; want local, zookeeper, shardkit or none", coordinator.ErrInvalid, kind)
 }

@@ -104,7 +104,7 @@ func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 		args  []string
 		words string
 	}{
-		{"shardkit coordinator", []string{"--coordinator", "shardkit"}, "not available yet"},
+		{"shardkit coordinator without an address", []string{"--coordinator", "shardkit", "--coordinator-addr", ""}, "shardkit address"},
 		{"unknown coordinator", []string{"--coordinator", "etcd"}, "want local, zookeeper"},
 		{"unknown scheme", []string{"--coordinator", "none", "--output-sharding-scheme", "999"}, "unknown scheme"},
 		{"bad memory limit", []string{"--coordinator", "none", "--memory-limit", "lots"}, "--memory-limit"},

@@ -54,7 +54,8 @@ func (n *Node) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequ
 		return c.ReleaseLease(forwarded(ctx), req)
 	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_ReleaseLease{ReleaseLease: &metapb.ReleaseLease{
-		Name: req.GetName(), Holder: req.GetHolder(), Ticket: req.GetTicket()}}})
+		Name: req.GetName(), Holder: req.GetHolder(), Ticket: req.GetTicket(),
+		SetValue: req.GetSetValue(), Value: req.GetValue()}}})
 	if err != nil {
 		return nil, err
 	}

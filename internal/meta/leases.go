@@ -10,6 +10,9 @@ import (
 // MaxLeaseTTLMs bounds a lease's time to live (one hour).
 const MaxLeaseTTLMs = 3600 * 1000
 
+// MaxLeaseValueBytes bounds the value kept with a lease.
+const MaxLeaseValueBytes = 64 << 10
+
 // Leases with fencing tickets. Time is the leader-stamped clock of group 0
 // (never a replica's own), so every member judges expiry the same way.
 // A lease's record is kept after release, so its ticket keeps growing.
@@ -52,6 +55,7 @@ func (t *txn) acquireLease(c *metapb.AcquireLease) Result {
 		Ticket:        old.GetTicket() + 1,
 		GrantedUnixMs: t.now,
 		ExpiresUnixMs: t.now + c.GetTtlMs(),
+		Value:         old.GetValue(),
 	}
 	t.putLease(n)
 	return Result{Lease: n, Granted: true}
@@ -75,13 +79,22 @@ func (t *txn) releaseLease(c *metapb.ReleaseLease) Result {
 	if err := checkLeaseArgs(c.GetName(), c.GetHolder(), 0, false); err != nil {
 		return Result{Err: err}
 	}
+	if len(c.GetValue()) > MaxLeaseValueBytes {
+		return Result{Err: refuse(CodeInvalid, "lease value of %d bytes exceeds %d", len(c.GetValue()), MaxLeaseValueBytes)}
+	}
 	old := t.s.Leases[c.GetName()]
 	if old == nil || old.GetHolder() != c.GetHolder() || old.GetTicket() != c.GetTicket() {
 		return Result{Lease: old, Granted: false}
 	}
+	if c.GetSetValue() && !LeaseHeld(old, t.now) {
+		return Result{Lease: old, Granted: false} // expired: its holder may not write
+	}
 	n := proto.CloneOf(old)
 	n.Holder = ""
 	n.ExpiresUnixMs = t.now
+	if c.GetSetValue() {
+		n.Value = c.GetValue()
+	}
 	t.putLease(n)
 	return Result{Lease: n, Granted: true}
 }

@@ -290,6 +290,25 @@ func TestLeasesFenceWithGrowingTickets(t *testing.T) {
 	if !a3.Granted || a3.Lease.GetTicket() != b2.Lease.GetTicket()+1 {
 		t.Fatalf("after release: %+v, want ticket %d", a3, b2.Lease.GetTicket()+1)
 	}
+	// A fenced write: the value changes only with a current, unexpired ticket.
+	setValue := func(holder string, ticket uint64, v string, now int64) Result {
+		return f.must(&metapb.Command{NowUnixMs: now, Op: &metapb.Command_ReleaseLease{ReleaseLease: &metapb.ReleaseLease{
+			Name: "shard-1", Holder: holder, Ticket: ticket, SetValue: true, Value: []byte(v)}}})
+	}
+	if r := setValue("A", a3.Lease.GetTicket(), "state-1", 7700); r.Granted {
+		t.Fatal("an expired holder wrote the lease's value")
+	}
+	a4 := f.must(leaseCmd("acquire", "shard-1", "A", 0, 1000, 7800))
+	if r := setValue("A", a4.Lease.GetTicket()-1, "state-x", 7900); r.Granted {
+		t.Fatal("a stale ticket wrote the lease's value")
+	}
+	if r := setValue("A", a4.Lease.GetTicket(), "state-2", 7900); !r.Granted || string(r.Lease.GetValue()) != "state-2" || r.Lease.GetHolder() != "" {
+		t.Fatalf("a current holder's release with a value: %+v", r)
+	}
+	b4 := f.must(leaseCmd("acquire", "shard-1", "B", 0, 1000, 8000))
+	if string(b4.Lease.GetValue()) != "state-2" {
+		t.Fatalf("the value did not survive a new grant: %q", b4.Lease.GetValue())
+	}
 	f.refused(leaseCmd("acquire", "", "A", 0, 1000, 7000), "lease name is empty")
 	f.refused(leaseCmd("acquire", "x", "A", 0, 0, 7000), "ttl")
 }

@@ -7,10 +7,10 @@
 // its later report refused as stale.
 //
 // It owns the Coordinator interface, the lock/state rules shared by the
-// document-based backends (local directory, ZooKeeper), and those backends.
-// The conformance suite every backend must pass is in coordtest; the
-// cluster-lease backend ("shardkit") will join when the cluster's lease
-// primitive exists.
+// document-based backends (local directory, ZooKeeper), those backends, and
+// the cluster backend ("shardkit": one lease of the cluster's group 0, its
+// value the state record, written only by a release with the current
+// ticket). The conformance suite every backend must pass is in coordtest.
 //
 // It must never accept a report whose ticket is not the current holder's,
 // never move the recorded state to an older ticket, and never keep package

@@ -571,6 +571,10 @@ type Lease struct {
 	// Leader-stamped times, in Unix milliseconds.
 	GrantedUnixMs int64 `protobuf:"varint,4,opt,name=granted_unix_ms,json=grantedUnixMs,proto3" json:"granted_unix_ms,omitempty"`
 	ExpiresUnixMs int64 `protobuf:"varint,5,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	// A value kept with the lease across holders, changed only by a holder
+	// releasing with set_value while its ticket is current and unexpired (a
+	// fenced write: a holder that lost the lease cannot change it).
+	Value         []byte `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -638,6 +642,13 @@ func (x *Lease) GetExpiresUnixMs() int64 {
 		return x.ExpiresUnixMs
 	}
 	return 0
+}
+
+func (x *Lease) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 // BucketRange assigns buckets [first, last] to a replicaset.
@@ -1852,10 +1863,14 @@ func (x *RenewLeaseResponse) GetLease() *Lease {
 }
 
 type ReleaseLeaseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
-	Ticket        uint64                 `protobuf:"varint,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Holder string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Ticket uint64                 `protobuf:"varint,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	// With set_value, the release also stores value in the lease, and happens
+	// only while the lease is held (not expired) by holder with ticket.
+	SetValue      bool   `protobuf:"varint,4,opt,name=set_value,json=setValue,proto3" json:"set_value,omitempty"`
+	Value         []byte `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1909,6 +1924,20 @@ func (x *ReleaseLeaseRequest) GetTicket() uint64 {
 		return x.Ticket
 	}
 	return 0
+}
+
+func (x *ReleaseLeaseRequest) GetSetValue() bool {
+	if x != nil {
+		return x.SetValue
+	}
+	return false
+}
+
+func (x *ReleaseLeaseRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type ReleaseLeaseResponse struct {
@@ -2422,13 +2451,14 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x11max_raft_group_id\x18\b \x01(\x04R\x0emaxRaftGroupId\x12.\n" +
 	"\x13failure_domain_keys\x18\t \x03(\tR\x11failureDomainKeys\x121\n" +
 	"\x14buckets_bootstrapped\x18\n" +
-	" \x01(\bR\x13bucketsBootstrapped\"\x9b\x01\n" +
+	" \x01(\bR\x13bucketsBootstrapped\"\xb1\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +
 	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\x12&\n" +
 	"\x0fgranted_unix_ms\x18\x04 \x01(\x03R\rgrantedUnixMs\x12&\n" +
-	"\x0fexpires_unix_ms\x18\x05 \x01(\x03R\rexpiresUnixMs\"\\\n" +
+	"\x0fexpires_unix_ms\x18\x05 \x01(\x03R\rexpiresUnixMs\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\\\n" +
 	"\vBucketRange\x12\x14\n" +
 	"\x05first\x18\x01 \x01(\rR\x05first\x12\x12\n" +
 	"\x04last\x18\x02 \x01(\rR\x04last\x12#\n" +
@@ -2529,11 +2559,13 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"`\n" +
 	"\x12RenewLeaseResponse\x12\x18\n" +
 	"\arenewed\x18\x01 \x01(\bR\arenewed\x120\n" +
-	"\x05lease\x18\x02 \x01(\v2\x1a.shardkit.cluster.v1.LeaseR\x05lease\"Y\n" +
+	"\x05lease\x18\x02 \x01(\v2\x1a.shardkit.cluster.v1.LeaseR\x05lease\"\x8c\x01\n" +
 	"\x13ReleaseLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +
-	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\"2\n" +
+	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\x12\x1b\n" +
+	"\tset_value\x18\x04 \x01(\bR\bsetValue\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"2\n" +
 	"\x14ReleaseLeaseResponse\x12\x1a\n" +
 	"\breleased\x18\x01 \x01(\bR\breleased\"%\n" +
 	"\x0fGetLeaseRequest\x12\x12\n" +

@@ -772,6 +772,8 @@ type ReleaseLease struct {
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
 	Ticket        uint64                 `protobuf:"varint,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	SetValue      bool                   `protobuf:"varint,4,opt,name=set_value,json=setValue,proto3" json:"set_value,omitempty"`
+	Value         []byte                 `protobuf:"bytes,5,opt,name=value,proto3" json:"value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -825,6 +827,20 @@ func (x *ReleaseLease) GetTicket() uint64 {
 		return x.Ticket
 	}
 	return 0
+}
+
+func (x *ReleaseLease) GetSetValue() bool {
+	if x != nil {
+		return x.SetValue
+	}
+	return false
+}
+
+func (x *ReleaseLease) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
 }
 
 type SetAddress struct {
@@ -947,11 +963,13 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +
 	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\x12\x15\n" +
-	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"R\n" +
+	"\x06ttl_ms\x18\x04 \x01(\x03R\x05ttlMs\"\x85\x01\n" +
 	"\fReleaseLease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +
-	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\"j\n" +
+	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\x12\x1b\n" +
+	"\tset_value\x18\x04 \x01(\bR\bsetValue\x12\x14\n" +
+	"\x05value\x18\x05 \x01(\fR\x05value\"j\n" +
 	"\n" +
 	"SetAddress\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +

@@ -1,6 +1,5 @@
 // Package coordtest is the conformance suite of numerator coordinators:
-// every backend (local, zookeeper, and the cluster-lease backend to come)
-// must pass Run.
+// every backend (local, zookeeper, shardkit) must pass Run.
 //
 // It owns only tests; it must never be imported by non-test code.
 package coordtest
