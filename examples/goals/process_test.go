@@ -28,6 +28,7 @@ import (
 	"github.com/shardkit/shardkit/cache/lease"
 	"github.com/shardkit/shardkit/examples/goals"
 	goalsv1 "github.com/shardkit/shardkit/examples/goals/v1"
+	"github.com/shardkit/shardkit/internal/server/servertest"
 )
 
 var (
@@ -106,7 +107,7 @@ func newWorld(tb testing.TB, be backend, dcs []string, shards int) *world {
 	w.table = "leases_" + randomName(t)
 	switch {
 	case be.driver == "shardkit":
-		w.dsn = startCluster(t)
+		w.dsn = servertest.OneInstanceCluster(t)
 	case be.env == "":
 		w.dsn = filepath.Join(w.dir, "leases.db")
 	default:

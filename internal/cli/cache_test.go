@@ -2,20 +2,12 @@ package cli
 
 import (
 	"bytes"
-	"context"
-	"errors"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
-	"github.com/shardkit/shardkit/internal/server"
+	"github.com/shardkit/shardkit/internal/server/servertest"
 )
 
 func runCache(t *testing.T, args ...string) (int, string, string) {
@@ -88,7 +80,7 @@ func TestCacheInitLeasesRejectsBadFlags(t *testing.T) {
 
 func TestCacheInitLeasesOnClusterLeases(t *testing.T) {
 	t.Parallel()
-	addr := startLeaseCluster(t)
+	addr := servertest.OneInstanceCluster(t)
 	code, out, errOut := runCache(t, "cache", "init-leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1", "--shards", "2")
 	if code != 0 || !strings.Contains(out, "dc dc1: 2 shards in cluster namespace") {
 		t.Fatalf("init-leases on the cluster: code %d, out %q, err %q", code, out, errOut)
@@ -99,64 +91,5 @@ func TestCacheInitLeasesOnClusterLeases(t *testing.T) {
 	}
 	if code, _, errOut := runCache(t, "cache", "init-leases", "--driver", "shardkit", "--dsn", addr, "--dc", "dc1", "--shards", "3"); code == 0 || !strings.Contains(errOut, "already has other shards") {
 		t.Fatalf("init-leases with other ranges on the cluster: %d %s", code, errOut)
-	}
-}
-
-// startLeaseCluster runs a one-instance cluster in this process until the test
-// ends and returns its address once it grants leases.
-func startLeaseCluster(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		entry := ""
-		for { // the supervisor's part: start afresh when the worker asks
-			err := server.RunInstance(ctx, server.InstanceConfig{
-				Listen: addr, DataDir: t.TempDir(), AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second,
-			}, entry)
-			var rb *server.RebootstrapError
-			if errors.As(err, &rb) && ctx.Err() == nil {
-				entry = rb.Entrypoint
-				continue
-			}
-			done <- err
-			return
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Logf("cluster instance stopped: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("cluster instance did not stop")
-		}
-	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := clusterv1.NewClusterServiceClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rctx, rcancel := context.WithTimeout(t.Context(), time.Second)
-		_, err := c.AcquireLease(rctx, &clusterv1.AcquireLeaseRequest{Name: "test/ready", Holder: "probe", TtlMs: 1})
-		rcancel()
-		if err == nil {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cluster at %s grants no lease after 60s: %v", addr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -3,82 +3,19 @@ package coordinator_test
 // The shardkit backend runs the conformance suite against a real
 // one-instance cluster started in this test process (internal/server, the
 // code behind `shardkit run`, without its supervisor). Only this test file
-// imports internal/server; the backend speaks only api/cluster/v1.
+// imports internal/server/servertest; the backend speaks only api/cluster/v1.
 
 import (
-	"context"
-	"errors"
-	"net"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
-	"github.com/shardkit/shardkit/internal/server"
+	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/numerator/coordinator"
 	"github.com/shardkit/shardkit/numerator/coordinator/coordtest"
 )
 
-func startCluster(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	dir := t.TempDir()
-	go func() {
-		entry := ""
-		for {
-			err := server.RunInstance(ctx, server.InstanceConfig{Listen: addr, DataDir: dir, ShutdownTimeout: 2 * time.Second}, entry)
-			var rb *server.RebootstrapError
-			if errors.As(err, &rb) && ctx.Err() == nil {
-				entry = rb.Entrypoint
-				continue
-			}
-			done <- err
-			return
-		}
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Logf("cluster instance stopped: %v", err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Errorf("cluster instance did not stop")
-		}
-	})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	c := clusterv1.NewClusterServiceClient(conn)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.AcquireLease(rctx, &clusterv1.AcquireLeaseRequest{Name: "test/ready", Holder: "probe", TtlMs: 1})
-		rcancel()
-		if err == nil {
-			return addr
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster grants no lease: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 func TestShardkitConformance(t *testing.T) {
-	addr := startCluster(t)
+	addr := servertest.OneInstanceCluster(t)
 	coordtest.Run(t, coordtest.Harness{
 		New: func(t *testing.T, record string) coordinator.Coordinator {
 			t.Helper()

@@ -1,0 +1,108 @@
+// Package servertest runs shardkit instances inside a test process: the
+// code behind `shardkit run` (internal/server) with the supervisor's part
+// (a rebootstrap starts the instance again, at the requested entrypoint,
+// on an empty data dir) done by a goroutine.
+//
+// Tests of the libraries that talk to a cluster (cache/lease, numerator's
+// coordinator, examples, the CLI) use it for a real cluster without
+// spawning processes. It must never be imported by non-test code.
+package servertest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/server"
+)
+
+// FreeAddr returns a loopback address that was free a moment ago.
+func FreeAddr(tb testing.TB) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// Run runs one instance until the test ends (then stops it gracefully) and
+// returns a channel that receives how it ended. Each rebootstrap gets a
+// new empty data dir; cfg.DataDir is ignored.
+func Run(tb testing.TB, cfg server.InstanceConfig) <-chan error {
+	tb.Helper()
+	return run(tb, cfg)
+}
+
+func run(tb testing.TB, cfg server.InstanceConfig) chan error {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		entry := ""
+		for {
+			cfg.DataDir = tb.TempDir()
+			err := server.RunInstance(ctx, cfg, entry)
+			var rb *server.RebootstrapError
+			if errors.As(err, &rb) && ctx.Err() == nil {
+				entry = rb.Entrypoint
+				continue
+			}
+			done <- err
+			return
+		}
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			done <- err
+			if err != nil && !errors.Is(err, context.Canceled) {
+				tb.Logf("instance %s stopped: %v", cfg.Listen, err)
+			}
+		case <-time.After(30 * time.Second):
+			tb.Errorf("instance %s did not stop within 30s", cfg.Listen)
+		}
+	})
+	return done
+}
+
+// OneInstanceCluster starts a one-instance cluster and returns its gRPC
+// address once it grants leases.
+func OneInstanceCluster(tb testing.TB) string {
+	tb.Helper()
+	addr := FreeAddr(tb)
+	done := run(tb, server.InstanceConfig{Listen: addr, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second})
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer conn.Close()
+	c := clusterv1.NewClusterServiceClient(conn)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-done:
+			done <- err
+			tb.Fatalf("instance %s ended before the cluster was ready: %v", addr, err)
+		default:
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.AcquireLease(rctx, &clusterv1.AcquireLeaseRequest{Name: "servertest/ready", Holder: "probe", TtlMs: 1})
+		rcancel()
+		if err == nil {
+			return addr
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the cluster at %s grants no lease after 60s: %v", addr, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
