@@ -2,6 +2,7 @@ package multiraft_test
 
 import (
 	"context"
+	"math/rand/v2"
 	"fmt"
 	"log/slog"
 	"os"
@@ -49,6 +50,7 @@ type cluster struct {
 	nodes   map[multiraft.NodeID]*testNode
 	members map[multiraft.GroupID][]multiraft.NodeID // initial members
 	step    uint64
+	crashes int
 
 	stopDriver chan struct{}
 	driverDone chan struct{}
@@ -231,7 +233,15 @@ func (c *cluster) crashLocked(id multiraft.NodeID) {
 	}
 	c.net.Unregister(id)
 	n.host.Stop()
-	clone := n.fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0})
+	// What survives a crash: everything synced, and a random part of what
+	// was written but not synced (Pebble recovers its log up to the first
+	// missing piece, so a prefix of the unsynced writes).
+	c.crashes++
+	cfg := vfs.CrashCloneCfg{UnsyncedDataPercent: []int{0, 50, 100}[c.crashes%3]}
+	if cfg.UnsyncedDataPercent > 0 {
+		cfg.RNG = rand.New(rand.NewPCG(uint64(c.crashes), 7))
+	}
+	clone := n.fs.CrashClone(cfg)
 	_ = n.db.Close()
 	n.fs, n.alive = clone, false
 }

@@ -148,9 +148,15 @@ func (h *Host) handleReadies(work []roundWork) error {
 		if s := w.rd.Snapshot; s != nil && !raft.IsEmptySnap(s) {
 			continue
 		}
+		// Durable means: stored by an earlier round, and not about to be
+		// replaced by this Ready's entries (a conflicting suffix).
+		durable := w.g.store.lastIndex
+		if len(w.rd.Entries) > 0 {
+			durable = min(durable, w.rd.Entries[0].GetIndex()-1)
+		}
 		ents := w.rd.CommittedEntries
 		n := 0
-		for n < len(ents) && ents[n].GetIndex() <= w.g.store.lastIndex {
+		for n < len(ents) && ents[n].GetIndex() <= durable {
 			n++
 		}
 		if err := w.g.applyCommitted(ents[:n]); err != nil {
