@@ -2,9 +2,9 @@ package multiraft_test
 
 import (
 	"context"
-	"math/rand/v2"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"sync"
