@@ -22,6 +22,7 @@ const (
 	OpAppend Op = 2 // append value to key; result: new value
 	OpGet    Op = 3 // read key through the log; result: value
 	OpDelete Op = 4 // delete key; result: previous value
+	OpSet    Op = 5 // set key to value without reading it first; result: none
 )
 
 // ErrBadCommand is returned for a command that cannot be decoded.
@@ -49,7 +50,7 @@ func Decode(b []byte) (Command, error) {
 		return Command{}, fmt.Errorf("%w: empty", ErrBadCommand)
 	}
 	op := Op(b[0])
-	if op < OpPut || op > OpDelete {
+	if op < OpPut || op > OpSet {
 		return Command{}, fmt.Errorf("%w: unknown op %d", ErrBadCommand, b[0])
 	}
 	n, k := binary.Uvarint(b[1:])
@@ -107,6 +108,13 @@ func (s *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			continue
 		}
 		k := s.key(c.Key)
+		if c.Op == OpSet {
+			if err := b.Set(k, c.Value, nil); err != nil {
+				return nil, err
+			}
+			out[i] = Result{}
+			continue
+		}
 		old, found, err := get(b, k)
 		if err != nil {
 			return nil, err

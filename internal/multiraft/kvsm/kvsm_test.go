@@ -11,6 +11,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpAppend, Key: []byte(""), Value: []byte("x")},
 		{Op: OpGet, Key: []byte("key")},
 		{Op: OpDelete, Key: bytes.Repeat([]byte("k"), 300)},
+		{Op: OpSet, Key: []byte("k"), Value: []byte("blind")},
 	} {
 		got, err := Decode(c.Encode())
 		if err != nil {
