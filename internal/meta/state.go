@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"maps"
 	"slices"
 
@@ -76,14 +77,14 @@ func (s *State) InstanceByUUID(uuid string) *clusterv1.Instance {
 // SortedInstances returns every instance, by raft id.
 func (s *State) SortedInstances() []*clusterv1.Instance {
 	out := slices.Collect(maps.Values(s.Instances))
-	slices.SortFunc(out, func(a, b *clusterv1.Instance) int { return cmpU64(a.GetRaftId(), b.GetRaftId()) })
+	slices.SortFunc(out, func(a, b *clusterv1.Instance) int { return cmp.Compare(a.GetRaftId(), b.GetRaftId()) })
 	return out
 }
 
 // SortedReplicasets returns every replicaset, by id.
 func (s *State) SortedReplicasets() []*clusterv1.Replicaset {
 	out := slices.Collect(maps.Values(s.Replicasets))
-	slices.SortFunc(out, func(a, b *clusterv1.Replicaset) int { return cmpString(a.GetReplicasetId(), b.GetReplicasetId()) })
+	slices.SortFunc(out, func(a, b *clusterv1.Replicaset) int { return cmp.Compare(a.GetReplicasetId(), b.GetReplicasetId()) })
 	return out
 }
 
@@ -132,24 +133,4 @@ func (s *State) setBuckets(first, last uint32, rs string) {
 		b[i-1] = rs
 	}
 	s.Buckets = b
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}
-
-func cmpString(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

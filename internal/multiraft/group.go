@@ -72,7 +72,6 @@ type group struct {
 	// Observable progress, for waiting without the group lock.
 	applied atomic.Uint64
 	leader  atomic.Uint64
-	term    atomic.Uint64
 	notifyM sync.Mutex
 	notify  chan struct{} // closed and replaced on every change of the above
 
@@ -84,7 +83,6 @@ type proposal struct {
 	data  []byte               // for normal proposals
 	cc    *raftpb.ConfChangeV2 // for conf changes
 	index uint64               // log index, once known (guarded by wmu)
-	term  uint64               // log term, once known (guarded by wmu)
 	done  chan proposalResult  // buffered, receives exactly one result
 }
 

@@ -195,7 +195,7 @@ func (G *Group) Leader() NodeID { return NodeID(G.g.leader.Load()) }
 // Applied returns this member's applied index.
 func (G *Group) Applied() uint64 { return G.g.applied.Load() }
 
-// WaitFor returns once cond (called after every change of leader, term or
+// WaitFor returns once cond (called after every change of leader or
 // applied index) holds, or when ctx ends.
 func (G *Group) WaitFor(ctx context.Context, cond func(*Group) bool) error {
 	for {

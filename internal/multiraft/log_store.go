@@ -1,6 +1,7 @@
 package multiraft
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -97,7 +98,7 @@ func (s *logStore) lastStoredIndex() (uint64, error) {
 	if len(k) < 8 {
 		return 0, fmt.Errorf("%w: group %d: short log key %x", ErrCorruptState, s.group, k)
 	}
-	return beUint64(k[len(k)-8:]), nil
+	return binary.BigEndian.Uint64(k[len(k)-8:]), nil
 }
 
 func (s *logStore) get(key []byte) ([]byte, bool, error) {
@@ -301,10 +302,4 @@ func (s *logStore) resetToSnapshot(pos logPosition) {
 	s.truncated = pos
 	s.lastIndex = pos.Index
 	s.cache.clear()
-}
-
-func beUint64(b []byte) uint64 {
-	_ = b[7]
-	return uint64(b[0])<<56 | uint64(b[1])<<48 | uint64(b[2])<<40 | uint64(b[3])<<32 |
-		uint64(b[4])<<24 | uint64(b[5])<<16 | uint64(b[6])<<8 | uint64(b[7])
 }

@@ -287,10 +287,6 @@ func (g *group) publish() {
 		g.leader.Store(l)
 		changed = true
 	}
-	if t := g.store.hardState.GetTerm(); g.term.Load() != t {
-		g.term.Store(t)
-		changed = true
-	}
 	if changed {
 		g.changed()
 	}

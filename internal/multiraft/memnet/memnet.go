@@ -2,6 +2,7 @@ package memnet
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -177,10 +178,7 @@ func (n *Network) Deliver() int {
 	}
 	n.pending = keep
 	slices.SortFunc(due, func(a, b envelope) int {
-		if a.due != b.due {
-			return cmpU64(a.due, b.due)
-		}
-		return cmpU64(a.seq, b.seq)
+		return cmp.Or(cmp.Compare(a.due, b.due), cmp.Compare(a.seq, b.seq))
 	})
 	type delivery struct {
 		h     multiraft.Handler
@@ -213,16 +211,6 @@ func (n *Network) Pending() int {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return len(n.pending)
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Endpoint returns node's transport.
