@@ -96,9 +96,7 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 		return fmt.Errorf("group %d: commit applied entries: %w", g.id, err)
 	}
 	g.store.applied = as
-	for _, r := range results {
-		g.deliver(r)
-	}
+	g.deliver(results)
 	return nil
 }
 
@@ -161,7 +159,7 @@ func (g *group) assignIndexes(ents []*raftpb.Entry) {
 			if p.index != 0 && p.index != idx && g.byIndex[p.index] == p {
 				delete(g.byIndex, p.index)
 			}
-			p.index, p.term = idx, e.GetTerm()
+			p.index = idx
 			g.byIndex[idx] = p
 		}
 	}
@@ -175,25 +173,31 @@ func (g *group) supersede(p *proposal) {
 	p.done <- proposalResult{err: fmt.Errorf("%w: group %d: entry %d was replaced by another leader's entry", ErrProposalDropped, g.id, p.index)}
 }
 
-// deliver hands an applied entry's result to its waiter, if it is here.
-func (g *group) deliver(r appliedResult) {
+// deliver hands applied entries' results to their waiters, if they are
+// here (one lock for the whole run).
+func (g *group) deliver(results []appliedResult) {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
-	if old := g.byIndex[r.index]; old != nil && old.id != r.id {
-		g.supersede(old)
-	}
-	if r.id == 0 {
+	if len(g.waiters) == 0 && len(g.byIndex) == 0 {
 		return
 	}
-	p := g.waiters[r.id]
-	if p == nil {
-		return
+	for _, r := range results {
+		if old := g.byIndex[r.index]; old != nil && old.id != r.id {
+			g.supersede(old)
+		}
+		if r.id == 0 {
+			continue
+		}
+		p := g.waiters[r.id]
+		if p == nil {
+			continue
+		}
+		delete(g.waiters, r.id)
+		if g.byIndex[p.index] == p {
+			delete(g.byIndex, p.index)
+		}
+		p.done <- proposalResult{value: r.value}
 	}
-	delete(g.waiters, r.id)
-	if g.byIndex[p.index] == p {
-		delete(g.byIndex, p.index)
-	}
-	p.done <- proposalResult{value: r.value}
 }
 
 // failCoveredWaiters fails waiters whose entries a snapshot replaced: they
