@@ -70,9 +70,10 @@ func (gv *governor) run(ctx context.Context) {
 			gv.log.Info("governing the cluster", "term", st.Term)
 		}
 		changed := gv.n.meta.Changed()
+		start := time.Now()
 		step, err := gv.step(ctx)
 		if gv.n.metrics != nil && step != "" {
-			gv.n.metrics.governorStep(step, err)
+			gv.n.metrics.governorStep(step, time.Since(start), err)
 		}
 		switch {
 		case err == nil && step != "":
@@ -113,7 +114,7 @@ func (gv *governor) step(ctx context.Context) (string, error) {
 		return "sentinel", gv.setTarget(actx, inst, meta.Offline, fmt.Sprintf("sentinel: no answer for %v", n.cfg.AutoOfflineTimeout))
 	}
 	if cc := planConfChange(st, gs); cc != nil {
-		gv.log.Info("changing group 0's configuration", "change", describeConfChange(cc))
+		gv.log.Info("changing group 0's configuration", "change", cc.String())
 		_, err := g0.ChangeConfig(actx, cc)
 		return "conf_change", err
 	}
@@ -243,8 +244,6 @@ func largestOdd(n int) int {
 	}
 	return n
 }
-
-func describeConfChange(cc interface{ String() string }) string { return cc.String() }
 
 func containsNode(xs []multiraft.NodeID, id uint64) bool {
 	return slices.Contains(xs, multiraft.NodeID(id))

@@ -76,9 +76,6 @@ func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*c
 	} else if ok {
 		return c.RaftJoin(forwarded(ctx), req)
 	}
-	if !n.meta.State().Booted() {
-		return nil, status.Error(codes.Unavailable, "the cluster is still booting; retry")
-	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: req}}})
 	if err != nil {
 		return nil, err

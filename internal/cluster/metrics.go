@@ -17,7 +17,6 @@ type Metrics struct {
 	node          func() *Node
 	governorSteps *prometheus.CounterVec
 	governorTime  *prometheus.HistogramVec
-	started       map[string]time.Time
 }
 
 // NewMetrics registers the cluster metrics on reg; node returns the running
@@ -31,16 +30,15 @@ func NewMetrics(reg prometheus.Registerer, node func() *Node) *Metrics {
 		}, []string{"step", "outcome"}),
 		governorTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "shardkit_governor_step_seconds",
-			Help:    "Time between governor activities of a step (the step's duration including waits).",
+			Help:    "Duration of one governor activity, by step.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"step"}),
-		started: map[string]time.Time{},
 	}
 	reg.MustRegister(m.governorSteps, m.governorTime, &collector{m: m})
 	return m
 }
 
-func (m *Metrics) governorStep(step string, err error) {
+func (m *Metrics) governorStep(step string, took time.Duration, err error) {
 	outcome := "done"
 	switch {
 	case errors.Is(err, errWaiting):
@@ -49,11 +47,7 @@ func (m *Metrics) governorStep(step string, err error) {
 		outcome = "failed"
 	}
 	m.governorSteps.WithLabelValues(step, outcome).Inc()
-	now := time.Now()
-	if t, ok := m.started[step]; ok {
-		m.governorTime.WithLabelValues(step).Observe(now.Sub(t).Seconds())
-	}
-	m.started[step] = now
+	m.governorTime.WithLabelValues(step).Observe(took.Seconds())
 }
 
 var (

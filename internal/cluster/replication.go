@@ -51,20 +51,15 @@ func (gv *governor) replicate(ctx context.Context, st *meta.State, inst *cluster
 			return err
 		}
 	}
-	// The instance must reach the barrier's index in its replicaset group.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		p, err := gv.progress(ctx, inst)
-		if err != nil {
-			return err
-		}
-		if p.GetApplied()[gid] >= index {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w: %s has applied %d of %d in replicaset group %d", errWaiting, inst.GetInstanceId(), p.GetApplied()[gid], index, gid)
-		}
-		time.Sleep(20 * time.Millisecond)
+	// The instance must reach the barrier's index in its replicaset group;
+	// until it has, the governor looks again at its next iteration (a new
+	// barrier then only moves the goal a little further).
+	p, err := gv.progress(ctx, inst)
+	if err != nil {
+		return err
+	}
+	if p.GetApplied()[gid] < index {
+		return fmt.Errorf("%w: %s has applied %d of %d in replicaset group %d", errWaiting, inst.GetInstanceId(), p.GetApplied()[gid], index, gid)
 	}
 	return gv.setCurrent(ctx, inst, meta.Replicated)
 }

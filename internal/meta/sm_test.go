@@ -388,3 +388,14 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// A join that reaches the bootstrap instance before the cluster's first
+// entry is applied is "not yet", not "never": the joiner retries.
+func TestJoinBeforeBootIsRetryable(t *testing.T) {
+	f := newFixture(t)
+	r := f.apply(joinCmd(joinReq("a", "", nil)))
+	var ref *Refusal
+	if !errors.As(r.Err, &ref) || ref.Code != CodeUnavailable {
+		t.Fatalf("join before boot: %v, want a CodeUnavailable refusal", r.Err)
+	}
+}
