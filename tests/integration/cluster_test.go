@@ -238,7 +238,10 @@ func TestLeaseRace(t *testing.T) {
 	if winner.lease.GetHolder() == "A" {
 		loserName = "B"
 	}
-	_ = loser
+	// The refusal names the holder and its ticket.
+	if loser.lease.GetHolder() != winner.lease.GetHolder() || loser.lease.GetTicket() != winner.lease.GetTicket() {
+		t.Fatalf("the loser was told %+v, the winner holds %+v", loser.lease, winner.lease)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		g, l := acquire(t, c.insts[2].listen, "shard-7", loserName, 2*time.Second)
