@@ -222,7 +222,10 @@ func (c *Client[K, ID, V, Req, Resp]) launch(ctx context.Context, g *getState[K,
 		}
 		g.asked[cd.h] = true
 		h := cd.h
-		c.wg.Go(func() { c.attempt(ctx, h, keys, ids, kind, results) })
+		// Counted here, not in the goroutine: a Get that returns has
+		// counted every request it launched.
+		c.metrics.request(h.ep, kind)
+		c.wg.Go(func() { c.attempt(ctx, h, keys, ids, results) })
 		n++
 	}
 	return n
@@ -323,11 +326,11 @@ func (g *getState[K, ID, V]) missing(unrouted []ID, deadline error) error {
 
 // attempt asks one host for keys, retrying it alone, and reports to the
 // Get unless the Get has ended.
-func (c *Client[K, ID, V, Req, Resp]) attempt(ctx context.Context, h *host, keys []K, ids []ID, kind string,
+func (c *Client[K, ID, V, Req, Resp]) attempt(ctx context.Context, h *host, keys []K, ids []ID,
 	results chan<- attemptResult[ID, V],
 ) {
 	r := attemptResult[ID, V]{h: h, ids: ids}
-	r.values, r.shard, r.allMatched, r.err = c.call(ctx, h, keys, kind)
+	r.values, r.shard, r.allMatched, r.err = c.call(ctx, h, keys)
 	if r.err != nil && ctx.Err() != nil {
 		c.metrics.answer(h.ep, useCancelled)
 		return
@@ -339,13 +342,15 @@ func (c *Client[K, ID, V, Req, Resp]) attempt(ctx context.Context, h *host, keys
 	}
 }
 
-func (c *Client[K, ID, V, Req, Resp]) call(ctx context.Context, h *host, keys []K, kind string) (map[ID]V, Shard, bool, error) {
+func (c *Client[K, ID, V, Req, Resp]) call(ctx context.Context, h *host, keys []K) (map[ID]V, Shard, bool, error) {
 	req := newMessage[Req]()
 	if err := c.desc.Serialize(keys, req); err != nil {
 		return nil, Shard{}, false, fmt.Errorf("cache: Serialize: %w", err)
 	}
 	for attempt := 1; ; attempt++ {
-		c.metrics.request(h.ep, kind)
+		if attempt > 1 {
+			c.metrics.request(h.ep, kindRetry)
+		}
 		actx, cancel := context.WithTimeout(ctx, c.opts.HostTimeout)
 		resp := newMessage[Resp]()
 		start := c.opts.Clock.Now()
@@ -386,6 +391,5 @@ func (c *Client[K, ID, V, Req, Resp]) call(ctx context.Context, h *host, keys []
 			return nil, Shard{}, false, ctx.Err()
 		case <-t.C:
 		}
-		kind = kindRetry
 	}
 }

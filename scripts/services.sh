@@ -106,7 +106,7 @@ spawn() {
 alive() {
   local pid=$1 word=$2 cmd
   [[ $pid =~ ^[0-9]+$ ]] || return 1
-  cmd=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline") || return 1
   [[ $cmd == *"$word"* ]]
 }
 
