@@ -82,7 +82,8 @@ func TestGetMisbehavingReplica(t *testing.T) {
 			c := newClient(t, hl, nil, func(o *cache.Options) { o.MaxAttempts = 3 })
 			f.set(tc.b)
 			k := &kvpb.Key{ShardingKey: 7, Id: 7}
-			_, err := c.Get(getCtx(t, 300*time.Millisecond), []*kvpb.Key{k})
+			// Long enough for three attempts with backoff on a loaded machine.
+			_, err := c.Get(getCtx(t, 2*time.Second), []*kvpb.Key{k})
 			var mk *cache.MissingKeysError[uint64]
 			if !errors.Is(err, cache.ErrMissingKeys) || !errors.As(err, &mk) {
 				t.Fatalf("Get = %v, want a MissingKeysError", err)
@@ -202,7 +203,9 @@ func TestGetFollowsNewerEpochsOnly(t *testing.T) {
 func TestGetDatacenterGone(t *testing.T) {
 	t.Parallel()
 	g, hl := grid(t, "dc1", "dc2")
-	c := newClient(t, hl, nil, func(o *cache.Options) { o.HostTimeout = 200 * time.Millisecond })
+	// The stopped servers refuse connections at once; the timeout only
+	// bounds a live server that is slow under load.
+	c := newClient(t, hl, nil, func(o *cache.Options) { o.HostTimeout = 2 * time.Second })
 	for _, f := range g[1] {
 		f.srv.Stop()
 	}
@@ -223,10 +226,16 @@ func TestGetWaitsForAShard(t *testing.T) {
 	hl.add(f0)
 	c := newClient(t, hl, nil, func(o *cache.Options) { o.PingPeriod = 20 * time.Millisecond })
 	ks := keys(0, 2) // half of them in shard1, which nobody holds yet
-	_, err := c.Get(getCtx(t, 100*time.Millisecond), ks)
+	var in1 []*kvpb.Key
+	for _, k := range ks {
+		if k.GetShardingKey() > half {
+			in1 = append(in1, k)
+		}
+	}
+	_, err := c.Get(getCtx(t, 100*time.Millisecond), in1)
 	var mk *cache.MissingKeysError[uint64]
 	if !errors.As(err, &mk) || len(mk.Unrouted) != 2 || len(mk.IDs) != 2 || !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Get with shard1 unheld = %v, want 2 unrouted ids and the deadline", err)
+		t.Fatalf("Get of shard1 keys with shard1 unheld = %v, want 2 unrouted ids and the deadline", err)
 	}
 	done := make(chan error, 1)
 	var got map[uint64]string
@@ -249,7 +258,9 @@ func TestGetRoutesAfterWrongShardAnswer(t *testing.T) {
 	hl := &hostList{}
 	hl.add(a, b)
 	reg := prometheus.NewRegistry()
-	c := newClient(t, hl, reg, func(o *cache.Options) { o.PingPeriod = 20 * time.Millisecond })
+	// No periodic pings: they could learn a's move before the Get asks a.
+	// A waiting Get kicks a refresh of its own.
+	c := newClient(t, hl, reg, nil)
 	// a moves to shard1 at a newer epoch (b lost it); nobody has shard0.
 	moved := cache.Shard{Begin: half, End: 0, Epoch: 2}
 	a.setShard(moved)
@@ -314,7 +325,7 @@ func TestHedgeFailsOverAtOnceAndHedgesSlowPrimary(t *testing.T) {
 			t.Parallel()
 			primary := startServer(t, "dc1", whole)
 			backup := startServer(t, "dc2", whole)
-			backup.set(behaviour{delay: 50 * time.Millisecond}) // slower pings: never first choice
+			backup.set(behaviour{delay: 500 * time.Millisecond}) // slower pings: never first choice
 			hl := &hostList{}
 			hl.add(primary, backup)
 			reg := prometheus.NewRegistry()
@@ -342,7 +353,9 @@ func TestEjectionSkipsFailingHost(t *testing.T) {
 	t.Parallel()
 	g, hl := grid(t, "dc1", "dc2")
 	reg := prometheus.NewRegistry()
-	c := newClient(t, hl, reg, func(o *cache.Options) { o.EjectAfter, o.MaxAttempts = 2, 1 })
+	// An ejection that outlasts the test: only the last-replica rule may
+	// bring the host back.
+	c := newClient(t, hl, reg, func(o *cache.Options) { o.EjectAfter, o.MaxAttempts, o.EjectBase = 2, 1, time.Hour })
 	bad := g[0][0]
 	bad.set(behaviour{failGets: codes.Unavailable})
 	// Send-to-all: bad is asked by every Get until ejected after 2

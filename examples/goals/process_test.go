@@ -103,7 +103,9 @@ func newWorld(tb testing.TB, be backend, dcs []string, shards int) *world {
 	tb.Helper()
 	t := tb
 	w := &world{t: t, dir: t.TempDir(), driver: be.driver, counters: 60, perCtr: 6,
-		ttl: 1500 * time.Millisecond, ping: 250 * time.Millisecond, margin: 300 * time.Millisecond}
+		// Leases survive ~3 s of stalled pings (a -race process on a loaded
+		// machine) yet expire soon enough for the takeover tests.
+		ttl: 4 * time.Second, ping: 500 * time.Millisecond, margin: time.Second}
 	w.table = "leases_" + randomName(t)
 	switch {
 	case be.driver == "shardkit":

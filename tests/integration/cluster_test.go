@@ -96,7 +96,8 @@ func TestJoinRestartAndColdRestart(t *testing.T) {
 	follower.start(t)
 	st = c.waitStatus("the follower back Online with a new incarnation", 60*time.Second, func(s *statusJSON) bool {
 		i := s.byAddress(follower.listen)
-		return i != nil && online(i) && i.CurrentGrade.Incarnation == before.CurrentGrade.Incarnation+1
+		// At least +1: a sentinel flap around the restart may add another.
+		return i != nil && online(i) && i.CurrentGrade.Incarnation > before.CurrentGrade.Incarnation
 	})
 	if after := st.byAddress(follower.listen); after.RaftID != before.RaftID || after.InstanceID != before.InstanceID || after.UUID != before.UUID {
 		t.Fatalf("restart changed identity: before %+v after %+v", before, after)
@@ -163,8 +164,8 @@ func TestLeaderShutdownAndVoterCrash(t *testing.T) {
 		return s.LeaderRaftID != 0 && s.LeaderRaftID != oldLeader && old != nil && old.CurrentGrade.Variant == "Offline"
 	})
 	// The rest keep working: a lease can be taken.
-	if granted, _ := acquire(t, c.leader(st).listen, "after-shutdown", "x", time.Minute); !granted {
-		t.Fatal("the cluster cannot take a lease after the leader's shutdown")
+	if granted, _, err := acquire(c.leader(st).listen, "after-shutdown", "x", time.Minute); err != nil || !granted {
+		t.Fatalf("the cluster cannot take a lease after the leader's shutdown: granted=%v, %v", granted, err)
 	}
 	lead.start(t)
 	c.waitOnline(4)
@@ -192,20 +193,21 @@ func TestLeaderShutdownAndVoterCrash(t *testing.T) {
 	}
 }
 
-func acquire(t *testing.T, addr, name, holder string, ttl time.Duration) (bool, *clusterv1.Lease) {
-	t.Helper()
+// acquire asks addr for the lease; it does not call t.Fatal, so it may run
+// in a goroutine.
+func acquire(addr, name, holder string, ttl time.Duration) (bool, *clusterv1.Lease, error) {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		return false, nil, err
 	}
 	defer conn.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	resp, err := clusterv1.NewClusterServiceClient(conn).AcquireLease(ctx, &clusterv1.AcquireLeaseRequest{Name: name, Holder: holder, TtlMs: ttl.Milliseconds()})
 	if err != nil {
-		t.Fatalf("acquire %s as %s: %v", name, holder, err)
+		return false, nil, fmt.Errorf("acquire %s as %s at %s: %w", name, holder, addr, err)
 	}
-	return resp.GetGranted(), resp.GetLease()
+	return resp.GetGranted(), resp.GetLease(), nil
 }
 
 // Leases: two holders race, exactly one wins; the loser gets the lease
@@ -217,16 +219,23 @@ func TestLeaseRace(t *testing.T) {
 	type result struct {
 		granted bool
 		lease   *clusterv1.Lease
+		err     error
 	}
+	// The TTL outlasts both racing RPCs even on a loaded machine, so the
+	// second request always finds the first one's lease live.
+	const ttl = 6 * time.Second
 	res := make(chan result, 2)
 	for i, holder := range []string{"A", "B"} {
 		addr := c.insts[i].listen
 		go func() {
-			g, l := acquire(t, addr, "shard-7", holder, 2*time.Second)
-			res <- result{g, l}
+			g, l, err := acquire(addr, "shard-7", holder, ttl)
+			res <- result{g, l, err}
 		}()
 	}
 	r1, r2 := <-res, <-res
+	if r1.err != nil || r2.err != nil {
+		t.Fatalf("racing acquires: %v; %v", r1.err, r2.err)
+	}
 	if r1.granted == r2.granted {
 		t.Fatalf("both or neither got the lease: %+v %+v", r1, r2)
 	}
@@ -242,9 +251,12 @@ func TestLeaseRace(t *testing.T) {
 	if loser.lease.GetHolder() != winner.lease.GetHolder() || loser.lease.GetTicket() != winner.lease.GetTicket() {
 		t.Fatalf("the loser was told %+v, the winner holds %+v", loser.lease, winner.lease)
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(ttl + 30*time.Second)
 	for {
-		g, l := acquire(t, c.insts[2].listen, "shard-7", loserName, 2*time.Second)
+		g, l, err := acquire(c.insts[2].listen, "shard-7", loserName, ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if g {
 			if l.GetTicket() <= winner.lease.GetTicket() {
 				t.Fatalf("the loser got ticket %d, not larger than the winner's %d", l.GetTicket(), winner.lease.GetTicket())
