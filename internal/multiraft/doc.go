@@ -46,7 +46,10 @@
 //
 // A failure to persist stops the host (Config.OnFatal): raft has already
 // taken the Ready, so the round cannot be retried, and nothing that was not
-// persisted has been acknowledged to anyone. A restart recovers.
+// persisted has been acknowledged to anyone. A restart recovers. This
+// includes Pebble's own fatal errors (a write-ahead log that cannot be
+// written or synced, as on a full disk), which storage.Commit turns from a
+// panic into an error (fulldisk_test.go).
 //
 // # Applying entries
 //

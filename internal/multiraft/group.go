@@ -10,6 +10,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // A new group's log starts after a fixed position, identical on every
@@ -212,7 +214,7 @@ func (g *group) bootstrap(members []NodeID) error {
 	if err := b.Set(groupKey(g.id, suffixTruncated), encodePosition(pos), nil); err != nil {
 		return err
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := storage.Commit(b, pebble.Sync); err != nil {
 		return fmt.Errorf("multiraft: group %d: bootstrap: %w", g.id, err)
 	}
 	g.store.hardState = hs

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/multiraft/kvsm"
@@ -35,6 +36,7 @@ type testNode struct {
 	alive       bool
 	incarnation int
 	fatal       atomic.Pointer[error] // set when the host stopped on a storage failure (or failpoint)
+	diskFull    atomic.Bool           // every write to fs fails with ENOSPC (fulldisk_test.go)
 }
 
 // cluster drives the hosts of a test in lock step with the network: one
@@ -86,14 +88,15 @@ func testLogger() *slog.Logger {
 // Called with c.mu held (or before the driver starts).
 func (c *cluster) openNode(n *testNode) {
 	c.t.Helper()
-	db, err := storage.Open("db", storage.Options{FS: n.fs, CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
+	fs := errorfs.Wrap(n.fs, fullDisk(n.diskFull.Load))
+	db, err := storage.Open("db", storage.Options{FS: fs, CacheBytes: 8 << 20, MemTableBytes: 4 << 20})
 	if err != nil {
 		c.t.Fatalf("node %d: %v", n.id, err)
 	}
 	cfg := multiraft.Config{
 		NodeID:           n.id,
 		DB:               db,
-		FS:               n.fs,
+		FS:               fs,
 		SnapshotDir:      "snapshots",
 		Transport:        c.net.Endpoint(n.id),
 		Logger:           testLogger(),

@@ -8,6 +8,8 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // roundWork is one group's Ready within a round.
@@ -197,7 +199,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		if sync {
 			opts = pebble.Sync
 		}
-		if err := b.Commit(opts); err != nil {
+		if err := storage.Commit(b, opts); err != nil {
 			return fmt.Errorf("persist raft state: %w", err)
 		}
 	}

@@ -62,8 +62,9 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...))
 }
 
+// Fatalf must not return: see FatalError.
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	p.l.Error(msg)
-	panic(msg)
+	fe := newFatalError(format, args...)
+	p.l.Error(fe.Msg)
+	panic(fe)
 }
