@@ -2,6 +2,7 @@ package server
 
 import (
 	"log/slog"
+	"net"
 	"time"
 )
 
@@ -44,6 +45,10 @@ type InstanceConfig struct {
 
 	// Logger is built by the CLI from LogLevel and LogFormat.
 	Logger *slog.Logger `yaml:"-"`
+	// Listener, when set, is used instead of listening on Listen (which
+	// must be its address): tests bind first and hand the socket over, so
+	// no other test can take the port in between. The instance closes it.
+	Listener net.Listener `yaml:"-"`
 }
 
 // Defaults fills unset fields with their defaults.

@@ -22,6 +22,9 @@ import (
 
 func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) error {
 	cfg.Defaults()
+	if cfg.Listener != nil {
+		defer cfg.Listener.Close() // also when refused before serving on it
+	}
 	log := cfg.Logger
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
@@ -32,9 +35,11 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	defer db.Close()
 
-	lis, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return &RefusedError{Err: fmt.Errorf("cannot listen on --listen %s: %w", cfg.Listen, err)}
+	lis := cfg.Listener
+	if lis == nil {
+		if lis, err = net.Listen("tcp", cfg.Listen); err != nil {
+			return &RefusedError{Err: fmt.Errorf("cannot listen on --listen %s: %w", cfg.Listen, err)}
+		}
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -30,13 +31,15 @@ func getStatus(addr string) (*clusterv1.GetStatusResponse, error) {
 // 1, 2 and 3, all Online and all voters; then they stop gracefully.
 func TestThreeInstancesFormOneCluster(t *testing.T) {
 	var addrs []string
+	var liss []net.Listener
 	for range 3 {
-		addrs = append(addrs, servertest.FreeAddr(t))
+		l, a := servertest.Listen(t)
+		addrs, liss = append(addrs, a), append(liss, l)
 	}
 	var dones []<-chan error
-	for _, a := range addrs {
+	for i, a := range addrs {
 		dones = append(dones, servertest.Run(t, server.InstanceConfig{
-			Listen: a, Peers: addrs, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second,
+			Listen: a, Listener: liss[i], Peers: addrs, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second,
 		}))
 	}
 	deadline := time.Now().Add(60 * time.Second)

@@ -22,20 +22,23 @@ import (
 	"github.com/shardkit/shardkit/internal/server"
 )
 
-// FreeAddr returns a loopback address that was free a moment ago.
-func FreeAddr(tb testing.TB) string {
+// Listen binds a loopback port for an instance: give it to Run as
+// cfg.Listener, with cfg.Listen = its address. Binding before the instance
+// starts (rather than picking a free port and closing it) means no other
+// test can take the port in between. Run closes it.
+func Listen(tb testing.TB) (net.Listener, string) {
 	tb.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return l, l.Addr().String()
 }
 
 // Run runs one instance until the test ends (then stops it gracefully) and
 // returns a channel that receives how it ended. Each rebootstrap gets a
-// new empty data dir; cfg.DataDir is ignored.
+// new empty data dir; cfg.DataDir is ignored. A rebootstrap listens on
+// cfg.Listen anew (the first run closed cfg.Listener).
 func Run(tb testing.TB, cfg server.InstanceConfig) <-chan error {
 	tb.Helper()
 	return run(tb, cfg)
@@ -50,6 +53,7 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 		for {
 			cfg.DataDir = tb.TempDir()
 			err := server.RunInstance(ctx, cfg, entry)
+			cfg.Listener = nil
 			var rb *server.RebootstrapError
 			if errors.As(err, &rb) && ctx.Err() == nil {
 				entry = rb.Entrypoint
@@ -78,8 +82,8 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 // address once it grants leases.
 func OneInstanceCluster(tb testing.TB) string {
 	tb.Helper()
-	addr := FreeAddr(tb)
-	done := run(tb, server.InstanceConfig{Listen: addr, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second})
+	lis, addr := Listen(tb)
+	done := run(tb, server.InstanceConfig{Listen: addr, Listener: lis, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tb.Fatal(err)
