@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -46,13 +47,24 @@ func Run(tb testing.TB, cfg server.InstanceConfig) <-chan error {
 
 func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 	tb.Helper()
+	// The data dirs live under one directory made before the stop below is
+	// registered: cleanups run last-registered first, so the instance
+	// stops before its files are removed. (A tb.TempDir() per run, made in
+	// the goroutine, could be registered after the stop and so removed
+	// under a running instance.)
+	base := tb.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		entry := ""
 		for {
-			cfg.DataDir = tb.TempDir()
-			err := server.RunInstance(ctx, cfg, entry)
+			dir, err := os.MkdirTemp(base, "instance-")
+			if err != nil {
+				done <- err
+				return
+			}
+			cfg.DataDir = dir
+			err = server.RunInstance(ctx, cfg, entry)
 			cfg.Listener = nil
 			var rb *server.RebootstrapError
 			if errors.As(err, &rb) && ctx.Err() == nil {
