@@ -11,8 +11,10 @@ package servertest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -57,14 +59,14 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 	done := make(chan error, 1)
 	go func() {
 		entry := ""
-		for {
-			dir, err := os.MkdirTemp(base, "instance-")
-			if err != nil {
+		for run := 1; ; run++ {
+			dir := filepath.Join(base, fmt.Sprintf("run-%d", run))
+			if err := os.Mkdir(dir, 0o755); err != nil {
 				done <- err
 				return
 			}
 			cfg.DataDir = dir
-			err = server.RunInstance(ctx, cfg, entry)
+			err := server.RunInstance(ctx, cfg, entry)
 			cfg.Listener = nil
 			var rb *server.RebootstrapError
 			if errors.As(err, &rb) && ctx.Err() == nil {
