@@ -45,9 +45,9 @@ type InstanceConfig struct {
 
 	// Logger is built by the CLI from LogLevel and LogFormat.
 	Logger *slog.Logger `yaml:"-"`
-	// Listener, when set, is used instead of listening on Listen (which
-	// must be its address): tests bind first and hand the socket over, so
-	// no other test can take the port in between. The instance closes it.
+	// Listener, when set, is used instead of listening on Listen, and its
+	// address becomes Listen: tests bind first and hand the socket over,
+	// so no other test can take the port in between. The instance closes it.
 	Listener net.Listener `yaml:"-"`
 }
 

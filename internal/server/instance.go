@@ -21,10 +21,11 @@ import (
 )
 
 func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) error {
-	cfg.Defaults()
 	if cfg.Listener != nil {
+		cfg.Listen = cfg.Listener.Addr().String()
 		defer cfg.Listener.Close() // also when refused before serving on it
 	}
+	cfg.Defaults()
 	log := cfg.Logger
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}

@@ -37,9 +37,9 @@ func TestThreeInstancesFormOneCluster(t *testing.T) {
 		addrs, liss = append(addrs, a), append(liss, l)
 	}
 	var dones []<-chan error
-	for i, a := range addrs {
+	for i := range addrs {
 		dones = append(dones, servertest.Run(t, server.InstanceConfig{
-			Listen: a, Listener: liss[i], Peers: addrs, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second,
+			Listener: liss[i], Peers: addrs, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second,
 		}))
 	}
 	deadline := time.Now().Add(60 * time.Second)

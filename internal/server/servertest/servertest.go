@@ -26,7 +26,7 @@ import (
 )
 
 // Listen binds a loopback port for an instance: give it to Run as
-// cfg.Listener, with cfg.Listen = its address. Binding before the instance
+// cfg.Listener (its address becomes cfg.Listen). Binding before the instance
 // starts (rather than picking a free port and closing it) means no other
 // test can take the port in between. Run closes it.
 func Listen(tb testing.TB) (net.Listener, string) {
@@ -55,6 +55,9 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 	// the goroutine, could be registered after the stop and so removed
 	// under a running instance.)
 	base := tb.TempDir()
+	if cfg.Listener != nil {
+		cfg.Listen = cfg.Listener.Addr().String() // for a rebootstrap's new listener
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -97,7 +100,7 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 func OneInstanceCluster(tb testing.TB) string {
 	tb.Helper()
 	lis, addr := Listen(tb)
-	done := run(tb, server.InstanceConfig{Listen: addr, Listener: lis, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second})
+	done := run(tb, server.InstanceConfig{Listener: lis, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second})
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		tb.Fatal(err)
