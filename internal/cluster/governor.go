@@ -119,13 +119,24 @@ func (gv *governor) step(ctx context.Context) (string, error) {
 		return "conf_change", err
 	}
 	insts := st.SortedInstances()
+	// A downgrade that must wait or keeps failing (an expelled leader with
+	// no successor yet; a replicaset group without quorum) must not hold
+	// up the instances going Online: one of them may be the successor.
+	var waiting, downErr error
 	for _, inst := range insts {
 		cur, tgt := inst.GetCurrentGrade(), inst.GetTargetGrade()
 		if (tgt.GetVariant() == meta.Offline || tgt.GetVariant() == meta.Expelled) && cur.GetVariant() != tgt.GetVariant() {
-			return "downgrade", gv.downgrade(actx, st, gs, inst)
+			err := gv.downgrade(actx, st, gs, inst)
+			switch {
+			case err == nil:
+				return "downgrade", nil
+			case errors.Is(err, errWaiting):
+				waiting = err
+			case downErr == nil:
+				downErr = err
+			}
 		}
 	}
-	var waiting error
 	for _, inst := range insts {
 		cur, tgt := inst.GetCurrentGrade(), inst.GetTargetGrade()
 		if tgt.GetVariant() != meta.Online {
@@ -163,6 +174,9 @@ func (gv *governor) step(ctx context.Context) (string, error) {
 	}
 	if err := gv.recordReplicasetLeaders(actx, st); err != nil {
 		return "replicaset_leaders", err
+	}
+	if downErr != nil {
+		return "downgrade", downErr
 	}
 	if waiting != nil {
 		return "", waiting

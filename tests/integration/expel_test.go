@@ -73,3 +73,48 @@ func TestExpel(t *testing.T) {
 		t.Fatalf("expel of the last instance: exit %d, stderr %q", code, errs)
 	}
 }
+
+// The leader is expelled (--force) while the only other instance is down:
+// there is no successor yet, so the governor must go on bringing the other
+// instance back Online (it becomes the successor) instead of waiting on the
+// leader's downgrade forever.
+func TestExpelLeaderWhileTheOtherIsDown(t *testing.T) {
+	c := newCluster(t, 2)
+	c.startAll()
+	st := c.waitOnline(2)
+	lead := c.leader(st)
+	other := c.insts[0]
+	if other == lead {
+		other = c.insts[1]
+	}
+	lid := st.byAddress(lead.listen).InstanceID
+	other.term(t)
+	c.waitStatus("the other instance Offline", 30*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(other.listen)
+		return i != nil && i.CurrentGrade.Variant == "Offline"
+	})
+	type result struct {
+		out, errs string
+		code      int
+	}
+	res := make(chan result, 1)
+	go func() {
+		out, errs, code := shardkit(150*time.Second, "expel", "--peer", lead.listen, "--force", "--timeout", "120s", lid)
+		res <- result{out, errs, code}
+	}()
+	c.waitStatus("the leader's target Expelled", 30*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(lead.listen)
+		return i != nil && i.TargetGrade.Variant == "Expelled"
+	})
+	other.start(t)
+	if r := <-res; r.code != 0 {
+		t.Fatalf("expel of the leader with the other instance back: exit %d: %s %s", r.code, r.out, r.errs)
+	}
+	if code := lead.wait(t, 60*time.Second); code == 0 {
+		t.Fatal("the expelled leader exited 0")
+	}
+	c.waitStatus("the other instance Online and leading", 60*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(other.listen)
+		return i != nil && online(i) && s.LeaderRaftID == i.RaftID
+	})
+}
