@@ -39,13 +39,7 @@ func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*cluster
 	}
 	if inst.GetCurrentGrade().GetVariant() != meta.Expelled {
 		if inst.GetTargetGrade().GetVariant() != meta.Expelled {
-			alive := 0
-			for _, other := range st.Instances {
-				if !meta.IsExpelled(other) {
-					alive++
-				}
-			}
-			if alive <= 1 {
+			if st.CountNotExpelled() <= 1 { // the state machine checks it again
 				return nil, status.Errorf(codes.FailedPrecondition, "cannot expel %q: it is the last instance of the cluster", inst.GetInstanceId())
 			}
 			cur, tgt := inst.GetCurrentGrade().GetVariant(), inst.GetTargetGrade().GetVariant()

@@ -36,14 +36,19 @@ func (t *txn) boot(b *metapb.Boot) Result {
 	if p.GetBucketCount() == 0 {
 		p.BucketCount = DefaultBucketCount
 	}
+	// Refuse before writing anything: a refused command must leave no
+	// half-booted cluster behind.
+	first := b.GetFirst()
+	if first.GetClusterId() != p.GetClusterId() {
+		return Result{Err: refuse(CodeFailedPrecondition, "cluster_id mismatch: instance has %q, cluster has %q", first.GetClusterId(), p.GetClusterId())}
+	}
+	if err := validateJoin(first); err != nil {
+		return Result{Err: err}
+	}
 	p.MaxRaftId, p.MaxReplicasetNumber, p.MaxRaftGroupId = 0, 0, 0
 	t.putProps(p)
 	t.s.Buckets = make([]string, p.GetBucketCount())
-	res := t.join(b.GetFirst())
-	if res.Err != nil {
-		return res
-	}
-	return res
+	return t.join(first)
 }
 
 func (t *txn) join(req *clusterv1.RaftJoinRequest) Result {
@@ -249,6 +254,11 @@ func (t *txn) setTargetGrade(c *metapb.SetTargetGrade) Result {
 	}
 	if v == Expelled && inst.GetTargetGrade().GetVariant() == Expelled {
 		return Result{Instance: inst} // expel is idempotent
+	}
+	if v == Expelled && t.s.CountNotExpelled() <= 1 {
+		// Checked here, not only by the Expel handler: two expels
+		// racing for the last two instances must not both pass.
+		return Result{Err: refuse(CodeFailedPrecondition, "cannot expel %q: it is the last instance of the cluster", inst.GetInstanceId())}
 	}
 	n := proto.CloneOf(inst)
 	n.TargetGrade = newTarget(inst, v)

@@ -235,7 +235,8 @@ func TestGradeIncarnations(t *testing.T) {
 	stale := &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
 		InstanceId: "a", Variant: Online, ExpectedTarget: &clusterv1.Grade{Variant: Online, Incarnation: 1}}}}
 	f.refused(stale, "target grade is Online(2), not Online(1)")
-	// Expelled is terminal.
+	// Expelled is terminal (another instance keeps the cluster alive).
+	f.must(joinCmd(joinReq("b", "", nil)))
 	f.must(targetCmd("a", Expelled))
 	f.refused(targetCmd("a", Online), "is being expelled")
 	f.must(currentCmd(f.sm.State().Instance("a"), Expelled))
@@ -398,4 +399,40 @@ func TestJoinBeforeBootIsRetryable(t *testing.T) {
 	if !errors.As(r.Err, &ref) || ref.Code != CodeUnavailable {
 		t.Fatalf("join before boot: %v, want a CodeUnavailable refusal", r.Err)
 	}
+}
+
+// A Boot whose first instance is refused writes nothing: the cluster is not
+// left booted without an instance, and a corrected Boot succeeds. A second
+// Boot (a restart that re-proposes it) is refused and changes nothing.
+func TestRefusedBootLeavesNothing(t *testing.T) {
+	f := newFixture(t)
+	bad := joinReq("i 1", "", nil)
+	f.refused(bootCmd(1, bad), `invalid instance_id "i 1"`)
+	if f.sm.State().Booted() {
+		t.Fatal("a refused Boot left the cluster booted")
+	}
+	other := joinReq("x", "", nil)
+	other.ClusterId = "c2"
+	f.refused(bootCmd(1, other), `cluster_id mismatch`)
+	if f.sm.State().Booted() {
+		t.Fatal("a refused Boot left the cluster booted")
+	}
+	first := f.must(bootCmd(1, joinReq("i1", "", nil)))
+	f.refused(bootCmd(1, joinReq("i9", "", nil)), "already bootstrapped")
+	st := f.sm.State()
+	if len(st.Instances) != 1 || st.Instance("i1").GetUuid() != first.Instance.GetUuid() {
+		t.Fatalf("after a second Boot: instances %v", st.Instances)
+	}
+}
+
+// The last instance is never expelled, even when two expels race: the
+// state machine judges the second against the first.
+func TestLastInstanceIsNeverExpelled(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	f.refused(targetCmd("a", Expelled), `cannot expel "a": it is the last instance of the cluster`)
+	f.must(joinCmd(joinReq("b", "", nil)))
+	f.must(targetCmd("a", Expelled))
+	f.refused(targetCmd("b", Expelled), `cannot expel "b": it is the last instance of the cluster`)
+	f.must(targetCmd("a", Expelled)) // idempotent
 }

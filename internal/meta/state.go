@@ -115,6 +115,17 @@ func IsExpelled(inst *clusterv1.Instance) bool {
 	return inst.GetCurrentGrade().GetVariant() == Expelled || inst.GetTargetGrade().GetVariant() == Expelled
 }
 
+// CountNotExpelled counts the instances neither expelled nor being expelled.
+func (s *State) CountNotExpelled() int {
+	n := 0
+	for _, inst := range s.Instances {
+		if !IsExpelled(inst) {
+			n++
+		}
+	}
+	return n
+}
+
 func (s *State) putInstance(inst *clusterv1.Instance) { s.Instances[inst.GetInstanceId()] = inst }
 
 func (s *State) putReplicaset(rs *clusterv1.Replicaset) { s.Replicasets[rs.GetReplicasetId()] = rs }
