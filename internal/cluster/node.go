@@ -39,11 +39,7 @@ type Config struct {
 	DataDir               string
 	AutoOfflineTimeout    time.Duration
 	ShutdownTimeout       time.Duration
-	// TickInterval is the raft tick (default 100ms).
-	TickInterval time.Duration
-	Logger       *slog.Logger
-	// OnFatal is called if the raft host stops on a storage failure.
-	OnFatal func(error)
+	Logger                *slog.Logger
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -96,9 +92,6 @@ type Node struct {
 func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.TickInterval == 0 {
-		cfg.TickInterval = 100 * time.Millisecond
 	}
 	sm := meta.New()
 	n := &Node{
@@ -235,19 +228,15 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 		NodeID: multiraft.NodeID(ident.RaftID), Resolver: n.res, Logger: n.log,
 	})
 	host, err := multiraft.NewHost(multiraft.Config{
-		NodeID:       multiraft.NodeID(ident.RaftID),
-		DB:           n.db,
-		SnapshotDir:  filepath.Join(n.cfg.DataDir, "snapshots"),
-		Transport:    tr,
-		Logger:       n.log,
-		TickInterval: n.cfg.TickInterval,
+		NodeID:      multiraft.NodeID(ident.RaftID),
+		DB:          n.db,
+		SnapshotDir: filepath.Join(n.cfg.DataDir, "snapshots"),
+		Transport:   tr,
+		Logger:      n.log,
 		OnFatal: func(err error) {
 			select {
 			case n.fatal <- err:
 			default:
-			}
-			if n.cfg.OnFatal != nil {
-				n.cfg.OnFatal(err)
 			}
 		},
 	})
@@ -300,6 +289,12 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 		for {
 			res, err := n.proposeMeta(ctx, cmd)
 			if err == nil && res.Err != nil {
+				if n.meta.State().Booted() {
+					// A crash after the first Boot was logged but before it
+					// was applied: that Boot has now been applied again and
+					// this one refused. Whose boot it was is checked below.
+					break
+				}
 				return &RefusedError{Err: res.Err}
 			}
 			if err == nil {
@@ -307,6 +302,9 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, multiraft.ErrStorage) || errors.Is(err, multiraft.ErrStopped) {
+				return err // retrying cannot help; the process exits and restarts
 			}
 			n.log.Info("waiting to propose the cluster's first entry", "err", err)
 			time.Sleep(100 * time.Millisecond)
@@ -359,11 +357,24 @@ func (n *Node) serve(ctx context.Context) error {
 	wg.Go(func() { n.watch(loops) })
 	wg.Go(func() { newGovernor(n).run(loops) })
 	wg.Go(func() { n.selfSentinel(loops) })
-
-	n.requestTarget(ctx, meta.Online, "start")
+	// Asking to go Online runs beside the wait below, so a storage failure
+	// or an expulsion meanwhile ends the instance at once.
+	startCtx, stopStart := context.WithCancel(ctx)
+	started := make(chan struct{})
+	defer func() {
+		stopStart()
+		<-started
+	}()
+	go func() {
+		defer close(started)
+		n.requestTarget(startCtx, meta.Online, "start")
+	}()
 
 	select {
 	case <-ctx.Done():
+		// The start request must not land after the shutdown's Offline.
+		stopStart()
+		<-started
 		n.shutdown()
 		return nil
 	case <-n.expelled:
