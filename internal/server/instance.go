@@ -84,11 +84,18 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	log.Info("instance started", "listen", cfg.Listen, "advertise", cfg.Advertise, "data_dir", cfg.DataDir, "http", cfg.HTTPListen)
 
+	nodeCtx, stopNode := context.WithCancel(ctx)
+	defer stopNode()
 	runErr := make(chan error, 1)
-	go func() { runErr <- node.Run(ctx, entrypoint) }()
+	go func() { runErr <- node.Run(nodeCtx, entrypoint) }()
 	select {
 	case err = <-runErr:
 	case err = <-serveErr:
+		// The node still uses the database closed on return: stop it first.
+		stopNode()
+		if nerr := <-runErr; nerr != nil {
+			log.Warn("node stopped after the gRPC server", "err", nerr)
+		}
 		return fmt.Errorf("gRPC server stopped: %w", err)
 	}
 	var rb *cluster.RebootstrapRequest
