@@ -2,8 +2,10 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -86,6 +88,9 @@ func expelError(instanceID, peer string, timeout time.Duration, err error) error
 	msg := oneLine(st.Message())
 	switch st.Code() {
 	case codes.DeadlineExceeded:
+		if strings.HasPrefix(msg, "expel of ") {
+			return errors.New(msg) // the cluster's own account, with the grade reached
+		}
 		return fmt.Errorf("expel of %s not confirmed within %v: %s", instanceID, timeout, msg)
 	case codes.Unavailable:
 		return fmt.Errorf("expel of %s: peer %s unavailable: %s", instanceID, peer, msg)

@@ -50,14 +50,15 @@ func TestExpelErrors(t *testing.T) {
 		wants []string
 	}{
 		{"server timeout", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
-			return nil, status.Error(codes.DeadlineExceeded, "expel confirmation didn't arrive in time")
-		}, []string{"expel of i3 not confirmed within 1.5s: expel confirmation didn't arrive in time"}},
+			// The server's own message (cluster/expel.go) is shown as it is.
+			return nil, status.Error(codes.DeadlineExceeded, `expel of "i3" not confirmed within 1.5s: its current grade is still Online(2)`)
+		}, []string{`shardkit: expel of "i3" not confirmed within 1.5s: its current grade is still Online(2)`}},
 		{"refused without force", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
-			return nil, status.Error(codes.FailedPrecondition, "attempt to expel instance \"i3\" which is not Offline, but Online; rerun with --force")
-		}, []string{"expel of i3: attempt to expel instance \"i3\" which is not Offline, but Online; rerun with --force"}},
+			return nil, status.Error(codes.FailedPrecondition, `attempt to expel instance "i3" which is not Offline but Online (target Online); stop it first, or rerun with --force`)
+		}, []string{`expel of i3: attempt to expel instance "i3" which is not Offline but Online (target Online); stop it first, or rerun with --force`}},
 		{"last instance", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
-			return nil, status.Error(codes.FailedPrecondition, "cannot expel the last instance of the cluster")
-		}, []string{"expel of i3: cannot expel the last instance"}},
+			return nil, status.Error(codes.FailedPrecondition, `cannot expel "i3": it is the last instance of the cluster`)
+		}, []string{`expel of i3: cannot expel "i3": it is the last instance of the cluster`}},
 		{"unknown instance", func(context.Context, *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
 			return nil, status.Error(codes.NotFound, "no instance \"i3\"\nin the cluster")
 		}, []string{"expel of i3: no instance \"i3\"; in the cluster"}},
@@ -73,6 +74,9 @@ func TestExpelErrors(t *testing.T) {
 			}
 			if strings.Count(errOut, "\n") != 1 {
 				t.Errorf("stderr %q: want one line", errOut)
+			}
+			if strings.Count(errOut, "expel of") != 1 {
+				t.Errorf("stderr %q: says \"expel of\" more than once", errOut)
 			}
 			for _, w := range tt.wants {
 				if !strings.Contains(errOut, w) {
