@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -98,18 +97,8 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		}
 		return fmt.Errorf("gRPC server stopped: %w", err)
 	}
-	var rb *cluster.RebootstrapRequest
-	var refused *cluster.RefusedError
-	switch {
-	case err == nil:
+	if err == nil {
 		log.Info("instance stopped")
-		return nil
-	case errors.As(err, &rb):
-		return &RebootstrapError{Entrypoint: rb.Entrypoint}
-	case errors.Is(err, cluster.ErrExpelled):
-		return ErrExpelled
-	case errors.As(err, &refused):
-		return &RefusedError{Err: refused.Err}
 	}
 	return err
 }
