@@ -85,8 +85,9 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 		select {
 		case err := <-done:
 			done <- err
+			// A stop at the end of the test is graceful: Run returns nil.
 			if err != nil && !errors.Is(err, context.Canceled) {
-				tb.Logf("instance %s stopped: %v", cfg.Listen, err)
+				tb.Errorf("instance %s did not stop gracefully: %v", cfg.Listen, err)
 			}
 		case <-time.After(30 * time.Second):
 			tb.Errorf("instance %s did not stop within 30s", cfg.Listen)
