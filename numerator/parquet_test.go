@@ -450,3 +450,46 @@ func FuzzReadStateFile(f *testing.F) {
 		}
 	})
 }
+
+// A state location that appears during the run fails the commit after the
+// intermediate tables were renamed into place: they are removed again, the
+// foreign state is kept, and abort leaves no temporary directory.
+func TestFailedCommitLeavesNothingAtTheOutputs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	state, newDocs, expired := filepath.Join(dir, "state"), filepath.Join(dir, "new"), filepath.Join(dir, "expired")
+	out, err := newDirOutputs(state, newDocs, expired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := StateMeta{Run: 1, SchemeName: "single", Shards: 1, Version: Version{Type: 1, Scheme: 3}}
+	sw, err := out.openShard(0, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o755); err != nil { // another writer's
+		t.Fatal(err)
+	}
+	err = out.commit(meta)
+	if !errors.Is(err, ErrOutputExists) || !strings.Contains(err.Error(), state) {
+		t.Fatalf("commit = %v, want ErrOutputExists naming %s", err, state)
+	}
+	if err := out.abort(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{newDocs, expired} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after a failed commit (stat: %v)", p, err)
+		}
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("the other writer's state was touched: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary outputs left: %v", left)
+	}
+}

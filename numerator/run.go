@@ -32,7 +32,8 @@ type rowSource interface {
 }
 
 // outputs receives a run's tables. Nothing is visible at the final
-// locations before commit; abort removes everything written.
+// locations before commit, nor after a commit that failed; abort removes
+// everything written.
 type outputs interface {
 	openShard(shard uint32, meta StateMeta) (shardWriter, error)
 	commit(meta StateMeta) error
