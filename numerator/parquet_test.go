@@ -473,7 +473,7 @@ func TestFailedCommitLeavesNothingAtTheOutputs(t *testing.T) {
 	if err := os.Mkdir(state, 0o755); err != nil { // another writer's
 		t.Fatal(err)
 	}
-	err = out.commit(meta)
+	err = out.commit()
 	if !errors.Is(err, ErrOutputExists) || !strings.Contains(err.Error(), state) {
 		t.Fatalf("commit = %v, want ErrOutputExists naming %s", err, state)
 	}

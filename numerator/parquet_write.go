@@ -188,7 +188,7 @@ func (d *dirOutputs) openShard(shard uint32, meta StateMeta) (shardWriter, error
 	return sw, nil
 }
 
-func (d *dirOutputs) commit(StateMeta) (err error) {
+func (d *dirOutputs) commit() (err error) {
 	// What this commit has renamed into place; on an error it is removed
 	// again, so that nothing is left at the final locations (the
 	// temporary directories not yet renamed are left to abort).

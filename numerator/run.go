@@ -36,7 +36,7 @@ type rowSource interface {
 // everything written.
 type outputs interface {
 	openShard(shard uint32, meta StateMeta) (shardWriter, error)
-	commit(meta StateMeta) error
+	commit() error
 	abort() error
 }
 
@@ -158,7 +158,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 			res.Rebuilt++
 		}
 	}
-	if err := out.commit(meta); err != nil {
+	if err := out.commit(); err != nil {
 		return res, err
 	}
 	res.State = meta
