@@ -234,20 +234,21 @@ func (c *Client[K, ID, V, Req, Resp]) ping(ctx context.Context, h *host) {
 
 // observe records that h says it holds s; it returns false when a newer
 // epoch of the same range in h's datacenter is known (h's claim is stale).
+// Nothing is recorded for a host that is gone.
 func (c *Client[K, ID, V, Req, Resp]) observe(h *host, s Shard) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if h.gone {
-		return false
-	}
 	key := dcRange{h.ep.DC, s.Range()}
 	best, seen := c.maxEpoch[key]
 	if seen && s.Epoch < best {
-		if h.known {
+		if h.known && !h.gone {
 			h.known = false
 			c.notifyLocked()
 		}
 		return false
+	}
+	if h.gone {
+		return true
 	}
 	if !seen || s.Epoch > best {
 		if seen {

@@ -200,6 +200,65 @@ func TestGetFollowsNewerEpochsOnly(t *testing.T) {
 	}
 }
 
+// A host whose pings claim the current epoch but whose Gets answer from an
+// older one (its lease moved on while it still served): its values are
+// never used, and the keys go to the holder of the current epoch.
+func TestGetRefusesAnswersAtAnOlderEpoch(t *testing.T) {
+	t.Parallel()
+	whole := cache.Shard{Begin: 0, End: 0, Epoch: 5}
+	older := cache.Shard{Begin: 0, End: 0, Epoch: 3}
+
+	t.Run("alone", func(t *testing.T) {
+		t.Parallel()
+		f := startServer(t, "dc1", whole)
+		f.set(behaviour{staleGets: &older})
+		hl := &hostList{}
+		hl.add(f)
+		c := newClient(t, hl, nil, nil)
+		k := &kvpb.Key{ShardingKey: 7, Id: 7}
+		// Long enough for the first ping on a loaded machine; the Get then
+		// waits for the rest of it for a holder that never comes.
+		got, err := c.Get(getCtx(t, 3*time.Second), []*kvpb.Key{k})
+		if len(got) != 0 {
+			t.Fatalf("Get used the epoch-3 answer: %v", got)
+		}
+		var mk *cache.MissingKeysError[uint64]
+		if !errors.As(err, &mk) {
+			t.Fatalf("Get = %v, want a MissingKeysError", err)
+		}
+		if cause := mk.Causes[f.addr]; !errors.Is(cause, cache.ErrBadAnswer) {
+			t.Fatalf("cause %v, want ErrBadAnswer", cause)
+		}
+		if f.gets.Load() != 1 {
+			t.Fatalf("the stale host got %d gets, want 1", f.gets.Load())
+		}
+	})
+
+	t.Run("with the current holder", func(t *testing.T) {
+		t.Parallel()
+		stale := startServer(t, "dc1", whole)
+		stale.set(behaviour{staleGets: &older})
+		cur := startServer(t, "dc1", whole)
+		hl := &hostList{}
+		hl.add(stale, cur)
+		c := newClient(t, hl, nil, nil)
+		// Both are asked (send-to-all) once both are known; whichever
+		// answers first, only the epoch-5 answer counts.
+		deadline := time.Now().Add(20 * time.Second)
+		for i := 0; stale.gets.Load() == 0 || i < 3; i++ {
+			if time.Now().After(deadline) {
+				t.Fatal("the stale host was never asked: the test proves nothing")
+			}
+			ks := keys(uint64(i*10), 4)
+			got, err := c.Get(getCtx(t, 10*time.Second), ks)
+			if err != nil {
+				t.Fatalf("Get %d: %v", i, err)
+			}
+			checkValues(t, got, ks)
+		}
+	})
+}
+
 func TestGetDatacenterGone(t *testing.T) {
 	t.Parallel()
 	g, hl := grid(t, "dc1", "dc2")

@@ -366,9 +366,16 @@ func (c *Client[K, ID, V, Req, Resp]) call(ctx context.Context, h *host, keys []
 				c.budget.failure()
 				return nil, Shard{}, false, err
 			}
-			c.observe(h, shard)
+			fresh := c.observe(h, shard)
 			c.succeeded(h, lat, false)
 			c.budget.success()
+			if !fresh {
+				// A newer holder of this range is known: h's lease is gone
+				// and its values may be out of date. observe has taken h
+				// off the map, so the keys go to the current holder.
+				return nil, Shard{}, false, fmt.Errorf("%w: stale epoch %d of %v (a newer one is known in %s)",
+					ErrBadAnswer, shard.Epoch, shard.Range(), h.ep.DC)
+			}
 			return values, shard, all, nil
 		}
 		if ctx.Err() != nil {

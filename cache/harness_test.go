@@ -53,6 +53,7 @@ type behaviour struct {
 	empty      bool          // answer non-empty Gets with an empty message (no shard)
 	noLease    bool          // hold no lease: FailedPrecondition through the Handler
 	answerFrom *cache.Shard  // claim this shard instead (it moved)
+	staleGets  *cache.Shard  // answer non-empty Gets from this shard with staleValue (pings are unchanged)
 }
 
 type fakeServer struct {
@@ -108,6 +109,13 @@ func (f *fakeServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRe
 		if b.empty {
 			return &kvpb.GetResponse{}, nil
 		}
+		if b.staleGets != nil {
+			resp := &kvpb.GetResponse{Shard: b.staleGets.Proto(), AllMatched: true}
+			for _, k := range req.GetKeys() {
+				resp.Entries = append(resp.Entries, &kvpb.Entry{Id: k.GetId(), Value: staleValue(k.GetId())})
+			}
+			return resp, nil
+		}
 	}
 	if delay > 0 {
 		t := time.NewTimer(delay)
@@ -123,6 +131,8 @@ func (f *fakeServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRe
 }
 
 func value(id uint64) string { return fmt.Sprintf("v%d", id) }
+
+func staleValue(id uint64) string { return fmt.Sprintf("stale%d", id) }
 
 func startServer(t *testing.T, dc string, shard cache.Shard) *fakeServer {
 	t.Helper()

@@ -8,14 +8,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/shardkit/shardkit/cache/lease"
 )
 
-// Clock gives the client its time (ejection windows, latencies).
-type Clock interface{ Now() time.Time }
-
-type systemClock struct{}
-
-func (systemClock) Now() time.Time { return time.Now() }
+// Clock gives the client its time (ejection windows, latencies); it is the
+// lease package's Clock.
+type Clock = lease.Clock
 
 // Options configure a Client. Zero values take the defaults in brackets.
 type Options struct {
@@ -99,7 +98,7 @@ func (o *Options) fill() error {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Clock == nil {
-		o.Clock = systemClock{}
+		o.Clock = lease.SystemClock()
 	}
 	for name, d := range map[string]time.Duration{
 		"PingPeriod": o.PingPeriod, "ShardWait": o.ShardWait, "GetTimeout": o.GetTimeout,

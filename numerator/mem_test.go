@@ -2,6 +2,7 @@ package numerator
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -34,7 +35,7 @@ func (m memTable) scan(ctx context.Context, fn func([]record) error) error {
 type memOutputs struct {
 	mu        sync.Mutex
 	writers   []*memWriter
-	committed *StateMeta
+	committed bool
 	aborted   bool
 }
 
@@ -56,8 +57,8 @@ func (m *memOutputs) openShard(shard uint32, _ StateMeta) (shardWriter, error) {
 	return w, nil
 }
 
-func (m *memOutputs) commit(meta StateMeta) error { m.committed = &meta; return nil }
-func (m *memOutputs) abort() error                { m.aborted = true; return nil }
+func (m *memOutputs) commit() error { m.committed = true; return nil }
+func (m *memOutputs) abort() error  { m.aborted = true; return nil }
 
 // runMem runs the numerator on in-memory tables.
 func runMem(t *testing.T, prev *memState, offers []sharding.OfferKey, o Options) (*memState, Result, []record, []record) {
@@ -88,7 +89,10 @@ func runMemErr(prev *memState, offers []sharding.OfferKey, o Options) (*memState
 	if err != nil {
 		return nil, res, nil, nil, err
 	}
-	next := &memState{meta: *out.committed}
+	if !out.committed {
+		return nil, res, nil, nil, errors.New("execute returned without committing")
+	}
+	next := &memState{meta: res.State}
 	var newDocs, expired []record
 	for _, w := range out.writers {
 		next.rows = append(next.rows, w.st...)

@@ -282,6 +282,10 @@ func TestBadInputIsRefusedAndLeavesNothing(t *testing.T) {
 	}
 	writeArrow(t, filepath.Join(noMeta, "part-0.parquet"), stateFields, nil, func(b *array.RecordBuilder) {})
 
+	// The same id and shard count under another name (and placement): the
+	// binary's registry is not the one that wrote the state.
+	renamed := sharding.BusinessHashScheme(scheme.ID, "business-as-0", scheme.Shards)
+
 	tests := []struct {
 		name   string
 		tables Tables
@@ -301,6 +305,7 @@ func TestBadInputIsRefusedAndLeavesNothing(t *testing.T) {
 		{"offers as state", Tables{InputState: goodOffers, InputOffers: goodOffers}, Options{Scheme: scheme}, ErrBadInput, "shard_id"},
 		{"state of another type", Tables{InputState: goodState, InputOffers: goodOffers}, Options{StateType: 2, Scheme: scheme}, ErrIncompatibleState, "type"},
 		{"state of another scheme", Tables{InputState: goodState, InputOffers: goodOffers}, Options{StateType: 1, Scheme: sharding.Builtin()[1]}, ErrIncompatibleState, "--rebuild-state-force"},
+		{"state of a scheme renamed", Tables{InputState: goodState, InputOffers: goodOffers}, Options{StateType: 1, Scheme: renamed}, ErrBadState, `"offer-16"`},
 		{"output exists", Tables{InputOffers: goodOffers, OutputState: goodState}, Options{Scheme: scheme}, ErrOutputExists, goodState},
 		{"negative threshold", Tables{InputOffers: goodOffers}, Options{Scheme: scheme, RebuildThreshold: -1}, ErrBadOptions, "threshold"},
 	}
@@ -347,6 +352,28 @@ func TestBadInputIsRefusedAndLeavesNothing(t *testing.T) {
 		if want := sharding.Builtin()[1].ShardOf(r.key); r.shard != want {
 			t.Fatalf("%v on shard %d after resharding, scheme 1 says %d", r.key, r.shard, want)
 		}
+	}
+	// So is a renamed one: its id is the state's, but its placement may differ.
+	res, err = Run(context.Background(), Tables{InputState: goodState, InputOffers: goodOffers, OutputState: filepath.Join(dir, "renamed")},
+		Options{StateType: 1, Scheme: renamed, ForceRebuild: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.State.SchemeName != renamed.Name || res.Docs != 50 || res.Expired != 0 {
+		t.Fatalf("renamed-scheme result %+v", res)
+	}
+	_, rows = readState(t, filepath.Join(dir, "renamed"))
+	moved := 0
+	for _, r := range rows {
+		if want := renamed.ShardOf(r.key); r.shard != want {
+			t.Fatalf("%v on shard %d after resharding, the renamed scheme says %d", r.key, r.shard, want)
+		}
+		if r.shard != scheme.ShardOf(r.key) {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no offer placed differently by the renamed scheme: the test proves nothing")
 	}
 }
 
@@ -422,4 +449,47 @@ func FuzzReadStateFile(f *testing.F) {
 			t.Fatalf("scan error %v", err)
 		}
 	})
+}
+
+// A state location that appears during the run fails the commit after the
+// intermediate tables were renamed into place: they are removed again, the
+// foreign state is kept, and abort leaves no temporary directory.
+func TestFailedCommitLeavesNothingAtTheOutputs(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	state, newDocs, expired := filepath.Join(dir, "state"), filepath.Join(dir, "new"), filepath.Join(dir, "expired")
+	out, err := newDirOutputs(state, newDocs, expired)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := StateMeta{Run: 1, SchemeName: "single", Shards: 1, Version: Version{Type: 1, Scheme: 3}}
+	sw, err := out.openShard(0, meta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sw.close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(state, 0o755); err != nil { // another writer's
+		t.Fatal(err)
+	}
+	err = out.commit()
+	if !errors.Is(err, ErrOutputExists) || !strings.Contains(err.Error(), state) {
+		t.Fatalf("commit = %v, want ErrOutputExists naming %s", err, state)
+	}
+	if err := out.abort(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{newDocs, expired} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after a failed commit (stat: %v)", p, err)
+		}
+	}
+	if _, err := os.Stat(state); err != nil {
+		t.Errorf("the other writer's state was touched: %v", err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*"))
+	if len(left) != 0 {
+		t.Errorf("temporary outputs left: %v", left)
+	}
 }

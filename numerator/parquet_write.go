@@ -188,13 +188,27 @@ func (d *dirOutputs) openShard(shard uint32, meta StateMeta) (shardWriter, error
 	return sw, nil
 }
 
-func (d *dirOutputs) commit(StateMeta) error {
+func (d *dirOutputs) commit() (err error) {
+	// What this commit has renamed into place; on an error it is removed
+	// again, so that nothing is left at the final locations (the
+	// temporary directories not yet renamed are left to abort).
+	var published []string
+	defer func() {
+		if err == nil {
+			return
+		}
+		for _, p := range published {
+			if rerr := os.RemoveAll(p); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("numerator: remove %s after a failed commit: %w", p, rerr))
+			}
+		}
+	}()
 	for _, i := range []int{1, 2, 0} {
 		if d.tmp[i] == "" {
 			continue
 		}
 		if _, err := os.Lstat(d.final[i]); err == nil {
-			return fmt.Errorf("%w: %s appeared during the run; the output is left in %s", ErrOutputExists, d.final[i], d.tmp[i])
+			return fmt.Errorf("%w: %s appeared during the run; this run's output is removed", ErrOutputExists, d.final[i])
 		}
 		if err := syncDir(d.tmp[i]); err != nil {
 			return err
@@ -203,6 +217,7 @@ func (d *dirOutputs) commit(StateMeta) error {
 			return fmt.Errorf("numerator: publish %s: %w", d.final[i], err)
 		}
 		d.tmp[i] = ""
+		published = append(published, d.final[i])
 		if err := syncDir(filepath.Dir(d.final[i])); err != nil {
 			return err
 		}

@@ -32,10 +32,11 @@ type rowSource interface {
 }
 
 // outputs receives a run's tables. Nothing is visible at the final
-// locations before commit; abort removes everything written.
+// locations before commit, nor after a commit that failed; abort removes
+// everything written.
 type outputs interface {
 	openShard(shard uint32, meta StateMeta) (shardWriter, error)
-	commit(meta StateMeta) error
+	commit() error
 	abort() error
 }
 
@@ -60,7 +61,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	if prev != nil {
 		run = prev.Run + 1
 		rebuildAll = o.ForceRebuild
-		reshard = prev.Version.Scheme != o.Scheme.ID
+		reshard = !sameScheme(o, prev)
 	}
 
 	p := newPool(o)
@@ -157,7 +158,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 			res.Rebuilt++
 		}
 	}
-	if err := out.commit(meta); err != nil {
+	if err := out.commit(); err != nil {
 		return res, err
 	}
 	res.State = meta
@@ -181,11 +182,21 @@ func checkCompatible(o Options, prev *StateMeta) error {
 		return fmt.Errorf("%w: the input state is placed by sharding scheme %d (version %s), the run was asked for scheme %s; pass --rebuild-state-force to re-place every offer under the new scheme",
 			ErrIncompatibleState, prev.Version.Scheme, prev.Version, o.Scheme)
 	}
+	if prev.SchemeName != o.Scheme.Name {
+		return fmt.Errorf("%w: the input state says scheme %d is named %q, this binary's scheme %s is named %q; the schemes differ, check the registry, or pass --rebuild-state-force to re-place every offer under this binary's scheme",
+			ErrBadState, prev.Version.Scheme, prev.SchemeName, o.Scheme, o.Scheme.Name)
+	}
 	if prev.Shards != o.Scheme.Shards {
 		return fmt.Errorf("%w: the input state says scheme %d has %d shards, this binary's scheme %s has %d; the schemes differ, check the registry",
 			ErrBadState, prev.Version.Scheme, prev.Shards, o.Scheme, o.Scheme.Shards)
 	}
 	return nil
+}
+
+// sameScheme reports whether prev was placed by the run's scheme: same id,
+// name and shard count. Otherwise (a forced run) every offer is re-placed.
+func sameScheme(o Options, prev *StateMeta) bool {
+	return prev.Version.Scheme == o.Scheme.ID && prev.SchemeName == o.Scheme.Name && prev.Shards == o.Scheme.Shards
 }
 
 // forEachShard calls fn for shards 0..n-1 on at most workers goroutines.

@@ -12,9 +12,9 @@
 // with a margin. A lost lease is reported once, through a callback and the
 // error of Keeper.Run.
 //
-// Every backend passes the same conformance suite, leasetest.Run. The
-// backend on the shardkit cluster's own leases (group 0) is not written yet:
-// it will implement Store and call the same suite.
+// Every backend passes the same conformance suite, leasetest.Run: the SQL
+// stores and ClusterStore, which keeps the leases on the shardkit cluster's
+// own leases with fencing tickets (group 0).
 //
 // This package must never hold a database transaction open for the life of
 // a lease (the lease lives in the row's data), never compare a wall clock of

@@ -16,6 +16,11 @@ const DefaultTable = "shardkit_cache_leases"
 
 var tableNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
+// ValidTableName reports whether name may be spliced into SQL as a table
+// name in every dialect: 1..63 letters, digits or '_', not starting with a
+// digit.
+func ValidTableName(name string) bool { return tableNameRE.MatchString(name) }
+
 // SQLOptions tune a SQL store.
 type SQLOptions struct {
 	// Table is the lease table's name (letters, digits, underscore);
@@ -47,7 +52,7 @@ func NewSQLStore(db *sql.DB, dialect Dialect, opts SQLOptions) (*SQLStore, error
 	if table == "" {
 		table = DefaultTable
 	}
-	if !tableNameRE.MatchString(table) {
+	if !ValidTableName(table) {
 		return nil, fmt.Errorf("%w: table name %q: use 1..63 letters, digits or '_', not starting with a digit", ErrInvalid, table)
 	}
 	q, err := dialect.queries(table)

@@ -1,6 +1,7 @@
 package goals
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -65,19 +66,9 @@ func NewRules(goals []Goal) (*Rules, error) {
 		r.count++
 	}
 	for _, cs := range r.byCounter {
-		slices.SortFunc(cs, func(a, b compiled) int { return cmpU64(a.id, b.id) })
+		slices.SortFunc(cs, func(a, b compiled) int { return cmp.Compare(a.id, b.id) })
 	}
 	return r, nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // Len is the number of goals.
@@ -111,14 +102,12 @@ func GoalsTableSQL(table string) string {
 		" (counter_id BIGINT NOT NULL, goal_id BIGINT NOT NULL, kind VARCHAR(16) NOT NULL, pattern VARCHAR(1024) NOT NULL, PRIMARY KEY (counter_id, goal_id))"
 }
 
-var tableRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
-
 // LoadRules reads the goals of the counters in r by a sequential scan of
 // table (the seed's way: one pass over the table, rows outside the range
 // skipped). Counter ids are stored as signed 64-bit integers, so they must
 // be below 2^63.
 func LoadRules(ctx context.Context, db *sql.DB, table string, r lease.Range) (*Rules, error) {
-	if !tableRE.MatchString(table) {
+	if !lease.ValidTableName(table) {
 		return nil, fmt.Errorf("%w: table name %q", ErrBadRule, table)
 	}
 	rows, err := db.QueryContext(ctx, "SELECT counter_id, goal_id, kind, pattern FROM "+table)
@@ -201,7 +190,7 @@ func DemoRanges(counters, shards int) ([]lease.Range, error) {
 
 // SeedDemo creates table in db and fills it with DemoGoals.
 func SeedDemo(ctx context.Context, db *sql.DB, table string, counters, perCounter int, placeholder func(int) string) error {
-	if !tableRE.MatchString(table) {
+	if !lease.ValidTableName(table) {
 		return fmt.Errorf("%w: table name %q", ErrBadRule, table)
 	}
 	if _, err := db.ExecContext(ctx, GoalsTableSQL(table)); err != nil {

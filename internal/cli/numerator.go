@@ -247,14 +247,35 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	st, err := coord.Report(rctx, lease.Ticket, coordinator.Report{OK: true, Location: loc, Version: res.State.Version.String()})
+	report.OK = true // nothing more to report: the lock is released or not ours
 	if err != nil {
-		report.OK = true // nothing more to report: the lock is not ours
-		return fmt.Errorf("the coordinator refused the new state %s, which is therefore not valid: %w", loc, err)
+		if st, err = reportFailed(rctx, coord, lease.Ticket, loc, err); err != nil {
+			return err
+		}
+		logger.Warn("the report failed but the coordinator recorded the new state", "location", loc)
 	}
-	report.OK = true
 	printRunSummary(stdout, res, time.Since(start), f.quietSummary)
 	fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
 	return nil
+}
+
+// reportFailed decides what a failed report of the new state at loc means:
+// a report can fail although it was recorded (its answer was lost), so the
+// coordinator's record decides. It returns the recorded state if it is the
+// new one, else an error that says "not valid" only for a refusal
+// (ErrStale) the record confirms.
+func reportFailed(ctx context.Context, coord coordinator.Coordinator, ticket uint64, loc string, rerr error) (coordinator.State, error) {
+	cur, serr := coord.Status(ctx)
+	switch {
+	case serr == nil && cur.State.Ticket == ticket && cur.State.Location == loc:
+		return cur.State, nil
+	case serr == nil && errors.Is(rerr, coordinator.ErrStale):
+		return coordinator.State{}, fmt.Errorf("the coordinator refused the new state %s, which is therefore not valid (the recorded state is %q): %w",
+			loc, cur.State.Location, rerr)
+	default:
+		return coordinator.State{}, fmt.Errorf("whether the coordinator recorded the new state %s is unknown; see `shardkit numerator status` before using it: %w",
+			loc, errors.Join(rerr, serr))
+	}
 }
 
 func printRunSummary(w io.Writer, res numerator.Result, d time.Duration, quiet bool) {

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -249,16 +250,41 @@ func (c *ShardkitCoordinator) Report(ctx context.Context, ticket uint64, r Repor
 		resp, err = cl.ReleaseLease(ctx, req)
 		return err
 	})
+	if err == nil && !resp.GetReleased() {
+		err = fmt.Errorf("%w: ticket %d is no longer the lock's, or it timed out; the report is refused", ErrStale, ticket)
+	}
+	// A refusal or no answer may follow a release that was applied: call
+	// retries on the next instance after a DeadlineExceeded, and that
+	// retry is refused because the first one released the lock. The
+	// lease then says so.
+	if err != nil && (errors.Is(err, ErrStale) || errors.Is(err, ErrUnavailable)) && c.releasedBy(ctx, req) {
+		err = nil
+	}
 	if err != nil {
 		return State{}, err
-	}
-	if !resp.GetReleased() {
-		return State{}, fmt.Errorf("%w: ticket %d is no longer the lock's, or it timed out; the report is refused", ErrStale, ticket)
 	}
 	c.mu.Lock()
 	delete(c.holders, ticket)
 	c.mu.Unlock()
 	return next, nil
+}
+
+// releasedBy reports whether the cluster's lease shows req applied: the
+// ticket is still the last one granted, nobody holds it (only a release by
+// its holder clears it) and the value is the one req set.
+func (c *ShardkitCoordinator) releasedBy(ctx context.Context, req *clusterv1.ReleaseLeaseRequest) bool {
+	var resp *clusterv1.GetLeaseResponse
+	err := c.call(ctx, func(ctx context.Context, cl clusterv1.ClusterServiceClient) error {
+		var err error
+		resp, err = cl.GetLease(ctx, &clusterv1.GetLeaseRequest{Name: req.GetName()})
+		return err
+	})
+	if err != nil {
+		return false
+	}
+	l := resp.GetLease()
+	return l.GetTicket() == req.GetTicket() && l.GetHolder() == "" &&
+		(!req.GetSetValue() || bytes.Equal(l.GetValue(), req.GetValue()))
 }
 
 // Status implements Coordinator.

@@ -6,8 +6,16 @@ package coordinator_test
 // imports internal/server/servertest; the backend speaks only api/cluster/v1.
 
 import (
+	"context"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/numerator/coordinator"
@@ -35,6 +43,56 @@ func TestShardkitConformance(t *testing.T) {
 		// outlives a lock the suite expects to hold (renew leaves Timeout/3).
 		Timeout: 3 * time.Second,
 	})
+}
+
+// A release applied by the cluster whose answer was lost (DeadlineExceeded)
+// is retried on the next instance, which refuses it: the lock is already
+// released. Report must still succeed, since the state was recorded.
+func TestShardkitReportAppliedButUnanswered(t *testing.T) {
+	addr := servertest.OneInstanceCluster(t)
+	var dropped atomic.Int32
+	dropFirstRelease := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && strings.HasSuffix(method, "/ReleaseLease") && dropped.Add(1) == 1 {
+			return status.Error(codes.DeadlineExceeded, "injected: the answer was lost")
+		}
+		return err
+	}
+	lossy, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithUnaryInterceptor(dropFirstRelease))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := coordinator.NewShardkitOnConns("test/applied-unanswered", []string{addr + " (lossy)", addr}, []*grpc.ClientConn{lossy, plain})
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+
+	l, err := c.Acquire(ctx, "dc-a", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.Report(ctx, l.Ticket, coordinator.Report{OK: true, Location: "/states/1", Version: "1.0.0.0"})
+	if err != nil {
+		t.Fatalf("Report after an applied but unanswered release: %v", err)
+	}
+	if dropped.Load() != 1 {
+		t.Fatalf("%d releases went through the lossy connection, want 1", dropped.Load())
+	}
+	if st.Location != "/states/1" || st.Ticket != l.Ticket {
+		t.Fatalf("Report = %+v", st)
+	}
+	got, err := c.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Lock != nil || got.State.Location != "/states/1" || got.State.Ticket != l.Ticket {
+		t.Fatalf("status %+v after the report", got)
+	}
+	// Refusals that are real (a timed-out holder, with or without a
+	// successor) are the conformance suite's TimedOut* tests.
 }
 
 func TestParseShardkitAddr(t *testing.T) {

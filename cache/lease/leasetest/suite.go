@@ -1,7 +1,7 @@
 // Package leasetest is the conformance suite every lease.Store backend
-// passes: SQLite, MySQL/MariaDB and PostgreSQL today, the shardkit
-// cluster's leases when they exist. A backend's test calls Run with a
-// factory of stores on one shared database.
+// passes: SQLite, MySQL/MariaDB, PostgreSQL and the shardkit cluster's
+// leases (lease.ClusterStore). A backend's test calls Run with a factory of
+// stores on one shared database (or cluster).
 //
 // It must never assume anything of a backend beyond the lease.Store
 // contract, and never assert timing: waits poll with a deadline.

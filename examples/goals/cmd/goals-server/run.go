@@ -177,8 +177,16 @@ func serve(ctx context.Context, f serveFlags) error {
 	rules, err := goals.LoadRules(ctx, goalsDB, f.goalsTable, l.Range)
 	if err != nil {
 		kstop()
-		if kerr := <-keeperDone; kerr != nil {
+		kerr := <-keeperDone
+		if lost := leaseLost(ctx, kerr); lost != nil {
+			log.Error("shard lease lost while loading the goals; exiting so that a restart claims a shard afresh", "err", lost)
+			return lost
+		}
+		if kerr != nil {
 			log.Warn("shard lease ended with an error", "err", kerr)
+		}
+		if ctx.Err() != nil {
+			return nil // stopped while loading
 		}
 		return fmt.Errorf("load goals: %w", err)
 	}
@@ -197,12 +205,26 @@ func serve(ctx context.Context, f serveFlags) error {
 	srv.Stop() // answer nothing more, before the lease is released
 	kstop()
 	kerr := <-keeperDone
-	if cause := context.Cause(ctx); errors.Is(cause, lease.ErrLost) || errors.Is(kerr, lease.ErrLost) {
-		log.Error("shard lease lost; exiting so that a restart claims a shard afresh", "err", cause)
-		return &exitError{exitLeaseLost, fmt.Errorf("shard lease lost: %w", cause)}
+	if lost := leaseLost(ctx, kerr); lost != nil {
+		log.Error("shard lease lost; exiting so that a restart claims a shard afresh", "err", lost)
+		return lost
 	}
 	log.Info("stopped; lease released")
 	return nil
+}
+
+// leaseLost returns the exit error (code exitLeaseLost) when ctx was
+// cancelled by the keeper's OnLost or the keeper's Run ended with ErrLost;
+// otherwise nil.
+func leaseLost(ctx context.Context, kerr error) error {
+	cause := context.Cause(ctx)
+	if !errors.Is(cause, lease.ErrLost) {
+		if !errors.Is(kerr, lease.ErrLost) {
+			return nil
+		}
+		cause = kerr
+	}
+	return &exitError{exitLeaseLost, fmt.Errorf("shard lease lost: %w", cause)}
 }
 
 // keeperSource holds no shard until a keeper is set.
