@@ -261,7 +261,9 @@ func (g *group) finishInterruptedRestore() error {
 		return fmt.Errorf("group %d restore marker: %w", g.id, err)
 	}
 	g.log.Warn("finishing a snapshot restore interrupted by a crash", "index", m.Index)
-	g.store.resetToSnapshot(m.logPosition)
+	// The log position is already right: the batch that wrote the marker
+	// also wrote the truncated position and any entries raft appended after
+	// the snapshot in the same Ready, and load read them.
 	return g.restore(m)
 }
 

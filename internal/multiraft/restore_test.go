@@ -1,0 +1,120 @@
+package multiraft
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// nopSM is a state machine with no data.
+type nopSM struct{ restores int }
+
+func (*nopSM) Apply(_ *pebble.Batch, ents []Entry) ([]any, error) { return make([]any, len(ents)), nil }
+func (*nopSM) Snapshot(context.Context, pebble.Reader, io.Writer) error {
+	return nil
+}
+
+func (s *nopSM) Restore(context.Context, *pebble.DB, io.Reader) error {
+	s.restores++
+	return nil
+}
+
+type nopTransport struct{}
+
+func (nopTransport) Send([]OutboundMessage) {}
+func (nopTransport) SendSnapshot(context.Context, NodeID, GroupID, *raftpb.Message, func(io.Writer) error) error {
+	return nil
+}
+
+// One Ready can carry a snapshot and entries after it (MsgSnap and MsgApp
+// stepped in one round), persisted in one batch with the restore marker. A
+// crash before the restore must find those entries, and the hard state's
+// commit above the snapshot, at the next open.
+func TestInterruptedRestoreKeepsEntriesAfterSnapshot(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := storage.Open("db", storage.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	const gid, snapIndex, last = GroupID(7), 50, 53
+	if err := fs.MkdirAll("snap", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.Create(fs.PathJoin("snap", "g7-spooled.snap"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// What the round writes for such a Ready (stageSnapshot, stageAppend,
+	// stageHardState in one batch), and nothing after it.
+	g := &group{id: gid, store: newLogStore(db, gid, 0)}
+	b := db.NewBatch()
+	snap := &raftpb.Snapshot{
+		Data: []byte("g7-spooled.snap"),
+		Metadata: &raftpb.SnapshotMetadata{
+			Index: new(uint64(snapIndex)), Term: new(uint64(6)),
+			ConfState: &raftpb.ConfState{Voters: []uint64{1, 2, 3}},
+		},
+	}
+	if _, err := g.stageSnapshot(b, snap); err != nil {
+		t.Fatal(err)
+	}
+	var ents []*raftpb.Entry
+	for i := uint64(snapIndex + 1); i <= last; i++ {
+		ents = append(ents, &raftpb.Entry{Index: new(i), Term: new(uint64(6)), Type: raftpb.EntryType_EntryNormal.Enum()})
+	}
+	if err := g.store.stageAppend(b, ents); err != nil {
+		t.Fatal(err)
+	}
+	hs := &raftpb.HardState{Term: new(uint64(6)), Vote: new(uint64(2)), Commit: new(uint64(last))}
+	if err := g.store.stageHardState(b, hs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+
+	h, err := NewHost(Config{
+		NodeID: 1, DB: db, FS: fs, SnapshotDir: "snap", Transport: nopTransport{},
+		ManualProcessing: true, ManualTicks: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Stop()
+	sm := &nopSM{}
+	var G *Group
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("reopening after the interrupted restore panicked: %v", r)
+			}
+		}()
+		G, err = h.OpenGroup(GroupConfig{ID: gid, StateMachine: sm})
+	}()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sm.restores != 1 {
+		t.Fatalf("restores = %d, want 1", sm.restores)
+	}
+	h.ProcessReady()
+	st := G.Status()
+	if st.FirstIndex != snapIndex+1 || st.LastIndex != last {
+		t.Fatalf("log = [%d, %d], want [%d, %d]", st.FirstIndex, st.LastIndex, snapIndex+1, last)
+	}
+	if st.Applied != last {
+		t.Fatalf("applied = %d, want %d (committed entries after the snapshot)", st.Applied, last)
+	}
+}
