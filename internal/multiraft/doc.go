@@ -64,10 +64,13 @@
 //
 // Each proposal carries an 8-byte id in front of its command. When the
 // entry is applied on the host that proposed it, the waiting Propose call
-// gets the state machine's result. A proposal whose log position is taken
-// by another leader's entry fails with ErrProposalDropped (it was not
-// applied); one whose caller gave up, or whose entry a snapshot covered,
-// ends with ErrOutcomeUnknown.
+// gets the state machine's result. A proposal raft refuses, or whose log
+// position another entry holds when that position is applied, fails with
+// ErrProposalDropped (it was not applied). One whose caller gave up, whose
+// entry a snapshot covered, or whose uncommitted entry another leader's
+// replaced in this host's log, ends with ErrOutcomeUnknown: a replaced
+// entry can still be committed, by a leader elected from the members that
+// hold it.
 //
 // # Snapshots
 //

@@ -31,9 +31,11 @@ func (g *group) usable() error {
 // Propose replicates cmd and returns the state machine's result for it once
 // it is applied on this host. Concurrent proposals are appended together.
 //
-// Errors: ErrProposalDropped (not applied: no leader, or replaced in the
-// log; retry), ErrOutcomeUnknown (joined with ctx.Err() when ctx ended
-// first: it may still be applied), ErrStopped, ErrStorage.
+// Errors: ErrProposalDropped (not applied: no leader, or another entry
+// was applied at its index; retry), ErrOutcomeUnknown (it may or may not be
+// applied: joined with ctx.Err() when ctx ended first; also when its
+// uncommitted entry was replaced, or covered by a snapshot), ErrStopped,
+// ErrStorage.
 func (G *Group) Propose(ctx context.Context, cmd []byte) (any, error) {
 	g := G.g
 	if err := g.usable(); err != nil {

@@ -89,7 +89,8 @@ type Handler interface {
 var (
 	// ErrProposalDropped: Raft did not take the proposal (no leader known,
 	// a leadership transfer in progress, too many uncommitted entries), or
-	// another entry took its place in the log. It was not applied; retry.
+	// another entry was applied at its place in the log. It was not
+	// applied; retry.
 	ErrProposalDropped = errors.New("multiraft: proposal dropped, not applied; retry")
 	// ErrGroupNotFound: the host has no such group open.
 	ErrGroupNotFound = errors.New("multiraft: group not found on this host")
