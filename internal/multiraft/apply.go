@@ -9,8 +9,6 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // ErrOutcomeUnknown: the caller stopped waiting, or the proposal's entry was
@@ -94,7 +92,7 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 	if err := g.store.stageApplied(b, as); err != nil {
 		return err
 	}
-	if err := storage.Commit(b, pebble.NoSync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("group %d: commit applied entries: %w", g.id, err)
 	}
 	g.store.applied = as
@@ -272,7 +270,7 @@ func (g *group) maybeCompact() error {
 	}
 	// Not synced: the truncation is ordered after the applied state it
 	// relies on, and Pebble recovers a prefix of its write-ahead log.
-	if err := storage.Commit(b, pebble.NoSync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("group %d: compaction: %w", g.id, err)
 	}
 	g.store.commitTruncate(pos)

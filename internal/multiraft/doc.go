@@ -48,8 +48,11 @@
 // taken the Ready, so the round cannot be retried, and nothing that was not
 // persisted has been acknowledged to anyone. A restart recovers. This
 // includes Pebble's own fatal errors (a write-ahead log that cannot be
-// written or synced, as on a full disk), which storage.Commit turns from a
-// panic into an error (fulldisk_test.go).
+// written or synced, as on a full disk), which its logger raises as a
+// panic: storage.RecoverFatal turns it into an error around the whole work
+// of a round (the engine's writes and the state machines') and in the
+// entry points that write outside rounds (OpenGroup, RemoveGroup)
+// (fulldisk_test.go).
 //
 // # Applying entries
 //

@@ -127,6 +127,7 @@ func (h *Host) OpenGroup(gc GroupConfig) (*Group, error) {
 	if err != nil {
 		delete(h.groups, gc.ID)
 		h.mu.Unlock()
+		h.fatalIfPebbleFailed(err)
 		return nil, err
 	}
 	h.groups[gc.ID] = g
@@ -135,7 +136,10 @@ func (h *Host) OpenGroup(gc GroupConfig) (*Group, error) {
 	return &Group{g: g}, nil
 }
 
-func (h *Host) openGroup(gc GroupConfig) (*group, error) {
+// openGroup loads (or bootstraps) the group and finishes an interrupted
+// restore; a Pebble fatal failure in any of it is returned as an error.
+func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
+	defer storage.RecoverFatal(&err)
 	g := &group{
 		id:           gc.ID,
 		host:         h,
@@ -214,7 +218,7 @@ func (g *group) bootstrap(members []NodeID) error {
 	if err := b.Set(groupKey(g.id, suffixTruncated), encodePosition(pos), nil); err != nil {
 		return err
 	}
-	if err := storage.Commit(b, pebble.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("multiraft: group %d: bootstrap: %w", g.id, err)
 	}
 	g.store.hardState = hs

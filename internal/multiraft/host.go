@@ -13,6 +13,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // Config configures a Host. Zero values take the defaults named below.
@@ -326,7 +328,7 @@ func (h *Host) failed() error {
 // ErrStopped and messages for it are dropped from now on. With destroy, the
 // group's raft state (log, hard state, applied state) is deleted too; the
 // state machine's own data is the caller's to delete.
-func (h *Host) RemoveGroup(id GroupID, destroy bool) error {
+func (h *Host) RemoveGroup(id GroupID, destroy bool) (err error) {
 	h.mu.Lock()
 	g := h.groups[id]
 	if g == nil {
@@ -340,8 +342,23 @@ func (h *Host) RemoveGroup(id GroupID, destroy bool) error {
 		return nil
 	}
 	lo, hi := groupSpan(id)
-	if err := h.db.DeleteRange(lo, hi, pebble.Sync); err != nil {
+	if err := h.deleteRange(lo, hi); err != nil {
+		h.fatalIfPebbleFailed(err)
 		return fmt.Errorf("multiraft: destroy group %d: %w", id, err)
 	}
 	return nil
+}
+
+// deleteRange deletes [lo, hi) durably, returning Pebble's fatal failure.
+func (h *Host) deleteRange(lo, hi []byte) (err error) {
+	defer storage.RecoverFatal(&err)
+	return h.db.DeleteRange(lo, hi, pebble.Sync)
+}
+
+// fatalIfPebbleFailed stops the host if err is Pebble's fatal failure,
+// after which the database may only be closed.
+func (h *Host) fatalIfPebbleFailed(err error) {
+	if fe := (*storage.FatalError)(nil); errors.As(err, &fe) {
+		h.fatal(err)
+	}
 }

@@ -41,7 +41,7 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 		}
 	}
 	if len(work) > 0 {
-		if err := h.handleReadies(work); err != nil {
+		if err := h.handleReadiesRecovering(work); err != nil {
 			h.fatal(err)
 		}
 	}
@@ -125,6 +125,14 @@ func (g *group) retryReads() {
 
 func readCtx(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
+// handleReadiesRecovering is handleReadies with Pebble's fatal failure (a
+// panic, from any write of the round: the engine's or a state machine's)
+// returned as an error.
+func (h *Host) handleReadiesRecovering(work []roundWork) (err error) {
+	defer storage.RecoverFatal(&err)
+	return h.handleReadies(work)
+}
+
 // handleReadies persists, sends and applies the Readies of one round, in
 // the order the package documentation states.
 func (h *Host) handleReadies(work []roundWork) error {
@@ -199,7 +207,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		if sync {
 			opts = pebble.Sync
 		}
-		if err := storage.Commit(b, opts); err != nil {
+		if err := b.Commit(opts); err != nil {
 			return fmt.Errorf("persist raft state: %w", err)
 		}
 	}

@@ -17,8 +17,6 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // Snapshots are made on demand and streamed: the leader reads its state
@@ -239,7 +237,7 @@ func (g *group) restore(m restoreMarker) error {
 	if err := b.Delete(groupKey(g.id, suffixRestoring), nil); err != nil {
 		return err
 	}
-	if err := storage.Commit(b, pebble.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("group %d: record restored snapshot: %w", g.id, err)
 	}
 	g.store.applied = m.appliedState

@@ -2,8 +2,11 @@ package multiraft
 
 import (
 	"context"
+	"errors"
 	"io"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -116,5 +119,65 @@ func TestInterruptedRestoreKeepsEntriesAfterSnapshot(t *testing.T) {
 	}
 	if st.Applied != last {
 		t.Fatalf("applied = %d, want %d (committed entries after the snapshot)", st.Applied, last)
+	}
+}
+
+// fatalSM fails like Pebble on a full disk inside a state machine's own write.
+type fatalSM struct{ nopSM }
+
+func (*fatalSM) Apply(*pebble.Batch, []Entry) ([]any, error) {
+	panic(&storage.FatalError{Msg: "disk full", Err: syscall.ENOSPC})
+}
+
+func newTestHost(t *testing.T, onFatal func(error)) *Host {
+	t.Helper()
+	fs := vfs.NewMem()
+	db, err := storage.Open("db", storage.Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	h, err := NewHost(Config{
+		NodeID: 1, DB: db, FS: fs, SnapshotDir: "snap", Transport: nopTransport{},
+		ManualProcessing: true, ManualTicks: true, OnFatal: onFatal,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Stop)
+	return h
+}
+
+// Pebble's fatal failure in any write of a round, here a state machine's,
+// stops the host with an error instead of panicking through the worker.
+func TestPebbleFatalInRoundStopsHost(t *testing.T) {
+	fatal := make(chan error, 1)
+	h := newTestHost(t, func(err error) { fatal <- err })
+	G, err := h.OpenGroup(GroupConfig{ID: 1, Members: []NodeID{1}, StateMachine: &fatalSM{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ProcessReady()
+	res := make(chan error, 1)
+	go func() {
+		_, err := G.Propose(context.Background(), []byte("x"))
+		res <- err
+	}()
+	for {
+		h.ProcessReady()
+		select {
+		case err := <-res:
+			if !errors.Is(err, ErrStorage) || !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("proposal ended with %v, want ErrStorage wrapping ENOSPC", err)
+			}
+			if err := <-fatal; !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("OnFatal got %v", err)
+			}
+			return
+		case <-time.After(time.Millisecond):
+		}
 	}
 }
