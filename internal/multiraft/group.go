@@ -53,6 +53,7 @@ type group struct {
 	snapRep   []snapReport
 	unreach   []NodeID
 	campaign  bool
+	closedErr error // set when the group stopped: nothing is queued any more
 
 	// Raft state, guarded by mu: the worker holds it for a whole round.
 	mu           sync.Mutex
@@ -241,8 +242,23 @@ func (g *group) watch() <-chan struct{} {
 	return g.notify
 }
 
-// stop fails everything waiting on the group. The host calls it on Stop.
+// stop fails everything waiting on the group, and every call made on it
+// from now on. The host calls it on Stop, RemoveGroup and a fatal failure.
+// It waits for a round in progress (which holds g.mu).
 func (g *group) stop(err error) {
+	// Close the inputs first: a call that registers its waiter after
+	// failWaiters below has run finds closedErr when it queues.
+	g.inMu.Lock()
+	if g.closedErr == nil {
+		g.closedErr = err
+	}
+	err = g.closedErr
+	reads := g.reads
+	g.inbox, g.reads = nil, nil
+	g.inMu.Unlock()
+	for _, r := range reads {
+		r.done <- err
+	}
 	g.mu.Lock()
 	if g.failure == nil {
 		g.failure = err
@@ -256,13 +272,14 @@ func (g *group) stop(err error) {
 	g.pendingReads, g.readyReads = map[uint64]*readRequest{}, nil
 	g.mu.Unlock()
 	g.failWaiters(err)
-	g.inMu.Lock()
-	for _, r := range g.reads {
-		r.done <- err
-	}
-	g.reads = nil
-	g.inMu.Unlock()
 	g.changed()
+}
+
+// closed returns the error the group stopped with, if it did.
+func (g *group) closed() error {
+	g.inMu.Lock()
+	defer g.inMu.Unlock()
+	return g.closedErr
 }
 
 func (g *group) failWaiters(err error) {

@@ -305,12 +305,21 @@ func (h *Host) fatal(err error) {
 		h.log.Error("raft host stopping: cannot persist raft state", "err", err)
 		h.sched.stop()
 		h.mu.RLock()
+		gs := make([]*group, 0, len(h.groups))
 		for _, g := range h.groups {
 			if g != nil {
+				gs = append(gs, g)
 				g.failWaiters(err)
 			}
 		}
 		h.mu.RUnlock()
+		// Reads and later calls fail too, once no round holds the group
+		// (fatal may be called from inside one).
+		go func() {
+			for _, g := range gs {
+				g.stop(err)
+			}
+		}()
 		if h.cfg.OnFatal != nil {
 			go h.cfg.OnFatal(err)
 		}
@@ -324,8 +333,9 @@ func (h *Host) failed() error {
 	return nil
 }
 
-// RemoveGroup closes a group on this host: its waiters fail with
-// ErrStopped and messages for it are dropped from now on. With destroy, the
+// RemoveGroup closes a group on this host: its waiters, and calls made on
+// its handle from now on, fail with ErrStopped, and messages for it are
+// dropped. With destroy, the
 // group's raft state (log, hard state, applied state) is deleted too; the
 // state machine's own data is the caller's to delete.
 func (h *Host) RemoveGroup(id GroupID, destroy bool) (err error) {

@@ -181,3 +181,54 @@ func TestPebbleFatalInRoundStopsHost(t *testing.T) {
 		}
 	}
 }
+
+// Calls on a removed group, or on a host stopped by a fatal failure, end
+// with an error instead of waiting forever (a ReadIndex has no deadline).
+func TestCallsOnStoppedGroupsFail(t *testing.T) {
+	h := newTestHost(t, nil)
+	// Node 2 and 3 never answer: no leader, so a read waits in raft.
+	waiting, err := h.OpenGroup(GroupConfig{ID: 1, Members: []NodeID{1, 2, 3}, StateMachine: &nopSM{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	removed, err := h.OpenGroup(GroupConfig{ID: 2, Members: []NodeID{1}, StateMachine: &nopSM{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.ProcessReady()
+	if err := h.RemoveGroup(2, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := removed.ReadIndex(context.Background()); !errors.Is(err, ErrStopped) {
+		t.Fatalf("ReadIndex on a removed group = %v, want ErrStopped", err)
+	}
+	if _, err := removed.Propose(context.Background(), []byte("x")); !errors.Is(err, ErrStopped) {
+		t.Fatalf("Propose on a removed group = %v, want ErrStopped", err)
+	}
+
+	read := make(chan error, 1)
+	go func() { read <- waiting.ReadIndex(context.Background()) }()
+	waitRead := time.Now().Add(5 * time.Second)
+	for {
+		h.ProcessReady()
+		waiting.g.mu.Lock()
+		n := len(waiting.g.pendingReads)
+		waiting.g.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(waitRead) {
+			t.Fatal("read never reached raft")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	h.fatal(errors.New("injected"))
+	select {
+	case err := <-read:
+		if !errors.Is(err, ErrStorage) {
+			t.Fatalf("pending ReadIndex after a fatal failure = %v, want ErrStorage", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("pending ReadIndex still waiting after a fatal failure")
+	}
+}
