@@ -22,9 +22,9 @@ type logStore struct {
 	db    *pebble.DB
 	group GroupID
 
-	hardState *raftpb.HardState
-	applied   appliedState // last persisted applied state
-	truncated logPosition  // last entry removed from the log (or the snapshot's)
+	hardState *raftpb.HardState // as loaded at open, for InitialState (raft asks once, in NewRawNode)
+	applied   appliedState      // last persisted applied state
+	truncated logPosition       // last entry removed from the log (or the snapshot's)
 	lastIndex uint64
 
 	cache entryCache

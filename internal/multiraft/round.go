@@ -7,7 +7,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/storage"
 )
@@ -223,9 +222,6 @@ func (h *Host) handleReadies(work []roundWork) error {
 			w.g.failCoveredWaiters(w.marker.Index)
 		}
 		w.g.store.commitAppend(w.rd.Entries)
-		if hs := w.rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
-			w.g.store.hardState = proto.CloneOf(hs)
-		}
 		w.g.assignIndexes(w.rd.Entries)
 	}
 
