@@ -42,7 +42,7 @@ type Config struct {
 	HeartbeatTicks int
 
 	// Workers is the size of the worker pool (default 2). ManualProcessing
-	// starts no workers: the owner calls ProcessReady (deterministic tests).
+	// starts no workers: the owner calls ProcessReady (tests that step hosts themselves).
 	Workers          int
 	ManualProcessing bool
 	// MaxGroupsPerRound bounds how many groups one worker handles in one
@@ -265,7 +265,7 @@ func (h *Host) Tick() {
 
 // ProcessReady runs scheduler rounds on the calling goroutine until no group
 // has work left, and reports whether any group was processed. It is for
-// ManualProcessing hosts (deterministic tests).
+// ManualProcessing hosts (tests that step hosts themselves).
 func (h *Host) ProcessReady() bool {
 	any := false
 	for {

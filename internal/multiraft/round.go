@@ -25,6 +25,7 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 	again := make([]bool, len(gs))
 	locked := make([]bool, len(gs))
 	var work []roundWork
+	// 1. Feed raft and take the Readies.
 	for i, g := range gs {
 		if g == nil {
 			continue
@@ -135,7 +136,7 @@ func (h *Host) handleReadiesRecovering(work []roundWork) (err error) {
 // handleReadies persists, sends and applies the Readies of one round, in
 // the order the package documentation states.
 func (h *Host) handleReadies(work []roundWork) error {
-	// 1. A leader may send before its own entries are durable.
+	// 2. A leader may send before its own entries are durable.
 	for i := range work {
 		w := &work[i]
 		if w.rd.SoftState != nil {
@@ -149,7 +150,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 2. Committed entries already durable in this member's log are applied
+	// 3. Committed entries already durable in this member's log are applied
 	// now, without waiting for this round's fsync (which only concerns newer
 	// entries). The rest are applied after it.
 	for i := range work {
@@ -174,7 +175,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		w.rd.CommittedEntries = ents[n:]
 	}
 
-	// 3. One batch, one fsync, for every group of the round.
+	// 4. One batch, one fsync, for every group of the round.
 	b := h.db.NewBatch()
 	defer b.Close()
 	sync := false
@@ -214,7 +215,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		return err
 	}
 
-	// 4. The durable state becomes what raft's Storage serves.
+	// 5. The durable state becomes what raft's Storage serves.
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {
@@ -225,7 +226,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		w.g.assignIndexes(w.rd.Entries)
 	}
 
-	// 5. Followers (and candidates) send only after their state is durable.
+	// 6. Followers (and candidates) send only after their state is durable.
 	for i := range work {
 		if w := &work[i]; !w.leader {
 			if err := h.send(w.g, w.rd.Messages); err != nil {
@@ -234,7 +235,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 6. Restore snapshots, apply the remaining committed entries, answer reads, advance.
+	// 7. Restore snapshots, apply the remaining committed entries, answer reads, advance.
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {
