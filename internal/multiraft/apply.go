@@ -9,13 +9,11 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
-// ErrOutcomeUnknown: the caller stopped waiting (or the entry was covered
-// by a snapshot) before the proposal's fate was known; it may or may not
-// have been applied.
+// ErrOutcomeUnknown: the caller stopped waiting, or the proposal's entry was
+// covered by a snapshot or replaced before it was committed, before the
+// proposal's fate was known; it may or may not have been applied.
 var ErrOutcomeUnknown = errors.New("multiraft: outcome unknown, the proposal may or may not be applied")
 
 type appliedResult struct {
@@ -94,7 +92,7 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 	if err := g.store.stageApplied(b, as); err != nil {
 		return err
 	}
-	if err := storage.Commit(b, pebble.NoSync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("group %d: commit applied entries: %w", g.id, err)
 	}
 	g.store.applied = as
@@ -140,8 +138,11 @@ func entryID(e *raftpb.Entry) uint64 {
 	return 0
 }
 
-// assignIndexes records where this host's proposals landed in the log, and
-// fails proposals whose place was taken by another entry.
+// assignIndexes records where this host's proposals landed in the log. A
+// proposal whose uncommitted entry is replaced by another one ends with
+// ErrOutcomeUnknown: the replaced entry may still be committed (a member
+// that holds it can win an election and replicate it again), so only its
+// application, or another entry's at its index, decides.
 func (g *group) assignIndexes(ents []*raftpb.Entry) {
 	if len(ents) == 0 {
 		return
@@ -155,7 +156,7 @@ func (g *group) assignIndexes(ents []*raftpb.Entry) {
 		idx := e.GetIndex()
 		id := entryID(e)
 		if old := g.byIndex[idx]; old != nil && old.id != id {
-			g.supersede(old)
+			g.supersede(old, fmt.Errorf("%w: group %d: uncommitted entry %d was replaced by another leader's entry", ErrOutcomeUnknown, g.id, idx))
 		}
 		if p := g.waiters[id]; id != 0 && p != nil {
 			if p.index != 0 && p.index != idx && g.byIndex[p.index] == p {
@@ -169,10 +170,10 @@ func (g *group) assignIndexes(ents []*raftpb.Entry) {
 
 // supersede fails p, whose log position now holds another entry. Called
 // with wmu held.
-func (g *group) supersede(p *proposal) {
+func (g *group) supersede(p *proposal, err error) {
 	delete(g.waiters, p.id)
 	delete(g.byIndex, p.index)
-	p.done <- proposalResult{err: fmt.Errorf("%w: group %d: entry %d was replaced by another leader's entry", ErrProposalDropped, g.id, p.index)}
+	p.done <- proposalResult{err: err}
 }
 
 // deliver hands applied entries' results to their waiters, if they are
@@ -185,7 +186,8 @@ func (g *group) deliver(results []appliedResult) {
 	}
 	for _, r := range results {
 		if old := g.byIndex[r.index]; old != nil && old.id != r.id {
-			g.supersede(old)
+			// Another entry is committed at old's index: old never will be.
+			g.supersede(old, fmt.Errorf("%w: group %d: entry %d was replaced by another leader's entry", ErrProposalDropped, g.id, r.index))
 		}
 		if r.id == 0 {
 			continue
@@ -268,7 +270,7 @@ func (g *group) maybeCompact() error {
 	}
 	// Not synced: the truncation is ordered after the applied state it
 	// relies on, and Pebble recovers a prefix of its write-ahead log.
-	if err := storage.Commit(b, pebble.NoSync); err != nil {
+	if err := b.Commit(pebble.NoSync); err != nil {
 		return fmt.Errorf("group %d: compaction: %w", g.id, err)
 	}
 	g.store.commitTruncate(pos)

@@ -31,25 +31,32 @@
 //  2. Leaders send their messages now. A leader may replicate entries
 //     before they are durable on its own disk (Raft thesis 10.2.1): it
 //     counts itself in the quorum only once its own append is acknowledged,
-//     which in this engine means after step 3.
-//  3. Write every group's snapshot marker, new entries (deleting any
+//     which in this engine means after step 4.
+//  3. Apply the committed entries that are already durable in this
+//     member's log: stored by an earlier round, and below the first index
+//     this Ready rewrites (not for a Ready that carries a snapshot). They
+//     need not wait for this round's fsync.
+//  4. Write every group's snapshot marker, new entries (deleting any
 //     stored suffix they replace) and hard state into ONE Pebble batch and
 //     commit it with one fsync if any Ready needs it (MustSync, or a
 //     snapshot). This is the group commit: one fsync serves every group of
 //     the round, and Pebble merges concurrent commits of several workers.
-//  4. Only now does raft's Storage serve the new entries, and only now do
-//     followers and candidates send: their votes and acknowledgements
-//     promise that state is durable.
-//  5. Restore accepted snapshots, apply committed entries, answer read
-//     requests whose index is applied, call Advance, and compact the log if
-//     enough of it has been applied.
+//  5. Only now does raft's Storage serve the new entries.
+//  6. Only now do followers and candidates send: their votes and
+//     acknowledgements promise that state is durable.
+//  7. Restore accepted snapshots, apply the remaining committed entries,
+//     answer read requests whose index is applied, call Advance, and
+//     compact the log if enough of it has been applied.
 //
 // A failure to persist stops the host (Config.OnFatal): raft has already
 // taken the Ready, so the round cannot be retried, and nothing that was not
 // persisted has been acknowledged to anyone. A restart recovers. This
 // includes Pebble's own fatal errors (a write-ahead log that cannot be
-// written or synced, as on a full disk), which storage.Commit turns from a
-// panic into an error (fulldisk_test.go).
+// written or synced, as on a full disk), which its logger raises as a
+// panic: storage.RecoverFatal turns it into an error around the whole work
+// of a round (the engine's writes and the state machines') and in the
+// entry points that write outside rounds (OpenGroup, RemoveGroup)
+// (fulldisk_test.go).
 //
 // # Applying entries
 //
@@ -64,10 +71,13 @@
 //
 // Each proposal carries an 8-byte id in front of its command. When the
 // entry is applied on the host that proposed it, the waiting Propose call
-// gets the state machine's result. A proposal whose log position is taken
-// by another leader's entry fails with ErrProposalDropped (it was not
-// applied); one whose caller gave up, or whose entry a snapshot covered,
-// ends with ErrOutcomeUnknown.
+// gets the state machine's result. A proposal raft refuses, or whose log
+// position another entry holds when that position is applied, fails with
+// ErrProposalDropped (it was not applied). One whose caller gave up, whose
+// entry a snapshot covered, or whose uncommitted entry another leader's
+// replaced in this host's log, ends with ErrOutcomeUnknown: a replaced
+// entry can still be committed, by a leader elected from the members that
+// hold it.
 //
 // # Snapshots
 //
@@ -76,8 +86,8 @@
 // than what raft asked for; the follower then acknowledges a higher index)
 // and streams the state machine's data from it in chunks on a separate
 // gRPC stream. The receiver spools the data to a file and fsyncs it before
-// raft sees the MsgSnap; when raft accepts it, step 3 persists a restore
-// marker with the new log position and drops the old log, step 5 restores
+// raft sees the MsgSnap; when raft accepts it, step 4 persists a restore
+// marker with the new log position and drops the old log, step 7 restores
 // the state machine from the file and then records the applied state and
 // deletes the marker. A crash in between finds the marker at the next open
 // and restores again.
@@ -94,7 +104,8 @@
 // messages, fed from a bounded queue that drops on overflow (raft
 // retransmits), batched up to MaxBatchBytes, reconnecting with backoff and
 // looking the peer's address up again each time. memnet is the in-memory
-// network for deterministic tests.
+// network for tests: its ordinary messages are reproducible from a seed,
+// its snapshots are not (see its documentation).
 //
 // # Failpoints
 //

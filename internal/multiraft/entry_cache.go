@@ -23,15 +23,16 @@ func (c *entryCache) first() uint64 {
 	return c.ents[0].GetIndex()
 }
 
-func (c *entryCache) get(i uint64) (*raftpb.Entry, bool) {
+// get returns entry i and its encoded size.
+func (c *entryCache) get(i uint64) (*raftpb.Entry, int, bool) {
 	if len(c.ents) == 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	f := c.first()
 	if i < f || i >= f+uint64(len(c.ents)) {
-		return nil, false
+		return nil, 0, false
 	}
-	return c.ents[i-f], true
+	return c.ents[i-f], c.sizes[i-f], true
 }
 
 // append adds entries that were just made durable. Entries at or after the
@@ -63,10 +64,18 @@ func (c *entryCache) append(ents []*raftpb.Entry) {
 		c.bytes -= c.sizes[drop]
 		drop++
 	}
-	if drop > 0 {
-		c.ents = append([]*raftpb.Entry(nil), c.ents[drop:]...)
-		c.sizes = append([]int(nil), c.sizes[drop:]...)
+	c.dropFront(drop)
+}
+
+// dropFront forgets the first n entries without copying the rest: append
+// moves the live ones when it next grows the slices, so the cost per entry
+// stays constant.
+func (c *entryCache) dropFront(n int) {
+	if n == 0 {
+		return
 	}
+	clear(c.ents[:n]) // let the dropped entries be collected
+	c.ents, c.sizes = c.ents[n:], c.sizes[n:]
 }
 
 // truncateFront forgets entries below index i.
@@ -78,8 +87,7 @@ func (c *entryCache) truncateFront(i uint64) {
 	for _, s := range c.sizes[:drop] {
 		c.bytes -= s
 	}
-	c.ents = append([]*raftpb.Entry(nil), c.ents[drop:]...)
-	c.sizes = append([]int(nil), c.sizes[drop:]...)
+	c.dropFront(drop)
 }
 
 func (c *entryCache) clear() {

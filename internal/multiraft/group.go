@@ -53,6 +53,7 @@ type group struct {
 	snapRep   []snapReport
 	unreach   []NodeID
 	campaign  bool
+	closedErr error // set when the group stopped: nothing is queued any more
 
 	// Raft state, guarded by mu: the worker holds it for a whole round.
 	mu           sync.Mutex
@@ -127,6 +128,7 @@ func (h *Host) OpenGroup(gc GroupConfig) (*Group, error) {
 	if err != nil {
 		delete(h.groups, gc.ID)
 		h.mu.Unlock()
+		h.fatalIfPebbleFailed(err)
 		return nil, err
 	}
 	h.groups[gc.ID] = g
@@ -135,7 +137,10 @@ func (h *Host) OpenGroup(gc GroupConfig) (*Group, error) {
 	return &Group{g: g}, nil
 }
 
-func (h *Host) openGroup(gc GroupConfig) (*group, error) {
+// openGroup loads (or bootstraps) the group and finishes an interrupted
+// restore; a Pebble fatal failure in any of it is returned as an error.
+func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
+	defer storage.RecoverFatal(&err)
 	g := &group{
 		id:           gc.ID,
 		host:         h,
@@ -214,7 +219,7 @@ func (g *group) bootstrap(members []NodeID) error {
 	if err := b.Set(groupKey(g.id, suffixTruncated), encodePosition(pos), nil); err != nil {
 		return err
 	}
-	if err := storage.Commit(b, pebble.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("multiraft: group %d: bootstrap: %w", g.id, err)
 	}
 	g.store.hardState = hs
@@ -237,8 +242,23 @@ func (g *group) watch() <-chan struct{} {
 	return g.notify
 }
 
-// stop fails everything waiting on the group. The host calls it on Stop.
+// stop fails everything waiting on the group, and every call made on it
+// from now on. The host calls it on Stop, RemoveGroup and a fatal failure.
+// It waits for a round in progress (which holds g.mu).
 func (g *group) stop(err error) {
+	// Close the inputs first: a call that registers its waiter after
+	// failWaiters below has run finds closedErr when it queues.
+	g.inMu.Lock()
+	if g.closedErr == nil {
+		g.closedErr = err
+	}
+	err = g.closedErr
+	reads := g.reads
+	g.inbox, g.reads = nil, nil
+	g.inMu.Unlock()
+	for _, r := range reads {
+		r.done <- err
+	}
 	g.mu.Lock()
 	if g.failure == nil {
 		g.failure = err
@@ -252,13 +272,14 @@ func (g *group) stop(err error) {
 	g.pendingReads, g.readyReads = map[uint64]*readRequest{}, nil
 	g.mu.Unlock()
 	g.failWaiters(err)
-	g.inMu.Lock()
-	for _, r := range g.reads {
-		r.done <- err
-	}
-	g.reads = nil
-	g.inMu.Unlock()
 	g.changed()
+}
+
+// closed returns the error the group stopped with, if it did.
+func (g *group) closed() error {
+	g.inMu.Lock()
+	defer g.inMu.Unlock()
+	return g.closedErr
 }
 
 func (g *group) failWaiters(err error) {

@@ -25,15 +25,17 @@ func (g *group) usable() error {
 	if g.host.stopped.Load() {
 		return ErrStopped
 	}
-	return nil
+	return g.closed()
 }
 
 // Propose replicates cmd and returns the state machine's result for it once
 // it is applied on this host. Concurrent proposals are appended together.
 //
-// Errors: ErrProposalDropped (not applied: no leader, or replaced in the
-// log; retry), ErrOutcomeUnknown (joined with ctx.Err() when ctx ended
-// first: it may still be applied), ErrStopped, ErrStorage.
+// Errors: ErrProposalDropped (not applied: no leader, or another entry
+// was applied at its index; retry), ErrOutcomeUnknown (it may or may not be
+// applied: joined with ctx.Err() when ctx ended first; also when its
+// uncommitted entry was replaced, or covered by a snapshot), ErrStopped,
+// ErrStorage.
 func (G *Group) Propose(ctx context.Context, cmd []byte) (any, error) {
 	g := G.g
 	if err := g.usable(); err != nil {
@@ -47,6 +49,11 @@ func (G *Group) Propose(ctx context.Context, cmd []byte) (any, error) {
 func (g *group) submit(ctx context.Context, p *proposal, queue *[]*proposal) (any, error) {
 	g.register(p)
 	g.inMu.Lock()
+	if err := g.closedErr; err != nil {
+		g.inMu.Unlock()
+		g.abandon(p)
+		return nil, err
+	}
 	*queue = append(*queue, p)
 	g.inMu.Unlock()
 	g.host.sched.enqueue(g, flagInput)
@@ -144,6 +151,10 @@ func (G *Group) ReadIndex(ctx context.Context) error {
 	}
 	r := &readRequest{id: g.host.newID(), done: make(chan error, 1)}
 	g.inMu.Lock()
+	if err := g.closedErr; err != nil {
+		g.inMu.Unlock()
+		return err
+	}
 	g.reads = append(g.reads, r)
 	g.inMu.Unlock()
 	g.host.sched.enqueue(g, flagInput)
@@ -167,6 +178,9 @@ func (G *Group) TransferLeadership(ctx context.Context, to NodeID) error {
 		ch := g.watch()
 		if NodeID(g.leader.Load()) == to {
 			return nil
+		}
+		if err := g.usable(); err != nil {
+			return err
 		}
 		g.inMu.Lock()
 		g.transfers = append(g.transfers, to)

@@ -13,6 +13,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // Config configures a Host. Zero values take the defaults named below.
@@ -40,7 +42,7 @@ type Config struct {
 	HeartbeatTicks int
 
 	// Workers is the size of the worker pool (default 2). ManualProcessing
-	// starts no workers: the owner calls ProcessReady (deterministic tests).
+	// starts no workers: the owner calls ProcessReady (tests that step hosts themselves).
 	Workers          int
 	ManualProcessing bool
 	// MaxGroupsPerRound bounds how many groups one worker handles in one
@@ -263,7 +265,7 @@ func (h *Host) Tick() {
 
 // ProcessReady runs scheduler rounds on the calling goroutine until no group
 // has work left, and reports whether any group was processed. It is for
-// ManualProcessing hosts (deterministic tests).
+// ManualProcessing hosts (tests that step hosts themselves).
 func (h *Host) ProcessReady() bool {
 	any := false
 	for {
@@ -303,12 +305,21 @@ func (h *Host) fatal(err error) {
 		h.log.Error("raft host stopping: cannot persist raft state", "err", err)
 		h.sched.stop()
 		h.mu.RLock()
+		gs := make([]*group, 0, len(h.groups))
 		for _, g := range h.groups {
 			if g != nil {
+				gs = append(gs, g)
 				g.failWaiters(err)
 			}
 		}
 		h.mu.RUnlock()
+		// Reads and later calls fail too, once no round holds the group
+		// (fatal may be called from inside one).
+		go func() {
+			for _, g := range gs {
+				g.stop(err)
+			}
+		}()
 		if h.cfg.OnFatal != nil {
 			go h.cfg.OnFatal(err)
 		}
@@ -322,11 +333,12 @@ func (h *Host) failed() error {
 	return nil
 }
 
-// RemoveGroup closes a group on this host: its waiters fail with
-// ErrStopped and messages for it are dropped from now on. With destroy, the
+// RemoveGroup closes a group on this host: its waiters, and calls made on
+// its handle from now on, fail with ErrStopped, and messages for it are
+// dropped. With destroy, the
 // group's raft state (log, hard state, applied state) is deleted too; the
 // state machine's own data is the caller's to delete.
-func (h *Host) RemoveGroup(id GroupID, destroy bool) error {
+func (h *Host) RemoveGroup(id GroupID, destroy bool) (err error) {
 	h.mu.Lock()
 	g := h.groups[id]
 	if g == nil {
@@ -340,8 +352,23 @@ func (h *Host) RemoveGroup(id GroupID, destroy bool) error {
 		return nil
 	}
 	lo, hi := groupSpan(id)
-	if err := h.db.DeleteRange(lo, hi, pebble.Sync); err != nil {
+	if err := h.deleteRange(lo, hi); err != nil {
+		h.fatalIfPebbleFailed(err)
 		return fmt.Errorf("multiraft: destroy group %d: %w", id, err)
 	}
 	return nil
+}
+
+// deleteRange deletes [lo, hi) durably, returning Pebble's fatal failure.
+func (h *Host) deleteRange(lo, hi []byte) (err error) {
+	defer storage.RecoverFatal(&err)
+	return h.db.DeleteRange(lo, hi, pebble.Sync)
+}
+
+// fatalIfPebbleFailed stops the host if err is Pebble's fatal failure,
+// after which the database may only be closed.
+func (h *Host) fatalIfPebbleFailed(err error) {
+	if fe := (*storage.FatalError)(nil); errors.As(err, &fe) {
+		h.fatal(err)
+	}
 }

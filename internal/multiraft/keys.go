@@ -1,6 +1,10 @@
 package multiraft
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/shardkit/shardkit/internal/storage"
+)
 
 // Storage keys of the engine. Every key of a group starts with
 // "raft/" + 8-byte big-endian group id + "/", so one group's keys are one
@@ -46,15 +50,10 @@ func logKey(g GroupID, index uint64) []byte {
 // groupSpan returns the [start, end) range of every key of group g.
 func groupSpan(g GroupID) (start, end []byte) {
 	start = groupPrefix(g)
-	end = groupPrefix(g + 1)
-	if g == ^GroupID(0) {
-		end = append([]byte(keyPrefix[:len(keyPrefix)-1]), keyPrefix[len(keyPrefix)-1]+1)
-	}
-	return start, end
+	return start, storage.PrefixEnd(start)
 }
 
-// logSpanEnd is the exclusive upper bound of group g's log keys: "/log0"
-// sorts right after every "/log/<index>" key.
+// logSpanEnd is the exclusive upper bound of group g's log keys.
 func logSpanEnd(g GroupID) []byte {
-	return groupKey(g, suffixLog[:len(suffixLog)-1]+"0")
+	return storage.PrefixEnd(groupKey(g, suffixLog))
 }

@@ -22,9 +22,9 @@ type logStore struct {
 	db    *pebble.DB
 	group GroupID
 
-	hardState *raftpb.HardState
-	applied   appliedState // last persisted applied state
-	truncated logPosition  // last entry removed from the log (or the snapshot's)
+	hardState *raftpb.HardState // as loaded at open, for InitialState (raft asks once, in NewRawNode)
+	applied   appliedState      // last persisted applied state
+	truncated logPosition       // last entry removed from the log (or the snapshot's)
 	lastIndex uint64
 
 	cache entryCache
@@ -134,7 +134,7 @@ func (s *logStore) Term(i uint64) (uint64, error) {
 	case i > s.lastIndex:
 		return 0, raft.ErrUnavailable
 	}
-	if e, ok := s.cache.get(i); ok {
+	if e, _, ok := s.cache.get(i); ok {
 		return e.GetTerm(), nil
 	}
 	e, err := s.readEntry(i)
@@ -154,8 +154,8 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	}
 	var out []*raftpb.Entry
 	var size uint64
-	add := func(e *raftpb.Entry) bool {
-		size += uint64(proto.Size(e))
+	add := func(e *raftpb.Entry, n int) bool {
+		size += uint64(n)
 		if len(out) > 0 && size > maxSize {
 			return false
 		}
@@ -164,11 +164,11 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	}
 	i := lo
 	for ; i < hi; i++ {
-		e, ok := s.cache.get(i)
+		e, n, ok := s.cache.get(i)
 		if !ok {
 			break
 		}
-		if !add(e) {
+		if !add(e, n) {
 			return out, nil
 		}
 	}
@@ -189,7 +189,7 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 			return nil, fmt.Errorf("%w: group %d: expected entry %d, found %d", ErrCorruptState, s.group, i, e.GetIndex())
 		}
 		i++
-		if !add(e) {
+		if !add(e, len(it.Value())) {
 			return out, nil
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/storage"
 )
@@ -26,6 +25,7 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 	again := make([]bool, len(gs))
 	locked := make([]bool, len(gs))
 	var work []roundWork
+	// 1. Feed raft and take the Readies.
 	for i, g := range gs {
 		if g == nil {
 			continue
@@ -41,7 +41,7 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 		}
 	}
 	if len(work) > 0 {
-		if err := h.handleReadies(work); err != nil {
+		if err := h.handleReadiesRecovering(work); err != nil {
 			h.fatal(err)
 		}
 	}
@@ -125,10 +125,18 @@ func (g *group) retryReads() {
 
 func readCtx(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
+// handleReadiesRecovering is handleReadies with Pebble's fatal failure (a
+// panic, from any write of the round: the engine's or a state machine's)
+// returned as an error.
+func (h *Host) handleReadiesRecovering(work []roundWork) (err error) {
+	defer storage.RecoverFatal(&err)
+	return h.handleReadies(work)
+}
+
 // handleReadies persists, sends and applies the Readies of one round, in
 // the order the package documentation states.
 func (h *Host) handleReadies(work []roundWork) error {
-	// 1. A leader may send before its own entries are durable.
+	// 2. A leader may send before its own entries are durable.
 	for i := range work {
 		w := &work[i]
 		if w.rd.SoftState != nil {
@@ -142,7 +150,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 2. Committed entries already durable in this member's log are applied
+	// 3. Committed entries already durable in this member's log are applied
 	// now, without waiting for this round's fsync (which only concerns newer
 	// entries). The rest are applied after it.
 	for i := range work {
@@ -167,7 +175,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		w.rd.CommittedEntries = ents[n:]
 	}
 
-	// 3. One batch, one fsync, for every group of the round.
+	// 4. One batch, one fsync, for every group of the round.
 	b := h.db.NewBatch()
 	defer b.Close()
 	sync := false
@@ -199,7 +207,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		if sync {
 			opts = pebble.Sync
 		}
-		if err := storage.Commit(b, opts); err != nil {
+		if err := b.Commit(opts); err != nil {
 			return fmt.Errorf("persist raft state: %w", err)
 		}
 	}
@@ -207,7 +215,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		return err
 	}
 
-	// 4. The durable state becomes what raft's Storage serves.
+	// 5. The durable state becomes what raft's Storage serves.
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {
@@ -215,13 +223,10 @@ func (h *Host) handleReadies(work []roundWork) error {
 			w.g.failCoveredWaiters(w.marker.Index)
 		}
 		w.g.store.commitAppend(w.rd.Entries)
-		if hs := w.rd.HardState; hs != nil && !raft.IsEmptyHardState(hs) {
-			w.g.store.hardState = proto.CloneOf(hs)
-		}
 		w.g.assignIndexes(w.rd.Entries)
 	}
 
-	// 5. Followers (and candidates) send only after their state is durable.
+	// 6. Followers (and candidates) send only after their state is durable.
 	for i := range work {
 		if w := &work[i]; !w.leader {
 			if err := h.send(w.g, w.rd.Messages); err != nil {
@@ -230,7 +235,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 6. Restore snapshots, apply the remaining committed entries, answer reads, advance.
+	// 7. Restore snapshots, apply the remaining committed entries, answer reads, advance.
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {

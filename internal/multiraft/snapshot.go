@@ -17,8 +17,6 @@ import (
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // Snapshots are made on demand and streamed: the leader reads its state
@@ -239,7 +237,7 @@ func (g *group) restore(m restoreMarker) error {
 	if err := b.Delete(groupKey(g.id, suffixRestoring), nil); err != nil {
 		return err
 	}
-	if err := storage.Commit(b, pebble.Sync); err != nil {
+	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("group %d: record restored snapshot: %w", g.id, err)
 	}
 	g.store.applied = m.appliedState
@@ -261,7 +259,9 @@ func (g *group) finishInterruptedRestore() error {
 		return fmt.Errorf("group %d restore marker: %w", g.id, err)
 	}
 	g.log.Warn("finishing a snapshot restore interrupted by a crash", "index", m.Index)
-	g.store.resetToSnapshot(m.logPosition)
+	// The log position is already right: the batch that wrote the marker
+	// also wrote the truncated position and any entries raft appended after
+	// the snapshot in the same Ready, and load read them.
 	return g.restore(m)
 }
 

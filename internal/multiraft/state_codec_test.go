@@ -100,3 +100,28 @@ func FuzzDecodeState(f *testing.F) {
 		_, _, _ = decodeProposal(b)
 	})
 }
+
+func TestKeySpans(t *testing.T) {
+	for _, g := range []GroupID{0, 1, 255, 256, ^GroupID(0) - 1, ^GroupID(0)} {
+		lo, hi := groupSpan(g)
+		for _, k := range [][]byte{groupKey(g, suffixHardState), logKey(g, 0), logKey(g, ^uint64(0)), groupKey(g, suffixRestoring)} {
+			if bytes.Compare(k, lo) < 0 || bytes.Compare(k, hi) >= 0 {
+				t.Fatalf("group %d: key %x outside its span [%x, %x)", g, k, lo, hi)
+			}
+		}
+		if g != ^GroupID(0) {
+			if k := groupKey(g+1, suffixApplied); bytes.Compare(k, hi) < 0 {
+				t.Fatalf("group %d: next group's key %x inside its span", g, k)
+			}
+		}
+		end := logSpanEnd(g)
+		if bytes.Compare(logKey(g, ^uint64(0)), end) >= 0 {
+			t.Fatalf("group %d: last log key not below the log span end", g)
+		}
+		for _, s := range []string{suffixHardState, suffixApplied, suffixTruncated, suffixRestoring} {
+			if k := groupKey(g, s); bytes.Compare(k, logKey(g, 0)) >= 0 && bytes.Compare(k, end) < 0 {
+				t.Fatalf("group %d: %s key inside the log span", g, s)
+			}
+		}
+	}
+}

@@ -41,7 +41,8 @@ type StateMachine interface {
 	// It returns one result per entry, handed to the proposer of that entry
 	// (nil is fine). Failures of a command (a key exists, a check fails) are
 	// results. An error return means the state machine cannot go on (a
-	// storage failure); the engine stops the group.
+	// storage failure); the engine stops the whole host, as for a failure
+	// to persist its own state (Config.OnFatal).
 	Apply(b *pebble.Batch, entries []Entry) ([]any, error)
 
 	// Snapshot writes the state machine's data, as it is in r, to w. r is a
@@ -89,7 +90,8 @@ type Handler interface {
 var (
 	// ErrProposalDropped: Raft did not take the proposal (no leader known,
 	// a leadership transfer in progress, too many uncommitted entries), or
-	// another entry took its place in the log. It was not applied; retry.
+	// another entry was applied at its place in the log. It was not
+	// applied; retry.
 	ErrProposalDropped = errors.New("multiraft: proposal dropped, not applied; retry")
 	// ErrGroupNotFound: the host has no such group open.
 	ErrGroupNotFound = errors.New("multiraft: group not found on this host")

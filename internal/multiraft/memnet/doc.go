@@ -6,8 +6,13 @@
 // same nodes can fare differently.
 //
 // With hosts in manual mode (multiraft.Config.ManualProcessing and
-// ManualTicks) and a driver that steps them in a fixed order, a run is
-// reproducible from its seed, up to the timing of client goroutines.
+// ManualTicks) and a driver that steps them in a fixed order, the ordinary
+// messages of a run are reproducible from its seed, up to the timing of
+// client goroutines. Snapshots are not: a host streams them from goroutines
+// of its own, SendSnapshot hands them to the receiver at once instead of at
+// a Deliver step, and its drop decision draws from the same random source,
+// so a snapshot shifts the faults drawn for later messages by when it
+// happens to run.
 //
 // It must never be used outside tests.
 package memnet
