@@ -130,6 +130,10 @@ func TestGetSlowReplicaIsCancelled(t *testing.T) {
 	c := newClient(t, hl, nil, func(o *cache.Options) { o.HostTimeout = time.Hour })
 	slow := g[1][0]
 	slow.set(behaviour{getDelay: time.Hour})
+	// The fast replica answers only once the slow one's handler runs: a Get
+	// that finished before the slow request reached its server would cancel
+	// a request no handler saw, and nothing could observe the cancel.
+	g[0][0].set(behaviour{after: slow})
 	ks := keys(0, 2)
 	got, err := c.Get(getCtx(t, 10*time.Second), ks)
 	if err != nil {

@@ -54,6 +54,9 @@ type behaviour struct {
 	noLease    bool          // hold no lease: FailedPrecondition through the Handler
 	answerFrom *cache.Shard  // claim this shard instead (it moved)
 	staleGets  *cache.Shard  // answer non-empty Gets from this shard with staleValue (pings are unchanged)
+	// answer a non-empty Get only once this server has received a non-empty
+	// Get of its own (orders two replicas' answers without timing)
+	after *fakeServer
 }
 
 type fakeServer struct {
@@ -102,6 +105,15 @@ func (f *fakeServer) Get(ctx context.Context, req *kvpb.GetRequest) (*kvpb.GetRe
 	} else {
 		n := f.gets.Add(1)
 		delay += b.getDelay
+		if b.after != nil {
+			for b.after.gets.Load() == 0 {
+				select {
+				case <-ctx.Done():
+					return nil, status.FromContextError(ctx.Err()).Err()
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
 		if b.failGets != codes.OK && (b.failFirst == 0 || n <= int64(b.failFirst)) {
 			f.failed.Add(1)
 			return nil, status.Error(b.failGets, "scripted failure")
