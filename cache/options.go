@@ -7,9 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shardkit/shardkit/cache/lease"
+	"github.com/shardkit/shardkit/client"
 )
 
 // Clock gives the client its time (ejection windows, latencies); it is the
@@ -92,7 +92,7 @@ func (o *Options) fill() error {
 		o.EjectAfter = 5
 	}
 	if o.DialOptions == nil {
-		o.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+		o.DialOptions = client.DialOptions(nil)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

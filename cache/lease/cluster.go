@@ -3,6 +3,7 @@ package lease
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -10,12 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 )
 
 // DefaultClusterNamespace prefixes the cluster lease names of a ClusterStore
@@ -31,10 +27,9 @@ type ClusterOptions struct {
 }
 
 // ClusterStore keeps shard leases in a shardkit cluster, on the leases
-// with fencing tickets of its group 0 (ClusterService AcquireLease,
-// RenewLease, ReleaseLease, GetLease). Any instance of the cluster may be
-// dialled: it forwards the calls to the group-0 leader, whose clock alone
-// judges expiry.
+// with fencing tickets of its group 0 (client.Leases). Any instance of the
+// cluster may be asked: it forwards the calls to the group-0 leader, whose
+// clock alone judges expiry.
 //
 // The cluster offers leases, not tables, so the store maps the SQL rows
 // onto lease names:
@@ -49,16 +44,16 @@ type ClusterOptions struct {
 // A claim of a shard the host already holds releases it and acquires it
 // again, so that it gets a new ticket like a SQL claim gets a new epoch.
 type ClusterStore struct {
-	client clusterv1.ClusterServiceClient
+	leases client.Leases
 	ns     string
-	owned  *grpc.ClientConn // closed by Close when OpenCluster dialled it
+	owned  *client.Client // closed by Close when OpenCluster made it
 }
 
 var clusterNamespaceRE = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,128}$`)
 
-// NewClusterStore returns a store on the cluster reached through conn (a
-// *grpc.ClientConn to any instance); the caller keeps owning conn.
-func NewClusterStore(conn grpc.ClientConnInterface, opts ClusterOptions) (*ClusterStore, error) {
+// NewClusterStore returns a store on the cluster of c; the caller keeps
+// owning c.
+func NewClusterStore(c *client.Client, opts ClusterOptions) (*ClusterStore, error) {
 	ns := opts.Namespace
 	if ns == "" {
 		ns = DefaultClusterNamespace
@@ -66,31 +61,38 @@ func NewClusterStore(conn grpc.ClientConnInterface, opts ClusterOptions) (*Clust
 	if !clusterNamespaceRE.MatchString(ns) {
 		return nil, fmt.Errorf("%w: cluster namespace %q: use 1..128 letters, digits, '_', '-' or '.'", ErrInvalid, ns)
 	}
-	return &ClusterStore{client: clusterv1.NewClusterServiceClient(conn), ns: ns}, nil
+	if c == nil {
+		return nil, fmt.Errorf("%w: no cluster client", ErrInvalid)
+	}
+	return &ClusterStore{leases: c.Leases(), ns: ns}, nil
 }
 
-// OpenCluster dials a cluster instance (host:port; any instance forwards
-// lease calls to the group-0 leader) and returns a store that closes the
-// connection on Close.
-func OpenCluster(addr string, opts ClusterOptions) (*ClusterStore, error) {
-	if addr == "" {
+// OpenCluster makes a client of the cluster whose instances are addrs
+// (host:port[,host:port...]; any instance forwards lease calls to the
+// group-0 leader) and returns a store that closes it on Close.
+func OpenCluster(addrs string, opts ClusterOptions) (*ClusterStore, error) {
+	if addrs == "" {
 		return nil, fmt.Errorf("%w: empty cluster address; give an instance's host:port", ErrInvalid)
 	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	peers, err := client.ParsePeers(addrs)
 	if err != nil {
-		return nil, fmt.Errorf("%w: cluster address %q: %w", ErrInvalid, addr, err)
+		return nil, fmt.Errorf("%w: cluster address: %w", ErrInvalid, err)
 	}
-	s, err := NewClusterStore(conn, opts)
+	c, err := client.New(context.Background(), client.Config{Peers: peers})
 	if err != nil {
-		conn.Close()
+		return nil, fmt.Errorf("%w: cluster address: %w", ErrInvalid, err)
+	}
+	s, err := NewClusterStore(c, opts)
+	if err != nil {
+		c.Close()
 		return nil, err
 	}
-	s.owned = conn
+	s.owned = c
 	return s, nil
 }
 
-// Close implements Store: it closes the connection if OpenCluster dialled
-// it; a connection given to NewClusterStore stays the caller's.
+// Close implements Store: it closes the client if OpenCluster made it; a
+// client given to NewClusterStore stays the caller's.
 func (s *ClusterStore) Close() error {
 	if s.owned != nil {
 		return s.owned.Close()
@@ -141,24 +143,24 @@ func parseLayout(s string) ([]Range, error) {
 
 // get returns the lease record of name and whether it is held now; a name
 // never acquired is (nil, false).
-func (s *ClusterStore) get(ctx context.Context, name string) (*clusterv1.Lease, bool, error) {
-	resp, err := s.client.GetLease(ctx, &clusterv1.GetLeaseRequest{Name: name})
-	if status.Code(err) == codes.NotFound {
+func (s *ClusterStore) get(ctx context.Context, name string) (*client.Lease, bool, error) {
+	l, held, err := s.leases.Get(ctx, name)
+	if errors.Is(err, client.ErrNotFound) {
 		return nil, false, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("lease: cluster GetLease %q: %w", name, err)
+		return nil, false, fmt.Errorf("lease: cluster get lease %q: %w", name, err)
 	}
-	return resp.GetLease(), resp.GetHeld(), nil
+	return &l, held, nil
 }
 
 // layout returns the ranges of dc (nil when Init has not run for it).
 func (s *ClusterStore) layout(ctx context.Context, dc string) ([]Range, error) {
 	l, _, err := s.get(ctx, s.layoutName(dc))
-	if err != nil || l == nil || l.GetHolder() == "" {
+	if err != nil || l == nil || l.Holder == "" {
 		return nil, err
 	}
-	return parseLayout(l.GetHolder())
+	return parseLayout(l.Holder)
 }
 
 // Init implements Store.
@@ -175,16 +177,14 @@ func (s *ClusterStore) Init(ctx context.Context, dc string, ranges []Range) erro
 		return err
 	}
 	if have == nil {
-		resp, err := s.client.AcquireLease(ctx, &clusterv1.AcquireLeaseRequest{
-			Name: s.layoutName(dc), Holder: want, TtlMs: layoutTTL.Milliseconds(),
-		})
+		cur, granted, err := s.leases.Acquire(ctx, s.layoutName(dc), want, layoutTTL)
 		if err != nil {
 			return fmt.Errorf("lease: record the shards of dc %q in the cluster: %w", dc, err)
 		}
-		if resp.GetGranted() {
+		if granted {
 			return nil
 		}
-		if have, err = parseLayout(resp.GetLease().GetHolder()); err != nil {
+		if have, err = parseLayout(cur.Holder); err != nil {
 			return err
 		}
 	}
@@ -215,7 +215,7 @@ func parseHolder(h string) (string, time.Duration) {
 // shardState is one shard's lease as read for a claim.
 type shardState struct {
 	shard int
-	rec   *clusterv1.Lease
+	rec   *client.Lease // nil: never acquired
 	held  bool
 }
 
@@ -251,7 +251,10 @@ func (s *ClusterStore) Claim(ctx context.Context, req ClaimRequest) (Lease, erro
 		return Lease{}, err
 	}
 	mine := func(st shardState) bool {
-		host, _ := parseHolder(st.rec.GetHolder())
+		if st.rec == nil {
+			return false
+		}
+		host, _ := parseHolder(st.rec.Holder)
 		return st.rec != nil && host == req.Host
 	}
 	// The seed's order: the shard held before by this host, then free or
@@ -269,26 +272,24 @@ func (s *ClusterStore) Claim(ctx context.Context, req ClaimRequest) (Lease, erro
 			}
 			return 1
 		}
-		return cmp.Compare(a.rec.GetExpiresUnixMs(), b.rec.GetExpiresUnixMs())
+		return cmp.Compare(expiresMs(a.rec), expiresMs(b.rec))
 	})
 	holder := clusterHolder(req.Host, req.TTL)
 	for _, st := range cands {
 		name := s.shardName(req.DC, st.shard)
-		if st.held && st.rec.GetHolder() != "" {
+		if st.held && st.rec.Holder != "" {
 			// Mine and live: give it up so that the claim gets a new ticket.
-			if _, err := s.client.ReleaseLease(ctx, &clusterv1.ReleaseLeaseRequest{
-				Name: name, Holder: st.rec.GetHolder(), Ticket: st.rec.GetTicket(),
-			}); err != nil {
-				return Lease{}, fmt.Errorf("lease: cluster ReleaseLease %q: %w", name, err)
+			if _, err := s.leases.Release(ctx, name, st.rec.Holder, st.rec.Ticket); err != nil {
+				return Lease{}, fmt.Errorf("lease: cluster release lease %q: %w", name, err)
 			}
 		}
-		resp, err := s.client.AcquireLease(ctx, &clusterv1.AcquireLeaseRequest{Name: name, Holder: holder, TtlMs: req.TTL.Milliseconds()})
+		got, granted, err := s.leases.Acquire(ctx, name, holder, req.TTL)
 		if err != nil {
-			return Lease{}, fmt.Errorf("lease: cluster AcquireLease %q: %w", name, err)
+			return Lease{}, fmt.Errorf("lease: cluster acquire lease %q: %w", name, err)
 		}
-		if resp.GetGranted() {
+		if granted {
 			return Lease{DC: req.DC, Shard: st.shard, Range: ranges[st.shard], Host: req.Host,
-				Epoch: resp.GetLease().GetTicket(), TTL: req.TTL}, nil
+				Epoch: got.Ticket, TTL: req.TTL}, nil
 		}
 	}
 	return Lease{}, fmt.Errorf("%w: all %d shards of dc %q are held by live cluster leases; wait for one to expire or add shards",
@@ -301,16 +302,14 @@ func (s *ClusterStore) Ping(ctx context.Context, l Lease) error {
 		return err
 	}
 	name := s.shardName(l.DC, l.Shard)
-	resp, err := s.client.RenewLease(ctx, &clusterv1.RenewLeaseRequest{
-		Name: name, Holder: clusterHolder(l.Host, l.TTL), Ticket: l.Epoch, TtlMs: l.TTL.Milliseconds(),
-	})
+	cur, renewed, err := s.leases.Renew(ctx, name, clusterHolder(l.Host, l.TTL), l.Epoch, l.TTL)
 	if err != nil {
-		return fmt.Errorf("lease: ping %v: cluster RenewLease: %w", l, err)
+		return fmt.Errorf("lease: ping %v: cluster renew lease: %w", l, err)
 	}
-	if resp.GetRenewed() {
+	if renewed {
 		return nil
 	}
-	return clusterLost(l, resp.GetLease())
+	return clusterLost(l, &cur)
 }
 
 // Release implements Store.
@@ -319,13 +318,11 @@ func (s *ClusterStore) Release(ctx context.Context, l Lease) error {
 		return err
 	}
 	name := s.shardName(l.DC, l.Shard)
-	resp, err := s.client.ReleaseLease(ctx, &clusterv1.ReleaseLeaseRequest{
-		Name: name, Holder: clusterHolder(l.Host, l.TTL), Ticket: l.Epoch,
-	})
+	released, err := s.leases.Release(ctx, name, clusterHolder(l.Host, l.TTL), l.Epoch)
 	if err != nil {
-		return fmt.Errorf("lease: release %v: cluster ReleaseLease: %w", l, err)
+		return fmt.Errorf("lease: release %v: cluster release lease: %w", l, err)
 	}
-	if resp.GetReleased() {
+	if released {
 		return nil
 	}
 	rec, _, err := s.get(ctx, name)
@@ -335,16 +332,22 @@ func (s *ClusterStore) Release(ctx context.Context, l Lease) error {
 	return clusterLost(l, rec)
 }
 
-func clusterLost(l Lease, rec *clusterv1.Lease) error {
-	host, _ := parseHolder(rec.GetHolder())
-	switch {
-	case rec == nil:
+func clusterLost(l Lease, rec *client.Lease) error {
+	if rec == nil || rec.Ticket == 0 {
 		return fmt.Errorf("%w: %v: the cluster has no such lease", ErrLost, l)
-	case rec.GetTicket() != l.Epoch || host != l.Host:
-		return fmt.Errorf("%w: %v: the shard is now held by %q at epoch %d", ErrLost, l, host, rec.GetTicket())
 	}
-	return fmt.Errorf("%w: %v: expired in the cluster (at %v, leader time)", ErrLost, l,
-		time.UnixMilli(rec.GetExpiresUnixMs()).UTC().Format(time.RFC3339Nano))
+	if host, _ := parseHolder(rec.Holder); rec.Ticket != l.Epoch || host != l.Host {
+		return fmt.Errorf("%w: %v: the shard is now held by %q at epoch %d", ErrLost, l, host, rec.Ticket)
+	}
+	return fmt.Errorf("%w: %v: expired in the cluster (at %v, leader time)", ErrLost, l, rec.Expires.Format(time.RFC3339Nano))
+}
+
+// expiresMs is a lease's expiry in Unix ms, 0 for one never acquired.
+func expiresMs(l *client.Lease) int64 {
+	if l == nil {
+		return 0
+	}
+	return l.Expires.UnixMilli()
 }
 
 // Rows implements Store. LastPing is derived from the leader-stamped
@@ -359,11 +362,14 @@ func (s *ClusterStore) Rows(ctx context.Context, dc string) ([]Row, error) {
 	}
 	out := make([]Row, len(states))
 	for i, st := range states {
-		r := Row{DC: dc, Shard: i, Range: ranges[i], Epoch: st.rec.GetTicket(), Expired: !st.held}
-		if st.rec != nil && st.rec.GetHolder() != "" {
-			r.Host, r.TTL = parseHolder(st.rec.GetHolder())
-			r.LockedTime = time.UnixMilli(st.rec.GetGrantedUnixMs()).UTC()
-			r.LastPing = time.UnixMilli(st.rec.GetExpiresUnixMs()).Add(-r.TTL).UTC()
+		r := Row{DC: dc, Shard: i, Range: ranges[i], Expired: !st.held}
+		if st.rec != nil {
+			r.Epoch = st.rec.Ticket
+		}
+		if st.rec != nil && st.rec.Holder != "" {
+			r.Host, r.TTL = parseHolder(st.rec.Holder)
+			r.LockedTime = st.rec.Granted
+			r.LastPing = st.rec.Expires.Add(-r.TTL)
 		}
 		out[i] = r
 	}

@@ -3,18 +3,16 @@ package lease_test
 // The cluster backend runs the conformance suite against a real one-instance
 // shardkit cluster, started in this test process (internal/server, the code
 // behind `shardkit run`, without its supervisor process). Only this test
-// file imports internal/server/servertest; the store itself speaks only the public
-// api/cluster/v1.
+// file imports internal/server/servertest; the store itself speaks only through the
+// public client package.
 
 import (
 	"errors"
 	"testing"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
 	"github.com/shardkit/shardkit/cache/lease"
 	"github.com/shardkit/shardkit/cache/lease/leasetest"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/server/servertest"
 )
 
@@ -23,12 +21,12 @@ func TestClusterConformance(t *testing.T) {
 	addr := servertest.OneInstanceCluster(t)
 	leasetest.Run(t, func(t *testing.T) lease.Store {
 		t.Helper()
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := client.New(t.Context(), client.Config{Peers: []string{addr}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { conn.Close() })
-		s, err := lease.NewClusterStore(conn, lease.ClusterOptions{})
+		t.Cleanup(func() { c.Close() })
+		s, err := lease.NewClusterStore(c, lease.ClusterOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -39,7 +37,11 @@ func TestClusterConformance(t *testing.T) {
 func TestClusterStoreRejectsBadNamespace(t *testing.T) {
 	t.Parallel()
 	for _, ns := range []string{"a/b", "with space", string(make([]byte, 129))} {
-		if _, err := lease.NewClusterStore(nil, lease.ClusterOptions{Namespace: ns}); !errors.Is(err, lease.ErrInvalid) {
+		c, err := client.New(t.Context(), client.Config{Peers: []string{"127.0.0.1:1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := lease.NewClusterStore(c, lease.ClusterOptions{Namespace: ns}); !errors.Is(err, lease.ErrInvalid) {
 			t.Errorf("namespace %q: %v, want ErrInvalid", ns, err)
 		}
 	}

@@ -3,17 +3,17 @@ package cli
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/shardkit/shardkit/internal/server"
+	"github.com/shardkit/shardkit/internal/demo"
 )
 
 func newDemoCmd() *cobra.Command {
-	var o server.DemoOptions
+	var o demo.Options
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Start a local cluster of real instances on loopback and print its status until Ctrl+C",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return server.RunDemo(cmd.Context(), o, cmd.OutOrStdout())
+			return demo.Run(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().IntVar(&o.Instances, "instances", 3, "number of instances")

@@ -10,25 +10,18 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/meta"
 )
 
-// expelMargin is added to --timeout for the RPC deadline, so that the
-// server's own "not confirmed in time" answer normally arrives first.
-const expelMargin = 10 * time.Second
-
 type expelOptions struct {
-	peer    string
-	force   bool
-	timeout time.Duration
-	margin  time.Duration
+	clusterFlags
+	force bool
 }
 
 func newExpelCmd() *cobra.Command {
-	o := expelOptions{margin: expelMargin}
+	var o expelOptions
 	cmd := &cobra.Command{
 		Use:   "expel [--peer ADDR] [--force] [--timeout 60s] INSTANCE_ID",
 		Short: "Expel an instance from the cluster for good",
@@ -42,9 +35,8 @@ The expelled process exits, and restarting it fails.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.peer, "peer", defaultPeer, "address (host:port) of any cluster instance")
+	o.register(f, 60*time.Second, "how long to wait for the current grade Expelled")
 	f.BoolVar(&o.force, "force", false, "expel even an instance that is not Offline")
-	f.DurationVar(&o.timeout, "timeout", 60*time.Second, "how long to wait for the current grade Expelled")
 	return cmd
 }
 
@@ -52,25 +44,15 @@ func runExpel(ctx context.Context, o expelOptions, instanceID string, out io.Wri
 	if err := checkName(instanceID); err != nil {
 		return fmt.Errorf("invalid instance id %q: %w", instanceID, err)
 	}
-	if o.timeout <= 0 {
-		return fmt.Errorf("invalid --timeout %v: must be positive", o.timeout)
-	}
-	client, closeConn, err := dialCluster(o.peer)
+	cl, err := o.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
-	ctx, cancel := context.WithTimeout(ctx, o.timeout+o.margin)
-	defer cancel()
-	resp, err := client.Expel(ctx, &clusterv1.ExpelRequest{
-		InstanceId: instanceID,
-		Force:      o.force,
-		TimeoutMs:  o.timeout.Milliseconds(),
-	})
+	defer cl.Close()
+	in, err := cl.Expel(ctx, instanceID, client.ExpelOptions{Force: o.force, Wait: o.timeout})
 	if err != nil {
-		return expelError(instanceID, o.peer, o.timeout, err)
+		return expelError(instanceID, o.timeout, err)
 	}
-	in := resp.GetInstance()
 	if in == nil {
 		_, err = fmt.Fprintf(out, "instance %s expelled\n", instanceID)
 		return err
@@ -80,20 +62,20 @@ func runExpel(ctx context.Context, o expelOptions, instanceID string, out io.Wri
 	return err
 }
 
-func expelError(instanceID, peer string, timeout time.Duration, err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
+func expelError(instanceID string, timeout time.Duration, err error) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
 		return fmt.Errorf("expel of %s: %s", instanceID, oneLine(err.Error()))
 	}
-	msg := oneLine(st.Message())
-	switch st.Code() {
+	msg := oneLine(ce.Msg)
+	switch ce.Code {
 	case codes.DeadlineExceeded:
 		if strings.HasPrefix(msg, "expel of ") {
 			return errors.New(msg) // the cluster's own account, with the grade reached
 		}
 		return fmt.Errorf("expel of %s not confirmed within %v: %s", instanceID, timeout, msg)
 	case codes.Unavailable:
-		return fmt.Errorf("expel of %s: peer %s unavailable: %s", instanceID, peer, msg)
+		return fmt.Errorf("expel of %s: peer %s unavailable: %s", instanceID, ce.Peer, msg)
 	}
 	return fmt.Errorf("expel of %s: %s", instanceID, msg)
 }

@@ -89,14 +89,15 @@ func TestExpelErrors(t *testing.T) {
 
 func TestExpelClientDeadline(t *testing.T) {
 	t.Parallel()
-	// A server that never answers: the RPC deadline (timeout + margin) ends it.
+	// A server that never answers: the RPC deadline (timeout + the client's
+	// 10s margin) ends it.
 	f := &fakeCluster{expel: func(ctx context.Context, _ *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}}
 	addr := f.serve(t)
 	var out bytes.Buffer
-	err := runExpel(t.Context(), expelOptions{peer: addr, timeout: 100 * time.Millisecond, margin: 2 * time.Second}, "i3", &out)
+	err := runExpel(t.Context(), expelOptions{clusterFlags: clusterFlags{peers: addr, timeout: 100 * time.Millisecond}}, "i3", &out)
 	if err == nil || !strings.HasPrefix(err.Error(), "expel of i3 not confirmed within 100ms") {
 		t.Errorf("error %v: want a not-confirmed timeout", err)
 	}

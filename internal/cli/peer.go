@@ -1,46 +1,60 @@
 package cli
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"time"
 
-	"google.golang.org/grpc"
+	"github.com/spf13/pflag"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 )
 
-// defaultPeer is the address status and expel ask when --peer is not given
+// defaultPeer is the address client commands ask when --peer is not given
 // (the default --listen of `shardkit run`).
 const defaultPeer = "127.0.0.1:3301"
 
-// dialCluster opens a ClusterService client to addr (host:port). The
-// connection is made lazily by the first call; the caller closes it.
-func dialCluster(addr string) (clusterv1.ClusterServiceClient, func(), error) {
-	if err := checkHostPort(addr, false); err != nil {
-		return nil, nil, fmt.Errorf("--peer %q: %w", addr, err)
-	}
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, nil, fmt.Errorf("--peer %q: %w", addr, err)
-	}
-	return clusterv1.NewClusterServiceClient(conn), func() { _ = conn.Close() }, nil
+// clusterFlags are the flags of every command that talks to a running
+// cluster: where it is and how long to wait. They make the one client the
+// command uses.
+type clusterFlags struct {
+	peers   string
+	timeout time.Duration
 }
 
-// callError turns a failed call to addr into one line: unreachable peers
-// and deadlines are named as such, other gRPC errors by their message.
-func callError(addr string, timeout time.Duration, err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return fmt.Errorf("peer %s: %s", addr, oneLine(err.Error()))
+func (f *clusterFlags) register(fs *pflag.FlagSet, timeout time.Duration, timeoutHelp string) {
+	fs.StringVar(&f.peers, "peer", defaultPeer, "address (host:port) of a cluster instance; a comma-separated list is tried in turn")
+	fs.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
+}
+
+// client checks the flags and makes the client.
+func (f *clusterFlags) client(ctx context.Context) (*client.Client, error) {
+	if f.timeout <= 0 {
+		return nil, fmt.Errorf("invalid --timeout %v: must be positive", f.timeout)
 	}
-	switch st.Code() {
-	case codes.Unavailable:
-		return fmt.Errorf("peer %s unavailable: %s", addr, oneLine(st.Message()))
-	case codes.DeadlineExceeded:
-		return fmt.Errorf("peer %s did not answer within %v: %s", addr, timeout, oneLine(st.Message()))
+	peers, err := client.ParsePeers(f.peers)
+	if err != nil {
+		return nil, fmt.Errorf("--peer: %w", err)
 	}
-	return fmt.Errorf("peer %s: %s", addr, oneLine(st.Message()))
+	return client.New(ctx, client.Config{Peers: peers, Timeout: f.timeout})
+}
+
+// callError turns a failed call into one line: unreachable peers and
+// deadlines are named as such, other answers by the cluster's message.
+func callError(timeout time.Duration, err error) error {
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		return errors.New(oneLine(err.Error()))
+	}
+	switch {
+	case ce.Peer == "":
+		return errors.New(oneLine(ce.Msg))
+	case ce.Code == codes.Unavailable:
+		return fmt.Errorf("peer %s unavailable: %s", ce.Peer, oneLine(ce.Msg))
+	case ce.Code == codes.DeadlineExceeded:
+		return fmt.Errorf("peer %s did not answer within %v: %s", ce.Peer, timeout, oneLine(ce.Msg))
+	}
+	return fmt.Errorf("peer %s: %s", ce.Peer, oneLine(ce.Msg))
 }

@@ -9,15 +9,13 @@ import (
 
 	"github.com/spf13/cobra"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
 
 type statusOptions struct {
-	peer    string
-	format  string
-	all     bool
-	timeout time.Duration
+	clusterFlags
+	format string
+	all    bool
 }
 
 func newStatusCmd() *cobra.Command {
@@ -36,10 +34,9 @@ docs/operations.md.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.peer, "peer", defaultPeer, "address (host:port) of any cluster instance")
+	o.register(f, 10*time.Second, "how long to wait for the answer")
 	f.StringVar(&o.format, "format", "table", "table or json")
 	f.BoolVar(&o.all, "all", false, "include expelled instances and replicasets")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for the answer")
 	return cmd
 }
 
@@ -47,19 +44,16 @@ func runStatus(ctx context.Context, o statusOptions, out io.Writer) error {
 	if o.format != "table" && o.format != "json" {
 		return fmt.Errorf("invalid --format %q: want table or json", o.format)
 	}
-	if o.timeout <= 0 {
-		return fmt.Errorf("invalid --timeout %v: must be positive", o.timeout)
-	}
-	client, closeConn, err := dialCluster(o.peer)
+	cl, err := o.client(ctx)
 	if err != nil {
 		return err
 	}
-	defer closeConn()
+	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, o.timeout)
 	defer cancel()
-	resp, err := client.GetStatus(ctx, &clusterv1.GetStatusRequest{All: o.all})
+	resp, err := cl.Status(ctx, o.all)
 	if err != nil {
-		return fmt.Errorf("status: %w", callError(o.peer, o.timeout, err))
+		return fmt.Errorf("status: %w", callError(o.timeout, err))
 	}
 	st := statusview.FromProto(resp, o.all)
 	if o.format == "json" {

@@ -128,7 +128,9 @@ func (d *discovery) votableMine() map[string]bool {
 type discoverCall func(ctx context.Context, addr string, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error)
 
 // run performs rounds until a result is known or ctx ends.
-func (d *discovery) run(ctx context.Context, call discoverCall, round time.Duration) (discoveryResult, error) {
+//
+// Each call is bounded by probe; round is the pause between rounds.
+func (d *discovery) run(ctx context.Context, call discoverCall, round, probe time.Duration) (discoveryResult, error) {
 	for {
 		d.mu.Lock()
 		var todo []string
@@ -147,7 +149,7 @@ func (d *discovery) run(ctx context.Context, call discoverCall, round time.Durat
 			req.Peers, req.VotablePeers = st.GetPeers(), st.GetVotablePeers()
 			d.mu.Unlock()
 
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			cctx, cancel := context.WithTimeout(ctx, probe)
 			resp, err := call(cctx, addr, req)
 			cancel()
 			if err != nil {

@@ -56,7 +56,7 @@ func TestDiscoveryElectsExactlyOneBootstrapLeader(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			for i, a := range addrs {
 				wg.Go(func() {
-					r, err := net.nodes[a].run(ctx, net.call, time.Millisecond)
+					r, err := net.nodes[a].run(ctx, net.call, time.Millisecond, 2*time.Second)
 					if err != nil {
 						t.Errorf("n=%d run=%d: %s: %v", n, run, a, err)
 					}
@@ -96,7 +96,7 @@ func TestDiscoveryJoinsRunningClusterPastADeadPeer(t *testing.T) {
 	net.nodes["127.0.0.1:5002"] = joiner
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	r, err := joiner.run(ctx, net.call, time.Millisecond)
+	r, err := joiner.run(ctx, net.call, time.Millisecond, 2*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

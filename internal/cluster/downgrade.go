@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -24,7 +23,7 @@ func (gv *governor) downgrade(ctx context.Context, st *meta.State, gs multiraft.
 		to := bestSuccessor(st, gs)
 		if to != 0 {
 			gv.log.Info("this leader is leaving; transferring leadership", "to", uint64(to))
-			tctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			tctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.PeerCall)
 			defer cancel()
 			return n.g0.Load().TransferLeadership(tctx, to)
 		}

@@ -15,17 +15,12 @@ import (
 // Expel implements ClusterService (K14): target Expelled, then wait until
 // the governor has made the current grade Expelled. Idempotent.
 func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.Expel(forwarded(ctx), req)
-	}
 	if err := n.checkClusterID(req.GetClusterId()); err != nil {
 		return nil, err
 	}
 	timeout := time.Duration(req.GetTimeoutMs()) * time.Millisecond
 	if timeout <= 0 {
-		timeout = 60 * time.Second
+		timeout = n.cfg.Timeouts.ExpelWait
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

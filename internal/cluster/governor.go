@@ -59,7 +59,7 @@ func (gv *governor) run(ctx context.Context) {
 		}
 		if st := g0.Status(); st.Term != gv.term || st.Role != "leader" {
 			// New leadership: make sure the state is current before acting.
-			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			rctx, cancel := context.WithTimeout(ctx, gv.n.cfg.Timeouts.Activity)
 			err := g0.ReadIndex(rctx)
 			cancel()
 			if err != nil || st.Role != "leader" {
@@ -70,10 +70,10 @@ func (gv *governor) run(ctx context.Context) {
 			gv.log.Info("governing the cluster", "term", st.Term)
 		}
 		changed := gv.n.meta.Changed()
-		start := time.Now()
+		start := gv.n.clock.Now()
 		step, err := gv.step(ctx)
 		if gv.n.metrics != nil && step != "" {
-			gv.n.metrics.governorStep(step, time.Since(start), err)
+			gv.n.metrics.governorStep(step, gv.n.clock.Now().Sub(start), err)
 		}
 		switch {
 		case err == nil && step != "":
@@ -107,7 +107,7 @@ func (gv *governor) step(ctx context.Context) (string, error) {
 	g0 := n.g0.Load()
 	gs := g0.Status()
 	gv.observe(st, gs)
-	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	actx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Activity)
 	defer cancel()
 
 	if inst := gv.silent(st); inst != nil {
@@ -203,7 +203,7 @@ func (gv *governor) setCurrent(ctx context.Context, inst *clusterv1.Instance, v 
 
 // observe records which instances the leader has heard from.
 func (gv *governor) observe(st *meta.State, gs multiraft.Status) {
-	now := time.Now()
+	now := gv.n.clock.Now()
 	for _, inst := range st.Instances {
 		if _, ok := gv.lastSeen[inst.GetRaftId()]; !ok {
 			gv.lastSeen[inst.GetRaftId()] = now // a new leader gives everyone a full timeout
@@ -224,7 +224,7 @@ func (gv *governor) silent(st *meta.State) *clusterv1.Instance {
 		if inst.GetRaftId() == self || inst.GetTargetGrade().GetVariant() != meta.Online || meta.IsExpelled(inst) {
 			continue
 		}
-		if seen, ok := gv.lastSeen[inst.GetRaftId()]; ok && time.Since(seen) > gv.n.cfg.AutoOfflineTimeout {
+		if seen, ok := gv.lastSeen[inst.GetRaftId()]; ok && gv.n.clock.Now().Sub(seen) > gv.n.cfg.AutoOfflineTimeout {
 			return inst
 		}
 	}

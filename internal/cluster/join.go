@@ -26,7 +26,7 @@ func (n *Node) join(ctx context.Context, addr string) (*Identity, error) {
 		if err != nil {
 			return nil, &RefusedError{Err: fmt.Errorf("cannot join through %s: %w", addr, err)}
 		}
-		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Join)
 		resp, err := c.RaftJoin(rctx, req)
 		cancel()
 		if err == nil {
@@ -37,10 +37,8 @@ func (n *Node) join(ctx context.Context, addr string) (*Identity, error) {
 			return nil, &RefusedError{Err: fmt.Errorf("join refused: %s", status.Convert(err).Message())}
 		}
 		n.log.Info("join: retrying", "through", addr, "err", err)
-		select {
-		case <-ctx.Done():
+		if sleep(ctx, backoff) {
 			return nil, ctx.Err()
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 3*time.Second)
 	}
@@ -71,11 +69,6 @@ func (n *Node) joined(resp *clusterv1.RaftJoinResponse) (*Identity, error) {
 
 // RaftJoin implements ClusterService (on the leader; others forward).
 func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*clusterv1.RaftJoinResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.RaftJoin(forwarded(ctx), req)
-	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: req}}})
 	if err != nil {
 		return nil, err

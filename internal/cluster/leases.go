@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"context"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,11 +17,6 @@ import (
 
 // AcquireLease implements ClusterService.
 func (n *Node) AcquireLease(ctx context.Context, req *clusterv1.AcquireLeaseRequest) (*clusterv1.AcquireLeaseResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.AcquireLease(forwarded(ctx), req)
-	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_AcquireLease{AcquireLease: &metapb.AcquireLease{
 		Name: req.GetName(), Holder: req.GetHolder(), TtlMs: req.GetTtlMs()}}})
 	if err != nil {
@@ -33,11 +27,6 @@ func (n *Node) AcquireLease(ctx context.Context, req *clusterv1.AcquireLeaseRequ
 
 // RenewLease implements ClusterService.
 func (n *Node) RenewLease(ctx context.Context, req *clusterv1.RenewLeaseRequest) (*clusterv1.RenewLeaseResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.RenewLease(forwarded(ctx), req)
-	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_RenewLease{RenewLease: &metapb.RenewLease{
 		Name: req.GetName(), Holder: req.GetHolder(), Ticket: req.GetTicket(), TtlMs: req.GetTtlMs()}}})
 	if err != nil {
@@ -48,11 +37,6 @@ func (n *Node) RenewLease(ctx context.Context, req *clusterv1.RenewLeaseRequest)
 
 // ReleaseLease implements ClusterService.
 func (n *Node) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequest) (*clusterv1.ReleaseLeaseResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.ReleaseLease(forwarded(ctx), req)
-	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_ReleaseLease{ReleaseLease: &metapb.ReleaseLease{
 		Name: req.GetName(), Holder: req.GetHolder(), Ticket: req.GetTicket(),
 		SetValue: req.GetSetValue(), Value: req.GetValue()}}})
@@ -64,11 +48,6 @@ func (n *Node) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequ
 
 // GetLease implements ClusterService: a linearizable read on the leader.
 func (n *Node) GetLease(ctx context.Context, req *clusterv1.GetLeaseRequest) (*clusterv1.GetLeaseResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.GetLease(forwarded(ctx), req)
-	}
 	if err := n.g0.Load().ReadIndex(ctx); err != nil {
 		return nil, statusError(err)
 	}
@@ -77,6 +56,6 @@ func (n *Node) GetLease(ctx context.Context, req *clusterv1.GetLeaseRequest) (*c
 		return nil, status.Errorf(codes.NotFound, "no lease %q", req.GetName())
 	}
 	// The leader's clock, never behind the log's.
-	now := max(time.Now().UnixMilli(), n.meta.State().Clock)
+	now := max(n.clock.Now().UnixMilli(), n.meta.State().Clock)
 	return &clusterv1.GetLeaseResponse{Lease: l, Held: meta.LeaseHeld(l, now)}, nil
 }

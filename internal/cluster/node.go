@@ -13,10 +13,14 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
@@ -40,6 +44,14 @@ type Config struct {
 	AutoOfflineTimeout    time.Duration
 	ShutdownTimeout       time.Duration
 	Logger                *slog.Logger
+	// Credentials secure every connection to another instance (cluster
+	// calls and the raft transport), through client.DialOptions; nil means
+	// plaintext.
+	Credentials credentials.TransportCredentials
+	// Timeouts bound the instance's own calls (zero fields: DefaultTimeouts).
+	Timeouts Timeouts
+	// Clock tells the time (default: the system clock).
+	Clock Clock
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -86,6 +98,8 @@ type Node struct {
 	expelled     chan struct{} // closed when this instance learns it is expelled
 	expelledOnce sync.Once
 	metrics      *Metrics
+	fwd          *forward.Forwarder
+	clock        Clock
 }
 
 // NewNode makes a node over an open database.
@@ -93,6 +107,10 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = realClock{}
+	}
+	cfg.Timeouts.fill()
 	sm := meta.New()
 	n := &Node{
 		cfg:      cfg,
@@ -100,12 +118,14 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 		db:       db,
 		meta:     sm,
 		res:      newResolver(sm),
-		peers:    newPeerPool(),
+		peers:    newPeerPool(client.DialOptions(cfg.Credentials)),
 		rsGroups: map[multiraft.GroupID]*multiraft.Group{},
 		fatal:    make(chan error, 1),
 		expelled: make(chan struct{}),
 		metrics:  m,
+		clock:    cfg.Clock,
 	}
+	n.fwd = forward.New(n.Route, n.dialPeer)
 	return n
 }
 
@@ -207,7 +227,7 @@ func (n *Node) discover(ctx context.Context) error {
 			return nil, err
 		}
 		return c.Discover(ctx, req)
-	}, 200*time.Millisecond)
+	}, 200*time.Millisecond, n.cfg.Timeouts.Probe)
 	if err != nil {
 		return err
 	}
@@ -225,7 +245,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 		return err
 	}
 	tr := multiraft.NewGRPCTransport(multiraft.GRPCTransportConfig{
-		NodeID: multiraft.NodeID(ident.RaftID), Resolver: n.res, Logger: n.log,
+		NodeID: multiraft.NodeID(ident.RaftID), Resolver: n.res, Logger: n.log, DialOptions: client.DialOptions(n.cfg.Credentials),
 	})
 	host, err := multiraft.NewHost(multiraft.Config{
 		NodeID:      multiraft.NodeID(ident.RaftID),
@@ -307,7 +327,9 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 				return err // retrying cannot help; the process exits and restarts
 			}
 			n.log.Info("waiting to propose the cluster's first entry", "err", err)
-			time.Sleep(100 * time.Millisecond)
+			if sleep(ctx, 100*time.Millisecond) {
+				return ctx.Err()
+			}
 		}
 		st = n.meta.State()
 	}
@@ -457,14 +479,16 @@ func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reas
 		req := &clusterv1.UpdateInstanceRequest{
 			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: v, Reason: reason, Uuid: id.UUID,
 		}
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := n.UpdateInstance(rctx, req)
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.PeerCall)
+		_, err := n.fwd.Call(rctx, clusterv1.ClusterService_UpdateInstance_FullMethodName, req, func(ctx context.Context) (any, error) {
+			return n.UpdateInstance(ctx, req)
+		})
 		cancel()
 		if status.Code(err) == codes.Unavailable {
 			// This instance knows no leader (it may no longer be a member
 			// of group 0): ask the others, who forward to theirs.
-			err = n.askOthers(ctx, func(ctx context.Context, c clusterv1.ClusterServiceClient) error {
-				_, err := c.UpdateInstance(ctx, req)
+			err = n.askOthers(ctx, "set target grade", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+				_, err := clusterv1.NewClusterServiceClient(conn).UpdateInstance(ctx, req, opts...)
 				return err
 			})
 		}
@@ -477,36 +501,34 @@ func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reas
 			return false
 		}
 		n.log.Info("cannot set own target grade yet", "target", meta.VariantName(v), "err", err)
-		select {
-		case <-ctx.Done():
+		if sleep(ctx, backoff) {
 			return false
-		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
-// askOthers tries call on every other known instance until one answers
-// with anything but Unavailable, and returns that answer.
-func (n *Node) askOthers(ctx context.Context, call func(context.Context, clusterv1.ClusterServiceClient) error) error {
-	err := status.Error(codes.Unavailable, "no other instance is known")
+// askOthers tries call on the other instances group 0 knows, in turn,
+// until one answers with anything but Unavailable (the client package's
+// failover), and returns that answer.
+func (n *Node) askOthers(ctx context.Context, op string, call client.CallFunc) error {
 	self := n.Identity().RaftID
+	var others []string
 	for _, inst := range n.meta.State().SortedInstances() {
-		if inst.GetRaftId() == self || inst.GetCurrentGrade().GetVariant() == meta.Expelled {
+		if inst.GetRaftId() == self || inst.GetCurrentGrade().GetVariant() == meta.Expelled || inst.GetAddress() == "" {
 			continue
 		}
-		c, cerr := n.peers.client(inst.GetAddress())
-		if cerr != nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = call(cctx, c)
-		cancel()
-		if status.Code(err) != codes.Unavailable && status.Code(err) != codes.DeadlineExceeded {
-			return err
-		}
+		others = append(others, inst.GetAddress())
 	}
-	return err
+	if len(others) == 0 {
+		return status.Error(codes.Unavailable, "no other instance is known")
+	}
+	cl, err := client.New(ctx, client.Config{Peers: others, Credentials: n.cfg.Credentials, Timeout: n.cfg.Timeouts.PeerCall, Logger: n.log})
+	if err != nil {
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	defer cl.Close()
+	return cl.Do(ctx, op, true, call)
 }
 
 // shutdown asks for target Offline and waits, bounded, until current

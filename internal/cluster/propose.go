@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -24,7 +23,7 @@ func (n *Node) proposeMeta(ctx context.Context, c *metapb.Command) (meta.Result,
 	if g == nil {
 		return meta.Result{}, errNoGroup0
 	}
-	c.NowUnixMs = time.Now().UnixMilli()
+	c.NowUnixMs = n.clock.Now().UnixMilli()
 	data, err := meta.Encode(c)
 	if err != nil {
 		return meta.Result{}, err

@@ -143,7 +143,7 @@ func (gv *governor) pushSharding(ctx context.Context, st *meta.State, must *clus
 		}
 		c, err := gv.n.peers.client(inst.GetAddress())
 		if err == nil {
-			sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			sctx, cancel := context.WithTimeout(ctx, gv.n.cfg.Timeouts.Probe)
 			_, err = c.SyncSharding(sctx, req)
 			cancel()
 		}
@@ -159,7 +159,7 @@ func (gv *governor) progress(ctx context.Context, inst *clusterv1.Instance) (*cl
 	if err != nil {
 		return nil, err
 	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, gv.n.cfg.Timeouts.Probe)
 	defer cancel()
 	p, err := c.GetProgress(pctx, &clusterv1.GetProgressRequest{})
 	if err != nil {
@@ -191,7 +191,7 @@ func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *clusterv1.R
 			errs = append(errs, err)
 			continue
 		}
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		actx, cancel := context.WithTimeout(ctx, gv.n.cfg.Timeouts.PeerCall)
 		resp, err := c.GroupAdmin(actx, &clusterv1.GroupAdminRequest{GroupId: rs.GetRaftGroupId(), Action: action, RaftId: raftID})
 		cancel()
 		if err == nil {
@@ -219,13 +219,17 @@ func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *cl
 	return 0, fmt.Errorf("replicaset %s: no member knows its leader", rs.GetReplicasetId())
 }
 
+// leaderRecheck is how often the governor asks who leads each replicaset.
+const leaderRecheck = 3 * time.Second
+
 // recordReplicasetLeaders keeps each replicaset's recorded leader (its
 // read-write instance) true, at most once every few seconds.
 func (gv *governor) recordReplicasetLeaders(ctx context.Context, st *meta.State) error {
-	if time.Since(gv.leadersChecked) < 3*time.Second {
+	now := gv.n.clock.Now()
+	if now.Sub(gv.leadersChecked) < leaderRecheck {
 		return nil
 	}
-	gv.leadersChecked = time.Now()
+	gv.leadersChecked = now
 	for _, rs := range st.SortedReplicasets() {
 		if rs.GetExpelled() {
 			continue

@@ -28,7 +28,7 @@ func (n *Node) selfSentinel(ctx context.Context) {
 			continue
 		}
 		n.log.Info("target grade is Offline while this instance runs; asking for Online", "reason", inst.GetTargetReason())
-		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.PeerCall)
 		ok := n.requestTarget(rctx, meta.Online, "auto-online")
 		cancel()
 		if !ok {

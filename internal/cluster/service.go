@@ -2,15 +2,16 @@ package cluster
 
 import (
 	"context"
-	"time"
+	"fmt"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
@@ -37,41 +38,53 @@ type unimplemented struct {
 	clusterv1.UnimplementedClusterServiceServer
 }
 
-const forwardedKey = "x-shardkit-forwarded"
-
-func forwarded(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+// leaderOnly lists the ClusterService calls that only the group-0 leader
+// serves; any other instance forwards them there (Route).
+var leaderOnly = map[string]bool{
+	clusterv1.ClusterService_RaftJoin_FullMethodName:       true,
+	clusterv1.ClusterService_UpdateInstance_FullMethodName: true,
+	clusterv1.ClusterService_Expel_FullMethodName:          true,
+	clusterv1.ClusterService_AcquireLease_FullMethodName:   true,
+	clusterv1.ClusterService_RenewLease_FullMethodName:     true,
+	clusterv1.ClusterService_ReleaseLease_FullMethodName:   true,
+	clusterv1.ClusterService_GetLease_FullMethodName:       true,
 }
 
-// forward returns a client of the group-0 leader when this node is not
-// it (ok), or ok=false when this node leads and should serve the call.
-func (n *Node) forward(ctx context.Context) (clusterv1.ClusterServiceClient, bool, error) {
+// Forwarder routes the calls only the group-0 leader serves to it; the
+// server installs its Interceptor, and the node calls its own handlers
+// through its Call.
+func (n *Node) Forwarder() *forward.Forwarder { return n.fwd }
+
+// Route is the forward.Route of ClusterService: the leader-only calls go
+// to the group-0 leader (waiting up to LeaderWait for one to be known);
+// every answer names the leader's address in client.LeaderHeader.
+func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decision, error) {
+	if !leaderOnly[method] {
+		return forward.Decision{}, nil
+	}
 	g0 := n.g0.Load()
 	if g0 == nil {
-		return nil, false, errNoGroup0
+		return forward.Decision{}, errNoGroup0
 	}
-	wctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.LeaderWait)
 	defer cancel()
 	if err := g0.WaitFor(wctx, func(g *multiraft.Group) bool { return g.Leader() != 0 }); err != nil {
-		return nil, false, status.Error(codes.Unavailable, "group 0 has no leader (no quorum?)")
+		return forward.Decision{}, status.Errorf(codes.Unavailable, "group 0 has no leader after %v (no quorum?)", n.cfg.Timeouts.LeaderWait)
 	}
 	lead := g0.Leader()
-	if id := n.Identity(); id != nil && uint64(lead) == id.RaftID {
-		return nil, false, nil
-	}
-	if md, ok := metadata.FromIncomingContext(ctx); ok && len(md.Get(forwardedKey)) > 0 {
-		return nil, false, status.Errorf(codes.Unavailable, "this instance is not the leader of group 0 (it believes raft_id %d is); retry", lead)
-	}
 	addr, err := n.res.RaftAddress(lead)
 	if err != nil {
-		return nil, false, status.Error(codes.Unavailable, err.Error())
+		return forward.Decision{}, status.Error(codes.Unavailable, err.Error())
 	}
-	c, err := n.peers.client(addr)
-	if err != nil {
-		return nil, false, status.Error(codes.Unavailable, err.Error())
+	d := forward.Decision{Hint: addr, HintKey: client.LeaderHeader, Why: fmt.Sprintf("the leader of group 0 (it believes raft_id %d is)", lead)}
+	if id := n.Identity(); id == nil || uint64(lead) != id.RaftID {
+		d.Addr = addr
 	}
-	return c, true, nil
+	return d, nil
 }
+
+// dialPeer is the forward.Dial of the node's peer connections.
+func (n *Node) dialPeer(addr string) (grpc.ClientConnInterface, error) { return n.peers.conn(addr) }
 
 // Discover implements ClusterService.
 func (n *Node) Discover(_ context.Context, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error) {
@@ -91,11 +104,6 @@ func (n *Node) Discover(_ context.Context, req *clusterv1.DiscoverRequest) (*clu
 
 // UpdateInstance implements ClusterService.
 func (n *Node) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstanceRequest) (*clusterv1.UpdateInstanceResponse, error) {
-	if c, ok, err := n.forward(ctx); err != nil {
-		return nil, err
-	} else if ok {
-		return c.UpdateInstance(forwarded(ctx), req)
-	}
 	if err := n.checkClusterID(req.GetClusterId()); err != nil {
 		return nil, err
 	}

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"slices"
-	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -17,7 +16,7 @@ func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (
 	if g0 == nil {
 		return nil, errNoGroup0
 	}
-	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
 	_ = g0.ReadIndex(rctx)
 	cancel()
 	return BuildStatus(n.meta.State(), g0.Status(), req.GetAll()), nil

@@ -7,13 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
@@ -74,7 +74,9 @@ type GRPCTransportConfig struct {
 	SnapshotChunkBytes int
 	// BackoffMin and BackoffMax bound the reconnect backoff (defaults 50ms, 2s).
 	BackoffMin, BackoffMax time.Duration
-	// DialOptions replace the default (insecure credentials).
+	// DialOptions connect to peers; they must set the transport
+	// credentials (the instance passes client.DialOptions, the one place
+	// that decides how connections are secured).
 	DialOptions []grpc.DialOption
 }
 
@@ -118,10 +120,7 @@ func NewGRPCTransport(cfg GRPCTransportConfig) *GRPCTransport {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.DialOptions == nil {
-		cfg.DialOptions = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes)))
+	cfg.DialOptions = append(slices.Clip(cfg.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes)))
 	ctx, cancel := context.WithCancel(context.Background())
 	return &GRPCTransport{
 		cfg:    cfg,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/multiraft/kvsm"
@@ -77,7 +78,8 @@ func (c *grpcCluster) start(nd *grpcNode) {
 		TickInterval: 20 * time.Millisecond,
 	}
 	tcfg := multiraft.GRPCTransportConfig{NodeID: nd.id, Resolver: c.resolver, Logger: testLogger(),
-		BackoffMin: 10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
+		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		BackoffMin:  10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
 	sopts := multiraft.ServerOptions()
 	if c.tweak != nil {
 		c.tweak(&cfg, &tcfg, &sopts)

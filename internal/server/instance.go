@@ -63,7 +63,9 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}, db, metrics)
 	nodePtr.Store(node)
 
-	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(rpc.unary))
+	// Calls only another instance can serve are forwarded there (at most
+	// one hop) before their handler runs here.
+	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(rpc.unary, node.Forwarder().Interceptor()))
 	srv := grpc.NewServer(opts...)
 	node.Register(srv)
 	serveErr := make(chan error, 1)

@@ -1,7 +1,6 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,12 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 )
 
 // ShardkitCoordinator keeps the write lock and the state record in a
@@ -35,16 +29,14 @@ import (
 // Each Acquire uses a holder string of the master's name and a random
 // suffix, so a second run of the same master does not pass for the first.
 type ShardkitCoordinator struct {
-	conns []*grpc.ClientConn
-	addrs []string
-	name  string
+	client *client.Client
+	owned  bool // Close closes client
+	leases client.Leases
+	name   string
 
 	mu      sync.Mutex
 	holders map[uint64]string // ticket -> cluster holder string, for this process's grants
 }
-
-// errNoLease: the cluster has no lease of that name yet.
-var errNoLease = errors.New("coordinator: no such lease in the cluster")
 
 // DefaultShardkitLease is the lease used when the address names none.
 const DefaultShardkitLease = "numerator/coordinator"
@@ -76,48 +68,42 @@ func NewShardkit(addr string) (*ShardkitCoordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ShardkitCoordinator{addrs: addrs, name: name, holders: map[uint64]string{}}
-	for _, a := range addrs {
-		conn, err := grpc.NewClient(a, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("%w: %s: %w", ErrUnavailable, a, err)
-		}
-		c.conns = append(c.conns, conn)
+	cl, err := client.New(context.Background(), client.Config{Peers: addrs, Timeout: callTimeout})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
+	c := NewShardkitClient(cl, name)
+	c.owned = true
 	return c, nil
 }
 
-// Close closes the connections.
+// NewShardkitClient keeps the lock and the record in the lease named name
+// of the cluster that cl talks to; the caller keeps owning cl (Close does
+// not close it).
+func NewShardkitClient(cl *client.Client, name string) *ShardkitCoordinator {
+	return &ShardkitCoordinator{client: cl, leases: cl.Leases(), name: name, holders: map[uint64]string{}}
+}
+
+// callTimeout bounds one call on one cluster instance.
+const callTimeout = 15 * time.Second
+
+// Close closes the client if NewShardkit made it.
 func (c *ShardkitCoordinator) Close() error {
-	for _, conn := range c.conns {
-		_ = conn.Close()
+	if c.owned {
+		return c.client.Close()
 	}
 	return nil
 }
 
-// call runs f against each instance in turn until one answers with
-// something other than "unavailable".
-func (c *ShardkitCoordinator) call(ctx context.Context, f func(context.Context, clusterv1.ClusterServiceClient) error) error {
-	var last error
-	for i, conn := range c.conns {
-		cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
-		err := f(cctx, clusterv1.NewClusterServiceClient(conn))
-		cancel()
-		switch status.Code(err) {
-		case codes.OK:
-			return nil
-		case codes.Unavailable, codes.DeadlineExceeded:
-			last = fmt.Errorf("%s: %w", c.addrs[i], err)
-			continue
-		case codes.InvalidArgument:
-			return fmt.Errorf("%w: %s", ErrInvalid, status.Convert(err).Message())
-		case codes.NotFound:
-			return fmt.Errorf("%w: %s", errNoLease, status.Convert(err).Message())
-		}
-		return fmt.Errorf("%w: %s: %s", ErrUnavailable, c.addrs[i], status.Convert(err).Message())
+// callErr maps the client's errors to the coordinator's.
+func callErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, client.ErrInvalid):
+		return fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	return fmt.Errorf("%w: no cluster instance answered: %w", ErrUnavailable, last)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 func newHolder(master string) string {
@@ -145,11 +131,8 @@ func decodeState(v []byte) (State, error) {
 	return st, nil
 }
 
-func msTime(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-
-func leaseOf(l *clusterv1.Lease) Lease {
-	return Lease{Holder: masterOf(l.GetHolder()), Ticket: l.GetTicket(),
-		Acquired: msTime(l.GetGrantedUnixMs()), Expires: msTime(l.GetExpiresUnixMs())}
+func leaseOf(l client.Lease) Lease {
+	return Lease{Holder: masterOf(l.Holder), Ticket: l.Ticket, Acquired: l.Granted, Expires: l.Expires}
 }
 
 // Acquire implements Coordinator.
@@ -158,28 +141,22 @@ func (c *ShardkitCoordinator) Acquire(ctx context.Context, holder string, timeou
 		return Lease{}, fmt.Errorf("%w: acquire needs a holder and a positive timeout (got %q, %v)", ErrInvalid, holder, timeout)
 	}
 	h := newHolder(holder)
-	var resp *clusterv1.AcquireLeaseResponse
-	err := c.call(ctx, func(ctx context.Context, cl clusterv1.ClusterServiceClient) error {
-		var err error
-		resp, err = cl.AcquireLease(ctx, &clusterv1.AcquireLeaseRequest{Name: c.name, Holder: h, TtlMs: timeout.Milliseconds()})
-		return err
-	})
+	l, granted, err := c.leases.Acquire(ctx, c.name, h, timeout)
 	if err != nil {
-		return Lease{}, err
+		return Lease{}, callErr(err)
 	}
-	if !resp.GetGranted() {
-		l := resp.GetLease()
-		return Lease{}, fmt.Errorf("%w: %s holds it (ticket %d) until %s", ErrLocked, masterOf(l.GetHolder()), l.GetTicket(),
-			msTime(l.GetExpiresUnixMs()).Format(time.RFC3339))
+	if !granted {
+		return Lease{}, fmt.Errorf("%w: %s holds it (ticket %d) until %s", ErrLocked, masterOf(l.Holder), l.Ticket,
+			l.Expires.Format(time.RFC3339))
 	}
-	st, err := decodeState(resp.GetLease().GetValue())
+	st, err := decodeState(l.Value)
 	if err != nil {
 		return Lease{}, err
 	}
 	c.mu.Lock()
-	c.holders[resp.GetLease().GetTicket()] = h
+	c.holders[l.Ticket] = h
 	c.mu.Unlock()
-	out := leaseOf(resp.GetLease())
+	out := leaseOf(l)
 	out.State = st
 	return out, nil
 }
@@ -203,20 +180,15 @@ func (c *ShardkitCoordinator) Renew(ctx context.Context, ticket uint64, timeout 
 	if err != nil {
 		return Lease{}, err
 	}
-	var resp *clusterv1.RenewLeaseResponse
-	err = c.call(ctx, func(ctx context.Context, cl clusterv1.ClusterServiceClient) error {
-		var err error
-		resp, err = cl.RenewLease(ctx, &clusterv1.RenewLeaseRequest{Name: c.name, Holder: h, Ticket: ticket, TtlMs: timeout.Milliseconds()})
-		return err
-	})
+	l, renewed, err := c.leases.Renew(ctx, c.name, h, ticket, timeout)
 	if err != nil {
-		return Lease{}, err
+		return Lease{}, callErr(err)
 	}
-	if !resp.GetRenewed() {
+	if !renewed {
 		return Lease{}, fmt.Errorf("%w: ticket %d is no longer the lock's (now ticket %d of %s)", ErrStale, ticket,
-			resp.GetLease().GetTicket(), masterOf(resp.GetLease().GetHolder()))
+			l.Ticket, masterOf(l.Holder))
 	}
-	return leaseOf(resp.GetLease()), nil
+	return leaseOf(l), nil
 }
 
 // Report implements Coordinator: a release that, for a successful run,
@@ -234,34 +206,25 @@ func (c *ShardkitCoordinator) Report(ctx context.Context, ticket uint64, r Repor
 	if err != nil {
 		return State{}, err
 	}
-	req := &clusterv1.ReleaseLeaseRequest{Name: c.name, Holder: h, Ticket: ticket}
 	next := cur.State
+	var released bool
 	if r.OK {
 		next = State{Location: r.Location, Version: r.Version, Master: masterOf(h), Ticket: ticket, Updated: time.Now().UTC()}
-		v, err := json.Marshal(next)
-		if err != nil {
-			return State{}, err
+		v, merr := json.Marshal(next)
+		if merr != nil {
+			return State{}, merr
 		}
-		req.SetValue, req.Value = true, v
-	}
-	var resp *clusterv1.ReleaseLeaseResponse
-	err = c.call(ctx, func(ctx context.Context, cl clusterv1.ClusterServiceClient) error {
-		var err error
-		resp, err = cl.ReleaseLease(ctx, req)
-		return err
-	})
-	if err == nil && !resp.GetReleased() {
-		err = fmt.Errorf("%w: ticket %d is no longer the lock's, or it timed out; the report is refused", ErrStale, ticket)
-	}
-	// A refusal or no answer may follow a release that was applied: call
-	// retries on the next instance after a DeadlineExceeded, and that
-	// retry is refused because the first one released the lock. The
-	// lease then says so.
-	if err != nil && (errors.Is(err, ErrStale) || errors.Is(err, ErrUnavailable)) && c.releasedBy(ctx, req) {
-		err = nil
+		// The client checks a release whose answer was lost against the
+		// lease, so an applied release is reported as one.
+		released, err = c.leases.ReleaseWithValue(ctx, c.name, h, ticket, v)
+	} else {
+		released, err = c.leases.Release(ctx, c.name, h, ticket)
 	}
 	if err != nil {
-		return State{}, err
+		return State{}, callErr(err)
+	}
+	if !released {
+		return State{}, fmt.Errorf("%w: ticket %d is no longer the lock's, or it timed out; the report is refused", ErrStale, ticket)
 	}
 	c.mu.Lock()
 	delete(c.holders, ticket)
@@ -269,45 +232,21 @@ func (c *ShardkitCoordinator) Report(ctx context.Context, ticket uint64, r Repor
 	return next, nil
 }
 
-// releasedBy reports whether the cluster's lease shows req applied: the
-// ticket is still the last one granted, nobody holds it (only a release by
-// its holder clears it) and the value is the one req set.
-func (c *ShardkitCoordinator) releasedBy(ctx context.Context, req *clusterv1.ReleaseLeaseRequest) bool {
-	var resp *clusterv1.GetLeaseResponse
-	err := c.call(ctx, func(ctx context.Context, cl clusterv1.ClusterServiceClient) error {
-		var err error
-		resp, err = cl.GetLease(ctx, &clusterv1.GetLeaseRequest{Name: req.GetName()})
-		return err
-	})
-	if err != nil {
-		return false
-	}
-	l := resp.GetLease()
-	return l.GetTicket() == req.GetTicket() && l.GetHolder() == "" &&
-		(!req.GetSetValue() || bytes.Equal(l.GetValue(), req.GetValue()))
-}
-
 // Status implements Coordinator.
 func (c *ShardkitCoordinator) Status(ctx context.Context) (Status, error) {
-	var resp *clusterv1.GetLeaseResponse
-	err := c.call(ctx, func(ctx context.Context, cl clusterv1.ClusterServiceClient) error {
-		var err error
-		resp, err = cl.GetLease(ctx, &clusterv1.GetLeaseRequest{Name: c.name})
-		return err
-	})
-	if errors.Is(err, errNoLease) {
+	l, _, err := c.leases.Get(ctx, c.name)
+	if errors.Is(err, client.ErrNotFound) {
 		return Status{}, nil // never acquired: the empty record
 	}
 	if err != nil {
-		return Status{}, err
+		return Status{}, callErr(err)
 	}
-	l := resp.GetLease()
-	st, err := decodeState(l.GetValue())
+	st, err := decodeState(l.Value)
 	if err != nil {
 		return Status{}, err
 	}
-	out := Status{State: st, LastTicket: l.GetTicket()}
-	if l.GetHolder() != "" {
+	out := Status{State: st, LastTicket: l.Ticket}
+	if l.Holder != "" {
 		lk := leaseOf(l)
 		out.Lock = &lk
 	}

@@ -18,10 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/server"
 )
 
@@ -102,12 +99,11 @@ func OneInstanceCluster(tb testing.TB) string {
 	tb.Helper()
 	lis, addr := Listen(tb)
 	done := run(tb, server.InstanceConfig{Listener: lis, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second})
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := client.New(tb.Context(), client.Config{Peers: []string{addr}, Timeout: time.Second})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer conn.Close()
-	c := clusterv1.NewClusterServiceClient(conn)
+	defer c.Close()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		select {
@@ -116,9 +112,7 @@ func OneInstanceCluster(tb testing.TB) string {
 			tb.Fatalf("instance %s ended before the cluster was ready: %v", addr, err)
 		default:
 		}
-		rctx, rcancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.AcquireLease(rctx, &clusterv1.AcquireLeaseRequest{Name: "servertest/ready", Holder: "probe", TtlMs: 1})
-		rcancel()
+		_, _, err := c.Leases().Acquire(tb.Context(), "servertest/ready", "probe", time.Millisecond)
 		if err == nil {
 			return addr
 		}

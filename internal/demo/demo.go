@@ -1,4 +1,4 @@
-package server
+package demo
 
 import (
 	"context"
@@ -12,15 +12,12 @@ import (
 	"syscall"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
 
-// DemoOptions configures RunDemo.
-type DemoOptions struct {
+// Options configures Run.
+type Options struct {
 	// Instances to start (default 3).
 	Instances int
 	// Dir keeps the instances' data dirs and logs (default: a new temp
@@ -38,10 +35,10 @@ type demoInstance struct {
 	done         chan struct{}
 }
 
-// RunDemo starts a local cluster: Instances real `shardkit run` processes
+// Run starts a local cluster: Instances real `shardkit run` processes
 // on loopback ports sharing one --peer list, prints the cluster's status
 // table until ctx ends, then stops them with SIGTERM.
-func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) error {
+func Run(ctx context.Context, o Options, out io.Writer) error {
 	if o.Instances == 0 {
 		o.Instances = 3
 	}
@@ -101,6 +98,11 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) error {
 			close(in.done)
 		}(in, logf)
 	}
+	cl, err := client.New(ctx, client.Config{Peers: peers, Timeout: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
 	fmt.Fprintf(out, "shardkit demo: %d instances on %s; data and logs in %s; Ctrl+C to stop\n", len(insts), strings.Join(peers, " "), o.Dir)
 	for _, in := range insts {
 		fmt.Fprintf(out, "  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster\n", in.listen, in.http, in.http)
@@ -116,7 +118,7 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) error {
 			return nil
 		case <-tick.C:
 		}
-		st, err := demoStatus(ctx, peers)
+		st, err := cl.Status(ctx, false)
 		fmt.Fprintf(out, "\n--- %s ---\n", time.Now().Format(time.TimeOnly))
 		if err != nil {
 			fmt.Fprintf(out, "no status yet: %v\n", err)
@@ -126,26 +128,6 @@ func RunDemo(ctx context.Context, o DemoOptions, out io.Writer) error {
 			return err
 		}
 	}
-}
-
-func demoStatus(ctx context.Context, peers []string) (*clusterv1.GetStatusResponse, error) {
-	var last error
-	for _, p := range peers {
-		conn, err := grpc.NewClient(p, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			last = err
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		st, err := clusterv1.NewClusterServiceClient(conn).GetStatus(cctx, &clusterv1.GetStatusRequest{})
-		cancel()
-		_ = conn.Close()
-		if err == nil {
-			return st, nil
-		}
-		last = err
-	}
-	return nil, last
 }
 
 func stopDemo(insts []*demoInstance) {

@@ -1,0 +1,238 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// DefaultTimeout bounds one attempt on one instance when Config.Timeout is
+// zero.
+const DefaultTimeout = 10 * time.Second
+
+// LeaderHeader is the response header in which an instance names the
+// address of the group-0 leader it forwarded a call to (or its own, when it
+// leads). A Client asks that address first next time.
+const LeaderHeader = "x-shardkit-leader"
+
+// Config configures a Client.
+type Config struct {
+	// Peers are host:port addresses of instances of the cluster; any will
+	// do, at least one is needed. More than one lets a call go on when an
+	// instance does not answer.
+	Peers []string
+	// Credentials secure the connections (see DialOptions); nil means
+	// plaintext, for a cluster started without certificates.
+	Credentials credentials.TransportCredentials
+	// DialOptions are added after DialOptions(Credentials).
+	DialOptions []grpc.DialOption
+	// Timeout bounds one attempt on one instance (DefaultTimeout when
+	// zero); the context given to a call bounds the call as a whole.
+	Timeout time.Duration
+	// Logger receives a debug line for each attempt that failed over to
+	// another instance (discarded when nil).
+	Logger *slog.Logger
+}
+
+// Client talks to one cluster. Make it with New; it is safe for
+// concurrent use; Close it when done.
+type Client struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	conns  map[string]*grpc.ClientConn
+	leader string // the group-0 leader's address, as last named by an answer
+	last   string // the instance that last answered
+	closed bool
+}
+
+// New makes a client of the cluster whose instances include cfg.Peers. It
+// does not contact the cluster: connections are made by the first call
+// that needs them, so a client can be made before the cluster is up. ctx
+// is not retained.
+func New(_ context.Context, cfg Config) (*Client, error) {
+	if len(cfg.Peers) == 0 {
+		return nil, fmt.Errorf("%w: no peers: give at least one instance's host:port", ErrInvalid)
+	}
+	var peers []string
+	for _, p := range cfg.Peers {
+		if err := CheckAddress(p); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(peers, p) {
+			peers = append(peers, p)
+		}
+	}
+	cfg.Peers = peers
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Client{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}}, nil
+}
+
+// Peers returns the configured instance addresses.
+func (c *Client) Peers() []string { return slices.Clone(c.cfg.Peers) }
+
+// Close closes every connection. Calls after Close fail with ErrUnavailable.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	var errs []error
+	for a, conn := range c.conns {
+		errs = append(errs, conn.Close())
+		delete(c.conns, a)
+	}
+	return errors.Join(errs...)
+}
+
+// Conn returns the connection to one instance, made on first use. Code
+// that needs a service of the instance that Client does not wrap (the
+// cache template's own services, say) uses it; the Client keeps owning it.
+func (c *Client) Conn(addr string) (*grpc.ClientConn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, &Error{Op: "dial", Peer: addr, Code: codes.Unavailable, Msg: "client is closed", kind: ErrUnavailable}
+	}
+	if conn := c.conns[addr]; conn != nil {
+		return conn, nil
+	}
+	conn, err := Dial(addr, c.cfg.Credentials, c.cfg.DialOptions...)
+	if err != nil {
+		return nil, err
+	}
+	c.conns[addr] = conn
+	return conn, nil
+}
+
+// candidates returns the instances to try, in order: the leader named by
+// an earlier answer, the instance that answered last, then the configured
+// peers.
+func (c *Client) candidates() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.cfg.Peers)+2)
+	for _, a := range []string{c.leader, c.last} {
+		if a != "" && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	for _, a := range c.cfg.Peers {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// learn keeps what an answer says about where to ask next.
+func (c *Client) learn(addr string, hdr metadata.MD, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if v := hdr.Get(LeaderHeader); len(v) > 0 && CheckAddress(v[0]) == nil {
+		c.leader = v[0]
+	}
+	switch status.Code(err) {
+	case codes.OK:
+		c.last = addr
+	case codes.Unavailable:
+		if c.leader == addr {
+			c.leader = ""
+		}
+		if c.last == addr {
+			c.last = ""
+		}
+	}
+}
+
+// CallFunc makes one attempt of a call on one instance: it must pass opts
+// to the gRPC call (they collect the instance's hints).
+type CallFunc func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error
+
+// Do runs call as this Client runs its own calls: on the instance an
+// earlier answer named first, then on the others in turn while they are
+// unavailable (or, when idempotent is true, while an attempt's outcome is
+// unknown), each attempt bounded by Config.Timeout. op names the call in
+// errors. It is for services the Client does not wrap.
+func (c *Client) Do(ctx context.Context, op string, idempotent bool, call CallFunc) error {
+	return c.invoke(ctx, op, callOptions{idempotent: idempotent}, call)
+}
+
+// callOptions tune one call.
+type callOptions struct {
+	// idempotent: repeating the call has the effect of doing it once, so
+	// an attempt whose outcome is unknown may be repeated elsewhere.
+	idempotent bool
+	// timeout overrides Config.Timeout for each attempt (0: keep it).
+	timeout time.Duration
+}
+
+// invoke runs call on the candidates in turn until one gives an answer
+// that is not "unavailable" (nor, for an idempotent call, "no answer in
+// time"), and returns that answer as an error or nil.
+func (c *Client) invoke(ctx context.Context, op string, o callOptions, call CallFunc) error {
+	timeout := c.cfg.Timeout
+	if o.timeout > 0 {
+		timeout = o.timeout
+	}
+	var tried []string
+	var last *Error
+	for _, addr := range c.candidates() {
+		if ctx.Err() != nil {
+			break
+		}
+		conn, err := c.Conn(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		var hdr metadata.MD
+		err = call(actx, conn, grpc.Header(&hdr))
+		attemptExpired := actx.Err() != nil
+		cancel()
+		c.learn(addr, hdr, err)
+		if err == nil {
+			return nil
+		}
+		e := newError(op, addr, err, o.idempotent)
+		if ctx.Err() != nil {
+			// The caller's deadline, not the attempt's: say so as it is.
+			e = newError(op, addr, ctx.Err(), o.idempotent)
+			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
+			return e
+		}
+		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
+			e.Msg = fmt.Sprintf("did not answer within %v", timeout)
+		}
+		if !e.Retryable {
+			return e
+		}
+		c.log.Debug("instance did not serve the call; trying the next", "op", op, "peer", addr, "err", e.Msg)
+		tried = append(tried, addr)
+		last = e
+	}
+	if last == nil {
+		return newError(op, "", ctx.Err(), o.idempotent)
+	}
+	if len(tried) > 1 {
+		last.Msg = fmt.Sprintf("%s (tried %s)", last.Msg, strings.Join(tried, ", "))
+	}
+	return last
+}

@@ -1,0 +1,78 @@
+package client
+
+import (
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// DialOptions returns the options every connection to a shardkit instance
+// is made with: creds secures the transport; nil means plaintext, for a
+// cluster started without certificates. This is the one place that
+// decides it, for the CLI, the libraries, and the instances' connections
+// to each other.
+func DialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
+	if creds == nil {
+		creds = insecure.NewCredentials()
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+}
+
+// Dial makes a connection to one instance at addr (host:port) with
+// DialOptions(creds) followed by extra. Like grpc.NewClient it does not
+// connect until the first call.
+func Dial(addr string, creds credentials.TransportCredentials, extra ...grpc.DialOption) (*grpc.ClientConn, error) {
+	if err := CheckAddress(addr); err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(addr, append(DialOptions(creds), extra...)...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: address %q: %w", ErrInvalid, addr, err)
+	}
+	return conn, nil
+}
+
+// CheckAddress refuses what is not host:port with a port in 1..65535.
+func CheckAddress(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%w: address %q: want host:port, e.g. 127.0.0.1:3301", ErrInvalid, addr)
+	}
+	if host == "" {
+		return fmt.Errorf("%w: address %q has no host; want host:port, e.g. 127.0.0.1:3301", ErrInvalid, addr)
+	}
+	for _, r := range host {
+		if r <= ' ' || r == 0x7f || r == '/' || r == '@' {
+			return fmt.Errorf("%w: address %q: character %q not allowed in a host", ErrInvalid, addr, r)
+		}
+	}
+	if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || port != strconv.Itoa(p) {
+		return fmt.Errorf("%w: address %q: port %q is not a number from 1 to 65535", ErrInvalid, addr, port)
+	}
+	return nil
+}
+
+// ParsePeers splits a comma-separated list of host:port addresses, as the
+// CLI's --peer takes it, dropping duplicates.
+func ParsePeers(list string) ([]string, error) {
+	var out []string
+	for p := range strings.SplitSeq(list, ",") {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			return nil, fmt.Errorf("%w: empty address in %q: want host:port[,host:port...]", ErrInvalid, list)
+		}
+		if err := CheckAddress(p); err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,110 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The kinds of failure. Every error a Client returns wraps one of them
+// (test with errors.Is) and is an *Error that also says whether a retry of
+// the same call is safe.
+var (
+	// ErrUnavailable: no instance answered, or none could serve the call
+	// now (no leader, no quorum). Nothing was done; a retry is safe.
+	ErrUnavailable = errors.New("cluster unavailable")
+	// ErrOutcomeUnknown: the call may or may not have taken effect (an
+	// instance did not answer in time after the request was sent). A retry
+	// is safe only for a call that is idempotent; Error.Retryable says.
+	ErrOutcomeUnknown = errors.New("outcome unknown")
+	// ErrInvalid: the request itself is wrong; fix it, do not retry.
+	ErrInvalid = errors.New("invalid request")
+	// ErrNotFound: what the request names does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrAlreadyExists: what the request would create exists.
+	ErrAlreadyExists = errors.New("already exists")
+	// ErrRefused: the cluster's state forbids the request now (it is
+	// understood and valid, but e.g. the instance is not Offline).
+	ErrRefused = errors.New("refused")
+	// ErrPermissionDenied: the caller may not do this.
+	ErrPermissionDenied = errors.New("permission denied")
+	// ErrUnauthenticated: the caller's identity was not accepted.
+	ErrUnauthenticated = errors.New("unauthenticated")
+	// ErrInternal: the instance failed; the outcome is unknown.
+	ErrInternal = errors.New("internal error")
+)
+
+// Error is a failed call.
+type Error struct {
+	// Op names the call, e.g. "status" or "acquire lease".
+	Op string
+	// Peer is the instance that gave this answer ("" when none did).
+	Peer string
+	// Code is the gRPC code of the answer.
+	Code codes.Code
+	// Msg is the cluster's own account (or the transport's).
+	Msg string
+	// Retryable reports whether sending the same call again is safe: it
+	// was not done, or doing it twice has the effect of once.
+	Retryable bool
+
+	kind error
+}
+
+func (e *Error) Error() string {
+	if e.Peer == "" {
+		return fmt.Sprintf("%s: %s", e.Op, e.Msg)
+	}
+	return fmt.Sprintf("%s: peer %s: %s", e.Op, e.Peer, e.Msg)
+}
+
+// Unwrap returns the kind (ErrUnavailable, ErrInvalid, ...).
+func (e *Error) Unwrap() error { return e.kind }
+
+// GRPCStatus lets status.FromError and status.Code see the answer's code.
+func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Msg) }
+
+// IsRetryable reports whether err says that the same call may be sent
+// again safely.
+func IsRetryable(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Retryable
+}
+
+// kindOf maps a gRPC code to the kind of failure.
+func kindOf(c codes.Code) error {
+	switch c {
+	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+		return ErrUnavailable
+	case codes.DeadlineExceeded, codes.Canceled:
+		return ErrOutcomeUnknown
+	case codes.InvalidArgument, codes.OutOfRange:
+		return ErrInvalid
+	case codes.NotFound:
+		return ErrNotFound
+	case codes.AlreadyExists:
+		return ErrAlreadyExists
+	case codes.FailedPrecondition:
+		return ErrRefused
+	case codes.PermissionDenied:
+		return ErrPermissionDenied
+	case codes.Unauthenticated:
+		return ErrUnauthenticated
+	}
+	return ErrInternal
+}
+
+// newError wraps a failed attempt. idempotent says whether the call may be
+// repeated even when its outcome is unknown.
+func newError(op, peer string, err error, idempotent bool) *Error {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		err = status.FromContextError(err).Err()
+	}
+	st := status.Convert(err)
+	kind := kindOf(st.Code())
+	retry := errors.Is(kind, ErrUnavailable) || (errors.Is(kind, ErrOutcomeUnknown) || errors.Is(kind, ErrInternal)) && idempotent
+	return &Error{Op: op, Peer: peer, Code: st.Code(), Msg: st.Message(), Retryable: retry, kind: kind}
+}
