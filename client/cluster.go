@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc"
@@ -70,4 +71,30 @@ func (c *Client) Expel(ctx context.Context, instanceID string, o ExpelOptions) (
 		return err
 	})
 	return resp.GetInstance(), err
+}
+
+// GradeName returns a grade variant's name as users see it (Offline,
+// RaftSynced, Replicated, ShardingInitialized, Online, Expelled; Unknown
+// for any other value).
+func GradeName(v clusterv1.GradeVariant) string {
+	switch v {
+	case clusterv1.GradeVariant_GRADE_VARIANT_OFFLINE:
+		return "Offline"
+	case clusterv1.GradeVariant_GRADE_VARIANT_RAFT_SYNCED:
+		return "RaftSynced"
+	case clusterv1.GradeVariant_GRADE_VARIANT_REPLICATED:
+		return "Replicated"
+	case clusterv1.GradeVariant_GRADE_VARIANT_SHARDING_INITIALIZED:
+		return "ShardingInitialized"
+	case clusterv1.GradeVariant_GRADE_VARIANT_ONLINE:
+		return "Online"
+	case clusterv1.GradeVariant_GRADE_VARIANT_EXPELLED:
+		return "Expelled"
+	}
+	return "Unknown"
+}
+
+// FormatGrade renders a grade as Variant(incarnation), e.g. Online(2).
+func FormatGrade(g *clusterv1.Grade) string {
+	return GradeName(g.GetVariant()) + "(" + strconv.FormatUint(g.GetIncarnation(), 10) + ")"
 }

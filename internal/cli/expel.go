@@ -12,7 +12,6 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shardkit/shardkit/client"
-	"github.com/shardkit/shardkit/internal/meta"
 )
 
 type expelOptions struct {
@@ -58,7 +57,7 @@ func runExpel(ctx context.Context, o expelOptions, instanceID string, out io.Wri
 		return err
 	}
 	_, err = fmt.Fprintf(out, "instance %s expelled (raft_id %d, uuid %s, current grade %s)\n",
-		in.GetInstanceId(), in.GetRaftId(), in.GetUuid(), meta.FormatGrade(in.GetCurrentGrade()))
+		in.GetInstanceId(), in.GetRaftId(), in.GetUuid(), client.FormatGrade(in.GetCurrentGrade()))
 	return err
 }
 

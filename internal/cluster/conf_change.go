@@ -5,8 +5,8 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 )
 
@@ -39,9 +39,9 @@ func planConfChange(st *meta.State, gs multiraft.Status) *raftpb.ConfChangeV2 {
 
 	insts := st.SortedInstances()
 	eligible := 0
-	var stay, leaving, candidates []*clusterv1.Instance
+	var stay, leaving, candidates []*metapb.Instance
 	selfLeaving := false
-	var selfInst *clusterv1.Instance
+	var selfInst *metapb.Instance
 	for _, inst := range insts {
 		id := inst.GetRaftId()
 		cur, tgt := inst.GetCurrentGrade().GetVariant(), inst.GetTargetGrade().GetVariant()
@@ -120,7 +120,7 @@ func planConfChange(st *meta.State, gs multiraft.Status) *raftpb.ConfChangeV2 {
 // pickBySpread returns the index of the candidate that adds the most
 // failure-domain values not present among the voters (ties: the first,
 // which has the lowest raft id).
-func pickBySpread(voters, candidates []*clusterv1.Instance) int {
+func pickBySpread(voters, candidates []*metapb.Instance) int {
 	have := map[string]bool{}
 	for _, v := range voters {
 		for k, val := range v.GetFailureDomain() {
@@ -144,7 +144,7 @@ func pickBySpread(voters, candidates []*clusterv1.Instance) int {
 
 // redundancy counts how many of voter i's failure-domain values other
 // voters share.
-func redundancy(voters []*clusterv1.Instance, i int) int {
+func redundancy(voters []*metapb.Instance, i int) int {
 	r := 0
 	for j, other := range voters {
 		if j == i {

@@ -7,25 +7,25 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 )
 
 type instSpec struct {
 	id       uint64
-	cur, tgt clusterv1.GradeVariant
+	cur, tgt metapb.GradeVariant
 	dc       string
 }
 
 func stateOf(specs ...instSpec) *meta.State {
-	st := &meta.State{Instances: map[string]*clusterv1.Instance{}}
+	st := &meta.State{Instances: map[string]*metapb.Instance{}}
 	for _, s := range specs {
-		inst := &clusterv1.Instance{
+		inst := &metapb.Instance{
 			InstanceId:   "i" + strconv.FormatUint(s.id, 10),
 			RaftId:       s.id,
-			CurrentGrade: &clusterv1.Grade{Variant: s.cur},
-			TargetGrade:  &clusterv1.Grade{Variant: s.tgt},
+			CurrentGrade: &metapb.Grade{Variant: s.cur},
+			TargetGrade:  &metapb.Grade{Variant: s.tgt},
 		}
 		if s.dc != "" {
 			inst.FailureDomain = map[string]string{"dc": s.dc}

@@ -14,7 +14,7 @@ import (
 // downgrade is governor step 2 for an instance whose target is Offline or
 // Expelled: make sure the cluster can go on without it, then set its
 // current grade to the target.
-func (gv *governor) downgrade(ctx context.Context, st *meta.State, gs multiraft.Status, inst *clusterv1.Instance) error {
+func (gv *governor) downgrade(ctx context.Context, st *meta.State, gs multiraft.Status, inst *metapb.Instance) error {
 	n := gv.n
 	tgt := inst.GetTargetGrade().GetVariant()
 	// The leader itself is leaving: hand leadership over; the next leader
@@ -69,8 +69,8 @@ func bestSuccessor(st *meta.State, gs multiraft.Status) multiraft.NodeID {
 // leaveReplicaset prepares a replicaset for one of its members leaving: a
 // new replicaset leader, removal from the group when expelled, and weight
 // 0 (and the replicaset expelled) when it was the last one in service.
-func (gv *governor) leaveReplicaset(ctx context.Context, st *meta.State, rs *clusterv1.Replicaset, inst *clusterv1.Instance) error {
-	var others []*clusterv1.Instance
+func (gv *governor) leaveReplicaset(ctx context.Context, st *meta.State, rs *metapb.Replicaset, inst *metapb.Instance) error {
+	var others []*metapb.Instance
 	for _, m := range st.Members(rs.GetReplicasetId()) {
 		if m.GetInstanceId() != inst.GetInstanceId() && m.GetTargetGrade().GetVariant() == meta.Online &&
 			m.GetCurrentGrade().GetVariant() != meta.Offline {
@@ -112,7 +112,7 @@ func (gv *governor) leaveReplicaset(ctx context.Context, st *meta.State, rs *clu
 	return nil
 }
 
-func (gv *governor) setReplicasetLeader(ctx context.Context, rs *clusterv1.Replicaset, instanceID string) error {
+func (gv *governor) setReplicasetLeader(ctx context.Context, rs *metapb.Replicaset, instanceID string) error {
 	if rs.GetLeaderInstanceId() == instanceID {
 		return nil
 	}

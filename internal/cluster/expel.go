@@ -53,7 +53,7 @@ func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*cluster
 		ch := n.meta.Changed()
 		cur := n.meta.State().Instance(req.GetInstanceId())
 		if cur.GetCurrentGrade().GetVariant() == meta.Expelled {
-			return &clusterv1.ExpelResponse{Instance: cur}, nil
+			return &clusterv1.ExpelResponse{Instance: apiInstance(cur)}, nil
 		}
 		select {
 		case <-ctx.Done():

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"time"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
@@ -184,7 +183,7 @@ func (gv *governor) step(ctx context.Context) (string, error) {
 	return "", nil
 }
 
-func (gv *governor) setTarget(ctx context.Context, inst *clusterv1.Instance, v clusterv1.GradeVariant, reason string) error {
+func (gv *governor) setTarget(ctx context.Context, inst *metapb.Instance, v metapb.GradeVariant, reason string) error {
 	gv.log.Info("setting target grade", "instance", inst.GetInstanceId(), "target", meta.VariantName(v), "reason", reason)
 	_, err := gv.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
 		InstanceId: inst.GetInstanceId(), Variant: v, Reason: reason}}})
@@ -193,7 +192,7 @@ func (gv *governor) setTarget(ctx context.Context, inst *clusterv1.Instance, v c
 
 // setCurrent records a new current grade, valid only while the target is
 // still the one this decision was made for.
-func (gv *governor) setCurrent(ctx context.Context, inst *clusterv1.Instance, v clusterv1.GradeVariant) error {
+func (gv *governor) setCurrent(ctx context.Context, inst *metapb.Instance, v metapb.GradeVariant) error {
 	gv.log.Info("current grade", "instance", inst.GetInstanceId(), "from", meta.FormatGrade(inst.GetCurrentGrade()),
 		"to", fmt.Sprintf("%s(%d)", meta.VariantName(v), inst.GetTargetGrade().GetIncarnation()))
 	_, err := gv.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
@@ -218,7 +217,7 @@ func (gv *governor) observe(st *meta.State, gs multiraft.Status) {
 
 // silent returns an instance that should be Online but has not answered
 // for the auto-offline timeout (the sentinel).
-func (gv *governor) silent(st *meta.State) *clusterv1.Instance {
+func (gv *governor) silent(st *meta.State) *metapb.Instance {
 	self := gv.n.Identity().RaftID
 	for _, inst := range st.SortedInstances() {
 		if inst.GetRaftId() == self || inst.GetTargetGrade().GetVariant() != meta.Online || meta.IsExpelled(inst) {
@@ -233,7 +232,7 @@ func (gv *governor) silent(st *meta.State) *clusterv1.Instance {
 
 // raftSync is step 3: RaftSynced once the instance's log has everything the
 // leader has committed.
-func (gv *governor) raftSync(ctx context.Context, gs multiraft.Status, inst *clusterv1.Instance) error {
+func (gv *governor) raftSync(ctx context.Context, gs multiraft.Status, inst *metapb.Instance) error {
 	if inst.GetRaftId() != uint64(gs.Node) {
 		var match uint64
 		found := false

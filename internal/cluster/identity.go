@@ -7,6 +7,8 @@ import (
 	"maps"
 
 	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // Identity is what an instance keeps in its own database: who it is in
@@ -25,7 +27,7 @@ type Identity struct {
 	PeersCommitIndex uint64            `json:"peers_commit_index,omitempty"`
 }
 
-var keyIdentity = []byte("l/identity")
+var keyIdentity = []byte(storage.PrefixLocal + "identity")
 
 // ErrCorruptIdentity: the stored identity cannot be decoded.
 var ErrCorruptIdentity = errors.New("cluster: stored instance identity is corrupt")

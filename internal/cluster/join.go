@@ -69,7 +69,7 @@ func (n *Node) joined(resp *clusterv1.RaftJoinResponse) (*Identity, error) {
 
 // RaftJoin implements ClusterService (on the leader; others forward).
 func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*clusterv1.RaftJoinResponse, error) {
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: req}}})
+	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: metaJoinRequest(req)}}})
 	if err != nil {
 		return nil, err
 	}
@@ -86,10 +86,10 @@ func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*c
 		st = g0.Status()
 	}
 	ms := n.meta.State()
-	resp := &clusterv1.RaftJoinResponse{Instance: inst, ClusterUuid: ms.Props.GetClusterUuid(), CommitIndex: inst.GetCommitIndex()}
+	resp := &clusterv1.RaftJoinResponse{Instance: apiInstance(inst), ClusterUuid: ms.Props.GetClusterUuid(), CommitIndex: inst.GetCommitIndex()}
 	for _, m := range append(st.Voters, st.Learners...) {
 		if p := ms.InstanceByRaftID(uint64(m)); p != nil {
-			resp.RaftGroup = append(resp.RaftGroup, p)
+			resp.RaftGroup = append(resp.RaftGroup, apiInstance(p))
 		}
 	}
 	return resp, nil

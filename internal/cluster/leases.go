@@ -22,7 +22,7 @@ func (n *Node) AcquireLease(ctx context.Context, req *clusterv1.AcquireLeaseRequ
 	if err != nil {
 		return nil, err
 	}
-	return &clusterv1.AcquireLeaseResponse{Granted: res.Granted, Lease: res.Lease}, nil
+	return &clusterv1.AcquireLeaseResponse{Granted: res.Granted, Lease: apiLease(res.Lease)}, nil
 }
 
 // RenewLease implements ClusterService.
@@ -32,7 +32,7 @@ func (n *Node) RenewLease(ctx context.Context, req *clusterv1.RenewLeaseRequest)
 	if err != nil {
 		return nil, err
 	}
-	return &clusterv1.RenewLeaseResponse{Renewed: res.Granted, Lease: res.Lease}, nil
+	return &clusterv1.RenewLeaseResponse{Renewed: res.Granted, Lease: apiLease(res.Lease)}, nil
 }
 
 // ReleaseLease implements ClusterService.
@@ -57,5 +57,5 @@ func (n *Node) GetLease(ctx context.Context, req *clusterv1.GetLeaseRequest) (*c
 	}
 	// The leader's clock, never behind the log's.
 	now := max(n.clock.Now().UnixMilli(), n.meta.State().Clock)
-	return &clusterv1.GetLeaseResponse{Lease: l, Held: meta.LeaseHeld(l, now)}, nil
+	return &clusterv1.GetLeaseResponse{Lease: apiLease(l), Held: meta.LeaseHeld(l, now)}, nil
 }

@@ -24,7 +24,6 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
-	"github.com/shardkit/shardkit/internal/replicaset"
 )
 
 // GroupMeta is group 0, the cluster's metadata log.
@@ -52,6 +51,10 @@ type Config struct {
 	Timeouts Timeouts
 	// Clock tells the time (default: the system clock).
 	Clock Clock
+	// NewReplicasetSM makes the state machine of this instance's
+	// replicaset group (required). The server passes the data layer's;
+	// the cluster never knows what it holds.
+	NewReplicasetSM func(multiraft.GroupID) multiraft.StateMachine
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -109,6 +112,9 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = realClock{}
+	}
+	if cfg.NewReplicasetSM == nil {
+		panic("cluster: Config.NewReplicasetSM is required")
 	}
 	cfg.Timeouts.fill()
 	sm := meta.New()
@@ -300,11 +306,11 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 	st := n.meta.State()
 	if !st.Booted() {
 		cmd := &metapb.Command{Op: &metapb.Command_Boot{Boot: &metapb.Boot{
-			Properties: &clusterv1.ClusterProperties{
+			Properties: &metapb.ClusterProperties{
 				ClusterId: ident.ClusterID, ClusterUuid: newUUID(),
 				ReplicationFactor: uint32(max(1, n.cfg.InitReplicationFactor)), BucketCount: meta.DefaultBucketCount,
 			},
-			First: n.joinRequest(ident.UUID),
+			First: metaJoinRequest(n.joinRequest(ident.UUID)),
 		}}}
 		for {
 			res, err := n.proposeMeta(ctx, cmd)
@@ -359,7 +365,7 @@ func (n *Node) joinRequest(uuid string) *clusterv1.RaftJoinRequest {
 }
 
 // selfInstance returns this node's record in group 0.
-func (n *Node) selfInstance() *clusterv1.Instance {
+func (n *Node) selfInstance() *metapb.Instance {
 	id := n.Identity()
 	if id == nil {
 		return nil
@@ -430,7 +436,7 @@ func (n *Node) watch(ctx context.Context) {
 // ensureReplicasetGroup opens this instance's replicaset group: as its
 // only initial member on the replicaset's bootstrap instance, empty (to be
 // added by the group's leader) elsewhere.
-func (n *Node) ensureReplicasetGroup(inst *clusterv1.Instance) {
+func (n *Node) ensureReplicasetGroup(inst *metapb.Instance) {
 	rs := n.meta.State().Replicasets[inst.GetReplicasetId()]
 	if rs == nil {
 		return
@@ -447,7 +453,7 @@ func (n *Node) ensureReplicasetGroup(inst *clusterv1.Instance) {
 		members = []multiraft.NodeID{multiraft.NodeID(inst.GetRaftId())}
 	}
 	h := n.hostPtr.Load()
-	g, err := h.OpenGroup(multiraft.GroupConfig{ID: gid, Members: members, StateMachine: replicaset.New(gid)})
+	g, err := h.OpenGroup(multiraft.GroupConfig{ID: gid, Members: members, StateMachine: n.cfg.NewReplicasetSM(gid)})
 	if err != nil {
 		if !errors.Is(err, multiraft.ErrGroupExists) {
 			n.log.Error("cannot open the replicaset group", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "err", err)
@@ -459,6 +465,10 @@ func (n *Node) ensureReplicasetGroup(inst *clusterv1.Instance) {
 	n.mu.Unlock()
 	n.log.Info("replicaset group open", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "bootstrap", members != nil)
 }
+
+// Group returns a Raft group open on this instance: group 0 or its
+// replicaset's (nil when not open).
+func (n *Node) Group(gid multiraft.GroupID) *multiraft.Group { return n.group(gid) }
 
 func (n *Node) group(gid multiraft.GroupID) *multiraft.Group {
 	if gid == GroupMeta {
@@ -472,12 +482,12 @@ func (n *Node) group(gid multiraft.GroupID) *multiraft.Group {
 // requestTarget asks the leader to set this instance's target grade,
 // retrying until it is recorded or ctx ends. If the cluster answers that
 // this instance is expelled, it reports that on n.expelled.
-func (n *Node) requestTarget(ctx context.Context, v clusterv1.GradeVariant, reason string) bool {
+func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason string) bool {
 	id := n.Identity()
 	backoff := 100 * time.Millisecond
 	for {
 		req := &clusterv1.UpdateInstanceRequest{
-			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: v, Reason: reason, Uuid: id.UUID,
+			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: apiVariant(v), Reason: reason, Uuid: id.UUID,
 		}
 		rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.PeerCall)
 		_, err := n.fwd.Call(rctx, clusterv1.ClusterService_UpdateInstance_FullMethodName, req, func(ctx context.Context) (any, error) {

@@ -15,7 +15,7 @@ import (
 // replicate is governor step 4: the instance becomes a member of its
 // replicaset's group and catches up with it (it has applied a barrier the
 // group's leader appended after adding it); then Replicated.
-func (gv *governor) replicate(ctx context.Context, st *meta.State, inst *clusterv1.Instance) error {
+func (gv *governor) replicate(ctx context.Context, st *meta.State, inst *metapb.Instance) error {
 	rs := st.Replicasets[inst.GetReplicasetId()]
 	if rs == nil {
 		return fmt.Errorf("instance %s: no replicaset %q", inst.GetInstanceId(), inst.GetReplicasetId())
@@ -67,12 +67,12 @@ func (gv *governor) replicate(ctx context.Context, st *meta.State, inst *cluster
 // shardingInit is governor step 5: the first full replicaset gets every
 // bucket (once per cluster), the sharding configuration is pushed to every
 // instance in service, then ShardingInitialized.
-func (gv *governor) shardingInit(ctx context.Context, st *meta.State, inst *clusterv1.Instance) error {
+func (gv *governor) shardingInit(ctx context.Context, st *meta.State, inst *metapb.Instance) error {
 	if !st.Props.GetBucketsBootstrapped() {
 		if rs := st.Replicasets[inst.GetReplicasetId()]; rs != nil && gv.full(st, rs, meta.Replicated, inst) {
 			gv.log.Info("bootstrapping buckets", "replicaset", rs.GetReplicasetId(), "buckets", st.Props.GetBucketCount())
 			if _, err := gv.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
-				Ranges: []*clusterv1.BucketRange{{First: 1, Last: st.Props.GetBucketCount(), ReplicasetId: rs.GetReplicasetId()}},
+				Ranges: []*metapb.BucketRange{{First: 1, Last: st.Props.GetBucketCount(), ReplicasetId: rs.GetReplicasetId()}},
 			}}}); err != nil {
 				return err
 			}
@@ -88,7 +88,7 @@ func (gv *governor) shardingInit(ctx context.Context, st *meta.State, inst *clus
 // toOnline is governor step 6: full replicasets without weight get one
 // (their share of buckets; the data layer moves them), the configuration is
 // pushed again, then Online.
-func (gv *governor) toOnline(ctx context.Context, st *meta.State, inst *clusterv1.Instance) error {
+func (gv *governor) toOnline(ctx context.Context, st *meta.State, inst *metapb.Instance) error {
 	for _, rs := range st.SortedReplicasets() {
 		if rs.GetExpelled() || rs.GetWeight() != 0 || !gv.full(st, rs, meta.ShardingInitialized, nil) {
 			continue
@@ -109,7 +109,7 @@ func (gv *governor) toOnline(ctx context.Context, st *meta.State, inst *clusterv
 // full reports whether a replicaset has the replication factor's number of
 // members in service, each at least at grade min (the instance being
 // advanced counts as there).
-func (gv *governor) full(st *meta.State, rs *clusterv1.Replicaset, min clusterv1.GradeVariant, advancing *clusterv1.Instance) bool {
+func (gv *governor) full(st *meta.State, rs *metapb.Replicaset, min metapb.GradeVariant, advancing *metapb.Instance) bool {
 	ready := 0
 	for _, m := range st.Members(rs.GetReplicasetId()) {
 		if m.GetTargetGrade().GetVariant() != meta.Online {
@@ -122,9 +122,9 @@ func (gv *governor) full(st *meta.State, rs *clusterv1.Replicaset, min clusterv1
 	return uint32(ready) >= st.Props.GetReplicationFactor()
 }
 
-var gradeOrder = []clusterv1.GradeVariant{meta.Offline, meta.RaftSynced, meta.Replicated, meta.ShardingInitialized, meta.Online}
+var gradeOrder = []metapb.GradeVariant{meta.Offline, meta.RaftSynced, meta.Replicated, meta.ShardingInitialized, meta.Online}
 
-func gradeAtLeast(v, min clusterv1.GradeVariant) bool {
+func gradeAtLeast(v, min metapb.GradeVariant) bool {
 	return slices.Index(gradeOrder, v) >= slices.Index(gradeOrder, min) && slices.Contains(gradeOrder, v)
 }
 
@@ -132,7 +132,7 @@ func gradeAtLeast(v, min clusterv1.GradeVariant) bool {
 // current sharding configuration (K12 step 5). The instance being advanced
 // must confirm; the others in service are asked and may lag (an instance
 // that cannot answer is the sentinel's business).
-func (gv *governor) pushSharding(ctx context.Context, st *meta.State, must *clusterv1.Instance) error {
+func (gv *governor) pushSharding(ctx context.Context, st *meta.State, must *metapb.Instance) error {
 	index := gv.n.g0.Load().Applied()
 	req := &clusterv1.SyncShardingRequest{CommitIndex: index, ShardingVersion: st.Props.GetShardingVersion()}
 	var mustErr error
@@ -154,7 +154,7 @@ func (gv *governor) pushSharding(ctx context.Context, st *meta.State, must *clus
 	return mustErr
 }
 
-func (gv *governor) progress(ctx context.Context, inst *clusterv1.Instance) (*clusterv1.GetProgressResponse, error) {
+func (gv *governor) progress(ctx context.Context, inst *metapb.Instance) (*clusterv1.GetProgressResponse, error) {
 	c, err := gv.n.peers.client(inst.GetAddress())
 	if err != nil {
 		return nil, err
@@ -173,9 +173,9 @@ func (gv *governor) progress(ctx context.Context, inst *clusterv1.Instance) (*cl
 
 // rsAdmin runs a GroupAdmin action on the leader of a replicaset's group,
 // trying the recorded leader first and then every member.
-func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *clusterv1.Replicaset, action clusterv1.GroupAdminAction, raftID uint64) (*clusterv1.GroupAdminResponse, error) {
+func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *metapb.Replicaset, action clusterv1.GroupAdminAction, raftID uint64) (*clusterv1.GroupAdminResponse, error) {
 	members := st.Members(rs.GetReplicasetId())
-	slices.SortStableFunc(members, func(a, b *clusterv1.Instance) int {
+	slices.SortStableFunc(members, func(a, b *metapb.Instance) int {
 		switch {
 		case a.GetInstanceId() == rs.GetLeaderInstanceId():
 			return -1
@@ -203,7 +203,7 @@ func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *clusterv1.R
 }
 
 // replicasetLeader returns the raft id leading a replicaset's group.
-func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *clusterv1.Replicaset) (uint64, error) {
+func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *metapb.Replicaset) (uint64, error) {
 	for _, m := range st.Members(rs.GetReplicasetId()) {
 		if m.GetTargetGrade().GetVariant() != meta.Online && m.GetCurrentGrade().GetVariant() == meta.Offline {
 			continue

@@ -15,7 +15,6 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
-	"github.com/shardkit/shardkit/internal/replicaset"
 )
 
 // Register adds the node's services to a gRPC server: ClusterService and
@@ -107,18 +106,19 @@ func (n *Node) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstance
 	if err := n.checkClusterID(req.GetClusterId()); err != nil {
 		return nil, err
 	}
-	switch req.GetTargetGrade() {
+	target := metaVariant(req.GetTargetGrade())
+	switch target {
 	case meta.Online, meta.Offline:
 	default:
-		return nil, status.Errorf(codes.InvalidArgument, "an instance may ask for target Online or Offline, not %s", meta.VariantName(req.GetTargetGrade()))
+		return nil, status.Errorf(codes.InvalidArgument, "an instance may ask for target Online or Offline, not %s", meta.VariantName(target))
 	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
-		InstanceId: req.GetInstanceId(), Variant: req.GetTargetGrade(), Reason: req.GetReason(), Uuid: req.GetUuid(),
+		InstanceId: req.GetInstanceId(), Variant: target, Reason: req.GetReason(), Uuid: req.GetUuid(),
 	}}})
 	if err != nil {
 		return nil, err
 	}
-	return &clusterv1.UpdateInstanceResponse{Instance: res.Instance}, nil
+	return &clusterv1.UpdateInstanceResponse{Instance: apiInstance(res.Instance)}, nil
 }
 
 func (n *Node) checkClusterID(id string) error {
@@ -156,10 +156,11 @@ func (n *Node) GroupAdmin(ctx context.Context, req *clusterv1.GroupAdminRequest)
 	case clusterv1.GroupAdminAction_GROUP_ADMIN_ACTION_TRANSFER_LEADERSHIP:
 		err = g.TransferLeadership(ctx, node)
 	case clusterv1.GroupAdminAction_GROUP_ADMIN_ACTION_BARRIER:
-		var v any
-		v, err = g.Propose(ctx, replicaset.BarrierCommand())
-		if r, ok := v.(replicaset.BarrierResult); ok {
-			resp.Index = r.Index
+		// A read index: once it returns, this leader has applied every
+		// entry committed before the call, so its applied index is one
+		// that peers must reach to have them all.
+		if err = g.ReadIndex(ctx); err == nil {
+			resp.Index = g.Applied()
 		}
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "unknown group admin action %v", req.GetAction())

@@ -31,7 +31,7 @@ func BuildStatus(st *meta.State, gs multiraft.Status, all bool) *clusterv1.GetSt
 		LeaderRaftId: uint64(gs.Leader),
 		Term:         gs.Term,
 		CommitIndex:  gs.Commit,
-		Properties:   st.Props,
+		Properties:   apiProperties(st.Props),
 	}
 	for _, v := range gs.Voters {
 		resp.Voters = append(resp.Voters, uint64(v))
@@ -50,7 +50,7 @@ func BuildStatus(st *meta.State, gs multiraft.Status, all bool) *clusterv1.GetSt
 		case slices.Contains(gs.Learners, id):
 			role = "learner"
 		}
-		resp.Instances = append(resp.Instances, &clusterv1.InstanceStatus{Instance: inst, RaftRole: role})
+		resp.Instances = append(resp.Instances, &clusterv1.InstanceStatus{Instance: apiInstance(inst), RaftRole: role})
 	}
 	counts := st.BucketCounts()
 	targets := TargetBucketCounts(st)
@@ -59,7 +59,7 @@ func BuildStatus(st *meta.State, gs multiraft.Status, all bool) *clusterv1.GetSt
 			continue
 		}
 		rss := &clusterv1.ReplicasetStatus{
-			Replicaset:        rs,
+			Replicaset:        apiReplicaset(rs),
 			BucketCount:       uint32(counts[rs.GetReplicasetId()]),
 			TargetBucketCount: uint32(targets[rs.GetReplicasetId()]),
 		}

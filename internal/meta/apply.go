@@ -10,7 +10,6 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 )
 
@@ -51,7 +50,7 @@ func (t *txn) boot(b *metapb.Boot) Result {
 	return t.join(first)
 }
 
-func (t *txn) join(req *clusterv1.RaftJoinRequest) Result {
+func (t *txn) join(req *metapb.JoinRequest) Result {
 	p := t.s.Props
 	if req.GetClusterId() != p.GetClusterId() {
 		return Result{Err: refuse(CodeFailedPrecondition, "cluster_id mismatch: instance has %q, cluster has %q", req.GetClusterId(), p.GetClusterId())}
@@ -99,7 +98,7 @@ func (t *txn) join(req *clusterv1.RaftJoinRequest) Result {
 	}
 	rs := t.placeReplicaset(np, req, id)
 	t.putProps(np)
-	inst := &clusterv1.Instance{
+	inst := &metapb.Instance{
 		InstanceId:          id,
 		RaftId:              raftID,
 		Uuid:                req.GetUuid(),
@@ -108,8 +107,8 @@ func (t *txn) join(req *clusterv1.RaftJoinRequest) Result {
 		Address:             req.GetAdvertiseAddress(),
 		HttpAddress:         req.GetHttpAddress(),
 		FailureDomain:       maps.Clone(req.GetFailureDomain()),
-		CurrentGrade:        &clusterv1.Grade{Variant: Offline},
-		TargetGrade:         &clusterv1.Grade{Variant: Offline},
+		CurrentGrade:        &metapb.Grade{Variant: Offline},
+		TargetGrade:         &metapb.Grade{Variant: Offline},
 		TargetReason:        "join",
 		TargetChangedUnixMs: t.now,
 	}
@@ -119,7 +118,7 @@ func (t *txn) join(req *clusterv1.RaftJoinRequest) Result {
 
 // rejoin answers a join from an instance that is already recorded (its
 // earlier join's answer was lost): the same record, if nothing differs.
-func (t *txn) rejoin(existing *clusterv1.Instance, req *clusterv1.RaftJoinRequest) Result {
+func (t *txn) rejoin(existing *metapb.Instance, req *metapb.JoinRequest) Result {
 	id := existing.GetInstanceId()
 	switch {
 	case IsExpelled(existing):
@@ -142,7 +141,7 @@ func (t *txn) rejoin(existing *clusterv1.Instance, req *clusterv1.RaftJoinReques
 	return Result{Instance: existing}
 }
 
-func validateJoin(req *clusterv1.RaftJoinRequest) *Refusal {
+func validateJoin(req *metapb.JoinRequest) *Refusal {
 	if id := req.GetInstanceId(); id != "" && !ValidID(id) {
 		return refuse(CodeInvalid, "invalid instance_id %q: use 1-64 letters, digits, '_', '.' or '-'", id)
 	}
@@ -167,7 +166,7 @@ func validateJoin(req *clusterv1.RaftJoinRequest) *Refusal {
 // an explicit replicaset_id wins; otherwise the first replicaset (by id)
 // with fewer members than the replication factor and no failure-domain
 // value in common with the joiner; otherwise a new one.
-func (t *txn) placeReplicaset(p *clusterv1.ClusterProperties, req *clusterv1.RaftJoinRequest, instanceID string) *clusterv1.Replicaset {
+func (t *txn) placeReplicaset(p *metapb.ClusterProperties, req *metapb.JoinRequest, instanceID string) *metapb.Replicaset {
 	if id := req.GetReplicasetId(); id != "" {
 		if rs := t.s.Replicasets[id]; rs != nil && !rs.GetExpelled() {
 			return rs
@@ -195,7 +194,7 @@ func (t *txn) placeReplicaset(p *clusterv1.ClusterProperties, req *clusterv1.Raf
 	}
 }
 
-func sharesFailureDomain(members []*clusterv1.Instance, fd map[string]string) bool {
+func sharesFailureDomain(members []*metapb.Instance, fd map[string]string) bool {
 	for _, m := range members {
 		for k, v := range fd {
 			if mv, ok := m.GetFailureDomain()[k]; ok && strings.EqualFold(mv, v) {
@@ -206,13 +205,13 @@ func sharesFailureDomain(members []*clusterv1.Instance, fd map[string]string) bo
 	return false
 }
 
-func (t *txn) newReplicaset(p *clusterv1.ClusterProperties, id, instanceID string) *clusterv1.Replicaset {
+func (t *txn) newReplicaset(p *metapb.ClusterProperties, id, instanceID string) *metapb.Replicaset {
 	p.MaxRaftGroupId++
 	var weight uint32
 	if len(t.s.Replicasets) == 0 {
 		weight = 1 // the first replicaset: it takes every bucket
 	}
-	rs := &clusterv1.Replicaset{
+	rs := &metapb.Replicaset{
 		ReplicasetId:        id,
 		Uuid:                derivedUUID(p.GetClusterUuid(), "replicaset/"+id+fmt.Sprintf("/%d", p.GetMaxRaftGroupId())),
 		RaftGroupId:         p.GetMaxRaftGroupId(),

@@ -1,6 +1,10 @@
 package meta
 
-import "encoding/binary"
+import (
+	"encoding/binary"
+
+	"github.com/shardkit/shardkit/internal/storage"
+)
 
 // Keys of group 0's state, all under "m/":
 //
@@ -11,19 +15,19 @@ import "encoding/binary"
 //	m/r/<id>         Replicaset
 //	m/b/<bucket>     replicaset id of a bucket (4-byte big-endian bucket)
 //	m/l/<name>       Lease
-const prefix = "m/"
+const prefix = storage.PrefixMeta
 
 var (
-	keyProps = []byte("m/props")
-	keyClock = []byte("m/clock")
-	keyIndex = []byte("m/index")
+	keyProps = []byte(prefix + "props")
+	keyClock = []byte(prefix + "clock")
+	keyIndex = []byte(prefix + "index")
 )
 
 const (
-	prefixInstance   = "m/i/"
-	prefixReplicaset = "m/r/"
-	prefixBucket     = "m/b/"
-	prefixLease      = "m/l/"
+	prefixInstance   = prefix + "i/"
+	prefixReplicaset = prefix + "r/"
+	prefixBucket     = prefix + "b/"
+	prefixLease      = prefix + "l/"
 )
 
 func keyInstance(id string) []byte   { return append([]byte(prefixInstance), id...) }

@@ -3,7 +3,6 @@ package meta
 import (
 	"google.golang.org/protobuf/proto"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 )
 
@@ -30,7 +29,7 @@ func checkLeaseArgs(name, holder string, ttl int64, needTTL bool) *Refusal {
 }
 
 // LeaseHeld reports whether l is held at time now.
-func LeaseHeld(l *clusterv1.Lease, now int64) bool {
+func LeaseHeld(l *metapb.Lease, now int64) bool {
 	return l != nil && l.GetHolder() != "" && l.GetExpiresUnixMs() > now
 }
 
@@ -49,7 +48,7 @@ func (t *txn) acquireLease(c *metapb.AcquireLease) Result {
 		t.putLease(n)
 		return Result{Lease: n, Granted: true}
 	}
-	n := &clusterv1.Lease{
+	n := &metapb.Lease{
 		Name:          c.GetName(),
 		Holder:        c.GetHolder(),
 		Ticket:        old.GetTicket() + 1,

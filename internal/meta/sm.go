@@ -12,7 +12,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -20,8 +19,8 @@ import (
 
 // Result is what applying one command returns to its proposer.
 type Result struct {
-	Instance *clusterv1.Instance
-	Lease    *clusterv1.Lease
+	Instance *metapb.Instance
+	Lease    *metapb.Lease
 	Granted  bool
 	// Err is a *Refusal when the command was not allowed.
 	Err error
@@ -121,7 +120,7 @@ func (sm *SM) Load(r pebble.Reader) error {
 		var err error
 		switch {
 		case bytes.Equal(k, keyProps):
-			p := &clusterv1.ClusterProperties{}
+			p := &metapb.ClusterProperties{}
 			err = proto.Unmarshal(v, p)
 			st.Props = p
 		case bytes.Equal(k, keyClock) && len(v) == 8:
@@ -129,15 +128,15 @@ func (sm *SM) Load(r pebble.Reader) error {
 		case bytes.Equal(k, keyIndex) && len(v) == 8:
 			st.Index = binary.BigEndian.Uint64(v)
 		case bytes.HasPrefix(k, []byte(prefixInstance)):
-			inst := &clusterv1.Instance{}
+			inst := &metapb.Instance{}
 			err = proto.Unmarshal(v, inst)
 			st.Instances[inst.GetInstanceId()] = inst
 		case bytes.HasPrefix(k, []byte(prefixReplicaset)):
-			rs := &clusterv1.Replicaset{}
+			rs := &metapb.Replicaset{}
 			err = proto.Unmarshal(v, rs)
 			st.Replicasets[rs.GetReplicasetId()] = rs
 		case bytes.HasPrefix(k, []byte(prefixLease)):
-			l := &clusterv1.Lease{}
+			l := &metapb.Lease{}
 			err = proto.Unmarshal(v, l)
 			st.Leases[l.GetName()] = l
 		case bytes.HasPrefix(k, []byte(prefixBucket)) && len(k) == len(prefixBucket)+4:
@@ -187,23 +186,23 @@ func (t *txn) write(key []byte, m proto.Message) {
 	t.err = err
 }
 
-func (t *txn) putInstance(inst *clusterv1.Instance) {
+func (t *txn) putInstance(inst *metapb.Instance) {
 	inst.CommitIndex = t.index
 	t.s.putInstance(inst)
 	t.write(keyInstance(inst.GetInstanceId()), inst)
 }
 
-func (t *txn) putReplicaset(rs *clusterv1.Replicaset) {
+func (t *txn) putReplicaset(rs *metapb.Replicaset) {
 	t.s.putReplicaset(rs)
 	t.write(keyReplicaset(rs.GetReplicasetId()), rs)
 }
 
-func (t *txn) putProps(p *clusterv1.ClusterProperties) {
+func (t *txn) putProps(p *metapb.ClusterProperties) {
 	t.s.setProps(p)
 	t.write(keyProps, p)
 }
 
-func (t *txn) putLease(l *clusterv1.Lease) {
+func (t *txn) putLease(l *metapb.Lease) {
 	t.s.Leases[l.GetName()] = l
 	t.write(keyLease(l.GetName()), l)
 }

@@ -11,7 +11,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -80,30 +79,30 @@ func (f *fixture) refused(c *metapb.Command, wantMsg string) {
 	}
 }
 
-func joinReq(id, rs string, fd map[string]string) *clusterv1.RaftJoinRequest {
+func joinReq(id, rs string, fd map[string]string) *metapb.JoinRequest {
 	uuid := "uuid-" + id
 	if id == "" {
 		uuid = fmt.Sprintf("uuid-anon-%p", &fd)
 	}
-	return &clusterv1.RaftJoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: "127.0.0.1:1", FailureDomain: fd, Uuid: uuid}
+	return &metapb.JoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: "127.0.0.1:1", FailureDomain: fd, Uuid: uuid}
 }
 
-func bootCmd(rf uint32, first *clusterv1.RaftJoinRequest) *metapb.Command {
+func bootCmd(rf uint32, first *metapb.JoinRequest) *metapb.Command {
 	return &metapb.Command{Op: &metapb.Command_Boot{Boot: &metapb.Boot{
-		Properties: &clusterv1.ClusterProperties{ClusterId: "c1", ClusterUuid: "cu", ReplicationFactor: rf},
+		Properties: &metapb.ClusterProperties{ClusterId: "c1", ClusterUuid: "cu", ReplicationFactor: rf},
 		First:      first,
 	}}}
 }
 
-func joinCmd(r *clusterv1.RaftJoinRequest) *metapb.Command {
+func joinCmd(r *metapb.JoinRequest) *metapb.Command {
 	return &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: r}}}
 }
 
-func targetCmd(id string, v clusterv1.GradeVariant) *metapb.Command {
+func targetCmd(id string, v metapb.GradeVariant) *metapb.Command {
 	return &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{InstanceId: id, Variant: v, Reason: "test"}}}
 }
 
-func currentCmd(inst *clusterv1.Instance, v clusterv1.GradeVariant) *metapb.Command {
+func currentCmd(inst *metapb.Instance, v metapb.GradeVariant) *metapb.Command {
 	return &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
 		InstanceId: inst.GetInstanceId(), Variant: v, ExpectedTarget: inst.GetTargetGrade()}}}
 }
@@ -233,7 +232,7 @@ func TestGradeIncarnations(t *testing.T) {
 	}
 	// A decision made on an older target is dropped.
 	stale := &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
-		InstanceId: "a", Variant: Online, ExpectedTarget: &clusterv1.Grade{Variant: Online, Incarnation: 1}}}}
+		InstanceId: "a", Variant: Online, ExpectedTarget: &metapb.Grade{Variant: Online, Incarnation: 1}}}}
 	f.refused(stale, "target grade is Online(2), not Online(1)")
 	// Expelled is terminal (another instance keeps the cluster alive).
 	f.must(joinCmd(joinReq("b", "", nil)))
@@ -319,13 +318,13 @@ func TestBucketsAndShardingVersion(t *testing.T) {
 	f.must(bootCmd(1, joinReq("a", "", nil)))
 	v0 := f.sm.State().Props.GetShardingVersion()
 	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
-		Ranges: []*clusterv1.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
 	st := f.sm.State()
 	if st.BucketCounts()["r1"] != DefaultBucketCount || !st.Props.GetBucketsBootstrapped() || st.Props.GetShardingVersion() != v0+1 {
 		t.Fatalf("after assign: counts %v, props %v", st.BucketCounts(), st.Props)
 	}
 	f.refused(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
-		Ranges: []*clusterv1.BucketRange{{First: 0, Last: 5, ReplicasetId: "r1"}}}}}, "outside")
+		Ranges: []*metapb.BucketRange{{First: 0, Last: 5, ReplicasetId: "r1"}}}}}, "outside")
 }
 
 func TestStateSurvivesReloadAndSnapshot(t *testing.T) {
@@ -334,7 +333,7 @@ func TestStateSurvivesReloadAndSnapshot(t *testing.T) {
 	f.must(joinCmd(joinReq("b", "", map[string]string{"dc": "y"})))
 	f.must(leaseCmd("acquire", "l", "A", 0, 1000, 9000))
 	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
-		Ranges: []*clusterv1.BucketRange{{First: 1, Last: 10, ReplicasetId: "r1"}}}}})
+		Ranges: []*metapb.BucketRange{{First: 1, Last: 10, ReplicasetId: "r1"}}}}})
 	want := f.sm.State()
 
 	check := func(what string, got *State) {

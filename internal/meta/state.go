@@ -5,9 +5,9 @@ import (
 	"maps"
 	"slices"
 
-	"google.golang.org/protobuf/proto"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 
-	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"google.golang.org/protobuf/proto"
 )
 
 // State is an immutable view of group 0 at one applied index. Readers get
@@ -18,19 +18,19 @@ type State struct {
 	// Clock is the latest leader-stamped time seen (Unix ms).
 	Clock int64
 	// Props is nil until the cluster is booted.
-	Props       *clusterv1.ClusterProperties
-	Instances   map[string]*clusterv1.Instance
-	Replicasets map[string]*clusterv1.Replicaset
+	Props       *metapb.ClusterProperties
+	Instances   map[string]*metapb.Instance
+	Replicasets map[string]*metapb.Replicaset
 	// Buckets[i] is the replicaset of bucket i+1 ("" while unassigned).
 	Buckets []string
-	Leases  map[string]*clusterv1.Lease
+	Leases  map[string]*metapb.Lease
 }
 
 func emptyState() *State {
 	return &State{
-		Instances:   map[string]*clusterv1.Instance{},
-		Replicasets: map[string]*clusterv1.Replicaset{},
-		Leases:      map[string]*clusterv1.Lease{},
+		Instances:   map[string]*metapb.Instance{},
+		Replicasets: map[string]*metapb.Replicaset{},
+		Leases:      map[string]*metapb.Lease{},
 	}
 }
 
@@ -52,10 +52,10 @@ func (s *State) clone() *State {
 func (s *State) Booted() bool { return s.Props != nil }
 
 // Instance returns an instance by id.
-func (s *State) Instance(id string) *clusterv1.Instance { return s.Instances[id] }
+func (s *State) Instance(id string) *metapb.Instance { return s.Instances[id] }
 
 // InstanceByRaftID returns the instance with a raft id (nil if none).
-func (s *State) InstanceByRaftID(raftID uint64) *clusterv1.Instance {
+func (s *State) InstanceByRaftID(raftID uint64) *metapb.Instance {
 	for _, inst := range s.Instances {
 		if inst.GetRaftId() == raftID {
 			return inst
@@ -65,7 +65,7 @@ func (s *State) InstanceByRaftID(raftID uint64) *clusterv1.Instance {
 }
 
 // InstanceByUUID returns the instance with a uuid (nil if none).
-func (s *State) InstanceByUUID(uuid string) *clusterv1.Instance {
+func (s *State) InstanceByUUID(uuid string) *metapb.Instance {
 	for _, inst := range s.Instances {
 		if inst.GetUuid() == uuid {
 			return inst
@@ -75,22 +75,22 @@ func (s *State) InstanceByUUID(uuid string) *clusterv1.Instance {
 }
 
 // SortedInstances returns every instance, by raft id.
-func (s *State) SortedInstances() []*clusterv1.Instance {
+func (s *State) SortedInstances() []*metapb.Instance {
 	out := slices.Collect(maps.Values(s.Instances))
-	slices.SortFunc(out, func(a, b *clusterv1.Instance) int { return cmp.Compare(a.GetRaftId(), b.GetRaftId()) })
+	slices.SortFunc(out, func(a, b *metapb.Instance) int { return cmp.Compare(a.GetRaftId(), b.GetRaftId()) })
 	return out
 }
 
 // SortedReplicasets returns every replicaset, by id.
-func (s *State) SortedReplicasets() []*clusterv1.Replicaset {
+func (s *State) SortedReplicasets() []*metapb.Replicaset {
 	out := slices.Collect(maps.Values(s.Replicasets))
-	slices.SortFunc(out, func(a, b *clusterv1.Replicaset) int { return cmp.Compare(a.GetReplicasetId(), b.GetReplicasetId()) })
+	slices.SortFunc(out, func(a, b *metapb.Replicaset) int { return cmp.Compare(a.GetReplicasetId(), b.GetReplicasetId()) })
 	return out
 }
 
 // Members returns the non-expelled instances of a replicaset, by raft id.
-func (s *State) Members(replicasetID string) []*clusterv1.Instance {
-	var out []*clusterv1.Instance
+func (s *State) Members(replicasetID string) []*metapb.Instance {
+	var out []*metapb.Instance
 	for _, inst := range s.SortedInstances() {
 		if inst.GetReplicasetId() == replicasetID && !IsExpelled(inst) {
 			out = append(out, inst)
@@ -111,7 +111,7 @@ func (s *State) BucketCounts() map[string]int {
 }
 
 // IsExpelled reports whether an instance's current or target grade is Expelled.
-func IsExpelled(inst *clusterv1.Instance) bool {
+func IsExpelled(inst *metapb.Instance) bool {
 	return inst.GetCurrentGrade().GetVariant() == Expelled || inst.GetTargetGrade().GetVariant() == Expelled
 }
 
@@ -126,13 +126,13 @@ func (s *State) CountNotExpelled() int {
 	return n
 }
 
-func (s *State) putInstance(inst *clusterv1.Instance) { s.Instances[inst.GetInstanceId()] = inst }
+func (s *State) putInstance(inst *metapb.Instance) { s.Instances[inst.GetInstanceId()] = inst }
 
-func (s *State) putReplicaset(rs *clusterv1.Replicaset) { s.Replicasets[rs.GetReplicasetId()] = rs }
+func (s *State) putReplicaset(rs *metapb.Replicaset) { s.Replicasets[rs.GetReplicasetId()] = rs }
 
-func (s *State) setProps(p *clusterv1.ClusterProperties) { s.Props = p }
+func (s *State) setProps(p *metapb.ClusterProperties) { s.Props = p }
 
-func (s *State) editProps() *clusterv1.ClusterProperties {
+func (s *State) editProps() *metapb.ClusterProperties {
 	p := proto.CloneOf(s.Props)
 	s.Props = p
 	return p

@@ -19,7 +19,7 @@ import (
 // The state machines of the layers above keep their own keys outside the
 // "raft/" prefix; the engine never reads or writes them.
 
-const keyPrefix = "raft/"
+const keyPrefix = storage.PrefixRaft
 
 const (
 	suffixLog       = "/log/"

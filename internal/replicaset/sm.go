@@ -2,7 +2,6 @@ package replicaset
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -38,8 +37,7 @@ var _ multiraft.StateMachine = (*SM)(nil)
 
 // New returns the state machine of the replicaset group g.
 func New(g multiraft.GroupID) *SM {
-	p := binary.BigEndian.AppendUint64([]byte("d/"), uint64(g))
-	return &SM{prefix: append(p, '/')}
+	return &SM{prefix: storage.GroupPrefix(storage.PrefixData, uint64(g))}
 }
 
 // Apply implements multiraft.StateMachine.

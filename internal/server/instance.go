@@ -16,6 +16,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
@@ -60,6 +61,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		AutoOfflineTimeout:    cfg.AutoOfflineTimeout,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		Logger:                log,
+		NewReplicasetSM:       func(g multiraft.GroupID) multiraft.StateMachine { return replicaset.New(g) },
 	}, db, metrics)
 	nodePtr.Store(node)
 

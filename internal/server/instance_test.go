@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
-	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/server/servertest"
 )
@@ -50,7 +49,7 @@ func TestThreeInstancesFormOneCluster(t *testing.T) {
 		if err == nil && len(st.GetInstances()) == 3 && len(st.GetVoters()) == 3 {
 			online := 0
 			for _, is := range st.GetInstances() {
-				if is.GetInstance().GetCurrentGrade().GetVariant() == meta.Online {
+				if is.GetInstance().GetCurrentGrade().GetVariant() == clusterv1.GradeVariant_GRADE_VARIANT_ONLINE {
 					online++
 				}
 			}

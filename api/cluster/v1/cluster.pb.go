@@ -92,7 +92,8 @@ const (
 	GroupAdminAction_GROUP_ADMIN_ACTION_ADD_LEARNER         GroupAdminAction = 2
 	GroupAdminAction_GROUP_ADMIN_ACTION_REMOVE              GroupAdminAction = 3
 	GroupAdminAction_GROUP_ADMIN_ACTION_TRANSFER_LEADERSHIP GroupAdminAction = 4
-	// Append an empty command and report its index: the commit index peers
+	// Report an index that covers every entry committed before the call
+	// (the leader's applied index after a read index): the index peers
 	// must reach.
 	GroupAdminAction_GROUP_ADMIN_ACTION_BARRIER GroupAdminAction = 5
 )

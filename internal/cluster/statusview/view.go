@@ -6,7 +6,7 @@ import (
 	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
-	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/client"
 )
 
 // View is the JSON form of the cluster's status: `shardkit status --format
@@ -72,7 +72,7 @@ type Replicaset struct {
 }
 
 func gradeFromProto(g *clusterv1.Grade) Grade {
-	return Grade{Variant: meta.VariantName(g.GetVariant()), Incarnation: g.GetIncarnation()}
+	return Grade{Variant: client.GradeName(g.GetVariant()), Incarnation: g.GetIncarnation()}
 }
 
 // FromProto converts the answer, keeping expelled instances and

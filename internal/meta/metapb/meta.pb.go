@@ -7,7 +7,6 @@
 package metapb
 
 import (
-	v1 "github.com/shardkit/shardkit/api/cluster/v1"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -21,6 +20,712 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+// GradeVariant is the state of an instance (K11).
+type GradeVariant int32
+
+const (
+	GradeVariant_GRADE_VARIANT_UNSPECIFIED          GradeVariant = 0
+	GradeVariant_GRADE_VARIANT_OFFLINE              GradeVariant = 1
+	GradeVariant_GRADE_VARIANT_RAFT_SYNCED          GradeVariant = 2
+	GradeVariant_GRADE_VARIANT_REPLICATED           GradeVariant = 3
+	GradeVariant_GRADE_VARIANT_SHARDING_INITIALIZED GradeVariant = 4
+	GradeVariant_GRADE_VARIANT_ONLINE               GradeVariant = 5
+	GradeVariant_GRADE_VARIANT_EXPELLED             GradeVariant = 6
+)
+
+// Enum value maps for GradeVariant.
+var (
+	GradeVariant_name = map[int32]string{
+		0: "GRADE_VARIANT_UNSPECIFIED",
+		1: "GRADE_VARIANT_OFFLINE",
+		2: "GRADE_VARIANT_RAFT_SYNCED",
+		3: "GRADE_VARIANT_REPLICATED",
+		4: "GRADE_VARIANT_SHARDING_INITIALIZED",
+		5: "GRADE_VARIANT_ONLINE",
+		6: "GRADE_VARIANT_EXPELLED",
+	}
+	GradeVariant_value = map[string]int32{
+		"GRADE_VARIANT_UNSPECIFIED":          0,
+		"GRADE_VARIANT_OFFLINE":              1,
+		"GRADE_VARIANT_RAFT_SYNCED":          2,
+		"GRADE_VARIANT_REPLICATED":           3,
+		"GRADE_VARIANT_SHARDING_INITIALIZED": 4,
+		"GRADE_VARIANT_ONLINE":               5,
+		"GRADE_VARIANT_EXPELLED":             6,
+	}
+)
+
+func (x GradeVariant) Enum() *GradeVariant {
+	p := new(GradeVariant)
+	*p = x
+	return p
+}
+
+func (x GradeVariant) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (GradeVariant) Descriptor() protoreflect.EnumDescriptor {
+	return file_internal_meta_metapb_meta_proto_enumTypes[0].Descriptor()
+}
+
+func (GradeVariant) Type() protoreflect.EnumType {
+	return &file_internal_meta_metapb_meta_proto_enumTypes[0]
+}
+
+func (x GradeVariant) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use GradeVariant.Descriptor instead.
+func (GradeVariant) EnumDescriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{0}
+}
+
+// Grade is a grade variant with its incarnation.
+type Grade struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Variant       GradeVariant           `protobuf:"varint,1,opt,name=variant,proto3,enum=shardkit.meta.v1.GradeVariant" json:"variant,omitempty"`
+	Incarnation   uint64                 `protobuf:"varint,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Grade) Reset() {
+	*x = Grade{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Grade) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Grade) ProtoMessage() {}
+
+func (x *Grade) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Grade.ProtoReflect.Descriptor instead.
+func (*Grade) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Grade) GetVariant() GradeVariant {
+	if x != nil {
+		return x.Variant
+	}
+	return GradeVariant_GRADE_VARIANT_UNSPECIFIED
+}
+
+func (x *Grade) GetIncarnation() uint64 {
+	if x != nil {
+		return x.Incarnation
+	}
+	return 0
+}
+
+// Instance is one instance's record.
+type Instance struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	InstanceId          string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	RaftId              uint64                 `protobuf:"varint,2,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`
+	Uuid                string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	ReplicasetId        string                 `protobuf:"bytes,4,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	ReplicasetUuid      string                 `protobuf:"bytes,5,opt,name=replicaset_uuid,json=replicasetUuid,proto3" json:"replicaset_uuid,omitempty"`
+	Address             string                 `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
+	FailureDomain       map[string]string      `protobuf:"bytes,7,rep,name=failure_domain,json=failureDomain,proto3" json:"failure_domain,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	CurrentGrade        *Grade                 `protobuf:"bytes,8,opt,name=current_grade,json=currentGrade,proto3" json:"current_grade,omitempty"`
+	TargetGrade         *Grade                 `protobuf:"bytes,9,opt,name=target_grade,json=targetGrade,proto3" json:"target_grade,omitempty"`
+	TargetReason        string                 `protobuf:"bytes,10,opt,name=target_reason,json=targetReason,proto3" json:"target_reason,omitempty"`
+	TargetChangedUnixMs int64                  `protobuf:"varint,11,opt,name=target_changed_unix_ms,json=targetChangedUnixMs,proto3" json:"target_changed_unix_ms,omitempty"`
+	// The group-0 log index that last wrote this record (K8).
+	CommitIndex   uint64 `protobuf:"varint,12,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	HttpAddress   string `protobuf:"bytes,13,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Instance) Reset() {
+	*x = Instance{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Instance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Instance) ProtoMessage() {}
+
+func (x *Instance) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Instance.ProtoReflect.Descriptor instead.
+func (*Instance) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Instance) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *Instance) GetRaftId() uint64 {
+	if x != nil {
+		return x.RaftId
+	}
+	return 0
+}
+
+func (x *Instance) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *Instance) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *Instance) GetReplicasetUuid() string {
+	if x != nil {
+		return x.ReplicasetUuid
+	}
+	return ""
+}
+
+func (x *Instance) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *Instance) GetFailureDomain() map[string]string {
+	if x != nil {
+		return x.FailureDomain
+	}
+	return nil
+}
+
+func (x *Instance) GetCurrentGrade() *Grade {
+	if x != nil {
+		return x.CurrentGrade
+	}
+	return nil
+}
+
+func (x *Instance) GetTargetGrade() *Grade {
+	if x != nil {
+		return x.TargetGrade
+	}
+	return nil
+}
+
+func (x *Instance) GetTargetReason() string {
+	if x != nil {
+		return x.TargetReason
+	}
+	return ""
+}
+
+func (x *Instance) GetTargetChangedUnixMs() int64 {
+	if x != nil {
+		return x.TargetChangedUnixMs
+	}
+	return 0
+}
+
+func (x *Instance) GetCommitIndex() uint64 {
+	if x != nil {
+		return x.CommitIndex
+	}
+	return 0
+}
+
+func (x *Instance) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
+	}
+	return ""
+}
+
+// Replicaset is one replicaset's record.
+type Replicaset struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId        string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Uuid                string                 `protobuf:"bytes,2,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	RaftGroupId         uint64                 `protobuf:"varint,3,opt,name=raft_group_id,json=raftGroupId,proto3" json:"raft_group_id,omitempty"`
+	Weight              uint32                 `protobuf:"varint,4,opt,name=weight,proto3" json:"weight,omitempty"`
+	LeaderInstanceId    string                 `protobuf:"bytes,5,opt,name=leader_instance_id,json=leaderInstanceId,proto3" json:"leader_instance_id,omitempty"`
+	BootstrapInstanceId string                 `protobuf:"bytes,6,opt,name=bootstrap_instance_id,json=bootstrapInstanceId,proto3" json:"bootstrap_instance_id,omitempty"`
+	Expelled            bool                   `protobuf:"varint,7,opt,name=expelled,proto3" json:"expelled,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *Replicaset) Reset() {
+	*x = Replicaset{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Replicaset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Replicaset) ProtoMessage() {}
+
+func (x *Replicaset) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Replicaset.ProtoReflect.Descriptor instead.
+func (*Replicaset) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Replicaset) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *Replicaset) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *Replicaset) GetRaftGroupId() uint64 {
+	if x != nil {
+		return x.RaftGroupId
+	}
+	return 0
+}
+
+func (x *Replicaset) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *Replicaset) GetLeaderInstanceId() string {
+	if x != nil {
+		return x.LeaderInstanceId
+	}
+	return ""
+}
+
+func (x *Replicaset) GetBootstrapInstanceId() string {
+	if x != nil {
+		return x.BootstrapInstanceId
+	}
+	return ""
+}
+
+func (x *Replicaset) GetExpelled() bool {
+	if x != nil {
+		return x.Expelled
+	}
+	return false
+}
+
+// ClusterProperties are the cluster-wide settings.
+type ClusterProperties struct {
+	state               protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId           string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	ClusterUuid         string                 `protobuf:"bytes,2,opt,name=cluster_uuid,json=clusterUuid,proto3" json:"cluster_uuid,omitempty"`
+	ReplicationFactor   uint32                 `protobuf:"varint,3,opt,name=replication_factor,json=replicationFactor,proto3" json:"replication_factor,omitempty"`
+	BucketCount         uint32                 `protobuf:"varint,4,opt,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
+	ShardingVersion     uint64                 `protobuf:"varint,5,opt,name=sharding_version,json=shardingVersion,proto3" json:"sharding_version,omitempty"`
+	MaxRaftId           uint64                 `protobuf:"varint,6,opt,name=max_raft_id,json=maxRaftId,proto3" json:"max_raft_id,omitempty"`
+	MaxReplicasetNumber uint64                 `protobuf:"varint,7,opt,name=max_replicaset_number,json=maxReplicasetNumber,proto3" json:"max_replicaset_number,omitempty"`
+	MaxRaftGroupId      uint64                 `protobuf:"varint,8,opt,name=max_raft_group_id,json=maxRaftGroupId,proto3" json:"max_raft_group_id,omitempty"`
+	FailureDomainKeys   []string               `protobuf:"bytes,9,rep,name=failure_domain_keys,json=failureDomainKeys,proto3" json:"failure_domain_keys,omitempty"`
+	BucketsBootstrapped bool                   `protobuf:"varint,10,opt,name=buckets_bootstrapped,json=bucketsBootstrapped,proto3" json:"buckets_bootstrapped,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *ClusterProperties) Reset() {
+	*x = ClusterProperties{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterProperties) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterProperties) ProtoMessage() {}
+
+func (x *ClusterProperties) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterProperties.ProtoReflect.Descriptor instead.
+func (*ClusterProperties) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ClusterProperties) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *ClusterProperties) GetClusterUuid() string {
+	if x != nil {
+		return x.ClusterUuid
+	}
+	return ""
+}
+
+func (x *ClusterProperties) GetReplicationFactor() uint32 {
+	if x != nil {
+		return x.ReplicationFactor
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetBucketCount() uint32 {
+	if x != nil {
+		return x.BucketCount
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetShardingVersion() uint64 {
+	if x != nil {
+		return x.ShardingVersion
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetMaxRaftId() uint64 {
+	if x != nil {
+		return x.MaxRaftId
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetMaxReplicasetNumber() uint64 {
+	if x != nil {
+		return x.MaxReplicasetNumber
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetMaxRaftGroupId() uint64 {
+	if x != nil {
+		return x.MaxRaftGroupId
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetFailureDomainKeys() []string {
+	if x != nil {
+		return x.FailureDomainKeys
+	}
+	return nil
+}
+
+func (x *ClusterProperties) GetBucketsBootstrapped() bool {
+	if x != nil {
+		return x.BucketsBootstrapped
+	}
+	return false
+}
+
+// Lease is a named lease with a fencing ticket.
+type Lease struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Holder        string                 `protobuf:"bytes,2,opt,name=holder,proto3" json:"holder,omitempty"`
+	Ticket        uint64                 `protobuf:"varint,3,opt,name=ticket,proto3" json:"ticket,omitempty"`
+	GrantedUnixMs int64                  `protobuf:"varint,4,opt,name=granted_unix_ms,json=grantedUnixMs,proto3" json:"granted_unix_ms,omitempty"`
+	ExpiresUnixMs int64                  `protobuf:"varint,5,opt,name=expires_unix_ms,json=expiresUnixMs,proto3" json:"expires_unix_ms,omitempty"`
+	Value         []byte                 `protobuf:"bytes,6,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lease) Reset() {
+	*x = Lease{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lease) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lease) ProtoMessage() {}
+
+func (x *Lease) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lease.ProtoReflect.Descriptor instead.
+func (*Lease) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Lease) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Lease) GetHolder() string {
+	if x != nil {
+		return x.Holder
+	}
+	return ""
+}
+
+func (x *Lease) GetTicket() uint64 {
+	if x != nil {
+		return x.Ticket
+	}
+	return 0
+}
+
+func (x *Lease) GetGrantedUnixMs() int64 {
+	if x != nil {
+		return x.GrantedUnixMs
+	}
+	return 0
+}
+
+func (x *Lease) GetExpiresUnixMs() int64 {
+	if x != nil {
+		return x.ExpiresUnixMs
+	}
+	return 0
+}
+
+func (x *Lease) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+// BucketRange assigns buckets [first, last] to a replicaset.
+type BucketRange struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	First         uint32                 `protobuf:"varint,1,opt,name=first,proto3" json:"first,omitempty"`
+	Last          uint32                 `protobuf:"varint,2,opt,name=last,proto3" json:"last,omitempty"`
+	ReplicasetId  string                 `protobuf:"bytes,3,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketRange) Reset() {
+	*x = BucketRange{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketRange) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketRange) ProtoMessage() {}
+
+func (x *BucketRange) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
+func (*BucketRange) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BucketRange) GetFirst() uint32 {
+	if x != nil {
+		return x.First
+	}
+	return 0
+}
+
+func (x *BucketRange) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+func (x *BucketRange) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+// JoinRequest is what a joining (or the first) instance asks for.
+type JoinRequest struct {
+	state            protoimpl.MessageState `protogen:"open.v1"`
+	ClusterId        string                 `protobuf:"bytes,1,opt,name=cluster_id,json=clusterId,proto3" json:"cluster_id,omitempty"`
+	InstanceId       string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
+	ReplicasetId     string                 `protobuf:"bytes,3,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	AdvertiseAddress string                 `protobuf:"bytes,4,opt,name=advertise_address,json=advertiseAddress,proto3" json:"advertise_address,omitempty"`
+	FailureDomain    map[string]string      `protobuf:"bytes,5,rep,name=failure_domain,json=failureDomain,proto3" json:"failure_domain,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Uuid             string                 `protobuf:"bytes,6,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	HttpAddress      string                 `protobuf:"bytes,7,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *JoinRequest) Reset() {
+	*x = JoinRequest{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *JoinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*JoinRequest) ProtoMessage() {}
+
+func (x *JoinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
+func (*JoinRequest) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *JoinRequest) GetClusterId() string {
+	if x != nil {
+		return x.ClusterId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetInstanceId() string {
+	if x != nil {
+		return x.InstanceId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetAdvertiseAddress() string {
+	if x != nil {
+		return x.AdvertiseAddress
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetFailureDomain() map[string]string {
+	if x != nil {
+		return x.FailureDomain
+	}
+	return nil
+}
+
+func (x *JoinRequest) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+func (x *JoinRequest) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
+	}
+	return ""
+}
 
 // Command is one entry of group 0's log. Validation happens when it is
 // applied (deterministically, on every member), so two commands proposed
@@ -50,7 +755,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[0]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -62,7 +767,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[0]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -75,7 +780,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{0}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -264,15 +969,15 @@ func (*Command_SetAddress) isCommand_Op() {}
 // Boot is the first command of a cluster (K6): its properties and first instance.
 type Boot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Properties    *v1.ClusterProperties  `protobuf:"bytes,1,opt,name=properties,proto3" json:"properties,omitempty"`
-	First         *v1.RaftJoinRequest    `protobuf:"bytes,2,opt,name=first,proto3" json:"first,omitempty"`
+	Properties    *ClusterProperties     `protobuf:"bytes,1,opt,name=properties,proto3" json:"properties,omitempty"`
+	First         *JoinRequest           `protobuf:"bytes,2,opt,name=first,proto3" json:"first,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Boot) Reset() {
 	*x = Boot{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +989,7 @@ func (x *Boot) String() string {
 func (*Boot) ProtoMessage() {}
 
 func (x *Boot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[1]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,17 +1002,17 @@ func (x *Boot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Boot.ProtoReflect.Descriptor instead.
 func (*Boot) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{1}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
 }
 
-func (x *Boot) GetProperties() *v1.ClusterProperties {
+func (x *Boot) GetProperties() *ClusterProperties {
 	if x != nil {
 		return x.Properties
 	}
 	return nil
 }
 
-func (x *Boot) GetFirst() *v1.RaftJoinRequest {
+func (x *Boot) GetFirst() *JoinRequest {
 	if x != nil {
 		return x.First
 	}
@@ -317,14 +1022,14 @@ func (x *Boot) GetFirst() *v1.RaftJoinRequest {
 // Join persists a new instance (K7); apply assigns its raft_id and replicaset.
 type Join struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Request       *v1.RaftJoinRequest    `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
+	Request       *JoinRequest           `protobuf:"bytes,1,opt,name=request,proto3" json:"request,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -336,7 +1041,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[2]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -349,10 +1054,10 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{2}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
 }
 
-func (x *Join) GetRequest() *v1.RaftJoinRequest {
+func (x *Join) GetRequest() *JoinRequest {
 	if x != nil {
 		return x.Request
 	}
@@ -362,7 +1067,7 @@ func (x *Join) GetRequest() *v1.RaftJoinRequest {
 type SetTargetGrade struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	InstanceId string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Variant    v1.GradeVariant        `protobuf:"varint,2,opt,name=variant,proto3,enum=shardkit.cluster.v1.GradeVariant" json:"variant,omitempty"`
+	Variant    GradeVariant           `protobuf:"varint,2,opt,name=variant,proto3,enum=shardkit.meta.v1.GradeVariant" json:"variant,omitempty"`
 	Reason     string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When set, applies only if the record has this uuid.
 	Uuid          string `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
@@ -372,7 +1077,7 @@ type SetTargetGrade struct {
 
 func (x *SetTargetGrade) Reset() {
 	*x = SetTargetGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -384,7 +1089,7 @@ func (x *SetTargetGrade) String() string {
 func (*SetTargetGrade) ProtoMessage() {}
 
 func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[3]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -397,7 +1102,7 @@ func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTargetGrade.ProtoReflect.Descriptor instead.
 func (*SetTargetGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{3}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetTargetGrade) GetInstanceId() string {
@@ -407,11 +1112,11 @@ func (x *SetTargetGrade) GetInstanceId() string {
 	return ""
 }
 
-func (x *SetTargetGrade) GetVariant() v1.GradeVariant {
+func (x *SetTargetGrade) GetVariant() GradeVariant {
 	if x != nil {
 		return x.Variant
 	}
-	return v1.GradeVariant(0)
+	return GradeVariant_GRADE_VARIANT_UNSPECIFIED
 }
 
 func (x *SetTargetGrade) GetReason() string {
@@ -434,15 +1139,15 @@ func (x *SetTargetGrade) GetUuid() string {
 type SetCurrentGrade struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	InstanceId     string                 `protobuf:"bytes,1,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
-	Variant        v1.GradeVariant        `protobuf:"varint,2,opt,name=variant,proto3,enum=shardkit.cluster.v1.GradeVariant" json:"variant,omitempty"`
-	ExpectedTarget *v1.Grade              `protobuf:"bytes,3,opt,name=expected_target,json=expectedTarget,proto3" json:"expected_target,omitempty"`
+	Variant        GradeVariant           `protobuf:"varint,2,opt,name=variant,proto3,enum=shardkit.meta.v1.GradeVariant" json:"variant,omitempty"`
+	ExpectedTarget *Grade                 `protobuf:"bytes,3,opt,name=expected_target,json=expectedTarget,proto3" json:"expected_target,omitempty"`
 	unknownFields  protoimpl.UnknownFields
 	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetCurrentGrade) Reset() {
 	*x = SetCurrentGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +1159,7 @@ func (x *SetCurrentGrade) String() string {
 func (*SetCurrentGrade) ProtoMessage() {}
 
 func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +1172,7 @@ func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentGrade.ProtoReflect.Descriptor instead.
 func (*SetCurrentGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetCurrentGrade) GetInstanceId() string {
@@ -477,14 +1182,14 @@ func (x *SetCurrentGrade) GetInstanceId() string {
 	return ""
 }
 
-func (x *SetCurrentGrade) GetVariant() v1.GradeVariant {
+func (x *SetCurrentGrade) GetVariant() GradeVariant {
 	if x != nil {
 		return x.Variant
 	}
-	return v1.GradeVariant(0)
+	return GradeVariant_GRADE_VARIANT_UNSPECIFIED
 }
 
-func (x *SetCurrentGrade) GetExpectedTarget() *v1.Grade {
+func (x *SetCurrentGrade) GetExpectedTarget() *Grade {
 	if x != nil {
 		return x.ExpectedTarget
 	}
@@ -503,7 +1208,7 @@ type SetReplicaset struct {
 
 func (x *SetReplicaset) Reset() {
 	*x = SetReplicaset{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +1220,7 @@ func (x *SetReplicaset) String() string {
 func (*SetReplicaset) ProtoMessage() {}
 
 func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +1233,7 @@ func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicaset.ProtoReflect.Descriptor instead.
 func (*SetReplicaset) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetReplicaset) GetReplicasetId() string {
@@ -561,14 +1266,14 @@ func (x *SetReplicaset) GetExpelled() bool {
 
 type AssignBuckets struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ranges        []*v1.BucketRange      `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
+	Ranges        []*BucketRange         `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AssignBuckets) Reset() {
 	*x = AssignBuckets{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +1285,7 @@ func (x *AssignBuckets) String() string {
 func (*AssignBuckets) ProtoMessage() {}
 
 func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,10 +1298,10 @@ func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignBuckets.ProtoReflect.Descriptor instead.
 func (*AssignBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
-func (x *AssignBuckets) GetRanges() []*v1.BucketRange {
+func (x *AssignBuckets) GetRanges() []*BucketRange {
 	if x != nil {
 		return x.Ranges
 	}
@@ -611,7 +1316,7 @@ type BumpSharding struct {
 
 func (x *BumpSharding) Reset() {
 	*x = BumpSharding{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +1328,7 @@ func (x *BumpSharding) String() string {
 func (*BumpSharding) ProtoMessage() {}
 
 func (x *BumpSharding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +1341,7 @@ func (x *BumpSharding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpSharding.ProtoReflect.Descriptor instead.
 func (*BumpSharding) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 type AcquireLease struct {
@@ -650,7 +1355,7 @@ type AcquireLease struct {
 
 func (x *AcquireLease) Reset() {
 	*x = AcquireLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +1367,7 @@ func (x *AcquireLease) String() string {
 func (*AcquireLease) ProtoMessage() {}
 
 func (x *AcquireLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +1380,7 @@ func (x *AcquireLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLease.ProtoReflect.Descriptor instead.
 func (*AcquireLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AcquireLease) GetName() string {
@@ -711,7 +1416,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +1428,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +1441,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RenewLease) GetName() string {
@@ -780,7 +1485,7 @@ type ReleaseLease struct {
 
 func (x *ReleaseLease) Reset() {
 	*x = ReleaseLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +1497,7 @@ func (x *ReleaseLease) String() string {
 func (*ReleaseLease) ProtoMessage() {}
 
 func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +1510,7 @@ func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLease.ProtoReflect.Descriptor instead.
 func (*ReleaseLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReleaseLease) GetName() string {
@@ -854,7 +1559,7 @@ type SetAddress struct {
 
 func (x *SetAddress) Reset() {
 	*x = SetAddress{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +1571,7 @@ func (x *SetAddress) String() string {
 func (*SetAddress) ProtoMessage() {}
 
 func (x *SetAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +1584,7 @@ func (x *SetAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAddress.ProtoReflect.Descriptor instead.
 func (*SetAddress) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetAddress) GetInstanceId() string {
@@ -907,7 +1612,75 @@ var File_internal_meta_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x1finternal/meta/metapb/meta.proto\x12\x10shardkit.meta.v1\x1a\x1capi/cluster/v1/cluster.proto\"\x95\x06\n" +
+	"\x1finternal/meta/metapb/meta.proto\x12\x10shardkit.meta.v1\"c\n" +
+	"\x05Grade\x128\n" +
+	"\avariant\x18\x01 \x01(\x0e2\x1e.shardkit.meta.v1.GradeVariantR\avariant\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\xf2\x04\n" +
+	"\bInstance\x12\x1f\n" +
+	"\vinstance_id\x18\x01 \x01(\tR\n" +
+	"instanceId\x12\x17\n" +
+	"\araft_id\x18\x02 \x01(\x04R\x06raftId\x12\x12\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\x12#\n" +
+	"\rreplicaset_id\x18\x04 \x01(\tR\freplicasetId\x12'\n" +
+	"\x0freplicaset_uuid\x18\x05 \x01(\tR\x0ereplicasetUuid\x12\x18\n" +
+	"\aaddress\x18\x06 \x01(\tR\aaddress\x12T\n" +
+	"\x0efailure_domain\x18\a \x03(\v2-.shardkit.meta.v1.Instance.FailureDomainEntryR\rfailureDomain\x12<\n" +
+	"\rcurrent_grade\x18\b \x01(\v2\x17.shardkit.meta.v1.GradeR\fcurrentGrade\x12:\n" +
+	"\ftarget_grade\x18\t \x01(\v2\x17.shardkit.meta.v1.GradeR\vtargetGrade\x12#\n" +
+	"\rtarget_reason\x18\n" +
+	" \x01(\tR\ftargetReason\x123\n" +
+	"\x16target_changed_unix_ms\x18\v \x01(\x03R\x13targetChangedUnixMs\x12!\n" +
+	"\fcommit_index\x18\f \x01(\x04R\vcommitIndex\x12!\n" +
+	"\fhttp_address\x18\r \x01(\tR\vhttpAddress\x1a@\n" +
+	"\x12FailureDomainEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
+	"\n" +
+	"Replicaset\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x12\n" +
+	"\x04uuid\x18\x02 \x01(\tR\x04uuid\x12\"\n" +
+	"\rraft_group_id\x18\x03 \x01(\x04R\vraftGroupId\x12\x16\n" +
+	"\x06weight\x18\x04 \x01(\rR\x06weight\x12,\n" +
+	"\x12leader_instance_id\x18\x05 \x01(\tR\x10leaderInstanceId\x122\n" +
+	"\x15bootstrap_instance_id\x18\x06 \x01(\tR\x13bootstrapInstanceId\x12\x1a\n" +
+	"\bexpelled\x18\a \x01(\bR\bexpelled\"\xb4\x03\n" +
+	"\x11ClusterProperties\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
+	"\fcluster_uuid\x18\x02 \x01(\tR\vclusterUuid\x12-\n" +
+	"\x12replication_factor\x18\x03 \x01(\rR\x11replicationFactor\x12!\n" +
+	"\fbucket_count\x18\x04 \x01(\rR\vbucketCount\x12)\n" +
+	"\x10sharding_version\x18\x05 \x01(\x04R\x0fshardingVersion\x12\x1e\n" +
+	"\vmax_raft_id\x18\x06 \x01(\x04R\tmaxRaftId\x122\n" +
+	"\x15max_replicaset_number\x18\a \x01(\x04R\x13maxReplicasetNumber\x12)\n" +
+	"\x11max_raft_group_id\x18\b \x01(\x04R\x0emaxRaftGroupId\x12.\n" +
+	"\x13failure_domain_keys\x18\t \x03(\tR\x11failureDomainKeys\x121\n" +
+	"\x14buckets_bootstrapped\x18\n" +
+	" \x01(\bR\x13bucketsBootstrapped\"\xb1\x01\n" +
+	"\x05Lease\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
+	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +
+	"\x06ticket\x18\x03 \x01(\x04R\x06ticket\x12&\n" +
+	"\x0fgranted_unix_ms\x18\x04 \x01(\x03R\rgrantedUnixMs\x12&\n" +
+	"\x0fexpires_unix_ms\x18\x05 \x01(\x03R\rexpiresUnixMs\x12\x14\n" +
+	"\x05value\x18\x06 \x01(\fR\x05value\"\\\n" +
+	"\vBucketRange\x12\x14\n" +
+	"\x05first\x18\x01 \x01(\rR\x05first\x12\x12\n" +
+	"\x04last\x18\x02 \x01(\rR\x04last\x12#\n" +
+	"\rreplicaset_id\x18\x03 \x01(\tR\freplicasetId\"\xf1\x02\n" +
+	"\vJoinRequest\x12\x1d\n" +
+	"\n" +
+	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1f\n" +
+	"\vinstance_id\x18\x02 \x01(\tR\n" +
+	"instanceId\x12#\n" +
+	"\rreplicaset_id\x18\x03 \x01(\tR\freplicasetId\x12+\n" +
+	"\x11advertise_address\x18\x04 \x01(\tR\x10advertiseAddress\x12W\n" +
+	"\x0efailure_domain\x18\x05 \x03(\v20.shardkit.meta.v1.JoinRequest.FailureDomainEntryR\rfailureDomain\x12\x12\n" +
+	"\x04uuid\x18\x06 \x01(\tR\x04uuid\x12!\n" +
+	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\x1a@\n" +
+	"\x12FailureDomainEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x06\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12,\n" +
 	"\x04boot\x18\n" +
@@ -924,25 +1697,25 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\rrelease_lease\x18\x13 \x01(\v2\x1e.shardkit.meta.v1.ReleaseLeaseH\x00R\freleaseLease\x12?\n" +
 	"\vset_address\x18\x14 \x01(\v2\x1c.shardkit.meta.v1.SetAddressH\x00R\n" +
 	"setAddressB\x04\n" +
-	"\x02op\"\x8a\x01\n" +
-	"\x04Boot\x12F\n" +
+	"\x02op\"\x80\x01\n" +
+	"\x04Boot\x12C\n" +
 	"\n" +
-	"properties\x18\x01 \x01(\v2&.shardkit.cluster.v1.ClusterPropertiesR\n" +
-	"properties\x12:\n" +
-	"\x05first\x18\x02 \x01(\v2$.shardkit.cluster.v1.RaftJoinRequestR\x05first\"F\n" +
-	"\x04Join\x12>\n" +
-	"\arequest\x18\x01 \x01(\v2$.shardkit.cluster.v1.RaftJoinRequestR\arequest\"\x9a\x01\n" +
+	"properties\x18\x01 \x01(\v2#.shardkit.meta.v1.ClusterPropertiesR\n" +
+	"properties\x123\n" +
+	"\x05first\x18\x02 \x01(\v2\x1d.shardkit.meta.v1.JoinRequestR\x05first\"?\n" +
+	"\x04Join\x127\n" +
+	"\arequest\x18\x01 \x01(\v2\x1d.shardkit.meta.v1.JoinRequestR\arequest\"\x97\x01\n" +
 	"\x0eSetTargetGrade\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
-	"instanceId\x12;\n" +
-	"\avariant\x18\x02 \x01(\x0e2!.shardkit.cluster.v1.GradeVariantR\avariant\x12\x16\n" +
+	"instanceId\x128\n" +
+	"\avariant\x18\x02 \x01(\x0e2\x1e.shardkit.meta.v1.GradeVariantR\avariant\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04uuid\x18\x04 \x01(\tR\x04uuid\"\xb4\x01\n" +
+	"\x04uuid\x18\x04 \x01(\tR\x04uuid\"\xae\x01\n" +
 	"\x0fSetCurrentGrade\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
-	"instanceId\x12;\n" +
-	"\avariant\x18\x02 \x01(\x0e2!.shardkit.cluster.v1.GradeVariantR\avariant\x12C\n" +
-	"\x0fexpected_target\x18\x03 \x01(\v2\x1a.shardkit.cluster.v1.GradeR\x0eexpectedTarget\"\xd4\x01\n" +
+	"instanceId\x128\n" +
+	"\avariant\x18\x02 \x01(\x0e2\x1e.shardkit.meta.v1.GradeVariantR\avariant\x12@\n" +
+	"\x0fexpected_target\x18\x03 \x01(\v2\x17.shardkit.meta.v1.GradeR\x0eexpectedTarget\"\xd4\x01\n" +
 	"\rSetReplicaset\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x121\n" +
@@ -950,9 +1723,9 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\bexpelled\x18\x04 \x01(\bH\x02R\bexpelled\x88\x01\x01B\t\n" +
 	"\a_weightB\x15\n" +
 	"\x13_leader_instance_idB\v\n" +
-	"\t_expelled\"I\n" +
-	"\rAssignBuckets\x128\n" +
-	"\x06ranges\x18\x01 \x03(\v2 .shardkit.cluster.v1.BucketRangeR\x06ranges\"\x0e\n" +
+	"\t_expelled\"F\n" +
+	"\rAssignBuckets\x125\n" +
+	"\x06ranges\x18\x01 \x03(\v2\x1d.shardkit.meta.v1.BucketRangeR\x06ranges\"\x0e\n" +
 	"\fBumpSharding\"Q\n" +
 	"\fAcquireLease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
@@ -975,7 +1748,15 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12!\n" +
-	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddressB:Z8github.com/shardkit/shardkit/internal/meta/metapb;metapbb\x06proto3"
+	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress*\xe3\x01\n" +
+	"\fGradeVariant\x12\x1d\n" +
+	"\x19GRADE_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
+	"\x15GRADE_VARIANT_OFFLINE\x10\x01\x12\x1d\n" +
+	"\x19GRADE_VARIANT_RAFT_SYNCED\x10\x02\x12\x1c\n" +
+	"\x18GRADE_VARIANT_REPLICATED\x10\x03\x12&\n" +
+	"\"GRADE_VARIANT_SHARDING_INITIALIZED\x10\x04\x12\x18\n" +
+	"\x14GRADE_VARIANT_ONLINE\x10\x05\x12\x1a\n" +
+	"\x16GRADE_VARIANT_EXPELLED\x10\x06B:Z8github.com/shardkit/shardkit/internal/meta/metapb;metapbb\x06proto3"
 
 var (
 	file_internal_meta_metapb_meta_proto_rawDescOnce sync.Once
@@ -989,50 +1770,61 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 	return file_internal_meta_metapb_meta_proto_rawDescData
 }
 
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
-	(*Command)(nil),              // 0: shardkit.meta.v1.Command
-	(*Boot)(nil),                 // 1: shardkit.meta.v1.Boot
-	(*Join)(nil),                 // 2: shardkit.meta.v1.Join
-	(*SetTargetGrade)(nil),       // 3: shardkit.meta.v1.SetTargetGrade
-	(*SetCurrentGrade)(nil),      // 4: shardkit.meta.v1.SetCurrentGrade
-	(*SetReplicaset)(nil),        // 5: shardkit.meta.v1.SetReplicaset
-	(*AssignBuckets)(nil),        // 6: shardkit.meta.v1.AssignBuckets
-	(*BumpSharding)(nil),         // 7: shardkit.meta.v1.BumpSharding
-	(*AcquireLease)(nil),         // 8: shardkit.meta.v1.AcquireLease
-	(*RenewLease)(nil),           // 9: shardkit.meta.v1.RenewLease
-	(*ReleaseLease)(nil),         // 10: shardkit.meta.v1.ReleaseLease
-	(*SetAddress)(nil),           // 11: shardkit.meta.v1.SetAddress
-	(*v1.ClusterProperties)(nil), // 12: shardkit.cluster.v1.ClusterProperties
-	(*v1.RaftJoinRequest)(nil),   // 13: shardkit.cluster.v1.RaftJoinRequest
-	(v1.GradeVariant)(0),         // 14: shardkit.cluster.v1.GradeVariant
-	(*v1.Grade)(nil),             // 15: shardkit.cluster.v1.Grade
-	(*v1.BucketRange)(nil),       // 16: shardkit.cluster.v1.BucketRange
+	(GradeVariant)(0),         // 0: shardkit.meta.v1.GradeVariant
+	(*Grade)(nil),             // 1: shardkit.meta.v1.Grade
+	(*Instance)(nil),          // 2: shardkit.meta.v1.Instance
+	(*Replicaset)(nil),        // 3: shardkit.meta.v1.Replicaset
+	(*ClusterProperties)(nil), // 4: shardkit.meta.v1.ClusterProperties
+	(*Lease)(nil),             // 5: shardkit.meta.v1.Lease
+	(*BucketRange)(nil),       // 6: shardkit.meta.v1.BucketRange
+	(*JoinRequest)(nil),       // 7: shardkit.meta.v1.JoinRequest
+	(*Command)(nil),           // 8: shardkit.meta.v1.Command
+	(*Boot)(nil),              // 9: shardkit.meta.v1.Boot
+	(*Join)(nil),              // 10: shardkit.meta.v1.Join
+	(*SetTargetGrade)(nil),    // 11: shardkit.meta.v1.SetTargetGrade
+	(*SetCurrentGrade)(nil),   // 12: shardkit.meta.v1.SetCurrentGrade
+	(*SetReplicaset)(nil),     // 13: shardkit.meta.v1.SetReplicaset
+	(*AssignBuckets)(nil),     // 14: shardkit.meta.v1.AssignBuckets
+	(*BumpSharding)(nil),      // 15: shardkit.meta.v1.BumpSharding
+	(*AcquireLease)(nil),      // 16: shardkit.meta.v1.AcquireLease
+	(*RenewLease)(nil),        // 17: shardkit.meta.v1.RenewLease
+	(*ReleaseLease)(nil),      // 18: shardkit.meta.v1.ReleaseLease
+	(*SetAddress)(nil),        // 19: shardkit.meta.v1.SetAddress
+	nil,                       // 20: shardkit.meta.v1.Instance.FailureDomainEntry
+	nil,                       // 21: shardkit.meta.v1.JoinRequest.FailureDomainEntry
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
-	1,  // 0: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
-	2,  // 1: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
-	3,  // 2: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
-	4,  // 3: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
-	5,  // 4: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
-	6,  // 5: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
-	7,  // 6: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
-	8,  // 7: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
-	9,  // 8: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
-	10, // 9: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
-	11, // 10: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
-	12, // 11: shardkit.meta.v1.Boot.properties:type_name -> shardkit.cluster.v1.ClusterProperties
-	13, // 12: shardkit.meta.v1.Boot.first:type_name -> shardkit.cluster.v1.RaftJoinRequest
-	13, // 13: shardkit.meta.v1.Join.request:type_name -> shardkit.cluster.v1.RaftJoinRequest
-	14, // 14: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.cluster.v1.GradeVariant
-	14, // 15: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.cluster.v1.GradeVariant
-	15, // 16: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.cluster.v1.Grade
-	16, // 17: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.cluster.v1.BucketRange
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	0,  // 0: shardkit.meta.v1.Grade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	20, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
+	1,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
+	1,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
+	21, // 4: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	9,  // 5: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
+	10, // 6: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
+	11, // 7: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
+	12, // 8: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
+	13, // 9: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
+	14, // 10: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
+	15, // 11: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
+	16, // 12: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
+	17, // 13: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
+	18, // 14: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
+	19, // 15: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
+	4,  // 16: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
+	7,  // 17: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
+	7,  // 18: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
+	0,  // 19: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	0,  // 20: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	1,  // 21: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
+	6,  // 22: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -1040,7 +1832,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 	if File_internal_meta_metapb_meta_proto != nil {
 		return
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[0].OneofWrappers = []any{
+	file_internal_meta_metapb_meta_proto_msgTypes[7].OneofWrappers = []any{
 		(*Command_Boot)(nil),
 		(*Command_Join)(nil),
 		(*Command_SetTargetGrade)(nil),
@@ -1053,19 +1845,20 @@ func file_internal_meta_metapb_meta_proto_init() {
 		(*Command_ReleaseLease)(nil),
 		(*Command_SetAddress)(nil),
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[5].OneofWrappers = []any{}
+	file_internal_meta_metapb_meta_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   12,
+			NumEnums:      1,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
 		GoTypes:           file_internal_meta_metapb_meta_proto_goTypes,
 		DependencyIndexes: file_internal_meta_metapb_meta_proto_depIdxs,
+		EnumInfos:         file_internal_meta_metapb_meta_proto_enumTypes,
 		MessageInfos:      file_internal_meta_metapb_meta_proto_msgTypes,
 	}.Build()
 	File_internal_meta_metapb_meta_proto = out.File

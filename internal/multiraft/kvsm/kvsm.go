@@ -78,8 +78,7 @@ var _ multiraft.StateMachine = (*SM)(nil)
 
 // New returns the state machine of group g.
 func New(g multiraft.GroupID) *SM {
-	p := binary.BigEndian.AppendUint64([]byte("kv/"), uint64(g))
-	return &SM{group: g, prefix: append(p, '/')}
+	return &SM{group: g, prefix: storage.GroupPrefix(storage.PrefixKV, uint64(g))}
 }
 
 func (s *SM) key(k []byte) []byte {
