@@ -1,14 +1,14 @@
 package cache
 
 import (
-	"bufio"
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"slices"
-	"strings"
+
+	"github.com/shardkit/shardkit/cache/internal/lines"
 )
 
 // Endpoint is one cache server: its datacenter and gRPC address.
@@ -94,31 +94,26 @@ func (r FileResolver) Resolve(context.Context) ([]Endpoint, error) {
 func ParseEndpoints(data []byte) ([]Endpoint, error) {
 	var out []Endpoint
 	seen := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		f := strings.Fields(text)
+	err := lines.Each(data, func(line int, text string, f []string) error {
 		if len(f) != 2 {
-			return nil, fmt.Errorf("%w: line %d %q: want \"DC HOST:PORT\"", ErrInvalid, line, text)
+			return fmt.Errorf("%w: line %d %q: want \"DC HOST:PORT\"", ErrInvalid, line, text)
 		}
 		ep := Endpoint{DC: f[0], Addr: f[1]}
 		if err := ep.validate(); err != nil {
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return fmt.Errorf("line %d: %w", line, err)
 		}
 		if dc, dup := seen[ep.Addr]; dup {
-			return nil, fmt.Errorf("%w: line %d: address %s is listed twice (dc %q and %q)", ErrInvalid, line, ep.Addr, dc, ep.DC)
+			return fmt.Errorf("%w: line %d: address %s is listed twice (dc %q and %q)", ErrInvalid, line, ep.Addr, dc, ep.DC)
 		}
 		seen[ep.Addr] = ep.DC
 		out = append(out, ep)
+		return nil
+	})
+	if errors.Is(err, lines.ErrRead) {
+		err = fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -1,12 +1,13 @@
 package lease
 
 import (
-	"bufio"
-	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/shardkit/shardkit/cache/internal/lines"
 )
 
 // Range is a half-open interval [Begin, End) of the uint64 sharding-key
@@ -120,34 +121,29 @@ func CheckPartition(ranges []Range) error {
 // are ignored. The ranges must partition the space (CheckPartition).
 func ParseRanges(data []byte) ([]Range, error) {
 	var out []Range
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	line := 0
-	for sc.Scan() {
-		line++
-		text := strings.TrimSpace(sc.Text())
-		if text == "" || strings.HasPrefix(text, "#") {
-			continue
-		}
-		fields := strings.Fields(text)
+	err := lines.Each(data, func(line int, text string, fields []string) error {
 		if len(fields) != 2 {
-			return nil, fmt.Errorf("%w: ranges line %d %q: want \"BEGIN END\"", ErrInvalid, line, text)
+			return fmt.Errorf("%w: ranges line %d %q: want \"BEGIN END\"", ErrInvalid, line, text)
 		}
 		b, err := parseBegin(fields[0])
 		if err != nil {
-			return nil, fmt.Errorf("ranges line %d: %w", line, err)
+			return fmt.Errorf("ranges line %d: %w", line, err)
 		}
 		e, err := parseEnd(fields[1])
 		if err != nil {
-			return nil, fmt.Errorf("ranges line %d: %w", line, err)
+			return fmt.Errorf("ranges line %d: %w", line, err)
 		}
 		if len(out) >= maxShards {
-			return nil, fmt.Errorf("%w: more than %d ranges", ErrInvalid, maxShards)
+			return fmt.Errorf("%w: more than %d ranges", ErrInvalid, maxShards)
 		}
 		out = append(out, Range{Begin: b, End: e})
+		return nil
+	})
+	if errors.Is(err, lines.ErrRead) {
+		err = fmt.Errorf("%w: reading ranges: %w", ErrInvalid, err)
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: reading ranges: %w", ErrInvalid, err)
+	if err != nil {
+		return nil, err
 	}
 	if err := CheckPartition(out); err != nil {
 		return nil, err

@@ -46,6 +46,30 @@ func (f *leaseDBFlags) open() (lease.Store, error) {
 	return s, nil
 }
 
+// storeTimeout bounds all the work of one `cache` command on the store.
+const storeTimeout = time.Minute
+
+// eachDC opens the store and runs fn for each datacenter in turn (at least
+// one is required), all within storeTimeout.
+func (f *leaseDBFlags) eachDC(ctx context.Context, dcs []string, fn func(context.Context, lease.Store, string) error) error {
+	if len(dcs) == 0 {
+		return &ExitError{Code: 2, Err: errors.New("--dc is required (repeat it or give a comma list for several datacenters)")}
+	}
+	s, err := f.open()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	for _, dc := range dcs {
+		if err := fn(ctx, s, dc); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (f *leaseDBFlags) where() string {
 	if f.driver == "shardkit" {
 		return "cluster namespace"
@@ -74,23 +98,13 @@ changes nothing; other ranges for an existing datacenter are refused.`,
 			if err != nil {
 				return err
 			}
-			if len(dcs) == 0 {
-				return &ExitError{Code: 2, Err: errors.New("--dc is required (repeat it or give a comma list for several datacenters)")}
-			}
-			s, err := db.open()
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			for _, dc := range dcs {
+			return db.eachDC(cmd.Context(), dcs, func(ctx context.Context, s lease.Store, dc string) error {
 				if err := s.Init(ctx, dc, ranges); err != nil {
 					return fmt.Errorf("init-leases of dc %q: %w", dc, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "dc %s: %d shards in %s %s\n", dc, len(ranges), db.where(), db.table)
-			}
-			return nil
+				return nil
+			})
 		},
 	}
 	db.register(cmd)
@@ -134,23 +148,14 @@ func newCacheLeasesCmd() *cobra.Command {
 		Short: "Print the shard lease rows of datacenters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(dcs) == 0 {
-				return &ExitError{Code: 2, Err: errors.New("--dc is required")}
-			}
-			s, err := db.open()
+			var all []lease.Row
+			err := db.eachDC(cmd.Context(), dcs, func(ctx context.Context, s lease.Store, dc string) error {
+				rows, err := s.Rows(ctx, dc)
+				all = append(all, rows...)
+				return err
+			})
 			if err != nil {
 				return err
-			}
-			defer s.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
-			defer cancel()
-			var all []lease.Row
-			for _, dc := range dcs {
-				rows, err := s.Rows(ctx, dc)
-				if err != nil {
-					return err
-				}
-				all = append(all, rows...)
 			}
 			return printLeaseRows(cmd.OutOrStdout(), all)
 		},

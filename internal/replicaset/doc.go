@@ -2,8 +2,10 @@
 // the replicaset's own data, replicated to every member. Its leader is the
 // replicaset's read-write instance; the other members are replicas.
 //
-// Today it holds barriers only (the governor appends one to learn the
-// commit index a new member must reach, K12 step 4); the data layer (spaces
-// of tuples, bucket states and tombstones) extends it under the same key
-// prefix. It must never reach outside its group's keys "d/<group>/...".
+// The cluster opens the group through the factory the server hands it
+// (cluster.Config.NewReplicasetSM) and never imports this package. The
+// data layer (spaces of tuples, bucket states, tombstones, request ids)
+// lives here under the group's own prefix, laid out as internal/storage's
+// keyspace list says. It must never reach outside its group's keys
+// "d/<group>/...".
 package replicaset
