@@ -1,0 +1,31 @@
+// Package tuple is shardkit's data model, shared by the server and the
+// public Go client: typed values and tuples, the order-preserving key
+// encoding the server's keys (and the buckets of sharding keys) are made
+// of.
+//
+// It owns: the values (Value, its kinds and their total order), the key
+// encoding (AppendKey, DecodeKey), the refusals (Error and its classes).
+//
+// It must never do I/O or hold package-level mutable state, and it must
+// never change an encoding once released: data on disk, in Raft logs and
+// in bucket placement depend on them byte for byte. A new encoding would
+// be a new format with a new tag, never a change to an old one. It imports
+// only the standard library.
+//
+// # Values
+//
+// A Value is null, a boolean, an integer (KindInt for negative numbers,
+// KindUint for the others, so that an integer and an unsigned field
+// holding the same number hold the same value), a double, a string, a byte
+// string or a UUID. Values are canonical (one zero, one NaN among doubles)
+// and compare equal exactly when they are ==. Compare orders them totally:
+//
+//	null < false < true < negative integers < non-negative integers
+//	     < doubles (NaN last) < strings < bytes < UUIDs
+//
+// # Keys
+//
+// AppendKey encodes a key so that bytewise order is CompareKeys order; its
+// documentation gives the encoding byte for byte. A key holds at most
+// MaxKeyParts values and no NaN.
+package tuple
