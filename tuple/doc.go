@@ -1,10 +1,12 @@
 // Package tuple is shardkit's data model, shared by the server and the
 // public Go client: typed values and tuples, the order-preserving key
 // encoding the server's keys (and the buckets of sharding keys) are made
-// of.
+// of, and the compact tuple encoding of stored values and of the wire.
 //
 // It owns: the values (Value, its kinds and their total order), the key
-// encoding (AppendKey, DecodeKey), the refusals (Error and its classes).
+// encoding (AppendKey, DecodeKey), the tuple encoding (AppendTuple,
+// DecodeTuple, DecodeField), the limits (MaxFields, MaxKeyParts), the
+// refusals (Error and its classes).
 //
 // It must never do I/O or hold package-level mutable state, and it must
 // never change an encoding once released: data on disk, in Raft logs and
@@ -28,4 +30,13 @@
 // AppendKey encodes a key so that bytewise order is CompareKeys order; its
 // documentation gives the encoding byte for byte. A key holds at most
 // MaxKeyParts values and no NaN.
+//
+// # Tuples
+//
+// AppendTuple encodes a tuple compactly (a field count, then a tag and a
+// payload per field); its documentation gives the encoding byte for byte.
+// Every tuple has exactly one encoding and DecodeTuple accepts nothing
+// else, so encoded tuples can be compared and hashed as bytes. The
+// decoders never panic and never allocate more than their input warrants,
+// whatever bytes they are given.
 package tuple
