@@ -5,8 +5,9 @@
 //
 // It owns: the values (Value, its kinds and their total order), the key
 // encoding (AppendKey, DecodeKey), the tuple encoding (AppendTuple,
-// DecodeTuple, DecodeField), the limits (MaxFields, MaxKeyParts), the
-// refusals (Error and its classes).
+// DecodeTuple, DecodeField), formats (Field, Format, Check), the limits
+// (MaxFields, MaxKeyParts, MaxNameLen), the refusals (Error and its
+// classes).
 //
 // It must never do I/O or hold package-level mutable state, and it must
 // never change an encoding once released: data on disk, in Raft logs and
@@ -39,4 +40,20 @@
 // else, so encoded tuples can be compared and hashed as bytes. The
 // decoders never panic and never allocate more than their input warrants,
 // whatever bytes they are given.
+//
+// # Formats
+//
+// A Format declares a space's fields: a name, a Type and whether the field
+// is nullable. Format.Check says whether a tuple fits: each formatted
+// field of its type, missing only at the end and only if nullable, any
+// value beyond the format. Types are strict (a double field takes no
+// integer); the JSON parsers convert numbers to the field's type.
+//
+// # Refusals
+//
+// Every error is an *Error: its message names what was wrong and where
+// (the op, the field by 1-based number and name, the expected type, what
+// was given), its Class (ErrMismatch, ErrMalformed, ...) classifies it for
+// errors.Is, and its Op, Field and Name fields place it for callers that
+// map it to a gRPC status.
 package tuple
