@@ -5,7 +5,9 @@
 //
 // It owns: the values (Value, its kinds and their total order), the key
 // encoding (AppendKey, DecodeKey), the tuple encoding (AppendTuple,
-// DecodeTuple, DecodeField), formats (Field, Format, Check), the limits
+// DecodeTuple, DecodeField), formats (Field, Format, Check), the JSON
+// form of tuples and keys used by the CLI and the HTTP API
+// (ParseJSONTuple, ParseJSONKey, AppendJSON), the limits
 // (MaxFields, MaxKeyParts, MaxNameLen), the refusals (Error and its
 // classes).
 //
@@ -48,6 +50,14 @@
 // field of its type, missing only at the end and only if nullable, any
 // value beyond the format. Types are strict (a double field takes no
 // integer); the JSON parsers convert numbers to the field's type.
+//
+// # JSON
+//
+// A tuple or key is a JSON array. ParseJSONTuple converts each element by
+// its field's declaration: integers exactly (never through float64),
+// bytes from base64, UUIDs from their 8-4-4-4-12 form; elements beyond the
+// format are inferred. AppendJSON writes what ParseJSONTuple reads back
+// as the same tuple.
 //
 // # Refusals
 //
