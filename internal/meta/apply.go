@@ -309,8 +309,17 @@ func (t *txn) setReplicaset(c *metapb.SetReplicaset) Result {
 	return Result{}
 }
 
+// assignBuckets is the bootstrap of buckets (K12 step 5): once per
+// cluster, every bucket goes to one replicaset, which then creates their
+// records in its own log. Later placement changes are bucket moves.
 func (t *txn) assignBuckets(c *metapb.AssignBuckets) Result {
 	n := t.s.Props.GetBucketCount()
+	if t.s.Props.GetBucketsBootstrapped() {
+		return Result{Err: refuse(CodeFailedPrecondition, "buckets are already bootstrapped (to %s); they change place only by bucket moves", t.s.Props.GetBucketBootstrapReplicaset())}
+	}
+	if rs := c.GetRanges(); len(rs) != 1 || rs[0].GetFirst() != 1 || rs[0].GetLast() != n {
+		return Result{Err: refuse(CodeInvalid, "the bootstrap of buckets assigns all of [1, %d] to one replicaset", n)}
+	}
 	for _, r := range c.GetRanges() {
 		if r.GetFirst() < 1 || r.GetLast() > n || r.GetFirst() > r.GetLast() {
 			return Result{Err: refuse(CodeInvalid, "bucket range [%d, %d] is outside [1, %d]", r.GetFirst(), r.GetLast(), n)}
@@ -325,6 +334,7 @@ func (t *txn) assignBuckets(c *metapb.AssignBuckets) Result {
 	p := t.s.editProps()
 	p.ShardingVersion++
 	p.BucketsBootstrapped = true
+	p.BucketBootstrapReplicaset = c.GetRanges()[0].GetReplicasetId()
 	t.putProps(p)
 	return Result{}
 }

@@ -15,6 +15,7 @@ import (
 //	m/r/<id>         Replicaset
 //	m/b/<bucket>     replicaset id of a bucket (4-byte big-endian bucket)
 //	m/l/<name>       Lease
+//	m/s/<name>       Space
 const prefix = storage.PrefixMeta
 
 var (
@@ -28,9 +29,11 @@ const (
 	prefixReplicaset = prefix + "r/"
 	prefixBucket     = prefix + "b/"
 	prefixLease      = prefix + "l/"
+	prefixSpace      = prefix + "s/"
 )
 
 func keyInstance(id string) []byte   { return append([]byte(prefixInstance), id...) }
 func keyReplicaset(id string) []byte { return append([]byte(prefixReplicaset), id...) }
 func keyLease(name string) []byte    { return append([]byte(prefixLease), name...) }
+func keySpace(name string) []byte    { return append([]byte(prefixSpace), name...) }
 func keyBucket(b uint32) []byte      { return binary.BigEndian.AppendUint32([]byte(prefixBucket), b) }

@@ -21,6 +21,7 @@ import (
 type Result struct {
 	Instance *metapb.Instance
 	Lease    *metapb.Lease
+	Space    *metapb.Space
 	Granted  bool
 	// Err is a *Refusal when the command was not allowed.
 	Err error
@@ -135,6 +136,10 @@ func (sm *SM) Load(r pebble.Reader) error {
 			rs := &metapb.Replicaset{}
 			err = proto.Unmarshal(v, rs)
 			st.Replicasets[rs.GetReplicasetId()] = rs
+		case bytes.HasPrefix(k, []byte(prefixSpace)):
+			sp := &metapb.Space{}
+			err = proto.Unmarshal(v, sp)
+			st.Spaces[sp.GetName()] = sp
 		case bytes.HasPrefix(k, []byte(prefixLease)):
 			l := &metapb.Lease{}
 			err = proto.Unmarshal(v, l)
@@ -244,6 +249,10 @@ func (t *txn) apply(c *metapb.Command) Result {
 		return t.releaseLease(op.ReleaseLease)
 	case *metapb.Command_SetAddress:
 		return t.setAddress(op.SetAddress)
+	case *metapb.Command_CreateSpace:
+		return t.createSpace(op.CreateSpace)
+	case *metapb.Command_DropSpace:
+		return t.dropSpace(op.DropSpace)
 	default:
 		return Result{Err: refuse(CodeInvalid, "unknown group-0 command %T", op)}
 	}

@@ -323,8 +323,23 @@ func TestBucketsAndShardingVersion(t *testing.T) {
 	if st.BucketCounts()["r1"] != DefaultBucketCount || !st.Props.GetBucketsBootstrapped() || st.Props.GetShardingVersion() != v0+1 {
 		t.Fatalf("after assign: counts %v, props %v", st.BucketCounts(), st.Props)
 	}
+	if st.Props.GetBucketBootstrapReplicaset() != "r1" {
+		t.Fatalf("bootstrap replicaset %q, want r1", st.Props.GetBucketBootstrapReplicaset())
+	}
 	f.refused(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
-		Ranges: []*metapb.BucketRange{{First: 0, Last: 5, ReplicasetId: "r1"}}}}}, "outside")
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}}, "already bootstrapped")
+}
+
+func TestBucketBootstrapCoversEveryBucketOnce(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	f.refused(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*metapb.BucketRange{{First: 0, Last: 5, ReplicasetId: "r1"}}}}}, "assigns all of [1, 3000]")
+	f.refused(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r9"}}}}}, "no replicaset")
+	if f.sm.State().Props.GetBucketsBootstrapped() {
+		t.Fatal("a refused bootstrap bootstrapped the buckets")
+	}
 }
 
 func TestStateSurvivesReloadAndSnapshot(t *testing.T) {
@@ -333,14 +348,15 @@ func TestStateSurvivesReloadAndSnapshot(t *testing.T) {
 	f.must(joinCmd(joinReq("b", "", map[string]string{"dc": "y"})))
 	f.must(leaseCmd("acquire", "l", "A", 0, 1000, 9000))
 	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
-		Ranges: []*metapb.BucketRange{{First: 1, Last: 10, ReplicasetId: "r1"}}}}})
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+	f.must(&metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: testSpace("offers")}}})
 	want := f.sm.State()
 
 	check := func(what string, got *State) {
 		t.Helper()
 		if got.Index != want.Index || got.Clock != want.Clock || len(got.Instances) != 2 ||
 			got.Instance("b").GetReplicasetId() != "r1" || got.Leases["l"].GetTicket() != 1 ||
-			got.BucketCounts()["r1"] != 10 || got.Props.GetFailureDomainKeys()[0] != "dc" {
+			got.BucketCounts()["r1"] != DefaultBucketCount || got.Spaces["offers"].GetId() != 1 || got.Props.GetSchemaVersion() != 1 || got.Props.GetFailureDomainKeys()[0] != "dc" {
 			t.Fatalf("%s: state differs: %+v", what, got)
 		}
 	}

@@ -24,6 +24,8 @@ type State struct {
 	// Buckets[i] is the replicaset of bucket i+1 ("" while unassigned).
 	Buckets []string
 	Leases  map[string]*metapb.Lease
+	// Spaces by name.
+	Spaces map[string]*metapb.Space
 }
 
 func emptyState() *State {
@@ -31,6 +33,7 @@ func emptyState() *State {
 		Instances:   map[string]*metapb.Instance{},
 		Replicasets: map[string]*metapb.Replicaset{},
 		Leases:      map[string]*metapb.Lease{},
+		Spaces:      map[string]*metapb.Space{},
 	}
 }
 
@@ -45,6 +48,7 @@ func (s *State) clone() *State {
 		Replicasets: maps.Clone(s.Replicasets),
 		Buckets:     s.Buckets, // copied on write by setBuckets
 		Leases:      maps.Clone(s.Leases),
+		Spaces:      s.Spaces, // copied on write by putSpace and dropSpace
 	}
 }
 

@@ -63,7 +63,9 @@ func GroupPrefix(top string, group uint64) []byte {
 // within a bucket is a scan in primary-key order.
 //
 //	s/<space:4>                        a space's definition as this replicaset applied it
-//	v                                  the schema version applied here
+//	v/                                 the schema version applied here
+//	c/                                 the largest leader-stamped time applied
+//	                                   (request ids expire by it)
 //	b/<bucket:4>                       a bucket's state: active, sending,
 //	                                   receiving or garbage, its generation and peer
 //	t/<bucket:4><space:4><key>         a tuple: its version (8 bytes) + the tuple codec
@@ -73,11 +75,13 @@ func GroupPrefix(top string, group uint64) []byte {
 //	r/<request id:16>                  a recent write's request id and its result
 //	q/<index:8><request id:16>         the same ids in log order, for expiry
 //
-// <bucket:4> and <space:4> are big-endian; <key> is the primary key in the
-// tuple package's order-preserving key codec.
+// Every sub-keyspace is its letter and '/'. <bucket:4> and <space:4> are
+// big-endian; <key> is the primary key in the tuple package's
+// order-preserving key codec.
 const (
 	DataSpace     = 's'
 	DataSchema    = 'v'
+	DataClock     = 'c'
 	DataBucket    = 'b'
 	DataTuple     = 't'
 	DataTombstone = 'x'

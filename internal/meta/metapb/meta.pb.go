@@ -384,8 +384,15 @@ type ClusterProperties struct {
 	MaxRaftGroupId      uint64                 `protobuf:"varint,8,opt,name=max_raft_group_id,json=maxRaftGroupId,proto3" json:"max_raft_group_id,omitempty"`
 	FailureDomainKeys   []string               `protobuf:"bytes,9,rep,name=failure_domain_keys,json=failureDomainKeys,proto3" json:"failure_domain_keys,omitempty"`
 	BucketsBootstrapped bool                   `protobuf:"varint,10,opt,name=buckets_bootstrapped,json=bucketsBootstrapped,proto3" json:"buckets_bootstrapped,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Raised by every change of the spaces (DDL).
+	SchemaVersion uint64 `protobuf:"varint,11,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// The highest space id ever given out; never reused.
+	MaxSpaceId uint32 `protobuf:"varint,12,opt,name=max_space_id,json=maxSpaceId,proto3" json:"max_space_id,omitempty"`
+	// The replicaset that got every bucket when buckets were bootstrapped
+	// (it creates their records in its own log, generation 1).
+	BucketBootstrapReplicaset string `protobuf:"bytes,13,opt,name=bucket_bootstrap_replicaset,json=bucketBootstrapReplicaset,proto3" json:"bucket_bootstrap_replicaset,omitempty"`
+	unknownFields             protoimpl.UnknownFields
+	sizeCache                 protoimpl.SizeCache
 }
 
 func (x *ClusterProperties) Reset() {
@@ -488,6 +495,177 @@ func (x *ClusterProperties) GetBucketsBootstrapped() bool {
 	return false
 }
 
+func (x *ClusterProperties) GetSchemaVersion() uint64 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetMaxSpaceId() uint32 {
+	if x != nil {
+		return x.MaxSpaceId
+	}
+	return 0
+}
+
+func (x *ClusterProperties) GetBucketBootstrapReplicaset() string {
+	if x != nil {
+		return x.BucketBootstrapReplicaset
+	}
+	return ""
+}
+
+// Field is one field of a space's format.
+type Field struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// A tuple type name: unsigned, integer, double, string, boolean, bytes, uuid.
+	Type          string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Nullable      bool   `protobuf:"varint,3,opt,name=nullable,proto3" json:"nullable,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Field) Reset() {
+	*x = Field{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Field) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Field) ProtoMessage() {}
+
+func (x *Field) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Field.ProtoReflect.Descriptor instead.
+func (*Field) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Field) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Field) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Field) GetNullable() bool {
+	if x != nil {
+		return x.Nullable
+	}
+	return false
+}
+
+// Space is a space's definition.
+type Space struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Name   string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Id     uint32                 `protobuf:"varint,2,opt,name=id,proto3" json:"id,omitempty"`
+	Format []*Field               `protobuf:"bytes,3,rep,name=format,proto3" json:"format,omitempty"`
+	// The primary key's fields, by 0-based field index, in key order.
+	PrimaryKey []uint32 `protobuf:"varint,4,rep,packed,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
+	// How many leading parts of the primary key make the sharding key.
+	ShardingKeyParts uint32 `protobuf:"varint,5,opt,name=sharding_key_parts,json=shardingKeyParts,proto3" json:"sharding_key_parts,omitempty"`
+	// The schema version at which it was created.
+	SchemaVersion uint64 `protobuf:"varint,6,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Space) Reset() {
+	*x = Space{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Space) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Space) ProtoMessage() {}
+
+func (x *Space) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Space.ProtoReflect.Descriptor instead.
+func (*Space) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Space) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Space) GetId() uint32 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *Space) GetFormat() []*Field {
+	if x != nil {
+		return x.Format
+	}
+	return nil
+}
+
+func (x *Space) GetPrimaryKey() []uint32 {
+	if x != nil {
+		return x.PrimaryKey
+	}
+	return nil
+}
+
+func (x *Space) GetShardingKeyParts() uint32 {
+	if x != nil {
+		return x.ShardingKeyParts
+	}
+	return 0
+}
+
+func (x *Space) GetSchemaVersion() uint64 {
+	if x != nil {
+		return x.SchemaVersion
+	}
+	return 0
+}
+
 // Lease is a named lease with a fencing ticket.
 type Lease struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -503,7 +681,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +693,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +706,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Lease) GetName() string {
@@ -585,7 +763,7 @@ type BucketRange struct {
 
 func (x *BucketRange) Reset() {
 	*x = BucketRange{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -597,7 +775,7 @@ func (x *BucketRange) String() string {
 func (*BucketRange) ProtoMessage() {}
 
 func (x *BucketRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -610,7 +788,7 @@ func (x *BucketRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
 func (*BucketRange) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *BucketRange) GetFirst() uint32 {
@@ -650,7 +828,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -662,7 +840,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -675,7 +853,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -748,6 +926,8 @@ type Command struct {
 	//	*Command_RenewLease
 	//	*Command_ReleaseLease
 	//	*Command_SetAddress
+	//	*Command_CreateSpace
+	//	*Command_DropSpace
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -755,7 +935,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +947,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +960,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -896,6 +1076,24 @@ func (x *Command) GetSetAddress() *SetAddress {
 	return nil
 }
 
+func (x *Command) GetCreateSpace() *CreateSpace {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateSpace); ok {
+			return x.CreateSpace
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDropSpace() *DropSpace {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DropSpace); ok {
+			return x.DropSpace
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -944,6 +1142,14 @@ type Command_SetAddress struct {
 	SetAddress *SetAddress `protobuf:"bytes,20,opt,name=set_address,json=setAddress,proto3,oneof"`
 }
 
+type Command_CreateSpace struct {
+	CreateSpace *CreateSpace `protobuf:"bytes,21,opt,name=create_space,json=createSpace,proto3,oneof"`
+}
+
+type Command_DropSpace struct {
+	DropSpace *DropSpace `protobuf:"bytes,22,opt,name=drop_space,json=dropSpace,proto3,oneof"`
+}
+
 func (*Command_Boot) isCommand_Op() {}
 
 func (*Command_Join) isCommand_Op() {}
@@ -966,6 +1172,10 @@ func (*Command_ReleaseLease) isCommand_Op() {}
 
 func (*Command_SetAddress) isCommand_Op() {}
 
+func (*Command_CreateSpace) isCommand_Op() {}
+
+func (*Command_DropSpace) isCommand_Op() {}
+
 // Boot is the first command of a cluster (K6): its properties and first instance.
 type Boot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -977,7 +1187,7 @@ type Boot struct {
 
 func (x *Boot) Reset() {
 	*x = Boot{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -989,7 +1199,7 @@ func (x *Boot) String() string {
 func (*Boot) ProtoMessage() {}
 
 func (x *Boot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1002,7 +1212,7 @@ func (x *Boot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Boot.ProtoReflect.Descriptor instead.
 func (*Boot) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Boot) GetProperties() *ClusterProperties {
@@ -1029,7 +1239,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1251,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1264,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Join) GetRequest() *JoinRequest {
@@ -1077,7 +1287,7 @@ type SetTargetGrade struct {
 
 func (x *SetTargetGrade) Reset() {
 	*x = SetTargetGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1089,7 +1299,7 @@ func (x *SetTargetGrade) String() string {
 func (*SetTargetGrade) ProtoMessage() {}
 
 func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1102,7 +1312,7 @@ func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTargetGrade.ProtoReflect.Descriptor instead.
 func (*SetTargetGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetTargetGrade) GetInstanceId() string {
@@ -1147,7 +1357,7 @@ type SetCurrentGrade struct {
 
 func (x *SetCurrentGrade) Reset() {
 	*x = SetCurrentGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1159,7 +1369,7 @@ func (x *SetCurrentGrade) String() string {
 func (*SetCurrentGrade) ProtoMessage() {}
 
 func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1172,7 +1382,7 @@ func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentGrade.ProtoReflect.Descriptor instead.
 func (*SetCurrentGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetCurrentGrade) GetInstanceId() string {
@@ -1208,7 +1418,7 @@ type SetReplicaset struct {
 
 func (x *SetReplicaset) Reset() {
 	*x = SetReplicaset{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1220,7 +1430,7 @@ func (x *SetReplicaset) String() string {
 func (*SetReplicaset) ProtoMessage() {}
 
 func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1233,7 +1443,7 @@ func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicaset.ProtoReflect.Descriptor instead.
 func (*SetReplicaset) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetReplicaset) GetReplicasetId() string {
@@ -1273,7 +1483,7 @@ type AssignBuckets struct {
 
 func (x *AssignBuckets) Reset() {
 	*x = AssignBuckets{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1285,7 +1495,7 @@ func (x *AssignBuckets) String() string {
 func (*AssignBuckets) ProtoMessage() {}
 
 func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1298,7 +1508,7 @@ func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignBuckets.ProtoReflect.Descriptor instead.
 func (*AssignBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AssignBuckets) GetRanges() []*BucketRange {
@@ -1316,7 +1526,7 @@ type BumpSharding struct {
 
 func (x *BumpSharding) Reset() {
 	*x = BumpSharding{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1538,7 @@ func (x *BumpSharding) String() string {
 func (*BumpSharding) ProtoMessage() {}
 
 func (x *BumpSharding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1551,7 @@ func (x *BumpSharding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpSharding.ProtoReflect.Descriptor instead.
 func (*BumpSharding) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 type AcquireLease struct {
@@ -1355,7 +1565,7 @@ type AcquireLease struct {
 
 func (x *AcquireLease) Reset() {
 	*x = AcquireLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1367,7 +1577,7 @@ func (x *AcquireLease) String() string {
 func (*AcquireLease) ProtoMessage() {}
 
 func (x *AcquireLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1380,7 +1590,7 @@ func (x *AcquireLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLease.ProtoReflect.Descriptor instead.
 func (*AcquireLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AcquireLease) GetName() string {
@@ -1416,7 +1626,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1638,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1651,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RenewLease) GetName() string {
@@ -1485,7 +1695,7 @@ type ReleaseLease struct {
 
 func (x *ReleaseLease) Reset() {
 	*x = ReleaseLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1707,7 @@ func (x *ReleaseLease) String() string {
 func (*ReleaseLease) ProtoMessage() {}
 
 func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1720,7 @@ func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLease.ProtoReflect.Descriptor instead.
 func (*ReleaseLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReleaseLease) GetName() string {
@@ -1559,7 +1769,7 @@ type SetAddress struct {
 
 func (x *SetAddress) Reset() {
 	*x = SetAddress{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1781,7 @@ func (x *SetAddress) String() string {
 func (*SetAddress) ProtoMessage() {}
 
 func (x *SetAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1794,7 @@ func (x *SetAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAddress.ProtoReflect.Descriptor instead.
 func (*SetAddress) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetAddress) GetInstanceId() string {
@@ -1604,6 +1814,108 @@ func (x *SetAddress) GetAddress() string {
 func (x *SetAddress) GetHttpAddress() string {
 	if x != nil {
 		return x.HttpAddress
+	}
+	return ""
+}
+
+// CreateSpace defines a space; apply assigns its id and raises the schema
+// version.
+type CreateSpace struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space *Space                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// Succeed without a change when a space of that name and definition
+	// exists.
+	IfNotExists   bool `protobuf:"varint,2,opt,name=if_not_exists,json=ifNotExists,proto3" json:"if_not_exists,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateSpace) Reset() {
+	*x = CreateSpace{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateSpace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateSpace) ProtoMessage() {}
+
+func (x *CreateSpace) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateSpace.ProtoReflect.Descriptor instead.
+func (*CreateSpace) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *CreateSpace) GetSpace() *Space {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
+func (x *CreateSpace) GetIfNotExists() bool {
+	if x != nil {
+		return x.IfNotExists
+	}
+	return false
+}
+
+// DropSpace removes a space; every replicaset deletes its tuples when it
+// applies the new schema.
+type DropSpace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropSpace) Reset() {
+	*x = DropSpace{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropSpace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropSpace) ProtoMessage() {}
+
+func (x *DropSpace) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropSpace.ProtoReflect.Descriptor instead.
+func (*DropSpace) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *DropSpace) GetName() string {
+	if x != nil {
+		return x.Name
 	}
 	return ""
 }
@@ -1643,7 +1955,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12,\n" +
 	"\x12leader_instance_id\x18\x05 \x01(\tR\x10leaderInstanceId\x122\n" +
 	"\x15bootstrap_instance_id\x18\x06 \x01(\tR\x13bootstrapInstanceId\x12\x1a\n" +
-	"\bexpelled\x18\a \x01(\bR\bexpelled\"\xb4\x03\n" +
+	"\bexpelled\x18\a \x01(\bR\bexpelled\"\xbd\x04\n" +
 	"\x11ClusterProperties\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -1656,7 +1968,23 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x11max_raft_group_id\x18\b \x01(\x04R\x0emaxRaftGroupId\x12.\n" +
 	"\x13failure_domain_keys\x18\t \x03(\tR\x11failureDomainKeys\x121\n" +
 	"\x14buckets_bootstrapped\x18\n" +
-	" \x01(\bR\x13bucketsBootstrapped\"\xb1\x01\n" +
+	" \x01(\bR\x13bucketsBootstrapped\x12%\n" +
+	"\x0eschema_version\x18\v \x01(\x04R\rschemaVersion\x12 \n" +
+	"\fmax_space_id\x18\f \x01(\rR\n" +
+	"maxSpaceId\x12>\n" +
+	"\x1bbucket_bootstrap_replicaset\x18\r \x01(\tR\x19bucketBootstrapReplicaset\"K\n" +
+	"\x05Field\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
+	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xd2\x01\n" +
+	"\x05Space\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
+	"\x02id\x18\x02 \x01(\rR\x02id\x12/\n" +
+	"\x06format\x18\x03 \x03(\v2\x17.shardkit.meta.v1.FieldR\x06format\x12\x1f\n" +
+	"\vprimary_key\x18\x04 \x03(\rR\n" +
+	"primaryKey\x12,\n" +
+	"\x12sharding_key_parts\x18\x05 \x01(\rR\x10shardingKeyParts\x12%\n" +
+	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\"\xb1\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +
@@ -1680,7 +2008,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x95\x06\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\a\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12,\n" +
 	"\x04boot\x18\n" +
@@ -1696,7 +2024,10 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"renewLease\x12E\n" +
 	"\rrelease_lease\x18\x13 \x01(\v2\x1e.shardkit.meta.v1.ReleaseLeaseH\x00R\freleaseLease\x12?\n" +
 	"\vset_address\x18\x14 \x01(\v2\x1c.shardkit.meta.v1.SetAddressH\x00R\n" +
-	"setAddressB\x04\n" +
+	"setAddress\x12B\n" +
+	"\fcreate_space\x18\x15 \x01(\v2\x1d.shardkit.meta.v1.CreateSpaceH\x00R\vcreateSpace\x12<\n" +
+	"\n" +
+	"drop_space\x18\x16 \x01(\v2\x1b.shardkit.meta.v1.DropSpaceH\x00R\tdropSpaceB\x04\n" +
 	"\x02op\"\x80\x01\n" +
 	"\x04Boot\x12C\n" +
 	"\n" +
@@ -1748,7 +2079,12 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12!\n" +
-	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress*\xe3\x01\n" +
+	"\fhttp_address\x18\x03 \x01(\tR\vhttpAddress\"`\n" +
+	"\vCreateSpace\x12-\n" +
+	"\x05space\x18\x01 \x01(\v2\x17.shardkit.meta.v1.SpaceR\x05space\x12\"\n" +
+	"\rif_not_exists\x18\x02 \x01(\bR\vifNotExists\"\x1f\n" +
+	"\tDropSpace\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name*\xe3\x01\n" +
 	"\fGradeVariant\x12\x1d\n" +
 	"\x19GRADE_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15GRADE_VARIANT_OFFLINE\x10\x01\x12\x1d\n" +
@@ -1771,60 +2107,68 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(GradeVariant)(0),         // 0: shardkit.meta.v1.GradeVariant
 	(*Grade)(nil),             // 1: shardkit.meta.v1.Grade
 	(*Instance)(nil),          // 2: shardkit.meta.v1.Instance
 	(*Replicaset)(nil),        // 3: shardkit.meta.v1.Replicaset
 	(*ClusterProperties)(nil), // 4: shardkit.meta.v1.ClusterProperties
-	(*Lease)(nil),             // 5: shardkit.meta.v1.Lease
-	(*BucketRange)(nil),       // 6: shardkit.meta.v1.BucketRange
-	(*JoinRequest)(nil),       // 7: shardkit.meta.v1.JoinRequest
-	(*Command)(nil),           // 8: shardkit.meta.v1.Command
-	(*Boot)(nil),              // 9: shardkit.meta.v1.Boot
-	(*Join)(nil),              // 10: shardkit.meta.v1.Join
-	(*SetTargetGrade)(nil),    // 11: shardkit.meta.v1.SetTargetGrade
-	(*SetCurrentGrade)(nil),   // 12: shardkit.meta.v1.SetCurrentGrade
-	(*SetReplicaset)(nil),     // 13: shardkit.meta.v1.SetReplicaset
-	(*AssignBuckets)(nil),     // 14: shardkit.meta.v1.AssignBuckets
-	(*BumpSharding)(nil),      // 15: shardkit.meta.v1.BumpSharding
-	(*AcquireLease)(nil),      // 16: shardkit.meta.v1.AcquireLease
-	(*RenewLease)(nil),        // 17: shardkit.meta.v1.RenewLease
-	(*ReleaseLease)(nil),      // 18: shardkit.meta.v1.ReleaseLease
-	(*SetAddress)(nil),        // 19: shardkit.meta.v1.SetAddress
-	nil,                       // 20: shardkit.meta.v1.Instance.FailureDomainEntry
-	nil,                       // 21: shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	(*Field)(nil),             // 5: shardkit.meta.v1.Field
+	(*Space)(nil),             // 6: shardkit.meta.v1.Space
+	(*Lease)(nil),             // 7: shardkit.meta.v1.Lease
+	(*BucketRange)(nil),       // 8: shardkit.meta.v1.BucketRange
+	(*JoinRequest)(nil),       // 9: shardkit.meta.v1.JoinRequest
+	(*Command)(nil),           // 10: shardkit.meta.v1.Command
+	(*Boot)(nil),              // 11: shardkit.meta.v1.Boot
+	(*Join)(nil),              // 12: shardkit.meta.v1.Join
+	(*SetTargetGrade)(nil),    // 13: shardkit.meta.v1.SetTargetGrade
+	(*SetCurrentGrade)(nil),   // 14: shardkit.meta.v1.SetCurrentGrade
+	(*SetReplicaset)(nil),     // 15: shardkit.meta.v1.SetReplicaset
+	(*AssignBuckets)(nil),     // 16: shardkit.meta.v1.AssignBuckets
+	(*BumpSharding)(nil),      // 17: shardkit.meta.v1.BumpSharding
+	(*AcquireLease)(nil),      // 18: shardkit.meta.v1.AcquireLease
+	(*RenewLease)(nil),        // 19: shardkit.meta.v1.RenewLease
+	(*ReleaseLease)(nil),      // 20: shardkit.meta.v1.ReleaseLease
+	(*SetAddress)(nil),        // 21: shardkit.meta.v1.SetAddress
+	(*CreateSpace)(nil),       // 22: shardkit.meta.v1.CreateSpace
+	(*DropSpace)(nil),         // 23: shardkit.meta.v1.DropSpace
+	nil,                       // 24: shardkit.meta.v1.Instance.FailureDomainEntry
+	nil,                       // 25: shardkit.meta.v1.JoinRequest.FailureDomainEntry
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: shardkit.meta.v1.Grade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	20, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
+	24, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
 	1,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
 	1,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
-	21, // 4: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
-	9,  // 5: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
-	10, // 6: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
-	11, // 7: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
-	12, // 8: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
-	13, // 9: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
-	14, // 10: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
-	15, // 11: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
-	16, // 12: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
-	17, // 13: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
-	18, // 14: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
-	19, // 15: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
-	4,  // 16: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
-	7,  // 17: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
-	7,  // 18: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
-	0,  // 19: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	0,  // 20: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	1,  // 21: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
-	6,  // 22: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	5,  // 4: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
+	25, // 5: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	11, // 6: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
+	12, // 7: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
+	13, // 8: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
+	14, // 9: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
+	15, // 10: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
+	16, // 11: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
+	17, // 12: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
+	18, // 13: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
+	19, // 14: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
+	20, // 15: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
+	21, // 16: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
+	22, // 17: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
+	23, // 18: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
+	4,  // 19: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
+	9,  // 20: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
+	9,  // 21: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
+	0,  // 22: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	0,  // 23: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	1,  // 24: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
+	8,  // 25: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
+	6,  // 26: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -1832,7 +2176,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 	if File_internal_meta_metapb_meta_proto != nil {
 		return
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[7].OneofWrappers = []any{
+	file_internal_meta_metapb_meta_proto_msgTypes[9].OneofWrappers = []any{
 		(*Command_Boot)(nil),
 		(*Command_Join)(nil),
 		(*Command_SetTargetGrade)(nil),
@@ -1844,15 +2188,17 @@ func file_internal_meta_metapb_meta_proto_init() {
 		(*Command_RenewLease)(nil),
 		(*Command_ReleaseLease)(nil),
 		(*Command_SetAddress)(nil),
+		(*Command_CreateSpace)(nil),
+		(*Command_DropSpace)(nil),
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[12].OneofWrappers = []any{}
+	file_internal_meta_metapb_meta_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

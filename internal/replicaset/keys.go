@@ -1,0 +1,85 @@
+package replicaset
+
+import (
+	"encoding/binary"
+
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// keys builds the keys of one replicaset group's data, laid out as
+// internal/storage's keyspace list says (under d/<group>/).
+type keys struct {
+	prefix []byte // d/<group>/
+}
+
+func newKeys(g uint64) keys { return keys{prefix: storage.GroupPrefix(storage.PrefixData, g)} }
+
+func (k keys) sub(tag byte, extra int) []byte {
+	out := make([]byte, 0, len(k.prefix)+2+extra)
+	out = append(out, k.prefix...)
+	return append(out, tag, '/')
+}
+
+// space is s/<space:4>.
+func (k keys) space(id uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataSpace, 4), id)
+}
+
+func (k keys) spaces() []byte { return k.sub(storage.DataSpace, 0) }
+
+// schema is the applied schema version's key.
+func (k keys) schema() []byte { return k.sub(storage.DataSchema, 0) }
+
+// clock is the largest leader-stamped time applied.
+func (k keys) clock() []byte { return k.sub(storage.DataClock, 0) }
+
+// bucket is b/<bucket:4>.
+func (k keys) bucket(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataBucket, 4), b)
+}
+
+func (k keys) buckets() []byte { return k.sub(storage.DataBucket, 0) }
+
+// tuplePrefix is t/<bucket:4><space:4>: one space's tuples in one bucket.
+func (k keys) tuplePrefix(b, space uint32) []byte {
+	out := binary.BigEndian.AppendUint32(k.sub(storage.DataTuple, 8), b)
+	return binary.BigEndian.AppendUint32(out, space)
+}
+
+// bucketTuples is t/<bucket:4>: every tuple of a bucket.
+func (k keys) bucketTuples(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataTuple, 4), b)
+}
+
+// tuple is t/<bucket:4><space:4><key>.
+func (k keys) tuple(b, space uint32, key []byte) []byte {
+	p := k.tuplePrefix(b, space)
+	out := make([]byte, 0, len(p)+len(key))
+	return append(append(out, p...), key...)
+}
+
+// tombstone is x/<bucket:4><space:4><key>.
+func (k keys) tombstone(b, space uint32, key []byte) []byte {
+	out := binary.BigEndian.AppendUint32(k.sub(storage.DataTombstone, 8+len(key)), b)
+	out = binary.BigEndian.AppendUint32(out, space)
+	return append(out, key...)
+}
+
+// count is n/<bucket:4><space:4>.
+func (k keys) count(b, space uint32) []byte {
+	out := binary.BigEndian.AppendUint32(k.sub(storage.DataCount, 8), b)
+	return binary.BigEndian.AppendUint32(out, space)
+}
+
+func (k keys) counts() []byte { return k.sub(storage.DataCount, 0) }
+
+// request is r/<id:16>.
+func (k keys) request(id []byte) []byte { return append(k.sub(storage.DataRequest, len(id)), id...) }
+
+// requestAt is q/<ms:8><id:16>, and requestsAt the prefix of them all.
+func (k keys) requestAt(ms int64, id []byte) []byte {
+	out := binary.BigEndian.AppendUint64(k.sub(storage.DataRequestAt, 8+len(id)), uint64(ms))
+	return append(out, id...)
+}
+
+func (k keys) requestsAt() []byte { return k.sub(storage.DataRequestAt, 0) }
