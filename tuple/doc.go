@@ -7,9 +7,10 @@
 // encoding (AppendKey, DecodeKey), the tuple encoding (AppendTuple,
 // DecodeTuple, DecodeField), formats (Field, Format, Check), the JSON
 // form of tuples and keys used by the CLI and the HTTP API
-// (ParseJSONTuple, ParseJSONKey, AppendJSON), the limits
-// (MaxFields, MaxKeyParts, MaxNameLen), the refusals (Error and its
-// classes).
+// (ParseJSONTuple, ParseJSONKey, AppendJSON), Tarantool's update ops
+// (Op, ApplyOps, ParseJSONOps, and their frozen encoding AppendOps,
+// DecodeOps), the limits (MaxFields, MaxKeyParts, MaxNameLen, MaxOps), the
+// refusals (Error and its classes).
 //
 // It must never do I/O or hold package-level mutable state, and it must
 // never change an encoding once released: data on disk, in Raft logs and
@@ -58,6 +59,15 @@
 // bytes from base64, UUIDs from their 8-4-4-4-12 form; elements beyond the
 // format are inferred. AppendJSON writes what ParseJSONTuple reads back
 // as the same tuple.
+//
+// # Update ops
+//
+// An update is a list of Tarantool's ops (= + - & | ^ ! # :) on fields
+// named or numbered (1-based, negative from the end). ApplyOps applies
+// them in order to a copy of a tuple and checks the result against the
+// format: integer arithmetic is exact and refuses overflow, a double on
+// either side makes a double, an unsigned field driven negative is
+// refused. AppendOps and DecodeOps carry an update in a Raft command.
 //
 // # Refusals
 //

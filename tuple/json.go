@@ -32,7 +32,7 @@ import (
 // field: `element 3 (price): expected double, got string "x"`.
 func ParseJSONTuple(data []byte, f Format) (Tuple, error) {
 	var t Tuple
-	err := parseJSONArray(data, "tuple", MaxFields, func(i int, raw []byte) error {
+	err := parseJSONArray(data, "tuple", "elements", MaxFields, func(i int, raw []byte) error {
 		var fd *Field
 		if i < len(f) {
 			fd = &f[i]
@@ -67,7 +67,7 @@ func ParseJSONKey(data []byte, parts Format) ([]Value, error) {
 		}
 	}
 	key := make([]Value, 0, len(parts))
-	err := parseJSONArray(data, "key", len(parts), func(i int, raw []byte) error {
+	err := parseJSONArray(data, "key", "elements", len(parts), func(i int, raw []byte) error {
 		v, msg := fromJSON(raw, &parts[i])
 		if msg == "" && v.kind == KindDouble && v.num == canonicalNaN {
 			return fieldError(ErrNaN, "key part", i+1, parts[i].Name, "NaN cannot be part of a key")
@@ -125,8 +125,8 @@ func nameOf(fd *Field) string {
 
 // parseJSONArray checks that data is one JSON array and calls fn with each
 // element (0-based) in order; more than limit elements is ErrLimit. what
-// names the array in messages.
-func parseJSONArray(data []byte, what string, limit int, fn func(i int, raw []byte) error) error {
+// names the array in messages, elems its elements.
+func parseJSONArray(data []byte, what, elems string, limit int, fn func(i int, raw []byte) error) error {
 	if !json.Valid(data) {
 		var v any
 		err := json.Unmarshal(data, &v)
@@ -143,7 +143,7 @@ func parseJSONArray(data []byte, what string, limit int, fn func(i int, raw []by
 	}
 	for i := 0; dec.More(); i++ {
 		if i >= limit {
-			return newError(ErrLimit, "the %s has more than %d elements", what, limit)
+			return newError(ErrLimit, "the %s has more than %d %s", what, limit, elems)
 		}
 		var raw json.RawMessage
 		if err := dec.Decode(&raw); err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -230,4 +231,23 @@ func FuzzDecodeKey(f *testing.F) {
 			t.Fatalf("DecodeKey(%x) = %v, which encodes as %x: not canonical", b, key, again)
 		}
 	})
+}
+
+func ExampleAppendKey() {
+	// A key of a user id and an order name: its bytes sort as the keys do.
+	a, _ := AppendKey(nil, Uint(7), String("a\x00b"))
+	b, _ := AppendKey(nil, Uint(7), String("ab"))
+	fmt.Printf("%x\n%x\n%d\n", a, b, bytes.Compare(a, b))
+
+	key, _ := DecodeKey(a)
+	fmt.Println(key)
+
+	_, err := AppendKey(nil, Double(math.NaN()))
+	fmt.Println(err)
+	// Output:
+	// 050000000000000007076100ff620001
+	// 0500000000000000070761620001
+	// -1
+	// [7 "a\x00b"]
+	// key part 1: NaN cannot be part of a key
 }

@@ -1,6 +1,7 @@
 // Package storage owns the instance's single Pebble database: how it is
-// opened and tuned, and (as the data layer lands) the keyspaces, the
-// order-preserving key codec and the tuple codec.
+// opened and tuned, and (as the data layer lands) the keyspaces. Keys and
+// stored tuples are encoded by the public package tuple (its frozen key
+// and tuple codecs), which the client shares.
 //
 // It must never know about Raft, the network or the cluster: the rooms
 // above decide what to store; this package only says how.
