@@ -46,11 +46,6 @@ func (k keys) tuplePrefix(b, space uint32) []byte {
 	return binary.BigEndian.AppendUint32(out, space)
 }
 
-// bucketTuples is t/<bucket:4>: every tuple of a bucket.
-func (k keys) bucketTuples(b uint32) []byte {
-	return binary.BigEndian.AppendUint32(k.sub(storage.DataTuple, 4), b)
-}
-
 // tuple is t/<bucket:4><space:4><key>.
 func (k keys) tuple(b, space uint32, key []byte) []byte {
 	p := k.tuplePrefix(b, space)

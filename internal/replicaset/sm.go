@@ -1,65 +1,214 @@
 package replicaset
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
-// Command kinds.
-const (
-	// OpBarrier does nothing but take a place in the log: once a member has
-	// applied it, it has every entry committed before it.
-	OpBarrier byte = 1
-)
+// RequestIDWindow is how long a replicaset remembers a write's request id
+// (by the leader-stamped clock of its log): a retry of the write within
+// the window returns the first answer and is not applied again. Clients
+// retry within their call's deadline, far inside it.
+const RequestIDWindow = 2 * time.Minute
 
-// ErrBadCommand: a command this state machine cannot decode.
+// ErrBadCommand: a log entry this state machine cannot decode.
 var ErrBadCommand = errors.New("replicaset: bad command")
 
-// BarrierCommand returns the encoded barrier.
-func BarrierCommand() []byte { return []byte{OpBarrier} }
-
-// BarrierResult is the result of a barrier: its log index.
-type BarrierResult struct{ Index uint64 }
-
-// SM is one replicaset group's state machine.
+// SM is one replicaset group's state machine. It keeps in memory only the
+// applied schema (a published, immutable Schema); everything else is read
+// from the database.
 type SM struct {
-	prefix []byte
+	db    *pebble.DB
+	group multiraft.GroupID
+	k     keys
+	// window is RequestIDWindow, shorter in tests.
+	window time.Duration
+
+	schema atomic.Pointer[Schema]
+	clock  int64 // only the applying goroutine uses it
+
+	mu      sync.Mutex
+	changed chan struct{}
 }
 
 var _ multiraft.StateMachine = (*SM)(nil)
 
-// New returns the state machine of the replicaset group g.
-func New(g multiraft.GroupID) *SM {
-	return &SM{prefix: storage.GroupPrefix(storage.PrefixData, uint64(g))}
+// New returns the state machine of replicaset group g over db, with the
+// schema it has applied before (if any).
+func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
+	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{})}
+	if err := sm.load(db); err != nil {
+		return nil, err
+	}
+	return sm, nil
 }
 
-// Apply implements multiraft.StateMachine.
-func (s *SM) Apply(_ *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
-	out := make([]any, len(entries))
-	for i, e := range entries {
-		switch {
-		case len(e.Cmd) == 1 && e.Cmd[0] == OpBarrier:
-			out[i] = BarrierResult{Index: e.Index}
-		default:
-			out[i] = fmt.Errorf("%w at index %d", ErrBadCommand, e.Index)
+// Group returns the group's id.
+func (sm *SM) Group() multiraft.GroupID { return sm.group }
+
+// Schema returns the applied schema.
+func (sm *SM) Schema() *Schema { return sm.schema.Load() }
+
+// Changed returns a channel closed at the next change of the schema or of
+// any bucket's state.
+func (sm *SM) Changed() <-chan struct{} {
+	sm.mu.Lock()
+	defer sm.mu.Unlock()
+	return sm.changed
+}
+
+func (sm *SM) notify() {
+	sm.mu.Lock()
+	close(sm.changed)
+	sm.changed = make(chan struct{})
+	sm.mu.Unlock()
+}
+
+// load reads the applied schema and clock.
+func (sm *SM) load(r pebble.Reader) error {
+	s := emptySchema()
+	if v, err := get(r, sm.k.schema()); err != nil {
+		return err
+	} else if len(v) == 8 {
+		s.Version = binary.BigEndian.Uint64(v)
+	}
+	err := scan(r, sm.k.spaces(), func(_, v []byte) error {
+		d := &rspb.Space{}
+		if err := proto.Unmarshal(v, d); err != nil {
+			return fmt.Errorf("replicaset: stored space: %w", err)
 		}
+		sp, err := CompileSpace(d)
+		if err != nil {
+			return err
+		}
+		s.add(sp)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sm.schema.Store(s)
+	sm.clock = 0
+	if v, err := get(r, sm.k.clock()); err != nil {
+		return err
+	} else if len(v) == 8 {
+		sm.clock = int64(binary.BigEndian.Uint64(v))
+	}
+	return nil
+}
+
+// get returns a copy of the value at key (nil when absent).
+func get(r pebble.Reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	return bytes.Clone(v), nil
+}
+
+// scan calls fn for every key with prefix (key and value valid during the call).
+func scan(r pebble.Reader, prefix []byte, fn func(k, v []byte) error) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err == nil {
+			err = fn(it.Key(), v)
+		}
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	if err := it.Error(); err != nil {
+		_ = it.Close()
+		return err
+	}
+	return it.Close()
+}
+
+// Encode marshals a command for Group.Propose.
+func Encode(c *rspb.Command) ([]byte, error) { return proto.Marshal(c) }
+
+// Apply implements multiraft.StateMachine.
+func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
+	out := make([]any, len(entries))
+	notify := false
+	for i, e := range entries {
+		cmd := &rspb.Command{}
+		if len(e.Cmd) == 0 {
+			out[i] = nil // an empty entry (a new leader's first) does nothing
+			continue
+		}
+		if err := proto.Unmarshal(e.Cmd, cmd); err != nil {
+			out[i] = fmt.Errorf("%w at index %d: %w", ErrBadCommand, e.Index, err)
+			continue
+		}
+		sm.clock = max(sm.clock, cmd.GetNowUnixMs())
+		a := &applier{sm: sm, b: b, index: e.Index, now: sm.clock}
+		switch op := cmd.GetOp().(type) {
+		case *rspb.Command_Batch:
+			out[i] = a.batch(op.Batch)
+		case *rspb.Command_SetSchema:
+			out[i] = a.setSchema(op.SetSchema)
+			notify = true
+		case *rspb.Command_CreateBuckets:
+			out[i] = a.createBuckets(op.CreateBuckets)
+			notify = true
+		default:
+			out[i] = fmt.Errorf("%w at index %d: unknown operation %T", ErrBadCommand, e.Index, op)
+		}
+		if a.err != nil {
+			return nil, a.err
+		}
+	}
+	a := &applier{sm: sm, b: b, now: sm.clock}
+	a.expireRequests(2*len(entries) + 64)
+	if a.err == nil {
+		a.err = b.Set(sm.k.clock(), binary.BigEndian.AppendUint64(nil, uint64(sm.clock)), nil)
+	}
+	if a.err != nil {
+		return nil, a.err
+	}
+	if notify {
+		sm.notify()
 	}
 	return out, nil
 }
 
 // Snapshot implements multiraft.StateMachine.
-func (s *SM) Snapshot(ctx context.Context, r pebble.Reader, w io.Writer) error {
-	return storage.WritePrefixSnapshot(ctx, r, s.prefix, w)
+func (sm *SM) Snapshot(ctx context.Context, r pebble.Reader, w io.Writer) error {
+	return storage.WritePrefixSnapshot(ctx, r, sm.k.prefix, w)
 }
 
 // Restore implements multiraft.StateMachine.
-func (s *SM) Restore(ctx context.Context, db *pebble.DB, r io.Reader) error {
-	return storage.RestorePrefixSnapshot(ctx, db, s.prefix, r)
+func (sm *SM) Restore(ctx context.Context, db *pebble.DB, r io.Reader) error {
+	if err := storage.RestorePrefixSnapshot(ctx, db, sm.k.prefix, r); err != nil {
+		return err
+	}
+	if err := sm.load(db); err != nil {
+		return err
+	}
+	sm.notify()
+	return nil
 }

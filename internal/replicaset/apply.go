@@ -1,0 +1,447 @@
+package replicaset
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// BatchOutcome is what applying a Batch returns to its proposer.
+type BatchOutcome struct {
+	Result *rspb.BatchResult
+	// Duplicate: the request id was seen within RequestIDWindow; Result is
+	// the first application's and nothing was applied now.
+	Duplicate bool
+}
+
+// SchemaOutcome is what applying a SetSchema returns: the version in force.
+type SchemaOutcome struct{ Version uint64 }
+
+// BucketsOutcome is what applying a CreateBuckets returns: how many
+// records it created (the others existed).
+type BucketsOutcome struct{ Created int }
+
+// applier applies one entry (or, for expiry, a run) into the apply batch.
+// Reads go through the batch, so they see the run's earlier writes.
+type applier struct {
+	sm    *SM
+	b     *pebble.Batch
+	index uint64
+	now   int64
+	err   error // a storage failure: stops the host
+}
+
+func (a *applier) get(key []byte) []byte {
+	if a.err != nil {
+		return nil
+	}
+	v, err := get(a.b, key)
+	a.err = err
+	return v
+}
+
+func (a *applier) set(key, value []byte) {
+	if a.err == nil {
+		a.err = a.b.Set(key, value, nil)
+	}
+}
+
+func (a *applier) del(key []byte) {
+	if a.err == nil {
+		a.err = a.b.Delete(key, nil)
+	}
+}
+
+func (a *applier) delRange(prefix []byte) {
+	if a.err == nil {
+		a.err = a.b.DeleteRange(prefix, storage.PrefixEnd(prefix), nil)
+	}
+}
+
+func refusal(code rspb.Refusal_Code, op int, format string, args ...any) *rspb.BatchResult {
+	return &rspb.BatchResult{Refusal: &rspb.Refusal{Code: code, Op: uint32(op), Message: fmt.Sprintf(format, args...)}}
+}
+
+// A stored tuple is its version (8 bytes, big-endian) and its encoding.
+func encodeStored(version uint64, t []byte) []byte {
+	out := make([]byte, 8, 8+len(t))
+	binary.BigEndian.PutUint64(out, version)
+	return append(out, t...)
+}
+
+func decodeStored(v []byte) (uint64, []byte, error) {
+	if len(v) < 8 {
+		return 0, nil, fmt.Errorf("replicaset: stored tuple of %d bytes", len(v))
+	}
+	return binary.BigEndian.Uint64(v), v[8:], nil
+}
+
+// BucketStateOf reads a bucket's record from r (nil when there is none).
+func (sm *SM) BucketStateOf(r pebble.Reader, b uint32) (*rspb.BucketState, error) {
+	v, err := get(r, sm.k.bucket(b))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	st := &rspb.BucketState{}
+	if err := proto.Unmarshal(v, st); err != nil {
+		return nil, fmt.Errorf("replicaset: bucket %d record: %w", b, err)
+	}
+	return st, nil
+}
+
+// overlay holds one batch's writes until every op has succeeded.
+type overlay struct {
+	vals  map[string][]byte // nil value: deleted
+	order []string
+	count map[uint32]int64 // space -> change of its tuple count in the bucket
+}
+
+func (o *overlay) put(k []byte, v []byte) {
+	ks := string(k)
+	if _, ok := o.vals[ks]; !ok {
+		o.order = append(o.order, ks)
+	}
+	o.vals[ks] = v
+}
+
+func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
+	sm := a.sm
+	id := c.GetRequestId()
+	if len(id) > 0 {
+		if v := a.get(sm.k.request(id)); v != nil {
+			res := &rspb.BatchResult{}
+			if err := proto.Unmarshal(v, res); err != nil {
+				a.err = fmt.Errorf("replicaset: stored result of a request: %w", err)
+				return nil
+			}
+			return &BatchOutcome{Result: res, Duplicate: true}
+		}
+	}
+	schema := sm.Schema()
+	if c.GetSchemaVersion() > schema.Version {
+		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_SCHEMA_BEHIND, 0,
+			"this replicaset has applied schema version %d, the write names %d; retry", schema.Version, c.GetSchemaVersion())}
+	}
+	bucket := c.GetBucket()
+	st, err := sm.BucketStateOf(a.b, bucket)
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	if st.GetState() != rspb.BucketState_STATE_ACTIVE {
+		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_WRONG_BUCKET, 0, "bucket %d is %s on this replicaset", bucket, bucketStateName(st))}
+	}
+	ov := &overlay{vals: map[string][]byte{}, count: map[uint32]int64{}}
+	res := &rspb.BatchResult{Index: a.index}
+	for i, op := range c.GetOps() {
+		r, ref := a.op(schema, bucket, i, op, ov)
+		if a.err != nil {
+			return nil
+		}
+		if ref != nil {
+			return &BatchOutcome{Result: ref}
+		}
+		res.Results = append(res.Results, r)
+	}
+	for _, k := range ov.order {
+		if v := ov.vals[k]; v == nil {
+			a.del([]byte(k))
+		} else {
+			a.set([]byte(k), v)
+		}
+	}
+	spaces := make([]uint32, 0, len(ov.count))
+	for sp := range ov.count {
+		spaces = append(spaces, sp)
+	}
+	slices.Sort(spaces)
+	for _, sp := range spaces {
+		a.addCount(bucket, sp, ov.count[sp])
+	}
+	if len(id) > 0 {
+		v, err := proto.Marshal(res)
+		if err != nil {
+			a.err = err
+			return nil
+		}
+		a.set(sm.k.request(id), v)
+		a.set(sm.k.requestAt(a.now, id), nil)
+	}
+	return &BatchOutcome{Result: res}
+}
+
+func (a *applier) addCount(bucket, space uint32, delta int64) {
+	if delta == 0 {
+		return
+	}
+	k := a.sm.k.count(bucket, space)
+	var n int64
+	if v := a.get(k); len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += delta
+	if n <= 0 {
+		a.del(k)
+		return
+	}
+	a.set(k, binary.BigEndian.AppendUint64(nil, uint64(n)))
+}
+
+// read returns the tuple stored at key, as the batch so far leaves it.
+func (a *applier) read(ov *overlay, key []byte) (version uint64, t []byte, found bool) {
+	v, ok := ov.vals[string(key)]
+	if !ok {
+		v = a.get(key)
+	}
+	if v == nil {
+		return 0, nil, false
+	}
+	ver, t, err := decodeStored(v)
+	if err != nil {
+		a.err = err
+		return 0, nil, false
+	}
+	return ver, t, true
+}
+
+// op applies one operation into the overlay; a refusal stops the batch.
+func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *overlay) (*rspb.OpResult, *rspb.BatchResult) {
+	sp := schema.ByID(op.GetSpaceId())
+	if sp == nil {
+		return nil, refusal(rspb.Refusal_CODE_NO_SUCH_SPACE, i, "op %d: no space with id %d in schema version %d", i+1, op.GetSpaceId(), schema.Version)
+	}
+	key := a.sm.k.tuple(bucket, sp.ID, op.GetKey())
+	curVer, cur, found := a.read(ov, key)
+	if a.err != nil {
+		return nil, nil
+	}
+	if op.IfVersion != nil {
+		if op.GetKind() == rspb.OpKind_OP_KIND_INSERT {
+			return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: insert takes no if_version (it requires that no tuple exists)", i+1)
+		}
+		if curVer != op.GetIfVersion() {
+			ref := refusal(rspb.Refusal_CODE_CONDITION_FAILED, i, "op %d (%s in space %s): if_version %d does not hold: the tuple's version is %d",
+				i+1, opName(op.GetKind()), sp.Name, op.GetIfVersion(), curVer)
+			ref.Refusal.ActualVersion = curVer
+			return nil, ref
+		}
+	}
+	switch op.GetKind() {
+	case rspb.OpKind_OP_KIND_INSERT:
+		if found {
+			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(op.GetKey()), sp.Name)
+		}
+		ov.put(key, encodeStored(a.index, op.GetTuple()))
+		ov.count[sp.ID]++
+		return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.index}, nil
+	case rspb.OpKind_OP_KIND_REPLACE:
+		ov.put(key, encodeStored(a.index, op.GetTuple()))
+		if !found {
+			ov.count[sp.ID]++
+		}
+		return &rspb.OpResult{Found: found, Tuple: op.GetTuple(), Version: a.index}, nil
+	case rspb.OpKind_OP_KIND_UPDATE, rspb.OpKind_OP_KIND_UPSERT:
+		if !found {
+			if op.GetKind() == rspb.OpKind_OP_KIND_UPDATE {
+				return &rspb.OpResult{}, nil
+			}
+			ov.put(key, encodeStored(a.index, op.GetTuple()))
+			ov.count[sp.ID]++
+			return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.index}, nil
+		}
+		nt, ref := a.update(sp, i, op, cur)
+		if ref != nil {
+			return nil, ref
+		}
+		ov.put(key, encodeStored(a.index, nt))
+		return &rspb.OpResult{Found: true, Tuple: nt, Version: a.index}, nil
+	case rspb.OpKind_OP_KIND_DELETE:
+		if !found {
+			return &rspb.OpResult{}, nil
+		}
+		ov.put(key, nil)
+		ov.count[sp.ID]--
+		return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
+	}
+	return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: unknown kind %d", i+1, op.GetKind())
+}
+
+// update applies an op's update operations to the stored tuple cur.
+func (a *applier) update(sp *Space, i int, op *rspb.Op, cur []byte) ([]byte, *rspb.BatchResult) {
+	t, err := tuple.DecodeTuple(cur)
+	if err != nil {
+		a.err = fmt.Errorf("replicaset: stored tuple in space %s: %w", sp.Name, err)
+		return nil, nil
+	}
+	ops, err := tuple.DecodeOps(op.GetOps())
+	if err != nil {
+		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: %v", i+1, err)
+	}
+	nt, err := tuple.ApplyOps(t, ops, sp.Format)
+	if err != nil {
+		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): %v", i+1, opName(op.GetKind()), sp.Name, err)
+	}
+	for n, f := range sp.PK {
+		if f >= len(nt) || !nt[f].Equal(t[f]) {
+			return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): it changes field %d (%s), part %d of the primary key; delete and insert instead",
+				i+1, opName(op.GetKind()), sp.Name, f+1, sp.Format[f].Name, n+1)
+		}
+	}
+	return tuple.AppendTuple(nil, nt), nil
+}
+
+func opName(k rspb.OpKind) string {
+	switch k {
+	case rspb.OpKind_OP_KIND_INSERT:
+		return "insert"
+	case rspb.OpKind_OP_KIND_REPLACE:
+		return "replace"
+	case rspb.OpKind_OP_KIND_UPDATE:
+		return "update"
+	case rspb.OpKind_OP_KIND_UPSERT:
+		return "upsert"
+	case rspb.OpKind_OP_KIND_DELETE:
+		return "delete"
+	}
+	return "unknown op"
+}
+
+// keyString renders an encoded key for a message, as JSON.
+func keyString(k []byte) string {
+	parts, err := tuple.DecodeKey(k)
+	if err != nil {
+		return fmt.Sprintf("%x", k)
+	}
+	return string(tuple.AppendJSON(nil, parts))
+}
+
+func bucketStateName(st *rspb.BucketState) string {
+	switch st.GetState() {
+	case rspb.BucketState_STATE_ACTIVE:
+		return "active"
+	case rspb.BucketState_STATE_SENDING:
+		return fmt.Sprintf("sending to %s", st.GetPeer())
+	case rspb.BucketState_STATE_RECEIVING:
+		return fmt.Sprintf("receiving from %s", st.GetPeer())
+	case rspb.BucketState_STATE_GARBAGE:
+		return "garbage (moved away)"
+	}
+	return "not held"
+}
+
+// setSchema makes the replicaset's schema group 0's at c.Version. Spaces
+// it no longer names are dropped with their tuples, in every bucket.
+func (a *applier) setSchema(c *rspb.SetSchema) any {
+	sm := a.sm
+	old := sm.Schema()
+	if c.GetVersion() <= old.Version {
+		return SchemaOutcome{Version: old.Version}
+	}
+	next := emptySchema()
+	next.Version = c.GetVersion()
+	for _, d := range c.GetSpaces() {
+		sp, err := CompileSpace(d)
+		if err != nil {
+			return fmt.Errorf("replicaset: schema version %d: %w", c.GetVersion(), err)
+		}
+		next.add(sp)
+	}
+	var dropped []uint32
+	for _, sp := range old.Spaces() {
+		if n := next.ByID(sp.ID); n == nil {
+			dropped = append(dropped, sp.ID)
+		}
+	}
+	slices.Sort(dropped)
+	if len(dropped) > 0 {
+		var buckets []uint32
+		if err := scan(a.b, sm.k.buckets(), func(k, _ []byte) error {
+			buckets = append(buckets, binary.BigEndian.Uint32(k[len(k)-4:]))
+			return nil
+		}); err != nil {
+			a.err = err
+			return nil
+		}
+		for _, id := range dropped {
+			for _, b := range buckets {
+				a.delRange(sm.k.tuplePrefix(b, id))
+				a.delRange(sm.k.tombstone(b, id, nil))
+				a.del(sm.k.count(b, id))
+			}
+			a.del(sm.k.space(id))
+		}
+	}
+	for _, d := range c.GetSpaces() {
+		if old.ByID(d.GetId()) != nil {
+			continue
+		}
+		v, err := proto.Marshal(d)
+		if err != nil {
+			a.err = err
+			return nil
+		}
+		a.set(sm.k.space(d.GetId()), v)
+	}
+	a.set(sm.k.schema(), binary.BigEndian.AppendUint64(nil, next.Version))
+	sm.schema.Store(next)
+	return SchemaOutcome{Version: next.Version}
+}
+
+// createBuckets creates active records for buckets without one.
+func (a *applier) createBuckets(c *rspb.CreateBuckets) any {
+	if c.GetFirst() < 1 || c.GetFirst() > c.GetLast() {
+		return fmt.Errorf("replicaset: bucket range [%d, %d] is empty", c.GetFirst(), c.GetLast())
+	}
+	rec, err := proto.Marshal(&rspb.BucketState{State: rspb.BucketState_STATE_ACTIVE, Generation: c.GetGeneration()})
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	created := 0
+	for b := c.GetFirst(); b <= c.GetLast() && a.err == nil; b++ {
+		if a.get(a.sm.k.bucket(b)) != nil {
+			continue
+		}
+		a.set(a.sm.k.bucket(b), rec)
+		created++
+	}
+	return BucketsOutcome{Created: created}
+}
+
+// expireRequests forgets up to limit request ids older than the window.
+func (a *applier) expireRequests(limit int) {
+	if a.err != nil {
+		return
+	}
+	cutoff := a.now - a.sm.window.Milliseconds()
+	prefix := a.sm.k.requestsAt()
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		a.err = err
+		return
+	}
+	var expired [][]byte
+	for ok := it.First(); ok && len(expired) < limit; ok = it.Next() {
+		k := it.Key()
+		if len(k) < len(prefix)+8 || int64(binary.BigEndian.Uint64(k[len(prefix):])) >= cutoff {
+			break
+		}
+		expired = append(expired, bytes.Clone(k))
+	}
+	if err := it.Close(); err != nil {
+		a.err = err
+		return
+	}
+	for _, k := range expired {
+		a.del(a.sm.k.request(k[len(prefix)+8:]))
+		a.del(k)
+	}
+}

@@ -1,0 +1,122 @@
+package replicaset
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// Reads of the replicaset's data. They read whatever r holds: the
+// database (what this member has applied) or a snapshot of it. A caller
+// that needs a linearizable read makes a read index on the group first.
+
+// Stored is a tuple as stored: its version and encoding.
+type Stored struct {
+	Version uint64
+	Tuple   []byte
+}
+
+// Get reads the tuple of space sp with the encoded primary key key in
+// bucket b.
+func (sm *SM) Get(r pebble.Reader, b uint32, sp *Space, key []byte) (Stored, bool, error) {
+	v, err := get(r, sm.k.tuple(b, sp.ID, key))
+	if err != nil || v == nil {
+		return Stored{}, false, err
+	}
+	ver, t, err := decodeStored(v)
+	if err != nil {
+		return Stored{}, false, err
+	}
+	return Stored{Version: ver, Tuple: t}, true, nil
+}
+
+// Range reads up to limit tuples of space sp in bucket b, in primary-key
+// order, after the encoded key after (from the first when empty); more
+// says whether tuples follow the last one returned.
+func (sm *SM) Range(r pebble.Reader, b uint32, sp *Space, after []byte, limit int) (out []Stored, more bool, err error) {
+	prefix := sm.k.tuplePrefix(b, sp.ID)
+	lower := prefix
+	if len(after) > 0 {
+		// The smallest key greater than prefix+after: after followed by 0x00.
+		lower = append(append(bytes.Clone(prefix), after...), 0)
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return nil, false, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(out) == limit {
+			return out, true, it.Error()
+		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, false, err
+		}
+		ver, t, err := decodeStored(v)
+		if err != nil {
+			return nil, false, err
+		}
+		out = append(out, Stored{Version: ver, Tuple: bytes.Clone(t)})
+	}
+	return out, false, it.Error()
+}
+
+// BucketCounts are a replicaset's buckets by state.
+type BucketCounts struct {
+	Active, Sending, Receiving, Garbage int
+}
+
+// Buckets returns every bucket record of the replicaset, and how many
+// there are of each state.
+func (sm *SM) Buckets(r pebble.Reader) (map[uint32]*rspb.BucketState, BucketCounts, error) {
+	out := map[uint32]*rspb.BucketState{}
+	var c BucketCounts
+	err := scan(r, sm.k.buckets(), func(k, v []byte) error {
+		st := &rspb.BucketState{}
+		if err := proto.Unmarshal(v, st); err != nil {
+			return fmt.Errorf("replicaset: bucket record %x: %w", k, err)
+		}
+		out[binary.BigEndian.Uint32(k[len(k)-4:])] = st
+		switch st.GetState() {
+		case rspb.BucketState_STATE_ACTIVE:
+			c.Active++
+		case rspb.BucketState_STATE_SENDING:
+			c.Sending++
+		case rspb.BucketState_STATE_RECEIVING:
+			c.Receiving++
+		case rspb.BucketState_STATE_GARBAGE:
+			c.Garbage++
+		}
+		return nil
+	})
+	return out, c, err
+}
+
+// Count returns how many tuples of space id the replicaset's active
+// buckets hold (every bucket counted once in the cluster: a bucket is
+// active on one replicaset).
+func (sm *SM) Count(r pebble.Reader, space uint32) (uint64, error) {
+	buckets, _, err := sm.Buckets(r)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	err = scan(r, sm.k.counts(), func(k, v []byte) error {
+		if len(k) < 8 || len(v) != 8 || binary.BigEndian.Uint32(k[len(k)-4:]) != space {
+			return nil
+		}
+		b := binary.BigEndian.Uint32(k[len(k)-8:])
+		if buckets[b].GetState() == rspb.BucketState_STATE_ACTIVE {
+			n += binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	return n, err
+}
