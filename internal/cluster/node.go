@@ -54,7 +54,14 @@ type Config struct {
 	// NewReplicasetSM makes the state machine of this instance's
 	// replicaset group (required). The server passes the data layer's;
 	// the cluster never knows what it holds.
-	NewReplicasetSM func(multiraft.GroupID) multiraft.StateMachine
+	NewReplicasetSM func(multiraft.GroupID) (multiraft.StateMachine, error)
+	// OnReplicasetGroup, when set, is told once the replicaset group is
+	// open on this instance (the server starts the data layer's storage).
+	OnReplicasetGroup func(replicasetID string, g *multiraft.Group, sm multiraft.StateMachine)
+	// BucketCounts, when set, returns each replicaset's active bucket
+	// count as the replicasets' own states have it (status shows these;
+	// a replicaset missing from the map shows group 0's count).
+	BucketCounts func(ctx context.Context) map[string]int
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -131,7 +138,7 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 		metrics:  m,
 		clock:    cfg.Clock,
 	}
-	n.fwd = forward.New(n.Route, n.dialPeer)
+	n.fwd = forward.New(n.Route, n.DialPeer)
 	return n
 }
 
@@ -364,6 +371,10 @@ func (n *Node) joinRequest(uuid string) *clusterv1.RaftJoinRequest {
 	}
 }
 
+// SelfInstance returns this instance's record in group 0 (nil before it
+// has one).
+func (n *Node) SelfInstance() *metapb.Instance { return n.selfInstance() }
+
 // selfInstance returns this node's record in group 0.
 func (n *Node) selfInstance() *metapb.Instance {
 	id := n.Identity()
@@ -453,7 +464,12 @@ func (n *Node) ensureReplicasetGroup(inst *metapb.Instance) {
 		members = []multiraft.NodeID{multiraft.NodeID(inst.GetRaftId())}
 	}
 	h := n.hostPtr.Load()
-	g, err := h.OpenGroup(multiraft.GroupConfig{ID: gid, Members: members, StateMachine: n.cfg.NewReplicasetSM(gid)})
+	sm, err := n.cfg.NewReplicasetSM(gid)
+	if err != nil {
+		n.log.Error("cannot make the replicaset's state machine", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "err", err)
+		return
+	}
+	g, err := h.OpenGroup(multiraft.GroupConfig{ID: gid, Members: members, StateMachine: sm})
 	if err != nil {
 		if !errors.Is(err, multiraft.ErrGroupExists) {
 			n.log.Error("cannot open the replicaset group", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "err", err)
@@ -464,6 +480,9 @@ func (n *Node) ensureReplicasetGroup(inst *metapb.Instance) {
 	n.rsGroups[gid] = g
 	n.mu.Unlock()
 	n.log.Info("replicaset group open", "replicaset", rs.GetReplicasetId(), "group", uint64(gid), "bootstrap", members != nil)
+	if n.cfg.OnReplicasetGroup != nil {
+		n.cfg.OnReplicasetGroup(rs.GetReplicasetId(), g, sm)
+	}
 }
 
 // Group returns a Raft group open on this instance: group 0 or its

@@ -75,6 +75,12 @@ func statusError(err error) error {
 	return status.Error(codes.Internal, err.Error())
 }
 
+// Propose proposes a group-0 command (on the leader: the caller routes
+// there) and returns its result, a refusal mapped to a gRPC status.
+func (n *Node) Propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
+	return n.metaCall(ctx, c)
+}
+
 // metaCall proposes and turns a refusal into an error.
 func (n *Node) metaCall(ctx context.Context, c *metapb.Command) (meta.Result, error) {
 	res, err := n.proposeMeta(ctx, c)

@@ -61,6 +61,12 @@ func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decisio
 	if !leaderOnly[method] {
 		return forward.Decision{}, nil
 	}
+	return n.LeaderDecision(ctx)
+}
+
+// LeaderDecision routes a call to the group-0 leader (this instance when
+// it leads), for any service whose calls only the leader may serve.
+func (n *Node) LeaderDecision(ctx context.Context) (forward.Decision, error) {
 	g0 := n.g0.Load()
 	if g0 == nil {
 		return forward.Decision{}, errNoGroup0
@@ -82,8 +88,9 @@ func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decisio
 	return d, nil
 }
 
-// dialPeer is the forward.Dial of the node's peer connections.
-func (n *Node) dialPeer(addr string) (grpc.ClientConnInterface, error) { return n.peers.conn(addr) }
+// DialPeer returns the node's connection to another instance (the
+// forward.Dial of its peer connections).
+func (n *Node) DialPeer(addr string) (grpc.ClientConnInterface, error) { return n.peers.conn(addr) }
 
 // Discover implements ClusterService.
 func (n *Node) Discover(_ context.Context, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error) {

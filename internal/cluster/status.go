@@ -19,7 +19,19 @@ func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
 	_ = g0.ReadIndex(rctx)
 	cancel()
-	return BuildStatus(n.meta.State(), g0.Status(), req.GetAll()), nil
+	resp := BuildStatus(n.meta.State(), g0.Status(), req.GetAll())
+	if n.cfg.BucketCounts != nil {
+		bctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
+		counts := n.cfg.BucketCounts(bctx)
+		cancel()
+		for _, rs := range resp.GetReplicasets() {
+			if c, ok := counts[rs.GetReplicaset().GetReplicasetId()]; ok {
+				rs.BucketCount = uint32(c)
+				rs.BucketsFromReplicaset = true
+			}
+		}
+	}
+	return resp, nil
 }
 
 // BuildStatus describes the cluster from group 0's state and this

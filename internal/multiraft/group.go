@@ -75,8 +75,11 @@ type group struct {
 	// Observable progress, for waiting without the group lock.
 	applied atomic.Uint64
 	leader  atomic.Uint64
-	notifyM sync.Mutex
-	notify  chan struct{} // closed and replaced on every change of the above
+	// leaderContact is when (Unix ns) this member last heard from the
+	// leader it knows (a heartbeat, an append or a snapshot).
+	leaderContact atomic.Int64
+	notifyM       sync.Mutex
+	notify        chan struct{} // closed and replaced on every change of the above
 
 	ccSem chan struct{} // one conf change at a time through this host
 }

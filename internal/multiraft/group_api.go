@@ -206,6 +206,25 @@ func (G *Group) Campaign() {
 // Leader returns the leader this member knows of (0 if none).
 func (G *Group) Leader() NodeID { return NodeID(G.g.leader.Load()) }
 
+// LeaderContact returns when this member last heard from the leader it
+// knows: now on the leader itself, the zero time when it knows no leader
+// or never heard from it.
+func (G *Group) LeaderContact() time.Time {
+	g := G.g
+	lead := g.leader.Load()
+	switch {
+	case lead == 0:
+		return time.Time{}
+	case lead == uint64(g.host.cfg.NodeID):
+		return time.Now()
+	}
+	ns := g.leaderContact.Load()
+	if ns == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, ns)
+}
+
 // Applied returns this member's applied index.
 func (G *Group) Applied() uint64 { return G.g.applied.Load() }
 

@@ -3,6 +3,7 @@ package multiraft
 import (
 	"encoding/binary"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -70,6 +71,13 @@ func (g *group) handleInputs(f schedFlags) {
 		}
 		if err := g.rn.Step(m); err != nil {
 			g.log.Debug("raft refused message", "type", m.GetType().String(), "from", m.GetFrom(), "err", err)
+			continue
+		}
+		switch m.GetType() {
+		case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+			if m.GetFrom() == g.leader.Load() {
+				g.leaderContact.Store(time.Now().UnixNano())
+			}
 		}
 	}
 	for _, r := range snapRep {

@@ -2,8 +2,11 @@ package server
 
 import (
 	"log/slog"
+
 	"net"
 	"time"
+
+	"github.com/shardkit/shardkit/proc"
 )
 
 // InstanceConfig is everything `shardkit run` configures. The CLI fills it
@@ -45,6 +48,10 @@ type InstanceConfig struct {
 
 	// Logger is built by the CLI from LogLevel and LogFormat.
 	Logger *slog.Logger `yaml:"-"`
+	// Procedures are the stored procedures the instance serves (default:
+	// proc.Builtins). A binary with its own procedures sets them through
+	// cmd/shardkit/app.
+	Procedures *proc.Registry `yaml:"-"`
 	// Listener, when set, is used instead of listening on Listen, and its
 	// address becomes Listen: tests bind first and hand the socket over,
 	// so no other test can take the port in between. The instance closes it.

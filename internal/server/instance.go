@@ -15,9 +15,10 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/multiraft"
-	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/proc"
 )
 
 func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) error {
@@ -44,6 +45,18 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	procs := cfg.Procedures
+	if procs == nil {
+		if procs, err = proc.NewRegistry(proc.Builtins()...); err != nil {
+			return err
+		}
+	}
+	dataCtx, stopData := context.WithCancel(ctx)
+	data := newDataLayer(dataCtx, db, procs, log)
+	defer func() {
+		stopData()
+		data.wait()
+	}()
 	var nodePtr atomic.Pointer[cluster.Node]
 	metrics := cluster.NewMetrics(reg, nodePtr.Load)
 	rpc := newRPCMetrics(reg)
@@ -61,15 +74,20 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		AutoOfflineTimeout:    cfg.AutoOfflineTimeout,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		Logger:                log,
-		NewReplicasetSM:       func(g multiraft.GroupID) multiraft.StateMachine { return replicaset.New(g) },
+		NewReplicasetSM:       data.newSM,
+		OnReplicasetGroup:     data.opened,
+		BucketCounts:          data.bucketCounts,
 	}, db, metrics)
 	nodePtr.Store(node)
+	data.attach(node)
 
 	// Calls only another instance can serve are forwarded there (at most
 	// one hop) before their handler runs here.
-	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(rpc.unary, node.Forwarder().Interceptor()))
+	fwd := forward.New(routeCall(node), node.DialPeer)
+	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(rpc.unary, fwd.Interceptor()))
 	srv := grpc.NewServer(opts...)
 	node.Register(srv)
+	data.register(srv)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
 	defer stopGRPC(srv)

@@ -1565,11 +1565,14 @@ type ReplicasetStatus struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Replicaset *Replicaset            `protobuf:"bytes,1,opt,name=replicaset,proto3" json:"replicaset,omitempty"`
 	Instances  []string               `protobuf:"bytes,2,rep,name=instances,proto3" json:"instances,omitempty"`
-	// Buckets assigned now, and the count its weight entitles it to.
+	// Buckets active on it now, and the count its weight entitles it to.
 	BucketCount       uint32 `protobuf:"varint,3,opt,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
 	TargetBucketCount uint32 `protobuf:"varint,4,opt,name=target_bucket_count,json=targetBucketCount,proto3" json:"target_bucket_count,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// bucket_count is what the replicaset's own state says (its leader
+	// answered); false: group 0's bucket map (it did not answer in time).
+	BucketsFromReplicaset bool `protobuf:"varint,5,opt,name=buckets_from_replicaset,json=bucketsFromReplicaset,proto3" json:"buckets_from_replicaset,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ReplicasetStatus) Reset() {
@@ -1628,6 +1631,13 @@ func (x *ReplicasetStatus) GetTargetBucketCount() uint32 {
 		return x.TargetBucketCount
 	}
 	return 0
+}
+
+func (x *ReplicasetStatus) GetBucketsFromReplicaset() bool {
+	if x != nil {
+		return x.BucketsFromReplicaset
+	}
+	return false
 }
 
 type AcquireLeaseRequest struct {
@@ -2538,14 +2548,15 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	" \x03(\x04R\blearners\"h\n" +
 	"\x0eInstanceStatus\x129\n" +
 	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\x12\x1b\n" +
-	"\traft_role\x18\x02 \x01(\tR\braftRole\"\xc4\x01\n" +
+	"\traft_role\x18\x02 \x01(\tR\braftRole\"\xfc\x01\n" +
 	"\x10ReplicasetStatus\x12?\n" +
 	"\n" +
 	"replicaset\x18\x01 \x01(\v2\x1f.shardkit.cluster.v1.ReplicasetR\n" +
 	"replicaset\x12\x1c\n" +
 	"\tinstances\x18\x02 \x03(\tR\tinstances\x12!\n" +
 	"\fbucket_count\x18\x03 \x01(\rR\vbucketCount\x12.\n" +
-	"\x13target_bucket_count\x18\x04 \x01(\rR\x11targetBucketCount\"X\n" +
+	"\x13target_bucket_count\x18\x04 \x01(\rR\x11targetBucketCount\x126\n" +
+	"\x17buckets_from_replicaset\x18\x05 \x01(\bR\x15bucketsFromReplicaset\"X\n" +
 	"\x13AcquireLeaseRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x15\n" +

@@ -38,10 +38,9 @@ const (
 // 001: R2-R11 on buckets). A call that concerns a key goes to the leader of
 // the replicaset that holds the key's bucket (an "ro" read may go to any of
 // its replicas); the instance that receives it forwards it there (one
-// hop) or serves it itself, and names in the response header
-// x-shardkit-route the replicaset and instance that served it. A smart
-// client (the Go client) reads GetRouting and sends each call straight to
-// the right instance.
+// hop; it follows a redirect of that instance a few times) or serves it
+// itself. A smart client (the Go client) reads GetRouting and sends each
+// call straight to the right instance, following Redirect details.
 //
 // Tuples, keys and procedure arguments travel in the tuple package's
 // compact encoding (github.com/shardkit/shardkit/tuple: AppendTuple); a
@@ -183,10 +182,9 @@ func (c *dataServiceClient) ListSpaces(ctx context.Context, in *ListSpacesReques
 // 001: R2-R11 on buckets). A call that concerns a key goes to the leader of
 // the replicaset that holds the key's bucket (an "ro" read may go to any of
 // its replicas); the instance that receives it forwards it there (one
-// hop) or serves it itself, and names in the response header
-// x-shardkit-route the replicaset and instance that served it. A smart
-// client (the Go client) reads GetRouting and sends each call straight to
-// the right instance.
+// hop; it follows a redirect of that instance a few times) or serves it
+// itself. A smart client (the Go client) reads GetRouting and sends each
+// call straight to the right instance, following Redirect details.
 //
 // Tuples, keys and procedure arguments travel in the tuple package's
 // compact encoding (github.com/shardkit/shardkit/tuple: AppendTuple); a

@@ -1,0 +1,519 @@
+package replicaset
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// Limits of what one write may carry.
+const (
+	// MaxTupleBytes bounds one encoded tuple.
+	MaxTupleBytes = 1 << 20
+	// MaxKeyBytes bounds one encoded primary key.
+	MaxKeyBytes = 4 << 10
+	// MaxBatchOps bounds the operations of one write (or one batch).
+	MaxBatchOps = 1000
+	// MaxBatchBytes bounds the encoded size of one write.
+	MaxBatchBytes = 4 << 20
+	// DefaultRangeLimit and MaxRangeLimit bound a range read.
+	DefaultRangeLimit = 1000
+	MaxRangeLimit     = 10000
+)
+
+// GroupZero is what the storage needs to know of group 0, the cluster's
+// metadata log (the server adapts internal/meta to it).
+type GroupZero interface {
+	// Schema returns group 0's schema version and spaces.
+	Schema() (version uint64, spaces []*rspb.Space)
+	// WaitSchema returns once this instance has applied group 0 at least
+	// up to schema version v, or when ctx ends.
+	WaitSchema(ctx context.Context, v uint64) error
+	// Buckets returns the cluster's bucket count and the replicaset that
+	// got every bucket at their bootstrap ("" before it).
+	Buckets() (count uint32, bootstrap string)
+	// Address returns the address of the instance with a raft id ("" when
+	// unknown).
+	Address(raftID uint64) string
+	// Changed returns a channel closed at the next change of group 0.
+	Changed() <-chan struct{}
+}
+
+// StorageConfig configures a Storage.
+type StorageConfig struct {
+	ReplicasetID string
+	InstanceID   string
+	Group        *multiraft.Group
+	SM           *SM
+	DB           *pebble.DB
+	Zero         GroupZero
+	Procs        *proc.Registry
+	// Now tells the time (default time.Now): it stamps proposals.
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Storage is the storage side of one replicaset on this instance (vshard's
+// storage): it executes what the router sends it, on this member, and
+// refuses with a redirect what another member must do. Writes and rw
+// reads need this member to lead the group; ro reads any member.
+type Storage struct {
+	cfg  StorageConfig
+	sm   *SM
+	g    *multiraft.Group
+	self multiraft.NodeID
+	log  *slog.Logger
+
+	schemaMu sync.Mutex // one schema sync at a time
+}
+
+// NewStorage makes the storage of a replicaset group open on this instance.
+func NewStorage(cfg StorageConfig) *Storage {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Storage{cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID)}
+}
+
+// ReplicasetID names the replicaset.
+func (s *Storage) ReplicasetID() string { return s.cfg.ReplicasetID }
+
+// SM returns the replicaset's state machine.
+func (s *Storage) SM() *SM { return s.sm }
+
+// IsLeader reports whether this member leads the replicaset's group.
+func (s *Storage) IsLeader() bool {
+	return s.g.Leader() == s.self
+}
+
+// LeaderAddress returns the address of the group's leader as this member
+// knows it ("" when none).
+func (s *Storage) LeaderAddress() string {
+	l := s.g.Leader()
+	if l == 0 {
+		return ""
+	}
+	return s.cfg.Zero.Address(uint64(l))
+}
+
+func (s *Storage) notLeader(bucket uint32) error {
+	addr := s.LeaderAddress()
+	msg := fmt.Sprintf("this instance (%s) is not the leader of replicaset %s", s.cfg.InstanceID, s.cfg.ReplicasetID)
+	if addr != "" {
+		msg += "; its leader is at " + addr
+	} else {
+		msg += "; it knows no leader now (an election?); retry"
+	}
+	return Redirect(datav1.Redirect_REASON_NOT_LEADER, bucket, s.cfg.ReplicasetID, addr, msg)
+}
+
+func (s *Storage) wrongBucket(bucket uint32, st *rspb.BucketState) error {
+	return Redirect(datav1.Redirect_REASON_WRONG_BUCKET, bucket, "", "",
+		fmt.Sprintf("bucket %d is %s on replicaset %s", bucket, bucketStateName(st), s.cfg.ReplicasetID))
+}
+
+// propose stamps, proposes and waits for a command's result.
+func (s *Storage) propose(ctx context.Context, c *rspb.Command) (any, error) {
+	c.NowUnixMs = s.cfg.Now().UnixMilli()
+	data, err := Encode(c)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	v, err := s.g.Propose(ctx, data)
+	if err != nil {
+		return nil, engineError(err)
+	}
+	if e, ok := v.(error); ok {
+		return nil, status.Error(codes.Internal, e.Error())
+	}
+	return v, nil
+}
+
+// ensureSchema makes sure this replicaset has applied at least schema
+// version want: on the leader by proposing group 0's schema, on a replica
+// by waiting (bounded by ctx) for its log to bring it.
+func (s *Storage) ensureSchema(ctx context.Context, want uint64) (*Schema, error) {
+	if sc := s.sm.Schema(); sc.Version >= want {
+		return sc, nil
+	}
+	if !s.IsLeader() {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		for {
+			ch := s.sm.Changed()
+			if sc := s.sm.Schema(); sc.Version >= want {
+				return sc, nil
+			}
+			select {
+			case <-ch:
+			case <-wctx.Done():
+				return nil, status.Errorf(codes.Unavailable, "replicaset %s on %s has applied schema version %d, the call needs %d; retry",
+					s.cfg.ReplicasetID, s.cfg.InstanceID, s.sm.Schema().Version, want)
+			}
+		}
+	}
+	if err := s.cfg.Zero.WaitSchema(ctx, want); err != nil {
+		return nil, status.Errorf(codes.Unavailable, "this instance has not applied schema version %d of group 0: %v", want, err)
+	}
+	if err := s.syncSchema(ctx); err != nil {
+		return nil, err
+	}
+	sc := s.sm.Schema()
+	if sc.Version < want {
+		return nil, status.Errorf(codes.Unavailable, "replicaset %s could not apply schema version %d (it has %d); retry", s.cfg.ReplicasetID, want, sc.Version)
+	}
+	return sc, nil
+}
+
+// syncSchema proposes group 0's schema when it is newer than the applied one.
+func (s *Storage) syncSchema(ctx context.Context) error {
+	s.schemaMu.Lock()
+	defer s.schemaMu.Unlock()
+	v, spaces := s.cfg.Zero.Schema()
+	if v <= s.sm.Schema().Version {
+		return nil
+	}
+	s.log.Info("applying the schema of group 0", "version", v, "spaces", len(spaces))
+	_, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: v, Spaces: spaces}}})
+	return err
+}
+
+// Run keeps the replicaset in step with group 0 while this member leads
+// it: it applies newer schemas, and creates the bucket records when this
+// replicaset got every bucket at their bootstrap. It returns when ctx ends.
+func (s *Storage) Run(ctx context.Context) {
+	for ctx.Err() == nil {
+		zch := s.cfg.Zero.Changed()
+		if s.IsLeader() {
+			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := s.syncSchema(actx); err != nil && ctx.Err() == nil {
+				s.log.Warn("cannot apply group 0's schema yet", "err", err)
+			}
+			if err := s.bootstrapBuckets(actx); err != nil && ctx.Err() == nil {
+				s.log.Warn("cannot create the bucket records yet", "err", err)
+			}
+			cancel()
+		}
+		select {
+		case <-ctx.Done():
+		case <-zch:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// bootstrapBuckets creates every bucket's record, active at generation 1,
+// on the replicaset that got them all at bootstrap, once: the state
+// machine never overwrites a record.
+func (s *Storage) bootstrapBuckets(ctx context.Context) error {
+	count, boot := s.cfg.Zero.Buckets()
+	if boot != s.cfg.ReplicasetID || count == 0 {
+		return nil
+	}
+	if st, err := s.sm.BucketStateOf(s.cfg.DB, count); err != nil || st != nil {
+		return err // done (the last bucket is created with the rest)
+	}
+	v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: count, Generation: 1}}})
+	if err != nil {
+		return err
+	}
+	if o, ok := v.(BucketsOutcome); ok && o.Created > 0 {
+		s.log.Info("bucket records created", "buckets", o.Created)
+	}
+	return nil
+}
+
+// BucketCounts returns the replicaset's buckets by state, as this member
+// has applied them.
+func (s *Storage) BucketCounts() (BucketCounts, error) {
+	_, c, err := s.sm.Buckets(s.cfg.DB)
+	return c, err
+}
+
+// schemaFor returns the schema a call with schema version want uses.
+func (s *Storage) schemaFor(ctx context.Context, want uint64) (*Schema, error) {
+	if want == 0 {
+		want, _ = s.cfg.Zero.Schema()
+	}
+	return s.ensureSchema(ctx, want)
+}
+
+// Write executes a write on the leader: the batch is checked against the
+// replicaset's schema, proposed, and answered with its results.
+func (s *Storage) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+	if !s.IsLeader() {
+		return nil, s.notLeader(req.GetBucket())
+	}
+	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
+	if err != nil {
+		return nil, err
+	}
+	batch, err := s.prepare(sc, req.GetBucket(), req.GetOps())
+	if err != nil {
+		return nil, err
+	}
+	batch.SchemaVersion = sc.Version
+	batch.RequestId = req.GetRequestId()
+	if len(batch.RequestId) == 0 {
+		batch.RequestId = newRequestID()
+	} else if len(batch.RequestId) != 16 {
+		return nil, status.Errorf(codes.InvalidArgument, "request_id has %d bytes, want 16", len(batch.RequestId))
+	}
+	out, err := s.applyBatch(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	resp := &datav1.WriteResponse{Index: out.Result.GetIndex(), Duplicate: out.Duplicate}
+	for _, r := range out.Result.GetResults() {
+		resp.Results = append(resp.Results, &datav1.OpResult{Found: r.GetFound(), Tuple: r.GetTuple(), Version: r.GetVersion()})
+	}
+	return resp, nil
+}
+
+func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
+	v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_Batch{Batch: batch}})
+	if err != nil {
+		return nil, err
+	}
+	out, ok := v.(*BatchOutcome)
+	if !ok || out == nil {
+		return nil, status.Errorf(codes.Internal, "replicaset: unexpected result %T of a batch", v)
+	}
+	if ref := out.Result.GetRefusal(); ref != nil {
+		if ref.GetCode() == rspb.Refusal_CODE_WRONG_BUCKET {
+			return nil, Redirect(datav1.Redirect_REASON_WRONG_BUCKET, batch.GetBucket(), "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
+		}
+		return nil, refusalError(ref)
+	}
+	return out, nil
+}
+
+func newRequestID() []byte {
+	id := make([]byte, 16)
+	_, _ = rand.Read(id)
+	return id
+}
+
+// prepare checks the ops of a write against the schema and turns them
+// into a batch for one bucket (bucket, or the first key's when 0).
+func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Batch, error) {
+	if len(ops) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "a write needs at least one operation")
+	}
+	if len(ops) > MaxBatchOps {
+		return nil, status.Errorf(codes.InvalidArgument, "a write of %d operations is more than %d", len(ops), MaxBatchOps)
+	}
+	count, _ := s.cfg.Zero.Buckets()
+	out := &rspb.Batch{Bucket: bucket}
+	size := 0
+	for i, op := range ops {
+		sp := sc.ByName(op.GetSpace())
+		if sp == nil {
+			return nil, noSpace(i, op.GetSpace())
+		}
+		size += len(op.GetTuple()) + len(op.GetKey()) + len(op.GetOps())
+		if size > MaxBatchBytes {
+			return nil, invalid(i, "the write is larger than %d bytes", MaxBatchBytes)
+		}
+		r := &rspb.Op{Kind: rspb.OpKind(op.GetKind()), SpaceId: sp.ID, Ops: op.GetOps(), IfVersion: op.IfVersion}
+		var key []tuple.Value
+		what := fmt.Sprintf("op %d (%s in space %s)", i+1, opName(r.GetKind()), sp.Name)
+		switch op.GetKind() {
+		case datav1.OpKind_OP_KIND_INSERT, datav1.OpKind_OP_KIND_REPLACE, datav1.OpKind_OP_KIND_UPSERT:
+			if len(op.GetTuple()) > MaxTupleBytes {
+				return nil, invalid(i, "%s: a tuple of %d bytes is more than %d", what, len(op.GetTuple()), MaxTupleBytes)
+			}
+			t, err := tuple.DecodeTuple(op.GetTuple())
+			if err != nil {
+				return nil, invalid(i, "%s: the tuple: %v", what, err)
+			}
+			if err := sp.Format.Check(t); err != nil {
+				return nil, invalid(i, "%s: %v", what, err)
+			}
+			key = sp.KeyOf(t)
+			r.Tuple = op.GetTuple()
+		case datav1.OpKind_OP_KIND_UPDATE, datav1.OpKind_OP_KIND_DELETE:
+			k, err := tuple.DecodeTuple(op.GetKey())
+			if err != nil {
+				return nil, invalid(i, "%s: the key: %v", what, err)
+			}
+			if err := sp.CheckKey(k); err != nil {
+				return nil, invalid(i, "%s: %v", what, err)
+			}
+			key = k
+		default:
+			return nil, invalid(i, "op %d: unknown kind %v", i+1, op.GetKind())
+		}
+		if op.GetKind() == datav1.OpKind_OP_KIND_UPDATE || op.GetKind() == datav1.OpKind_OP_KIND_UPSERT {
+			if _, err := tuple.DecodeOps(op.GetOps()); err != nil {
+				return nil, invalid(i, "%s: the update operations: %v", what, err)
+			}
+		}
+		kb, err := tuple.AppendKey(nil, key...)
+		if err != nil {
+			return nil, invalid(i, "%s: the key: %v", what, err)
+		}
+		if len(kb) > MaxKeyBytes {
+			return nil, invalid(i, "%s: a key of %d bytes is more than %d", what, len(kb), MaxKeyBytes)
+		}
+		r.Key = kb
+		b, err := sp.Bucket(key, count)
+		if err != nil {
+			return nil, invalid(i, "%s: %v", what, err)
+		}
+		switch {
+		case out.Bucket == 0:
+			out.Bucket = b
+		case out.Bucket != b:
+			return nil, invalid(i, "%s: its key is in bucket %d, the write's in bucket %d; one write changes one bucket (keys with the same sharding key share one)", what, b, out.Bucket)
+		}
+		out.Ops = append(out.Ops, r)
+	}
+	return out, nil
+}
+
+// readAt checks that this member may serve a read in mode, and makes an
+// rw read linearizable (a read index on the leader).
+func (s *Storage) readAt(ctx context.Context, mode datav1.Mode, bucket uint32) (*datav1.ReadInfo, error) {
+	leader := mode != datav1.Mode_MODE_RO
+	if leader {
+		if !s.IsLeader() {
+			return nil, s.notLeader(bucket)
+		}
+		if err := s.g.ReadIndex(ctx); err != nil {
+			return nil, engineError(err)
+		}
+	}
+	st, err := s.sm.BucketStateOf(s.cfg.DB, bucket)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if st.GetState() != rspb.BucketState_STATE_ACTIVE && st.GetState() != rspb.BucketState_STATE_SENDING {
+		return nil, s.wrongBucket(bucket, st)
+	}
+	gs := s.g.Status()
+	info := &datav1.ReadInfo{ReplicasetId: s.cfg.ReplicasetID, InstanceId: s.cfg.InstanceID, Leader: leader, AppliedIndex: gs.Applied}
+	if gs.Commit > gs.Applied {
+		info.LagEntries = gs.Commit - gs.Applied
+	}
+	info.LeaderContactMs = -1
+	if c := s.g.LeaderContact(); !c.IsZero() {
+		info.LeaderContactMs = max(0, time.Since(c).Milliseconds())
+	}
+	return info, nil
+}
+
+// Get reads one tuple.
+func (s *Storage) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetResponse, error) {
+	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
+	if err != nil {
+		return nil, err
+	}
+	sp := sc.ByName(req.GetSpace())
+	if sp == nil {
+		return nil, noSpace(0, req.GetSpace())
+	}
+	kb, b, err := s.keyOf(sp, req.GetKey(), req.GetBucket())
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.readAt(ctx, req.GetMode(), b)
+	if err != nil {
+		return nil, err
+	}
+	st, found, err := s.sm.Get(s.cfg.DB, b, sp, kb)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return &datav1.GetResponse{Found: found, Tuple: st.Tuple, Version: st.Version, Info: info}, nil
+}
+
+// keyOf checks an encoded key (a tuple of its parts) and returns it in the
+// key encoding with its bucket (which must be bucket when given).
+func (s *Storage) keyOf(sp *Space, key []byte, bucket uint32) ([]byte, uint32, error) {
+	k, err := tuple.DecodeTuple(key)
+	if err != nil {
+		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name, err)
+	}
+	if err := sp.CheckKey(k); err != nil {
+		return nil, 0, invalid(0, "%v", err)
+	}
+	kb, err := tuple.AppendKey(nil, k...)
+	if err != nil {
+		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name, err)
+	}
+	count, _ := s.cfg.Zero.Buckets()
+	b, err := sp.Bucket(k, count)
+	if err != nil {
+		return nil, 0, invalid(0, "space %s: %v", sp.Name, err)
+	}
+	if bucket != 0 && bucket != b {
+		return nil, 0, invalid(0, "space %s: the key is in bucket %d, not %d", sp.Name, b, bucket)
+	}
+	return kb, b, nil
+}
+
+// Range reads tuples of one space in one bucket.
+func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.RangeResponse, error) {
+	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
+	if err != nil {
+		return nil, err
+	}
+	sp := sc.ByName(req.GetSpace())
+	if sp == nil {
+		return nil, noSpace(0, req.GetSpace())
+	}
+	count, _ := s.cfg.Zero.Buckets()
+	if req.GetBucket() < 1 || req.GetBucket() > count {
+		return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", req.GetBucket(), count)
+	}
+	limit := int(req.GetLimit())
+	switch {
+	case limit == 0:
+		limit = DefaultRangeLimit
+	case limit > MaxRangeLimit:
+		return nil, status.Errorf(codes.InvalidArgument, "a range limit of %d is more than %d", limit, MaxRangeLimit)
+	}
+	var after []byte
+	if len(req.GetAfter()) > 0 {
+		k, err := tuple.DecodeTuple(req.GetAfter())
+		if err != nil {
+			return nil, invalid(0, "space %s: the after key: %v", sp.Name, err)
+		}
+		if err := sp.CheckKey(k); err != nil {
+			return nil, invalid(0, "the after key: %v", err)
+		}
+		if after, err = tuple.AppendKey(nil, k...); err != nil {
+			return nil, invalid(0, "the after key: %v", err)
+		}
+	}
+	info, err := s.readAt(ctx, req.GetMode(), req.GetBucket())
+	if err != nil {
+		return nil, err
+	}
+	ts, more, err := s.sm.Range(s.cfg.DB, req.GetBucket(), sp, after, limit)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	resp := &datav1.RangeResponse{More: more, Info: info}
+	for _, t := range ts {
+		resp.Tuples = append(resp.Tuples, &datav1.VersionedTuple{Tuple: t.Tuple, Version: t.Version})
+	}
+	return resp, nil
+}

@@ -1,0 +1,643 @@
+package router
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/forward"
+	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/sharding"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// Member is one instance of a replicaset.
+type Member struct {
+	InstanceID    string
+	Address       string
+	FailureDomain map[string]string
+}
+
+// Replicaset is a replicaset as group 0 records it.
+type Replicaset struct {
+	ID string
+	// LeaderAddress is the address of the leader group 0 last recorded
+	// ("" when none).
+	LeaderAddress string
+	Members       []Member
+	Weight        uint32
+	// Buckets is how many buckets group 0 places on it.
+	Buckets int
+}
+
+// Space is what routing needs of a space: how to find its key's bucket.
+type Space struct {
+	Name          string
+	Format        tuple.Format
+	PK            []int
+	ShardingParts int
+}
+
+// Topology is group 0's view the router routes by; the server adapts
+// internal/meta to it. Its answers may be a little behind the leader's.
+type Topology interface {
+	BucketCount() uint32
+	// ReplicasetOf returns the replicaset holding a bucket ("" when none).
+	ReplicasetOf(bucket uint32) string
+	// Replicasets returns the replicasets in service, by id.
+	Replicasets() []Replicaset
+	Space(name string) (Space, bool)
+	// Spaces returns every space's definition, for GetRouting and ListSpaces.
+	Spaces() []*datav1.Space
+	SchemaVersion() uint64
+	ShardingVersion() uint64
+	// Self is this instance.
+	Self() Member
+	// Refresh catches this instance's view up with group 0's leader.
+	Refresh(ctx context.Context) error
+}
+
+// Local is this instance's storage of its replicaset (nil when it has
+// none yet); the server passes internal/replicaset's Storage.
+type Local interface {
+	ReplicasetID() string
+	IsLeader() bool
+	LeaderAddress() string
+	Write(context.Context, *datav1.WriteRequest) (*datav1.WriteResponse, error)
+	Get(context.Context, *datav1.GetRequest) (*datav1.GetResponse, error)
+	Range(context.Context, *datav1.RangeRequest) (*datav1.RangeResponse, error)
+	Call(context.Context, *datav1.CallRequest) (*datav1.CallResponse, error)
+}
+
+// DDL changes the spaces in group 0; the router calls it on the group-0
+// leader (the server routes the DDL calls there).
+type DDL interface {
+	CreateSpace(ctx context.Context, sp *datav1.Space, ifNotExists bool) (*datav1.Space, error)
+	DropSpace(ctx context.Context, name string) error
+}
+
+// Config configures a Router.
+type Config struct {
+	Topology Topology
+	// Local returns this instance's storage (nil while it has none).
+	Local func() Local
+	DDL   DDL
+	// Dial returns a connection to another instance (kept by the caller).
+	Dial  func(addr string) (grpc.ClientConnInterface, error)
+	Procs *proc.Registry
+	// Attempts bounds how many places one call is tried at (default 4).
+	Attempts int
+	Logger   *slog.Logger
+}
+
+// Router serves DataService.
+type Router struct {
+	datav1.UnimplementedDataServiceServer
+	cfg Config
+	log *slog.Logger
+
+	mu      sync.Mutex
+	leaders map[string]string // replicaset -> leader address learned from answers
+}
+
+var _ datav1.DataServiceServer = (*Router)(nil)
+
+// New makes a router.
+func New(cfg Config) *Router {
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = 4
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}}
+}
+
+func (r *Router) local() Local {
+	if r.cfg.Local == nil {
+		return nil
+	}
+	return r.cfg.Local()
+}
+
+func (r *Router) learnLeader(rs, addr string) {
+	if addr == "" {
+		return
+	}
+	r.mu.Lock()
+	r.leaders[rs] = addr
+	r.mu.Unlock()
+}
+
+func (r *Router) forgetLeader(rs, addr string) {
+	r.mu.Lock()
+	if r.leaders[rs] == addr {
+		delete(r.leaders, rs)
+	}
+	r.mu.Unlock()
+}
+
+func (r *Router) replicaset(id string) (Replicaset, bool) {
+	for _, rs := range r.cfg.Topology.Replicasets() {
+		if rs.ID == id {
+			return rs, true
+		}
+	}
+	return Replicaset{}, false
+}
+
+// target is where one attempt goes: this instance's storage, or addr.
+type target struct {
+	local Local
+	addr  string
+}
+
+// pick chooses the member of replicaset rs that should serve a call.
+func (r *Router) pick(rsID string, rw bool) (target, error) {
+	if l := r.local(); l != nil && l.ReplicasetID() == rsID {
+		if !rw || l.IsLeader() {
+			return target{local: l}, nil
+		}
+		if addr := l.LeaderAddress(); addr != "" {
+			return target{addr: addr}, nil
+		}
+	}
+	rs, ok := r.replicaset(rsID)
+	if !ok {
+		return target{}, status.Errorf(codes.Unavailable, "replicaset %s is not known to this instance yet; retry", rsID)
+	}
+	if rw {
+		r.mu.Lock()
+		addr := r.leaders[rsID]
+		r.mu.Unlock()
+		if addr == "" {
+			addr = rs.LeaderAddress
+		}
+		if addr == "" && len(rs.Members) > 0 {
+			addr = rs.Members[0].Address
+		}
+		if addr == "" {
+			return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no member with an address; retry", rsID)
+		}
+		return target{addr: addr}, nil
+	}
+	m, ok := nearest(r.cfg.Topology.Self(), rs.Members)
+	if !ok {
+		return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no members; retry", rsID)
+	}
+	return target{addr: m.Address}, nil
+}
+
+// nearest picks the member sharing the most failure-domain values with
+// self (R2, R6: prefer a replica in our own zone), at random among equals.
+func nearest(self Member, members []Member) (Member, bool) {
+	best, score := []Member(nil), -1
+	for _, m := range members {
+		if m.Address == "" {
+			continue
+		}
+		s := 0
+		for k, v := range self.FailureDomain {
+			if m.FailureDomain[k] == v {
+				s++
+			}
+		}
+		switch {
+		case s > score:
+			best, score = []Member{m}, s
+		case s == score:
+			best = append(best, m)
+		}
+	}
+	if len(best) == 0 {
+		return Member{}, false
+	}
+	return best[rand.IntN(len(best))], true
+}
+
+// redirectOf returns a refusal's Redirect detail (nil when it has none).
+func redirectOf(err error) *datav1.Redirect {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if rd, ok := d.(*datav1.Redirect); ok {
+			return rd
+		}
+	}
+	return nil
+}
+
+func forwardedCtx(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1")
+}
+
+// route runs one call on the member of replicaset rsID that must serve it,
+// following redirects. Over RPC the call is marked forwarded; a forwarded
+// call that this instance cannot serve is answered with a redirect.
+func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID string, bucket uint32, rw bool, req Req,
+	local func(Local, context.Context, Req) (Resp, error),
+	remote func(datav1.DataServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
+) (Resp, error) {
+	var zero Resp
+	forwarded := forward.Forwarded(ctx)
+	var last error
+	for attempt := 0; attempt < r.cfg.Attempts; attempt++ {
+		if rsID == "" {
+			return zero, status.Errorf(codes.Unavailable, "bucket %d is not assigned to a replicaset yet (are the buckets bootstrapped? `shardkit status`); retry", bucket)
+		}
+		t, err := r.pick(rsID, rw)
+		if err != nil {
+			return zero, err
+		}
+		var resp Resp
+		switch {
+		case t.local != nil:
+			resp, err = local(t.local, ctx, req)
+		case forwarded:
+			// Another router sent it here believing this instance serves
+			// it: say where to go instead, never forward a second time.
+			return zero, r.redirectFor(rsID, bucket, t.addr)
+		default:
+			conn, derr := r.cfg.Dial(t.addr)
+			if derr != nil {
+				return zero, status.Errorf(codes.Unavailable, "cannot reach %s of replicaset %s: %v", t.addr, rsID, derr)
+			}
+			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx), req)
+		}
+		if err == nil {
+			if rw && t.addr != "" {
+				r.learnLeader(rsID, t.addr)
+			}
+			return resp, nil
+		}
+		last = err
+		rd := redirectOf(err)
+		if rd == nil || ctx.Err() != nil {
+			if t.addr != "" && status.Code(err) == codes.Unavailable && rw {
+				r.forgetLeader(rsID, t.addr)
+			}
+			return zero, err
+		}
+		switch rd.GetReason() {
+		case datav1.Redirect_REASON_NOT_LEADER:
+			r.forgetLeader(rsID, t.addr)
+			if rd.GetLeaderAddress() != "" && rd.GetLeaderAddress() != t.addr {
+				r.learnLeader(rsID, rd.GetLeaderAddress())
+				continue
+			}
+			// No leader known there: an election; give it a moment.
+			if sleep(ctx, 100*time.Millisecond) {
+				return zero, err
+			}
+		case datav1.Redirect_REASON_WRONG_BUCKET, datav1.Redirect_REASON_BUCKET_MOVING:
+			// This instance's view of group 0 may be behind: catch up
+			// and look again.
+			if rerr := r.cfg.Topology.Refresh(ctx); rerr != nil {
+				return zero, err
+			}
+			next := r.cfg.Topology.ReplicasetOf(bucket)
+			if next == rsID && rd.GetReason() == datav1.Redirect_REASON_WRONG_BUCKET {
+				return zero, err
+			}
+			rsID = next
+			if sleep(ctx, 20*time.Millisecond) {
+				return zero, err
+			}
+		default:
+			return zero, err
+		}
+	}
+	r.log.Debug("giving up after redirects", "call", what, "replicaset", rsID, "err", last)
+	return zero, last
+}
+
+// redirectFor is the answer to a forwarded call this instance cannot serve.
+func (r *Router) redirectFor(rsID string, bucket uint32, addr string) error {
+	msg := fmt.Sprintf("this instance does not serve replicaset %s's call", rsID)
+	if addr != "" {
+		msg += "; try " + addr
+	}
+	st := status.New(codes.Unavailable, msg)
+	if d, err := st.WithDetails(&datav1.Redirect{Reason: datav1.Redirect_REASON_NOT_LEADER, Bucket: bucket, ReplicasetId: rsID, LeaderAddress: addr}); err == nil {
+		return d.Err()
+	}
+	return st.Err()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// bucketOfKey returns the bucket of an encoded key (a tuple of its parts)
+// of a space.
+func (r *Router) bucketOfKey(space string, key []byte) (uint32, error) {
+	sp, ok := r.cfg.Topology.Space(space)
+	if !ok {
+		return 0, status.Errorf(codes.NotFound, "no space %q (shardkit space list shows the spaces)", space)
+	}
+	k, err := tuple.DecodeTuple(key)
+	if err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "space %s: the key: %v", space, err)
+	}
+	if len(k) != len(sp.PK) {
+		return 0, status.Errorf(codes.InvalidArgument, "space %s: a key has %d parts, got %d", space, len(sp.PK), len(k))
+	}
+	return r.bucketOf(sp, k)
+}
+
+func (r *Router) bucketOf(sp Space, key []tuple.Value) (uint32, error) {
+	kf := make(tuple.Format, len(sp.PK))
+	for i, f := range sp.PK {
+		kf[i] = sp.Format[f]
+	}
+	if err := kf.Check(key); err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "space %s: the key: %v", sp.Name, err)
+	}
+	b, err := sharding.BucketOf(key[:sp.ShardingParts], r.cfg.Topology.BucketCount())
+	if err != nil {
+		return 0, status.Errorf(codes.InvalidArgument, "space %s: %v", sp.Name, err)
+	}
+	return b, nil
+}
+
+// bucketOfWrite returns a write's bucket: its own, or the first op's key's.
+func (r *Router) bucketOfWrite(req *datav1.WriteRequest) (uint32, error) {
+	if b := req.GetBucket(); b != 0 {
+		if b > r.cfg.Topology.BucketCount() {
+			return 0, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", b, r.cfg.Topology.BucketCount())
+		}
+		return b, nil
+	}
+	if len(req.GetOps()) == 0 {
+		return 0, status.Error(codes.InvalidArgument, "a write needs at least one operation")
+	}
+	op := req.GetOps()[0]
+	switch op.GetKind() {
+	case datav1.OpKind_OP_KIND_INSERT, datav1.OpKind_OP_KIND_REPLACE, datav1.OpKind_OP_KIND_UPSERT:
+		sp, ok := r.cfg.Topology.Space(op.GetSpace())
+		if !ok {
+			return 0, status.Errorf(codes.NotFound, "no space %q (shardkit space list shows the spaces)", op.GetSpace())
+		}
+		t, err := tuple.DecodeTuple(op.GetTuple())
+		if err != nil {
+			return 0, status.Errorf(codes.InvalidArgument, "op 1: the tuple: %v", err)
+		}
+		key := make([]tuple.Value, len(sp.PK))
+		for i, f := range sp.PK {
+			if f >= len(t) {
+				return 0, status.Errorf(codes.InvalidArgument, "op 1 (space %s): the tuple has %d fields; field %d (%s) is part of the primary key", sp.Name, len(t), f+1, sp.Format[f].Name)
+			}
+			key[i] = t[f]
+		}
+		return r.bucketOf(sp, key)
+	default:
+		return r.bucketOfKey(op.GetSpace(), op.GetKey())
+	}
+}
+
+// Write implements DataService.
+func (r *Router) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+	b, err := r.bucketOfWrite(req)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetSchemaVersion() == 0 {
+		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
+	}
+	req.Bucket = b
+	return route(ctx, r, "write", r.cfg.Topology.ReplicasetOf(b), b, true, req, Local.Write, datav1.DataServiceClient.Write)
+}
+
+// Get implements DataService.
+func (r *Router) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetResponse, error) {
+	b := req.GetBucket()
+	if b == 0 {
+		var err error
+		if b, err = r.bucketOfKey(req.GetSpace(), req.GetKey()); err != nil {
+			return nil, err
+		}
+		req.Bucket = b
+	}
+	if req.GetSchemaVersion() == 0 {
+		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
+	}
+	rw := req.GetMode() != datav1.Mode_MODE_RO
+	return route(ctx, r, "get", r.cfg.Topology.ReplicasetOf(b), b, rw, req, Local.Get, datav1.DataServiceClient.Get)
+}
+
+// Range implements DataService.
+func (r *Router) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.RangeResponse, error) {
+	b := req.GetBucket()
+	if b < 1 || b > r.cfg.Topology.BucketCount() {
+		return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", b, r.cfg.Topology.BucketCount())
+	}
+	if req.GetSchemaVersion() == 0 {
+		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
+	}
+	rw := req.GetMode() != datav1.Mode_MODE_RO
+	return route(ctx, r, "range", r.cfg.Topology.ReplicasetOf(b), b, rw, req, Local.Range, datav1.DataServiceClient.Range)
+}
+
+// callMode resolves a call's mode: as asked, or the procedure's own.
+func (r *Router) callMode(req *datav1.CallRequest) (datav1.Mode, error) {
+	p, ok := r.cfg.Procs.Lookup(req.GetProcedure())
+	if !ok {
+		return 0, status.Errorf(codes.NotFound, "no procedure %q (`shardkit call --list` lists them)", req.GetProcedure())
+	}
+	switch req.GetMode() {
+	case datav1.Mode_MODE_RO:
+		if p.Mode == proc.RW {
+			return 0, status.Errorf(codes.InvalidArgument, "procedure %s writes (rw); call it in mode rw", p.Name)
+		}
+		return datav1.Mode_MODE_RO, nil
+	case datav1.Mode_MODE_RW:
+		return datav1.Mode_MODE_RW, nil
+	}
+	if p.Mode == proc.RW {
+		return datav1.Mode_MODE_RW, nil
+	}
+	return datav1.Mode_MODE_RO, nil
+}
+
+// Call implements DataService: on the replicaset named, or holding the
+// bucket, or (neither given) this instance's own or any replicaset.
+func (r *Router) Call(ctx context.Context, req *datav1.CallRequest) (*datav1.CallResponse, error) {
+	mode, err := r.callMode(req)
+	if err != nil {
+		return nil, err
+	}
+	req.Mode = mode
+	if req.GetSchemaVersion() == 0 {
+		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
+	}
+	rsID := req.GetReplicasetId()
+	switch {
+	case rsID != "":
+	case req.GetBucket() != 0:
+		if req.GetBucket() > r.cfg.Topology.BucketCount() {
+			return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", req.GetBucket(), r.cfg.Topology.BucketCount())
+		}
+		rsID = r.cfg.Topology.ReplicasetOf(req.GetBucket())
+	default:
+		if l := r.local(); l != nil {
+			rsID = l.ReplicasetID()
+		} else if rss := r.cfg.Topology.Replicasets(); len(rss) > 0 {
+			rsID = rss[rand.IntN(len(rss))].ID
+		}
+	}
+	return route(ctx, r, "call", rsID, req.GetBucket(), mode == datav1.Mode_MODE_RW, req, Local.Call, datav1.DataServiceClient.Call)
+}
+
+// MapCall implements DataService: the procedure on every replicaset that
+// holds buckets (or, before buckets are placed, on every replicaset).
+func (r *Router) MapCall(ctx context.Context, req *datav1.MapCallRequest) (*datav1.MapCallResponse, error) {
+	var ids []string
+	for _, rs := range r.cfg.Topology.Replicasets() {
+		if rs.Buckets > 0 {
+			ids = append(ids, rs.ID)
+		}
+	}
+	if len(ids) == 0 {
+		for _, rs := range r.cfg.Topology.Replicasets() {
+			ids = append(ids, rs.ID)
+		}
+	}
+	out := make([]*datav1.ReplicasetResult, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Go(func() {
+			res := &datav1.ReplicasetResult{ReplicasetId: id}
+			resp, err := r.Call(ctx, &datav1.CallRequest{Procedure: req.GetProcedure(), Args: req.GetArgs(), Mode: req.GetMode(),
+				ReplicasetId: id, SchemaVersion: req.GetSchemaVersion()})
+			if err != nil {
+				res.Error = status.Convert(err).Message()
+			} else {
+				res.Result = resp.GetResult()
+			}
+			out[i] = res
+		})
+	}
+	wg.Wait()
+	return &datav1.MapCallResponse{Results: out}, nil
+}
+
+// GetRouting implements DataService.
+func (r *Router) GetRouting(context.Context, *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
+	t := r.cfg.Topology
+	resp := &datav1.GetRoutingResponse{BucketCount: t.BucketCount(), Spaces: t.Spaces(), SchemaVersion: t.SchemaVersion(), ShardingVersion: t.ShardingVersion()}
+	var cur *datav1.BucketRange
+	for b := uint32(1); b <= t.BucketCount(); b++ {
+		rs := t.ReplicasetOf(b)
+		if cur != nil && cur.GetReplicasetId() == rs && rs != "" {
+			cur.Last = b
+			continue
+		}
+		if rs == "" {
+			cur = nil
+			continue
+		}
+		cur = &datav1.BucketRange{First: b, Last: b, ReplicasetId: rs}
+		resp.Buckets = append(resp.Buckets, cur)
+	}
+	for _, rs := range t.Replicasets() {
+		route := &datav1.ReplicasetRoute{ReplicasetId: rs.ID, LeaderAddress: rs.LeaderAddress, Weight: rs.Weight}
+		r.mu.Lock()
+		if addr := r.leaders[rs.ID]; addr != "" {
+			route.LeaderAddress = addr
+		}
+		r.mu.Unlock()
+		if l := r.local(); l != nil && l.ReplicasetID() == rs.ID && l.LeaderAddress() != "" {
+			route.LeaderAddress = l.LeaderAddress()
+		}
+		for _, m := range rs.Members {
+			route.Members = append(route.Members, &datav1.Member{InstanceId: m.InstanceID, Address: m.Address, FailureDomain: m.FailureDomain})
+		}
+		resp.Replicasets = append(resp.Replicasets, route)
+	}
+	return resp, nil
+}
+
+// ListSpaces implements DataService.
+func (r *Router) ListSpaces(context.Context, *datav1.ListSpacesRequest) (*datav1.ListSpacesResponse, error) {
+	return &datav1.ListSpacesResponse{Spaces: r.cfg.Topology.Spaces(), SchemaVersion: r.cfg.Topology.SchemaVersion()}, nil
+}
+
+// CreateSpace implements DataService (on the group-0 leader).
+func (r *Router) CreateSpace(ctx context.Context, req *datav1.CreateSpaceRequest) (*datav1.CreateSpaceResponse, error) {
+	if req.GetSpace() == nil {
+		return nil, status.Error(codes.InvalidArgument, "no space to create")
+	}
+	sp, err := r.cfg.DDL.CreateSpace(ctx, req.GetSpace(), req.GetIfNotExists())
+	if err != nil {
+		return nil, err
+	}
+	return &datav1.CreateSpaceResponse{Space: sp}, nil
+}
+
+// DropSpace implements DataService (on the group-0 leader): without force
+// it is refused while the space holds tuples (counted on every replicaset
+// just before; a write racing the drop is dropped with it).
+func (r *Router) DropSpace(ctx context.Context, req *datav1.DropSpaceRequest) (*datav1.DropSpaceResponse, error) {
+	if _, ok := r.cfg.Topology.Space(req.GetName()); !ok {
+		return nil, status.Errorf(codes.NotFound, "no space %q", req.GetName())
+	}
+	n, err := r.Count(ctx, req.GetName())
+	if err != nil && !req.GetForce() {
+		return nil, fmt.Errorf("cannot count the tuples of space %s before dropping it (--force drops it anyway): %w", req.GetName(), err)
+	}
+	if n > 0 && !req.GetForce() {
+		return nil, status.Errorf(codes.FailedPrecondition, "space %s holds %d tuples; delete them first, or drop it with them (--force)", req.GetName(), n)
+	}
+	if err := r.cfg.DDL.DropSpace(ctx, req.GetName()); err != nil {
+		return nil, err
+	}
+	return &datav1.DropSpaceResponse{Tuples: n}, nil
+}
+
+// Count returns the number of tuples of a space in the cluster (the
+// built-in count on every replicaset, summed; each bucket counted once).
+func (r *Router) Count(ctx context.Context, space string) (uint64, error) {
+	resp, err := r.MapCall(ctx, &datav1.MapCallRequest{Procedure: "count", Args: tuple.AppendTuple(nil, tuple.Tuple{tuple.String(space)}), Mode: datav1.Mode_MODE_RW})
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	var failed []string
+	for _, res := range resp.GetResults() {
+		if res.GetError() != "" {
+			failed = append(failed, res.GetReplicasetId()+": "+res.GetError())
+			continue
+		}
+		t, err := tuple.DecodeTuple(res.GetResult())
+		if err != nil || len(t) != 1 {
+			failed = append(failed, res.GetReplicasetId()+": a bad count result")
+			continue
+		}
+		c, _ := t[0].AsUint()
+		n += c
+	}
+	if len(failed) > 0 {
+		slices.Sort(failed)
+		return n, status.Errorf(codes.Unavailable, "counting failed on %d replicasets: %v", len(failed), failed)
+	}
+	return n, nil
+}

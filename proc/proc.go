@@ -1,0 +1,213 @@
+package proc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"sync"
+
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// Mode says where a procedure runs and whether it may write.
+type Mode int
+
+const (
+	// RO procedures only read; any member of the replicaset may run them.
+	RO Mode = 1
+	// RW procedures may write; the replicaset's leader runs them.
+	RW Mode = 2
+)
+
+func (m Mode) String() string {
+	switch m {
+	case RO:
+		return "ro"
+	case RW:
+		return "rw"
+	}
+	return fmt.Sprintf("mode(%d)", int(m))
+}
+
+// Func is a procedure's body. args are the call's arguments; the returned
+// tuple is the call's result. An error is returned to the caller as the
+// call's failure (its message as it is).
+type Func func(ctx context.Context, c Context, args tuple.Tuple) (tuple.Tuple, error)
+
+// Procedure is a named, registered procedure.
+type Procedure struct {
+	Name string
+	Mode Mode
+	Func Func
+	// Doc is one line for `shardkit call --list`.
+	Doc string
+}
+
+// OpKind is what a write operation does.
+type OpKind int
+
+// The kinds of write operations (the seed's insert, replace, update,
+// delete, and upsert).
+const (
+	Insert OpKind = iota + 1
+	Replace
+	Update
+	Upsert
+	Delete
+)
+
+// Op is one operation of an atomic write.
+type Op struct {
+	Kind  OpKind
+	Space string
+	// Tuple for Insert, Replace and Upsert.
+	Tuple tuple.Tuple
+	// Key (the full primary key) for Update and Delete.
+	Key []tuple.Value
+	// Ops for Update and Upsert.
+	Ops []tuple.Op
+	// IfVersion makes the op conditional on the tuple's version (0: on
+	// there being no tuple).
+	IfVersion *uint64
+}
+
+// Result is one op's outcome.
+type Result struct {
+	// Found: a tuple with the key existed before the op.
+	Found bool
+	// Tuple after the op, or the deleted one.
+	Tuple tuple.Tuple
+	// Version of the tuple after the op (for Delete: the one it had).
+	Version uint64
+}
+
+// Versioned is a stored tuple with its version.
+type Versioned struct {
+	Tuple   tuple.Tuple
+	Version uint64
+}
+
+// Context is a procedure's view of its replicaset. Reads see what the
+// member running the procedure has applied (on the leader of an rw call,
+// everything committed before the call started).
+type Context interface {
+	// Replicaset names the replicaset the procedure runs on.
+	Replicaset() string
+	// Get reads a tuple by its full primary key; found is false when
+	// there is none. The key's bucket must be held by this replicaset.
+	Get(space string, key ...tuple.Value) (t tuple.Tuple, version uint64, found bool, err error)
+	// Range reads up to limit tuples of a space in one bucket, in
+	// primary-key order, after the key after (from the first when nil).
+	Range(space string, bucket uint32, after []tuple.Value, limit int) (ts []Versioned, more bool, err error)
+	// Count counts the tuples of a space in the buckets active here.
+	Count(space string) (uint64, error)
+	// Buckets lists the buckets active here.
+	Buckets() ([]uint32, error)
+	// Write applies ops, all on keys of one bucket held here, atomically:
+	// all or none. Only rw procedures may write.
+	Write(ctx context.Context, ops ...Op) ([]Result, error)
+}
+
+// ErrReadOnly: an ro procedure tried to write.
+var ErrReadOnly = errors.New("proc: an ro procedure cannot write")
+
+var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_.]{0,63}$`)
+
+// Registry maps names to procedures; safe for concurrent use.
+type Registry struct {
+	mu    sync.RWMutex
+	procs map[string]Procedure
+}
+
+// NewRegistry returns a registry holding procs.
+func NewRegistry(procs ...Procedure) (*Registry, error) {
+	r := &Registry{procs: map[string]Procedure{}}
+	for _, p := range procs {
+		if err := r.Register(p); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+// Register adds a procedure; a taken name is refused.
+func (r *Registry) Register(p Procedure) error {
+	if !namePattern.MatchString(p.Name) {
+		return fmt.Errorf("proc: invalid procedure name %q: a letter or '_', then letters, digits, '_' or '.', at most 64 bytes", p.Name)
+	}
+	if p.Mode != RO && p.Mode != RW {
+		return fmt.Errorf("proc: procedure %s: mode must be RO or RW", p.Name)
+	}
+	if p.Func == nil {
+		return fmt.Errorf("proc: procedure %s has no Func", p.Name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.procs == nil {
+		r.procs = map[string]Procedure{}
+	}
+	if _, ok := r.procs[p.Name]; ok {
+		return fmt.Errorf("proc: procedure %s is already registered", p.Name)
+	}
+	r.procs[p.Name] = p
+	return nil
+}
+
+// Lookup returns a procedure by name.
+func (r *Registry) Lookup(name string) (Procedure, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	p, ok := r.procs[name]
+	return p, ok
+}
+
+// List returns every procedure, by name.
+func (r *Registry) List() []Procedure {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Procedure, 0, len(r.procs))
+	for _, p := range r.procs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Builtins are shardkit's own procedures:
+//
+//   - count(space) ro: the number of tuples of a space in the replicaset's
+//     active buckets ([count]); map-call sums to the cluster's count, each
+//     bucket counted once;
+//   - echo(args...) ro: its arguments, unchanged;
+//   - buckets() ro: the number of buckets active on the replicaset.
+func Builtins() []Procedure {
+	return []Procedure{
+		{Name: "count", Mode: RO, Doc: "count(space): tuples of a space in this replicaset's active buckets", Func: func(_ context.Context, c Context, args tuple.Tuple) (tuple.Tuple, error) {
+			if len(args) != 1 {
+				return nil, fmt.Errorf("count takes one argument, the space name; got %d", len(args))
+			}
+			name, ok := args[0].AsString()
+			if !ok {
+				return nil, fmt.Errorf("count: the space name must be a string, got %s", args[0])
+			}
+			n, err := c.Count(name)
+			if err != nil {
+				return nil, err
+			}
+			return tuple.Tuple{tuple.Uint(n)}, nil
+		}},
+		{Name: "echo", Mode: RO, Doc: "echo(args...): its arguments", Func: func(_ context.Context, _ Context, args tuple.Tuple) (tuple.Tuple, error) {
+			return slices.Clone(args), nil
+		}},
+		{Name: "buckets", Mode: RO, Doc: "buckets(): how many buckets are active on this replicaset", Func: func(_ context.Context, c Context, _ tuple.Tuple) (tuple.Tuple, error) {
+			bs, err := c.Buckets()
+			if err != nil {
+				return nil, err
+			}
+			return tuple.Tuple{tuple.Uint(uint64(len(bs)))}, nil
+		}},
+	}
+}
