@@ -43,7 +43,17 @@ type Config struct {
 	// Logger receives a debug line for each attempt that failed over to
 	// another instance (discarded when nil).
 	Logger *slog.Logger
+	// FailureDomain is where this client runs (e.g. dc=msk): an ro read
+	// goes to the replica sharing the most of it (R2, R6).
+	FailureDomain map[string]string
+	// Attempts bounds how many times one data call is tried (a redirect,
+	// an instance that does not answer); DefaultAttempts when zero. The
+	// call's context bounds it too.
+	Attempts int
 }
+
+// DefaultAttempts is Config.Attempts's default.
+const DefaultAttempts = 8
 
 // Client talks to one cluster. Make it with New; it is safe for
 // concurrent use; Close it when done.
@@ -56,6 +66,8 @@ type Client struct {
 	leader string // the group-0 leader's address, as last named by an answer
 	last   string // the instance that last answered
 	closed bool
+
+	rt router // the data layer's routing table
 }
 
 // New makes a client of the cluster whose instances include cfg.Peers. It
@@ -78,6 +90,9 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	cfg.Peers = peers
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Attempts <= 0 {
+		cfg.Attempts = DefaultAttempts
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -7,6 +7,8 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
 )
 
 // The kinds of failure. Every error a Client returns wraps one of them
@@ -35,6 +37,10 @@ var (
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrInternal: the instance failed; the outcome is unknown.
 	ErrInternal = errors.New("internal error")
+	// ErrConditionFailed: a write's if_version condition did not hold
+	// (Error.ActualVersion is the tuple's version, 0 when there is none);
+	// nothing of the write was applied.
+	ErrConditionFailed = errors.New("condition failed")
 )
 
 // Error is a failed call.
@@ -50,6 +56,11 @@ type Error struct {
 	// Retryable reports whether sending the same call again is safe: it
 	// was not done, or doing it twice has the effect of once.
 	Retryable bool
+	// OpIndex is the 1-based operation of a batch the refusal is about (0:
+	// not about one).
+	OpIndex int
+	// ActualVersion is, for ErrConditionFailed, the tuple's version.
+	ActualVersion uint64
 
 	kind error
 }
@@ -72,6 +83,10 @@ func (e *Error) GRPCStatus() *status.Status { return status.New(e.Code, e.Msg) }
 func IsRetryable(err error) bool {
 	var e *Error
 	return errors.As(err, &e) && e.Retryable
+}
+
+func invalidf(format string, args ...any) *Error {
+	return &Error{Op: "check", Code: codes.InvalidArgument, Msg: fmt.Sprintf(format, args...), kind: ErrInvalid}
 }
 
 // kindOf maps a gRPC code to the kind of failure.
@@ -106,5 +121,14 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 	st := status.Convert(err)
 	kind := kindOf(st.Code())
 	retry := errors.Is(kind, ErrUnavailable) || (errors.Is(kind, ErrOutcomeUnknown) || errors.Is(kind, ErrInternal)) && idempotent
-	return &Error{Op: op, Peer: peer, Code: st.Code(), Msg: st.Message(), Retryable: retry, kind: kind}
+	e := &Error{Op: op, Peer: peer, Code: st.Code(), Msg: st.Message(), Retryable: retry, kind: kind}
+	for _, d := range st.Details() {
+		if r, ok := d.(*datav1.Refusal); ok {
+			e.OpIndex = int(r.GetOp()) + 1
+			if r.GetCode() == datav1.Refusal_CODE_CONDITION_FAILED {
+				e.kind, e.ActualVersion = ErrConditionFailed, r.GetActualVersion()
+			}
+		}
+	}
+	return e
 }

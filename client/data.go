@@ -1,0 +1,124 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+)
+
+// redirectOf returns an answer's Redirect detail (nil when none).
+func redirectOf(err error) *datav1.Redirect {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if rd, ok := d.(*datav1.Redirect); ok {
+			return rd
+		}
+	}
+	return nil
+}
+
+// dataCall runs one data-layer call about bucket b (0: not known): at the
+// member the routing table names (the leader for rw), following redirects
+// and retrying what is safe to retry, each attempt bounded by
+// Config.Timeout and the whole by ctx and Config.Attempts. Without a
+// routing table it asks any instance, which routes the call itself.
+func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempotent bool,
+	call func(ctx context.Context, dc datav1.DataServiceClient) error,
+) error {
+	backoff := 10 * time.Millisecond
+	var last *Error
+	for attempt := 0; attempt < c.cfg.Attempts; attempt++ {
+		rt := c.routingFor(ctx)
+		rs, addr := c.addressFor(rt, b, rw)
+		if addr == "" {
+			cands := c.candidates()
+			addr = cands[attempt%len(cands)]
+		}
+		conn, err := c.Conn(addr)
+		if err != nil {
+			return err
+		}
+		actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		err = call(actx, datav1.NewDataServiceClient(conn))
+		expired := actx.Err() != nil
+		cancel()
+		if err == nil {
+			c.mu.Lock()
+			c.last = addr
+			c.mu.Unlock()
+			return nil
+		}
+		if ctx.Err() != nil {
+			e := newError(op, addr, ctx.Err(), idempotent)
+			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
+			return e
+		}
+		if rd := redirectOf(err); rd != nil {
+			last = newError(op, addr, err, idempotent)
+			last.Retryable = true // a redirect did nothing
+			switch rd.GetReason() {
+			case datav1.Redirect_REASON_NOT_LEADER:
+				if l := rd.GetLeaderAddress(); l != "" && l != addr {
+					c.learnLeader(firstOf(rd.GetReplicasetId(), rs), l)
+					continue
+				}
+				c.learnLeader(firstOf(rd.GetReplicasetId(), rs), "")
+			default:
+				_, _ = c.refresh(ctx)
+			}
+			if sleepCtx(ctx, backoff) {
+				return last
+			}
+			backoff = min(2*backoff, 500*time.Millisecond)
+			continue
+		}
+		e := newError(op, addr, err, idempotent)
+		if expired && status.Code(err) == codes.DeadlineExceeded {
+			e.Msg = fmt.Sprintf("did not answer within %v", c.cfg.Timeout)
+		}
+		if !e.Retryable {
+			return e
+		}
+		last = e
+		if rw && rs != "" {
+			// The leader we knew may be gone: ask the replicaset's members.
+			c.learnLeader(rs, "")
+		}
+		c.log.Debug("data call not served; retrying", "op", op, "peer", addr, "err", e.Msg)
+		if sleepCtx(ctx, backoff) {
+			return last
+		}
+		backoff = min(2*backoff, 500*time.Millisecond)
+	}
+	if last == nil {
+		return newError(op, "", context.DeadlineExceeded, idempotent)
+	}
+	last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, c.cfg.Attempts)
+	return last
+}
+
+func firstOf(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}

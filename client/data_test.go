@@ -1,0 +1,223 @@
+package client_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+func dataClient(t *testing.T, opts ...grpc.DialOption) *client.Client {
+	t.Helper()
+	c, err := client.New(t.Context(), client.Config{Peers: []string{clusterAddr}, DialOptions: opts})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// space creates a space of offers (shop, offer) -> price, sharded by shop,
+// named after the test.
+func offersSpace(t *testing.T, c *client.Client, name string) *client.Space {
+	t.Helper()
+	_, err := c.CreateSpace(t.Context(), client.SpaceDef{
+		Name: name,
+		Format: tuple.Format{
+			{Name: "shop", Type: tuple.TypeUnsigned}, {Name: "offer", Type: tuple.TypeString}, {Name: "price", Type: tuple.TypeDouble, Nullable: true},
+		},
+		PrimaryKey:  []string{"shop", "offer"},
+		ShardingKey: 1,
+	}, false)
+	if err != nil {
+		t.Fatalf("CreateSpace %s: %v", name, err)
+	}
+	return c.Space(name)
+}
+
+func offer(shop uint64, id string, price float64) tuple.Tuple {
+	return tuple.Tuple{tuple.Uint(shop), tuple.String(id), tuple.Double(price)}
+}
+
+func key(shop uint64, id string) []tuple.Value {
+	return []tuple.Value{tuple.Uint(shop), tuple.String(id)}
+}
+
+func TestCRUDWithTheSeedsAnswers(t *testing.T) {
+	c := dataClient(t)
+	ctx := t.Context()
+	s := offersSpace(t, c, "crud_offers")
+
+	ins, err := s.Insert(ctx, offer(1, "a", 10))
+	if err != nil || ins.Found || !ins.Tuple.Equal(offer(1, "a", 10)) || ins.Version == 0 {
+		t.Fatalf("Insert = %+v, %v", ins, err)
+	}
+	_, err = s.Insert(ctx, offer(1, "a", 11))
+	if !errors.Is(err, client.ErrAlreadyExists) || !strings.Contains(err.Error(), `duplicate key [1,"a"] in space crud_offers`) {
+		t.Fatalf("duplicate Insert: %v", err)
+	}
+	got, info, err := s.Select(ctx, key(1, "a"), client.RW)
+	if err != nil || !got.Found || got.Version != ins.Version || !info.Leader {
+		t.Fatalf("Select = %+v %+v, %v", got, info, err)
+	}
+	if miss, _, err := s.Select(ctx, key(1, "zz"), client.RO); err != nil || miss.Found {
+		t.Fatalf("Select of a missing key = %+v, %v", miss, err)
+	}
+	up, err := s.Update(ctx, key(1, "a"), []tuple.Op{{Code: tuple.OpAdd, Field: tuple.FieldRef{Name: "price"}, Arg: tuple.Double(0.5)}})
+	if err != nil || !up.Tuple.Equal(offer(1, "a", 10.5)) || up.Version <= ins.Version {
+		t.Fatalf("Update = %+v, %v", up, err)
+	}
+	// Compare-and-set: a stale version is refused and says the real one.
+	_, err = s.Replace(ctx, offer(1, "a", 99), client.IfVersion(ins.Version))
+	var ce *client.Error
+	if !errors.Is(err, client.ErrConditionFailed) || !errors.As(err, &ce) || ce.ActualVersion != up.Version {
+		t.Fatalf("stale CAS: %v (actual version %d), want ErrConditionFailed naming %d", err, ce.ActualVersion, up.Version)
+	}
+	if _, err := s.Replace(ctx, offer(1, "a", 99), client.IfVersion(up.Version)); err != nil {
+		t.Fatalf("CAS at the current version: %v", err)
+	}
+	ups, err := s.Upsert(ctx, offer(1, "b", 1), []tuple.Op{{Code: tuple.OpAdd, Field: tuple.FieldRef{Number: 3}, Arg: tuple.Double(1)}})
+	if err != nil || ups.Found || !ups.Tuple.Equal(offer(1, "b", 1)) {
+		t.Fatalf("Upsert (insert) = %+v, %v", ups, err)
+	}
+	del, err := s.Delete(ctx, key(1, "a"))
+	if err != nil || !del.Found || !del.Tuple.Equal(offer(1, "a", 99)) {
+		t.Fatalf("Delete = %+v, %v", del, err)
+	}
+	if n, err := c.Count(ctx, "crud_offers"); err != nil || n != 1 {
+		t.Fatalf("Count = %d, %v, want 1", n, err)
+	}
+	// Refusals name what was wrong.
+	_, err = s.Insert(ctx, tuple.Tuple{tuple.Uint(1), tuple.String("c"), tuple.String("cheap")})
+	if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "field 3 (price): expected double") {
+		t.Fatalf("a tuple of the wrong type: %v", err)
+	}
+	if _, err := c.Space("no_such_space").Insert(ctx, offer(1, "a", 1)); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("a missing space: %v", err)
+	}
+	if _, err := c.DropSpace(ctx, "crud_offers", false); !errors.Is(err, client.ErrRefused) || !strings.Contains(err.Error(), "holds 1 tuples") {
+		t.Fatalf("dropping a space with a tuple: %v", err)
+	}
+}
+
+func TestABatchAcrossSpacesIsAtomic(t *testing.T) {
+	c := dataClient(t)
+	ctx := t.Context()
+	offersSpace(t, c, "batch_offers")
+	offersSpace(t, c, "batch_states")
+	// Same sharding key (shop 7): one bucket, one atomic batch.
+	res, err := c.Batch().Insert("batch_offers", offer(7, "x", 1)).Insert("batch_states", offer(7, "x", 0)).Do(ctx)
+	if err != nil || len(res) != 2 {
+		t.Fatalf("batch = %v, %v", res, err)
+	}
+	// The second op refuses: neither is applied.
+	_, err = c.Batch().Insert("batch_offers", offer(7, "y", 1)).Insert("batch_states", offer(7, "x", 0)).Do(ctx)
+	var ce *client.Error
+	if !errors.Is(err, client.ErrAlreadyExists) || !errors.As(err, &ce) || ce.OpIndex != 2 {
+		t.Fatalf("refused batch: %v (op %d), want ErrAlreadyExists on op 2", err, ce.OpIndex)
+	}
+	if r, _, _ := c.Space("batch_offers").Select(ctx, key(7, "y"), client.RW); r.Found {
+		t.Fatal("the refused batch's first op was applied")
+	}
+	// Two sharding keys are two buckets: refused before sending.
+	_, err = c.Batch().Insert("batch_offers", offer(7, "z", 1)).Insert("batch_offers", offer(8, "z", 1)).Do(ctx)
+	if !errors.Is(err, client.ErrInvalid) || !strings.Contains(err.Error(), "a batch writes one bucket") {
+		t.Fatalf("a batch over two buckets: %v", err)
+	}
+}
+
+// A write whose answer is lost is retried with the same request id: it is
+// applied once, and the retry gets the first answer.
+func TestARetriedWriteIsAppliedOnce(t *testing.T) {
+	var dropped atomic.Int32
+	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err == nil && strings.HasSuffix(method, "/Write") && dropped.Add(1) == 1 {
+			return status.Error(codes.DeadlineExceeded, "injected: the answer was lost")
+		}
+		return err
+	}
+	c := dataClient(t, grpc.WithUnaryInterceptor(drop))
+	s := offersSpace(t, c, "retry_offers")
+	r, err := s.Insert(t.Context(), offer(3, "once", 1))
+	if err != nil {
+		t.Fatalf("an insert whose first answer was lost: %v (a retry that applied it again would be a duplicate key)", err)
+	}
+	if dropped.Load() < 2 || !r.Tuple.Equal(offer(3, "once", 1)) {
+		t.Fatalf("writes sent %d, result %+v", dropped.Load(), r)
+	}
+	if n, err := c.Count(t.Context(), "retry_offers"); err != nil || n != 1 {
+		t.Fatalf("count %d, %v, want 1", n, err)
+	}
+}
+
+func TestRangeAndMapCall(t *testing.T) {
+	c := dataClient(t)
+	ctx := t.Context()
+	s := offersSpace(t, c, "range_offers")
+	for _, id := range []string{"d", "b", "a", "c"} {
+		if _, err := s.Insert(ctx, offer(42, id, 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := s.Bucket(ctx, tuple.Uint(42), tuple.String("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, more, err := s.Range(ctx, b, nil, 3, client.RW)
+	if err != nil || !more || len(page) != 3 {
+		t.Fatalf("Range = %d tuples, more %v, %v", len(page), more, err)
+	}
+	rest, more, err := s.Range(ctx, b, page[2].Tuple[:2], 3, client.RO)
+	if err != nil || more || len(rest) != 1 {
+		t.Fatalf("Range after = %d, more %v, %v", len(rest), more, err)
+	}
+	if id, _ := rest[0].Tuple[1].AsString(); id != "d" {
+		t.Fatalf("last tuple %v, want d", rest[0].Tuple)
+	}
+	res, err := c.MapCall(ctx, "echo", tuple.Tuple{tuple.String("hi")}, client.RO)
+	if err != nil || len(res) != 1 || !res[0].Result.Equal(tuple.Tuple{tuple.String("hi")}) {
+		t.Fatalf("MapCall echo = %+v, %v", res, err)
+	}
+	if _, err := c.Call(ctx, "no_such_proc", nil, client.CallOptions{}); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("an unknown procedure: %v", err)
+	}
+}
+
+func TestSpacesAreListedAndDropped(t *testing.T) {
+	c := dataClient(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	offersSpace(t, c, "listed_offers")
+	defs, err := c.Spaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found *client.SpaceDef
+	for i := range defs {
+		if defs[i].Name == "listed_offers" {
+			found = &defs[i]
+		}
+	}
+	if found == nil || strings.Join(found.PrimaryKey, ",") != "shop,offer" || found.ShardingKey != 1 || found.Format[2].Nullable != true {
+		t.Fatalf("listed %+v", found)
+	}
+	if _, err := c.CreateSpace(ctx, client.SpaceDef{Name: "listed_offers", Format: found.Format, PrimaryKey: found.PrimaryKey, ShardingKey: 1}, true); err != nil {
+		t.Fatalf("if-not-exists of the same space: %v", err)
+	}
+	if n, err := c.DropSpace(ctx, "listed_offers", false); err != nil || n != 0 {
+		t.Fatalf("DropSpace of an empty space = %d, %v", n, err)
+	}
+	if _, err := c.Space("listed_offers").Insert(ctx, offer(1, "a", 1)); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("an insert into a dropped space: %v", err)
+	}
+}

@@ -1,0 +1,236 @@
+package client
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/sharding"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// RoutingRefresh is how old the client's routing table may grow before a
+// call refreshes it; a redirect refreshes it at once.
+const RoutingRefresh = 30 * time.Second
+
+// spaceInfo is what the client needs of a space: its format and keys.
+type spaceInfo struct {
+	def       *datav1.Space
+	format    tuple.Format
+	pk        []int
+	keyFormat tuple.Format
+	sharding  int
+}
+
+func compileSpace(d *datav1.Space) (*spaceInfo, bool) {
+	s := &spaceInfo{def: d, sharding: int(d.GetShardingKeyParts())}
+	for _, f := range d.GetFormat() {
+		t, err := tuple.ParseType(f.GetType())
+		if err != nil {
+			return nil, false
+		}
+		s.format = append(s.format, tuple.Field{Name: f.GetName(), Type: t, Nullable: f.GetNullable()})
+	}
+	for _, n := range d.GetPrimaryKey() {
+		if n < 1 || int(n) > len(s.format) {
+			return nil, false
+		}
+		s.pk = append(s.pk, int(n-1))
+		s.keyFormat = append(s.keyFormat, s.format[n-1])
+	}
+	if len(s.pk) == 0 || s.sharding < 1 || s.sharding > len(s.pk) {
+		return nil, false
+	}
+	return s, true
+}
+
+// routing is the client's copy of the cluster's routing table.
+type routing struct {
+	fetched     time.Time
+	bucketCount uint32
+	buckets     []string // buckets[b] is bucket b's replicaset ("" unknown)
+	leaders     map[string]string
+	members     map[string][]*datav1.Member
+	spaces      map[string]*spaceInfo
+	schema      uint64
+}
+
+func newRouting(r *datav1.GetRoutingResponse) *routing {
+	rt := &routing{
+		fetched:     time.Now(),
+		bucketCount: r.GetBucketCount(),
+		buckets:     make([]string, r.GetBucketCount()+1),
+		leaders:     map[string]string{},
+		members:     map[string][]*datav1.Member{},
+		spaces:      map[string]*spaceInfo{},
+		schema:      r.GetSchemaVersion(),
+	}
+	for _, br := range r.GetBuckets() {
+		for b := br.GetFirst(); b <= br.GetLast() && b <= rt.bucketCount; b++ {
+			rt.buckets[b] = br.GetReplicasetId()
+		}
+	}
+	for _, rs := range r.GetReplicasets() {
+		rt.leaders[rs.GetReplicasetId()] = rs.GetLeaderAddress()
+		rt.members[rs.GetReplicasetId()] = rs.GetMembers()
+	}
+	for _, sp := range r.GetSpaces() {
+		if s, ok := compileSpace(sp); ok {
+			rt.spaces[sp.GetName()] = s
+		}
+	}
+	return rt
+}
+
+// router is the client's routing state.
+type router struct {
+	mu sync.Mutex
+	rt *routing
+}
+
+func (c *Client) table() *routing {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	return c.rt.rt
+}
+
+// refresh reads the routing table from any instance.
+func (c *Client) refresh(ctx context.Context) (*routing, error) {
+	var resp *datav1.GetRoutingResponse
+	err := c.invoke(ctx, "get routing", callOptions{idempotent: true}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = datav1.NewDataServiceClient(conn).GetRouting(ctx, &datav1.GetRoutingRequest{}, opts...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rt := newRouting(resp)
+	c.rt.mu.Lock()
+	c.rt.rt = rt
+	c.rt.mu.Unlock()
+	return rt, nil
+}
+
+// routingFor returns a routing table no older than RoutingRefresh (nil
+// when none can be had: the call then goes through any instance).
+func (c *Client) routingFor(ctx context.Context) *routing {
+	if rt := c.table(); rt != nil && time.Since(rt.fetched) < RoutingRefresh {
+		return rt
+	}
+	rt, err := c.refresh(ctx)
+	if err != nil {
+		return c.table()
+	}
+	return rt
+}
+
+// learnLeader records a replicaset's leader named by a redirect.
+func (c *Client) learnLeader(rs, addr string) {
+	c.rt.mu.Lock()
+	defer c.rt.mu.Unlock()
+	if c.rt.rt != nil && rs != "" {
+		c.rt.rt.leaders[rs] = addr
+	}
+}
+
+// space returns a space's definition, refreshing the table once when the
+// name is unknown.
+func (c *Client) space(ctx context.Context, name string) (*spaceInfo, *routing, error) {
+	rt := c.routingFor(ctx)
+	if rt != nil {
+		if sp := rt.spaces[name]; sp != nil {
+			return sp, rt, nil
+		}
+	}
+	rt, err := c.refresh(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if sp := rt.spaces[name]; sp != nil {
+		return sp, rt, nil
+	}
+	return nil, rt, &Error{Op: "space " + name, Msg: "no space \"" + name + "\" (shardkit space list shows the spaces)", kind: ErrNotFound}
+}
+
+// bucketOf returns the bucket of a key of sp.
+func (sp *spaceInfo) bucketOf(key []tuple.Value, count uint32) (uint32, error) {
+	if len(key) != len(sp.pk) {
+		return 0, invalidf("space %s: a key has %d parts, got %d", sp.def.GetName(), len(sp.pk), len(key))
+	}
+	if err := sp.keyFormat.Check(key); err != nil {
+		return 0, invalidf("space %s: the key: %v", sp.def.GetName(), err)
+	}
+	b, err := sharding.BucketOf(key[:sp.sharding], count)
+	if err != nil {
+		return 0, invalidf("space %s: %v", sp.def.GetName(), err)
+	}
+	return b, nil
+}
+
+// keyOf returns a tuple's primary key.
+func (sp *spaceInfo) keyOf(t tuple.Tuple) ([]tuple.Value, error) {
+	key := make([]tuple.Value, len(sp.pk))
+	for i, f := range sp.pk {
+		if f >= len(t) {
+			return nil, invalidf("space %s: the tuple has %d fields; field %d (%s) is part of the primary key", sp.def.GetName(), len(t), f+1, sp.format[f].Name)
+		}
+		key[i] = t[f]
+	}
+	return key, nil
+}
+
+// addressFor returns where a call for bucket b goes: its replicaset's
+// leader (rw) or the nearest member (ro); "" when the table does not say.
+func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
+	if rt == nil || b == 0 || int(b) >= len(rt.buckets) {
+		return "", ""
+	}
+	rs := rt.buckets[b]
+	if rs == "" {
+		return "", ""
+	}
+	c.rt.mu.Lock()
+	leader := rt.leaders[rs]
+	members := rt.members[rs]
+	c.rt.mu.Unlock()
+	if rw && leader != "" {
+		return rs, leader
+	}
+	if m := c.nearest(members); m != "" {
+		return rs, m
+	}
+	return rs, leader
+}
+
+// nearest picks the member sharing the most failure-domain values with
+// Config.FailureDomain, at random among equals.
+func (c *Client) nearest(members []*datav1.Member) string {
+	var best []string
+	score := -1
+	for _, m := range members {
+		if m.GetAddress() == "" {
+			continue
+		}
+		s := 0
+		for k, v := range c.cfg.FailureDomain {
+			if m.GetFailureDomain()[k] == v {
+				s++
+			}
+		}
+		switch {
+		case s > score:
+			best, score = []string{m.GetAddress()}, s
+		case s == score:
+			best = append(best, m.GetAddress())
+		}
+	}
+	if len(best) == 0 {
+		return ""
+	}
+	return best[rand.IntN(len(best))]
+}

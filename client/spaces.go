@@ -1,0 +1,129 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"google.golang.org/grpc"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// SpaceDef defines a space.
+type SpaceDef struct {
+	Name   string
+	Format tuple.Format
+	// PrimaryKey names the key's fields, in key order.
+	PrimaryKey []string
+	// ShardingKey is how many leading fields of the primary key make the
+	// sharding key (0: the whole primary key). Rows of any spaces with
+	// equal sharding keys share a bucket.
+	ShardingKey int
+	// ID and SchemaVersion are the cluster's (read only).
+	ID            uint32
+	SchemaVersion uint64
+}
+
+func (d SpaceDef) api() (*datav1.Space, error) {
+	out := &datav1.Space{Name: d.Name, ShardingKeyParts: uint32(max(0, d.ShardingKey))}
+	for _, f := range d.Format {
+		out.Format = append(out.Format, &datav1.Field{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
+	}
+	for _, name := range d.PrimaryKey {
+		i, ok := d.Format.Index(name)
+		if !ok {
+			return nil, invalidf("space %s: primary key field %q is not in the format", d.Name, name)
+		}
+		out.PrimaryKey = append(out.PrimaryKey, uint32(i+1))
+	}
+	return out, nil
+}
+
+func spaceDef(sp *datav1.Space) (SpaceDef, error) {
+	info, ok := compileSpace(sp)
+	if !ok {
+		return SpaceDef{}, fmt.Errorf("client: the cluster sent a space %q it cannot read", sp.GetName())
+	}
+	d := SpaceDef{Name: sp.GetName(), Format: info.format, ShardingKey: info.sharding, ID: sp.GetId(), SchemaVersion: sp.GetSchemaVersion()}
+	for _, i := range info.pk {
+		d.PrimaryKey = append(d.PrimaryKey, info.format[i].Name)
+	}
+	return d, nil
+}
+
+// CreateSpace defines a space (in group 0); with ifNotExists, an existing
+// space of the same definition is no error.
+func (c *Client) CreateSpace(ctx context.Context, d SpaceDef, ifNotExists bool) (SpaceDef, error) {
+	sp, err := d.api()
+	if err != nil {
+		return SpaceDef{}, err
+	}
+	var resp *datav1.CreateSpaceResponse
+	err = c.invoke(ctx, "create space "+d.Name, callOptions{idempotent: ifNotExists}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = datav1.NewDataServiceClient(conn).CreateSpace(ctx, &datav1.CreateSpaceRequest{Space: sp, IfNotExists: ifNotExists}, opts...)
+		return err
+	})
+	if err != nil {
+		return SpaceDef{}, err
+	}
+	_, _ = c.refresh(ctx)
+	return spaceDef(resp.GetSpace())
+}
+
+// DropSpace removes a space; without force it is refused (ErrRefused)
+// while the space holds tuples. It returns how many tuples it held.
+func (c *Client) DropSpace(ctx context.Context, name string, force bool) (uint64, error) {
+	var resp *datav1.DropSpaceResponse
+	err := c.invoke(ctx, "drop space "+name, callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = datav1.NewDataServiceClient(conn).DropSpace(ctx, &datav1.DropSpaceRequest{Name: name, Force: force}, opts...)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	_, _ = c.refresh(ctx)
+	return resp.GetTuples(), nil
+}
+
+// Spaces lists the spaces, by id.
+func (c *Client) Spaces(ctx context.Context) ([]SpaceDef, error) {
+	var resp *datav1.ListSpacesResponse
+	err := c.invoke(ctx, "list spaces", callOptions{idempotent: true}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = datav1.NewDataServiceClient(conn).ListSpaces(ctx, &datav1.ListSpacesRequest{}, opts...)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SpaceDef, 0, len(resp.GetSpaces()))
+	for _, sp := range resp.GetSpaces() {
+		d, err := spaceDef(sp)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// Count returns how many tuples a space holds in the cluster: the
+// built-in count on every replicaset's leader, each bucket counted once.
+func (c *Client) Count(ctx context.Context, space string) (uint64, error) {
+	res, err := c.MapCall(ctx, "count", tuple.Tuple{tuple.String(space)}, RW)
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, r := range res {
+		if len(r.Result) != 1 {
+			return 0, &Error{Op: "count " + space, Msg: "replicaset " + r.Replicaset + " sent a bad count", kind: ErrInternal}
+		}
+		v, _ := r.Result[0].AsUint()
+		n += v
+	}
+	return n, nil
+}
