@@ -123,7 +123,7 @@ SK_PEERS=$(
 
 # ---------------------------------------------------------------- cleanup
 
-WORK='' FAILED=1 STARTED=0
+WORK='' FAILED=1 STARTED=0 RUN_NO=0 RUN_TOTAL=0
 ETCD_PIDS=() SK_PIDS=() SK_WORKERS=() GEN_PID='' SAMPLER_PID=''
 
 # ours PID: PID runs and is one of ours (its command line names our work dir).
@@ -176,6 +176,7 @@ cleanup() {
       rm -rf "$WORK"
     else
       log "data dirs and logs kept in $WORK (remove with: rm -rf $WORK)"
+      if ((FAILED)) && ((RUN_NO > 1)); then log "the runs before the failure are in $RESULTS"; fi
     fi
   fi
   exit "$rc"
@@ -396,7 +397,6 @@ times_children() {
     BEGIN { printf "%.3f", s(a) + s(b) }')
 }
 
-RUN_NO=0 RUN_TOTAL=0
 # run_one SYSTEM CLASS CLIENTS ROUND: one run of the load generator; appends
 # its JSON line, with the server CPU and a few facts of the run, to RESULTS.
 run_one() {

@@ -84,9 +84,7 @@ func preload(ctx context.Context, cfg config, clients []*clientv3.Client, stderr
 	for ci, c := range clients {
 		wg.Go(func() {
 			for ops := range batches {
-				cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-				_, err := c.Txn(cctx).Then(ops...).Commit()
-				cancel()
+				err := preloadBatch(ctx, cfg, c, ops)
 				if err != nil {
 					errc <- fmt.Errorf("preload (connection %d): %w", ci, err)
 					for range batches { // drain so that the producer ends
@@ -120,6 +118,29 @@ func preload(ctx context.Context, cfg config, clients []*clientv3.Client, stderr
 	fmt.Fprintf(stderr, "etcd-bench: preloaded %d keys (%d workers × %d) in %.1fs\n",
 		total, cfg.clients, cfg.keys, time.Since(start).Seconds())
 	return nil
+}
+
+// preloadBatch commits one transaction of puts, trying up to 3 times with
+// a deadline of max(--timeout, 30s) each: a preload is not measured, and a
+// busy machine should not fail it (the puts are idempotent).
+func preloadBatch(ctx context.Context, cfg config, c *clientv3.Client, ops []clientv3.Op) error {
+	var err error
+	for attempt := range 3 {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(time.Duration(attempt) * time.Second):
+			}
+		}
+		cctx, cancel := context.WithTimeout(ctx, max(cfg.timeout, 30*time.Second))
+		_, err = c.Txn(cctx).Then(ops...).Commit()
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+	}
+	return err
 }
 
 type workerResult struct {
