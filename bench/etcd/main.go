@@ -38,6 +38,7 @@ type config struct {
 	keys      int
 	timeout   time.Duration
 	format    string
+	settle    bool
 }
 
 const defaultEndpoints = "127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793"
@@ -90,6 +91,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.keys, "keys", 1000, "keys per worker: worker w uses k/<w>/<i mod keys>")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Second, "deadline of each call")
 	fs.StringVar(&cfg.format, "format", "text", "text or json")
+	fs.BoolVar(&cfg.settle, "settle", true, "get: after the preload, let etcd drop the preload's write buffer (see README)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: etcd-bench [flags]\n\n"+
 			"Loads an etcd cluster with --clients workers for --duration and prints\n"+
