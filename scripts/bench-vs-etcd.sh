@@ -3,9 +3,8 @@
 # (etcd put, shardkit replace) and linearizable reads (etcd get, shardkit get)
 # of 100-byte values, for each client count, etcd then shardkit then etcd
 # then shardkit ...; ops/s, p99 and server CPU per operation of both, and the
-# ratio. The etcd setup and the load shape are those of
-# /work/shared/notes/etcd-peer-bench.md; the results are written up in
-# docs/benchmarks.md ("Data layer against etcd").
+# ratio. The etcd setup and the load shape (the project's etcd peer note) and
+# the figures are in docs/benchmarks.md ("Data layer against etcd").
 #
 #   bash scripts/bench-vs-etcd.sh                     # both systems, 64 and 256 clients
 #   SYSTEMS=etcd CLIENTS="1 64 256" bash scripts/bench-vs-etcd.sh
