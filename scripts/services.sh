@@ -7,6 +7,10 @@
 #   scripts/services.sh start   ensure all three run, print nothing
 #   scripts/services.sh stop    stop the servers this script started
 #   scripts/services.sh status  show which of them run (exit 1 if any does not)
+#   scripts/services.sh install-etcd
+#                               install etcd and etcdctl (Debian's etcd-server
+#                               and etcd-client) if missing, for
+#                               scripts/bench-vs-etcd.sh; starts nothing
 #
 # The servers are ordinary background daemons (no systemd), listening on
 # 127.0.0.1 only, each with its data and its log under one root directory:
@@ -181,18 +185,16 @@ find_zookeeper() {
   [[ -n $JAVA && -r $ZK_JAR ]]
 }
 
-ensure_installed() {
-  local pkgs=() policy=/usr/sbin/policy-rc.d own_policy=0 rc=0
-  find_mariadb || pkgs+=(mariadb-server)
-  find_postgres || pkgs+=(postgresql)
-  find_zookeeper || pkgs+=(zookeeper)
-  ((${#pkgs[@]} == 0)) && return 0
+# apt_install PKG...: apt-get install the packages (needs root), with a
+# temporary /usr/sbin/policy-rc.d (unless one exists) that keeps their
+# maintainer scripts from starting their own servers on the default ports
+# (there is no systemd; invoke-rc.d would use init.d).
+apt_install() {
+  local policy=/usr/sbin/policy-rc.d own_policy=0 rc=0
   if [[ $EUID -ne 0 ]]; then
-    die "missing ${pkgs[*]}; run this script as root or install them: apt-get install ${pkgs[*]}"
+    die "missing $*; run this script as root or install them: apt-get install $*"
   fi
-  log "installing ${pkgs[*]} (apt-get)"
-  # Keep the packages' maintainer scripts from starting their own servers on
-  # the default ports (there is no systemd; invoke-rc.d would use init.d).
+  log "installing $* (apt-get)"
   if [[ ! -e $policy ]]; then
     printf '#!/bin/sh\n# temporary, from shardkit scripts/services.sh\nexit 101\n' >"$policy"
     chmod 755 "$policy"
@@ -201,13 +203,61 @@ ensure_installed() {
   {
     apt-get -o DPkg::Lock::Timeout=600 update -q &&
       DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q \
-        --no-install-recommends "${pkgs[@]}"
+        --no-install-recommends "$@"
   } >&2 || rc=$?
   if ((own_policy)); then rm -f "$policy"; fi
-  ((rc == 0)) || die "apt-get install ${pkgs[*]} failed (exit $rc)"
+  ((rc == 0)) || die "apt-get install $* failed (exit $rc)"
+}
+
+ensure_installed() {
+  local pkgs=()
+  find_mariadb || pkgs+=(mariadb-server)
+  find_postgres || pkgs+=(postgresql)
+  find_zookeeper || pkgs+=(zookeeper)
+  ((${#pkgs[@]} == 0)) && return 0
+  apt_install "${pkgs[@]}"
   find_mariadb || die "MariaDB binaries (mariadbd, mariadb-install-db, mariadb, mariadb-admin) not found after installing"
   find_postgres || die "PostgreSQL binaries not found under /usr/lib/postgresql/*/bin after installing"
   find_zookeeper || die "java or $ZK_JAR not found after installing zookeeper"
+}
+
+# ---------------------------------------------------------------- etcd
+
+# etcd is not a test service: scripts/bench-vs-etcd.sh runs its own three
+# members. This only installs Debian's packages (3.4 on bookworm) when
+# etcd or etcdctl is missing; it starts no etcd, and stops only one that the
+# package's own init script started during this install.
+
+# package_etcd_pids: pids of etcd servers as Debian's init script starts
+# them: /usr/bin/etcd with no arguments (it is configured by /etc/default/etcd
+# through the environment). Our benchmark members always have arguments.
+package_etcd_pids() {
+  local d cmd
+  for d in /proc/[0-9]*; do
+    cmd=$(tr '\0' ' ' 2>/dev/null <"$d/cmdline") || continue
+    if [[ $cmd == '/usr/bin/etcd ' ]]; then echo "${d#/proc/}"; fi
+  done
+}
+
+install_etcd() {
+  local pkgs=() before pid
+  lock
+  command -v etcd >/dev/null || pkgs+=(etcd-server)
+  command -v etcdctl >/dev/null || pkgs+=(etcd-client)
+  if ((${#pkgs[@]} > 0)); then
+    before=" $(package_etcd_pids | tr '\n' ' ')"
+    apt_install "${pkgs[@]}"
+    # policy-rc.d should have kept the package's service from starting; if
+    # it started one anyway, stop that one (it was not running before we
+    # installed) and no other.
+    for pid in $(package_etcd_pids); do
+      if [[ $before != *" $pid "* ]]; then stop_pid "etcd (started by the package)" "$pid" /usr/bin/etcd TERM; fi
+    done
+    if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null; then
+      die "etcd or etcdctl not found after installing ${pkgs[*]}"
+    fi
+  fi
+  log "etcd: $(command -v etcd) ($(etcd --version 2>/dev/null | head -n1)), $(command -v etcdctl) ($(ETCDCTL_API=3 etcdctl version 2>/dev/null | head -n1))"
 }
 
 # ---------------------------------------------------------------- MariaDB
@@ -484,6 +534,7 @@ start)
   ;;
 stop) stop_all ;;
 status) status_all ;;
+install-etcd) install_etcd ;;
 -h | --help | help) usage ;;
 *) usage ;;
 esac
