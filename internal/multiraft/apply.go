@@ -228,6 +228,11 @@ func (g *group) takeReadStates(rss []raft.ReadState) {
 			delete(g.pendingReads, id)
 			r.index = rs.Index
 			g.readyReads = append(g.readyReads, r)
+			for _, x := range r.riders {
+				x.index = rs.Index
+				g.readyReads = append(g.readyReads, x)
+			}
+			r.riders = nil
 		}
 	}
 }

@@ -102,6 +102,17 @@ type readRequest struct {
 	index uint64
 	ticks int
 	done  chan error // buffered
+	// riders are reads queued in the same round, answered by this one's
+	// read index (one heartbeat round serves them all).
+	riders []*readRequest
+}
+
+// finish completes the read and its riders with err.
+func (r *readRequest) finish(err error) {
+	r.done <- err
+	for _, x := range r.riders {
+		x.done <- err
+	}
 }
 
 type snapReport struct {
@@ -267,7 +278,7 @@ func (g *group) stop(err error) {
 		g.failure = err
 	}
 	for _, r := range g.pendingReads {
-		r.done <- err
+		r.finish(err)
 	}
 	for _, r := range g.readyReads {
 		r.done <- err

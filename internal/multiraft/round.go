@@ -101,9 +101,13 @@ func (g *group) handleInputs(f schedFlags) {
 			g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: conf change: %w", ErrProposalDropped, g.id, err)})
 		}
 	}
-	for _, r := range reads {
-		g.pendingReads[r.id] = r
-		g.rn.ReadIndex(readCtx(r.id))
+	if len(reads) > 0 {
+		// One read index for every read of the round: any index raft
+		// confirms now is one they may all wait for.
+		lead := reads[0]
+		lead.riders = append(lead.riders, reads[1:]...)
+		g.pendingReads[lead.id] = lead
+		g.rn.ReadIndex(readCtx(lead.id))
 	}
 	for _, to := range transfers {
 		g.rn.TransferLeader(uint64(to))
@@ -124,7 +128,7 @@ func (g *group) retryReads() {
 		switch {
 		case r.ticks >= 10*et:
 			delete(g.pendingReads, id)
-			r.done <- fmt.Errorf("multiraft: group %d: read index: no answer from a leader for %d ticks", g.id, r.ticks)
+			r.finish(fmt.Errorf("multiraft: group %d: read index: no answer from a leader for %d ticks", g.id, r.ticks))
 		case r.ticks%et == 0:
 			g.rn.ReadIndex(readCtx(id))
 		}
