@@ -35,8 +35,10 @@ type Result struct {
 	// Tuple after a write (Insert, Replace, Update, Upsert), the deleted
 	// one (Delete), or the one read; nil when there is none.
 	Tuple tuple.Tuple
-	// Version is the tuple's version (the replicaset log index of its last
-	// write): after a write, or as read; for Delete, the version it had.
+	// Version names the write that made the tuple (its replicaset's Raft
+	// group in the top 16 bits, the log index below: unique in the
+	// cluster, kept when the bucket moves): after a write, or as read; for
+	// Delete, the version it had. IfVersion compares it.
 	Version uint64
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
 	"github.com/shardkit/shardkit/tuple"
@@ -38,6 +39,15 @@ type applier struct {
 	now   int64
 	err   error // a storage failure: stops the host
 }
+
+// version is the version a write at this entry gives a tuple: the
+// group's id in the top 16 bits, the log index below, so that versions
+// are unique across replicasets and a tuple keeps its version when its
+// bucket moves (compare-and-set stays exact).
+func (a *applier) version() uint64 { return Version(a.sm.group, a.index) }
+
+// Version makes a tuple version from a replicaset group and a log index.
+func Version(g multiraft.GroupID, index uint64) uint64 { return uint64(g)<<48 | index&(1<<48-1) }
 
 func (a *applier) get(key []byte) []byte {
 	if a.err != nil {
@@ -239,30 +249,30 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 		if found {
 			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(op.GetKey()), sp.Name)
 		}
-		ov.put(key, encodeStored(a.index, op.GetTuple()))
+		ov.put(key, encodeStored(a.version(), op.GetTuple()))
 		ov.count[sp.ID]++
-		return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.index}, nil
+		return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.version()}, nil
 	case rspb.OpKind_OP_KIND_REPLACE:
-		ov.put(key, encodeStored(a.index, op.GetTuple()))
+		ov.put(key, encodeStored(a.version(), op.GetTuple()))
 		if !found {
 			ov.count[sp.ID]++
 		}
-		return &rspb.OpResult{Found: found, Tuple: op.GetTuple(), Version: a.index}, nil
+		return &rspb.OpResult{Found: found, Tuple: op.GetTuple(), Version: a.version()}, nil
 	case rspb.OpKind_OP_KIND_UPDATE, rspb.OpKind_OP_KIND_UPSERT:
 		if !found {
 			if op.GetKind() == rspb.OpKind_OP_KIND_UPDATE {
 				return &rspb.OpResult{}, nil
 			}
-			ov.put(key, encodeStored(a.index, op.GetTuple()))
+			ov.put(key, encodeStored(a.version(), op.GetTuple()))
 			ov.count[sp.ID]++
-			return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.index}, nil
+			return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.version()}, nil
 		}
 		nt, ref := a.update(sp, i, op, cur)
 		if ref != nil {
 			return nil, ref
 		}
-		ov.put(key, encodeStored(a.index, nt))
-		return &rspb.OpResult{Found: true, Tuple: nt, Version: a.index}, nil
+		ov.put(key, encodeStored(a.version(), nt))
+		return &rspb.OpResult{Found: true, Tuple: nt, Version: a.version()}, nil
 	case rspb.OpKind_OP_KIND_DELETE:
 		if !found {
 			return &rspb.OpResult{}, nil

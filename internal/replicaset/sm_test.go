@@ -144,7 +144,7 @@ func TestWritesReturnTheSeedsAnswersAndVersions(t *testing.T) {
 	a := offer(5, "a", 1.5)
 	r := f.ok(&rspb.Batch{Bucket: 9, Ops: []*rspb.Op{insertOp(t, a)}})
 	ins := r.GetResults()[0]
-	if ins.GetFound() || !bytes.Equal(ins.GetTuple(), enc(a)) || ins.GetVersion() != r.GetIndex() || r.GetIndex() != 3 {
+	if ins.GetFound() || !bytes.Equal(ins.GetTuple(), enc(a)) || ins.GetVersion() != Version(7, r.GetIndex()) || r.GetIndex() != 3 {
 		t.Fatalf("insert result %v at %d", ins, r.GetIndex())
 	}
 	f.refused(&rspb.Batch{Bucket: 9, Ops: []*rspb.Op{insertOp(t, a)}}, rspb.Refusal_CODE_DUPLICATE_KEY, `duplicate key [5,"a"] in space offers`)
@@ -213,7 +213,7 @@ func TestConditionsCompareVersions(t *testing.T) {
 	k := key(t, tp[0], tp[1])
 	zero, one := uint64(0), uint64(1)
 	// if_version 0: only when absent (insert-if-absent with replace).
-	v1 := f.ok(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: k, Tuple: enc(tp), IfVersion: &zero}}}).GetIndex()
+	v1 := f.ok(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: k, Tuple: enc(tp), IfVersion: &zero}}}).GetResults()[0].GetVersion()
 	ref := f.refused(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: k, Tuple: enc(tp), IfVersion: &zero}}},
 		rspb.Refusal_CODE_CONDITION_FAILED, "if_version 0 does not hold")
 	if ref.GetActualVersion() != v1 {

@@ -575,8 +575,10 @@ type OpResult struct {
 	// The tuple after the op (INSERT, REPLACE, UPDATE, UPSERT), or the one
 	// deleted (DELETE); empty when there is none.
 	Tuple []byte `protobuf:"bytes,2,opt,name=tuple,proto3" json:"tuple,omitempty"`
-	// The tuple's version after the op (the replicaset log index of its
-	// last write); for DELETE, the version it had.
+	// The tuple's version after the op; for DELETE, the version it had. A
+	// version names the write that made the tuple: the replicaset's Raft
+	// group id in the top 16 bits and the log index of the write below, so
+	// versions are unique in the cluster and survive a bucket's move.
 	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
