@@ -146,13 +146,23 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		a.err = err
 		return nil
 	}
-	if st.GetState() != rspb.BucketState_STATE_ACTIVE {
+	receiving := false
+	switch st.GetState() {
+	case rspb.BucketState_STATE_ACTIVE:
+	case rspb.BucketState_STATE_RECEIVING:
+		receiving = true
+	case rspb.BucketState_STATE_SENDING:
+		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_BUCKET_MOVING, 0, "bucket %d is being sent to %s; writes go there", bucket, st.GetPeer())}
+	default:
 		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_WRONG_BUCKET, 0, "bucket %d is %s on this replicaset", bucket, bucketStateName(st))}
 	}
 	ov := &overlay{vals: map[string][]byte{}, count: map[uint32]int64{}}
 	res := &rspb.BatchResult{Index: a.index}
 	for i, op := range c.GetOps() {
-		r, ref := a.op(schema, bucket, i, op, ov)
+		if receiving && op.GetPrev() == nil {
+			return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_NEEDS_PREV, i, "bucket %d is receiving from %s: op %d needs the source's tuple", bucket, st.GetPeer(), i+1)}
+		}
+		r, ref := a.op(schema, bucket, i, op, ov, receiving)
 		if a.err != nil {
 			return nil
 		}
@@ -222,17 +232,70 @@ func (a *applier) read(ov *overlay, key []byte) (version uint64, t []byte, found
 	return ver, t, true
 }
 
+// current is what a key holds as a batch sees it: on this replicaset, or
+// (for a receiving bucket) on its source unless a tombstone says the key
+// was deleted here during the move.
+type current struct {
+	version uint64
+	tuple   []byte
+	found   bool
+	local   bool // the tuple is on this replicaset
+	tomb    bool // a tombstone of the key is on this replicaset
+}
+
+func (a *applier) look(ov *overlay, bucket uint32, sp *Space, op *rspb.Op, receiving bool) current {
+	key := a.sm.k.tuple(bucket, sp.ID, op.GetKey())
+	ver, t, found := a.read(ov, key)
+	c := current{version: ver, tuple: t, found: found, local: found}
+	if found || !receiving {
+		return c
+	}
+	tk := a.sm.k.tombstone(bucket, sp.ID, op.GetKey())
+	if v, ok := ov.vals[string(tk)]; ok {
+		c.tomb = v != nil
+	} else {
+		c.tomb = a.get(tk) != nil
+	}
+	if !c.tomb && op.GetPrev().GetFound() {
+		c.version, c.tuple, c.found = op.GetPrev().GetVersion(), op.GetPrev().GetTuple(), true
+	}
+	return c
+}
+
+// put writes a tuple at key over what c says is there.
+func (a *applier) put(ov *overlay, bucket uint32, sp *Space, key []byte, stored []byte, c current) {
+	ov.put(a.sm.k.tuple(bucket, sp.ID, key), stored)
+	if c.tomb {
+		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), nil)
+	}
+	if !c.local {
+		ov.count[sp.ID]++
+	}
+}
+
+// remove deletes the tuple at key; on a receiving bucket a tombstone keeps
+// the copy from bringing it back.
+func (a *applier) remove(ov *overlay, bucket uint32, sp *Space, key []byte, c current, receiving bool) {
+	if c.local {
+		ov.put(a.sm.k.tuple(bucket, sp.ID, key), nil)
+		ov.count[sp.ID]--
+	}
+	if receiving {
+		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), binary.BigEndian.AppendUint64(nil, a.version()))
+	}
+}
+
 // op applies one operation into the overlay; a refusal stops the batch.
-func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *overlay) (*rspb.OpResult, *rspb.BatchResult) {
+func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *overlay, receiving bool) (*rspb.OpResult, *rspb.BatchResult) {
 	sp := schema.ByID(op.GetSpaceId())
 	if sp == nil {
 		return nil, refusal(rspb.Refusal_CODE_NO_SUCH_SPACE, i, "op %d: no space with id %d in schema version %d", i+1, op.GetSpaceId(), schema.Version)
 	}
-	key := a.sm.k.tuple(bucket, sp.ID, op.GetKey())
-	curVer, cur, found := a.read(ov, key)
+	c := a.look(ov, bucket, sp, op, receiving)
 	if a.err != nil {
 		return nil, nil
 	}
+	curVer, cur, found := c.version, c.tuple, c.found
 	if op.IfVersion != nil {
 		if op.GetKind() == rspb.OpKind_OP_KIND_INSERT {
 			return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: insert takes no if_version (it requires that no tuple exists)", i+1)
@@ -244,41 +307,36 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 			return nil, ref
 		}
 	}
+	key := op.GetKey()
 	switch op.GetKind() {
 	case rspb.OpKind_OP_KIND_INSERT:
 		if found {
-			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(op.GetKey()), sp.Name)
+			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(key), sp.Name)
 		}
-		ov.put(key, encodeStored(a.version(), op.GetTuple()))
-		ov.count[sp.ID]++
+		a.put(ov, bucket, sp, key, encodeStored(a.version(), op.GetTuple()), c)
 		return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.version()}, nil
 	case rspb.OpKind_OP_KIND_REPLACE:
-		ov.put(key, encodeStored(a.version(), op.GetTuple()))
-		if !found {
-			ov.count[sp.ID]++
-		}
+		a.put(ov, bucket, sp, key, encodeStored(a.version(), op.GetTuple()), c)
 		return &rspb.OpResult{Found: found, Tuple: op.GetTuple(), Version: a.version()}, nil
 	case rspb.OpKind_OP_KIND_UPDATE, rspb.OpKind_OP_KIND_UPSERT:
 		if !found {
 			if op.GetKind() == rspb.OpKind_OP_KIND_UPDATE {
 				return &rspb.OpResult{}, nil
 			}
-			ov.put(key, encodeStored(a.version(), op.GetTuple()))
-			ov.count[sp.ID]++
+			a.put(ov, bucket, sp, key, encodeStored(a.version(), op.GetTuple()), c)
 			return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.version()}, nil
 		}
 		nt, ref := a.update(sp, i, op, cur)
 		if ref != nil {
 			return nil, ref
 		}
-		ov.put(key, encodeStored(a.version(), nt))
+		a.put(ov, bucket, sp, key, encodeStored(a.version(), nt), c)
 		return &rspb.OpResult{Found: true, Tuple: nt, Version: a.version()}, nil
 	case rspb.OpKind_OP_KIND_DELETE:
 		if !found {
 			return &rspb.OpResult{}, nil
 		}
-		ov.put(key, nil)
-		ov.count[sp.ID]--
+		a.remove(ov, bucket, sp, key, c, receiving)
 		return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
 	}
 	return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: unknown kind %d", i+1, op.GetKind())

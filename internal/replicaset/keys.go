@@ -46,6 +46,20 @@ func (k keys) tuplePrefix(b, space uint32) []byte {
 	return binary.BigEndian.AppendUint32(out, space)
 }
 
+// bucketTuples is t/<bucket:4>, bucketTombstones x/<bucket:4>, bucketCounts
+// n/<bucket:4>: everything of one bucket.
+func (k keys) bucketTuples(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataTuple, 4), b)
+}
+
+func (k keys) bucketTombstones(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataTombstone, 4), b)
+}
+
+func (k keys) bucketCounts(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataCount, 4), b)
+}
+
 // tuple is t/<bucket:4><space:4><key>.
 func (k keys) tuple(b, space uint32, key []byte) []byte {
 	p := k.tuplePrefix(b, space)

@@ -175,6 +175,11 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 		case *rspb.Command_CreateBuckets:
 			out[i] = a.createBuckets(op.CreateBuckets)
 			notify = true
+		case *rspb.Command_SetBucket:
+			out[i] = a.setBucket(op.SetBucket)
+			notify = true
+		case *rspb.Command_CopyChunk:
+			out[i] = a.copyChunk(op.CopyChunk)
 		default:
 			out[i] = fmt.Errorf("%w at index %d: unknown operation %T", ErrBadCommand, e.Index, op)
 		}

@@ -92,6 +92,10 @@ const (
 	Refusal_CODE_WRONG_BUCKET Refusal_Code = 5
 	// The batch names a schema version the replicaset has not applied.
 	Refusal_CODE_SCHEMA_BEHIND Refusal_Code = 6
+	// The bucket is moving here and the op lacks the source's facts.
+	Refusal_CODE_NEEDS_PREV Refusal_Code = 7
+	// The bucket is being sent away: writes go to its destination.
+	Refusal_CODE_BUCKET_MOVING Refusal_Code = 8
 )
 
 // Enum value maps for Refusal_Code.
@@ -104,6 +108,8 @@ var (
 		4: "CODE_INVALID",
 		5: "CODE_WRONG_BUCKET",
 		6: "CODE_SCHEMA_BEHIND",
+		7: "CODE_NEEDS_PREV",
+		8: "CODE_BUCKET_MOVING",
 	}
 	Refusal_Code_value = map[string]int32{
 		"CODE_UNSPECIFIED":      0,
@@ -113,6 +119,8 @@ var (
 		"CODE_INVALID":          4,
 		"CODE_WRONG_BUCKET":     5,
 		"CODE_SCHEMA_BEHIND":    6,
+		"CODE_NEEDS_PREV":       7,
+		"CODE_BUCKET_MOVING":    8,
 	}
 )
 
@@ -140,7 +148,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12, 0}
 }
 
 type BucketState_State int32
@@ -195,7 +203,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -209,6 +217,8 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_SetSchema
 	//	*Command_CreateBuckets
+	//	*Command_SetBucket
+	//	*Command_CopyChunk
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -285,6 +295,24 @@ func (x *Command) GetCreateBuckets() *CreateBuckets {
 	return nil
 }
 
+func (x *Command) GetSetBucket() *SetBucket {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetBucket); ok {
+			return x.SetBucket
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCopyChunk() *CopyChunk {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CopyChunk); ok {
+			return x.CopyChunk
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -301,11 +329,306 @@ type Command_CreateBuckets struct {
 	CreateBuckets *CreateBuckets `protobuf:"bytes,12,opt,name=create_buckets,json=createBuckets,proto3,oneof"`
 }
 
+type Command_SetBucket struct {
+	SetBucket *SetBucket `protobuf:"bytes,13,opt,name=set_bucket,json=setBucket,proto3,oneof"`
+}
+
+type Command_CopyChunk struct {
+	CopyChunk *CopyChunk `protobuf:"bytes,14,opt,name=copy_chunk,json=copyChunk,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_SetSchema) isCommand_Op() {}
 
 func (*Command_CreateBuckets) isCommand_Op() {}
+
+func (*Command_SetBucket) isCommand_Op() {}
+
+func (*Command_CopyChunk) isCommand_Op() {}
+
+// SetBucket moves a bucket's record from one state to the next of a move
+// (DESIGN.md, "Bucket move"); apply refuses any other transition, so a
+// step repeated after a crash or by a second mover is a no-op or a
+// refusal, never a second effect:
+//
+//	ACTIVE(<g)          -> SENDING(g, peer)   the source freezes the bucket
+//	none or GARBAGE(<g) -> RECEIVING(g, peer) the destination takes writes with prev semantics
+//	RECEIVING(g)        -> ACTIVE(g)          the copy is complete; tombstones dropped
+//	SENDING(g)          -> GARBAGE(g)         the source deletes the bucket's data
+//	SENDING(g)          -> ACTIVE(g)          abort before the switch (the destination never served it)
+//	RECEIVING(g)        -> GARBAGE(g)         abort on the destination (its data deleted)
+type SetBucket struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Bucket     uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	State      BucketState_State      `protobuf:"varint,2,opt,name=state,proto3,enum=shardkit.replicaset.v1.BucketState_State" json:"state,omitempty"`
+	Generation uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
+	Peer       string                 `protobuf:"bytes,4,opt,name=peer,proto3" json:"peer,omitempty"`
+	// The state the record must be in (a guard against a stale step).
+	From          BucketState_State `protobuf:"varint,5,opt,name=from,proto3,enum=shardkit.replicaset.v1.BucketState_State" json:"from,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBucket) Reset() {
+	*x = SetBucket{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBucket) ProtoMessage() {}
+
+func (x *SetBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBucket.ProtoReflect.Descriptor instead.
+func (*SetBucket) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetBucket) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *SetBucket) GetState() BucketState_State {
+	if x != nil {
+		return x.State
+	}
+	return BucketState_STATE_UNSPECIFIED
+}
+
+func (x *SetBucket) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SetBucket) GetPeer() string {
+	if x != nil {
+		return x.Peer
+	}
+	return ""
+}
+
+func (x *SetBucket) GetFrom() BucketState_State {
+	if x != nil {
+		return x.From
+	}
+	return BucketState_STATE_UNSPECIFIED
+}
+
+// CopyChunk inserts tuples copied from the source of a receiving bucket,
+// each only where the destination has neither a tuple nor a tombstone of
+// its key (so a delete made during the copy is never undone).
+type CopyChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Tuples        []*CopiedTuple         `protobuf:"bytes,3,rep,name=tuples,proto3" json:"tuples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyChunk) Reset() {
+	*x = CopyChunk{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyChunk) ProtoMessage() {}
+
+func (x *CopyChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyChunk.ProtoReflect.Descriptor instead.
+func (*CopyChunk) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CopyChunk) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *CopyChunk) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *CopyChunk) GetTuples() []*CopiedTuple {
+	if x != nil {
+		return x.Tuples
+	}
+	return nil
+}
+
+type CopiedTuple struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	SpaceId uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	// The key encoding.
+	Key           []byte `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Version       uint64 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`
+	Tuple         []byte `protobuf:"bytes,4,opt,name=tuple,proto3" json:"tuple,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopiedTuple) Reset() {
+	*x = CopiedTuple{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopiedTuple) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopiedTuple) ProtoMessage() {}
+
+func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
+func (*CopiedTuple) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CopiedTuple) GetSpaceId() uint32 {
+	if x != nil {
+		return x.SpaceId
+	}
+	return 0
+}
+
+func (x *CopiedTuple) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *CopiedTuple) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *CopiedTuple) GetTuple() []byte {
+	if x != nil {
+		return x.Tuple
+	}
+	return nil
+}
+
+// PrevFact is what the source of a receiving bucket holds for an op's key,
+// read by the destination's leader before proposing (the source is frozen:
+// it takes no writes while it sends).
+type PrevFact struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
+	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Tuple         []byte                 `protobuf:"bytes,3,opt,name=tuple,proto3" json:"tuple,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PrevFact) Reset() {
+	*x = PrevFact{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PrevFact) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PrevFact) ProtoMessage() {}
+
+func (x *PrevFact) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
+func (*PrevFact) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *PrevFact) GetFound() bool {
+	if x != nil {
+		return x.Found
+	}
+	return false
+}
+
+func (x *PrevFact) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *PrevFact) GetTuple() []byte {
+	if x != nil {
+		return x.Tuple
+	}
+	return nil
+}
 
 // Field is one field of a space's format (a tuple.Type by number).
 type Field struct {
@@ -319,7 +642,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -331,7 +654,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -344,7 +667,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{1}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Field) GetName() string {
@@ -383,7 +706,7 @@ type Space struct {
 
 func (x *Space) Reset() {
 	*x = Space{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +718,7 @@ func (x *Space) String() string {
 func (*Space) ProtoMessage() {}
 
 func (x *Space) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +731,7 @@ func (x *Space) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Space.ProtoReflect.Descriptor instead.
 func (*Space) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{2}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Space) GetId() uint32 {
@@ -458,7 +781,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +793,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +806,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -513,7 +836,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +848,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +861,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -573,15 +896,18 @@ type Op struct {
 	// INSERT, REPLACE, UPSERT: the tuple (tuple codec).
 	Tuple []byte `protobuf:"bytes,4,opt,name=tuple,proto3" json:"tuple,omitempty"`
 	// UPDATE, UPSERT: update operations (tuple.AppendOps).
-	Ops           []byte  `protobuf:"bytes,5,opt,name=ops,proto3" json:"ops,omitempty"`
-	IfVersion     *uint64 `protobuf:"varint,6,opt,name=if_version,json=ifVersion,proto3,oneof" json:"if_version,omitempty"`
+	Ops       []byte  `protobuf:"bytes,5,opt,name=ops,proto3" json:"ops,omitempty"`
+	IfVersion *uint64 `protobuf:"varint,6,opt,name=if_version,json=ifVersion,proto3,oneof" json:"if_version,omitempty"`
+	// For a receiving bucket: the source's tuple with this key (apply
+	// refuses an op on a receiving bucket without it).
+	Prev          *PrevFact `protobuf:"bytes,7,opt,name=prev,proto3" json:"prev,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -593,7 +919,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -606,7 +932,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -651,6 +977,13 @@ func (x *Op) GetIfVersion() uint64 {
 	return 0
 }
 
+func (x *Op) GetPrev() *PrevFact {
+	if x != nil {
+		return x.Prev
+	}
+	return nil
+}
+
 // Batch is a write of one bucket: all its ops or none.
 type Batch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -666,7 +999,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +1011,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +1024,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -733,7 +1066,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +1078,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +1091,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -795,7 +1128,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +1140,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +1153,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -864,7 +1197,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -876,7 +1209,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -889,7 +1222,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -927,7 +1260,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -939,7 +1272,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -952,7 +1285,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -980,15 +1313,42 @@ var File_internal_replicaset_rspb_replicaset_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\n" +
-	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\"\xfa\x01\n" +
+	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\"\x82\x03\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x125\n" +
 	"\x05batch\x18\n" +
 	" \x01(\v2\x1d.shardkit.replicaset.v1.BatchH\x00R\x05batch\x12B\n" +
 	"\n" +
 	"set_schema\x18\v \x01(\v2!.shardkit.replicaset.v1.SetSchemaH\x00R\tsetSchema\x12N\n" +
-	"\x0ecreate_buckets\x18\f \x01(\v2%.shardkit.replicaset.v1.CreateBucketsH\x00R\rcreateBucketsB\x04\n" +
-	"\x02op\"K\n" +
+	"\x0ecreate_buckets\x18\f \x01(\v2%.shardkit.replicaset.v1.CreateBucketsH\x00R\rcreateBuckets\x12B\n" +
+	"\n" +
+	"set_bucket\x18\r \x01(\v2!.shardkit.replicaset.v1.SetBucketH\x00R\tsetBucket\x12B\n" +
+	"\n" +
+	"copy_chunk\x18\x0e \x01(\v2!.shardkit.replicaset.v1.CopyChunkH\x00R\tcopyChunkB\x04\n" +
+	"\x02op\"\xd7\x01\n" +
+	"\tSetBucket\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12?\n" +
+	"\x05state\x18\x02 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x05state\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x03 \x01(\x04R\n" +
+	"generation\x12\x12\n" +
+	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\x80\x01\n" +
+	"\tCopyChunk\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x12;\n" +
+	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\"j\n" +
+	"\vCopiedTuple\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05tuple\x18\x04 \x01(\fR\x05tuple\"P\n" +
+	"\bPrevFact\x12\x14\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x14\n" +
+	"\x05tuple\x18\x03 \x01(\fR\x05tuple\"K\n" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x1a\n" +
@@ -1008,7 +1368,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x04last\x18\x02 \x01(\rR\x04last\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\"\xc0\x01\n" +
+	"generation\"\xf6\x01\n" +
 	"\x02Op\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.shardkit.replicaset.v1.OpKindR\x04kind\x12\x19\n" +
 	"\bspace_id\x18\x02 \x01(\rR\aspaceId\x12\x10\n" +
@@ -1016,7 +1376,8 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x05tuple\x18\x04 \x01(\fR\x05tuple\x12\x10\n" +
 	"\x03ops\x18\x05 \x01(\fR\x03ops\x12\"\n" +
 	"\n" +
-	"if_version\x18\x06 \x01(\x04H\x00R\tifVersion\x88\x01\x01B\r\n" +
+	"if_version\x18\x06 \x01(\x04H\x00R\tifVersion\x88\x01\x01\x124\n" +
+	"\x04prev\x18\a \x01(\v2 .shardkit.replicaset.v1.PrevFactR\x04prevB\r\n" +
 	"\v_if_version\"\x93\x01\n" +
 	"\x05Batch\x12\x1d\n" +
 	"\n" +
@@ -1027,12 +1388,12 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\bOpResult\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05tuple\x18\x02 \x01(\fR\x05tuple\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\"\xbf\x02\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"\xec\x02\n" +
 	"\aRefusal\x128\n" +
 	"\x04code\x18\x01 \x01(\x0e2$.shardkit.replicaset.v1.Refusal.CodeR\x04code\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\rR\x02op\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12%\n" +
-	"\x0eactual_version\x18\x04 \x01(\x04R\ractualVersion\"\xa8\x01\n" +
+	"\x0eactual_version\x18\x04 \x01(\x04R\ractualVersion\"\xd5\x01\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
@@ -1040,7 +1401,9 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x12CODE_NO_SUCH_SPACE\x10\x03\x12\x10\n" +
 	"\fCODE_INVALID\x10\x04\x12\x15\n" +
 	"\x11CODE_WRONG_BUCKET\x10\x05\x12\x16\n" +
-	"\x12CODE_SCHEMA_BEHIND\x10\x06\"\x9a\x01\n" +
+	"\x12CODE_SCHEMA_BEHIND\x10\x06\x12\x13\n" +
+	"\x0fCODE_NEEDS_PREV\x10\a\x12\x16\n" +
+	"\x12CODE_BUCKET_MOVING\x10\b\"\x9a\x01\n" +
 	"\vBatchResult\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .shardkit.replicaset.v1.OpResultR\aresults\x129\n" +
 	"\arefusal\x18\x02 \x01(\v2\x1f.shardkit.replicaset.v1.RefusalR\arefusal\x12\x14\n" +
@@ -1078,40 +1441,50 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
 	(Refusal_Code)(0),      // 1: shardkit.replicaset.v1.Refusal.Code
 	(BucketState_State)(0), // 2: shardkit.replicaset.v1.BucketState.State
 	(*Command)(nil),        // 3: shardkit.replicaset.v1.Command
-	(*Field)(nil),          // 4: shardkit.replicaset.v1.Field
-	(*Space)(nil),          // 5: shardkit.replicaset.v1.Space
-	(*SetSchema)(nil),      // 6: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 7: shardkit.replicaset.v1.CreateBuckets
-	(*Op)(nil),             // 8: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 9: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 10: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 11: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 12: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 13: shardkit.replicaset.v1.BucketState
+	(*SetBucket)(nil),      // 4: shardkit.replicaset.v1.SetBucket
+	(*CopyChunk)(nil),      // 5: shardkit.replicaset.v1.CopyChunk
+	(*CopiedTuple)(nil),    // 6: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 7: shardkit.replicaset.v1.PrevFact
+	(*Field)(nil),          // 8: shardkit.replicaset.v1.Field
+	(*Space)(nil),          // 9: shardkit.replicaset.v1.Space
+	(*SetSchema)(nil),      // 10: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 11: shardkit.replicaset.v1.CreateBuckets
+	(*Op)(nil),             // 12: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 13: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 14: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 15: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 16: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 17: shardkit.replicaset.v1.BucketState
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	9,  // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	6,  // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	7,  // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	4,  // 3: shardkit.replicaset.v1.Space.format:type_name -> shardkit.replicaset.v1.Field
-	5,  // 4: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.replicaset.v1.Space
-	0,  // 5: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	8,  // 6: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	1,  // 7: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	10, // 8: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	11, // 9: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	2,  // 10: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	13, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	10, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	11, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	4,  // 3: shardkit.replicaset.v1.Command.set_bucket:type_name -> shardkit.replicaset.v1.SetBucket
+	5,  // 4: shardkit.replicaset.v1.Command.copy_chunk:type_name -> shardkit.replicaset.v1.CopyChunk
+	2,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	2,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
+	6,  // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	8,  // 8: shardkit.replicaset.v1.Space.format:type_name -> shardkit.replicaset.v1.Field
+	9,  // 9: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.replicaset.v1.Space
+	0,  // 10: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	7,  // 11: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	12, // 12: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	1,  // 13: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	14, // 14: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	15, // 15: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	2,  // 16: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	17, // [17:17] is the sub-list for method output_type
+	17, // [17:17] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1123,15 +1496,17 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_SetSchema)(nil),
 		(*Command_CreateBuckets)(nil),
+		(*Command_SetBucket)(nil),
+		(*Command_CopyChunk)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[5].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[9].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   11,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

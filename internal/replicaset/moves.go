@@ -1,0 +1,134 @@
+package replicaset
+
+import (
+	"fmt"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+)
+
+// Bucket moves, the replicaset's side (DESIGN.md, "Bucket move"). Every
+// step is an entry of the source's or the destination's log, checked at
+// apply against the bucket's record, so a step that a crash or a new
+// mover repeats is a no-op (or refused), and a bucket never becomes
+// active on two replicasets from the same move.
+
+// SetBucketOutcome is what applying a SetBucket returns.
+type SetBucketOutcome struct {
+	// Changed: the record moved to the asked state now; false with a nil
+	// Refused: it was already there (a repeated step).
+	Changed bool
+	// Refused says why the transition is not allowed (nil when it is).
+	Refused error
+	// Record is the bucket's record after the command (nil: none).
+	Record *rspb.BucketState
+}
+
+// CopyOutcome is what applying a CopyChunk returns.
+type CopyOutcome struct {
+	// Copied counts the tuples inserted; the others were on the
+	// destination already or deleted there during the move.
+	Copied  int
+	Refused error
+}
+
+var stateNames = map[rspb.BucketState_State]string{
+	rspb.BucketState_STATE_ACTIVE:    "ACTIVE",
+	rspb.BucketState_STATE_SENDING:   "SENDING",
+	rspb.BucketState_STATE_RECEIVING: "RECEIVING",
+	rspb.BucketState_STATE_GARBAGE:   "GARBAGE",
+}
+
+func describeRecord(st *rspb.BucketState) string {
+	if st == nil {
+		return "no record"
+	}
+	return fmt.Sprintf("%s(generation %d, peer %q)", stateNames[st.GetState()], st.GetGeneration(), st.GetPeer())
+}
+
+func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
+	b := c.GetBucket()
+	cur, err := a.sm.BucketStateOf(a.b, b)
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	want := &rspb.BucketState{State: c.GetState(), Generation: c.GetGeneration(), Peer: c.GetPeer()}
+	if cur.GetState() == want.GetState() && cur.GetGeneration() == want.GetGeneration() {
+		return &SetBucketOutcome{Record: cur} // a repeated step
+	}
+	refuse := func(why string) *SetBucketOutcome {
+		return &SetBucketOutcome{Record: cur, Refused: fmt.Errorf("bucket %d: %s -> %s refused: %s", b, describeRecord(cur), describeRecord(want), why)}
+	}
+	if cur != nil && c.GetFrom() != rspb.BucketState_STATE_UNSPECIFIED && cur.GetState() != c.GetFrom() {
+		return refuse("the record is not " + stateNames[c.GetFrom()])
+	}
+	g := c.GetGeneration()
+	switch want.GetState() {
+	case rspb.BucketState_STATE_SENDING:
+		if cur.GetState() != rspb.BucketState_STATE_ACTIVE || g <= cur.GetGeneration() {
+			return refuse("only an active bucket is sent, at a higher generation")
+		}
+	case rspb.BucketState_STATE_RECEIVING:
+		if cur != nil && (cur.GetState() != rspb.BucketState_STATE_GARBAGE || g <= cur.GetGeneration()) {
+			return refuse("only a bucket this replicaset does not hold (or gave away at a lower generation) is received")
+		}
+		// Leftovers of an earlier stay here are gone with its GARBAGE step.
+	case rspb.BucketState_STATE_ACTIVE:
+		switch {
+		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration():
+			a.delRange(a.sm.k.bucketTombstones(b)) // the copy is complete
+		case cur.GetState() == rspb.BucketState_STATE_SENDING && g == cur.GetGeneration():
+			// An aborted send: the destination never served the bucket.
+		default:
+			return refuse("a bucket becomes active only when its receive completes or its send is aborted, at that generation")
+		}
+	case rspb.BucketState_STATE_GARBAGE:
+		if (cur.GetState() != rspb.BucketState_STATE_SENDING && cur.GetState() != rspb.BucketState_STATE_RECEIVING) || g != cur.GetGeneration() {
+			return refuse("only a bucket being sent (or an aborted receive) becomes garbage, at its generation")
+		}
+		a.delRange(a.sm.k.bucketTuples(b))
+		a.delRange(a.sm.k.bucketTombstones(b))
+		a.delRange(a.sm.k.bucketCounts(b))
+	default:
+		return refuse("unknown state")
+	}
+	v, err := proto.Marshal(want)
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	a.set(a.sm.k.bucket(b), v)
+	return &SetBucketOutcome{Changed: true, Record: want}
+}
+
+func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
+	b := c.GetBucket()
+	cur, err := a.sm.BucketStateOf(a.b, b)
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	if cur.GetState() != rspb.BucketState_STATE_RECEIVING || cur.GetGeneration() != c.GetGeneration() {
+		return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not receiving at generation %d", b, describeRecord(cur), c.GetGeneration())}
+	}
+	copied := 0
+	counts := map[uint32]int64{}
+	for _, t := range c.GetTuples() {
+		if a.sm.Schema().ByID(t.GetSpaceId()) == nil {
+			continue // the space was dropped meanwhile
+		}
+		tk := a.sm.k.tuple(b, t.GetSpaceId(), t.GetKey())
+		if a.get(tk) != nil || a.get(a.sm.k.tombstone(b, t.GetSpaceId(), t.GetKey())) != nil {
+			continue
+		}
+		a.set(tk, encodeStored(t.GetVersion(), t.GetTuple()))
+		counts[t.GetSpaceId()]++
+		copied++
+	}
+	for sp, n := range counts {
+		a.addCount(b, sp, n)
+	}
+	return &CopyOutcome{Copied: copied}
+}

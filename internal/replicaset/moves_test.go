@@ -1,0 +1,155 @@
+package replicaset
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+func (f *fixture) setBucket(b uint32, state rspb.BucketState_State, gen uint64, peer string) *SetBucketOutcome {
+	f.t.Helper()
+	out, ok := f.apply(&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: b, State: state, Generation: gen, Peer: peer}}})[0].(*SetBucketOutcome)
+	if !ok {
+		f.t.Fatal("SetBucket did not return a *SetBucketOutcome")
+	}
+	return out
+}
+
+func (f *fixture) copyChunk(b uint32, gen uint64, ts ...*rspb.CopiedTuple) *CopyOutcome {
+	f.t.Helper()
+	out, ok := f.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: gen, Tuples: ts}}})[0].(*CopyOutcome)
+	if !ok {
+		f.t.Fatal("CopyChunk did not return a *CopyOutcome")
+	}
+	return out
+}
+
+// chunk reads every tuple of a bucket as the source would stream it.
+func (f *fixture) chunk(b uint32) []*rspb.CopiedTuple {
+	f.t.Helper()
+	sp := f.sm.Schema().ByID(1)
+	ts, _, err := f.sm.Range(f.db, b, sp, nil, 100)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var out []*rspb.CopiedTuple
+	for _, st := range ts {
+		t, _ := tuple.DecodeTuple(st.Tuple)
+		k, _ := tuple.AppendKey(nil, t[0], t[1])
+		out = append(out, &rspb.CopiedTuple{SpaceId: 1, Key: k, Version: st.Version, Tuple: st.Tuple})
+	}
+	return out
+}
+
+func prevOf(f *fixture, b uint32, k []byte) *rspb.PrevFact {
+	st, found, err := f.sm.Get(f.db, b, f.sm.Schema().ByID(1), k)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return &rspb.PrevFact{Found: found, Version: st.Version, Tuple: st.Tuple}
+}
+
+// A bucket moves from src to dst with the seed's resharding semantics on
+// dst (R7-R10), the copy inserts only what dst lacks and never undoes a
+// delete (shard.lua's resurrection race), and the source forgets it.
+func TestABucketMovesWithPrevSemantics(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	const b = 5
+	for _, id := range []string{"a", "b", "c"} {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
+	}
+	ka, kb, kc, kd := key(t, tuple.Uint(1), tuple.String("a")), key(t, tuple.Uint(1), tuple.String("b")), key(t, tuple.Uint(1), tuple.String("c")), key(t, tuple.Uint(1), tuple.String("d"))
+
+	// 1. The source freezes the bucket.
+	if o := src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst"); !o.Changed {
+		t.Fatalf("SENDING: %+v", o)
+	}
+	src.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}}, rspb.Refusal_CODE_BUCKET_MOVING, "being sent to dst")
+	// The copy reads the source now, before the writes below reach dst.
+	chunk := src.chunk(b)
+
+	// 2. The destination takes writes with prev semantics.
+	if o := dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src"); !o.Changed {
+		t.Fatalf("RECEIVING: %+v", o)
+	}
+	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}}, rspb.Refusal_CODE_NEEDS_PREV, "needs the source's tuple")
+	del := dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: kb, Prev: prevOf(src, b, kb)}}}).GetResults()[0]
+	if !del.GetFound() {
+		t.Fatal("R9: delete of a tuple only the source holds did not find it")
+	}
+	up := dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_UPDATE, SpaceId: 1, Key: ka, Prev: prevOf(src, b, ka),
+		Ops: ops(t, tuple.Op{Code: tuple.OpAdd, Field: tuple.FieldRef{Name: "price"}, Arg: tuple.Double(1)})}}}).GetResults()[0]
+	if got, _ := tuple.DecodeTuple(up.GetTuple()); !up.GetFound() || !got.Equal(offer(1, "a", 2)) {
+		t.Fatalf("R10: update pulled from prev gave %v", got)
+	}
+	dup := insertOp(t, offer(1, "c", 9))
+	dup.Prev = prevOf(src, b, kc)
+	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{dup}}, rspb.Refusal_CODE_DUPLICATE_KEY, "duplicate key")
+	fresh := insertOp(t, offer(1, "d", 1))
+	fresh.Prev = prevOf(src, b, kd)
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{fresh}})
+	// A compare-and-set against the version read on the source holds on dst.
+	vc := prevOf(src, b, kc).GetVersion()
+	cas := &rspb.Op{Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: kc, Tuple: enc(offer(1, "c", 3)), IfVersion: &vc, Prev: prevOf(src, b, kc)}
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{cas}})
+
+	// 4. The copy, read before the delete: b must not come back.
+	if o := dst.copyChunk(b, 2, chunk...); o.Refused != nil || o.Copied != 0 {
+		t.Fatalf("copy = %+v, want nothing copied (a, c were written on dst, b deleted there)", o)
+	}
+	if _, found, _ := dst.sm.Get(dst.db, b, dst.sm.Schema().ByID(1), kb); found {
+		t.Fatal("the copy resurrected a tuple deleted during the move")
+	}
+	if o := dst.copyChunk(b, 3, chunk...); o.Refused == nil {
+		t.Fatal("a copy at another generation was applied")
+	}
+
+	// 5. The destination is active; 6. the source forgets the bucket.
+	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); !o.Changed {
+		t.Fatalf("ACTIVE: %+v", o)
+	}
+	if n, _ := dst.sm.Count(dst.db, 1); n != 3 {
+		t.Fatalf("dst count %d, want 3 (a, c, d)", n)
+	}
+	if o := src.setBucket(b, rspb.BucketState_STATE_GARBAGE, 2, ""); !o.Changed {
+		t.Fatalf("GARBAGE: %+v", o)
+	}
+	if n, _ := src.sm.Count(src.db, 1); n != 0 {
+		t.Fatalf("src count %d after cleanup, want 0", n)
+	}
+	if ts, _, _ := src.sm.Range(src.db, b, src.sm.Schema().ByID(1), nil, 10); len(ts) != 0 {
+		t.Fatalf("src keeps %d tuples of the moved bucket", len(ts))
+	}
+	// Repeated steps are no-ops; wrong ones are refused.
+	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); o.Changed || o.Refused != nil {
+		t.Fatalf("a repeated ACTIVE: %+v", o)
+	}
+	if o := src.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); o.Refused == nil || !strings.Contains(o.Refused.Error(), "becomes active only") {
+		t.Fatalf("a garbage bucket made active: %+v", o)
+	}
+	if o := dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src"); o.Refused == nil {
+		t.Fatal("an active bucket was made receiving")
+	}
+	// The bucket may come back to src later, at a higher generation.
+	if o := src.setBucket(b, rspb.BucketState_STATE_RECEIVING, 3, "dst"); !o.Changed {
+		t.Fatalf("receiving a bucket given away before: %+v", o)
+	}
+}
+
+func TestAnAbortedSendReactivatesTheSource(t *testing.T) {
+	src := newFixture(t)
+	src.setup()
+	src.setBucket(9, rspb.BucketState_STATE_SENDING, 2, "dst")
+	if o := src.setBucket(9, rspb.BucketState_STATE_ACTIVE, 2, ""); !o.Changed {
+		t.Fatalf("abort: %+v", o)
+	}
+	src.ok(&rspb.Batch{Bucket: 9, Ops: []*rspb.Op{insertOp(t, offer(1, "after-abort", 1))}})
+	// The next send must use a higher generation than the aborted one.
+	if o := src.setBucket(9, rspb.BucketState_STATE_SENDING, 2, "dst"); o.Refused == nil {
+		t.Fatal("a send at the aborted generation was allowed again")
+	}
+}
