@@ -300,6 +300,9 @@ func (t *txn) setReplicaset(c *metapb.SetReplicaset) Result {
 	if c.Expelled != nil {
 		n.Expelled = c.GetExpelled()
 	}
+	if c.Locked != nil {
+		n.Locked = c.GetLocked()
+	}
 	t.putReplicaset(n)
 	if c.Weight != nil && rs.GetWeight() != n.GetWeight() {
 		p := t.s.editProps()

@@ -16,6 +16,9 @@ import (
 //	m/b/<bucket>     replicaset id of a bucket (4-byte big-endian bucket)
 //	m/l/<name>       Lease
 //	m/s/<name>       Space
+//	m/mv/<bucket>    Move in progress (4-byte big-endian bucket)
+//	m/g/<bucket>     a bucket's generation after its last move (8 bytes; absent: 1)
+//	m/p/<bucket>     a pinned bucket (empty value)
 const prefix = storage.PrefixMeta
 
 var (
@@ -30,10 +33,16 @@ const (
 	prefixBucket     = prefix + "b/"
 	prefixLease      = prefix + "l/"
 	prefixSpace      = prefix + "s/"
+	prefixMove       = prefix + "mv/"
+	prefixGen        = prefix + "g/"
+	prefixPin        = prefix + "p/"
 )
 
 func keyInstance(id string) []byte   { return append([]byte(prefixInstance), id...) }
 func keyReplicaset(id string) []byte { return append([]byte(prefixReplicaset), id...) }
 func keyLease(name string) []byte    { return append([]byte(prefixLease), name...) }
 func keySpace(name string) []byte    { return append([]byte(prefixSpace), name...) }
+func keyMove(b uint32) []byte        { return binary.BigEndian.AppendUint32([]byte(prefixMove), b) }
+func keyGen(b uint32) []byte         { return binary.BigEndian.AppendUint32([]byte(prefixGen), b) }
+func keyPin(b uint32) []byte         { return binary.BigEndian.AppendUint32([]byte(prefixPin), b) }
 func keyBucket(b uint32) []byte      { return binary.BigEndian.AppendUint32([]byte(prefixBucket), b) }

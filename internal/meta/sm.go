@@ -22,6 +22,7 @@ type Result struct {
 	Instance *metapb.Instance
 	Lease    *metapb.Lease
 	Space    *metapb.Space
+	Move     *metapb.Move
 	Granted  bool
 	// Err is a *Refusal when the command was not allowed.
 	Err error
@@ -136,6 +137,14 @@ func (sm *SM) Load(r pebble.Reader) error {
 			rs := &metapb.Replicaset{}
 			err = proto.Unmarshal(v, rs)
 			st.Replicasets[rs.GetReplicasetId()] = rs
+		case bytes.HasPrefix(k, []byte(prefixMove)) && len(k) == len(prefixMove)+4:
+			mv := &metapb.Move{}
+			err = proto.Unmarshal(v, mv)
+			st.Moves[mv.GetBucket()] = mv
+		case bytes.HasPrefix(k, []byte(prefixGen)) && len(k) == len(prefixGen)+4 && len(v) == 8:
+			st.Generations[binary.BigEndian.Uint32(k[len(prefixGen):])] = binary.BigEndian.Uint64(v)
+		case bytes.HasPrefix(k, []byte(prefixPin)) && len(k) == len(prefixPin)+4:
+			st.Pinned[binary.BigEndian.Uint32(k[len(prefixPin):])] = true
 		case bytes.HasPrefix(k, []byte(prefixSpace)):
 			sp := &metapb.Space{}
 			err = proto.Unmarshal(v, sp)
@@ -253,6 +262,19 @@ func (t *txn) apply(c *metapb.Command) Result {
 		return t.createSpace(op.CreateSpace)
 	case *metapb.Command_DropSpace:
 		return t.dropSpace(op.DropSpace)
+	case *metapb.Command_StartMove:
+		return t.startMove(op.StartMove)
+	case *metapb.Command_SetMovePhase:
+		return t.setMovePhase(op.SetMovePhase)
+	case *metapb.Command_FinishMove:
+		return t.finishMove(op.FinishMove)
+	case *metapb.Command_PinBucket:
+		return t.pinBucket(op.PinBucket)
+	case *metapb.Command_SetRebalancer:
+		p := t.s.editProps()
+		p.Rebalancer = op.SetRebalancer.GetRebalancer()
+		t.putProps(p)
+		return Result{}
 	default:
 		return Result{Err: refuse(CodeInvalid, "unknown group-0 command %T", op)}
 	}

@@ -26,6 +26,20 @@ type State struct {
 	Leases  map[string]*metapb.Lease
 	// Spaces by name.
 	Spaces map[string]*metapb.Space
+	// Moves in progress, by bucket.
+	Moves map[uint32]*metapb.Move
+	// Generations of buckets that have moved (absent: 1).
+	Generations map[uint32]uint64
+	// Pinned buckets.
+	Pinned map[uint32]bool
+}
+
+// Generation returns a bucket's generation (1 until it first moves).
+func (s *State) Generation(b uint32) uint64 {
+	if g, ok := s.Generations[b]; ok {
+		return g
+	}
+	return 1
 }
 
 func emptyState() *State {
@@ -34,6 +48,9 @@ func emptyState() *State {
 		Replicasets: map[string]*metapb.Replicaset{},
 		Leases:      map[string]*metapb.Lease{},
 		Spaces:      map[string]*metapb.Space{},
+		Moves:       map[uint32]*metapb.Move{},
+		Generations: map[uint32]uint64{},
+		Pinned:      map[uint32]bool{},
 	}
 }
 
@@ -49,6 +66,9 @@ func (s *State) clone() *State {
 		Buckets:     s.Buckets, // copied on write by setBuckets
 		Leases:      maps.Clone(s.Leases),
 		Spaces:      s.Spaces, // copied on write by putSpace and dropSpace
+		Moves:       s.Moves,  // the three below are copied on write (moves.go)
+		Generations: s.Generations,
+		Pinned:      s.Pinned,
 	}
 }
 

@@ -83,6 +83,69 @@ func (GradeVariant) EnumDescriptor() ([]byte, []int) {
 	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{0}
 }
 
+type Move_Phase int32
+
+const (
+	Move_PHASE_UNSPECIFIED Move_Phase = 0
+	// The source freezes the bucket and the destination prepares to
+	// receive; routers still send to the source (which refuses writes:
+	// the only time writes are refused, bounded by the switch timeout).
+	Move_PHASE_PREPARE Move_Phase = 1
+	// Routers send to the destination (curr), which serves with prev
+	// semantics while the source's tuples are copied.
+	Move_PHASE_COPY Move_Phase = 2
+	// The destination is active; the source deletes the bucket's data.
+	Move_PHASE_CLEANUP Move_Phase = 3
+	// The move is being undone (from PREPARE only): the destination drops
+	// the bucket, the source takes it back.
+	Move_PHASE_ABORTING Move_Phase = 4
+)
+
+// Enum value maps for Move_Phase.
+var (
+	Move_Phase_name = map[int32]string{
+		0: "PHASE_UNSPECIFIED",
+		1: "PHASE_PREPARE",
+		2: "PHASE_COPY",
+		3: "PHASE_CLEANUP",
+		4: "PHASE_ABORTING",
+	}
+	Move_Phase_value = map[string]int32{
+		"PHASE_UNSPECIFIED": 0,
+		"PHASE_PREPARE":     1,
+		"PHASE_COPY":        2,
+		"PHASE_CLEANUP":     3,
+		"PHASE_ABORTING":    4,
+	}
+)
+
+func (x Move_Phase) Enum() *Move_Phase {
+	p := new(Move_Phase)
+	*p = x
+	return p
+}
+
+func (x Move_Phase) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Move_Phase) Descriptor() protoreflect.EnumDescriptor {
+	return file_internal_meta_metapb_meta_proto_enumTypes[1].Descriptor()
+}
+
+func (Move_Phase) Type() protoreflect.EnumType {
+	return &file_internal_meta_metapb_meta_proto_enumTypes[1]
+}
+
+func (x Move_Phase) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Move_Phase.Descriptor instead.
+func (Move_Phase) EnumDescriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5, 0}
+}
+
 // Grade is a grade variant with its incarnation.
 type Grade struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -288,8 +351,10 @@ type Replicaset struct {
 	LeaderInstanceId    string                 `protobuf:"bytes,5,opt,name=leader_instance_id,json=leaderInstanceId,proto3" json:"leader_instance_id,omitempty"`
 	BootstrapInstanceId string                 `protobuf:"bytes,6,opt,name=bootstrap_instance_id,json=bootstrapInstanceId,proto3" json:"bootstrap_instance_id,omitempty"`
 	Expelled            bool                   `protobuf:"varint,7,opt,name=expelled,proto3" json:"expelled,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// Locked: neither sends nor receives buckets.
+	Locked        bool `protobuf:"varint,8,opt,name=locked,proto3" json:"locked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Replicaset) Reset() {
@@ -371,6 +436,13 @@ func (x *Replicaset) GetExpelled() bool {
 	return false
 }
 
+func (x *Replicaset) GetLocked() bool {
+	if x != nil {
+		return x.Locked
+	}
+	return false
+}
+
 // ClusterProperties are the cluster-wide settings.
 type ClusterProperties struct {
 	state               protoimpl.MessageState `protogen:"open.v1"`
@@ -390,7 +462,8 @@ type ClusterProperties struct {
 	MaxSpaceId uint32 `protobuf:"varint,12,opt,name=max_space_id,json=maxSpaceId,proto3" json:"max_space_id,omitempty"`
 	// The replicaset that got every bucket when buckets were bootstrapped
 	// (it creates their records in its own log, generation 1).
-	BucketBootstrapReplicaset string `protobuf:"bytes,13,opt,name=bucket_bootstrap_replicaset,json=bucketBootstrapReplicaset,proto3" json:"bucket_bootstrap_replicaset,omitempty"`
+	BucketBootstrapReplicaset string      `protobuf:"bytes,13,opt,name=bucket_bootstrap_replicaset,json=bucketBootstrapReplicaset,proto3" json:"bucket_bootstrap_replicaset,omitempty"`
+	Rebalancer                *Rebalancer `protobuf:"bytes,14,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
 	unknownFields             protoimpl.UnknownFields
 	sizeCache                 protoimpl.SizeCache
 }
@@ -516,6 +589,455 @@ func (x *ClusterProperties) GetBucketBootstrapReplicaset() string {
 	return ""
 }
 
+func (x *ClusterProperties) GetRebalancer() *Rebalancer {
+	if x != nil {
+		return x.Rebalancer
+	}
+	return nil
+}
+
+// Rebalancer holds the rebalancer's settings (zero: the default).
+type Rebalancer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Stop moving buckets on their own (manual moves still run).
+	Disabled bool `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// Act when a replicaset's disbalance exceeds this, in hundredths of a
+	// percent (default 100 = 1%).
+	ThresholdCentiPercent uint32 `protobuf:"varint,2,opt,name=threshold_centi_percent,json=thresholdCentiPercent,proto3" json:"threshold_centi_percent,omitempty"`
+	// Concurrent sends of one replicaset (default 4).
+	MaxSending uint32 `protobuf:"varint,3,opt,name=max_sending,json=maxSending,proto3" json:"max_sending,omitempty"`
+	// Concurrent receives of one replicaset (default 8).
+	MaxReceiving  uint32 `protobuf:"varint,4,opt,name=max_receiving,json=maxReceiving,proto3" json:"max_receiving,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Rebalancer) Reset() {
+	*x = Rebalancer{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Rebalancer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Rebalancer) ProtoMessage() {}
+
+func (x *Rebalancer) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Rebalancer.ProtoReflect.Descriptor instead.
+func (*Rebalancer) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Rebalancer) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *Rebalancer) GetThresholdCentiPercent() uint32 {
+	if x != nil {
+		return x.ThresholdCentiPercent
+	}
+	return 0
+}
+
+func (x *Rebalancer) GetMaxSending() uint32 {
+	if x != nil {
+		return x.MaxSending
+	}
+	return 0
+}
+
+func (x *Rebalancer) GetMaxReceiving() uint32 {
+	if x != nil {
+		return x.MaxReceiving
+	}
+	return 0
+}
+
+// Move is a bucket move in progress (DESIGN.md, "Bucket move").
+type Move struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	From   string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To     string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	// The bucket's generation after the move (one above its last).
+	Generation    uint64     `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	Phase         Move_Phase `protobuf:"varint,5,opt,name=phase,proto3,enum=shardkit.meta.v1.Move_Phase" json:"phase,omitempty"`
+	StartedUnixMs int64      `protobuf:"varint,6,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	// Why: "rebalance", "manual", "reshard".
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Move) Reset() {
+	*x = Move{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Move) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Move) ProtoMessage() {}
+
+func (x *Move) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Move.ProtoReflect.Descriptor instead.
+func (*Move) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Move) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *Move) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *Move) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Move) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *Move) GetPhase() Move_Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return Move_PHASE_UNSPECIFIED
+}
+
+func (x *Move) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+func (x *Move) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// StartMove starts moving a bucket to a replicaset.
+type StartMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartMove) Reset() {
+	*x = StartMove{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartMove) ProtoMessage() {}
+
+func (x *StartMove) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartMove.ProtoReflect.Descriptor instead.
+func (*StartMove) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StartMove) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *StartMove) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *StartMove) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SetMovePhase advances a move (PREPARE -> COPY | ABORTING, COPY -> CLEANUP).
+type SetMovePhase struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Phase         Move_Phase             `protobuf:"varint,3,opt,name=phase,proto3,enum=shardkit.meta.v1.Move_Phase" json:"phase,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMovePhase) Reset() {
+	*x = SetMovePhase{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMovePhase) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMovePhase) ProtoMessage() {}
+
+func (x *SetMovePhase) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMovePhase.ProtoReflect.Descriptor instead.
+func (*SetMovePhase) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetMovePhase) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *SetMovePhase) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *SetMovePhase) GetPhase() Move_Phase {
+	if x != nil {
+		return x.Phase
+	}
+	return Move_PHASE_UNSPECIFIED
+}
+
+// FinishMove forgets a move in CLEANUP (done) or ABORTING (undone).
+type FinishMove struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FinishMove) Reset() {
+	*x = FinishMove{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FinishMove) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FinishMove) ProtoMessage() {}
+
+func (x *FinishMove) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FinishMove.ProtoReflect.Descriptor instead.
+func (*FinishMove) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FinishMove) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *FinishMove) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+// PinBucket pins (or unpins) a bucket to its replicaset: the rebalancer
+// leaves it there.
+type PinBucket struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Pinned        bool                   `protobuf:"varint,2,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinBucket) Reset() {
+	*x = PinBucket{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinBucket) ProtoMessage() {}
+
+func (x *PinBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinBucket.ProtoReflect.Descriptor instead.
+func (*PinBucket) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *PinBucket) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *PinBucket) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+type SetRebalancer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rebalancer    *Rebalancer            `protobuf:"bytes,1,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRebalancer) Reset() {
+	*x = SetRebalancer{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRebalancer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRebalancer) ProtoMessage() {}
+
+func (x *SetRebalancer) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRebalancer.ProtoReflect.Descriptor instead.
+func (*SetRebalancer) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetRebalancer) GetRebalancer() *Rebalancer {
+	if x != nil {
+		return x.Rebalancer
+	}
+	return nil
+}
+
 // Field is one field of a space's format.
 type Field struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -529,7 +1051,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +1063,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[4]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +1076,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{4}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Field) GetName() string {
@@ -596,7 +1118,7 @@ type Space struct {
 
 func (x *Space) Reset() {
 	*x = Space{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -608,7 +1130,7 @@ func (x *Space) String() string {
 func (*Space) ProtoMessage() {}
 
 func (x *Space) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[5]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -621,7 +1143,7 @@ func (x *Space) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Space.ProtoReflect.Descriptor instead.
 func (*Space) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{5}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Space) GetName() string {
@@ -681,7 +1203,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -693,7 +1215,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[6]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -706,7 +1228,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{6}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Lease) GetName() string {
@@ -763,7 +1285,7 @@ type BucketRange struct {
 
 func (x *BucketRange) Reset() {
 	*x = BucketRange{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -775,7 +1297,7 @@ func (x *BucketRange) String() string {
 func (*BucketRange) ProtoMessage() {}
 
 func (x *BucketRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[7]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -788,7 +1310,7 @@ func (x *BucketRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
 func (*BucketRange) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{7}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BucketRange) GetFirst() uint32 {
@@ -828,7 +1350,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +1362,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +1375,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -928,6 +1450,11 @@ type Command struct {
 	//	*Command_SetAddress
 	//	*Command_CreateSpace
 	//	*Command_DropSpace
+	//	*Command_StartMove
+	//	*Command_SetMovePhase
+	//	*Command_FinishMove
+	//	*Command_PinBucket
+	//	*Command_SetRebalancer
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -935,7 +1462,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -947,7 +1474,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -960,7 +1487,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1094,6 +1621,51 @@ func (x *Command) GetDropSpace() *DropSpace {
 	return nil
 }
 
+func (x *Command) GetStartMove() *StartMove {
+	if x != nil {
+		if x, ok := x.Op.(*Command_StartMove); ok {
+			return x.StartMove
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetMovePhase() *SetMovePhase {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetMovePhase); ok {
+			return x.SetMovePhase
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetFinishMove() *FinishMove {
+	if x != nil {
+		if x, ok := x.Op.(*Command_FinishMove); ok {
+			return x.FinishMove
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPinBucket() *PinBucket {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PinBucket); ok {
+			return x.PinBucket
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetRebalancer() *SetRebalancer {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetRebalancer); ok {
+			return x.SetRebalancer
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1150,6 +1722,26 @@ type Command_DropSpace struct {
 	DropSpace *DropSpace `protobuf:"bytes,22,opt,name=drop_space,json=dropSpace,proto3,oneof"`
 }
 
+type Command_StartMove struct {
+	StartMove *StartMove `protobuf:"bytes,23,opt,name=start_move,json=startMove,proto3,oneof"`
+}
+
+type Command_SetMovePhase struct {
+	SetMovePhase *SetMovePhase `protobuf:"bytes,24,opt,name=set_move_phase,json=setMovePhase,proto3,oneof"`
+}
+
+type Command_FinishMove struct {
+	FinishMove *FinishMove `protobuf:"bytes,25,opt,name=finish_move,json=finishMove,proto3,oneof"`
+}
+
+type Command_PinBucket struct {
+	PinBucket *PinBucket `protobuf:"bytes,26,opt,name=pin_bucket,json=pinBucket,proto3,oneof"`
+}
+
+type Command_SetRebalancer struct {
+	SetRebalancer *SetRebalancer `protobuf:"bytes,27,opt,name=set_rebalancer,json=setRebalancer,proto3,oneof"`
+}
+
 func (*Command_Boot) isCommand_Op() {}
 
 func (*Command_Join) isCommand_Op() {}
@@ -1176,6 +1768,16 @@ func (*Command_CreateSpace) isCommand_Op() {}
 
 func (*Command_DropSpace) isCommand_Op() {}
 
+func (*Command_StartMove) isCommand_Op() {}
+
+func (*Command_SetMovePhase) isCommand_Op() {}
+
+func (*Command_FinishMove) isCommand_Op() {}
+
+func (*Command_PinBucket) isCommand_Op() {}
+
+func (*Command_SetRebalancer) isCommand_Op() {}
+
 // Boot is the first command of a cluster (K6): its properties and first instance.
 type Boot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1187,7 +1789,7 @@ type Boot struct {
 
 func (x *Boot) Reset() {
 	*x = Boot{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1801,7 @@ func (x *Boot) String() string {
 func (*Boot) ProtoMessage() {}
 
 func (x *Boot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1814,7 @@ func (x *Boot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Boot.ProtoReflect.Descriptor instead.
 func (*Boot) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Boot) GetProperties() *ClusterProperties {
@@ -1239,7 +1841,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1251,7 +1853,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1264,7 +1866,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Join) GetRequest() *JoinRequest {
@@ -1287,7 +1889,7 @@ type SetTargetGrade struct {
 
 func (x *SetTargetGrade) Reset() {
 	*x = SetTargetGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1901,7 @@ func (x *SetTargetGrade) String() string {
 func (*SetTargetGrade) ProtoMessage() {}
 
 func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1914,7 @@ func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTargetGrade.ProtoReflect.Descriptor instead.
 func (*SetTargetGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetTargetGrade) GetInstanceId() string {
@@ -1357,7 +1959,7 @@ type SetCurrentGrade struct {
 
 func (x *SetCurrentGrade) Reset() {
 	*x = SetCurrentGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1971,7 @@ func (x *SetCurrentGrade) String() string {
 func (*SetCurrentGrade) ProtoMessage() {}
 
 func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1984,7 @@ func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentGrade.ProtoReflect.Descriptor instead.
 func (*SetCurrentGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetCurrentGrade) GetInstanceId() string {
@@ -1412,13 +2014,15 @@ type SetReplicaset struct {
 	Weight           *uint32                `protobuf:"varint,2,opt,name=weight,proto3,oneof" json:"weight,omitempty"`
 	LeaderInstanceId *string                `protobuf:"bytes,3,opt,name=leader_instance_id,json=leaderInstanceId,proto3,oneof" json:"leader_instance_id,omitempty"`
 	Expelled         *bool                  `protobuf:"varint,4,opt,name=expelled,proto3,oneof" json:"expelled,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// A locked replicaset neither sends nor receives buckets.
+	Locked        *bool `protobuf:"varint,5,opt,name=locked,proto3,oneof" json:"locked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetReplicaset) Reset() {
 	*x = SetReplicaset{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +2034,7 @@ func (x *SetReplicaset) String() string {
 func (*SetReplicaset) ProtoMessage() {}
 
 func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +2047,7 @@ func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicaset.ProtoReflect.Descriptor instead.
 func (*SetReplicaset) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetReplicaset) GetReplicasetId() string {
@@ -1474,6 +2078,13 @@ func (x *SetReplicaset) GetExpelled() bool {
 	return false
 }
 
+func (x *SetReplicaset) GetLocked() bool {
+	if x != nil && x.Locked != nil {
+		return *x.Locked
+	}
+	return false
+}
+
 type AssignBuckets struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Ranges        []*BucketRange         `protobuf:"bytes,1,rep,name=ranges,proto3" json:"ranges,omitempty"`
@@ -1483,7 +2094,7 @@ type AssignBuckets struct {
 
 func (x *AssignBuckets) Reset() {
 	*x = AssignBuckets{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1495,7 +2106,7 @@ func (x *AssignBuckets) String() string {
 func (*AssignBuckets) ProtoMessage() {}
 
 func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1508,7 +2119,7 @@ func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignBuckets.ProtoReflect.Descriptor instead.
 func (*AssignBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *AssignBuckets) GetRanges() []*BucketRange {
@@ -1526,7 +2137,7 @@ type BumpSharding struct {
 
 func (x *BumpSharding) Reset() {
 	*x = BumpSharding{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1538,7 +2149,7 @@ func (x *BumpSharding) String() string {
 func (*BumpSharding) ProtoMessage() {}
 
 func (x *BumpSharding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1551,7 +2162,7 @@ func (x *BumpSharding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpSharding.ProtoReflect.Descriptor instead.
 func (*BumpSharding) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
 }
 
 type AcquireLease struct {
@@ -1565,7 +2176,7 @@ type AcquireLease struct {
 
 func (x *AcquireLease) Reset() {
 	*x = AcquireLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +2188,7 @@ func (x *AcquireLease) String() string {
 func (*AcquireLease) ProtoMessage() {}
 
 func (x *AcquireLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +2201,7 @@ func (x *AcquireLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLease.ProtoReflect.Descriptor instead.
 func (*AcquireLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *AcquireLease) GetName() string {
@@ -1626,7 +2237,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +2249,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +2262,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RenewLease) GetName() string {
@@ -1695,7 +2306,7 @@ type ReleaseLease struct {
 
 func (x *ReleaseLease) Reset() {
 	*x = ReleaseLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1707,7 +2318,7 @@ func (x *ReleaseLease) String() string {
 func (*ReleaseLease) ProtoMessage() {}
 
 func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1720,7 +2331,7 @@ func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLease.ProtoReflect.Descriptor instead.
 func (*ReleaseLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReleaseLease) GetName() string {
@@ -1769,7 +2380,7 @@ type SetAddress struct {
 
 func (x *SetAddress) Reset() {
 	*x = SetAddress{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1781,7 +2392,7 @@ func (x *SetAddress) String() string {
 func (*SetAddress) ProtoMessage() {}
 
 func (x *SetAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1794,7 +2405,7 @@ func (x *SetAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAddress.ProtoReflect.Descriptor instead.
 func (*SetAddress) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetAddress) GetInstanceId() string {
@@ -1832,7 +2443,7 @@ type CreateSpace struct {
 
 func (x *CreateSpace) Reset() {
 	*x = CreateSpace{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1844,7 +2455,7 @@ func (x *CreateSpace) String() string {
 func (*CreateSpace) ProtoMessage() {}
 
 func (x *CreateSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1857,7 +2468,7 @@ func (x *CreateSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSpace.ProtoReflect.Descriptor instead.
 func (*CreateSpace) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CreateSpace) GetSpace() *Space {
@@ -1885,7 +2496,7 @@ type DropSpace struct {
 
 func (x *DropSpace) Reset() {
 	*x = DropSpace{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1897,7 +2508,7 @@ func (x *DropSpace) String() string {
 func (*DropSpace) ProtoMessage() {}
 
 func (x *DropSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1910,7 +2521,7 @@ func (x *DropSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropSpace.ProtoReflect.Descriptor instead.
 func (*DropSpace) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DropSpace) GetName() string {
@@ -1946,7 +2557,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\r \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xff\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x02\n" +
 	"\n" +
 	"Replicaset\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x12\n" +
@@ -1955,7 +2566,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x06weight\x18\x04 \x01(\rR\x06weight\x12,\n" +
 	"\x12leader_instance_id\x18\x05 \x01(\tR\x10leaderInstanceId\x122\n" +
 	"\x15bootstrap_instance_id\x18\x06 \x01(\tR\x13bootstrapInstanceId\x12\x1a\n" +
-	"\bexpelled\x18\a \x01(\bR\bexpelled\"\xbd\x04\n" +
+	"\bexpelled\x18\a \x01(\bR\bexpelled\x12\x16\n" +
+	"\x06locked\x18\b \x01(\bR\x06locked\"\xfb\x04\n" +
 	"\x11ClusterProperties\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -1972,7 +2584,57 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x0eschema_version\x18\v \x01(\x04R\rschemaVersion\x12 \n" +
 	"\fmax_space_id\x18\f \x01(\rR\n" +
 	"maxSpaceId\x12>\n" +
-	"\x1bbucket_bootstrap_replicaset\x18\r \x01(\tR\x19bucketBootstrapReplicaset\"K\n" +
+	"\x1bbucket_bootstrap_replicaset\x18\r \x01(\tR\x19bucketBootstrapReplicaset\x12<\n" +
+	"\n" +
+	"rebalancer\x18\x0e \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
+	"rebalancer\"\xa6\x01\n" +
+	"\n" +
+	"Rebalancer\x12\x1a\n" +
+	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x126\n" +
+	"\x17threshold_centi_percent\x18\x02 \x01(\rR\x15thresholdCentiPercent\x12\x1f\n" +
+	"\vmax_sending\x18\x03 \x01(\rR\n" +
+	"maxSending\x12#\n" +
+	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\"\xc0\x02\n" +
+	"\x04Move\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x122\n" +
+	"\x05phase\x18\x05 \x01(\x0e2\x1c.shardkit.meta.v1.Move.PhaseR\x05phase\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\"h\n" +
+	"\x05Phase\x12\x15\n" +
+	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n" +
+	"\rPHASE_PREPARE\x10\x01\x12\x0e\n" +
+	"\n" +
+	"PHASE_COPY\x10\x02\x12\x11\n" +
+	"\rPHASE_CLEANUP\x10\x03\x12\x12\n" +
+	"\x0ePHASE_ABORTING\x10\x04\"K\n" +
+	"\tStartMove\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"z\n" +
+	"\fSetMovePhase\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\x122\n" +
+	"\x05phase\x18\x03 \x01(\x0e2\x1c.shardkit.meta.v1.Move.PhaseR\x05phase\"D\n" +
+	"\n" +
+	"FinishMove\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\";\n" +
+	"\tPinBucket\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
+	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"M\n" +
+	"\rSetRebalancer\x12<\n" +
+	"\n" +
+	"rebalancer\x18\x01 \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
+	"rebalancer\"K\n" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -2008,7 +2670,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\a\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\t\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12,\n" +
 	"\x04boot\x18\n" +
@@ -2027,7 +2689,15 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"setAddress\x12B\n" +
 	"\fcreate_space\x18\x15 \x01(\v2\x1d.shardkit.meta.v1.CreateSpaceH\x00R\vcreateSpace\x12<\n" +
 	"\n" +
-	"drop_space\x18\x16 \x01(\v2\x1b.shardkit.meta.v1.DropSpaceH\x00R\tdropSpaceB\x04\n" +
+	"drop_space\x18\x16 \x01(\v2\x1b.shardkit.meta.v1.DropSpaceH\x00R\tdropSpace\x12<\n" +
+	"\n" +
+	"start_move\x18\x17 \x01(\v2\x1b.shardkit.meta.v1.StartMoveH\x00R\tstartMove\x12F\n" +
+	"\x0eset_move_phase\x18\x18 \x01(\v2\x1e.shardkit.meta.v1.SetMovePhaseH\x00R\fsetMovePhase\x12?\n" +
+	"\vfinish_move\x18\x19 \x01(\v2\x1c.shardkit.meta.v1.FinishMoveH\x00R\n" +
+	"finishMove\x12<\n" +
+	"\n" +
+	"pin_bucket\x18\x1a \x01(\v2\x1b.shardkit.meta.v1.PinBucketH\x00R\tpinBucket\x12H\n" +
+	"\x0eset_rebalancer\x18\x1b \x01(\v2\x1f.shardkit.meta.v1.SetRebalancerH\x00R\rsetRebalancerB\x04\n" +
 	"\x02op\"\x80\x01\n" +
 	"\x04Boot\x12C\n" +
 	"\n" +
@@ -2046,15 +2716,17 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x128\n" +
 	"\avariant\x18\x02 \x01(\x0e2\x1e.shardkit.meta.v1.GradeVariantR\avariant\x12@\n" +
-	"\x0fexpected_target\x18\x03 \x01(\v2\x17.shardkit.meta.v1.GradeR\x0eexpectedTarget\"\xd4\x01\n" +
+	"\x0fexpected_target\x18\x03 \x01(\v2\x17.shardkit.meta.v1.GradeR\x0eexpectedTarget\"\xfc\x01\n" +
 	"\rSetReplicaset\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x121\n" +
 	"\x12leader_instance_id\x18\x03 \x01(\tH\x01R\x10leaderInstanceId\x88\x01\x01\x12\x1f\n" +
-	"\bexpelled\x18\x04 \x01(\bH\x02R\bexpelled\x88\x01\x01B\t\n" +
+	"\bexpelled\x18\x04 \x01(\bH\x02R\bexpelled\x88\x01\x01\x12\x1b\n" +
+	"\x06locked\x18\x05 \x01(\bH\x03R\x06locked\x88\x01\x01B\t\n" +
 	"\a_weightB\x15\n" +
 	"\x13_leader_instance_idB\v\n" +
-	"\t_expelled\"F\n" +
+	"\t_expelledB\t\n" +
+	"\a_locked\"F\n" +
 	"\rAssignBuckets\x125\n" +
 	"\x06ranges\x18\x01 \x03(\v2\x1d.shardkit.meta.v1.BucketRangeR\x06ranges\"\x0e\n" +
 	"\fBumpSharding\"Q\n" +
@@ -2106,69 +2778,86 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 	return file_internal_meta_metapb_meta_proto_rawDescData
 }
 
-var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(GradeVariant)(0),         // 0: shardkit.meta.v1.GradeVariant
-	(*Grade)(nil),             // 1: shardkit.meta.v1.Grade
-	(*Instance)(nil),          // 2: shardkit.meta.v1.Instance
-	(*Replicaset)(nil),        // 3: shardkit.meta.v1.Replicaset
-	(*ClusterProperties)(nil), // 4: shardkit.meta.v1.ClusterProperties
-	(*Field)(nil),             // 5: shardkit.meta.v1.Field
-	(*Space)(nil),             // 6: shardkit.meta.v1.Space
-	(*Lease)(nil),             // 7: shardkit.meta.v1.Lease
-	(*BucketRange)(nil),       // 8: shardkit.meta.v1.BucketRange
-	(*JoinRequest)(nil),       // 9: shardkit.meta.v1.JoinRequest
-	(*Command)(nil),           // 10: shardkit.meta.v1.Command
-	(*Boot)(nil),              // 11: shardkit.meta.v1.Boot
-	(*Join)(nil),              // 12: shardkit.meta.v1.Join
-	(*SetTargetGrade)(nil),    // 13: shardkit.meta.v1.SetTargetGrade
-	(*SetCurrentGrade)(nil),   // 14: shardkit.meta.v1.SetCurrentGrade
-	(*SetReplicaset)(nil),     // 15: shardkit.meta.v1.SetReplicaset
-	(*AssignBuckets)(nil),     // 16: shardkit.meta.v1.AssignBuckets
-	(*BumpSharding)(nil),      // 17: shardkit.meta.v1.BumpSharding
-	(*AcquireLease)(nil),      // 18: shardkit.meta.v1.AcquireLease
-	(*RenewLease)(nil),        // 19: shardkit.meta.v1.RenewLease
-	(*ReleaseLease)(nil),      // 20: shardkit.meta.v1.ReleaseLease
-	(*SetAddress)(nil),        // 21: shardkit.meta.v1.SetAddress
-	(*CreateSpace)(nil),       // 22: shardkit.meta.v1.CreateSpace
-	(*DropSpace)(nil),         // 23: shardkit.meta.v1.DropSpace
-	nil,                       // 24: shardkit.meta.v1.Instance.FailureDomainEntry
-	nil,                       // 25: shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	(Move_Phase)(0),           // 1: shardkit.meta.v1.Move.Phase
+	(*Grade)(nil),             // 2: shardkit.meta.v1.Grade
+	(*Instance)(nil),          // 3: shardkit.meta.v1.Instance
+	(*Replicaset)(nil),        // 4: shardkit.meta.v1.Replicaset
+	(*ClusterProperties)(nil), // 5: shardkit.meta.v1.ClusterProperties
+	(*Rebalancer)(nil),        // 6: shardkit.meta.v1.Rebalancer
+	(*Move)(nil),              // 7: shardkit.meta.v1.Move
+	(*StartMove)(nil),         // 8: shardkit.meta.v1.StartMove
+	(*SetMovePhase)(nil),      // 9: shardkit.meta.v1.SetMovePhase
+	(*FinishMove)(nil),        // 10: shardkit.meta.v1.FinishMove
+	(*PinBucket)(nil),         // 11: shardkit.meta.v1.PinBucket
+	(*SetRebalancer)(nil),     // 12: shardkit.meta.v1.SetRebalancer
+	(*Field)(nil),             // 13: shardkit.meta.v1.Field
+	(*Space)(nil),             // 14: shardkit.meta.v1.Space
+	(*Lease)(nil),             // 15: shardkit.meta.v1.Lease
+	(*BucketRange)(nil),       // 16: shardkit.meta.v1.BucketRange
+	(*JoinRequest)(nil),       // 17: shardkit.meta.v1.JoinRequest
+	(*Command)(nil),           // 18: shardkit.meta.v1.Command
+	(*Boot)(nil),              // 19: shardkit.meta.v1.Boot
+	(*Join)(nil),              // 20: shardkit.meta.v1.Join
+	(*SetTargetGrade)(nil),    // 21: shardkit.meta.v1.SetTargetGrade
+	(*SetCurrentGrade)(nil),   // 22: shardkit.meta.v1.SetCurrentGrade
+	(*SetReplicaset)(nil),     // 23: shardkit.meta.v1.SetReplicaset
+	(*AssignBuckets)(nil),     // 24: shardkit.meta.v1.AssignBuckets
+	(*BumpSharding)(nil),      // 25: shardkit.meta.v1.BumpSharding
+	(*AcquireLease)(nil),      // 26: shardkit.meta.v1.AcquireLease
+	(*RenewLease)(nil),        // 27: shardkit.meta.v1.RenewLease
+	(*ReleaseLease)(nil),      // 28: shardkit.meta.v1.ReleaseLease
+	(*SetAddress)(nil),        // 29: shardkit.meta.v1.SetAddress
+	(*CreateSpace)(nil),       // 30: shardkit.meta.v1.CreateSpace
+	(*DropSpace)(nil),         // 31: shardkit.meta.v1.DropSpace
+	nil,                       // 32: shardkit.meta.v1.Instance.FailureDomainEntry
+	nil,                       // 33: shardkit.meta.v1.JoinRequest.FailureDomainEntry
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: shardkit.meta.v1.Grade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	24, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
-	1,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
-	1,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
-	5,  // 4: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
-	25, // 5: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
-	11, // 6: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
-	12, // 7: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
-	13, // 8: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
-	14, // 9: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
-	15, // 10: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
-	16, // 11: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
-	17, // 12: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
-	18, // 13: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
-	19, // 14: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
-	20, // 15: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
-	21, // 16: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
-	22, // 17: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
-	23, // 18: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
-	4,  // 19: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
-	9,  // 20: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
-	9,  // 21: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
-	0,  // 22: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	0,  // 23: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	1,  // 24: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
-	8,  // 25: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
-	6,  // 26: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	32, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
+	2,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
+	2,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
+	6,  // 4: shardkit.meta.v1.ClusterProperties.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
+	1,  // 5: shardkit.meta.v1.Move.phase:type_name -> shardkit.meta.v1.Move.Phase
+	1,  // 6: shardkit.meta.v1.SetMovePhase.phase:type_name -> shardkit.meta.v1.Move.Phase
+	6,  // 7: shardkit.meta.v1.SetRebalancer.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
+	13, // 8: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
+	33, // 9: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	19, // 10: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
+	20, // 11: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
+	21, // 12: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
+	22, // 13: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
+	23, // 14: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
+	24, // 15: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
+	25, // 16: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
+	26, // 17: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
+	27, // 18: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
+	28, // 19: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
+	29, // 20: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
+	30, // 21: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
+	31, // 22: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
+	8,  // 23: shardkit.meta.v1.Command.start_move:type_name -> shardkit.meta.v1.StartMove
+	9,  // 24: shardkit.meta.v1.Command.set_move_phase:type_name -> shardkit.meta.v1.SetMovePhase
+	10, // 25: shardkit.meta.v1.Command.finish_move:type_name -> shardkit.meta.v1.FinishMove
+	11, // 26: shardkit.meta.v1.Command.pin_bucket:type_name -> shardkit.meta.v1.PinBucket
+	12, // 27: shardkit.meta.v1.Command.set_rebalancer:type_name -> shardkit.meta.v1.SetRebalancer
+	5,  // 28: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
+	17, // 29: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
+	17, // 30: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
+	0,  // 31: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	0,  // 32: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	2,  // 33: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
+	16, // 34: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
+	14, // 35: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
+	36, // [36:36] is the sub-list for method output_type
+	36, // [36:36] is the sub-list for method input_type
+	36, // [36:36] is the sub-list for extension type_name
+	36, // [36:36] is the sub-list for extension extendee
+	0,  // [0:36] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -2176,7 +2865,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 	if File_internal_meta_metapb_meta_proto != nil {
 		return
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[9].OneofWrappers = []any{
+	file_internal_meta_metapb_meta_proto_msgTypes[16].OneofWrappers = []any{
 		(*Command_Boot)(nil),
 		(*Command_Join)(nil),
 		(*Command_SetTargetGrade)(nil),
@@ -2190,15 +2879,20 @@ func file_internal_meta_metapb_meta_proto_init() {
 		(*Command_SetAddress)(nil),
 		(*Command_CreateSpace)(nil),
 		(*Command_DropSpace)(nil),
+		(*Command_StartMove)(nil),
+		(*Command_SetMovePhase)(nil),
+		(*Command_FinishMove)(nil),
+		(*Command_PinBucket)(nil),
+		(*Command_SetRebalancer)(nil),
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[14].OneofWrappers = []any{}
+	file_internal_meta_metapb_meta_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   25,
+			NumEnums:      2,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

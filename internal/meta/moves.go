@@ -1,0 +1,143 @@
+package meta
+
+import (
+	"encoding/binary"
+	"maps"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+)
+
+// Bucket moves, group 0's side. A move is recorded here before any
+// replicaset acts on it, and group 0 alone decides its turning points: the
+// switch of the bucket's curr to the destination (PREPARE -> COPY) and the
+// abort (PREPARE -> ABORTING) exclude each other, so a replicaset takes
+// the bucket back only when no router can send it to the destination.
+
+func (t *txn) putMove(mv *metapb.Move) {
+	t.s.Moves = maps.Clone(t.s.Moves)
+	t.s.Moves[mv.GetBucket()] = mv
+	t.write(keyMove(mv.GetBucket()), mv)
+}
+
+func (t *txn) deleteMove(b uint32) {
+	t.s.Moves = maps.Clone(t.s.Moves)
+	delete(t.s.Moves, b)
+	if t.err == nil {
+		t.err = t.b.Delete(keyMove(b), nil)
+	}
+}
+
+func (t *txn) checkBucket(b uint32) *Refusal {
+	if n := t.s.Props.GetBucketCount(); b < 1 || b > n {
+		return refuse(CodeInvalid, "bucket %d is outside [1, %d]", b, n)
+	}
+	if !t.s.Props.GetBucketsBootstrapped() {
+		return refuse(CodeUnavailable, "buckets are not bootstrapped yet; retry")
+	}
+	return nil
+}
+
+func (t *txn) startMove(c *metapb.StartMove) Result {
+	b := c.GetBucket()
+	if err := t.checkBucket(b); err != nil {
+		return Result{Err: err}
+	}
+	if mv := t.s.Moves[b]; mv != nil {
+		return Result{Err: refuse(CodeFailedPrecondition, "bucket %d is already moving from %s to %s", b, mv.GetFrom(), mv.GetTo())}
+	}
+	if t.s.Pinned[b] {
+		return Result{Err: refuse(CodeFailedPrecondition, "bucket %d is pinned to %s; unpin it first (shardkit bucket unpin %d)", b, t.s.Buckets[b-1], b)}
+	}
+	from := t.s.Buckets[b-1]
+	to := c.GetTo()
+	if from == to {
+		return Result{Err: refuse(CodeInvalid, "bucket %d is on %s already", b, to)}
+	}
+	for _, id := range []string{from, to} {
+		rs := t.s.Replicasets[id]
+		switch {
+		case rs == nil || rs.GetExpelled():
+			return Result{Err: refuse(CodeNotFound, "no replicaset %q in service", id)}
+		case rs.GetLocked():
+			return Result{Err: refuse(CodeFailedPrecondition, "replicaset %s is locked: it neither sends nor receives buckets (shardkit replicaset unlock %s)", id, id)}
+		}
+	}
+	mv := &metapb.Move{Bucket: b, From: from, To: to, Generation: t.s.Generation(b) + 1,
+		Phase: metapb.Move_PHASE_PREPARE, StartedUnixMs: t.now, Reason: c.GetReason()}
+	t.putMove(mv)
+	return Result{Move: mv}
+}
+
+func (t *txn) setMovePhase(c *metapb.SetMovePhase) Result {
+	b := c.GetBucket()
+	mv := t.s.Moves[b]
+	if mv == nil || mv.GetGeneration() != c.GetGeneration() {
+		return Result{Err: refuse(CodeNotFound, "no move of bucket %d at generation %d", b, c.GetGeneration())}
+	}
+	if mv.GetPhase() == c.GetPhase() {
+		return Result{Move: mv} // a repeated step
+	}
+	ok := false
+	switch c.GetPhase() {
+	case metapb.Move_PHASE_COPY, metapb.Move_PHASE_ABORTING:
+		ok = mv.GetPhase() == metapb.Move_PHASE_PREPARE
+	case metapb.Move_PHASE_CLEANUP:
+		ok = mv.GetPhase() == metapb.Move_PHASE_COPY
+	}
+	if !ok {
+		return Result{Move: mv, Err: refuse(CodeFailedPrecondition, "the move of bucket %d is in phase %s; it cannot go to %s", b, mv.GetPhase(), c.GetPhase())}
+	}
+	n := proto.CloneOf(mv)
+	n.Phase = c.GetPhase()
+	t.putMove(n)
+	if c.GetPhase() == metapb.Move_PHASE_COPY {
+		// The switch: routers send the bucket to its destination.
+		t.putBuckets(b, b, mv.GetTo())
+		p := t.s.editProps()
+		p.ShardingVersion++
+		t.putProps(p)
+	}
+	return Result{Move: n}
+}
+
+func (t *txn) finishMove(c *metapb.FinishMove) Result {
+	b := c.GetBucket()
+	mv := t.s.Moves[b]
+	if mv == nil || mv.GetGeneration() != c.GetGeneration() {
+		return Result{Err: refuse(CodeNotFound, "no move of bucket %d at generation %d", b, c.GetGeneration())}
+	}
+	if mv.GetPhase() != metapb.Move_PHASE_CLEANUP && mv.GetPhase() != metapb.Move_PHASE_ABORTING {
+		return Result{Move: mv, Err: refuse(CodeFailedPrecondition, "the move of bucket %d is in phase %s, not finished", b, mv.GetPhase())}
+	}
+	t.deleteMove(b)
+	// The generation is used up either way: the source may have recorded
+	// it (sending, then active again after an abort).
+	t.s.Generations = maps.Clone(t.s.Generations)
+	t.s.Generations[b] = mv.GetGeneration()
+	if t.err == nil {
+		t.err = t.b.Set(keyGen(b), binary.BigEndian.AppendUint64(nil, mv.GetGeneration()), nil)
+	}
+	return Result{Move: mv}
+}
+
+func (t *txn) pinBucket(c *metapb.PinBucket) Result {
+	b := c.GetBucket()
+	if err := t.checkBucket(b); err != nil {
+		return Result{Err: err}
+	}
+	t.s.Pinned = maps.Clone(t.s.Pinned)
+	if c.GetPinned() {
+		t.s.Pinned[b] = true
+		if t.err == nil {
+			t.err = t.b.Set(keyPin(b), nil, nil)
+		}
+	} else {
+		delete(t.s.Pinned, b)
+		if t.err == nil {
+			t.err = t.b.Delete(keyPin(b), nil)
+		}
+	}
+	return Result{}
+}

@@ -1,0 +1,106 @@
+package meta
+
+import (
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+)
+
+// twoReplicasets boots a cluster of r1 (every bucket) and r2.
+func twoReplicasets(t *testing.T) *fixture {
+	t.Helper()
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	f.must(joinCmd(joinReq("b", "", nil)))
+	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+	if f.sm.State().Replicasets["r2"] == nil {
+		t.Fatal("the second instance did not get a replicaset of its own")
+	}
+	return f
+}
+
+func moveCmd(b uint32, to string) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{Bucket: b, To: to, Reason: "test"}}}
+}
+
+func phaseCmd(b uint32, gen uint64, p metapb.Move_Phase) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_SetMovePhase{SetMovePhase: &metapb.SetMovePhase{Bucket: b, Generation: gen, Phase: p}}}
+}
+
+func finishCmd(b uint32, gen uint64) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_FinishMove{FinishMove: &metapb.FinishMove{Bucket: b, Generation: gen}}}
+}
+
+func TestAMoveSwitchesTheBucketOnlyAtCopy(t *testing.T) {
+	f := twoReplicasets(t)
+	mv := f.must(moveCmd(7, "r2")).Move
+	if mv.GetFrom() != "r1" || mv.GetGeneration() != 2 || mv.GetPhase() != metapb.Move_PHASE_PREPARE {
+		t.Fatalf("started %v", mv)
+	}
+	if f.sm.State().Buckets[6] != "r1" {
+		t.Fatal("the bucket switched at PREPARE")
+	}
+	f.refused(moveCmd(7, "r2"), "already moving")
+	v := f.sm.State().Props.GetShardingVersion()
+	f.must(phaseCmd(7, 2, metapb.Move_PHASE_COPY))
+	if st := f.sm.State(); st.Buckets[6] != "r2" || st.Props.GetShardingVersion() != v+1 {
+		t.Fatalf("after COPY: bucket on %s, sharding version %d", st.Buckets[6], st.Props.GetShardingVersion())
+	}
+	// Once switched, the move can no longer be aborted.
+	f.refused(phaseCmd(7, 2, metapb.Move_PHASE_ABORTING), "cannot go to PHASE_ABORTING")
+	f.refused(finishCmd(7, 2), "not finished")
+	f.must(phaseCmd(7, 2, metapb.Move_PHASE_CLEANUP))
+	f.must(phaseCmd(7, 2, metapb.Move_PHASE_CLEANUP)) // repeated: no-op
+	f.must(finishCmd(7, 2))
+	if st := f.sm.State(); st.Moves[7] != nil || st.Generation(7) != 2 {
+		t.Fatalf("after finish: move %v, generation %d", st.Moves[7], st.Generation(7))
+	}
+	// The next move of the bucket goes one generation up.
+	if mv := f.must(moveCmd(7, "r1")).Move; mv.GetGeneration() != 3 || mv.GetFrom() != "r2" {
+		t.Fatalf("second move %v", mv)
+	}
+}
+
+func TestAnAbortedMoveUsesItsGenerationUp(t *testing.T) {
+	f := twoReplicasets(t)
+	f.must(moveCmd(9, "r2"))
+	f.must(phaseCmd(9, 2, metapb.Move_PHASE_ABORTING))
+	f.refused(phaseCmd(9, 2, metapb.Move_PHASE_COPY), "cannot go to PHASE_COPY")
+	f.must(finishCmd(9, 2))
+	st := f.sm.State()
+	if st.Buckets[8] != "r1" || st.Generation(9) != 2 {
+		t.Fatalf("after abort: bucket on %s, generation %d", st.Buckets[8], st.Generation(9))
+	}
+}
+
+func TestMovesRespectPinsAndLocks(t *testing.T) {
+	f := twoReplicasets(t)
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 3, Pinned: true}}})
+	f.refused(moveCmd(3, "r2"), "pinned to r1")
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 3}}})
+	locked := true
+	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Locked: &locked}}})
+	f.refused(moveCmd(3, "r2"), "r2 is locked")
+	f.refused(moveCmd(3, "r1"), "on r1 already")
+	f.refused(moveCmd(3, "r9"), `no replicaset "r9"`)
+	f.refused(moveCmd(3001, "r2"), "outside [1, 3000]")
+}
+
+func TestMovesSurviveReload(t *testing.T) {
+	f := twoReplicasets(t)
+	f.must(moveCmd(1, "r2"))
+	f.must(moveCmd(2, "r2"))
+	f.must(phaseCmd(2, 2, metapb.Move_PHASE_COPY))
+	f.must(phaseCmd(2, 2, metapb.Move_PHASE_CLEANUP))
+	f.must(finishCmd(2, 2))
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 5, Pinned: true}}})
+	re := New()
+	if err := re.Load(f.db); err != nil {
+		t.Fatal(err)
+	}
+	st := re.State()
+	if st.Moves[1].GetPhase() != metapb.Move_PHASE_PREPARE || st.Generation(2) != 2 || !st.Pinned[5] || st.Buckets[1] != "r2" {
+		t.Fatalf("reloaded: moves %v, gen %d, pinned %v, bucket 2 on %s", st.Moves, st.Generation(2), st.Pinned, st.Buckets[1])
+	}
+}
