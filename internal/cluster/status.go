@@ -7,6 +7,7 @@ import (
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // GetStatus implements ClusterService. It first catches up with the
@@ -65,7 +66,7 @@ func BuildStatus(st *meta.State, gs multiraft.Status, all bool) *clusterv1.GetSt
 		resp.Instances = append(resp.Instances, &clusterv1.InstanceStatus{Instance: apiInstance(inst), RaftRole: role})
 	}
 	counts := st.BucketCounts()
-	targets := TargetBucketCounts(st)
+	targets := sharding.Targets(st.BalanceGroups(), int(st.Props.GetBucketCount()))
 	for _, rs := range st.SortedReplicasets() {
 		if !all && rs.GetExpelled() {
 			continue
@@ -81,51 +82,4 @@ func BuildStatus(st *meta.State, gs multiraft.Status, all bool) *clusterv1.GetSt
 		resp.Replicasets = append(resp.Replicasets, rss)
 	}
 	return resp
-}
-
-// TargetBucketCounts is the distribution the weights ask for: each
-// replicaset's share of the buckets in proportion to its weight, the
-// remainder going to the largest fractions (ties by replicaset id).
-func TargetBucketCounts(st *meta.State) map[string]int {
-	total := int(st.Props.GetBucketCount())
-	var sum uint64
-	rss := st.SortedReplicasets()
-	for _, rs := range rss {
-		if !rs.GetExpelled() {
-			sum += uint64(rs.GetWeight())
-		}
-	}
-	out := map[string]int{}
-	if sum == 0 || total == 0 {
-		return out
-	}
-	type frac struct {
-		id  string
-		rem uint64
-	}
-	var fracs []frac
-	given := 0
-	for _, rs := range rss {
-		if rs.GetExpelled() || rs.GetWeight() == 0 {
-			continue
-		}
-		share := uint64(total) * uint64(rs.GetWeight())
-		out[rs.GetReplicasetId()] = int(share / sum)
-		given += int(share / sum)
-		fracs = append(fracs, frac{rs.GetReplicasetId(), share % sum})
-	}
-	slices.SortStableFunc(fracs, func(a, b frac) int {
-		switch {
-		case a.rem > b.rem:
-			return -1
-		case a.rem < b.rem:
-			return 1
-		}
-		return 0
-	})
-	for i := 0; given < total; i++ {
-		out[fracs[i%len(fracs)].id]++
-		given++
-	}
-	return out
 }

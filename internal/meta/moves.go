@@ -7,6 +7,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // Bucket moves, group 0's side. A move is recorded here before any
@@ -140,4 +141,25 @@ func (t *txn) pinBucket(c *metapb.PinBucket) Result {
 		}
 	}
 	return Result{}
+}
+
+// BalanceGroups returns the replicasets in service as the bucket balance
+// sees them: weight, buckets held (group 0's map) and pinned buckets.
+func (s *State) BalanceGroups() []sharding.Group {
+	counts := s.BucketCounts()
+	pinned := map[string]int{}
+	for b := range s.Pinned {
+		if b >= 1 && int(b) <= len(s.Buckets) {
+			pinned[s.Buckets[b-1]]++
+		}
+	}
+	var out []sharding.Group
+	for _, rs := range s.SortedReplicasets() {
+		if rs.GetExpelled() {
+			continue
+		}
+		id := rs.GetReplicasetId()
+		out = append(out, sharding.Group{ID: id, Weight: rs.GetWeight(), Buckets: counts[id], Pinned: pinned[id]})
+	}
+	return out
 }
