@@ -1,5 +1,7 @@
 package multiraft
 
+import "github.com/shardkit/shardkit/internal/failpoint"
+
 // Failpoint names: the durability boundaries of a round.
 const (
 	// FailpointBeforeSave fires after the round's batch is built, before it
@@ -14,3 +16,7 @@ const (
 	// the state machine is restored from it.
 	FailpointBeforeApplySnapshot = "raftBeforeApplySnapshot"
 )
+
+// Failpoints are the engine's test hooks (package failpoint: no-ops in
+// release builds).
+type Failpoints = failpoint.Points

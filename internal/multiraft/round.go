@@ -211,7 +211,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 		sync = sync || w.rd.MustSync
 	}
-	if err := h.cfg.Failpoints.eval(FailpointBeforeSave); err != nil {
+	if err := h.cfg.Failpoints.Eval(FailpointBeforeSave); err != nil {
 		return err
 	}
 	if !b.Empty() {
@@ -223,7 +223,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 			return fmt.Errorf("persist raft state: %w", err)
 		}
 	}
-	if err := h.cfg.Failpoints.eval(FailpointAfterSave); err != nil {
+	if err := h.cfg.Failpoints.Eval(FailpointAfterSave); err != nil {
 		return err
 	}
 
@@ -251,7 +251,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 	for i := range work {
 		w := &work[i]
 		if w.marker != nil {
-			if err := h.cfg.Failpoints.eval(FailpointBeforeApplySnapshot); err != nil {
+			if err := h.cfg.Failpoints.Eval(FailpointBeforeApplySnapshot); err != nil {
 				return err
 			}
 			if err := w.g.restore(*w.marker); err != nil {
@@ -278,7 +278,7 @@ func (h *Host) send(g *group, msgs []*raftpb.Message) error {
 	if len(msgs) == 0 {
 		return nil
 	}
-	if err := h.cfg.Failpoints.eval(FailpointBeforeSend); err != nil {
+	if err := h.cfg.Failpoints.Eval(FailpointBeforeSend); err != nil {
 		return err
 	}
 	out := make([]OutboundMessage, 0, len(msgs))

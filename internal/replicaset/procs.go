@@ -94,7 +94,7 @@ func (c *procContext) Get(space string, key ...tuple.Value) (tuple.Tuple, uint64
 	if err := c.held(b); err != nil {
 		return nil, 0, false, err
 	}
-	st, found, err := c.s.sm.Get(c.s.cfg.DB, b, sp, kb)
+	st, found, err := c.s.getMoving(context.Background(), b, sp, kb)
 	if err != nil || !found {
 		return nil, 0, false, err
 	}
@@ -108,10 +108,11 @@ func (c *procContext) held(b uint32) error {
 	if err != nil {
 		return err
 	}
-	if st.GetState() != rspb.BucketState_STATE_ACTIVE && st.GetState() != rspb.BucketState_STATE_SENDING {
-		return c.s.wrongBucket(b, st)
+	switch st.GetState() {
+	case rspb.BucketState_STATE_ACTIVE, rspb.BucketState_STATE_SENDING, rspb.BucketState_STATE_RECEIVING:
+		return nil
 	}
-	return nil
+	return c.s.wrongBucket(b, st)
 }
 
 func (c *procContext) Range(space string, bucket uint32, after []tuple.Value, limit int) ([]proc.Versioned, bool, error) {
@@ -131,7 +132,7 @@ func (c *procContext) Range(space string, bucket uint32, after []tuple.Value, li
 	if limit <= 0 || limit > MaxRangeLimit {
 		limit = MaxRangeLimit
 	}
-	ts, more, err := c.s.sm.Range(c.s.cfg.DB, bucket, sp, a, limit)
+	ts, more, err := c.s.rangeMoving(context.Background(), bucket, sp, a, limit)
 	if err != nil {
 		return nil, false, err
 	}
@@ -197,7 +198,7 @@ func (c *procContext) Write(ctx context.Context, ops ...proc.Op) ([]proc.Result,
 	_ = binary.Write(h, binary.BigEndian, n)
 	batch.RequestId = h.Sum(nil)[:16]
 	batch.SchemaVersion = c.schema.Version
-	out, err := c.s.applyBatch(ctx, batch)
+	out, err := c.s.writeBatch(ctx, batch)
 	if err != nil {
 		return nil, err
 	}

@@ -20,6 +20,8 @@ import (
 type Stored struct {
 	Version uint64
 	Tuple   []byte
+	// Key is the primary key's encoding (set by Range).
+	Key []byte
 }
 
 // Get reads the tuple of space sp with the encoded primary key key in
@@ -63,7 +65,7 @@ func (sm *SM) Range(r pebble.Reader, b uint32, sp *Space, after []byte, limit in
 		if err != nil {
 			return nil, false, err
 		}
-		out = append(out, Stored{Version: ver, Tuple: bytes.Clone(t)})
+		out = append(out, Stored{Version: ver, Tuple: bytes.Clone(t), Key: bytes.Clone(it.Key()[len(prefix):])})
 	}
 	return out, false, it.Error()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -43,7 +44,21 @@ type SM struct {
 
 	mu      sync.Mutex
 	changed chan struct{}
+
+	fp *failpoint.Points
 }
+
+// Failpoints of the state machine, each fired right after the entry is
+// applied (before the apply batch is durable: a kill there loses the
+// application, which the restart redoes).
+const (
+	FailpointAppliedSetBucket = "replicaset/applied-set-bucket" // + "/" + the state, e.g. "/STATE_SENDING"
+	FailpointAppliedCopyChunk = "replicaset/applied-copy-chunk"
+)
+
+// SetFailpoints gives the state machine its test hooks (release builds
+// ignore them).
+func (sm *SM) SetFailpoints(fp *failpoint.Points) { sm.fp = fp }
 
 var _ multiraft.StateMachine = (*SM)(nil)
 
@@ -178,8 +193,14 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 		case *rspb.Command_SetBucket:
 			out[i] = a.setBucket(op.SetBucket)
 			notify = true
+			if err := sm.fp.Eval(FailpointAppliedSetBucket + "/" + op.SetBucket.GetState().String()); err != nil {
+				return nil, err
+			}
 		case *rspb.Command_CopyChunk:
 			out[i] = a.copyChunk(op.CopyChunk)
+			if err := sm.fp.Eval(FailpointAppliedCopyChunk); err != nil {
+				return nil, err
+			}
 		default:
 			out[i] = fmt.Errorf("%w at index %d: unknown operation %T", ErrBadCommand, e.Index, op)
 		}

@@ -3,12 +3,14 @@ package replicaset
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -50,6 +52,9 @@ type GroupZero interface {
 	Address(raftID uint64) string
 	// Changed returns a channel closed at the next change of group 0.
 	Changed() <-chan struct{}
+	// Replicaset returns the addresses of a replicaset's leader (as group
+	// 0 last recorded it; "" when none) and of its members.
+	Replicaset(id string) (leader string, members []string)
 }
 
 // StorageConfig configures a Storage.
@@ -61,6 +66,11 @@ type StorageConfig struct {
 	DB           *pebble.DB
 	Zero         GroupZero
 	Procs        *proc.Registry
+	// Dial returns a connection to another instance (kept by the caller).
+	Dial func(addr string) (grpc.ClientConnInterface, error)
+	// MaxSending and MaxReceiving bound the buckets this replicaset sends
+	// and receives at once (defaults 4 and 8).
+	MaxSending, MaxReceiving int
 	// Now tells the time (default time.Now): it stamps proposals.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -78,6 +88,8 @@ type Storage struct {
 	log  *slog.Logger
 
 	schemaMu sync.Mutex // one schema sync at a time
+
+	sending, receiving chan struct{} // quotas of concurrent sends and receives
 }
 
 // NewStorage makes the storage of a replicaset group open on this instance.
@@ -88,7 +100,16 @@ func NewStorage(cfg StorageConfig) *Storage {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Storage{cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID)}
+	if cfg.MaxSending <= 0 {
+		cfg.MaxSending = 4
+	}
+	if cfg.MaxReceiving <= 0 {
+		cfg.MaxReceiving = 8
+	}
+	return &Storage{
+		cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID),
+		sending: make(chan struct{}, cfg.MaxSending), receiving: make(chan struct{}, cfg.MaxReceiving),
+	}
 }
 
 // ReplicasetID names the replicaset.
@@ -275,7 +296,7 @@ func (s *Storage) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.
 	} else if len(batch.RequestId) != 16 {
 		return nil, status.Errorf(codes.InvalidArgument, "request_id has %d bytes, want 16", len(batch.RequestId))
 	}
-	out, err := s.applyBatch(ctx, batch)
+	out, err := s.writeBatch(ctx, batch)
 	if err != nil {
 		return nil, err
 	}
@@ -284,6 +305,31 @@ func (s *Storage) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.
 		resp.Results = append(resp.Results, &datav1.OpResult{Found: r.GetFound(), Tuple: r.GetTuple(), Version: r.GetVersion()})
 	}
 	return resp, nil
+}
+
+// errNeedsPrev: the bucket started receiving after the batch was made.
+var errNeedsPrev = errors.New("replicaset: the batch needs the source's facts")
+
+// writeBatch proposes a batch: for a bucket moving here, with what its
+// source holds for each key (the seed's prev semantics), fetched again if
+// the bucket started moving meanwhile.
+func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
+	for attempt := 0; ; attempt++ {
+		st, err := s.sm.BucketStateOf(s.cfg.DB, batch.GetBucket())
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		if st.GetState() == rspb.BucketState_STATE_RECEIVING {
+			if err := s.prevFacts(ctx, st, batch); err != nil {
+				return nil, err
+			}
+		}
+		out, err := s.applyBatch(ctx, batch)
+		if errors.Is(err, errNeedsPrev) && attempt < 3 {
+			continue
+		}
+		return out, err
+	}
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
@@ -296,8 +342,13 @@ func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutc
 		return nil, status.Errorf(codes.Internal, "replicaset: unexpected result %T of a batch", v)
 	}
 	if ref := out.Result.GetRefusal(); ref != nil {
-		if ref.GetCode() == rspb.Refusal_CODE_WRONG_BUCKET {
+		switch ref.GetCode() {
+		case rspb.Refusal_CODE_WRONG_BUCKET:
 			return nil, Redirect(datav1.Redirect_REASON_WRONG_BUCKET, batch.GetBucket(), "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
+		case rspb.Refusal_CODE_BUCKET_MOVING:
+			return nil, Redirect(datav1.Redirect_REASON_BUCKET_MOVING, batch.GetBucket(), "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
+		case rspb.Refusal_CODE_NEEDS_PREV:
+			return nil, errNeedsPrev
 		}
 		return nil, refusalError(ref)
 	}
@@ -404,7 +455,9 @@ func (s *Storage) readAt(ctx context.Context, mode datav1.Mode, bucket uint32) (
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	if st.GetState() != rspb.BucketState_STATE_ACTIVE && st.GetState() != rspb.BucketState_STATE_SENDING {
+	switch st.GetState() {
+	case rspb.BucketState_STATE_ACTIVE, rspb.BucketState_STATE_SENDING, rspb.BucketState_STATE_RECEIVING:
+	default:
 		return nil, s.wrongBucket(bucket, st)
 	}
 	gs := s.g.Status()
@@ -437,9 +490,9 @@ func (s *Storage) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetR
 	if err != nil {
 		return nil, err
 	}
-	st, found, err := s.sm.Get(s.cfg.DB, b, sp, kb)
+	st, found, err := s.getMoving(ctx, b, sp, kb)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, err
 	}
 	return &datav1.GetResponse{Found: found, Tuple: st.Tuple, Version: st.Version, Info: info}, nil
 }
@@ -507,9 +560,9 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 	if err != nil {
 		return nil, err
 	}
-	ts, more, err := s.sm.Range(s.cfg.DB, req.GetBucket(), sp, after, limit)
+	ts, more, err := s.rangeMoving(ctx, req.GetBucket(), sp, after, limit)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return nil, err
 	}
 	resp := &datav1.RangeResponse{More: more, Info: info}
 	for _, t := range ts {

@@ -21,6 +21,10 @@ import (
 	"github.com/shardkit/shardkit/tuple"
 )
 
+// MoveWait bounds how long the router waits for a bucket's move to pass
+// its switch (the mover aborts a switch that takes longer than 2s).
+const MoveWait = 3 * time.Second
+
 // Member is one instance of a replicaset.
 type Member struct {
 	InstanceID    string
@@ -253,6 +257,11 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 	var zero Resp
 	forwarded := forward.Forwarded(ctx)
 	var last error
+	// A bucket in its move's switch refuses writes for a moment (bounded
+	// by the mover's switch timeout): wait it out rather than fail, up to
+	// MoveWait, without spending attempts.
+	moveDeadline := time.Now().Add(MoveWait)
+	moveBackoff := 10 * time.Millisecond
 	for attempt := 0; attempt < r.cfg.Attempts; attempt++ {
 		if rsID == "" {
 			return zero, status.Errorf(codes.Unavailable, "bucket %d is not assigned to a replicaset yet (are the buckets bootstrapped? `shardkit status`); retry", bucket)
@@ -311,10 +320,15 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			if next == rsID && rd.GetReason() == datav1.Redirect_REASON_WRONG_BUCKET {
 				return zero, err
 			}
-			rsID = next
-			if sleep(ctx, 20*time.Millisecond) {
-				return zero, err
+			if next == rsID && time.Now().Before(moveDeadline) {
+				attempt-- // the switch is under way: wait, do not count it
+				if sleep(ctx, moveBackoff) {
+					return zero, err
+				}
+				moveBackoff = min(2*moveBackoff, 200*time.Millisecond)
+				continue
 			}
+			rsID = next
 		default:
 			return zero, err
 		}

@@ -13,9 +13,11 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/mover"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
@@ -48,22 +50,40 @@ type dataLayer struct {
 	node  *cluster.Node
 	db    *pebble.DB
 	procs *proc.Registry
+	fp    *failpoint.Points
 	log   *slog.Logger
 
 	mu      sync.Mutex
 	storage *replicaset.Storage
 	wg      sync.WaitGroup
 	router  *router.Router
+	mover   *mover.Mover
+}
+
+// moverZero adapts the cluster node to the mover.
+type moverZero struct{ node *cluster.Node }
+
+func (z *moverZero) State() *meta.State       { return z.node.Meta().State() }
+func (z *moverZero) Changed() <-chan struct{} { return z.node.Meta().Changed() }
+func (z *moverZero) Propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
+	return z.node.Propose(ctx, c)
+}
+
+func (z *moverZero) Leads() bool {
+	g0, id := z.node.Group0(), z.node.Identity()
+	return g0 != nil && id != nil && uint64(g0.Leader()) == id.RaftID
 }
 
 // newDataLayer makes the data layer; attach gives it the node once made
 // (the node's config needs the data layer's factory first).
-func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, log *slog.Logger) *dataLayer {
-	return &dataLayer{ctx: ctx, db: db, procs: procs, log: log}
+func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *failpoint.Points, log *slog.Logger) *dataLayer {
+	return &dataLayer{ctx: ctx, db: db, procs: procs, fp: fp, log: log}
 }
 
 func (d *dataLayer) attach(node *cluster.Node) {
 	d.node = node
+	d.mover = mover.New(mover.Config{Zero: &moverZero{node: node}, Dial: node.DialPeer, Failpoints: d.fp, Logger: d.log})
+	d.wg.Go(func() { d.mover.Run(d.ctx) })
 	topo := &topology{node: node}
 	d.router = router.New(router.Config{
 		Topology: topo,
@@ -88,7 +108,12 @@ func (d *dataLayer) local() *replicaset.Storage {
 
 // newSM is the cluster's factory of the replicaset state machine.
 func (d *dataLayer) newSM(g multiraft.GroupID) (multiraft.StateMachine, error) {
-	return replicaset.New(d.db, g)
+	sm, err := replicaset.New(d.db, g)
+	if err != nil {
+		return nil, err
+	}
+	sm.SetFailpoints(d.fp)
+	return sm, nil
 }
 
 // opened starts the storage of the replicaset group the cluster opened.
@@ -106,6 +131,7 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		DB:           d.db,
 		Zero:         &groupZero{node: d.node},
 		Procs:        d.procs,
+		Dial:         d.node.DialPeer,
 		Logger:       d.log,
 	})
 	d.mu.Lock()
@@ -117,8 +143,11 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 // wait returns once the storage's background work has stopped (after ctx).
 func (d *dataLayer) wait() { d.wg.Wait() }
 
-// register adds DataService to the gRPC server.
-func (d *dataLayer) register(s *grpc.Server) { datav1.RegisterDataServiceServer(s, d.router) }
+// register adds DataService and the bucket service to the gRPC server.
+func (d *dataLayer) register(s *grpc.Server) {
+	datav1.RegisterDataServiceServer(s, d.router)
+	rspb.RegisterBucketServiceServer(s, replicaset.NewBucketService(d.local))
+}
 
 // bucketCounts is the cluster's hook for status: each replicaset's active
 // bucket count from its own state (the built-in buckets procedure on
@@ -259,6 +288,21 @@ func (z *groupZero) Address(raftID uint64) string {
 }
 
 func (z *groupZero) Changed() <-chan struct{} { return z.node.Meta().Changed() }
+
+func (z *groupZero) Replicaset(id string) (string, []string) {
+	st := z.node.Meta().State()
+	var leader string
+	if rs := st.Replicasets[id]; rs != nil {
+		if l := st.Instance(rs.GetLeaderInstanceId()); l != nil && !meta.IsExpelled(l) {
+			leader = l.GetAddress()
+		}
+	}
+	var members []string
+	for _, m := range st.Members(id) {
+		members = append(members, m.GetAddress())
+	}
+	return leader, members
+}
 
 // ddl proposes the data layer's DDL to group 0 (on its leader).
 type ddl struct{ node *cluster.Node }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -51,8 +52,9 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 			return err
 		}
 	}
+	fp := &failpoint.Points{}
 	dataCtx, stopData := context.WithCancel(ctx)
-	data := newDataLayer(dataCtx, db, procs, log)
+	data := newDataLayer(dataCtx, db, procs, fp, log)
 	defer func() {
 		stopData()
 		data.wait()
@@ -93,7 +95,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	defer stopGRPC(srv)
 
 	if cfg.HTTPListen != "" {
-		hs, err := startHTTP(cfg.HTTPListen, node, reg)
+		hs, err := startHTTP(cfg.HTTPListen, withFailpoints(newHTTPHandler(node, reg), fp))
 		if err != nil {
 			return &RefusedError{Err: err}
 		}
@@ -138,12 +140,12 @@ func stopGRPC(srv *grpc.Server) {
 	}
 }
 
-func startHTTP(addr string, node *cluster.Node, reg *prometheus.Registry) (*http.Server, error) {
+func startHTTP(addr string, h http.Handler) (*http.Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
 	}
-	hs := &http.Server{Handler: newHTTPHandler(node, reg), ReadHeaderTimeout: 5 * time.Second}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = hs.Serve(lis) }()
 	return hs, nil
 }

@@ -12,9 +12,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +57,14 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 	if cfg.Listener != nil {
 		cfg.Listen = cfg.Listener.Addr().String() // for a rebootstrap's new listener
 	}
+	if dir := os.Getenv("SHARDKIT_TEST_LOG_DIR"); dir != "" && cfg.Logger == nil {
+		// Debugging aid: each instance's log, at debug level, in a file.
+		name := strings.NewReplacer(":", "_", "/", "_").Replace(tb.Name() + "-" + cfg.Listen)
+		if f, err := os.Create(filepath.Join(dir, name+".log")); err == nil {
+			tb.Cleanup(func() { f.Close() })
+			cfg.Logger = slog.New(slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
@@ -92,6 +102,9 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 	})
 	return done
 }
+
+// Run's instances log to nowhere, unless SHARDKIT_TEST_LOG_DIR names a
+// directory: then each writes its log, at debug level, to a file there.
 
 // OneInstanceCluster starts a one-instance cluster and returns its gRPC
 // address once it grants leases.

@@ -1,0 +1,22 @@
+// Package mover moves buckets between replicasets (seed 001's resharding,
+// at bucket granularity; DESIGN.md, "Bucket move"): the rebalancer decides
+// which buckets go where by the replicasets' weights, and the driver steps
+// each move through its phases, on the group-0 leader only.
+//
+// A move is recorded in group 0 first (StartMove), and every step after is
+// an entry in some Raft log: the source freezes the bucket (SENDING), the
+// destination prepares (RECEIVING), group 0 switches the bucket to the
+// destination (PREPARE -> COPY: routers follow), the destination copies
+// the source's tuples and becomes ACTIVE, group 0 marks the cleanup, the
+// source deletes the bucket's data (GARBAGE), group 0 forgets the move.
+// The driver remembers nothing: a new group-0 leader reads the moves in
+// progress from group 0 and resumes each from its recorded phase, every
+// step being idempotent (a repeated step is a no-op at apply). Writes to a
+// bucket are refused only between SENDING and the switch, bounded by
+// Config.SwitchTimeout: past it the move is aborted (PREPARE -> ABORTING),
+// which group 0 allows only before the switch.
+//
+// It owns these decisions and steps. It reaches replicasets only over RPC
+// (rspb.BucketService on their leaders), never their storage, and never
+// writes group 0 but through proposals that group 0 validates.
+package mover

@@ -1,0 +1,508 @@
+package mover
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/failpoint"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/sharding"
+)
+
+// Defaults of the rebalancer's settings (group 0's Rebalancer record).
+const (
+	DefaultThresholdPercent = 1.0
+	DefaultMaxSending       = 4
+	DefaultMaxReceiving     = 8
+	// DefaultSwitchTimeout bounds how long a bucket refuses writes (from
+	// its source freezing it to the switch), like vshard's
+	// bucket_send_timeout.
+	DefaultSwitchTimeout = 2 * time.Second
+)
+
+// Zero is what the mover needs of group 0 (the server adapts the cluster
+// node and internal/meta).
+type Zero interface {
+	State() *meta.State
+	// Changed returns a channel closed at the next change of group 0.
+	Changed() <-chan struct{}
+	// Leads reports whether this instance leads group 0.
+	Leads() bool
+	// Propose proposes a group-0 command on this instance (the leader).
+	Propose(ctx context.Context, c *metapb.Command) (meta.Result, error)
+}
+
+// Config configures a Mover.
+type Config struct {
+	Zero Zero
+	// Dial returns a connection to another instance (kept by the caller).
+	Dial func(addr string) (grpc.ClientConnInterface, error)
+	// SwitchTimeout: DefaultSwitchTimeout when zero.
+	SwitchTimeout time.Duration
+	// Interval is how often the rebalancer looks when nothing changes
+	// (default 1s).
+	Interval time.Duration
+	Now      func() time.Time
+	Logger   *slog.Logger
+	// Failpoints are test hooks after each step (release builds: none).
+	Failpoints *failpoint.Points
+}
+
+// Failpoints of the driver, each after a step is durable (a kill there
+// leaves the move for the next group-0 leader to resume).
+const (
+	FailpointSourceSending        = "mover/after-source-sending"
+	FailpointDestinationReceiving = "mover/after-destination-receiving"
+	FailpointSwitched             = "mover/after-switch"
+	FailpointCopied               = "mover/after-copy"
+	FailpointDestinationActive    = "mover/after-destination-active"
+	FailpointCleanupMarked        = "mover/after-cleanup-marked"
+	FailpointSourceGarbage        = "mover/after-source-garbage"
+)
+
+// Steps lists the driver's failpoints in the order a move passes them.
+var Steps = []string{FailpointSourceSending, FailpointDestinationReceiving, FailpointSwitched, FailpointCopied,
+	FailpointDestinationActive, FailpointCleanupMarked, FailpointSourceGarbage}
+
+// Mover runs the rebalancer and drives moves while this instance leads
+// group 0.
+type Mover struct {
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	active map[uint32]bool // moves this mover is driving now
+	wg     sync.WaitGroup
+	// balancing: the disbalance exceeded the threshold, and the
+	// rebalancer goes on until every replicaset has its target (as
+	// vshard's does), not only until it is back under the threshold.
+	balancing bool
+}
+
+// New makes a mover.
+func New(cfg Config) *Mover {
+	if cfg.SwitchTimeout <= 0 {
+		cfg.SwitchTimeout = DefaultSwitchTimeout
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Mover{cfg: cfg, log: cfg.Logger.With("component", "mover"), active: map[uint32]bool{}}
+}
+
+// Run drives moves and rebalances until ctx ends.
+func (m *Mover) Run(ctx context.Context) {
+	defer m.wg.Wait()
+	for ctx.Err() == nil {
+		ch := m.cfg.Zero.Changed()
+		if m.cfg.Zero.Leads() && m.cfg.Zero.State().Booted() {
+			m.startDrivers(ctx)
+			if err := m.rebalance(ctx); err != nil && ctx.Err() == nil {
+				m.log.Warn("rebalancer", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-ch:
+		case <-time.After(m.cfg.Interval):
+		}
+	}
+}
+
+// startDrivers starts a driver for every recorded move not driven yet.
+func (m *Mover) startDrivers(ctx context.Context) {
+	st := m.cfg.Zero.State()
+	for b := range st.Moves {
+		m.mu.Lock()
+		if m.active[b] {
+			m.mu.Unlock()
+			continue
+		}
+		m.active[b] = true
+		m.mu.Unlock()
+		m.wg.Go(func() {
+			defer func() {
+				m.mu.Lock()
+				delete(m.active, b)
+				m.mu.Unlock()
+			}()
+			m.drive(ctx, b)
+		})
+	}
+}
+
+// Settings returns the rebalancer's settings with defaults filled in.
+func Settings(r *metapb.Rebalancer) (thresholdPercent float64, maxSending, maxReceiving int, disabled bool) {
+	thresholdPercent = DefaultThresholdPercent
+	if r.GetThresholdCentiPercent() > 0 {
+		thresholdPercent = float64(r.GetThresholdCentiPercent()) / 100
+	}
+	maxSending, maxReceiving = DefaultMaxSending, DefaultMaxReceiving
+	if r.GetMaxSending() > 0 {
+		maxSending = int(r.GetMaxSending())
+	}
+	if r.GetMaxReceiving() > 0 {
+		maxReceiving = int(r.GetMaxReceiving())
+	}
+	return thresholdPercent, maxSending, maxReceiving, r.GetDisabled()
+}
+
+// Plan is the rebalancer's view of the cluster.
+type Plan struct {
+	Groups     []sharding.Group
+	Targets    map[string]int
+	Disbalance map[string]float64
+	// MaxDisbalance is the largest (percent; +Inf when a weight-0
+	// replicaset still holds buckets).
+	MaxDisbalance float64
+	// Moving counts moves in progress from and to each replicaset.
+	Sending, Receiving map[string]int
+	Routes             []sharding.Route
+}
+
+// MakePlan computes the balance of a state: targets by weight (locked
+// replicasets keep what they have), disbalance, and routes from the
+// replicasets above their targets to those below, counting moves in
+// progress as done.
+func MakePlan(st *meta.State) Plan {
+	p := Plan{Disbalance: map[string]float64{}, Sending: map[string]int{}, Receiving: map[string]int{}}
+	for _, mv := range st.Moves {
+		p.Sending[mv.GetFrom()]++
+		p.Receiving[mv.GetTo()]++
+	}
+	p.Groups = st.BalanceGroups()
+	for i := range p.Groups {
+		g := &p.Groups[i]
+		// A move still preparing has not switched the bucket yet.
+		for _, mv := range st.Moves {
+			if mv.GetPhase() == metapb.Move_PHASE_PREPARE {
+				switch g.ID {
+				case mv.GetFrom():
+					g.Buckets--
+				case mv.GetTo():
+					g.Buckets++
+				}
+			}
+		}
+		if rs := st.Replicasets[g.ID]; rs.GetLocked() || !available(st, g.ID) {
+			// A locked replicaset neither sends nor receives; one with no
+			// member in service (its instances stopped or stopping) keeps
+			// what it has until one is back.
+			g.Pinned = g.Buckets
+		}
+	}
+	p.Targets = sharding.Targets(p.Groups, int(st.Props.GetBucketCount()))
+	for _, g := range p.Groups {
+		d := sharding.Disbalance(g.Buckets, p.Targets[g.ID])
+		p.Disbalance[g.ID] = d
+		p.MaxDisbalance = math.Max(p.MaxDisbalance, d)
+	}
+	p.Routes = sharding.Routes(p.Groups, p.Targets)
+	return p
+}
+
+// available reports whether a replicaset has a member that is Online and
+// meant to stay so.
+func available(st *meta.State, rsID string) bool {
+	for _, m := range st.Members(rsID) {
+		if m.GetCurrentGrade().GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online {
+			return true
+		}
+	}
+	return false
+}
+
+// rebalance starts moves when the largest disbalance exceeds the
+// threshold, within the send and receive quotas.
+func (m *Mover) rebalance(ctx context.Context) error {
+	st := m.cfg.Zero.State()
+	if !st.Props.GetBucketsBootstrapped() {
+		return nil
+	}
+	threshold, maxSend, maxRecv, disabled := Settings(st.Props.GetRebalancer())
+	if disabled {
+		return nil
+	}
+	p := MakePlan(st)
+	if len(p.Routes) == 0 {
+		if m.balancing {
+			m.log.Info("rebalancer: balanced", "targets", p.Targets)
+		}
+		m.balancing = false
+		return nil
+	}
+	if p.MaxDisbalance <= threshold && !m.balancing {
+		return nil
+	}
+	if !m.balancing {
+		m.log.Info("rebalancer: disbalance over the threshold; moving buckets to the targets",
+			"max_disbalance_percent", p.MaxDisbalance, "threshold_percent", threshold, "targets", p.Targets)
+		m.balancing = true
+	}
+	taken := map[uint32]bool{}
+	for b := range st.Moves {
+		taken[b] = true
+	}
+	started := 0
+	for _, r := range p.Routes {
+		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To])
+		for b := uint32(1); room > 0 && int(b) <= len(st.Buckets); b++ {
+			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
+				continue
+			}
+			res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{Bucket: b, To: r.To, Reason: "rebalance"}}})
+			if err != nil {
+				return fmt.Errorf("start moving bucket %d from %s to %s: %w", b, r.From, r.To, err)
+			}
+			taken[b] = true
+			room--
+			started++
+			p.Sending[r.From]++
+			p.Receiving[r.To]++
+			m.log.Debug("rebalancer: moving a bucket", "bucket", b, "from", r.From, "to", r.To, "generation", res.Move.GetGeneration())
+		}
+	}
+	if started > 0 {
+		m.log.Debug("rebalancer: moving buckets", "started", started, "max_disbalance_percent", p.MaxDisbalance, "routes", fmt.Sprint(p.Routes))
+	}
+	return nil
+}
+
+// drive steps one move to its end (or until this instance stops leading).
+func (m *Mover) drive(ctx context.Context, b uint32) {
+	backoff := 50 * time.Millisecond
+	for ctx.Err() == nil && m.cfg.Zero.Leads() {
+		mv := m.cfg.Zero.State().Moves[b]
+		if mv == nil {
+			return
+		}
+		err := m.step(ctx, mv)
+		if err == nil {
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		lvl := slog.LevelWarn
+		if status.Code(err) == codes.ResourceExhausted {
+			lvl = slog.LevelDebug
+		}
+		m.log.Log(ctx, lvl, "bucket move step failed; will retry", "bucket", b, "from", mv.GetFrom(), "to", mv.GetTo(),
+			"generation", mv.GetGeneration(), "phase", mv.GetPhase().String(), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// step does the work of one phase of a move and records the next phase.
+func (m *Mover) step(ctx context.Context, mv *metapb.Move) error {
+	b, gen := mv.GetBucket(), mv.GetGeneration()
+	switch mv.GetPhase() {
+	case metapb.Move_PHASE_PREPARE:
+		pctx, cancel := context.WithTimeout(ctx, m.cfg.SwitchTimeout)
+		err := m.prepare(pctx, mv)
+		cancel()
+		if err == nil {
+			if err := m.phase(ctx, mv, metapb.Move_PHASE_COPY); err != nil {
+				return err
+			}
+			return m.cfg.Failpoints.Eval(FailpointSwitched)
+		}
+		var refused *refusedError
+		if errors.As(err, &refused) || pctx.Err() != nil && ctx.Err() == nil {
+			m.log.Warn("aborting a bucket move", "bucket", b, "from", mv.GetFrom(), "to", mv.GetTo(), "why", err)
+			return m.phase(ctx, mv, metapb.Move_PHASE_ABORTING)
+		}
+		return err
+	case metapb.Move_PHASE_COPY:
+		var resp *rspb.ReceiveResponse
+		err := m.onLeader(ctx, mv.GetTo(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+			var err error
+			resp, err = c.Receive(ctx, &rspb.ReceiveRequest{ReplicasetId: mv.GetTo(), Bucket: b, Generation: gen, From: mv.GetFrom()})
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("copy: %w", err)
+		}
+		if err := m.cfg.Failpoints.Eval(FailpointCopied); err != nil {
+			return err
+		}
+		if err := m.setBucket(ctx, mv.GetTo(), b, rspb.BucketState_STATE_ACTIVE, gen, "", rspb.BucketState_STATE_RECEIVING); err != nil {
+			return err
+		}
+		if err := m.cfg.Failpoints.Eval(FailpointDestinationActive); err != nil {
+			return err
+		}
+		m.log.Debug("bucket copied", "bucket", b, "to", mv.GetTo(), "sent", resp.GetSent(), "copied", resp.GetCopied())
+		if err := m.phase(ctx, mv, metapb.Move_PHASE_CLEANUP); err != nil {
+			return err
+		}
+		return m.cfg.Failpoints.Eval(FailpointCleanupMarked)
+	case metapb.Move_PHASE_CLEANUP:
+		if err := m.setBucket(ctx, mv.GetFrom(), b, rspb.BucketState_STATE_GARBAGE, gen, "", rspb.BucketState_STATE_SENDING); err != nil {
+			return err
+		}
+		if err := m.cfg.Failpoints.Eval(FailpointSourceGarbage); err != nil {
+			return err
+		}
+		return m.finish(ctx, mv)
+	case metapb.Move_PHASE_ABORTING:
+		// Undo what PREPARE may have done; a step with nothing to undo is
+		// refused, which is fine.
+		if err := m.setBucket(ctx, mv.GetTo(), b, rspb.BucketState_STATE_GARBAGE, gen, "", rspb.BucketState_STATE_RECEIVING); err != nil && !isRefused(err) {
+			return err
+		}
+		if err := m.setBucket(ctx, mv.GetFrom(), b, rspb.BucketState_STATE_ACTIVE, gen, "", rspb.BucketState_STATE_SENDING); err != nil && !isRefused(err) {
+			return err
+		}
+		return m.finish(ctx, mv)
+	}
+	return fmt.Errorf("bucket %d: a move in an unknown phase %v", b, mv.GetPhase())
+}
+
+// prepare freezes the bucket on the source and prepares the destination.
+func (m *Mover) prepare(ctx context.Context, mv *metapb.Move) error {
+	b, gen := mv.GetBucket(), mv.GetGeneration()
+	if err := m.setBucket(ctx, mv.GetFrom(), b, rspb.BucketState_STATE_SENDING, gen, mv.GetTo(), rspb.BucketState_STATE_ACTIVE); err != nil {
+		return err
+	}
+	if err := m.cfg.Failpoints.Eval(FailpointSourceSending); err != nil {
+		return err
+	}
+	if err := m.setBucket(ctx, mv.GetTo(), b, rspb.BucketState_STATE_RECEIVING, gen, mv.GetFrom(), rspb.BucketState_STATE_UNSPECIFIED); err != nil {
+		return err
+	}
+	return m.cfg.Failpoints.Eval(FailpointDestinationReceiving)
+}
+
+func (m *Mover) phase(ctx context.Context, mv *metapb.Move, p metapb.Move_Phase) error {
+	_, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_SetMovePhase{SetMovePhase: &metapb.SetMovePhase{
+		Bucket: mv.GetBucket(), Generation: mv.GetGeneration(), Phase: p}}})
+	if err == nil {
+		m.log.Debug("bucket move", "bucket", mv.GetBucket(), "phase", p.String())
+	}
+	return err
+}
+
+func (m *Mover) finish(ctx context.Context, mv *metapb.Move) error {
+	_, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_FinishMove{FinishMove: &metapb.FinishMove{
+		Bucket: mv.GetBucket(), Generation: mv.GetGeneration()}}})
+	if err == nil {
+		how := "moved"
+		if mv.GetPhase() == metapb.Move_PHASE_ABORTING {
+			how = "move aborted"
+		}
+		m.log.Debug("bucket "+how, "bucket", mv.GetBucket(), "from", mv.GetFrom(), "to", mv.GetTo(), "generation", mv.GetGeneration())
+	}
+	return err
+}
+
+// refusedError: a replicaset refused a step (its record does not allow it).
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+func isRefused(err error) bool {
+	var r *refusedError
+	return errors.As(err, &r)
+}
+
+func (m *Mover) setBucket(ctx context.Context, rsID string, b uint32, state rspb.BucketState_State, gen uint64, peer string, from rspb.BucketState_State) error {
+	step := &rspb.SetBucket{Bucket: b, State: state, Generation: gen, Peer: peer, From: from}
+	err := m.onLeader(ctx, rsID, func(ctx context.Context, c rspb.BucketServiceClient) error {
+		_, err := c.SetBucket(ctx, &rspb.SetBucketRequest{ReplicasetId: rsID, Step: step})
+		return err
+	})
+	if status.Code(err) == codes.FailedPrecondition {
+		return &refusedError{err: fmt.Errorf("replicaset %s: %w", rsID, err)}
+	}
+	if err != nil {
+		return fmt.Errorf("replicaset %s: bucket %d to %s: %w", rsID, b, state, err)
+	}
+	return nil
+}
+
+// onLeader runs call on a replicaset's leader: the one group 0 recorded,
+// then whoever a redirect names, then every member.
+func (m *Mover) onLeader(ctx context.Context, rsID string, call func(context.Context, rspb.BucketServiceClient) error) error {
+	st := m.cfg.Zero.State()
+	var queue []string
+	if rs := st.Replicasets[rsID]; rs != nil {
+		if l := st.Instance(rs.GetLeaderInstanceId()); l != nil {
+			queue = append(queue, l.GetAddress())
+		}
+	}
+	for _, mem := range st.Members(rsID) {
+		queue = append(queue, mem.GetAddress())
+	}
+	var tried []string
+	var last error
+	for len(queue) > 0 && len(tried) < 8 {
+		addr := queue[0]
+		queue = queue[1:]
+		if addr == "" || slices.Contains(tried, addr) {
+			continue
+		}
+		tried = append(tried, addr)
+		conn, err := m.cfg.Dial(addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		err = call(ctx, rspb.NewBucketServiceClient(conn))
+		if err == nil {
+			return nil
+		}
+		last = err
+		if rd := redirectOf(err); rd != nil {
+			if l := rd.GetLeaderAddress(); l != "" {
+				queue = append([]string{l}, queue...)
+			}
+			continue
+		}
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return err
+		}
+	}
+	if last == nil {
+		return status.Errorf(codes.Unavailable, "replicaset %s has no member with an address", rsID)
+	}
+	return last
+}
+
+func redirectOf(err error) *datav1.Redirect {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if rd, ok := d.(*datav1.Redirect); ok {
+			return rd
+		}
+	}
+	return nil
+}

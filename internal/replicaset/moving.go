@@ -1,0 +1,95 @@
+package replicaset
+
+import (
+	"bytes"
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+)
+
+// Reads of a bucket moving here (R5): what this replicaset has, else what
+// the source has, unless the key was deleted here during the move (a
+// tombstone). The source is frozen, so reading it after this member's own
+// read keeps the read linearizable.
+
+// getMoving reads one key of bucket b, falling back to the source while b
+// is receiving.
+func (s *Storage) getMoving(ctx context.Context, b uint32, sp *Space, key []byte) (Stored, bool, error) {
+	st, found, err := s.sm.Get(s.cfg.DB, b, sp, key)
+	if err != nil {
+		return Stored{}, false, status.Error(codes.Internal, err.Error())
+	}
+	if found {
+		return st, true, nil
+	}
+	rec, err := s.sm.BucketStateOf(s.cfg.DB, b)
+	if err != nil {
+		return Stored{}, false, status.Error(codes.Internal, err.Error())
+	}
+	if rec.GetState() != rspb.BucketState_STATE_RECEIVING {
+		return Stored{}, false, nil
+	}
+	if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID, key)); err != nil || tomb != nil {
+		return Stored{}, false, err
+	}
+	batch := &rspb.Batch{Bucket: b, Ops: []*rspb.Op{{SpaceId: sp.ID, Key: key}}}
+	if err := s.prevFacts(ctx, rec, batch); err != nil {
+		return Stored{}, false, err
+	}
+	f := batch.GetOps()[0].GetPrev()
+	return Stored{Version: f.GetVersion(), Tuple: f.GetTuple(), Key: key}, f.GetFound(), nil
+}
+
+// rangeMoving reads a range of bucket b, merging the source's tuples while
+// b is receiving: this replicaset's tuple wins, a tombstone hides the
+// source's.
+func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *Space, after []byte, limit int) ([]Stored, bool, error) {
+	local, more, err := s.sm.Range(s.cfg.DB, b, sp, after, limit)
+	if err != nil {
+		return nil, false, status.Error(codes.Internal, err.Error())
+	}
+	rec, err := s.sm.BucketStateOf(s.cfg.DB, b)
+	if err != nil {
+		return nil, false, status.Error(codes.Internal, err.Error())
+	}
+	if rec.GetState() != rspb.BucketState_STATE_RECEIVING {
+		return local, more, nil
+	}
+	var resp *rspb.LookupRangeResponse
+	err = s.onLeaderOf(ctx, rec.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+		var err error
+		resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: uint32(limit)})
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	var out []Stored
+	i, j := 0, 0
+	src := resp.GetTuples()
+	for len(out) < limit && (i < len(local) || j < len(src)) {
+		var next Stored
+		switch {
+		case j >= len(src) || i < len(local) && bytes.Compare(local[i].Key, src[j].GetKey()) <= 0:
+			next = local[i]
+			if j < len(src) && bytes.Equal(local[i].Key, src[j].GetKey()) {
+				j++ // this replicaset's tuple wins
+			}
+			i++
+		default:
+			t := src[j]
+			j++
+			if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID, t.GetKey())); err != nil {
+				return nil, false, status.Error(codes.Internal, err.Error())
+			} else if tomb != nil {
+				continue
+			}
+			next = Stored{Version: t.GetVersion(), Tuple: t.GetTuple(), Key: t.GetKey()}
+		}
+		out = append(out, next)
+	}
+	return out, more || resp.GetMore() || i < len(local) || j < len(src), nil
+}

@@ -1,0 +1,126 @@
+package server_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/server"
+	"github.com/shardkit/shardkit/internal/server/servertest"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// auditBuckets asks each replicaset's leader for its bucket records and
+// returns how many buckets are held (active or receiving) by each, and
+// the buckets held by none or by two.
+func auditBuckets(ctx context.Context, t *testing.T, addrs map[string]string, count int) (map[string]int, []string) {
+	t.Helper()
+	holder := make([]string, count+1)
+	held := map[string]int{}
+	var problems []string
+	for rs, addr := range addrs {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := rspb.NewBucketServiceClient(conn).Buckets(ctx, &rspb.BucketsRequest{ReplicasetId: rs})
+		conn.Close()
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", rs, err))
+			continue
+		}
+		for b, st := range resp.GetBuckets() {
+			if st.GetState() != rspb.BucketState_STATE_ACTIVE && st.GetState() != rspb.BucketState_STATE_RECEIVING {
+				continue
+			}
+			if holder[b] != "" {
+				problems = append(problems, fmt.Sprintf("bucket %d held by %s and %s", b, holder[b], rs))
+			}
+			holder[b] = rs
+			held[rs]++
+		}
+	}
+	for b := 1; b <= count; b++ {
+		if holder[b] == "" {
+			problems = append(problems, fmt.Sprintf("bucket %d held by none", b))
+		}
+	}
+	return held, problems
+}
+
+// Two replicasets of one instance each: the second joins empty, gets its
+// weight, and the rebalancer moves half the buckets to it while the data
+// stays readable; afterwards every bucket is held by exactly one
+// replicaset and no row is lost or doubled.
+func TestBucketsRebalanceToANewReplicaset(t *testing.T) {
+	var addrs []string
+	var liss []net.Listener
+	for range 2 {
+		l, a := servertest.Listen(t)
+		addrs, liss = append(addrs, a), append(liss, l)
+	}
+	servertest.Run(t, server.InstanceConfig{Listener: liss[0], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "m", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
+			PrimaryKey: []string{"k"}}, true)
+		if err == nil {
+			_, err = c.Space("m").Replace(ctx, tuple.Tuple{tuple.Uint(0), tuple.String("v0")})
+		}
+		return err
+	})
+	const rows = 2000
+	for k := range uint64(rows) {
+		if _, err := c.Space("m").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.String(fmt.Sprint("v", k))}); err != nil {
+			t.Fatalf("replace %d: %v", k, err)
+		}
+	}
+	// The second replicaset joins; writes go on while buckets move.
+	servertest.Run(t, server.InstanceConfig{Listener: liss[1], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+	deadline := time.Now().Add(4 * time.Minute)
+	for round := 0; ; round++ {
+		k := uint64(round % rows)
+		if _, err := c.Space("m").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.String(fmt.Sprint("w", k))}); err != nil {
+			t.Fatalf("a write during the rebalance failed (a user must see latency, not errors): %v", err)
+		}
+		if round%100 == 0 {
+			st, err := c.Status(ctx, false)
+			if err == nil && len(st.GetReplicasets()) == 2 {
+				a, b := st.GetReplicasets()[0].GetBucketCount(), st.GetReplicasets()[1].GetBucketCount()
+				if a == 1500 && b == 1500 {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("buckets did not balance in time: %v", st.GetReplicasets())
+			}
+		}
+	}
+	held, problems := auditBuckets(ctx, t, map[string]string{"r1": addrs[0], "r2": addrs[1]}, 3000)
+	if len(problems) > 0 || held["r1"] != 1500 || held["r2"] != 1500 {
+		t.Fatalf("audit: held %v, problems %v", held, problems)
+	}
+	n, err := c.Count(ctx, "m")
+	if err != nil || n != rows {
+		t.Fatalf("count %d, %v, want %d", n, err, rows)
+	}
+	for k := range uint64(rows) {
+		r, _, err := c.Space("m").Select(ctx, []tuple.Value{tuple.Uint(k)}, client.RW)
+		if err != nil || !r.Found {
+			t.Fatalf("row %d after the rebalance: %+v, %v", k, r, err)
+		}
+	}
+}
