@@ -59,6 +59,7 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newDemoCmd(),
 		newRunCmd(), newStatusCmd(), newExpelCmd(),
+		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
 		newCacheCmd(),
 		newNumeratorCmd(),
 	)

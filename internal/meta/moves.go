@@ -66,7 +66,7 @@ func (t *txn) startMove(c *metapb.StartMove) Result {
 		}
 	}
 	mv := &metapb.Move{Bucket: b, From: from, To: to, Generation: t.s.Generation(b) + 1,
-		Phase: metapb.Move_PHASE_PREPARE, StartedUnixMs: t.now, Reason: c.GetReason()}
+		Phase: metapb.Move_PHASE_PREPARE, StartedUnixMs: t.now, Reason: c.GetReason(), Operator: c.GetOperator()}
 	t.putMove(mv)
 	return Result{Move: mv}
 }

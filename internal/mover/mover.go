@@ -295,6 +295,9 @@ func (m *Mover) drive(ctx context.Context, b uint32) {
 		if mv == nil {
 			return
 		}
+		if mv.GetOperator() && (mv.GetPhase() == metapb.Move_PHASE_COPY || mv.GetPhase() == metapb.Move_PHASE_CLEANUP) {
+			return // switched: the operator's reshard steps do the rest
+		}
 		err := m.step(ctx, mv)
 		if err == nil {
 			backoff = 50 * time.Millisecond

@@ -64,9 +64,9 @@ func (b *BucketService) SetBucket(ctx context.Context, req *rspb.SetBucketReques
 		return nil, status.Error(codes.FailedPrecondition, o.Refused.Error())
 	}
 	if o.Changed {
-		s.log.Info("bucket state", "bucket", req.GetStep().GetBucket(), "record", describeRecord(o.Record))
+		s.log.Debug("bucket state", "bucket", req.GetStep().GetBucket(), "record", describeRecord(o.Record))
 	}
-	return &rspb.SetBucketResponse{Changed: o.Changed, Record: o.Record}, nil
+	return &rspb.SetBucketResponse{Changed: o.Changed, Record: o.Record, DeletedBySpace: o.Deleted}, nil
 }
 
 // Receive implements BucketService: the destination's leader pulls the
@@ -96,34 +96,47 @@ func (b *BucketService) Receive(ctx context.Context, req *rspb.ReceiveRequest) (
 			return nil, err
 		}
 	}
-	resp := &rspb.ReceiveResponse{}
+	resp := &rspb.ReceiveResponse{CopiedBySpace: map[uint32]uint64{}}
+	if st.GetCopied() {
+		return resp, nil // copied already (a repeated step)
+	}
+	chunk := func(ctx context.Context, tuples []*rspb.CopiedTuple, last bool) error {
+		v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{
+			Bucket: req.GetBucket(), Generation: req.GetGeneration(), Tuples: tuples, Last: last}}})
+		if err != nil {
+			return err
+		}
+		o, ok := v.(*CopyOutcome)
+		if !ok || o == nil {
+			return status.Errorf(codes.Internal, "replicaset: unexpected result %T of a copy", v)
+		}
+		if o.Refused != nil {
+			return status.Error(codes.FailedPrecondition, o.Refused.Error())
+		}
+		resp.Sent += uint64(len(tuples))
+		resp.Copied += uint64(o.Copied)
+		for sp, n := range o.BySpace {
+			resp.CopiedBySpace[sp] += n
+		}
+		return nil
+	}
 	err = s.onLeaderOf(ctx, req.GetFrom(), func(ctx context.Context, c rspb.BucketServiceClient) error {
 		stream, err := c.Send(ctx, &rspb.SendRequest{ReplicasetId: req.GetFrom(), Bucket: req.GetBucket(), Generation: req.GetGeneration()})
 		if err != nil {
 			return err
 		}
 		for {
-			chunk, err := stream.Recv()
+			got, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
-				return nil
+				// Everything is here: the record becomes copied.
+				return chunk(ctx, nil, true)
 			}
 			if err != nil {
 				return err
 			}
-			v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{
-				Bucket: req.GetBucket(), Generation: req.GetGeneration(), Tuples: chunk.GetTuples()}}})
-			if err != nil {
+			if err := chunk(ctx, got.GetTuples(), false); err != nil {
 				return err
 			}
-			o, ok := v.(*CopyOutcome)
-			if !ok || o == nil {
-				return status.Errorf(codes.Internal, "replicaset: unexpected result %T of a copy", v)
-			}
-			if o.Refused != nil {
-				return status.Error(codes.FailedPrecondition, o.Refused.Error())
-			}
-			resp.Sent += uint64(len(chunk.GetTuples()))
-			resp.Copied += uint64(o.Copied)
 		}
 	})
 	if err != nil {

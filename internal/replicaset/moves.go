@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -23,13 +24,17 @@ type SetBucketOutcome struct {
 	Refused error
 	// Record is the bucket's record after the command (nil: none).
 	Record *rspb.BucketState
+	// Deleted counts, for GARBAGE, the tuples deleted by space id.
+	Deleted map[uint32]uint64
 }
 
 // CopyOutcome is what applying a CopyChunk returns.
 type CopyOutcome struct {
-	// Copied counts the tuples inserted; the others were on the
-	// destination already or deleted there during the move.
+	// Copied counts the tuples inserted, in all and by space id; the
+	// others were on the destination already or deleted there during the
+	// move.
 	Copied  int
+	BySpace map[uint32]uint64
 	Refused error
 }
 
@@ -58,6 +63,7 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 	if cur.GetState() == want.GetState() && cur.GetGeneration() == want.GetGeneration() {
 		return &SetBucketOutcome{Record: cur} // a repeated step
 	}
+	var deleted map[uint32]uint64
 	refuse := func(why string) *SetBucketOutcome {
 		return &SetBucketOutcome{Record: cur, Refused: fmt.Errorf("bucket %d: %s -> %s refused: %s", b, describeRecord(cur), describeRecord(want), why)}
 	}
@@ -77,6 +83,8 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 		// Leftovers of an earlier stay here are gone with its GARBAGE step.
 	case rspb.BucketState_STATE_ACTIVE:
 		switch {
+		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration() && !cur.GetCopied():
+			return refuse("the copy from " + cur.GetPeer() + " is not complete")
 		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration():
 			a.delRange(a.sm.k.bucketTombstones(b)) // the copy is complete
 		case cur.GetState() == rspb.BucketState_STATE_SENDING && g == cur.GetGeneration():
@@ -87,6 +95,16 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 	case rspb.BucketState_STATE_GARBAGE:
 		if (cur.GetState() != rspb.BucketState_STATE_SENDING && cur.GetState() != rspb.BucketState_STATE_RECEIVING) || g != cur.GetGeneration() {
 			return refuse("only a bucket being sent (or an aborted receive) becomes garbage, at its generation")
+		}
+		deleted = map[uint32]uint64{}
+		if err := scan(a.b, a.sm.k.bucketCounts(b), func(k, v []byte) error {
+			if len(k) >= 4 && len(v) == 8 {
+				deleted[binary.BigEndian.Uint32(k[len(k)-4:])] = binary.BigEndian.Uint64(v)
+			}
+			return nil
+		}); err != nil {
+			a.err = err
+			return nil
 		}
 		a.delRange(a.sm.k.bucketTuples(b))
 		a.delRange(a.sm.k.bucketTombstones(b))
@@ -100,7 +118,7 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 		return nil
 	}
 	a.set(a.sm.k.bucket(b), v)
-	return &SetBucketOutcome{Changed: true, Record: want}
+	return &SetBucketOutcome{Changed: true, Record: want, Deleted: deleted}
 }
 
 func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
@@ -115,6 +133,7 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	}
 	copied := 0
 	counts := map[uint32]int64{}
+	bySpace := map[uint32]uint64{}
 	for _, t := range c.GetTuples() {
 		if a.sm.Schema().ByID(t.GetSpaceId()) == nil {
 			continue // the space was dropped meanwhile
@@ -125,10 +144,21 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 		}
 		a.set(tk, encodeStored(t.GetVersion(), t.GetTuple()))
 		counts[t.GetSpaceId()]++
+		bySpace[t.GetSpaceId()]++
 		copied++
 	}
 	for sp, n := range counts {
 		a.addCount(b, sp, n)
 	}
-	return &CopyOutcome{Copied: copied}
+	if c.GetLast() {
+		rec := proto.CloneOf(cur)
+		rec.Copied = true
+		v, err := proto.Marshal(rec)
+		if err != nil {
+			a.err = err
+			return nil
+		}
+		a.set(a.sm.k.bucket(b), v)
+	}
+	return &CopyOutcome{Copied: copied, BySpace: bySpace}
 }

@@ -108,15 +108,22 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 		t.Fatal("a copy at another generation was applied")
 	}
 
-	// 5. The destination is active; 6. the source forgets the bucket.
+	// 5. The destination is active only once the copy is complete; 6.
+	// the source forgets the bucket.
+	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); o.Refused == nil || !strings.Contains(o.Refused.Error(), "not complete") {
+		t.Fatalf("ACTIVE before the last chunk: %+v", o)
+	}
+	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: 2, Last: true}}})[0].(*CopyOutcome); out.Refused != nil {
+		t.Fatalf("the last chunk: %+v", out)
+	}
 	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); !o.Changed {
 		t.Fatalf("ACTIVE: %+v", o)
 	}
 	if n, _ := dst.sm.Count(dst.db, 1); n != 3 {
 		t.Fatalf("dst count %d, want 3 (a, c, d)", n)
 	}
-	if o := src.setBucket(b, rspb.BucketState_STATE_GARBAGE, 2, ""); !o.Changed {
-		t.Fatalf("GARBAGE: %+v", o)
+	if o := src.setBucket(b, rspb.BucketState_STATE_GARBAGE, 2, ""); !o.Changed || o.Deleted[1] != 3 {
+		t.Fatalf("GARBAGE: %+v, want 3 tuples of space 1 deleted", o)
 	}
 	if n, _ := src.sm.Count(src.db, 1); n != 0 {
 		t.Fatalf("src count %d after cleanup, want 0", n)

@@ -37,7 +37,10 @@ import (
 func routeCall(node *cluster.Node) forward.Route {
 	return func(ctx context.Context, method string, req any) (forward.Decision, error) {
 		switch method {
-		case datav1.DataService_CreateSpace_FullMethodName, datav1.DataService_DropSpace_FullMethodName:
+		case datav1.DataService_CreateSpace_FullMethodName, datav1.DataService_DropSpace_FullMethodName,
+			datav1.ShardingService_SetWeight_FullMethodName, datav1.ShardingService_SetLocked_FullMethodName,
+			datav1.ShardingService_MoveBucket_FullMethodName, datav1.ShardingService_PinBucket_FullMethodName,
+			datav1.ShardingService_SetRebalancer_FullMethodName, datav1.ShardingService_Reshard_FullMethodName:
 			return node.LeaderDecision(ctx)
 		}
 		return node.Route(ctx, method, req)
@@ -147,6 +150,7 @@ func (d *dataLayer) wait() { d.wg.Wait() }
 func (d *dataLayer) register(s *grpc.Server) {
 	datav1.RegisterDataServiceServer(s, d.router)
 	rspb.RegisterBucketServiceServer(s, replicaset.NewBucketService(d.local))
+	datav1.RegisterShardingServiceServer(s, mover.NewService(d.mover, (&topology{node: d.node}).Refresh))
 }
 
 // bucketCounts is the cluster's hook for status: each replicaset's active

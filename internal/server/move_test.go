@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/server"
@@ -122,5 +123,106 @@ func TestBucketsRebalanceToANewReplicaset(t *testing.T) {
 		if err != nil || !r.Found {
 			t.Fatalf("row %d after the rebalance: %+v, %v", k, r, err)
 		}
+	}
+}
+
+// The seed's procedure (R14) by an operator: plan, start (switch), copy,
+// finish (drop prev), cleanup; then a drain by weight 0.
+func TestReshardStepByStepThenDrain(t *testing.T) {
+	var addrs []string
+	var liss []net.Listener
+	for range 2 {
+		l, a := servertest.Listen(t)
+		addrs, liss = append(addrs, a), append(liss, l)
+	}
+	servertest.Run(t, server.InstanceConfig{Listener: liss[0], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "r", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}},
+			PrimaryKey: []string{"k"}}, true)
+		if err == nil {
+			err = c.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: true})
+		}
+		return err
+	})
+	const rows = 600
+	for k := range uint64(rows) {
+		if _, err := c.Space("r").Replace(ctx, tuple.Tuple{tuple.Uint(k)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	servertest.Run(t, server.InstanceConfig{Listener: liss[1], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+	var plan *datav1.ReshardResponse
+	pollOK(t, "a plan to move buckets to r2", func() error {
+		var err error
+		plan, err = c.Sharding().Reshard(ctx, datav1.ReshardStep_RESHARD_STEP_PLAN)
+		if err == nil && len(plan.GetMoves()) != 1500 {
+			err = fmt.Errorf("plan moves %d buckets, want 1500 (%s)", len(plan.GetMoves()), plan.GetSummary())
+		}
+		return err
+	})
+	step := func(s datav1.ReshardStep) *datav1.ReshardResponse {
+		t.Helper()
+		r, err := c.Sharding().Reshard(ctx, s)
+		if err != nil {
+			t.Fatalf("reshard %v: %v", s, err)
+		}
+		return r
+	}
+	if r := step(datav1.ReshardStep_RESHARD_STEP_START); len(r.GetMoves()) != 1500 {
+		t.Fatalf("start switched %d buckets", len(r.GetMoves()))
+	}
+	// Between start and copy every row is still readable (prev) and writable.
+	if r, _, err := c.Space("r").Select(ctx, []tuple.Value{tuple.Uint(7)}, client.RW); err != nil || !r.Found {
+		t.Fatalf("a row during the reshard: %+v, %v", r, err)
+	}
+	// Finishing before the copy is refused: it would lose the rows.
+	if _, err := c.Sharding().Reshard(ctx, datav1.ReshardStep_RESHARD_STEP_FINISH); err == nil {
+		t.Fatal("finish before copy was allowed")
+	}
+	copied := step(datav1.ReshardStep_RESHARD_STEP_COPY)
+	if len(copied.GetCounts()) != 1 || copied.GetCounts()[0].GetSpace() != "r" || copied.GetCounts()[0].GetCount() == 0 {
+		t.Fatalf("copy counts %v", copied.GetCounts())
+	}
+	step(datav1.ReshardStep_RESHARD_STEP_FINISH)
+	cleaned := step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	if cleaned.GetCounts()[0].GetCount() != copied.GetCounts()[0].GetCount() {
+		t.Fatalf("cleanup deleted %v, copy copied %v", cleaned.GetCounts(), copied.GetCounts())
+	}
+	held, problems := auditBuckets(ctx, t, map[string]string{"r1": addrs[0], "r2": addrs[1]}, 3000)
+	if len(problems) > 0 || held["r2"] != 1500 {
+		t.Fatalf("after the reshard: held %v, problems %v", held, problems)
+	}
+	if n, err := c.Count(ctx, "r"); err != nil || n != rows {
+		t.Fatalf("count %d, %v after the reshard, want %d", n, err, rows)
+	}
+	// Drain r2: weight 0, the rebalancer (on again) takes every bucket back.
+	if err := c.Sharding().SetWeight(ctx, "r2", 0); err != nil {
+		t.Fatal(err)
+	}
+	pollOK(t, "r2 drained", func() error {
+		st, err := c.Sharding().Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range st.GetReplicasets() {
+			if r.GetReplicasetId() == "r2" && (r.GetBuckets() != 0 || len(st.GetMoves()) > 0) {
+				return fmt.Errorf("r2 still holds %d buckets, %d moves in progress", r.GetBuckets(), len(st.GetMoves()))
+			}
+		}
+		return nil
+	})
+	held, problems = auditBuckets(ctx, t, map[string]string{"r1": addrs[0], "r2": addrs[1]}, 3000)
+	if len(problems) > 0 || held["r1"] != 3000 {
+		t.Fatalf("after the drain: held %v, problems %v", held, problems)
+	}
+	if n, err := c.Count(ctx, "r"); err != nil || n != rows {
+		t.Fatalf("count %d, %v after the drain, want %d", n, err, rows)
 	}
 }

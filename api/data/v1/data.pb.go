@@ -139,6 +139,76 @@ func (OpKind) EnumDescriptor() ([]byte, []int) {
 	return file_api_data_v1_data_proto_rawDescGZIP(), []int{1}
 }
 
+// ReshardStep is a step of the seed's procedure: set curr and prev
+// everywhere, copy on every rw shard, drop prev, cleanup (R12-R14), each
+// step over every bucket whose placement changes.
+type ReshardStep int32
+
+const (
+	ReshardStep_RESHARD_STEP_UNSPECIFIED ReshardStep = 0
+	// The moves the weights ask for; changes nothing.
+	ReshardStep_RESHARD_STEP_PLAN ReshardStep = 1
+	// Stop the rebalancer and switch every planned bucket to its new
+	// replicaset (curr = new, prev = old): routers follow at once, reads
+	// fall back to prev, writes have the seed's resharding semantics.
+	ReshardStep_RESHARD_STEP_START ReshardStep = 2
+	// Copy the switched buckets' tuples from prev to curr, never
+	// overwriting (R12).
+	ReshardStep_RESHARD_STEP_COPY ReshardStep = 3
+	// Drop prev: the copied buckets become active on curr alone.
+	ReshardStep_RESHARD_STEP_FINISH ReshardStep = 4
+	// Delete the moved buckets' tuples from prev (R13); the rebalancer is
+	// enabled again.
+	ReshardStep_RESHARD_STEP_CLEANUP ReshardStep = 5
+)
+
+// Enum value maps for ReshardStep.
+var (
+	ReshardStep_name = map[int32]string{
+		0: "RESHARD_STEP_UNSPECIFIED",
+		1: "RESHARD_STEP_PLAN",
+		2: "RESHARD_STEP_START",
+		3: "RESHARD_STEP_COPY",
+		4: "RESHARD_STEP_FINISH",
+		5: "RESHARD_STEP_CLEANUP",
+	}
+	ReshardStep_value = map[string]int32{
+		"RESHARD_STEP_UNSPECIFIED": 0,
+		"RESHARD_STEP_PLAN":        1,
+		"RESHARD_STEP_START":       2,
+		"RESHARD_STEP_COPY":        3,
+		"RESHARD_STEP_FINISH":      4,
+		"RESHARD_STEP_CLEANUP":     5,
+	}
+)
+
+func (x ReshardStep) Enum() *ReshardStep {
+	p := new(ReshardStep)
+	*p = x
+	return p
+}
+
+func (x ReshardStep) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ReshardStep) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_data_v1_data_proto_enumTypes[2].Descriptor()
+}
+
+func (ReshardStep) Type() protoreflect.EnumType {
+	return &file_api_data_v1_data_proto_enumTypes[2]
+}
+
+func (x ReshardStep) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ReshardStep.Descriptor instead.
+func (ReshardStep) EnumDescriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{2}
+}
+
 type Redirect_Reason int32
 
 const (
@@ -178,11 +248,11 @@ func (x Redirect_Reason) String() string {
 }
 
 func (Redirect_Reason) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_data_v1_data_proto_enumTypes[2].Descriptor()
+	return file_api_data_v1_data_proto_enumTypes[3].Descriptor()
 }
 
 func (Redirect_Reason) Type() protoreflect.EnumType {
-	return &file_api_data_v1_data_proto_enumTypes[2]
+	return &file_api_data_v1_data_proto_enumTypes[3]
 }
 
 func (x Redirect_Reason) Number() protoreflect.EnumNumber {
@@ -237,11 +307,11 @@ func (x Refusal_Code) String() string {
 }
 
 func (Refusal_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_data_v1_data_proto_enumTypes[3].Descriptor()
+	return file_api_data_v1_data_proto_enumTypes[4].Descriptor()
 }
 
 func (Refusal_Code) Type() protoreflect.EnumType {
-	return &file_api_data_v1_data_proto_enumTypes[3]
+	return &file_api_data_v1_data_proto_enumTypes[4]
 }
 
 func (x Refusal_Code) Number() protoreflect.EnumNumber {
@@ -2187,6 +2257,1017 @@ func (x *Refusal) GetActualVersion() uint64 {
 	return 0
 }
 
+type RebalancerSettings struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Disabled bool                   `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
+	// Percent (default 1).
+	ThresholdPercent float64 `protobuf:"fixed64,2,opt,name=threshold_percent,json=thresholdPercent,proto3" json:"threshold_percent,omitempty"`
+	MaxSending       uint32  `protobuf:"varint,3,opt,name=max_sending,json=maxSending,proto3" json:"max_sending,omitempty"`
+	MaxReceiving     uint32  `protobuf:"varint,4,opt,name=max_receiving,json=maxReceiving,proto3" json:"max_receiving,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *RebalancerSettings) Reset() {
+	*x = RebalancerSettings{}
+	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalancerSettings) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalancerSettings) ProtoMessage() {}
+
+func (x *RebalancerSettings) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalancerSettings.ProtoReflect.Descriptor instead.
+func (*RebalancerSettings) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *RebalancerSettings) GetDisabled() bool {
+	if x != nil {
+		return x.Disabled
+	}
+	return false
+}
+
+func (x *RebalancerSettings) GetThresholdPercent() float64 {
+	if x != nil {
+		return x.ThresholdPercent
+	}
+	return 0
+}
+
+func (x *RebalancerSettings) GetMaxSending() uint32 {
+	if x != nil {
+		return x.MaxSending
+	}
+	return 0
+}
+
+func (x *RebalancerSettings) GetMaxReceiving() uint32 {
+	if x != nil {
+		return x.MaxReceiving
+	}
+	return 0
+}
+
+type ReplicasetBalance struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Weight       uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	Locked       bool                   `protobuf:"varint,3,opt,name=locked,proto3" json:"locked,omitempty"`
+	// Buckets group 0 places on it, the count its weight asks for, and its
+	// disbalance in percent (+Inf when its weight is 0 and it holds
+	// buckets; JSON shows it as a string).
+	Buckets           uint32  `protobuf:"varint,4,opt,name=buckets,proto3" json:"buckets,omitempty"`
+	Target            uint32  `protobuf:"varint,5,opt,name=target,proto3" json:"target,omitempty"`
+	DisbalancePercent float64 `protobuf:"fixed64,6,opt,name=disbalance_percent,json=disbalancePercent,proto3" json:"disbalance_percent,omitempty"`
+	Pinned            uint32  `protobuf:"varint,7,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	Sending           uint32  `protobuf:"varint,8,opt,name=sending,proto3" json:"sending,omitempty"`
+	Receiving         uint32  `protobuf:"varint,9,opt,name=receiving,proto3" json:"receiving,omitempty"`
+	// Whether a member is in service (a replicaset with none is left alone).
+	Available     bool `protobuf:"varint,10,opt,name=available,proto3" json:"available,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReplicasetBalance) Reset() {
+	*x = ReplicasetBalance{}
+	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReplicasetBalance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReplicasetBalance) ProtoMessage() {}
+
+func (x *ReplicasetBalance) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReplicasetBalance.ProtoReflect.Descriptor instead.
+func (*ReplicasetBalance) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ReplicasetBalance) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *ReplicasetBalance) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetLocked() bool {
+	if x != nil {
+		return x.Locked
+	}
+	return false
+}
+
+func (x *ReplicasetBalance) GetBuckets() uint32 {
+	if x != nil {
+		return x.Buckets
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetDisbalancePercent() float64 {
+	if x != nil {
+		return x.DisbalancePercent
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetPinned() uint32 {
+	if x != nil {
+		return x.Pinned
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetSending() uint32 {
+	if x != nil {
+		return x.Sending
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetReceiving() uint32 {
+	if x != nil {
+		return x.Receiving
+	}
+	return 0
+}
+
+func (x *ReplicasetBalance) GetAvailable() bool {
+	if x != nil {
+		return x.Available
+	}
+	return false
+}
+
+type MoveInfo struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Bucket     uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	From       string                 `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	To         string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Generation uint64                 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// prepare, copy, cleanup or aborting.
+	Phase         string `protobuf:"bytes,5,opt,name=phase,proto3" json:"phase,omitempty"`
+	AgeMs         int64  `protobuf:"varint,6,opt,name=age_ms,json=ageMs,proto3" json:"age_ms,omitempty"`
+	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Operator      bool   `protobuf:"varint,8,opt,name=operator,proto3" json:"operator,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveInfo) Reset() {
+	*x = MoveInfo{}
+	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveInfo) ProtoMessage() {}
+
+func (x *MoveInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveInfo.ProtoReflect.Descriptor instead.
+func (*MoveInfo) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *MoveInfo) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *MoveInfo) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *MoveInfo) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *MoveInfo) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+func (x *MoveInfo) GetPhase() string {
+	if x != nil {
+		return x.Phase
+	}
+	return ""
+}
+
+func (x *MoveInfo) GetAgeMs() int64 {
+	if x != nil {
+		return x.AgeMs
+	}
+	return 0
+}
+
+func (x *MoveInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *MoveInfo) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
+type RebalanceStatusRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceStatusRequest) Reset() {
+	*x = RebalanceStatusRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceStatusRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceStatusRequest) ProtoMessage() {}
+
+func (x *RebalanceStatusRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceStatusRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceStatusRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{33}
+}
+
+type RebalanceStatusResponse struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	BucketCount          uint32                 `protobuf:"varint,1,opt,name=bucket_count,json=bucketCount,proto3" json:"bucket_count,omitempty"`
+	Replicasets          []*ReplicasetBalance   `protobuf:"bytes,2,rep,name=replicasets,proto3" json:"replicasets,omitempty"`
+	Moves                []*MoveInfo            `protobuf:"bytes,3,rep,name=moves,proto3" json:"moves,omitempty"`
+	Settings             *RebalancerSettings    `protobuf:"bytes,4,opt,name=settings,proto3" json:"settings,omitempty"`
+	MaxDisbalancePercent float64                `protobuf:"fixed64,5,opt,name=max_disbalance_percent,json=maxDisbalancePercent,proto3" json:"max_disbalance_percent,omitempty"`
+	// Buckets that still must move for every replicaset to reach its target.
+	BucketsToMove uint32 `protobuf:"varint,6,opt,name=buckets_to_move,json=bucketsToMove,proto3" json:"buckets_to_move,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceStatusResponse) Reset() {
+	*x = RebalanceStatusResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceStatusResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceStatusResponse) ProtoMessage() {}
+
+func (x *RebalanceStatusResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceStatusResponse.ProtoReflect.Descriptor instead.
+func (*RebalanceStatusResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RebalanceStatusResponse) GetBucketCount() uint32 {
+	if x != nil {
+		return x.BucketCount
+	}
+	return 0
+}
+
+func (x *RebalanceStatusResponse) GetReplicasets() []*ReplicasetBalance {
+	if x != nil {
+		return x.Replicasets
+	}
+	return nil
+}
+
+func (x *RebalanceStatusResponse) GetMoves() []*MoveInfo {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *RebalanceStatusResponse) GetSettings() *RebalancerSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+func (x *RebalanceStatusResponse) GetMaxDisbalancePercent() float64 {
+	if x != nil {
+		return x.MaxDisbalancePercent
+	}
+	return 0
+}
+
+func (x *RebalanceStatusResponse) GetBucketsToMove() uint32 {
+	if x != nil {
+		return x.BucketsToMove
+	}
+	return 0
+}
+
+type SetWeightRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId  string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Weight        uint32                 `protobuf:"varint,2,opt,name=weight,proto3" json:"weight,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWeightRequest) Reset() {
+	*x = SetWeightRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWeightRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWeightRequest) ProtoMessage() {}
+
+func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWeightRequest.ProtoReflect.Descriptor instead.
+func (*SetWeightRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SetWeightRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *SetWeightRequest) GetWeight() uint32 {
+	if x != nil {
+		return x.Weight
+	}
+	return 0
+}
+
+type SetWeightResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetWeightResponse) Reset() {
+	*x = SetWeightResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetWeightResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetWeightResponse) ProtoMessage() {}
+
+func (x *SetWeightResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetWeightResponse.ProtoReflect.Descriptor instead.
+func (*SetWeightResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{36}
+}
+
+type SetLockedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId  string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Locked        bool                   `protobuf:"varint,2,opt,name=locked,proto3" json:"locked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockedRequest) Reset() {
+	*x = SetLockedRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockedRequest) ProtoMessage() {}
+
+func (x *SetLockedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockedRequest.ProtoReflect.Descriptor instead.
+func (*SetLockedRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SetLockedRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *SetLockedRequest) GetLocked() bool {
+	if x != nil {
+		return x.Locked
+	}
+	return false
+}
+
+type SetLockedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetLockedResponse) Reset() {
+	*x = SetLockedResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetLockedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetLockedResponse) ProtoMessage() {}
+
+func (x *SetLockedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetLockedResponse.ProtoReflect.Descriptor instead.
+func (*SetLockedResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{38}
+}
+
+type MoveBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveBucketRequest) Reset() {
+	*x = MoveBucketRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveBucketRequest) ProtoMessage() {}
+
+func (x *MoveBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveBucketRequest.ProtoReflect.Descriptor instead.
+func (*MoveBucketRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MoveBucketRequest) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *MoveBucketRequest) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+type MoveBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Move          *MoveInfo              `protobuf:"bytes,1,opt,name=move,proto3" json:"move,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveBucketResponse) Reset() {
+	*x = MoveBucketResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveBucketResponse) ProtoMessage() {}
+
+func (x *MoveBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveBucketResponse.ProtoReflect.Descriptor instead.
+func (*MoveBucketResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *MoveBucketResponse) GetMove() *MoveInfo {
+	if x != nil {
+		return x.Move
+	}
+	return nil
+}
+
+type PinBucketRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Pinned        bool                   `protobuf:"varint,2,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinBucketRequest) Reset() {
+	*x = PinBucketRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinBucketRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinBucketRequest) ProtoMessage() {}
+
+func (x *PinBucketRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinBucketRequest.ProtoReflect.Descriptor instead.
+func (*PinBucketRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *PinBucketRequest) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *PinBucketRequest) GetPinned() bool {
+	if x != nil {
+		return x.Pinned
+	}
+	return false
+}
+
+type PinBucketResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PinBucketResponse) Reset() {
+	*x = PinBucketResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PinBucketResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PinBucketResponse) ProtoMessage() {}
+
+func (x *PinBucketResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PinBucketResponse.ProtoReflect.Descriptor instead.
+func (*PinBucketResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{42}
+}
+
+type SetRebalancerRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Settings      *RebalancerSettings    `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRebalancerRequest) Reset() {
+	*x = SetRebalancerRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRebalancerRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRebalancerRequest) ProtoMessage() {}
+
+func (x *SetRebalancerRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRebalancerRequest.ProtoReflect.Descriptor instead.
+func (*SetRebalancerRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *SetRebalancerRequest) GetSettings() *RebalancerSettings {
+	if x != nil {
+		return x.Settings
+	}
+	return nil
+}
+
+type SetRebalancerResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRebalancerResponse) Reset() {
+	*x = SetRebalancerResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRebalancerResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRebalancerResponse) ProtoMessage() {}
+
+func (x *SetRebalancerResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRebalancerResponse.ProtoReflect.Descriptor instead.
+func (*SetRebalancerResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{44}
+}
+
+type ReshardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          ReshardStep            `protobuf:"varint,1,opt,name=step,proto3,enum=shardkit.data.v1.ReshardStep" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReshardRequest) Reset() {
+	*x = ReshardRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReshardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReshardRequest) ProtoMessage() {}
+
+func (x *ReshardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReshardRequest.ProtoReflect.Descriptor instead.
+func (*ReshardRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ReshardRequest) GetStep() ReshardStep {
+	if x != nil {
+		return x.Step
+	}
+	return ReshardStep_RESHARD_STEP_UNSPECIFIED
+}
+
+type SpaceCount struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Space         string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	Count         uint64                 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpaceCount) Reset() {
+	*x = SpaceCount{}
+	mi := &file_api_data_v1_data_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpaceCount) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpaceCount) ProtoMessage() {}
+
+func (x *SpaceCount) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpaceCount.ProtoReflect.Descriptor instead.
+func (*SpaceCount) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SpaceCount) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *SpaceCount) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+type ReshardResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The moves the step planned or touched.
+	Moves []*MoveInfo `protobuf:"bytes,1,rep,name=moves,proto3" json:"moves,omitempty"`
+	// COPY: tuples copied per space; CLEANUP: tuples deleted per space (the
+	// seed's (space, count) pairs).
+	Counts []*SpaceCount `protobuf:"bytes,2,rep,name=counts,proto3" json:"counts,omitempty"`
+	// What the step did, in one line.
+	Summary       string `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReshardResponse) Reset() {
+	*x = ReshardResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReshardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReshardResponse) ProtoMessage() {}
+
+func (x *ReshardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReshardResponse.ProtoReflect.Descriptor instead.
+func (*ReshardResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *ReshardResponse) GetMoves() []*MoveInfo {
+	if x != nil {
+		return x.Moves
+	}
+	return nil
+}
+
+func (x *ReshardResponse) GetCounts() []*SpaceCount {
+	if x != nil {
+		return x.Counts
+	}
+	return nil
+}
+
+func (x *ReshardResponse) GetSummary() string {
+	if x != nil {
+		return x.Summary
+	}
+	return ""
+}
+
 var File_api_data_v1_data_proto protoreflect.FileDescriptor
 
 const file_api_data_v1_data_proto_rawDesc = "" +
@@ -2343,7 +3424,74 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
 	"\x15CODE_CONDITION_FAILED\x10\x02\x12\x16\n" +
 	"\x12CODE_NO_SUCH_SPACE\x10\x03\x12\x10\n" +
-	"\fCODE_INVALID\x10\x04*6\n" +
+	"\fCODE_INVALID\x10\x04\"\xa3\x01\n" +
+	"\x12RebalancerSettings\x12\x1a\n" +
+	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12+\n" +
+	"\x11threshold_percent\x18\x02 \x01(\x01R\x10thresholdPercent\x12\x1f\n" +
+	"\vmax_sending\x18\x03 \x01(\rR\n" +
+	"maxSending\x12#\n" +
+	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\"\xb7\x02\n" +
+	"\x11ReplicasetBalance\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x16\n" +
+	"\x06locked\x18\x03 \x01(\bR\x06locked\x12\x18\n" +
+	"\abuckets\x18\x04 \x01(\rR\abuckets\x12\x16\n" +
+	"\x06target\x18\x05 \x01(\rR\x06target\x12-\n" +
+	"\x12disbalance_percent\x18\x06 \x01(\x01R\x11disbalancePercent\x12\x16\n" +
+	"\x06pinned\x18\a \x01(\rR\x06pinned\x12\x18\n" +
+	"\asending\x18\b \x01(\rR\asending\x12\x1c\n" +
+	"\treceiving\x18\t \x01(\rR\treceiving\x12\x1c\n" +
+	"\tavailable\x18\n" +
+	" \x01(\bR\tavailable\"\xc7\x01\n" +
+	"\bMoveInfo\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\x12\x14\n" +
+	"\x05phase\x18\x05 \x01(\tR\x05phase\x12\x15\n" +
+	"\x06age_ms\x18\x06 \x01(\x03R\x05ageMs\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1a\n" +
+	"\boperator\x18\b \x01(\bR\boperator\"\x18\n" +
+	"\x16RebalanceStatusRequest\"\xd5\x02\n" +
+	"\x17RebalanceStatusResponse\x12!\n" +
+	"\fbucket_count\x18\x01 \x01(\rR\vbucketCount\x12E\n" +
+	"\vreplicasets\x18\x02 \x03(\v2#.shardkit.data.v1.ReplicasetBalanceR\vreplicasets\x120\n" +
+	"\x05moves\x18\x03 \x03(\v2\x1a.shardkit.data.v1.MoveInfoR\x05moves\x12@\n" +
+	"\bsettings\x18\x04 \x01(\v2$.shardkit.data.v1.RebalancerSettingsR\bsettings\x124\n" +
+	"\x16max_disbalance_percent\x18\x05 \x01(\x01R\x14maxDisbalancePercent\x12&\n" +
+	"\x0fbuckets_to_move\x18\x06 \x01(\rR\rbucketsToMove\"O\n" +
+	"\x10SetWeightRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
+	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x13\n" +
+	"\x11SetWeightResponse\"O\n" +
+	"\x10SetLockedRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
+	"\x06locked\x18\x02 \x01(\bR\x06locked\"\x13\n" +
+	"\x11SetLockedResponse\";\n" +
+	"\x11MoveBucketRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x0e\n" +
+	"\x02to\x18\x02 \x01(\tR\x02to\"D\n" +
+	"\x12MoveBucketResponse\x12.\n" +
+	"\x04move\x18\x01 \x01(\v2\x1a.shardkit.data.v1.MoveInfoR\x04move\"B\n" +
+	"\x10PinBucketRequest\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
+	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"\x13\n" +
+	"\x11PinBucketResponse\"X\n" +
+	"\x14SetRebalancerRequest\x12@\n" +
+	"\bsettings\x18\x01 \x01(\v2$.shardkit.data.v1.RebalancerSettingsR\bsettings\"\x17\n" +
+	"\x15SetRebalancerResponse\"C\n" +
+	"\x0eReshardRequest\x121\n" +
+	"\x04step\x18\x01 \x01(\x0e2\x1d.shardkit.data.v1.ReshardStepR\x04step\"8\n" +
+	"\n" +
+	"SpaceCount\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\"\x93\x01\n" +
+	"\x0fReshardResponse\x120\n" +
+	"\x05moves\x18\x01 \x03(\v2\x1a.shardkit.data.v1.MoveInfoR\x05moves\x124\n" +
+	"\x06counts\x18\x02 \x03(\v2\x1c.shardkit.data.v1.SpaceCountR\x06counts\x12\x18\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary*6\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aMODE_RW\x10\x01\x12\v\n" +
@@ -2354,7 +3502,14 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x0fOP_KIND_REPLACE\x10\x02\x12\x12\n" +
 	"\x0eOP_KIND_UPDATE\x10\x03\x12\x12\n" +
 	"\x0eOP_KIND_UPSERT\x10\x04\x12\x12\n" +
-	"\x0eOP_KIND_DELETE\x10\x052\xe0\x05\n" +
+	"\x0eOP_KIND_DELETE\x10\x05*\xa4\x01\n" +
+	"\vReshardStep\x12\x1c\n" +
+	"\x18RESHARD_STEP_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11RESHARD_STEP_PLAN\x10\x01\x12\x16\n" +
+	"\x12RESHARD_STEP_START\x10\x02\x12\x15\n" +
+	"\x11RESHARD_STEP_COPY\x10\x03\x12\x17\n" +
+	"\x13RESHARD_STEP_FINISH\x10\x04\x12\x18\n" +
+	"\x14RESHARD_STEP_CLEANUP\x10\x052\xe0\x05\n" +
 	"\vDataService\x12H\n" +
 	"\x05Write\x12\x1e.shardkit.data.v1.WriteRequest\x1a\x1f.shardkit.data.v1.WriteResponse\x12B\n" +
 	"\x03Get\x12\x1c.shardkit.data.v1.GetRequest\x1a\x1d.shardkit.data.v1.GetResponse\x12H\n" +
@@ -2366,7 +3521,16 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\vCreateSpace\x12$.shardkit.data.v1.CreateSpaceRequest\x1a%.shardkit.data.v1.CreateSpaceResponse\x12T\n" +
 	"\tDropSpace\x12\".shardkit.data.v1.DropSpaceRequest\x1a#.shardkit.data.v1.DropSpaceResponse\x12W\n" +
 	"\n" +
-	"ListSpaces\x12#.shardkit.data.v1.ListSpacesRequest\x1a$.shardkit.data.v1.ListSpacesResponseB1Z/github.com/shardkit/shardkit/api/data/v1;datav1b\x06proto3"
+	"ListSpaces\x12#.shardkit.data.v1.ListSpacesRequest\x1a$.shardkit.data.v1.ListSpacesResponse2\x86\x05\n" +
+	"\x0fShardingService\x12f\n" +
+	"\x0fRebalanceStatus\x12(.shardkit.data.v1.RebalanceStatusRequest\x1a).shardkit.data.v1.RebalanceStatusResponse\x12T\n" +
+	"\tSetWeight\x12\".shardkit.data.v1.SetWeightRequest\x1a#.shardkit.data.v1.SetWeightResponse\x12T\n" +
+	"\tSetLocked\x12\".shardkit.data.v1.SetLockedRequest\x1a#.shardkit.data.v1.SetLockedResponse\x12W\n" +
+	"\n" +
+	"MoveBucket\x12#.shardkit.data.v1.MoveBucketRequest\x1a$.shardkit.data.v1.MoveBucketResponse\x12T\n" +
+	"\tPinBucket\x12\".shardkit.data.v1.PinBucketRequest\x1a#.shardkit.data.v1.PinBucketResponse\x12`\n" +
+	"\rSetRebalancer\x12&.shardkit.data.v1.SetRebalancerRequest\x1a'.shardkit.data.v1.SetRebalancerResponse\x12N\n" +
+	"\aReshard\x12 .shardkit.data.v1.ReshardRequest\x1a!.shardkit.data.v1.ReshardResponseB1Z/github.com/shardkit/shardkit/api/data/v1;datav1b\x06proto3"
 
 var (
 	file_api_data_v1_data_proto_rawDescOnce sync.Once
@@ -2380,91 +3544,132 @@ func file_api_data_v1_data_proto_rawDescGZIP() []byte {
 	return file_api_data_v1_data_proto_rawDescData
 }
 
-var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_api_data_v1_data_proto_goTypes = []any{
-	(Mode)(0),                   // 0: shardkit.data.v1.Mode
-	(OpKind)(0),                 // 1: shardkit.data.v1.OpKind
-	(Redirect_Reason)(0),        // 2: shardkit.data.v1.Redirect.Reason
-	(Refusal_Code)(0),           // 3: shardkit.data.v1.Refusal.Code
-	(*Field)(nil),               // 4: shardkit.data.v1.Field
-	(*Space)(nil),               // 5: shardkit.data.v1.Space
-	(*Op)(nil),                  // 6: shardkit.data.v1.Op
-	(*WriteRequest)(nil),        // 7: shardkit.data.v1.WriteRequest
-	(*OpResult)(nil),            // 8: shardkit.data.v1.OpResult
-	(*WriteResponse)(nil),       // 9: shardkit.data.v1.WriteResponse
-	(*ReadInfo)(nil),            // 10: shardkit.data.v1.ReadInfo
-	(*GetRequest)(nil),          // 11: shardkit.data.v1.GetRequest
-	(*GetResponse)(nil),         // 12: shardkit.data.v1.GetResponse
-	(*RangeRequest)(nil),        // 13: shardkit.data.v1.RangeRequest
-	(*VersionedTuple)(nil),      // 14: shardkit.data.v1.VersionedTuple
-	(*RangeResponse)(nil),       // 15: shardkit.data.v1.RangeResponse
-	(*CallRequest)(nil),         // 16: shardkit.data.v1.CallRequest
-	(*CallResponse)(nil),        // 17: shardkit.data.v1.CallResponse
-	(*MapCallRequest)(nil),      // 18: shardkit.data.v1.MapCallRequest
-	(*ReplicasetResult)(nil),    // 19: shardkit.data.v1.ReplicasetResult
-	(*MapCallResponse)(nil),     // 20: shardkit.data.v1.MapCallResponse
-	(*GetRoutingRequest)(nil),   // 21: shardkit.data.v1.GetRoutingRequest
-	(*BucketRange)(nil),         // 22: shardkit.data.v1.BucketRange
-	(*Member)(nil),              // 23: shardkit.data.v1.Member
-	(*ReplicasetRoute)(nil),     // 24: shardkit.data.v1.ReplicasetRoute
-	(*GetRoutingResponse)(nil),  // 25: shardkit.data.v1.GetRoutingResponse
-	(*CreateSpaceRequest)(nil),  // 26: shardkit.data.v1.CreateSpaceRequest
-	(*CreateSpaceResponse)(nil), // 27: shardkit.data.v1.CreateSpaceResponse
-	(*DropSpaceRequest)(nil),    // 28: shardkit.data.v1.DropSpaceRequest
-	(*DropSpaceResponse)(nil),   // 29: shardkit.data.v1.DropSpaceResponse
-	(*ListSpacesRequest)(nil),   // 30: shardkit.data.v1.ListSpacesRequest
-	(*ListSpacesResponse)(nil),  // 31: shardkit.data.v1.ListSpacesResponse
-	(*Redirect)(nil),            // 32: shardkit.data.v1.Redirect
-	(*Refusal)(nil),             // 33: shardkit.data.v1.Refusal
-	nil,                         // 34: shardkit.data.v1.Member.FailureDomainEntry
+	(Mode)(0),                       // 0: shardkit.data.v1.Mode
+	(OpKind)(0),                     // 1: shardkit.data.v1.OpKind
+	(ReshardStep)(0),                // 2: shardkit.data.v1.ReshardStep
+	(Redirect_Reason)(0),            // 3: shardkit.data.v1.Redirect.Reason
+	(Refusal_Code)(0),               // 4: shardkit.data.v1.Refusal.Code
+	(*Field)(nil),                   // 5: shardkit.data.v1.Field
+	(*Space)(nil),                   // 6: shardkit.data.v1.Space
+	(*Op)(nil),                      // 7: shardkit.data.v1.Op
+	(*WriteRequest)(nil),            // 8: shardkit.data.v1.WriteRequest
+	(*OpResult)(nil),                // 9: shardkit.data.v1.OpResult
+	(*WriteResponse)(nil),           // 10: shardkit.data.v1.WriteResponse
+	(*ReadInfo)(nil),                // 11: shardkit.data.v1.ReadInfo
+	(*GetRequest)(nil),              // 12: shardkit.data.v1.GetRequest
+	(*GetResponse)(nil),             // 13: shardkit.data.v1.GetResponse
+	(*RangeRequest)(nil),            // 14: shardkit.data.v1.RangeRequest
+	(*VersionedTuple)(nil),          // 15: shardkit.data.v1.VersionedTuple
+	(*RangeResponse)(nil),           // 16: shardkit.data.v1.RangeResponse
+	(*CallRequest)(nil),             // 17: shardkit.data.v1.CallRequest
+	(*CallResponse)(nil),            // 18: shardkit.data.v1.CallResponse
+	(*MapCallRequest)(nil),          // 19: shardkit.data.v1.MapCallRequest
+	(*ReplicasetResult)(nil),        // 20: shardkit.data.v1.ReplicasetResult
+	(*MapCallResponse)(nil),         // 21: shardkit.data.v1.MapCallResponse
+	(*GetRoutingRequest)(nil),       // 22: shardkit.data.v1.GetRoutingRequest
+	(*BucketRange)(nil),             // 23: shardkit.data.v1.BucketRange
+	(*Member)(nil),                  // 24: shardkit.data.v1.Member
+	(*ReplicasetRoute)(nil),         // 25: shardkit.data.v1.ReplicasetRoute
+	(*GetRoutingResponse)(nil),      // 26: shardkit.data.v1.GetRoutingResponse
+	(*CreateSpaceRequest)(nil),      // 27: shardkit.data.v1.CreateSpaceRequest
+	(*CreateSpaceResponse)(nil),     // 28: shardkit.data.v1.CreateSpaceResponse
+	(*DropSpaceRequest)(nil),        // 29: shardkit.data.v1.DropSpaceRequest
+	(*DropSpaceResponse)(nil),       // 30: shardkit.data.v1.DropSpaceResponse
+	(*ListSpacesRequest)(nil),       // 31: shardkit.data.v1.ListSpacesRequest
+	(*ListSpacesResponse)(nil),      // 32: shardkit.data.v1.ListSpacesResponse
+	(*Redirect)(nil),                // 33: shardkit.data.v1.Redirect
+	(*Refusal)(nil),                 // 34: shardkit.data.v1.Refusal
+	(*RebalancerSettings)(nil),      // 35: shardkit.data.v1.RebalancerSettings
+	(*ReplicasetBalance)(nil),       // 36: shardkit.data.v1.ReplicasetBalance
+	(*MoveInfo)(nil),                // 37: shardkit.data.v1.MoveInfo
+	(*RebalanceStatusRequest)(nil),  // 38: shardkit.data.v1.RebalanceStatusRequest
+	(*RebalanceStatusResponse)(nil), // 39: shardkit.data.v1.RebalanceStatusResponse
+	(*SetWeightRequest)(nil),        // 40: shardkit.data.v1.SetWeightRequest
+	(*SetWeightResponse)(nil),       // 41: shardkit.data.v1.SetWeightResponse
+	(*SetLockedRequest)(nil),        // 42: shardkit.data.v1.SetLockedRequest
+	(*SetLockedResponse)(nil),       // 43: shardkit.data.v1.SetLockedResponse
+	(*MoveBucketRequest)(nil),       // 44: shardkit.data.v1.MoveBucketRequest
+	(*MoveBucketResponse)(nil),      // 45: shardkit.data.v1.MoveBucketResponse
+	(*PinBucketRequest)(nil),        // 46: shardkit.data.v1.PinBucketRequest
+	(*PinBucketResponse)(nil),       // 47: shardkit.data.v1.PinBucketResponse
+	(*SetRebalancerRequest)(nil),    // 48: shardkit.data.v1.SetRebalancerRequest
+	(*SetRebalancerResponse)(nil),   // 49: shardkit.data.v1.SetRebalancerResponse
+	(*ReshardRequest)(nil),          // 50: shardkit.data.v1.ReshardRequest
+	(*SpaceCount)(nil),              // 51: shardkit.data.v1.SpaceCount
+	(*ReshardResponse)(nil),         // 52: shardkit.data.v1.ReshardResponse
+	nil,                             // 53: shardkit.data.v1.Member.FailureDomainEntry
 }
 var file_api_data_v1_data_proto_depIdxs = []int32{
-	4,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
+	5,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
 	1,  // 1: shardkit.data.v1.Op.kind:type_name -> shardkit.data.v1.OpKind
-	6,  // 2: shardkit.data.v1.WriteRequest.ops:type_name -> shardkit.data.v1.Op
-	8,  // 3: shardkit.data.v1.WriteResponse.results:type_name -> shardkit.data.v1.OpResult
+	7,  // 2: shardkit.data.v1.WriteRequest.ops:type_name -> shardkit.data.v1.Op
+	9,  // 3: shardkit.data.v1.WriteResponse.results:type_name -> shardkit.data.v1.OpResult
 	0,  // 4: shardkit.data.v1.GetRequest.mode:type_name -> shardkit.data.v1.Mode
-	10, // 5: shardkit.data.v1.GetResponse.info:type_name -> shardkit.data.v1.ReadInfo
+	11, // 5: shardkit.data.v1.GetResponse.info:type_name -> shardkit.data.v1.ReadInfo
 	0,  // 6: shardkit.data.v1.RangeRequest.mode:type_name -> shardkit.data.v1.Mode
-	14, // 7: shardkit.data.v1.RangeResponse.tuples:type_name -> shardkit.data.v1.VersionedTuple
-	10, // 8: shardkit.data.v1.RangeResponse.info:type_name -> shardkit.data.v1.ReadInfo
+	15, // 7: shardkit.data.v1.RangeResponse.tuples:type_name -> shardkit.data.v1.VersionedTuple
+	11, // 8: shardkit.data.v1.RangeResponse.info:type_name -> shardkit.data.v1.ReadInfo
 	0,  // 9: shardkit.data.v1.CallRequest.mode:type_name -> shardkit.data.v1.Mode
 	0,  // 10: shardkit.data.v1.MapCallRequest.mode:type_name -> shardkit.data.v1.Mode
-	19, // 11: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
-	34, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
-	23, // 13: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
-	22, // 14: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
-	24, // 15: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
-	5,  // 16: shardkit.data.v1.GetRoutingResponse.spaces:type_name -> shardkit.data.v1.Space
-	5,  // 17: shardkit.data.v1.CreateSpaceRequest.space:type_name -> shardkit.data.v1.Space
-	5,  // 18: shardkit.data.v1.CreateSpaceResponse.space:type_name -> shardkit.data.v1.Space
-	5,  // 19: shardkit.data.v1.ListSpacesResponse.spaces:type_name -> shardkit.data.v1.Space
-	2,  // 20: shardkit.data.v1.Redirect.reason:type_name -> shardkit.data.v1.Redirect.Reason
-	3,  // 21: shardkit.data.v1.Refusal.code:type_name -> shardkit.data.v1.Refusal.Code
-	7,  // 22: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
-	11, // 23: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
-	13, // 24: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
-	16, // 25: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
-	18, // 26: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
-	21, // 27: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
-	26, // 28: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
-	28, // 29: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
-	30, // 30: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
-	9,  // 31: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
-	12, // 32: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
-	15, // 33: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
-	17, // 34: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
-	20, // 35: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
-	25, // 36: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
-	27, // 37: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
-	29, // 38: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
-	31, // 39: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
-	31, // [31:40] is the sub-list for method output_type
-	22, // [22:31] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	20, // 11: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
+	53, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
+	24, // 13: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
+	23, // 14: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
+	25, // 15: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
+	6,  // 16: shardkit.data.v1.GetRoutingResponse.spaces:type_name -> shardkit.data.v1.Space
+	6,  // 17: shardkit.data.v1.CreateSpaceRequest.space:type_name -> shardkit.data.v1.Space
+	6,  // 18: shardkit.data.v1.CreateSpaceResponse.space:type_name -> shardkit.data.v1.Space
+	6,  // 19: shardkit.data.v1.ListSpacesResponse.spaces:type_name -> shardkit.data.v1.Space
+	3,  // 20: shardkit.data.v1.Redirect.reason:type_name -> shardkit.data.v1.Redirect.Reason
+	4,  // 21: shardkit.data.v1.Refusal.code:type_name -> shardkit.data.v1.Refusal.Code
+	36, // 22: shardkit.data.v1.RebalanceStatusResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetBalance
+	37, // 23: shardkit.data.v1.RebalanceStatusResponse.moves:type_name -> shardkit.data.v1.MoveInfo
+	35, // 24: shardkit.data.v1.RebalanceStatusResponse.settings:type_name -> shardkit.data.v1.RebalancerSettings
+	37, // 25: shardkit.data.v1.MoveBucketResponse.move:type_name -> shardkit.data.v1.MoveInfo
+	35, // 26: shardkit.data.v1.SetRebalancerRequest.settings:type_name -> shardkit.data.v1.RebalancerSettings
+	2,  // 27: shardkit.data.v1.ReshardRequest.step:type_name -> shardkit.data.v1.ReshardStep
+	37, // 28: shardkit.data.v1.ReshardResponse.moves:type_name -> shardkit.data.v1.MoveInfo
+	51, // 29: shardkit.data.v1.ReshardResponse.counts:type_name -> shardkit.data.v1.SpaceCount
+	8,  // 30: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
+	12, // 31: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
+	14, // 32: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
+	17, // 33: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
+	19, // 34: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
+	22, // 35: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
+	27, // 36: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
+	29, // 37: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
+	31, // 38: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
+	38, // 39: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
+	40, // 40: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
+	42, // 41: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
+	44, // 42: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
+	46, // 43: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
+	48, // 44: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
+	50, // 45: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
+	10, // 46: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
+	13, // 47: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
+	16, // 48: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
+	18, // 49: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
+	21, // 50: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
+	26, // 51: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
+	28, // 52: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
+	30, // 53: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
+	32, // 54: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
+	39, // 55: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
+	41, // 56: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
+	43, // 57: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
+	45, // 58: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
+	47, // 59: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
+	49, // 60: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
+	52, // 61: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
+	46, // [46:62] is the sub-list for method output_type
+	30, // [30:46] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_api_data_v1_data_proto_init() }
@@ -2478,10 +3683,10 @@ func file_api_data_v1_data_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_data_v1_data_proto_rawDesc), len(file_api_data_v1_data_proto_rawDesc)),
-			NumEnums:      4,
-			NumMessages:   31,
+			NumEnums:      5,
+			NumMessages:   49,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_api_data_v1_data_proto_goTypes,
 		DependencyIndexes: file_api_data_v1_data_proto_depIdxs,

@@ -485,3 +485,361 @@ var DataService_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "api/data/v1/data.proto",
 }
+
+const (
+	ShardingService_RebalanceStatus_FullMethodName = "/shardkit.data.v1.ShardingService/RebalanceStatus"
+	ShardingService_SetWeight_FullMethodName       = "/shardkit.data.v1.ShardingService/SetWeight"
+	ShardingService_SetLocked_FullMethodName       = "/shardkit.data.v1.ShardingService/SetLocked"
+	ShardingService_MoveBucket_FullMethodName      = "/shardkit.data.v1.ShardingService/MoveBucket"
+	ShardingService_PinBucket_FullMethodName       = "/shardkit.data.v1.ShardingService/PinBucket"
+	ShardingService_SetRebalancer_FullMethodName   = "/shardkit.data.v1.ShardingService/SetRebalancer"
+	ShardingService_Reshard_FullMethodName         = "/shardkit.data.v1.ShardingService/Reshard"
+)
+
+// ShardingServiceClient is the client API for ShardingService service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// ShardingService is the operator's control of bucket placement (seed
+// 001's resharding, at bucket granularity): the rebalancer's view and
+// settings, replicaset weights and locks, manual moves and pins, and the
+// seed's own step-by-step procedure. Every instance serves it; the calls
+// that change something go to the group-0 leader, where the mover runs.
+type ShardingServiceClient interface {
+	// RebalanceStatus shows targets, actual counts, moves in progress.
+	RebalanceStatus(ctx context.Context, in *RebalanceStatusRequest, opts ...grpc.CallOption) (*RebalanceStatusResponse, error)
+	// SetWeight sets a replicaset's weight (0 drains it).
+	SetWeight(ctx context.Context, in *SetWeightRequest, opts ...grpc.CallOption) (*SetWeightResponse, error)
+	// SetLocked locks (or unlocks) a replicaset: a locked one neither sends
+	// nor receives buckets.
+	SetLocked(ctx context.Context, in *SetLockedRequest, opts ...grpc.CallOption) (*SetLockedResponse, error)
+	// MoveBucket starts moving one bucket (like vshard's bucket_send).
+	MoveBucket(ctx context.Context, in *MoveBucketRequest, opts ...grpc.CallOption) (*MoveBucketResponse, error)
+	// PinBucket pins (or unpins) a bucket to its replicaset.
+	PinBucket(ctx context.Context, in *PinBucketRequest, opts ...grpc.CallOption) (*PinBucketResponse, error)
+	// SetRebalancer changes the rebalancer's settings.
+	SetRebalancer(ctx context.Context, in *SetRebalancerRequest, opts ...grpc.CallOption) (*SetRebalancerResponse, error)
+	// Reshard runs one step of the seed's procedure (R14).
+	Reshard(ctx context.Context, in *ReshardRequest, opts ...grpc.CallOption) (*ReshardResponse, error)
+}
+
+type shardingServiceClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewShardingServiceClient(cc grpc.ClientConnInterface) ShardingServiceClient {
+	return &shardingServiceClient{cc}
+}
+
+func (c *shardingServiceClient) RebalanceStatus(ctx context.Context, in *RebalanceStatusRequest, opts ...grpc.CallOption) (*RebalanceStatusResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RebalanceStatusResponse)
+	err := c.cc.Invoke(ctx, ShardingService_RebalanceStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shardingServiceClient) SetWeight(ctx context.Context, in *SetWeightRequest, opts ...grpc.CallOption) (*SetWeightResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetWeightResponse)
+	err := c.cc.Invoke(ctx, ShardingService_SetWeight_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shardingServiceClient) SetLocked(ctx context.Context, in *SetLockedRequest, opts ...grpc.CallOption) (*SetLockedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetLockedResponse)
+	err := c.cc.Invoke(ctx, ShardingService_SetLocked_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shardingServiceClient) MoveBucket(ctx context.Context, in *MoveBucketRequest, opts ...grpc.CallOption) (*MoveBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveBucketResponse)
+	err := c.cc.Invoke(ctx, ShardingService_MoveBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shardingServiceClient) PinBucket(ctx context.Context, in *PinBucketRequest, opts ...grpc.CallOption) (*PinBucketResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PinBucketResponse)
+	err := c.cc.Invoke(ctx, ShardingService_PinBucket_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shardingServiceClient) SetRebalancer(ctx context.Context, in *SetRebalancerRequest, opts ...grpc.CallOption) (*SetRebalancerResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetRebalancerResponse)
+	err := c.cc.Invoke(ctx, ShardingService_SetRebalancer_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *shardingServiceClient) Reshard(ctx context.Context, in *ReshardRequest, opts ...grpc.CallOption) (*ReshardResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReshardResponse)
+	err := c.cc.Invoke(ctx, ShardingService_Reshard_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ShardingServiceServer is the server API for ShardingService service.
+// All implementations must embed UnimplementedShardingServiceServer
+// for forward compatibility.
+//
+// ShardingService is the operator's control of bucket placement (seed
+// 001's resharding, at bucket granularity): the rebalancer's view and
+// settings, replicaset weights and locks, manual moves and pins, and the
+// seed's own step-by-step procedure. Every instance serves it; the calls
+// that change something go to the group-0 leader, where the mover runs.
+type ShardingServiceServer interface {
+	// RebalanceStatus shows targets, actual counts, moves in progress.
+	RebalanceStatus(context.Context, *RebalanceStatusRequest) (*RebalanceStatusResponse, error)
+	// SetWeight sets a replicaset's weight (0 drains it).
+	SetWeight(context.Context, *SetWeightRequest) (*SetWeightResponse, error)
+	// SetLocked locks (or unlocks) a replicaset: a locked one neither sends
+	// nor receives buckets.
+	SetLocked(context.Context, *SetLockedRequest) (*SetLockedResponse, error)
+	// MoveBucket starts moving one bucket (like vshard's bucket_send).
+	MoveBucket(context.Context, *MoveBucketRequest) (*MoveBucketResponse, error)
+	// PinBucket pins (or unpins) a bucket to its replicaset.
+	PinBucket(context.Context, *PinBucketRequest) (*PinBucketResponse, error)
+	// SetRebalancer changes the rebalancer's settings.
+	SetRebalancer(context.Context, *SetRebalancerRequest) (*SetRebalancerResponse, error)
+	// Reshard runs one step of the seed's procedure (R14).
+	Reshard(context.Context, *ReshardRequest) (*ReshardResponse, error)
+	mustEmbedUnimplementedShardingServiceServer()
+}
+
+// UnimplementedShardingServiceServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedShardingServiceServer struct{}
+
+func (UnimplementedShardingServiceServer) RebalanceStatus(context.Context, *RebalanceStatusRequest) (*RebalanceStatusResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RebalanceStatus not implemented")
+}
+func (UnimplementedShardingServiceServer) SetWeight(context.Context, *SetWeightRequest) (*SetWeightResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetWeight not implemented")
+}
+func (UnimplementedShardingServiceServer) SetLocked(context.Context, *SetLockedRequest) (*SetLockedResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetLocked not implemented")
+}
+func (UnimplementedShardingServiceServer) MoveBucket(context.Context, *MoveBucketRequest) (*MoveBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method MoveBucket not implemented")
+}
+func (UnimplementedShardingServiceServer) PinBucket(context.Context, *PinBucketRequest) (*PinBucketResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method PinBucket not implemented")
+}
+func (UnimplementedShardingServiceServer) SetRebalancer(context.Context, *SetRebalancerRequest) (*SetRebalancerResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetRebalancer not implemented")
+}
+func (UnimplementedShardingServiceServer) Reshard(context.Context, *ReshardRequest) (*ReshardResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Reshard not implemented")
+}
+func (UnimplementedShardingServiceServer) mustEmbedUnimplementedShardingServiceServer() {}
+func (UnimplementedShardingServiceServer) testEmbeddedByValue()                         {}
+
+// UnsafeShardingServiceServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to ShardingServiceServer will
+// result in compilation errors.
+type UnsafeShardingServiceServer interface {
+	mustEmbedUnimplementedShardingServiceServer()
+}
+
+func RegisterShardingServiceServer(s grpc.ServiceRegistrar, srv ShardingServiceServer) {
+	// If the following call panics, it indicates UnimplementedShardingServiceServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&ShardingService_ServiceDesc, srv)
+}
+
+func _ShardingService_RebalanceStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceStatusRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).RebalanceStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_RebalanceStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).RebalanceStatus(ctx, req.(*RebalanceStatusRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShardingService_SetWeight_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetWeightRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).SetWeight(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_SetWeight_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).SetWeight(ctx, req.(*SetWeightRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShardingService_SetLocked_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetLockedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).SetLocked(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_SetLocked_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).SetLocked(ctx, req.(*SetLockedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShardingService_MoveBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).MoveBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_MoveBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).MoveBucket(ctx, req.(*MoveBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShardingService_PinBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PinBucketRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).PinBucket(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_PinBucket_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).PinBucket(ctx, req.(*PinBucketRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShardingService_SetRebalancer_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetRebalancerRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).SetRebalancer(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_SetRebalancer_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).SetRebalancer(ctx, req.(*SetRebalancerRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ShardingService_Reshard_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReshardRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ShardingServiceServer).Reshard(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ShardingService_Reshard_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ShardingServiceServer).Reshard(ctx, req.(*ReshardRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// ShardingService_ServiceDesc is the grpc.ServiceDesc for ShardingService service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var ShardingService_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "shardkit.data.v1.ShardingService",
+	HandlerType: (*ShardingServiceServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "RebalanceStatus",
+			Handler:    _ShardingService_RebalanceStatus_Handler,
+		},
+		{
+			MethodName: "SetWeight",
+			Handler:    _ShardingService_SetWeight_Handler,
+		},
+		{
+			MethodName: "SetLocked",
+			Handler:    _ShardingService_SetLocked_Handler,
+		},
+		{
+			MethodName: "MoveBucket",
+			Handler:    _ShardingService_MoveBucket_Handler,
+		},
+		{
+			MethodName: "PinBucket",
+			Handler:    _ShardingService_PinBucket_Handler,
+		},
+		{
+			MethodName: "SetRebalancer",
+			Handler:    _ShardingService_SetRebalancer_Handler,
+		},
+		{
+			MethodName: "Reshard",
+			Handler:    _ShardingService_Reshard_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "api/data/v1/data.proto",
+}

@@ -681,7 +681,10 @@ type Move struct {
 	Phase         Move_Phase `protobuf:"varint,5,opt,name=phase,proto3,enum=shardkit.meta.v1.Move_Phase" json:"phase,omitempty"`
 	StartedUnixMs int64      `protobuf:"varint,6,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
 	// Why: "rebalance", "manual", "reshard".
-	Reason        string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	Reason string `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// Operator-driven (`shardkit reshard`): the mover only switches it; the
+	// operator's copy, finish and cleanup do the rest.
+	Operator      bool `protobuf:"varint,8,opt,name=operator,proto3" json:"operator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -765,12 +768,20 @@ func (x *Move) GetReason() string {
 	return ""
 }
 
+func (x *Move) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
+}
+
 // StartMove starts moving a bucket to a replicaset.
 type StartMove struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
 	Reason        string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Operator      bool                   `protobuf:"varint,4,opt,name=operator,proto3" json:"operator,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -824,6 +835,13 @@ func (x *StartMove) GetReason() string {
 		return x.Reason
 	}
 	return ""
+}
+
+func (x *StartMove) GetOperator() bool {
+	if x != nil {
+		return x.Operator
+	}
+	return false
 }
 
 // SetMovePhase advances a move (PREPARE -> COPY | ABORTING, COPY -> CLEANUP).
@@ -2594,7 +2612,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x17threshold_centi_percent\x18\x02 \x01(\rR\x15thresholdCentiPercent\x12\x1f\n" +
 	"\vmax_sending\x18\x03 \x01(\rR\n" +
 	"maxSending\x12#\n" +
-	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\"\xc0\x02\n" +
+	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\"\xdc\x02\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
@@ -2604,18 +2622,20 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"generation\x122\n" +
 	"\x05phase\x18\x05 \x01(\x0e2\x1c.shardkit.meta.v1.Move.PhaseR\x05phase\x12&\n" +
 	"\x0fstarted_unix_ms\x18\x06 \x01(\x03R\rstartedUnixMs\x12\x16\n" +
-	"\x06reason\x18\a \x01(\tR\x06reason\"h\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1a\n" +
+	"\boperator\x18\b \x01(\bR\boperator\"h\n" +
 	"\x05Phase\x12\x15\n" +
 	"\x11PHASE_UNSPECIFIED\x10\x00\x12\x11\n" +
 	"\rPHASE_PREPARE\x10\x01\x12\x0e\n" +
 	"\n" +
 	"PHASE_COPY\x10\x02\x12\x11\n" +
 	"\rPHASE_CLEANUP\x10\x03\x12\x12\n" +
-	"\x0ePHASE_ABORTING\x10\x04\"K\n" +
+	"\x0ePHASE_ABORTING\x10\x04\"g\n" +
 	"\tStartMove\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"z\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x1a\n" +
+	"\boperator\x18\x04 \x01(\bR\boperator\"z\n" +
 	"\fSetMovePhase\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +

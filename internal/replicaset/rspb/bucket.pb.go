@@ -76,10 +76,12 @@ func (x *SetBucketRequest) GetStep() *SetBucket {
 type SetBucketResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The record moved now; false: it was there already.
-	Changed       bool         `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Record        *BucketState `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Changed bool         `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Record  *BucketState `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	// GARBAGE: the tuples deleted, by space id.
+	DeletedBySpace map[uint32]uint64 `protobuf:"bytes,3,rep,name=deleted_by_space,json=deletedBySpace,proto3" json:"deleted_by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SetBucketResponse) Reset() {
@@ -122,6 +124,13 @@ func (x *SetBucketResponse) GetChanged() bool {
 func (x *SetBucketResponse) GetRecord() *BucketState {
 	if x != nil {
 		return x.Record
+	}
+	return nil
+}
+
+func (x *SetBucketResponse) GetDeletedBySpace() map[uint32]uint64 {
+	if x != nil {
+		return x.DeletedBySpace
 	}
 	return nil
 }
@@ -199,8 +208,10 @@ type ReceiveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Tuples the source sent, and those inserted (the others were written
 	// or deleted on the destination during the move).
-	Sent          uint64 `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
-	Copied        uint64 `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
+	Sent   uint64 `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
+	Copied uint64 `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
+	// The tuples inserted, by space id.
+	CopiedBySpace map[uint32]uint64 `protobuf:"bytes,3,rep,name=copied_by_space,json=copiedBySpace,proto3" json:"copied_by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -247,6 +258,13 @@ func (x *ReceiveResponse) GetCopied() uint64 {
 		return x.Copied
 	}
 	return 0
+}
+
+func (x *ReceiveResponse) GetCopiedBySpace() map[uint32]uint64 {
+	if x != nil {
+		return x.CopiedBySpace
+	}
+	return nil
 }
 
 type SendRequest struct {
@@ -751,20 +769,28 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"n\n" +
 	"\x10SetBucketRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x125\n" +
-	"\x04step\x18\x02 \x01(\v2!.shardkit.replicaset.v1.SetBucketR\x04step\"j\n" +
+	"\x04step\x18\x02 \x01(\v2!.shardkit.replicaset.v1.SetBucketR\x04step\"\x96\x02\n" +
 	"\x11SetBucketResponse\x12\x18\n" +
 	"\achanged\x18\x01 \x01(\bR\achanged\x12;\n" +
-	"\x06record\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BucketStateR\x06record\"\x81\x01\n" +
+	"\x06record\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BucketStateR\x06record\x12g\n" +
+	"\x10deleted_by_space\x18\x03 \x03(\v2=.shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntryR\x0edeletedBySpace\x1aA\n" +
+	"\x13DeletedBySpaceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x81\x01\n" +
 	"\x0eReceiveRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
-	"\x04from\x18\x04 \x01(\tR\x04from\"=\n" +
+	"\x04from\x18\x04 \x01(\tR\x04from\"\xe3\x01\n" +
 	"\x0fReceiveResponse\x12\x12\n" +
 	"\x04sent\x18\x01 \x01(\x04R\x04sent\x12\x16\n" +
-	"\x06copied\x18\x02 \x01(\x04R\x06copied\"\x8d\x01\n" +
+	"\x06copied\x18\x02 \x01(\x04R\x06copied\x12b\n" +
+	"\x0fcopied_by_space\x18\x03 \x03(\v2:.shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntryR\rcopiedBySpace\x1a@\n" +
+	"\x12CopiedBySpaceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x8d\x01\n" +
 	"\vSendRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x1e\n" +
@@ -820,7 +846,7 @@ func file_internal_replicaset_rspb_bucket_proto_rawDescGZIP() []byte {
 	return file_internal_replicaset_rspb_bucket_proto_rawDescData
 }
 
-var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_internal_replicaset_rspb_bucket_proto_goTypes = []any{
 	(*SetBucketRequest)(nil),    // 0: shardkit.replicaset.v1.SetBucketRequest
 	(*SetBucketResponse)(nil),   // 1: shardkit.replicaset.v1.SetBucketResponse
@@ -835,38 +861,42 @@ var file_internal_replicaset_rspb_bucket_proto_goTypes = []any{
 	(*LookupRangeResponse)(nil), // 10: shardkit.replicaset.v1.LookupRangeResponse
 	(*BucketsRequest)(nil),      // 11: shardkit.replicaset.v1.BucketsRequest
 	(*BucketsResponse)(nil),     // 12: shardkit.replicaset.v1.BucketsResponse
-	nil,                         // 13: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	(*SetBucket)(nil),           // 14: shardkit.replicaset.v1.SetBucket
-	(*BucketState)(nil),         // 15: shardkit.replicaset.v1.BucketState
-	(*CopiedTuple)(nil),         // 16: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),            // 17: shardkit.replicaset.v1.PrevFact
+	nil,                         // 13: shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
+	nil,                         // 14: shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
+	nil,                         // 15: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	(*SetBucket)(nil),           // 16: shardkit.replicaset.v1.SetBucket
+	(*BucketState)(nil),         // 17: shardkit.replicaset.v1.BucketState
+	(*CopiedTuple)(nil),         // 18: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),            // 19: shardkit.replicaset.v1.PrevFact
 }
 var file_internal_replicaset_rspb_bucket_proto_depIdxs = []int32{
-	14, // 0: shardkit.replicaset.v1.SetBucketRequest.step:type_name -> shardkit.replicaset.v1.SetBucket
-	15, // 1: shardkit.replicaset.v1.SetBucketResponse.record:type_name -> shardkit.replicaset.v1.BucketState
-	16, // 2: shardkit.replicaset.v1.SendResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	6,  // 3: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
-	17, // 4: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
-	16, // 5: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	13, // 6: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	15, // 7: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
-	0,  // 8: shardkit.replicaset.v1.BucketService.SetBucket:input_type -> shardkit.replicaset.v1.SetBucketRequest
-	2,  // 9: shardkit.replicaset.v1.BucketService.Receive:input_type -> shardkit.replicaset.v1.ReceiveRequest
-	4,  // 10: shardkit.replicaset.v1.BucketService.Send:input_type -> shardkit.replicaset.v1.SendRequest
-	7,  // 11: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
-	9,  // 12: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
-	11, // 13: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
-	1,  // 14: shardkit.replicaset.v1.BucketService.SetBucket:output_type -> shardkit.replicaset.v1.SetBucketResponse
-	3,  // 15: shardkit.replicaset.v1.BucketService.Receive:output_type -> shardkit.replicaset.v1.ReceiveResponse
-	5,  // 16: shardkit.replicaset.v1.BucketService.Send:output_type -> shardkit.replicaset.v1.SendResponse
-	8,  // 17: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
-	10, // 18: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
-	12, // 19: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	16, // 0: shardkit.replicaset.v1.SetBucketRequest.step:type_name -> shardkit.replicaset.v1.SetBucket
+	17, // 1: shardkit.replicaset.v1.SetBucketResponse.record:type_name -> shardkit.replicaset.v1.BucketState
+	13, // 2: shardkit.replicaset.v1.SetBucketResponse.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
+	14, // 3: shardkit.replicaset.v1.ReceiveResponse.copied_by_space:type_name -> shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
+	18, // 4: shardkit.replicaset.v1.SendResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	6,  // 5: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
+	19, // 6: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
+	18, // 7: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	15, // 8: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	17, // 9: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
+	0,  // 10: shardkit.replicaset.v1.BucketService.SetBucket:input_type -> shardkit.replicaset.v1.SetBucketRequest
+	2,  // 11: shardkit.replicaset.v1.BucketService.Receive:input_type -> shardkit.replicaset.v1.ReceiveRequest
+	4,  // 12: shardkit.replicaset.v1.BucketService.Send:input_type -> shardkit.replicaset.v1.SendRequest
+	7,  // 13: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
+	9,  // 14: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
+	11, // 15: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
+	1,  // 16: shardkit.replicaset.v1.BucketService.SetBucket:output_type -> shardkit.replicaset.v1.SetBucketResponse
+	3,  // 17: shardkit.replicaset.v1.BucketService.Receive:output_type -> shardkit.replicaset.v1.ReceiveResponse
+	5,  // 18: shardkit.replicaset.v1.BucketService.Send:output_type -> shardkit.replicaset.v1.SendResponse
+	8,  // 19: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
+	10, // 20: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
+	12, // 21: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
+	16, // [16:22] is the sub-list for method output_type
+	10, // [10:16] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_bucket_proto_init() }
@@ -881,7 +911,7 @@ func file_internal_replicaset_rspb_bucket_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_bucket_proto_rawDesc), len(file_internal_replicaset_rspb_bucket_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -354,7 +354,7 @@ func (*Command_CopyChunk) isCommand_Op() {}
 //
 //	ACTIVE(<g)          -> SENDING(g, peer)   the source freezes the bucket
 //	none or GARBAGE(<g) -> RECEIVING(g, peer) the destination takes writes with prev semantics
-//	RECEIVING(g)        -> ACTIVE(g)          the copy is complete; tombstones dropped
+//	RECEIVING(g)        -> ACTIVE(g)          the copy is complete (copied); tombstones dropped
 //	SENDING(g)          -> GARBAGE(g)         the source deletes the bucket's data
 //	SENDING(g)          -> ACTIVE(g)          abort before the switch (the destination never served it)
 //	RECEIVING(g)        -> GARBAGE(g)         abort on the destination (its data deleted)
@@ -439,10 +439,12 @@ func (x *SetBucket) GetFrom() BucketState_State {
 // each only where the destination has neither a tuple nor a tombstone of
 // its key (so a delete made during the copy is never undone).
 type CopyChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
-	Tuples        []*CopiedTuple         `protobuf:"bytes,3,rep,name=tuples,proto3" json:"tuples,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Bucket     uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	Tuples     []*CopiedTuple         `protobuf:"bytes,3,rep,name=tuples,proto3" json:"tuples,omitempty"`
+	// The source has sent everything: the record becomes copied.
+	Last          bool `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -496,6 +498,13 @@ func (x *CopyChunk) GetTuples() []*CopiedTuple {
 		return x.Tuples
 	}
 	return nil
+}
+
+func (x *CopyChunk) GetLast() bool {
+	if x != nil {
+		return x.Last
+	}
+	return false
 }
 
 type CopiedTuple struct {
@@ -1253,7 +1262,10 @@ type BucketState struct {
 	// Raised by every move of the bucket; the higher generation wins.
 	Generation uint64 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	// While moving: the replicaset on the other end.
-	Peer          string `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	Peer string `protobuf:"bytes,3,opt,name=peer,proto3" json:"peer,omitempty"`
+	// RECEIVING: every tuple of the source has been copied (the last chunk
+	// arrived); only then may the bucket become ACTIVE here.
+	Copied        bool `protobuf:"varint,4,opt,name=copied,proto3" json:"copied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1309,6 +1321,13 @@ func (x *BucketState) GetPeer() string {
 	return ""
 }
 
+func (x *BucketState) GetCopied() bool {
+	if x != nil {
+		return x.Copied
+	}
+	return false
+}
+
 var File_internal_replicaset_rspb_replicaset_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
@@ -1333,13 +1352,14 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\x80\x01\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\x94\x01\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12;\n" +
-	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\"j\n" +
+	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\"j\n" +
 	"\vCopiedTuple\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
@@ -1407,13 +1427,14 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\vBatchResult\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .shardkit.replicaset.v1.OpResultR\aresults\x129\n" +
 	"\arefusal\x18\x02 \x01(\v2\x1f.shardkit.replicaset.v1.RefusalR\arefusal\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\xef\x01\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\"\x87\x02\n" +
 	"\vBucketState\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x05state\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
-	"\x04peer\x18\x03 \x01(\tR\x04peer\"k\n" +
+	"\x04peer\x18\x03 \x01(\tR\x04peer\x12\x16\n" +
+	"\x06copied\x18\x04 \x01(\bR\x06copied\"k\n" +
 	"\x05State\x12\x15\n" +
 	"\x11STATE_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fSTATE_ACTIVE\x10\x01\x12\x11\n" +

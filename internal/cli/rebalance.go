@@ -1,0 +1,408 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/client"
+)
+
+// The operator's commands on bucket placement: rebalance, replicaset,
+// bucket, reshard (seed 001's resharding at bucket granularity).
+
+func newRebalanceCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "rebalance", Short: "The rebalancer: its view of the buckets' balance, and its settings"}
+	cmd.AddCommand(newRebalanceStatusCmd(), newRebalanceConfigCmd())
+	return cmd
+}
+
+func newRebalanceStatusCmd() *cobra.Command {
+	var f clusterFlags
+	var format string
+	var watch bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show each replicaset's buckets against its target, and the moves in progress",
+		Long: `Show, per replicaset, its weight, the buckets group 0 places on it, the count
+its weight asks for (the target), its disbalance in percent, and the moves in
+progress. The rebalancer acts when the largest disbalance exceeds its
+threshold (default 1%) and then moves buckets until every replicaset has its
+target. --watch redraws it every second until the buckets are balanced.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if format != "table" && format != "json" {
+				return fmt.Errorf("invalid --format %q: want table or json", format)
+			}
+			cl, err := f.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			for {
+				ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+				st, err := cl.Sharding().Status(ctx)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("rebalance status: %w", callError(f.timeout, err))
+				}
+				if format == "json" {
+					if err := writeJSONLine(cmd.OutOrStdout(), st); err != nil {
+						return err
+					}
+				} else if err := writeBalance(cmd.OutOrStdout(), st); err != nil {
+					return err
+				}
+				if !watch || (len(st.GetMoves()) == 0 && st.GetBucketsToMove() == 0) {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
+		},
+	}
+	f.register(cmd.Flags(), 10*time.Second, "how long to wait for the answer")
+	cmd.Flags().StringVar(&format, "format", "table", "table or json")
+	cmd.Flags().BoolVar(&watch, "watch", false, "show it again every second until the buckets are balanced")
+	return cmd
+}
+
+func percent(p float64) string {
+	if p >= math.MaxFloat64/2 || math.IsInf(p, 1) {
+		return "inf"
+	}
+	return strconv.FormatFloat(p, 'f', 2, 64) + "%"
+}
+
+func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "REPLICASET\tWEIGHT\tBUCKETS\tTARGET\tDISBALANCE\tSENDING\tRECEIVING\tPINNED\tNOTE")
+	for _, r := range st.GetReplicasets() {
+		note := ""
+		switch {
+		case r.GetLocked():
+			note = "locked"
+		case !r.GetAvailable():
+			note = "no member in service"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", r.GetReplicasetId(), r.GetWeight(), r.GetBuckets(), r.GetTarget(),
+			percent(r.GetDisbalancePercent()), r.GetSending(), r.GetReceiving(), r.GetPinned(), note)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	s := st.GetSettings()
+	state := "on"
+	if s.GetDisabled() {
+		state = "off"
+	}
+	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset); max disbalance %s\n",
+		state, percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), percent(st.GetMaxDisbalancePercent()))
+	done := st.GetBucketCount() - st.GetBucketsToMove()
+	fmt.Fprintf(w, "moves in progress: %d; buckets still to move: %d (%d of %d in place)\n", len(st.GetMoves()), st.GetBucketsToMove(), done, st.GetBucketCount())
+	return nil
+}
+
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+func newRebalanceConfigCmd() *cobra.Command {
+	var f clusterFlags
+	var enable, disable bool
+	var threshold float64
+	var maxSend, maxRecv uint32
+	cmd := &cobra.Command{
+		Use:   "config [--enable|--disable] [--threshold PERCENT] [--max-sending N] [--max-receiving N]",
+		Short: "Change the rebalancer's settings (unset flags keep theirs)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if enable && disable {
+				return errors.New("give --enable or --disable, not both")
+			}
+			cl, err := f.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			st, err := cl.Sharding().Status(ctx)
+			if err != nil {
+				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
+			}
+			s := st.GetSettings()
+			fl := cmd.Flags()
+			if enable || disable {
+				s.Disabled = disable
+			}
+			if fl.Changed("threshold") {
+				s.ThresholdPercent = threshold
+			}
+			if fl.Changed("max-sending") {
+				s.MaxSending = maxSend
+			}
+			if fl.Changed("max-receiving") {
+				s.MaxReceiving = maxRecv
+			}
+			if err := cl.Sharding().SetRebalancer(ctx, s); err != nil {
+				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "rebalancer: disabled=%v threshold=%s max-sending=%d max-receiving=%d\n",
+				s.GetDisabled(), percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving())
+			return nil
+		},
+	}
+	f.register(cmd.Flags(), 10*time.Second, "how long to wait for the answer")
+	cmd.Flags().BoolVar(&enable, "enable", false, "let the rebalancer move buckets")
+	cmd.Flags().BoolVar(&disable, "disable", false, "stop the rebalancer (moves in progress finish; manual moves still run)")
+	cmd.Flags().Float64Var(&threshold, "threshold", 1, "act when a replicaset's disbalance exceeds this many percent")
+	cmd.Flags().Uint32Var(&maxSend, "max-sending", 4, "buckets one replicaset sends at once")
+	cmd.Flags().Uint32Var(&maxRecv, "max-receiving", 8, "buckets one replicaset receives at once")
+	return cmd
+}
+
+func newReplicasetCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "replicaset", Short: "A replicaset's weight and lock"}
+	weight := func() *cobra.Command {
+		var f clusterFlags
+		c := &cobra.Command{
+			Use:   "weight RS WEIGHT",
+			Short: "Set a replicaset's weight: its share of the buckets relative to the others (0 drains it)",
+			Args:  cobra.ExactArgs(2),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				w, err := strconv.ParseUint(args[1], 10, 32)
+				if err != nil {
+					return fmt.Errorf("invalid weight %q: want a whole number from 0", args[1])
+				}
+				return f.do(cmd, "replicaset weight", func(ctx context.Context, cl *client.Client) error {
+					if err := cl.Sharding().SetWeight(ctx, args[0], uint32(w)); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "replicaset %s: weight %d (`shardkit rebalance status --watch` shows the buckets moving)\n", args[0], w)
+					return nil
+				})
+			},
+		}
+		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
+		return c
+	}
+	lock := func(use string, locked bool) *cobra.Command {
+		var f clusterFlags
+		c := &cobra.Command{
+			Use:   use + " RS",
+			Short: map[bool]string{true: "Lock a replicaset: it neither sends nor receives buckets", false: "Unlock a replicaset"}[locked],
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				return f.do(cmd, "replicaset "+use, func(ctx context.Context, cl *client.Client) error {
+					if err := cl.Sharding().SetLocked(ctx, args[0], locked); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "replicaset %s: %sed\n", args[0], use)
+					return nil
+				})
+			},
+		}
+		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
+		return c
+	}
+	cmd.AddCommand(weight(), lock("lock", true), lock("unlock", false))
+	return cmd
+}
+
+// do makes the client, runs fn within --timeout, and turns its error into
+// one line.
+func (f *clusterFlags) do(cmd *cobra.Command, what string, fn func(context.Context, *client.Client) error) error {
+	cl, err := f.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+	defer cancel()
+	if err := fn(ctx, cl); err != nil {
+		return fmt.Errorf("%s: %w", what, callError(f.timeout, err))
+	}
+	return nil
+}
+
+func parseBucket(s string) (uint32, error) {
+	b, err := strconv.ParseUint(s, 10, 32)
+	if err != nil || b == 0 {
+		return 0, fmt.Errorf("invalid bucket %q: want a number from 1", s)
+	}
+	return uint32(b), nil
+}
+
+func newBucketCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "bucket", Short: "Move or pin one bucket"}
+	move := func() *cobra.Command {
+		var f clusterFlags
+		var to string
+		var wait bool
+		c := &cobra.Command{
+			Use:   "move BUCKET --to RS [--wait]",
+			Short: "Move a bucket to a replicaset (like vshard's bucket_send)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				b, err := parseBucket(args[0])
+				if err != nil {
+					return err
+				}
+				if to == "" {
+					return errors.New("--to is required: the replicaset to move the bucket to")
+				}
+				var mv *datav1.MoveInfo
+				if err := f.do(cmd, "bucket move", func(ctx context.Context, cl *client.Client) error {
+					mv, err = cl.Sharding().MoveBucket(ctx, b, to)
+					return err
+				}); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: moving from %s to %s (generation %d)\n", b, mv.GetFrom(), mv.GetTo(), mv.GetGeneration())
+				if !wait {
+					return nil
+				}
+				return f.waitMove(cmd, b)
+			},
+		}
+		f.register(c.Flags(), 60*time.Second, "how long to wait (with --wait: for the move to finish)")
+		c.Flags().StringVar(&to, "to", "", "the replicaset to move the bucket to")
+		c.Flags().BoolVar(&wait, "wait", false, "wait until the move is done, showing its phases")
+		return c
+	}
+	pin := func(use string, pinned bool) *cobra.Command {
+		var f clusterFlags
+		c := &cobra.Command{
+			Use:   use + " BUCKET",
+			Short: map[bool]string{true: "Pin a bucket to its replicaset: the rebalancer leaves it there", false: "Unpin a bucket"}[pinned],
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				b, err := parseBucket(args[0])
+				if err != nil {
+					return err
+				}
+				return f.do(cmd, "bucket "+use, func(ctx context.Context, cl *client.Client) error {
+					if err := cl.Sharding().PinBucket(ctx, b, pinned); err != nil {
+						return err
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: %sned\n", b, use)
+					return nil
+				})
+			},
+		}
+		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
+		return c
+	}
+	cmd.AddCommand(move(), pin("pin", true), pin("unpin", false))
+	return cmd
+}
+
+// waitMove shows a bucket's move phase by phase until it is done.
+func (f *clusterFlags) waitMove(cmd *cobra.Command, b uint32) error {
+	return f.do(cmd, "bucket move", func(ctx context.Context, cl *client.Client) error {
+		last := ""
+		for {
+			st, err := cl.Sharding().Status(ctx)
+			if err != nil {
+				return err
+			}
+			var mv *datav1.MoveInfo
+			for _, m := range st.GetMoves() {
+				if m.GetBucket() == b {
+					mv = m
+				}
+			}
+			if mv == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: done\n", b)
+				return nil
+			}
+			if mv.GetPhase() != last {
+				fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: %s\n", b, mv.GetPhase())
+				last = mv.GetPhase()
+			}
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("bucket %d still moving (phase %s) after --timeout: %w", b, last, ctx.Err())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	})
+}
+
+func newReshardCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "reshard plan|start|copy|finish|cleanup",
+		Short: "Change the buckets' placement step by step, as seed 001's operator did",
+		Long: `The seed's resharding procedure at bucket granularity, for an operator who wants
+control instead of the rebalancer:
+
+  plan     the buckets the weights ask to move (changes nothing)
+  start    stop the rebalancer; switch those buckets to their new replicasets
+           (curr = new, prev = old): routers follow at once, reads fall back
+           to prev, writes have the resharding semantics
+  copy     copy the switched buckets' tuples from prev to curr, never
+           overwriting; prints (space, count) copied
+  finish   drop prev: the copied buckets are active on curr alone
+  cleanup  delete the moved buckets' tuples on prev; prints (space, count)
+           deleted; the rebalancer is on again`,
+	}
+	for _, s := range []struct {
+		name string
+		step datav1.ReshardStep
+	}{{"plan", datav1.ReshardStep_RESHARD_STEP_PLAN}, {"start", datav1.ReshardStep_RESHARD_STEP_START},
+		{"copy", datav1.ReshardStep_RESHARD_STEP_COPY}, {"finish", datav1.ReshardStep_RESHARD_STEP_FINISH},
+		{"cleanup", datav1.ReshardStep_RESHARD_STEP_CLEANUP}} {
+		var f clusterFlags
+		var format string
+		c := &cobra.Command{
+			Use:   s.name,
+			Short: "reshard " + s.name,
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				if format != "text" && format != "json" {
+					return fmt.Errorf("invalid --format %q: want text or json", format)
+				}
+				return f.do(cmd, "reshard "+s.name, func(ctx context.Context, cl *client.Client) error {
+					resp, err := cl.Sharding().Reshard(ctx, s.step)
+					if err != nil {
+						return err
+					}
+					out := cmd.OutOrStdout()
+					if format == "json" {
+						return writeJSONLine(out, resp)
+					}
+					if s.step == datav1.ReshardStep_RESHARD_STEP_PLAN {
+						for _, mv := range resp.GetMoves() {
+							fmt.Fprintf(out, "bucket %d: %s -> %s\n", mv.GetBucket(), mv.GetFrom(), mv.GetTo())
+						}
+					}
+					for _, c := range resp.GetCounts() {
+						fmt.Fprintf(out, "%s\t%d\n", c.GetSpace(), c.GetCount())
+					}
+					fmt.Fprintln(out, resp.GetSummary())
+					return nil
+				})
+			},
+		}
+		f.register(c.Flags(), 10*time.Minute, "how long to wait for the step")
+		c.Flags().StringVar(&format, "format", "text", "text or json")
+		cmd.AddCommand(c)
+	}
+	return cmd
+}

@@ -1,0 +1,370 @@
+package mover
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+)
+
+// Service serves ShardingService on every instance; the server routes the
+// calls that change something to the group-0 leader.
+type Service struct {
+	datav1.UnimplementedShardingServiceServer
+	m *Mover
+	// refresh catches this instance's view of group 0 up with the leader.
+	refresh func(context.Context) error
+}
+
+// NewService returns the service of a mover.
+func NewService(m *Mover, refresh func(context.Context) error) *Service {
+	return &Service{m: m, refresh: refresh}
+}
+
+func moveInfo(mv *metapb.Move, now time.Time) *datav1.MoveInfo {
+	phase := map[metapb.Move_Phase]string{metapb.Move_PHASE_PREPARE: "prepare", metapb.Move_PHASE_COPY: "copy",
+		metapb.Move_PHASE_CLEANUP: "cleanup", metapb.Move_PHASE_ABORTING: "aborting"}[mv.GetPhase()]
+	return &datav1.MoveInfo{Bucket: mv.GetBucket(), From: mv.GetFrom(), To: mv.GetTo(), Generation: mv.GetGeneration(), Phase: phase,
+		AgeMs: max(0, now.UnixMilli()-mv.GetStartedUnixMs()), Reason: mv.GetReason(), Operator: mv.GetOperator()}
+}
+
+func sortedMoves(st *meta.State) []*metapb.Move {
+	var out []*metapb.Move
+	for _, mv := range st.Moves {
+		out = append(out, mv)
+	}
+	slices.SortFunc(out, func(a, b *metapb.Move) int { return int(a.GetBucket()) - int(b.GetBucket()) })
+	return out
+}
+
+// RebalanceStatus implements ShardingService.
+func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatusRequest) (*datav1.RebalanceStatusResponse, error) {
+	if s.refresh != nil {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_ = s.refresh(rctx) // without a leader: answer from what this instance has
+		cancel()
+	}
+	st := s.m.cfg.Zero.State()
+	if !st.Booted() {
+		return nil, status.Error(codes.Unavailable, "the cluster is not bootstrapped yet")
+	}
+	p := MakePlan(st)
+	threshold, maxSend, maxRecv, disabled := Settings(st.Props.GetRebalancer())
+	resp := &datav1.RebalanceStatusResponse{
+		BucketCount: st.Props.GetBucketCount(),
+		Settings: &datav1.RebalancerSettings{Disabled: disabled, ThresholdPercent: threshold,
+			MaxSending: uint32(maxSend), MaxReceiving: uint32(maxRecv)},
+		MaxDisbalancePercent: p.MaxDisbalance,
+	}
+	pinned := map[string]int{}
+	for b := range st.Pinned {
+		pinned[st.Buckets[b-1]]++
+	}
+	counts := st.BucketCounts()
+	for _, g := range p.Groups {
+		rs := st.Replicasets[g.ID]
+		resp.Replicasets = append(resp.Replicasets, &datav1.ReplicasetBalance{
+			ReplicasetId: g.ID, Weight: rs.GetWeight(), Locked: rs.GetLocked(), Buckets: uint32(counts[g.ID]),
+			Target: uint32(p.Targets[g.ID]), DisbalancePercent: p.Disbalance[g.ID], Pinned: uint32(pinned[g.ID]),
+			Sending: uint32(p.Sending[g.ID]), Receiving: uint32(p.Receiving[g.ID]), Available: available(st, g.ID),
+		})
+	}
+	for _, r := range p.Routes {
+		resp.BucketsToMove += uint32(r.Count)
+	}
+	now := s.m.cfg.Now()
+	for _, mv := range sortedMoves(st) {
+		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+	}
+	if math.IsInf(resp.MaxDisbalancePercent, 1) {
+		resp.MaxDisbalancePercent = math.MaxFloat64 // JSON has no infinity
+	}
+	for _, r := range resp.Replicasets {
+		if math.IsInf(r.DisbalancePercent, 1) {
+			r.DisbalancePercent = math.MaxFloat64
+		}
+	}
+	return resp, nil
+}
+
+func (s *Service) propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
+	return s.m.cfg.Zero.Propose(ctx, c)
+}
+
+// SetWeight implements ShardingService.
+func (s *Service) SetWeight(ctx context.Context, req *datav1.SetWeightRequest) (*datav1.SetWeightResponse, error) {
+	w := req.GetWeight()
+	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{
+		ReplicasetId: req.GetReplicasetId(), Weight: &w}}}); err != nil {
+		return nil, err
+	}
+	s.m.log.Info("replicaset weight set", "replicaset", req.GetReplicasetId(), "weight", w)
+	return &datav1.SetWeightResponse{}, nil
+}
+
+// SetLocked implements ShardingService.
+func (s *Service) SetLocked(ctx context.Context, req *datav1.SetLockedRequest) (*datav1.SetLockedResponse, error) {
+	l := req.GetLocked()
+	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{
+		ReplicasetId: req.GetReplicasetId(), Locked: &l}}}); err != nil {
+		return nil, err
+	}
+	s.m.log.Info("replicaset lock set", "replicaset", req.GetReplicasetId(), "locked", l)
+	return &datav1.SetLockedResponse{}, nil
+}
+
+// MoveBucket implements ShardingService.
+func (s *Service) MoveBucket(ctx context.Context, req *datav1.MoveBucketRequest) (*datav1.MoveBucketResponse, error) {
+	res, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{
+		Bucket: req.GetBucket(), To: req.GetTo(), Reason: "manual"}}})
+	if err != nil {
+		return nil, err
+	}
+	s.m.log.Info("manual bucket move", "bucket", req.GetBucket(), "from", res.Move.GetFrom(), "to", req.GetTo())
+	return &datav1.MoveBucketResponse{Move: moveInfo(res.Move, s.m.cfg.Now())}, nil
+}
+
+// PinBucket implements ShardingService.
+func (s *Service) PinBucket(ctx context.Context, req *datav1.PinBucketRequest) (*datav1.PinBucketResponse, error) {
+	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{
+		Bucket: req.GetBucket(), Pinned: req.GetPinned()}}}); err != nil {
+		return nil, err
+	}
+	return &datav1.PinBucketResponse{}, nil
+}
+
+// SetRebalancer implements ShardingService.
+func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRequest) (*datav1.SetRebalancerResponse, error) {
+	in := req.GetSettings()
+	if t := in.GetThresholdPercent(); t < 0 || t > 100 {
+		return nil, status.Errorf(codes.InvalidArgument, "threshold %v%% is outside [0, 100]", t)
+	}
+	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
+		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving()}
+	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
+		return nil, err
+	}
+	s.m.log.Info("rebalancer settings", "disabled", r.GetDisabled(), "threshold_centi_percent", r.GetThresholdCentiPercent(),
+		"max_sending", r.GetMaxSending(), "max_receiving", r.GetMaxReceiving())
+	return &datav1.SetRebalancerResponse{}, nil
+}
+
+// Reshard implements ShardingService: the seed's procedure, step by step.
+func (s *Service) Reshard(ctx context.Context, req *datav1.ReshardRequest) (*datav1.ReshardResponse, error) {
+	switch req.GetStep() {
+	case datav1.ReshardStep_RESHARD_STEP_PLAN:
+		return s.reshardPlan()
+	case datav1.ReshardStep_RESHARD_STEP_START:
+		return s.reshardStart(ctx)
+	case datav1.ReshardStep_RESHARD_STEP_COPY:
+		return s.reshardCopy(ctx)
+	case datav1.ReshardStep_RESHARD_STEP_FINISH:
+		return s.reshardFinish(ctx)
+	case datav1.ReshardStep_RESHARD_STEP_CLEANUP:
+		return s.reshardCleanup(ctx)
+	}
+	return nil, status.Errorf(codes.InvalidArgument, "unknown reshard step %v: plan, start, copy, finish or cleanup", req.GetStep())
+}
+
+// planned picks the buckets the routes of a plan move (lowest numbers
+// first, skipping pinned and moving ones).
+func planned(st *meta.State, p Plan) []*metapb.Move {
+	var out []*metapb.Move
+	taken := map[uint32]bool{}
+	for b := range st.Moves {
+		taken[b] = true
+	}
+	for _, r := range p.Routes {
+		n := r.Count
+		for b := uint32(1); n > 0 && int(b) <= len(st.Buckets); b++ {
+			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
+				continue
+			}
+			taken[b] = true
+			n--
+			out = append(out, &metapb.Move{Bucket: b, From: r.From, To: r.To, Generation: st.Generation(b) + 1, Reason: "reshard", Operator: true})
+		}
+	}
+	return out
+}
+
+func (s *Service) reshardPlan() (*datav1.ReshardResponse, error) {
+	st := s.m.cfg.Zero.State()
+	p := MakePlan(st)
+	resp := &datav1.ReshardResponse{}
+	now := s.m.cfg.Now()
+	for _, mv := range planned(st, p) {
+		mv.StartedUnixMs = now.UnixMilli()
+		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+	}
+	resp.Summary = fmt.Sprintf("%d buckets would move (max disbalance %.2f%%)", len(resp.Moves), p.MaxDisbalance)
+	return resp, nil
+}
+
+func (s *Service) operatorMoves(phase metapb.Move_Phase) []*metapb.Move {
+	var out []*metapb.Move
+	for _, mv := range sortedMoves(s.m.cfg.Zero.State()) {
+		if mv.GetOperator() && mv.GetPhase() == phase {
+			out = append(out, mv)
+		}
+	}
+	return out
+}
+
+func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, error) {
+	st := s.m.cfg.Zero.State()
+	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)) + len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); n > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%d buckets switched); copy, finish and clean it up first", n)
+	}
+	// The rebalancer stays out of the way until the cleanup.
+	r := st.Props.GetRebalancer()
+	if r == nil {
+		r = &metapb.Rebalancer{}
+	} else {
+		r = &metapb.Rebalancer{ThresholdCentiPercent: r.GetThresholdCentiPercent(), MaxSending: r.GetMaxSending(), MaxReceiving: r.GetMaxReceiving()}
+	}
+	r.Disabled = true
+	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
+		return nil, err
+	}
+	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
+	for _, mv := range plan {
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{
+			Bucket: mv.GetBucket(), To: mv.GetTo(), Reason: "reshard", Operator: true}}}); err != nil {
+			return nil, fmt.Errorf("start moving bucket %d: %w", mv.GetBucket(), err)
+		}
+	}
+	// The mover switches them; wait until none is preparing.
+	for {
+		ch := s.m.cfg.Zero.Changed()
+		if len(s.operatorMoves(metapb.Move_PHASE_PREPARE)) == 0 && len(s.operatorMoves(metapb.Move_PHASE_ABORTING)) == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets are still switching; rerun `reshard start` to wait again", len(s.operatorMoves(metapb.Move_PHASE_PREPARE)))
+		case <-ch:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	resp := &datav1.ReshardResponse{}
+	now := s.m.cfg.Now()
+	for _, mv := range s.operatorMoves(metapb.Move_PHASE_COPY) {
+		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+	}
+	resp.Summary = fmt.Sprintf("%d buckets switched (curr = new replicaset, prev = old); next: reshard copy", len(resp.Moves))
+	return resp, nil
+}
+
+// spaceCounts turns counts by space id into the seed's (space, count).
+func (s *Service) spaceCounts(bySpace map[uint32]uint64) []*datav1.SpaceCount {
+	names := map[uint32]string{}
+	for _, sp := range s.m.cfg.Zero.State().Spaces {
+		names[sp.GetId()] = sp.GetName()
+	}
+	var out []*datav1.SpaceCount
+	for id, n := range bySpace {
+		name := names[id]
+		if name == "" {
+			name = fmt.Sprintf("(dropped space %d)", id)
+		}
+		out = append(out, &datav1.SpaceCount{Space: name, Count: n})
+	}
+	slices.SortFunc(out, func(a, b *datav1.SpaceCount) int {
+		switch {
+		case a.GetSpace() < b.GetSpace():
+			return -1
+		case a.GetSpace() > b.GetSpace():
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, error) {
+	bySpace := map[uint32]uint64{}
+	resp := &datav1.ReshardResponse{}
+	now := s.m.cfg.Now()
+	for _, mv := range s.operatorMoves(metapb.Move_PHASE_COPY) {
+		var r *rspb.ReceiveResponse
+		err := s.m.onLeader(ctx, mv.GetTo(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+			var err error
+			r, err = c.Receive(ctx, &rspb.ReceiveRequest{ReplicasetId: mv.GetTo(), Bucket: mv.GetBucket(), Generation: mv.GetGeneration(), From: mv.GetFrom()})
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("copy bucket %d from %s to %s: %w", mv.GetBucket(), mv.GetFrom(), mv.GetTo(), err)
+		}
+		for sp, n := range r.GetCopiedBySpace() {
+			bySpace[sp] += n
+		}
+		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+	}
+	resp.Counts = s.spaceCounts(bySpace)
+	resp.Summary = fmt.Sprintf("%d buckets copied; next: reshard finish", len(resp.Moves))
+	return resp, nil
+}
+
+func (s *Service) reshardFinish(ctx context.Context) (*datav1.ReshardResponse, error) {
+	resp := &datav1.ReshardResponse{}
+	now := s.m.cfg.Now()
+	for _, mv := range s.operatorMoves(metapb.Move_PHASE_COPY) {
+		if err := s.m.setBucket(ctx, mv.GetTo(), mv.GetBucket(), rspb.BucketState_STATE_ACTIVE, mv.GetGeneration(), "", rspb.BucketState_STATE_RECEIVING); err != nil {
+			if isRefused(err) {
+				return nil, status.Errorf(codes.FailedPrecondition, "bucket %d: %v (run `reshard copy` first)", mv.GetBucket(), err)
+			}
+			return nil, err
+		}
+		if err := s.m.phase(ctx, mv, metapb.Move_PHASE_CLEANUP); err != nil {
+			return nil, err
+		}
+		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+	}
+	resp.Summary = fmt.Sprintf("prev dropped for %d buckets (each active on its new replicaset alone); next: reshard cleanup", len(resp.Moves))
+	return resp, nil
+}
+
+func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, error) {
+	bySpace := map[uint32]uint64{}
+	resp := &datav1.ReshardResponse{}
+	now := s.m.cfg.Now()
+	for _, mv := range s.operatorMoves(metapb.Move_PHASE_CLEANUP) {
+		var deleted map[uint32]uint64
+		err := s.m.onLeader(ctx, mv.GetFrom(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+			r, err := c.SetBucket(ctx, &rspb.SetBucketRequest{ReplicasetId: mv.GetFrom(), Step: &rspb.SetBucket{Bucket: mv.GetBucket(),
+				State: rspb.BucketState_STATE_GARBAGE, Generation: mv.GetGeneration(), From: rspb.BucketState_STATE_SENDING}})
+			deleted = r.GetDeletedBySpace()
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("clean up bucket %d on %s: %w", mv.GetBucket(), mv.GetFrom(), err)
+		}
+		for sp, n := range deleted {
+			bySpace[sp] += n
+		}
+		if err := s.m.finish(ctx, mv); err != nil {
+			return nil, err
+		}
+		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+	}
+	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetDisabled() && len(s.operatorMoves(metapb.Move_PHASE_COPY)) == 0 {
+		r := st.Props.GetRebalancer()
+		on := &metapb.Rebalancer{ThresholdCentiPercent: r.GetThresholdCentiPercent(), MaxSending: r.GetMaxSending(), MaxReceiving: r.GetMaxReceiving()}
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: on}}}); err != nil {
+			return nil, err
+		}
+	}
+	resp.Counts = s.spaceCounts(bySpace)
+	resp.Summary = fmt.Sprintf("%d buckets cleaned up on their old replicasets; the rebalancer is on again", len(resp.Moves))
+	return resp, nil
+}
