@@ -18,6 +18,7 @@ type dataOptions struct {
 	versions  bool
 	ifVersion uint64
 	mode      string
+	readInfo  bool
 }
 
 // dataOp is one of those commands: its arguments after SPACE, and what it
@@ -39,6 +40,7 @@ type dataCall struct {
 	args []string // after SPACE
 	opts []client.WriteOption
 	mode client.Mode
+	info *client.ReadInfo // who served a read
 }
 
 func (x *dataCall) json(i int) ([]byte, error) {
@@ -117,7 +119,8 @@ var dataOps = []dataOp{
 			if err != nil {
 				return client.Result{}, err
 			}
-			r, _, err := x.sp.Select(x.ctx, k, x.mode)
+			r, info, err := x.sp.Select(x.ctx, k, x.mode)
+			x.info = &info
 			if !r.Found {
 				r.Tuple = nil
 			}
@@ -211,6 +214,7 @@ func newDataCmd(op dataOp) *cobra.Command {
 	}
 	if op.mode {
 		f.StringVar(&o.mode, "mode", "rw", "rw: the replicaset's leader (linearizable); ro: a replica (may be stale)")
+		f.BoolVar(&o.readInfo, "read-info", false, `print on stderr who served the read and how fresh it is: {"replicaset","instance","leader","applied_index","lag_entries","leader_contact_ms"}`)
 	}
 	return cmd
 }
@@ -248,6 +252,11 @@ func runData(cmd *cobra.Command, op dataOp, o *dataOptions, args []string) error
 			return prefixExit(what, exit)
 		}
 		return dataError(what, o.timeout, err)
+	}
+	if o.readInfo && x.info != nil {
+		if err := writeReadInfo(cmd.ErrOrStderr(), *x.info); err != nil {
+			return err
+		}
 	}
 	return writeTuples(cmd.OutOrStdout(), o.versions, r)
 }

@@ -236,8 +236,9 @@ func TestDataCommands(t *testing.T) {
 		// poll rather than assume it.
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			code, out, errOut := runMain(t, "select", "--peer", addr, "--mode", "ro", "offers", `[5, "v"]`)
+			code, out, errOut := runMain(t, "select", "--peer", addr, "--mode", "ro", "--read-info", "offers", `[5, "v"]`)
 			if code == 0 && out == "[[5,\"v\",3.0]]\n" {
+				checkReadInfo(t, errOut, false)
 				break
 			}
 			if time.Now().After(deadline) {
@@ -245,6 +246,11 @@ func TestDataCommands(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
+		code, out, errOut := runMain(t, "select", "--peer", addr, "--read-info", "offers", `[5, "nope"]`)
+		if code != 0 || out != "[]\n" {
+			t.Fatalf("select --read-info: exit %d, stdout %q, stderr %q", code, out, errOut)
+		}
+		checkReadInfo(t, errOut, true)
 	})
 
 	t.Run("call", func(t *testing.T) {
@@ -300,6 +306,20 @@ func TestDataCommands(t *testing.T) {
 			{name: "gone", args: []string{"select", "offers", `[1, "a"]`}, code: 1, err: []string{`no space "offers"`}},
 		})
 	})
+}
+
+// checkReadInfo checks the line of --read-info.
+func checkReadInfo(t *testing.T, line string, leader bool) {
+	t.Helper()
+	var info map[string]any
+	if strings.Count(line, "\n") != 1 || json.Unmarshal([]byte(line), &info) != nil {
+		t.Fatalf("--read-info printed %q; want one JSON line", line)
+	}
+	requireKeys(t, "read info", info, map[string]string{"replicaset": "string", "instance": "string", "leader": "bool",
+		"applied_index": "number", "lag_entries": "number", "leader_contact_ms": "number"})
+	if info["replicaset"] != "r1" || info["leader"] != leader || info["applied_index"].(float64) == 0 {
+		t.Errorf("--read-info printed %q; want replicaset r1, leader %v", line, leader)
+	}
 }
 
 func lastLine(s string) string {

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -182,5 +183,23 @@ func writeTuples(out io.Writer, versions bool, rs ...client.Result) error {
 	}
 	b = append(b, ']', '\n')
 	_, err := out.Write(b)
+	return err
+}
+
+// writeReadInfo prints who served a read and how fresh it is, as one JSON
+// line.
+func writeReadInfo(out io.Writer, i client.ReadInfo) error {
+	b, err := json.Marshal(struct {
+		Replicaset      string `json:"replicaset"`
+		Instance        string `json:"instance"`
+		Leader          bool   `json:"leader"`
+		AppliedIndex    uint64 `json:"applied_index"`
+		LagEntries      uint64 `json:"lag_entries"`
+		LeaderContactMs int64  `json:"leader_contact_ms"`
+	}{i.Replicaset, i.Instance, i.Leader, i.AppliedIndex, i.LagEntries, i.LeaderContact})
+	if err != nil {
+		return err
+	}
+	_, err = out.Write(append(b, '\n'))
 	return err
 }
