@@ -284,7 +284,7 @@ func TestDataCommands(t *testing.T) {
 		if code != 0 || lastLine(out) != "4" {
 			t.Errorf("space count with a dead first peer: exit %d, stdout %q, stderr %q", code, out, errOut)
 		}
-		code, _, errOut = runMain(t, "select", "--peer", dead, "--timeout", "5s", "offers", `[5, "v"]`)
+		code, _, errOut = runMain(t, "select", "--peer", dead, "--timeout", "60s", "offers", `[5, "v"]`)
 		if code != 1 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "peer "+dead+" unavailable") {
 			t.Errorf("select with only a dead peer: exit %d, stderr %q", code, errOut)
 		}
