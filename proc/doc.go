@@ -11,8 +11,9 @@
 // returns a tuple.
 //
 // shardkit's built-in procedures are Builtins (count, echo, buckets). To
-// add your own, build your own binary: register them in a Registry and
-// hand it to cmd/shardkit/app.Main (examples/procedures shows one).
+// add your own, build your own binary: pass them to cmd/shardkit/app.Main,
+// which serves them next to the built-ins (examples/procedures shows one;
+// docs/data.md walks through it).
 //
 // It owns the procedure types and the registry. It must never import
 // shardkit's internal packages (the server implements Context) and keeps

@@ -1,13 +1,14 @@
 // Command shardkit is the single binary of the shardkit platform. All of its
-// behaviour lives in internal/cli; this file only hands the arguments over.
+// behaviour lives in internal/cli, reached through cmd/shardkit/app (which a
+// binary with its own stored procedures calls the same way).
 package main
 
 import (
 	"os"
 
-	"github.com/shardkit/shardkit/internal/cli"
+	"github.com/shardkit/shardkit/cmd/shardkit/app"
 )
 
 func main() {
-	os.Exit(cli.Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	os.Exit(app.Main(os.Args[1:]))
 }

@@ -1,6 +1,8 @@
 // Package cli holds the cobra commands of the shardkit binary: run, status,
-// expel, demo, bench, version and the subcommands of the public libraries
-// (cache, numerator).
+// expel, demo, bench, version, the data commands (space, insert, replace,
+// select, update, upsert, delete, call, map-call; docs/data.md) and the
+// subcommands of the public libraries (cache, numerator). Main takes the
+// binary's own stored procedures (cmd/shardkit/app) and hands them to run.
 //
 // It owns flag parsing, configuration precedence (flag > env > file) and the
 // mapping of errors to exit codes and one-line messages. It must never hold

@@ -29,8 +29,15 @@ func (f *clusterFlags) register(fs *pflag.FlagSet, timeout time.Duration, timeou
 	fs.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
 }
 
-// client checks the flags and makes the client.
+// client checks the flags and makes the client; one attempt on one
+// instance may take all of --timeout.
 func (f *clusterFlags) client(ctx context.Context) (*client.Client, error) {
+	return f.clientWith(ctx, 0)
+}
+
+// clientWith is client with each attempt on one instance bounded by
+// attempt instead (0: --timeout).
+func (f *clusterFlags) clientWith(ctx context.Context, attempt time.Duration) (*client.Client, error) {
 	if f.timeout <= 0 {
 		return nil, fmt.Errorf("invalid --timeout %v: must be positive", f.timeout)
 	}
@@ -38,7 +45,10 @@ func (f *clusterFlags) client(ctx context.Context) (*client.Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--peer: %w", err)
 	}
-	return client.New(ctx, client.Config{Peers: peers, Timeout: f.timeout})
+	if attempt <= 0 {
+		attempt = f.timeout
+	}
+	return client.New(ctx, client.Config{Peers: peers, Timeout: attempt})
 }
 
 // callError turns a failed call into one line: unreachable peers and

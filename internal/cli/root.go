@@ -9,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/proc"
 )
 
 // ExitError carries a process exit code through cobra. Its message is
@@ -24,16 +26,23 @@ func (e *ExitError) Error() string { return e.Err.Error() }
 func (e *ExitError) Unwrap() error { return e.Err }
 
 // Main runs the shardkit command line and returns the process exit code.
-func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+// procs are stored procedures the binary serves besides proc.Builtins when
+// it runs an instance (`shardkit run`); cmd/shardkit/app passes them.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, procs ...proc.Procedure) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
-	root := newRootCmd()
+	reg, err := proc.NewRegistry(append(proc.Builtins(), procs...)...)
+	if err != nil {
+		fmt.Fprintf(stderr, "shardkit: this binary's procedures: %v\n", err)
+		return 1
+	}
+	root := newRootCmd(reg)
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	err = root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
 	}
@@ -48,7 +57,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	return 1
 }
 
-func newRootCmd() *cobra.Command {
+func newRootCmd(procs *proc.Registry) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "shardkit",
 		Short:         "shardkit: sharded, replicated data on Raft",
@@ -58,10 +67,12 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(
 		newVersionCmd(),
 		newDemoCmd(),
-		newRunCmd(), newStatusCmd(), newExpelCmd(),
+		newRunCmd(procs), newStatusCmd(), newExpelCmd(),
+		newSpaceCmd(), newCallCmd(procs), newMapCallCmd(),
 		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
 		newCacheCmd(),
 		newNumeratorCmd(),
 	)
+	root.AddCommand(newDataCmds()...)
 	return root
 }

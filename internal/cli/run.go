@@ -12,6 +12,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/supervisor"
+	"github.com/shardkit/shardkit/proc"
 )
 
 // exitBadConfig is the exit code of a `shardkit run` whose settings are
@@ -34,6 +35,8 @@ type runDeps struct {
 	requestRebootstrap func(string) error
 	supervise          func(context.Context, supervisor.Config) (int, error)
 	runInstance        func(context.Context, server.InstanceConfig, string) error
+	// procedures the instance serves (nil: proc.Builtins).
+	procedures *proc.Registry
 }
 
 func defaultRunDeps() runDeps {
@@ -60,7 +63,11 @@ func readConfigFile(path string) ([]byte, error) {
 	return io.ReadAll(io.LimitReader(f, maxConfigFileBytes+1))
 }
 
-func newRunCmd() *cobra.Command { return newRunCmdWith(defaultRunDeps()) }
+func newRunCmd(procs *proc.Registry) *cobra.Command {
+	deps := defaultRunDeps()
+	deps.procedures = procs
+	return newRunCmdWith(deps)
+}
 
 func newRunCmdWith(deps runDeps) *cobra.Command {
 	cmd := &cobra.Command{
@@ -86,6 +93,7 @@ a flag wins over the environment, which wins over the file.`,
 				return &ExitError{Code: code, Err: err}
 			}
 			cfg.Logger = newLogger(cfg.LogLevel, cfg.LogFormat, cmd.ErrOrStderr())
+			cfg.Procedures = deps.procedures
 			if worker {
 				return runWorker(cmd.Context(), deps, cfg)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/supervisor"
+	"github.com/shardkit/shardkit/proc"
 )
 
 func TestWorkerExit(t *testing.T) {
@@ -240,5 +241,26 @@ func TestMainRunBadConfigOneLine(t *testing.T) {
 	got := errOut.String()
 	if strings.Count(got, "\n") != 1 || !strings.Contains(got, "--log-level") || !strings.Contains(got, `"loud"`) {
 		t.Errorf("stderr %q: want one line naming --log-level and \"loud\"", got)
+	}
+}
+
+// The procedures of the binary (cmd/shardkit/app) reach the instance.
+func TestRunWorkerProcedures(t *testing.T) {
+	t.Parallel()
+	reg, err := proc.NewRegistry(proc.Builtins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeRun{worker: true}
+	deps := f.deps()
+	deps.procedures = reg
+	root := &cobra.Command{Use: "shardkit", SilenceUsage: true, SilenceErrors: true}
+	root.AddCommand(newRunCmdWith(deps))
+	root.SetArgs([]string{"run"})
+	if err := root.ExecuteContext(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if f.instCfg == nil || f.instCfg.Procedures != reg {
+		t.Errorf("the instance got procedures %v, want the binary's registry", f.instCfg)
 	}
 }
