@@ -363,7 +363,12 @@ func (a *applier) update(sp *Space, i int, op *rspb.Op, cur []byte) ([]byte, *rs
 				i+1, opName(op.GetKind()), sp.Name, f+1, sp.Format[f].Name, n+1)
 		}
 	}
-	return tuple.AppendTuple(nil, nt), nil
+	enc := tuple.AppendTuple(nil, nt)
+	if len(enc) > MaxTupleBytes {
+		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): the updated tuple has %d bytes, more than %d",
+			i+1, opName(op.GetKind()), sp.Name, len(enc), MaxTupleBytes)
+	}
+	return enc, nil
 }
 
 func opName(k rspb.OpKind) string {

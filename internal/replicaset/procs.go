@@ -56,7 +56,10 @@ func (s *Storage) Call(ctx context.Context, req *datav1.CallRequest) (*datav1.Ca
 		if _, ok := status.FromError(err); ok {
 			return nil, err
 		}
-		return nil, status.Errorf(codes.Aborted, "procedure %s on replicaset %s: %v", p.Name, s.cfg.ReplicasetID, err)
+		// A procedure's own failure is its answer: FailedPrecondition, which
+		// clients do not retry (running it again would fail again, and
+		// repeat any effect outside its writes).
+		return nil, status.Errorf(codes.FailedPrecondition, "procedure %s on replicaset %s failed: %v", p.Name, s.cfg.ReplicasetID, err)
 	}
 	return &datav1.CallResponse{Result: tuple.AppendTuple(nil, res), ReplicasetId: s.cfg.ReplicasetID}, nil
 }

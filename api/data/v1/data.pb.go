@@ -779,8 +779,10 @@ type ReadInfo struct {
 	AppliedIndex uint64 `protobuf:"varint,4,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
 	// For a replica: how many entries it knew to be committed but had not
 	// applied, and how long since it last heard from the leader (ms; -1
-	// when it does not know a leader). The read reflects every write
-	// acknowledged before then.
+	// when it does not know a leader). Both are lower bounds of its lag: a
+	// replica whose log is behind the leader's learns of commits only as
+	// far as its log reaches, so lag_entries 0 does not promise that it has
+	// every acknowledged write; only an rw read does.
 	LagEntries      uint64 `protobuf:"varint,5,opt,name=lag_entries,json=lagEntries,proto3" json:"lag_entries,omitempty"`
 	LeaderContactMs int64  `protobuf:"varint,6,opt,name=leader_contact_ms,json=leaderContactMs,proto3" json:"leader_contact_ms,omitempty"`
 	unknownFields   protoimpl.UnknownFields
