@@ -32,7 +32,7 @@ func runMain(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	binary = filepath.Join(dir, "shardkit")
-	cmd := exec.Command("go", "build", "-o", binary, "github.com/shardkit/shardkit/cmd/shardkit")
+	cmd := exec.Command("go", "build", "-tags", buildTags, "-o", binary, "github.com/shardkit/shardkit/cmd/shardkit")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "building shardkit: %v\n", err)

@@ -1,0 +1,379 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/mover"
+	"github.com/shardkit/shardkit/internal/replicaset"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// Bucket moves with real processes: scale out and drain under a live
+// load, and a crash (kill -9) at every step of a move, on the source and
+// the destination, leader and follower, and on the mover.
+
+func newClient(t *testing.T, c *cluster) *client.Client {
+	t.Helper()
+	var peers []string
+	for _, inst := range c.insts {
+		peers = append(peers, inst.listen)
+	}
+	cl, err := client.New(t.Context(), client.Config{Peers: peers, Timeout: 5 * time.Second, Attempts: 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+func createSpace(t *testing.T, cl *client.Client) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := cl.CreateSpace(t.Context(), client.SpaceDef{Name: "kv", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeUnsigned}},
+			PrimaryKey: []string{"k"}}, true)
+		if err == nil {
+			if _, err = cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(0), tuple.Uint(0)}); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the space: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// load writes rows 0..keys-1 over and over until stopped, recording the
+// last value acknowledged for each key and every error.
+type load struct {
+	cl   *client.Client
+	keys uint64
+	stop chan struct{}
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex
+	last   map[uint64]uint64
+	errs   []error
+	writes atomic.Int64
+}
+
+func startLoad(t *testing.T, cl *client.Client, keys uint64, workers int) *load {
+	t.Helper()
+	l := &load{cl: cl, keys: keys, stop: make(chan struct{}), last: map[uint64]uint64{}}
+	for w := range workers {
+		l.wg.Go(func() {
+			for i := uint64(w); ; i += uint64(workers) {
+				select {
+				case <-l.stop:
+					return
+				default:
+				}
+				k, v := i%keys, i
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_, err := cl.Space("kv").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.Uint(v)})
+				cancel()
+				l.mu.Lock()
+				if err != nil {
+					l.errs = append(l.errs, fmt.Errorf("replace %d: %w", k, err))
+				} else if v >= l.last[k] {
+					l.last[k] = v
+				}
+				l.mu.Unlock()
+				l.writes.Add(1)
+			}
+		})
+	}
+	return l
+}
+
+func (l *load) finish(t *testing.T) {
+	t.Helper()
+	close(l.stop)
+	l.wg.Wait()
+	if len(l.errs) > 0 {
+		t.Errorf("the load saw %d errors during the moves (a user must see latency, not errors); first: %v", len(l.errs), l.errs[0])
+	}
+	// Every key holds at least the last value acknowledged for it (a
+	// worker owns its keys, so a later value is a later write of its own).
+	for k, v := range l.last {
+		r, _, err := l.cl.Space("kv").Select(context.Background(), []tuple.Value{tuple.Uint(k)}, client.RW)
+		got, _ := r.Tuple[1].AsUint()
+		if err != nil || !r.Found || got < v {
+			t.Errorf("key %d: read %v (found %v, %v), acknowledged %d", k, r.Tuple, r.Found, err, v)
+		}
+	}
+}
+
+// audit asks every replicaset's leader for its bucket records: each bucket
+// must be held (active or receiving) by exactly one.
+func audit(t *testing.T, c *cluster, st *statusJSON) map[string]int {
+	t.Helper()
+	holder := map[uint32]string{}
+	held := map[string]int{}
+	for _, rs := range st.Replicasets {
+		var resp *rspb.BucketsResponse
+		for _, id := range rs.Instances {
+			inst := st.byInstanceID(id)
+			if inst == nil {
+				continue
+			}
+			conn, err := grpc.NewClient(inst.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			resp, err = rspb.NewBucketServiceClient(conn).Buckets(ctx, &rspb.BucketsRequest{ReplicasetId: rs.ReplicasetID})
+			cancel()
+			conn.Close()
+			if err == nil {
+				break
+			}
+		}
+		if resp == nil {
+			t.Fatalf("no leader of %s answered for its buckets", rs.ReplicasetID)
+		}
+		for b, s := range resp.GetBuckets() {
+			if s.GetState() != rspb.BucketState_STATE_ACTIVE && s.GetState() != rspb.BucketState_STATE_RECEIVING {
+				continue
+			}
+			if holder[b] != "" {
+				t.Errorf("bucket %d is held by %s and %s", b, holder[b], rs.ReplicasetID)
+			}
+			holder[b] = rs.ReplicasetID
+			held[rs.ReplicasetID]++
+		}
+	}
+	for b := uint32(1); b <= 3000; b++ {
+		if holder[b] == "" {
+			t.Errorf("bucket %d is held by no replicaset", b)
+		}
+	}
+	return held
+}
+
+func (s *statusJSON) byInstanceID(id string) *instanceJSON {
+	for i := range s.Instances {
+		if s.Instances[i].InstanceID == id {
+			return &s.Instances[i]
+		}
+	}
+	return nil
+}
+
+// Scale out 1 -> 2 replicasets and drain 2 -> 1, replication factor 3,
+// under a live load that sees no error, with no command for the scale-out.
+func TestScaleOutAndDrainUnderLoad(t *testing.T) {
+	c := newCluster(t, 3, "--init-replication-factor", "3")
+	c.startAll()
+	c.waitOnline(3)
+	cl := newClient(t, c)
+	createSpace(t, cl)
+	ld := startLoad(t, cl, 300, 4)
+
+	for range 3 {
+		c.add().start(t)
+	}
+	st := c.waitStatus("1500 buckets on each of two replicasets", 5*time.Minute, func(s *statusJSON) bool {
+		return len(s.Replicasets) == 2 && s.Replicasets[0].BucketCount == 1500 && s.Replicasets[1].BucketCount == 1500
+	})
+	if held := audit(t, c, st); held["r1"] != 1500 || held["r2"] != 1500 {
+		t.Fatalf("after the scale-out the replicasets hold %v", held)
+	}
+	// Drain r2; then its instances may be expelled.
+	if out, errs, code := shardkit(30*time.Second, "replicaset", "weight", "r2", "0", "--peer", c.peers[0]); code != 0 {
+		t.Fatalf("replicaset weight: %s %s", out, errs)
+	}
+	st = c.waitStatus("r2 drained", 5*time.Minute, func(s *statusJSON) bool {
+		return len(s.Replicasets) == 2 && s.Replicasets[0].BucketCount == 3000 && s.Replicasets[1].BucketCount == 0
+	})
+	if held := audit(t, c, st); held["r1"] != 3000 {
+		t.Fatalf("after the drain r1 holds %d buckets", held["r1"])
+	}
+	ld.finish(t)
+	n, err := cl.Count(t.Context(), "kv")
+	if err != nil || n != 300 {
+		t.Fatalf("count %d, %v after scale-out and drain, want 300", n, err)
+	}
+	t.Logf("%d writes during the scale-out and the drain", ld.writes.Load())
+}
+
+// setFailpoint sets a failpoint on an instance's worker over HTTP.
+func setFailpoint(t *testing.T, inst *instance, name, action string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		req, _ := http.NewRequest(http.MethodPut, "http://"+inst.http+"/debug/failpoints/"+name, strings.NewReader(action))
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNoContent {
+				return
+			}
+			err = fmt.Errorf("HTTP %s", resp.Status)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("failpoint %s on %s: %v", name, inst.name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func clearFailpoint(inst *instance, name string) {
+	req, _ := http.NewRequest(http.MethodDelete, "http://"+inst.http+"/debug/failpoints/"+name, nil)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// A kill -9 at every step of a move, at every place the step happens:
+// the move resumes (after the supervisor restarts the worker) and the
+// bucket ends on exactly one replicaset with its rows.
+func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
+	if buildTags != "failpoints" {
+		t.Skip("needs a binary with failpoints: go test -tags failpoints")
+	}
+	c := newCluster(t, 2, "--init-replication-factor", "2")
+	c.startAll()
+	c.waitOnline(2)
+	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--disable", "--peer", c.peers[0]); code != 0 {
+		t.Fatalf("rebalance config: %s %s", out, errs)
+	}
+	c.add("--init-replication-factor", "2").start(t)
+	c.add("--init-replication-factor", "2").start(t)
+	st := c.waitStatus("two replicasets of two", 2*time.Minute, func(s *statusJSON) bool {
+		return s.count(online) == 4 && len(s.Replicasets) == 2 && s.Replicasets[1].Weight > 0
+	})
+	cl := newClient(t, c)
+	createSpace(t, cl)
+	const rows = 3000
+	for k := range uint64(rows) {
+		if _, err := cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(k), tuple.Uint(k)}); err != nil {
+			t.Fatalf("replace %d: %v", k, err)
+		}
+	}
+	type scenario struct {
+		failpoint string
+		rs        string // whose member dies: "r1" (the source), "r2" (the destination), "" (the group-0 leader: the mover)
+		leader    bool
+	}
+	var scenarios []scenario
+	for _, fp := range mover.Steps {
+		scenarios = append(scenarios, scenario{fp, "", true})
+	}
+	rsSteps := []struct {
+		state string
+		rs    string
+	}{{"STATE_SENDING", "r1"}, {"STATE_RECEIVING", "r2"}, {"STATE_ACTIVE", "r2"}, {"STATE_GARBAGE", "r1"}}
+	all := os.Getenv("SHARDKIT_MOVE_FAILPOINTS_ALL") != ""
+	for i, s := range rsSteps {
+		fp := replicaset.FailpointAppliedSetBucket + "/" + s.state
+		if all {
+			scenarios = append(scenarios, scenario{fp, s.rs, true}, scenario{fp, s.rs, false})
+		} else {
+			scenarios = append(scenarios, scenario{fp, s.rs, i%2 == 0})
+		}
+	}
+	scenarios = append(scenarios, scenario{replicaset.FailpointAppliedCopyChunk, "r2", false})
+
+	// Buckets that hold rows, from r1.
+	var buckets []uint32
+	seen := map[uint32]bool{}
+	for k := uint64(0); len(buckets) < len(scenarios); k++ {
+		b, err := cl.Space("kv").Bucket(t.Context(), tuple.Uint(k))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !seen[b] {
+			seen[b] = true
+			buckets = append(buckets, b)
+		}
+	}
+	for i, sc := range scenarios {
+		st = c.waitStatus("every instance Online", 2*time.Minute, func(s *statusJSON) bool { return s.count(online) == 4 && s.LeaderRaftID != 0 })
+		var victim *instance
+		if sc.rs == "" {
+			victim = c.leader(st)
+		} else {
+			for _, rs := range st.Replicasets {
+				if rs.ReplicasetID != sc.rs {
+					continue
+				}
+				for _, id := range rs.Instances {
+					if (id == rs.LeaderInstanceID) == sc.leader {
+						victim = c.instanceAt(st.byInstanceID(id).Address)
+					}
+				}
+			}
+		}
+		if victim == nil {
+			t.Fatalf("scenario %d: no victim for %+v in %+v", i, sc, st.Replicasets)
+		}
+		for _, inst := range c.insts {
+			clearFailpoint(inst, sc.failpoint)
+		}
+		setFailpoint(t, victim, sc.failpoint, "kill")
+		b := buckets[i]
+		what := fmt.Sprintf("scenario %d: bucket %d, %s on %s (%s, leader %v)", i, b, sc.failpoint, victim.name, sc.rs, sc.leader)
+		if out, errs, code := shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", "r2", "--peer", strings.Join(c.peers, ",")); code != 0 {
+			t.Fatalf("%s: bucket move: %s %s", what, out, errs)
+		}
+		c.waitStatus(what+": the move done", 3*time.Minute, func(*statusJSON) bool {
+			out, _, code := shardkit(10*time.Second, "rebalance", "status", "--format", "json", "--peer", strings.Join(c.peers, ","))
+			var rs struct {
+				Moves []struct {
+					Bucket uint32 `json:"bucket"`
+				} `json:"moves"`
+			}
+			if code != 0 || json.Unmarshal([]byte(out), &rs) != nil {
+				return false
+			}
+			for _, m := range rs.Moves {
+				if m.Bucket == b {
+					return false
+				}
+			}
+			return true
+		})
+		clearFailpoint(victim, sc.failpoint) // if it never fired
+		t.Logf("%s: done", what)
+	}
+	st = c.waitStatus("every instance Online", 2*time.Minute, func(s *statusJSON) bool { return s.count(online) == 4 })
+	held := audit(t, c, st)
+	if held["r2"] != len(scenarios) {
+		t.Errorf("r2 holds %d buckets, want the %d moved", held["r2"], len(scenarios))
+	}
+	n, err := cl.Count(t.Context(), "kv")
+	if err != nil || n != rows {
+		t.Fatalf("count %d, %v, want %d", n, err, rows)
+	}
+	for k := range uint64(rows) {
+		r, _, err := cl.Space("kv").Select(t.Context(), []tuple.Value{tuple.Uint(k)}, client.RW)
+		if v, _ := r.Tuple[1].AsUint(); err != nil || !r.Found || v != k {
+			t.Fatalf("row %d after the moves: %+v, %v", k, r, err)
+		}
+	}
+	var stopped []string
+	for _, inst := range c.insts {
+		if !inst.running() {
+			stopped = append(stopped, inst.name)
+		}
+	}
+	if len(stopped) > 0 {
+		t.Fatalf("supervisors exited: %v", stopped)
+	}
+}

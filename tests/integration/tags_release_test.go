@@ -1,0 +1,5 @@
+//go:build !failpoints
+
+package integration
+
+const buildTags = ""
