@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 )
 
 // CopyTable copies a table (a Parquet file or a directory of part files) to
@@ -36,13 +38,13 @@ func CopyTable(src, dst string) error {
 			return errors.Join(err, os.RemoveAll(tmp))
 		}
 	}
-	if err := syncDir(tmp); err != nil {
+	if err := fsutil.SyncDir(tmp); err != nil {
 		return errors.Join(err, os.RemoveAll(tmp))
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return errors.Join(err, os.RemoveAll(tmp))
 	}
-	return syncDir(filepath.Dir(dst))
+	return fsutil.SyncDir(filepath.Dir(dst))
 }
 
 func copyFile(src, dst string) error {

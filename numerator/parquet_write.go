@@ -15,6 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 )
 
 var (
@@ -210,7 +212,7 @@ func (d *dirOutputs) commit() (err error) {
 		if _, err := os.Lstat(d.final[i]); err == nil {
 			return fmt.Errorf("%w: %s appeared during the run; this run's output is removed", ErrOutputExists, d.final[i])
 		}
-		if err := syncDir(d.tmp[i]); err != nil {
+		if err := fsutil.SyncDir(d.tmp[i]); err != nil {
 			return err
 		}
 		if err := os.Rename(d.tmp[i], d.final[i]); err != nil {
@@ -218,7 +220,7 @@ func (d *dirOutputs) commit() (err error) {
 		}
 		d.tmp[i] = ""
 		published = append(published, d.final[i])
-		if err := syncDir(filepath.Dir(d.final[i])); err != nil {
+		if err := fsutil.SyncDir(filepath.Dir(d.final[i])); err != nil {
 			return err
 		}
 	}
@@ -233,21 +235,6 @@ func (d *dirOutputs) abort() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("numerator: sync %s: %w", dir, err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("numerator: sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // shardFiles are one shard's part files of the three output tables.
