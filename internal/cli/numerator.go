@@ -178,104 +178,17 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 		return nil
 	}
 	defer coord.Close()
-
-	wctx, cancel := context.WithTimeout(ctx, f.coord.wait)
-	lease, err := coordinator.AcquireWait(wctx, coord, f.coord.master, f.coord.timeout, f.coord.retry)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("write lock: %w", err)
-	}
-	fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", lease.Holder, lease.Ticket, lease.State.Location)
-	report := coordinator.Report{}
-	defer func() {
-		// A failed run reports failure so the next master need not wait out
-		// the timeout; the state stays as it was.
-		if !report.OK {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if _, rerr := coord.Report(rctx, lease.Ticket, report); rerr != nil {
-				logger.Warn("reporting the failed run", "err", rerr)
-			}
-		}
-	}()
-
-	tables := f.tables
-	if loc := lease.State.Location; loc != "" {
-		if tables.InputState != "" && tables.InputState != loc {
-			if err := numerator.CopyTable(loc, tables.InputState); err != nil {
-				return fmt.Errorf("copying the last consistent state %s to --input-state: %w", loc, err)
-			}
-		} else {
-			tables.InputState = loc
-		}
-	}
-
-	// Renew the lock while the run works; a refused renewal stops the run,
-	// whose result would be refused anyway.
-	runCtx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		t := time.NewTicker(max(f.coord.timeout/3, time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				if _, err := coord.Renew(runCtx, lease.Ticket, f.coord.timeout); err != nil && runCtx.Err() == nil {
-					stop(fmt.Errorf("lost the write lock: %w", err))
-					return
-				}
-			}
-		}
-	}()
-	res, err := numerator.Run(runCtx, tables, opts)
-	stop(nil)
-	<-renewDone
-	if err != nil {
-		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return fmt.Errorf("%w (run stopped: %w)", err, cause)
-		}
-		return err
-	}
-	loc, err := filepath.Abs(tables.OutputState)
+	mo := coordinator.MasterOptions{Holder: f.coord.master, TTL: f.coord.timeout, Retry: f.coord.retry, Wait: f.coord.wait, Logger: logger,
+		Granted: func(l coordinator.Lease) {
+			fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", l.Holder, l.Ticket, l.State.Location)
+		}}
+	res, st, err := numerator.RunCoordinated(ctx, coord, f.tables, opts, mo)
 	if err != nil {
 		return err
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	st, err := coord.Report(rctx, lease.Ticket, coordinator.Report{OK: true, Location: loc, Version: res.State.Version.String()})
-	report.OK = true // nothing more to report: the lock is released or not ours
-	if err != nil {
-		if st, err = reportFailed(rctx, coord, lease.Ticket, loc, err); err != nil {
-			return err
-		}
-		logger.Warn("the report failed but the coordinator recorded the new state", "location", loc)
 	}
 	printRunSummary(stdout, res, time.Since(start), f.quietSummary)
 	fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
 	return nil
-}
-
-// reportFailed decides what a failed report of the new state at loc means:
-// a report can fail although it was recorded (its answer was lost), so the
-// coordinator's record decides. It returns the recorded state if it is the
-// new one, else an error that says "not valid" only for a refusal
-// (ErrStale) the record confirms.
-func reportFailed(ctx context.Context, coord coordinator.Coordinator, ticket uint64, loc string, rerr error) (coordinator.State, error) {
-	cur, serr := coord.Status(ctx)
-	switch {
-	case serr == nil && cur.State.Ticket == ticket && cur.State.Location == loc:
-		return cur.State, nil
-	case serr == nil && errors.Is(rerr, coordinator.ErrStale):
-		return coordinator.State{}, fmt.Errorf("the coordinator refused the new state %s, which is therefore not valid (the recorded state is %q): %w",
-			loc, cur.State.Location, rerr)
-	default:
-		return coordinator.State{}, fmt.Errorf("whether the coordinator recorded the new state %s is unknown; see `shardkit numerator status` before using it: %w",
-			loc, errors.Join(rerr, serr))
-	}
 }
 
 func printRunSummary(w io.Writer, res numerator.Result, d time.Duration, quiet bool) {
