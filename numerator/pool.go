@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 	"github.com/shardkit/shardkit/sharding"
 )
 
@@ -26,7 +28,14 @@ type pool struct {
 	// streamed, when set, replaces the state sorters: each shard's state is
 	// read from its sorted part file.
 	streamed []sortedSource
+	// spillDir holds this run's spill files (made at the first spill): a
+	// working directory owned by this process in TempDir, so that a dead
+	// run's is recognised and removed (cleanLeftovers).
+	spillDir *fsutil.Owned
 }
+
+// spillBase is the base name of the spill directories in TempDir.
+const spillBase = "shardkit-numerator-spill"
 
 // stateSource is shard sh's sorted state.
 func (p *pool) stateSource(sh int) sortedSource {
@@ -169,7 +178,11 @@ func (p *pool) startSpiller() func() error {
 				p.inflight.Add(-j.bytes)
 				continue
 			}
-			path, err := j.write(p.o.TempDir)
+			var path string
+			err := p.makeSpillDir()
+			if err == nil {
+				path, err = j.write(p.spillDir.Path)
+			}
 			p.mu.Lock()
 			if err != nil {
 				p.spillErr = err
@@ -188,6 +201,20 @@ func (p *pool) startSpiller() func() error {
 	}
 }
 
+// makeSpillDir makes the run's spill directory if it has none yet; only
+// the spiller goroutine calls it.
+func (p *pool) makeSpillDir() error {
+	if p.spillDir != nil {
+		return nil
+	}
+	d, err := fsutil.CreateOwned(filepath.Join(p.o.TempDir, spillBase))
+	if err != nil {
+		return fmt.Errorf("numerator: create the spill directory in %s (set --temp-dir to a writable directory with room): %w", p.o.TempDir, err)
+	}
+	p.spillDir = d
+	return nil
+}
+
 func (p *pool) releaseShard(sh int) error {
 	return errors.Join(p.state[sh].release(), p.offers[sh].release())
 }
@@ -197,5 +224,6 @@ func (p *pool) release() error {
 	for sh := range p.state {
 		errs = append(errs, p.releaseShard(sh))
 	}
+	errs = append(errs, p.spillDir.RemoveAll())
 	return errors.Join(errs...)
 }

@@ -20,6 +20,10 @@ type Result struct {
 	Expired  int64
 	Rebuilt  int // shards rebuilt
 	Spills   int // sorted runs written to disk
+	// Cleaned lists the leftovers of dead runs that this run removed
+	// before it started: working directories next to its outputs and spill
+	// directories in its temp directory.
+	Cleaned []string
 }
 
 // rowSource is a table read as batches of records. Offer batches carry keys

@@ -29,27 +29,36 @@ func newNumeratorCmd() *cobra.Command {
 		Use:   "numerator",
 		Short: "Persistent <shard_id, doc_id> for offers across index generations (seed 003)",
 	}
-	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorBenchCmd())
+	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorUnlockCmd(), newNumeratorBenchCmd())
 	return cmd
 }
 
 type coordFlags struct {
-	kind    string
-	addr    string
-	master  string
-	timeout time.Duration
-	retry   time.Duration
-	wait    time.Duration
+	kind   string
+	addr   string
+	master string
+	ttl    time.Duration
+	retry  time.Duration
+	wait   time.Duration
 }
 
+// register adds the flags that name the coordinator.
 func (c *coordFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (a cluster's leases) or none")
+	fl.StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]; shardkit: host:port[,host:port][/lease-name] of cluster instances")
+}
+
+// registerLock adds the flags of a master taking the lock.
+func (c *coordFlags) registerLock(cmd *cobra.Command) {
 	host, _ := os.Hostname()
-	cmd.Flags().StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (a cluster's leases) or none")
-	cmd.Flags().StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]; shardkit: host:port[,host:port][/lease-name] of cluster instances")
-	cmd.Flags().StringVar(&c.master, "master-name", host, "this master's name in the write lock")
-	cmd.Flags().DurationVar(&c.timeout, "lock-timeout", 30*time.Minute, "a lock holder silent for this long is dropped and its report refused")
-	cmd.Flags().DurationVar(&c.retry, "lock-retry", 10*time.Second, "retry interval while another master holds the lock")
-	cmd.Flags().DurationVar(&c.wait, "lock-wait", time.Hour, "give up if the lock is not granted within this time")
+	fl := cmd.Flags()
+	fl.StringVar(&c.master, "master-name", host, "this master's name in the write lock")
+	fl.DurationVar(&c.ttl, "lock-ttl", coordinator.DefaultLockTTL, "the write lock is a lease of this TTL, renewed every TTL/3 while the run works: a master that dies frees it within one TTL, and a holder silent for a TTL is dropped and its report refused")
+	fl.DurationVar(&c.ttl, "lock-timeout", coordinator.DefaultLockTTL, "the former name of --lock-ttl")
+	_ = fl.MarkDeprecated("lock-timeout", "use --lock-ttl (the same setting: the lock's time to live, renewed every TTL/3)")
+	fl.DurationVar(&c.retry, "lock-retry", coordinator.DefaultLockRetry, "retry interval while another master holds the lock")
+	fl.DurationVar(&c.wait, "lock-wait", time.Hour, "give up if the lock is not granted within this time")
 }
 
 // openCoordinator opens the chosen backend; none returns nil.
@@ -137,6 +146,7 @@ recorded.`,
 	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
 	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line")
 	f.coord.register(cmd)
+	f.coord.registerLock(cmd)
 	return cmd
 }
 
@@ -171,6 +181,7 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	start := time.Now()
 	if coord == nil {
 		res, err := numerator.Run(ctx, f.tables, opts)
+		printCleaned(stderr, res.Cleaned)
 		if err != nil {
 			return err
 		}
@@ -178,17 +189,52 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 		return nil
 	}
 	defer coord.Close()
-	mo := coordinator.MasterOptions{Holder: f.coord.master, TTL: f.coord.timeout, Retry: f.coord.retry, Wait: f.coord.wait, Logger: logger,
+	mo := coordinator.MasterOptions{Holder: f.coord.master, TTL: f.coord.ttl, Retry: f.coord.retry, Wait: f.coord.wait, Logger: logger,
+		Waiting: waitPrinter(stderr, f.coord.wait),
 		Granted: func(l coordinator.Lease) {
 			fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", l.Holder, l.Ticket, l.State.Location)
 		}}
 	res, st, err := numerator.RunCoordinated(ctx, coord, f.tables, opts, mo)
+	printCleaned(stderr, res.Cleaned)
 	if err != nil {
 		return err
 	}
 	printRunSummary(stdout, res, time.Since(start), f.quietSummary)
 	fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
 	return nil
+}
+
+// waitPrinter tells, on stderr, who holds the lock a run waits for: at
+// the first refusal, whenever the holder or ticket changes, and every
+// waitReportEvery otherwise.
+func waitPrinter(w io.Writer, limit time.Duration) func(coordinator.Waiting) {
+	var last coordinator.Lease
+	var printed time.Time
+	return func(wt coordinator.Waiting) {
+		changed := wt.Lock != nil && (wt.Lock.Holder != last.Holder || wt.Lock.Ticket != last.Ticket)
+		if !printed.IsZero() && !changed && time.Since(printed) < waitReportEvery {
+			return
+		}
+		printed = time.Now()
+		waited := fmt.Sprintf("waited %v of --lock-wait %v", wt.Waited.Round(time.Second), limit)
+		if wt.Lock == nil {
+			fmt.Fprintf(w, "numerator: waiting for the write lock, held by another master (%s)\n", waited)
+			return
+		}
+		last = *wt.Lock
+		fmt.Fprintf(w, "numerator: waiting for the write lock: %s holds it (ticket %d) since %s, until %s unless it renews it (%s); "+
+			"if %s is dead its lock expires then, or `shardkit numerator unlock --force` drops it\n",
+			last.Holder, last.Ticket, last.Acquired.Format(time.RFC3339), last.Expires.Format(time.RFC3339), waited, last.Holder)
+	}
+}
+
+// waitReportEvery is how often a waiting run repeats who holds the lock.
+const waitReportEvery = 30 * time.Second
+
+func printCleaned(w io.Writer, paths []string) {
+	for _, p := range paths {
+		fmt.Fprintf(w, "numerator: removed a dead run's leftovers: %s\n", p)
+	}
 }
 
 func printRunSummary(w io.Writer, res numerator.Result, d time.Duration, quiet bool) {
@@ -277,7 +323,90 @@ func newNumeratorStatusCmd() *cobra.Command {
 		},
 	}
 	c.register(cmd)
+	c.registerLock(cmd) // accepted as before; status does not take the lock
 	return cmd
+}
+
+func newNumeratorUnlockCmd() *cobra.Command {
+	var (
+		c       coordFlags
+		force   bool
+		outputs []string
+		tempDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "unlock --force",
+		Short: "Drop the write lock of a master that died, and remove dead runs' leftovers",
+		Long: `With --force, drops the coordinator's write lock whoever holds it: the
+holder's ticket is stale from then on (its renewals and its report are
+refused, so a master that was not dead after all cannot record its state),
+and the next run gets a larger ticket. Without --force it only says who
+holds the lock.
+
+Either way it then removes the working directories of runs that died on this
+machine: outputs under temporary names (*.tmp-*) in each --outputs-dir and
+spill directories in --temp-dir. Directories of live runs are never removed
+(each is held by its run with a file lock).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			coord, err := openCoordinator(cmd.Context(), c.kind, c.addr, nil)
+			if err != nil {
+				return err
+			}
+			if coord != nil {
+				defer coord.Close()
+				if err := unlockCoordinator(cmd.Context(), out, coord, force); err != nil {
+					return err
+				}
+			}
+			if tempDir == "" {
+				tempDir = os.TempDir()
+			}
+			removed, err := numerator.CleanLeftovers(append([]string{tempDir}, outputs...)...)
+			printCleaned(errOut, removed)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "removed %d dead runs' leftovers in %s\n", len(removed), strings.Join(append([]string{tempDir}, outputs...), ", "))
+			return nil
+		},
+	}
+	c.register(cmd)
+	fl := cmd.Flags()
+	fl.BoolVar(&force, "force", false, "drop the write lock even though its holder may be alive (it is fenced: its report will be refused)")
+	fl.StringArrayVar(&outputs, "outputs-dir", nil, "a directory where the dead run wrote its outputs (repeatable): its *.tmp-* working directories are removed")
+	fl.StringVar(&tempDir, "temp-dir", "", "the dead run's --temp-dir, where its spill directories are (default: the system's)")
+	return cmd
+}
+
+// unlockCoordinator drops the lock with force, else refuses while a live
+// holder has it.
+func unlockCoordinator(ctx context.Context, out io.Writer, coord coordinator.Coordinator, force bool) error {
+	if !force {
+		st, err := coord.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Lock != nil && time.Now().Before(st.Lock.Expires) {
+			return fmt.Errorf("%w: %s holds the write lock (ticket %d) since %s, until %s unless it renews it; "+
+				"if that master is dead, pass --force to drop the lock now (its report will be refused), or wait until then",
+				coordinator.ErrLocked, st.Lock.Holder, st.Lock.Ticket, st.Lock.Acquired.Format(time.RFC3339), st.Lock.Expires.Format(time.RFC3339))
+		}
+		fmt.Fprintln(out, "the write lock is free")
+		return nil
+	}
+	dropped, err := coord.ForceUnlock(ctx)
+	if err != nil {
+		return err
+	}
+	if dropped == nil {
+		fmt.Fprintln(out, "the write lock was free")
+		return nil
+	}
+	fmt.Fprintf(out, "dropped the write lock of %s (ticket %d, since %s); its renewals and report will be refused\n",
+		dropped.Holder, dropped.Ticket, dropped.Acquired.Format(time.RFC3339))
+	return nil
 }
 
 type benchFlags struct {

@@ -49,6 +49,7 @@ func Run(t *testing.T, h Harness) {
 		{"RacingMastersTakeTurns", testRacing},
 		{"InvalidRequests", testInvalid},
 		{"RunMasterWaitsRecordsAndReleases", testRunMaster},
+		{"ForceUnlockFencesTheHolder", testForceUnlock},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -353,5 +354,51 @@ func testRunMaster(t *testing.T, h Harness, rec string) {
 	}
 	if s.State.Location != "/states/b" || s.State.Ticket != st.Ticket || s.Lock != nil {
 		t.Fatalf("status after a failed turn %+v: want /states/b kept and the lock free", s)
+	}
+}
+
+// testForceUnlock: an operator drops a live holder's lock; the holder's
+// renewal and report are refused, the state stays, the next grant has a
+// larger ticket; dropping a free lock drops nothing.
+func testForceUnlock(t *testing.T, h Harness, rec string) {
+	t.Helper()
+	a, op := open(t, h, rec), open(t, h, rec)
+	if l, err := op.ForceUnlock(ctx(t)); err != nil || l != nil {
+		t.Fatalf("ForceUnlock of a fresh record = %+v, %v; want nothing dropped", l, err)
+	}
+	first := mustAcquire(t, a, "dc-a", h.Timeout)
+	if _, err := a.Report(ctx(t), first.Ticket, coordinator.Report{OK: true, Location: "/states/1"}); err != nil {
+		t.Fatal(err)
+	}
+	held := mustAcquire(t, a, "dc-a", h.Timeout)
+	dropped, err := op.ForceUnlock(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped == nil || dropped.Holder != "dc-a" || dropped.Ticket != held.Ticket {
+		t.Fatalf("ForceUnlock dropped %+v, want dc-a's ticket %d", dropped, held.Ticket)
+	}
+	if _, err := a.Renew(ctx(t), held.Ticket, h.Timeout); !errors.Is(err, coordinator.ErrStale) {
+		t.Fatalf("renewal after the lock was dropped = %v, want ErrStale", err)
+	}
+	if _, err := a.Report(ctx(t), held.Ticket, coordinator.Report{OK: true, Location: "/states/late"}); !errors.Is(err, coordinator.ErrStale) {
+		t.Fatalf("report after the lock was dropped = %v, want ErrStale", err)
+	}
+	st, err := op.Status(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lock != nil || st.State.Location != "/states/1" {
+		t.Fatalf("status after ForceUnlock %+v: want the lock free and /states/1 kept", st)
+	}
+	next := mustAcquire(t, op, "dc-b", h.Timeout)
+	if next.Ticket <= held.Ticket || next.State.Location != "/states/1" {
+		t.Fatalf("the next grant %+v after dropping ticket %d", next, held.Ticket)
+	}
+	if l, err := op.ForceUnlock(ctx(t)); err != nil || l == nil || l.Ticket != next.Ticket {
+		t.Fatalf("ForceUnlock of dc-b's lock = %+v, %v", l, err)
+	}
+	if l, err := op.ForceUnlock(ctx(t)); err != nil || l != nil {
+		t.Fatalf("ForceUnlock of a free lock = %+v, %v; want nothing dropped", l, err)
 	}
 }
