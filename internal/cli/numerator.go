@@ -144,7 +144,7 @@ recorded.`,
 	fl.Int64Var(&f.minDocs, "rebuild-min-docs", 1000, "shards with fewer ids never rebuild automatically")
 	fl.StringVar(&f.memory, "memory-limit", "1GiB", "memory target of the process: half holds rows (past it, shards spill sorted runs to --temp-dir), the Go heap is capped softly at 90%")
 	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
-	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line")
+	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line (\"version T.S.V.G run N\") on stdout")
 	f.coord.register(cmd)
 	f.coord.registerLock(cmd)
 	return cmd
@@ -192,7 +192,9 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	mo := coordinator.MasterOptions{Holder: f.coord.master, TTL: f.coord.ttl, Retry: f.coord.retry, Wait: f.coord.wait, Logger: logger,
 		Waiting: waitPrinter(stderr, f.coord.wait),
 		Granted: func(l coordinator.Lease) {
-			fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", l.Holder, l.Ticket, l.State.Location)
+			if !f.quietSummary {
+				fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", l.Holder, l.Ticket, l.State.Location)
+			}
 		}}
 	res, st, err := numerator.RunCoordinated(ctx, coord, f.tables, opts, mo)
 	printCleaned(stderr, res.Cleaned)
@@ -200,7 +202,9 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 		return err
 	}
 	printRunSummary(stdout, res, time.Since(start), f.quietSummary)
-	fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
+	if !f.quietSummary {
+		fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
+	}
 	return nil
 }
 

@@ -94,6 +94,22 @@ func TestNumeratorRunsThroughTheLocalCoordinator(t *testing.T) {
 	}
 }
 
+// TestNumeratorQuietPrintsOnlyTheVersion: with --quiet, stdout is the
+// version line alone, with a coordinator or without.
+func TestNumeratorQuietPrintsOnlyTheVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "offers.parquet")
+	writeGeneration(t, offers, 0)
+	for i, coord := range [][]string{{"--coordinator", "local", "--coordinator-addr", filepath.Join(dir, "coord")}, {"--coordinator", "none"}} {
+		args := append([]string{"numerator", "run", "--quiet", "--input-offers", offers, "--output-state", filepath.Join(dir, fmt.Sprint("s", i))}, coord...)
+		out, stderr, code := run(t, args...)
+		if code != 0 || out != "version 0.0.0.0 run 1\n" {
+			t.Errorf("run %v: exit %d, stdout %q (want only the version line), stderr %s", coord, code, out, stderr)
+		}
+	}
+}
+
 func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
