@@ -64,6 +64,50 @@ type plan struct {
 	// trace records the join's steps, so that emitting replays it without
 	// comparing keys again.
 	trace []byte
+	drops dropCounts
+}
+
+// dropCounts measure what a run's offers lack of its input state.
+type dropCounts struct {
+	rows    int64 // state rows
+	absent  int64 // state rows without an offer
+	live    int64 // state rows the previous generation had (last_seen_run = run-1)
+	dropped int64 // of live, those without an offer
+}
+
+func (d *dropCounts) add(p shardParams, s, o *record) {
+	if s == nil {
+		return
+	}
+	d.rows++
+	live := s.lastSeen+1 == p.run
+	if live {
+		d.live++
+	}
+	if o == nil {
+		d.absent++
+		if live {
+			d.dropped++
+		}
+	}
+}
+
+func (d *dropCounts) merge(e dropCounts) {
+	d.rows += e.rows
+	d.absent += e.absent
+	d.live += e.live
+	d.dropped += e.dropped
+}
+
+// countDrops joins a shard's state and offers only to count what the
+// offers lack (a forced rebuild plans nothing).
+func countDrops(p shardParams, state, offers sortedSource) (dropCounts, error) {
+	var d dropCounts
+	err := joinSources(p.shard, state, offers, nil, func(s, o *record) error {
+		d.add(p, s, o)
+		return nil
+	})
+	return d, err
 }
 
 // Steps of a join trace.
@@ -98,6 +142,7 @@ func planShard(p shardParams, state, offers sortedSource) (*plan, error) {
 	pl := &plan{maxKept: -1, trace: make([]byte, 0, state.count()+offers.count())}
 	onDup := func() { pl.trace = append(pl.trace, stepDupOffer) }
 	err := joinSources(p.shard, state, offers, onDup, func(s, o *record) error {
+		pl.drops.add(p, s, o)
 		switch {
 		case s == nil:
 			pl.trace = append(pl.trace, stepOffer)

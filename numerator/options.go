@@ -27,6 +27,23 @@ type Options struct {
 	// RebuildMinDocs: shards with fewer ids never rebuild automatically, so
 	// tiny shards do not flip on a hole or two. 0 means none are exempt.
 	RebuildMinDocs int64
+	// AllowDropFraction: a run whose offers lack more than this share of
+	// the docs the previous generation had (of every doc of the input
+	// state, when that generation had none) is refused with
+	// ErrTooManyDropped before anything is written: an incomplete input
+	// must not free, after TTL runs, the ids of the offers it lost. 0 means
+	// DefaultAllowDropFraction; >= 1 accepts any drop.
+	AllowDropFraction float64
+	// AllowEmpty accepts an offers table without rows, which is refused
+	// otherwise (ErrEmptyInput); it also accepts that such a run drops
+	// every doc.
+	AllowEmpty bool
+	// RenumberFraction: a plain run that expires more than this share of
+	// its input state's docs bumps V (and resets G) as a rebuild does:
+	// most of the id space is freed at once and will be given to other
+	// keys, so data built on the old state must not be used with the new
+	// one (N6). 0 means DefaultRenumberFraction; >= 1 never.
+	RenumberFraction float64
 	// MemoryLimit bounds the bytes of rows held in memory; past it, shards
 	// spill sorted runs to TempDir. 0 means DefaultMemoryLimit.
 	MemoryLimit int64
@@ -40,8 +57,10 @@ type Options struct {
 
 // Defaults of Options.
 const (
-	DefaultRebuildThreshold = 0.2
-	DefaultMemoryLimit      = 1 << 30
+	DefaultRebuildThreshold  = 0.2
+	DefaultAllowDropFraction = 0.5
+	DefaultRenumberFraction  = 0.5
+	DefaultMemoryLimit       = 1 << 30
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -53,6 +72,15 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.RebuildThreshold == 0 {
 		o.RebuildThreshold = DefaultRebuildThreshold
+	}
+	if o.AllowDropFraction < 0 || o.RenumberFraction < 0 {
+		return o, fmt.Errorf("%w: allowed drop fraction %v or renumber fraction %v is negative; use a share in (0, 1]", ErrBadOptions, o.AllowDropFraction, o.RenumberFraction)
+	}
+	if o.AllowDropFraction == 0 {
+		o.AllowDropFraction = DefaultAllowDropFraction
+	}
+	if o.RenumberFraction == 0 {
+		o.RenumberFraction = DefaultRenumberFraction
 	}
 	if o.MemoryLimit < 0 {
 		return o, fmt.Errorf("%w: memory limit %d is negative", ErrBadOptions, o.MemoryLimit)

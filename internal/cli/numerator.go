@@ -108,6 +108,8 @@ type runFlags struct {
 	threshold    float64
 	minDocs      int64
 	force        bool
+	dropFraction float64
+	allowEmpty   bool
 	memory       string
 	tempDir      string
 	coord        coordFlags
@@ -142,6 +144,8 @@ recorded.`,
 	fl.Uint64Var(&f.ttl, "ttl", 3, "a key absent for more than this many runs frees its doc_id")
 	fl.Float64Var(&f.threshold, "rebuild-threshold", numerator.DefaultRebuildThreshold, "rebuild a shard automatically when its holes exceed this share of its id range (>= 1 disables)")
 	fl.Int64Var(&f.minDocs, "rebuild-min-docs", 1000, "shards with fewer ids never rebuild automatically")
+	fl.Float64Var(&f.dropFraction, "allow-drop-fraction", numerator.DefaultAllowDropFraction, "refuse offers that lack more than this share of the docs the previous generation had (1 accepts any drop)")
+	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "accept an offers table without rows (refused otherwise: it would drop every doc)")
 	fl.StringVar(&f.memory, "memory-limit", "1GiB", "memory target of the process: half holds rows (past it, shards spill sorted runs to --temp-dir), the Go heap is capped softly at 90%")
 	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
 	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line (\"version T.S.V.G run N\") on stdout")
@@ -169,9 +173,13 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	prevLimit := debug.SetMemoryLimit(limit / 10 * 9)
 	defer debug.SetMemoryLimit(prevLimit)
 	opts := numerator.Options{StateType: f.stateType, Scheme: scheme, TTL: f.ttl, ForceRebuild: f.force,
-		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: limit / 2, TempDir: f.tempDir, Logger: logger}
+		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: limit / 2, TempDir: f.tempDir, Logger: logger,
+		AllowDropFraction: f.dropFraction, AllowEmpty: f.allowEmpty}
 	if f.threshold == 0 {
 		opts.RebuildThreshold = 1e-12 // an explicit 0: any hole triggers a rebuild
+	}
+	if f.dropFraction == 0 {
+		opts.AllowDropFraction = 1e-12 // an explicit 0: no doc may be dropped
 	}
 
 	coord, err := openCoordinator(ctx, f.coord.kind, f.coord.addr, logger)

@@ -110,6 +110,59 @@ func TestNumeratorQuietPrintsOnlyTheVersion(t *testing.T) {
 	}
 }
 
+// TestNumeratorRefusesAnEmptyGeneration: a valid offers table without
+// rows is refused (the recorded state stays, the lock is released) unless
+// --allow-empty; so is one that lacks most of the previous generation,
+// unless --allow-drop-fraction allows it.
+func TestNumeratorRefusesAnEmptyGeneration(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	full, empty, part := filepath.Join(dir, "full.parquet"), filepath.Join(dir, "empty.parquet"), filepath.Join(dir, "part.parquet")
+	writeGeneration(t, full, 0)
+	w, err := numerator.NewOfferWriter(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synth.Write(t.Context(), part, synth.Params{Offers: 1000}, 0); err != nil {
+		t.Fatal(err)
+	}
+	coord := filepath.Join(dir, "coord")
+	common := []string{"numerator", "run", "--coordinator", "local", "--coordinator-addr", coord, "--ttl", "3"}
+	if _, stderr, code := run(t, append(common, "--input-offers", full, "--output-state", filepath.Join(dir, "s0"))...); code != 0 {
+		t.Fatalf("the first run: %s", stderr)
+	}
+	tests := []struct {
+		name, offers string
+		extra        []string
+		words        string
+	}{
+		{"empty", empty, nil, "--allow-empty"},
+		{"a third of the offers", part, nil, "--allow-drop-fraction"},
+		{"empty, the drop allowed", empty, []string{"--allow-drop-fraction", "1"}, "--allow-empty"},
+		{"a third of the offers, a smaller share allowed", part, []string{"--allow-drop-fraction", "0.6"}, "--allow-drop-fraction 0.667"},
+	}
+	for i, tt := range tests {
+		args := append(append(common, "--input-offers", tt.offers, "--output-state", filepath.Join(dir, fmt.Sprint("refused", i))), tt.extra...)
+		_, stderr, code := run(t, args...)
+		if code == 0 || !strings.Contains(stderr, tt.words) {
+			t.Errorf("%s: exit %d, stderr %q; want a refusal naming %s", tt.name, code, stderr, tt.words)
+		}
+	}
+	out, stderr, code := run(t, "numerator", "status", "--coordinator", "local", "--coordinator-addr", coord)
+	if code != 0 || !strings.Contains(out, filepath.Join(dir, "s0")+`"`) || !strings.Contains(out, "lock free") {
+		t.Fatalf("status after the refusals: %s %s", out, stderr)
+	}
+	if _, stderr, code := run(t, append(common, "--input-offers", empty, "--output-state", filepath.Join(dir, "s1"), "--allow-empty")...); code != 0 {
+		t.Fatalf("an empty generation with --allow-empty: %s", stderr)
+	}
+	if _, stderr, code := run(t, append(common, "--input-offers", part, "--output-state", filepath.Join(dir, "s2"), "--allow-drop-fraction", "1")...); code != 0 {
+		t.Fatalf("a third of the offers with --allow-drop-fraction 1: %s", stderr)
+	}
+}
+
 func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
