@@ -14,6 +14,7 @@ type shardParams struct {
 	force     bool   // rebuild unconditionally
 	threshold float64
 	minDocs   int64 // shards smaller than this never rebuild automatically
+	progress  *tracker
 }
 
 // ShardStats describes one shard of a run's output.
@@ -103,7 +104,10 @@ func (d *dropCounts) merge(e dropCounts) {
 // offers lack (a forced rebuild plans nothing).
 func countDrops(p shardParams, state, offers sortedSource) (dropCounts, error) {
 	var d dropCounts
-	err := joinSources(p.shard, state, offers, nil, func(s, o *record) error {
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
+	err := joinSources(p.shard, state, offers, func() { rows.add(1) }, func(s, o *record) error {
+		rows.add(weight(s, o))
 		d.add(p, s, o)
 		return nil
 	})
@@ -140,8 +144,11 @@ func expires(p shardParams, lastSeen uint64) bool {
 
 func planShard(p shardParams, state, offers sortedSource) (*plan, error) {
 	pl := &plan{maxKept: -1, trace: make([]byte, 0, state.count()+offers.count())}
-	onDup := func() { pl.trace = append(pl.trace, stepDupOffer) }
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
+	onDup := func() { pl.trace = append(pl.trace, stepDupOffer); rows.add(1) }
 	err := joinSources(p.shard, state, offers, onDup, func(s, o *record) error {
+		rows.add(weight(s, o))
 		pl.drops.add(p, s, o)
 		switch {
 		case s == nil:
@@ -200,7 +207,10 @@ func emitPlain(p shardParams, state, offers sortedSource, pl *plan, sink shardSi
 	}
 	defer oi.close()
 	var s, o record
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
 	for _, step := range pl.trace {
+		rows.add(int64(step&1 + step>>1&1 + step>>2&1)) // the rows the step reads
 		var sok, ook bool
 		if step&stepState != 0 {
 			s, sok = si.next()
@@ -270,7 +280,10 @@ func replayError(shard uint32, si, oi recordIter) error {
 func emitRebuild(p shardParams, state, offers sortedSource, sink shardSink) (ShardStats, error) {
 	st := ShardStats{Shard: p.shard, Rebuilt: true}
 	var next uint32
-	err := joinSources(p.shard, state, offers, nil, func(s, o *record) error {
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
+	err := joinSources(p.shard, state, offers, func() { rows.add(1) }, func(s, o *record) error {
+		rows.add(weight(s, o))
 		if o == nil {
 			st.Expired++
 			return sink.expired(s)
@@ -288,6 +301,18 @@ func emitRebuild(p shardParams, state, offers sortedSource, sink shardSink) (Sha
 	})
 	st.MaxDocID = st.Docs - 1
 	return st, err
+}
+
+// weight is how many input rows a join step read.
+func weight(s, o *record) int64 {
+	var n int64
+	if s != nil {
+		n++
+	}
+	if o != nil {
+		n++
+	}
+	return n
 }
 
 // joinSources walks a shard's state and offers together in (hash, key) order

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/shardkit/shardkit/sharding"
 )
@@ -51,8 +52,15 @@ type Options struct {
 	TempDir string
 	// Workers is how many shards are processed at once; 0 means GOMAXPROCS.
 	Workers int
-	// Logger receives progress; nil discards.
+	// Logger receives what the run did; nil discards.
 	Logger *slog.Logger
+	// Progress, if set, is told where the run is: when each phase
+	// (PhaseLoad, PhasePlan, PhaseWrite) begins and ends, and every
+	// ProgressEvery in between, from another goroutine (never two calls at
+	// once).
+	Progress func(Progress)
+	// ProgressEvery: 0 means a second.
+	ProgressEvery time.Duration
 }
 
 // Defaults of Options.
@@ -93,6 +101,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

@@ -32,6 +32,25 @@ type pool struct {
 	// working directory owned by this process in TempDir, so that a dead
 	// run's is recognised and removed (cleanLeftovers).
 	spillDir *fsutil.Owned
+	progress *tracker
+}
+
+// rows is how many rows shard sh has in all (state and offers, duplicates
+// included), known once loading is done.
+func (p *pool) rows(sh int) int64 {
+	n := p.offers[sh].total
+	if p.streamed != nil {
+		return n + p.streamed[sh].count()
+	}
+	return n + p.state[sh].total
+}
+
+func (p *pool) allRows() int64 {
+	var n int64
+	for sh := range p.offers {
+		n += p.rows(sh)
+	}
+	return n
 }
 
 // spillBase is the base name of the spill directories in TempDir.
@@ -45,8 +64,8 @@ func (p *pool) stateSource(sh int) sortedSource {
 	return p.state[sh].source()
 }
 
-func newPool(o Options) *pool {
-	p := &pool{o: o, state: make([]*sorter, o.Scheme.Shards), offers: make([]*sorter, o.Scheme.Shards)}
+func newPool(o Options, progress *tracker) *pool {
+	p := &pool{o: o, progress: progress, state: make([]*sorter, o.Scheme.Shards), offers: make([]*sorter, o.Scheme.Shards)}
 	for i := range p.state {
 		p.state[i], p.offers[i] = &sorter{}, &sorter{}
 	}
@@ -74,10 +93,13 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 	if ss, ok := state.(interface{ sortedShards(uint32) []sortedSource }); ok && !reshard && !p.o.ForceRebuild {
 		p.streamed = ss.sortedShards(shards)
 	}
+	total := offers.rowCount()
 	if state != nil && p.streamed == nil {
 		reserve(p.state, state.rowCount())
+		total += state.rowCount()
 	}
 	reserve(p.offers, offers.rowCount())
+	p.progress.begin(PhaseLoad, total)
 	if state != nil && p.streamed == nil {
 		err := state.scan(ctx, func(batch []record) error {
 			for i := range batch {
@@ -98,6 +120,7 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 				}
 				p.add(p.state[sh], &r)
 			}
+			p.progress.add(int64(len(batch)))
 			return p.fit()
 		})
 		if err != nil {
@@ -117,6 +140,7 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 			}
 			p.add(p.offers[sh], &r)
 		}
+		p.progress.add(int64(len(batch)))
 		return p.fit()
 	})
 }

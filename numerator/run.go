@@ -77,7 +77,9 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 		reshard = !sameScheme(o, prev)
 	}
 
-	p := newPool(o)
+	progress := newTracker(o.Progress, o.ProgressEvery)
+	defer func() { progress.finish(err == nil) }()
+	p := newPool(o, progress)
 	defer func() {
 		if rerr := p.release(); rerr != nil && err == nil {
 			err = rerr
@@ -96,8 +98,11 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	for sh := range params {
 		params[sh] = shardParams{
 			shard: uint32(sh), run: run, ttl: o.TTL, force: rebuildAll,
-			threshold: o.RebuildThreshold, minDocs: o.RebuildMinDocs,
+			threshold: o.RebuildThreshold, minDocs: o.RebuildMinDocs, progress: progress,
 		}
+	}
+	if !rebuildAll || prev != nil {
+		progress.begin(PhasePlan, p.allRows())
 	}
 	if !rebuildAll {
 		err := forEachShard(ctx, o.Workers, len(params), func(sh int) error {
@@ -162,6 +167,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	}
 
 	res.Shards = make([]ShardStats, o.Scheme.Shards)
+	progress.begin(PhaseWrite, p.allRows())
 	err = forEachShard(ctx, o.Workers, len(params), func(sh int) error {
 		w, err := out.openShard(uint32(sh), meta)
 		if err != nil {

@@ -114,6 +114,7 @@ type runFlags struct {
 	tempDir      string
 	coord        coordFlags
 	quietSummary bool
+	progress     bool
 }
 
 func newNumeratorRunCmd() *cobra.Command {
@@ -148,6 +149,7 @@ recorded.`,
 	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "accept an offers table without rows (refused otherwise: it would drop every doc)")
 	fl.StringVar(&f.memory, "memory-limit", "1GiB", "memory target of the process: half holds rows (past it, shards spill sorted runs to --temp-dir), the Go heap is capped softly at 90%")
 	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
+	fl.BoolVar(&f.progress, "progress", false, "print progress on stderr (phase, rows, rate, ETA) every 10s even when stderr is not a terminal (in a terminal it is printed every second anyway)")
 	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line (\"version T.S.V.G run N\") on stdout")
 	f.coord.register(cmd)
 	f.coord.registerLock(cmd)
@@ -180,6 +182,12 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	}
 	if f.dropFraction == 0 {
 		opts.AllowDropFraction = 1e-12 // an explicit 0: no doc may be dropped
+	}
+	if tty := isTerminal(stderr); tty || f.progress {
+		opts.Progress, opts.ProgressEvery = progressPrinter(stderr, tty), 10*time.Second
+		if tty {
+			opts.ProgressEvery = time.Second
+		}
 	}
 
 	coord, err := openCoordinator(ctx, f.coord.kind, f.coord.addr, logger)
@@ -242,6 +250,58 @@ func waitPrinter(w io.Writer, limit time.Duration) func(coordinator.Waiting) {
 
 // waitReportEvery is how often a waiting run repeats who holds the lock.
 const waitReportEvery = 30 * time.Second
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressPrinter prints a run's progress: in a terminal on one line that
+// it rewrites (a line per phase), else a line per report.
+func progressPrinter(w io.Writer, tty bool) func(numerator.Progress) {
+	return func(p numerator.Progress) {
+		var line string
+		if p.Done {
+			line = fmt.Sprintf("numerator: %s done: %s rows in %v (%s rows/s)", p.Phase, humanCount(float64(p.Rows)),
+				p.Elapsed.Round(100*time.Millisecond), humanCount(p.Rate()))
+		} else {
+			line = fmt.Sprintf("numerator: %s %s/%s rows", p.Phase, humanCount(float64(p.Rows)), humanCount(float64(p.Total)))
+			if p.Total > 0 {
+				line += fmt.Sprintf(" (%.0f%%)", 100*float64(p.Rows)/float64(p.Total))
+			}
+			line += fmt.Sprintf(", %s rows/s", humanCount(p.Rate()))
+			if eta, ok := p.ETA(); ok {
+				line += fmt.Sprintf(", ETA %v", eta.Round(time.Second))
+			}
+		}
+		switch {
+		case !tty:
+			fmt.Fprintln(w, line)
+		case p.Done:
+			fmt.Fprintf(w, "\r\033[K%s\n", line)
+		default:
+			fmt.Fprintf(w, "\r\033[K%s", line)
+		}
+	}
+}
+
+// humanCount writes n with a k, M or G suffix.
+func humanCount(n float64) string {
+	switch {
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fG", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", n/1e6)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fk", n/1e3)
+	}
+	return fmt.Sprintf("%.0f", n)
+}
 
 func printCleaned(w io.Writer, paths []string) {
 	for _, p := range paths {

@@ -163,6 +163,43 @@ func TestNumeratorRefusesAnEmptyGeneration(t *testing.T) {
 	}
 }
 
+// TestNumeratorProgress: --progress prints every phase's progress on
+// stderr although it is not a terminal; without it, nothing.
+func TestNumeratorProgress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "offers.parquet")
+	writeGeneration(t, offers, 0)
+	args := []string{"numerator", "run", "--coordinator", "none", "--input-offers", offers}
+	// The first run has no state to plan against: it loads and writes.
+	// The second plans too; its state is streamed, not loaded.
+	for i, phases := range [][]string{{"load", "write"}, {"load", "plan", "write"}} {
+		extra := []string{"--output-state", filepath.Join(dir, fmt.Sprint("s", i)), "--progress"}
+		if i > 0 {
+			extra = append(extra, "--input-state", filepath.Join(dir, "s0"))
+		}
+		out, stderr, code := run(t, append(args, extra...)...)
+		if code != 0 {
+			t.Fatalf("run %d --progress: exit %d: %s", i, code, stderr)
+		}
+		for _, phase := range phases {
+			rows := 3000 * (1 + i) // the second run's plan and write read the state too
+			if phase == "load" {
+				rows = 3000
+			}
+			if !strings.Contains(stderr, "numerator: "+phase+" 0/") || !strings.Contains(stderr, fmt.Sprintf("numerator: %s done: %d rows in ", phase, rows)) {
+				t.Errorf("run %d --progress: stderr does not show the %s phase from 0 to its %d rows:\n%s", i, phase, rows, stderr)
+			}
+		}
+		if !strings.Contains(stderr, "rows/s") || strings.Contains(out, "numerator: load") {
+			t.Errorf("run %d --progress: stdout %q, stderr %q; want the rate, on stderr only", i, out, stderr)
+		}
+	}
+	if _, stderr, code := run(t, append(args, "--output-state", filepath.Join(dir, "s2"))...); code != 0 || stderr != "" {
+		t.Errorf("run without --progress, stderr not a terminal: exit %d, stderr %q; want nothing", code, stderr)
+	}
+}
+
 func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
