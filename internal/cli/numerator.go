@@ -29,7 +29,8 @@ func newNumeratorCmd() *cobra.Command {
 		Use:   "numerator",
 		Short: "Persistent <shard_id, doc_id> for offers across index generations (seed 003)",
 	}
-	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorUnlockCmd(), newNumeratorBenchCmd())
+	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorUnlockCmd(),
+		newNumeratorGenCmd(), newNumeratorDumpCmd(), newNumeratorBenchCmd())
 	return cmd
 }
 
@@ -479,6 +480,60 @@ func unlockCoordinator(ctx context.Context, out io.Writer, coord coordinator.Coo
 	fmt.Fprintf(out, "dropped the write lock of %s (ticket %d, since %s); its renewals and report will be refused\n",
 		dropped.Holder, dropped.Ticket, dropped.Acquired.Format(time.RFC3339))
 	return nil
+}
+
+func newNumeratorGenCmd() *cobra.Command {
+	var (
+		p          synth.Params
+		generation int64
+	)
+	cmd := &cobra.Command{
+		Use:   "gen --offers N OUT.parquet",
+		Short: "Write a synthetic offers table (a generation of numerator/synth) to try the numerator on",
+		Long: `Writes generation --generation of synthetic offers as one Parquet file with
+the input columns business_id, offer_id, shop_id, warehouse_id. Generations of
+the same --offers, --churn and --flap follow one another: each replaces a
+--churn share of the offers with new ones, and odd generations miss a --flap
+share that even ones have. OUT must not exist.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if p.Offers <= 0 || generation < 0 || p.Churn < 0 || p.Churn > 1 || p.Flap < 0 || p.Flap > 1 {
+				return fmt.Errorf("%w: --offers must be positive, --generation non-negative, --churn and --flap shares in [0, 1]", numerator.ErrBadOptions)
+			}
+			n, err := synth.Write(cmd.Context(), args[0], p, generation)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d offers (generation %d) to %s\n", n, generation, args[0])
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.Int64Var(&p.Offers, "offers", 1_000_000, "offers in a generation (odd generations miss a --flap share of them)")
+	fl.Int64Var(&generation, "generation", 0, "which generation to write (0, 1, 2, ...)")
+	fl.Float64Var(&p.Churn, "churn", 0.05, "share of offers replaced by new ones each generation")
+	fl.Float64Var(&p.Flap, "flap", 0.02, "share of offers missing every other generation")
+	return cmd
+}
+
+func newNumeratorDumpCmd() *cobra.Command {
+	var o numerator.DumpOptions
+	cmd := &cobra.Command{
+		Use:   "dump TABLE",
+		Short: "Print a table's rows (a Parquet file or a directory of part files) as JSON lines or a table",
+		Long: `Prints the rows of any Parquet table, the numerator's (offers, state, new
+docs, expired docs) or another, all columns in order: one JSON object per row
+(--format jsonl, the default) or aligned columns under a header (--format
+table). A directory's *.parquet part files are read in name order.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := numerator.Dump(cmd.Context(), args[0], cmd.OutOrStdout(), o)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&o.Format, "format", numerator.DumpJSONLines, "jsonl (a JSON object per row) or table")
+	cmd.Flags().Int64Var(&o.Limit, "limit", 0, "print at most this many rows (0: all)")
+	return cmd
 }
 
 type benchFlags struct {

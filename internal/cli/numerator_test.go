@@ -200,6 +200,46 @@ func TestNumeratorProgress(t *testing.T) {
 	}
 }
 
+// TestNumeratorGenAndDump: gen writes a synthetic input that run takes;
+// dump prints a table's rows; a corrupt file is refused, naming it.
+func TestNumeratorGenAndDump(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "offers.parquet")
+	out, stderr, code := run(t, "numerator", "gen", "--offers", "500", "--generation", "1", "--flap", "0.1", offers)
+	if code != 0 || !strings.Contains(out, "to "+offers) {
+		t.Fatalf("gen: exit %d: %s %s", code, out, stderr)
+	}
+	if _, stderr, code := run(t, "numerator", "gen", "--offers", "5", offers); code == 0 || !strings.Contains(stderr, "choose a new location") {
+		t.Fatalf("gen over an existing file: exit %d, stderr %s", code, stderr)
+	}
+	state := filepath.Join(dir, "state")
+	if _, stderr, code := run(t, "numerator", "run", "--coordinator", "none", "--input-offers", offers, "--output-state", state); code != 0 {
+		t.Fatalf("run on the generated offers: %s", stderr)
+	}
+	out, stderr, code = run(t, "numerator", "dump", "--limit", "3", state)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.Contains(lines[0], `"doc_id":`) || !strings.Contains(lines[0], `"offer_id":"sku-`) {
+		t.Fatalf("dump --limit 3: exit %d\n%s\n%s", code, out, stderr)
+	}
+	out, _, code = run(t, "numerator", "dump", "--format", "table", offers)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) < 400 || len(lines) > 501 || !strings.HasPrefix(lines[0], "business_id") {
+		t.Fatalf("dump --format table: exit %d, %d lines, header %q", code, len(lines), lines[0])
+	}
+	corrupt := filepath.Join(dir, "corrupt.parquet")
+	data, err := os.ReadFile(offers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(corrupt, data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := run(t, "numerator", "dump", corrupt); code == 0 || !strings.Contains(stderr, corrupt) || !strings.Contains(stderr, "bad input") {
+		t.Fatalf("dump of a corrupt file: exit %d, stderr %s", code, stderr)
+	}
+}
+
 func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
