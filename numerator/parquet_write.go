@@ -32,9 +32,13 @@ var (
 	newDocsFields = append(append([]arrow.Field(nil), keyFields...), shardField, docField)
 )
 
+// A writer buffers a whole row group (every column's pages) until it is
+// complete, so row groups are kept to one batch: the buffers of the part
+// files being written (three tables, two shards at once) stay a few
+// megabytes each.
 const (
-	writeBatch    = 64 << 10
-	rowGroupLimit = 1 << 20
+	writeBatch    = 16 << 10
+	rowGroupLimit = writeBatch
 )
 
 // tableWriter writes one part file of a table.

@@ -66,8 +66,12 @@ func (p *pool) stateSource(sh int) sortedSource {
 
 func newPool(o Options, progress *tracker) *pool {
 	p := &pool{o: o, progress: progress, state: make([]*sorter, o.Scheme.Shards), offers: make([]*sorter, o.Scheme.Shards)}
+	// A block per sorter is held while it fills: blocks take at most an
+	// eighth of the budget between them.
+	block := int(min(max(o.MemoryLimit/8/int64(2*o.Scheme.Shards), minSorterBlock), maxSorterBlock))
 	for i := range p.state {
-		p.state[i], p.offers[i] = &sorter{}, &sorter{}
+		p.state[i] = &sorter{blockSize: block, relayoutMax: o.MemoryLimit / 4}
+		p.offers[i] = &sorter{blockSize: block, relayoutMax: o.MemoryLimit / 4}
 	}
 	return p
 }
@@ -87,7 +91,9 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 	reserve := func(sorters []*sorter, rows int64) {
 		per := min(rows/int64(shards)+rows/int64(shards)/16+64, p.o.MemoryLimit/(entrySize+48)/int64(shards)/2)
 		for _, s := range sorters {
-			s.idx = make([]entry, 0, max(per, 0))
+			before := s.bytes
+			s.reserve(max(per, 0))
+			p.bytes += s.bytes - before
 		}
 	}
 	if ss, ok := state.(interface{ sortedShards(uint32) []sortedSource }); ok && !reshard && !p.o.ForceRebuild {

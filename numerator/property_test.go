@@ -37,7 +37,7 @@ func TestSpillingGivesTheSameHistory(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			checkHistory(t, seed, 800)
+			checkHistory(t, seed, 6<<10) // two 4 KiB blocks: a spill every ~60 rows
 		})
 	}
 }

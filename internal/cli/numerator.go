@@ -148,7 +148,7 @@ recorded.`,
 	fl.Int64Var(&f.minDocs, "rebuild-min-docs", 1000, "shards with fewer ids never rebuild automatically")
 	fl.Float64Var(&f.dropFraction, "allow-drop-fraction", numerator.DefaultAllowDropFraction, "refuse offers that lack more than this share of the docs the previous generation had (1 accepts any drop)")
 	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "accept an offers table without rows (refused otherwise: it would drop every doc)")
-	fl.StringVar(&f.memory, "memory-limit", "1GiB", "memory target of the process: half holds rows (past it, shards spill sorted runs to --temp-dir), the Go heap is capped softly at 90%")
+	fl.StringVar(&f.memory, "memory-limit", "1GiB", fmt.Sprintf("memory limit of the process (peak RSS), at least %dMiB: rows get half of it, or all but %dMiB when that is less (past it, shards spill sorted runs to --temp-dir)", numerator.MinProcessMemory>>20, numerator.MemoryReserve>>20))
 	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
 	fl.BoolVar(&f.progress, "progress", false, "print progress on stderr (phase, rows, rate, ETA) every 10s even when stderr is not a terminal (in a terminal it is printed every second anyway)")
 	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line (\"version T.S.V.G run N\") on stdout")
@@ -163,8 +163,9 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	if err != nil {
 		return fmt.Errorf("--memory-limit: %w", err)
 	}
-	if limit < 64<<20 {
-		return fmt.Errorf("--memory-limit %s: need at least 64MiB", f.memory)
+	rowsBudget, goLimit, err := numerator.ProcessBudget(limit)
+	if err != nil {
+		return fmt.Errorf("--memory-limit %s: %w", f.memory, err)
 	}
 	scheme, err := sharding.DefaultRegistry().Lookup(sharding.SchemeID(f.scheme))
 	if err != nil {
@@ -173,10 +174,10 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	if f.tables.InputOffers == "" || f.tables.OutputState == "" {
 		return errors.New("--input-offers and --output-state are required")
 	}
-	prevLimit := debug.SetMemoryLimit(limit / 10 * 9)
+	prevLimit := debug.SetMemoryLimit(goLimit)
 	defer debug.SetMemoryLimit(prevLimit)
 	opts := numerator.Options{StateType: f.stateType, Scheme: scheme, TTL: f.ttl, ForceRebuild: f.force,
-		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: limit / 2, TempDir: f.tempDir, Logger: logger,
+		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: rowsBudget, TempDir: f.tempDir, Logger: logger,
 		AllowDropFraction: f.dropFraction, AllowEmpty: f.allowEmpty}
 	if f.threshold == 0 {
 		opts.RebuildThreshold = 1e-12 // an explicit 0: any hole triggers a rebuild

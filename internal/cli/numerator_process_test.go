@@ -120,7 +120,7 @@ func TestNumeratorKilledRunFreesTheLockAndItsLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	common := []string{"--coordinator", "local", "--coordinator-addr", coordDir, "--input-offers", offers,
-		"--memory-limit", "64MiB", "--temp-dir", tempDir, "--lock-ttl", "2s"}
+		"--memory-limit", "192MiB", "--temp-dir", tempDir, "--lock-ttl", "2s"}
 	state1 := filepath.Join(dir, "state1")
 	killMidRun(t, state1, tempDir, append(common, "--master-name", "dc-killed", "--output-state", state1)...)
 	coord, err := coordinator.NewLocal(coordDir, nil)

@@ -254,7 +254,8 @@ func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 		{"unknown coordinator", []string{"--coordinator", "etcd"}, "want local, zookeeper"},
 		{"unknown scheme", []string{"--coordinator", "none", "--output-sharding-scheme", "999"}, "unknown scheme"},
 		{"bad memory limit", []string{"--coordinator", "none", "--memory-limit", "lots"}, "--memory-limit"},
-		{"tiny memory limit", []string{"--coordinator", "none", "--memory-limit", "1MiB"}, "at least 64MiB"},
+		{"tiny memory limit", []string{"--coordinator", "none", "--memory-limit", "1MiB"}, "workable minimum of 192 MiB"},
+		{"a memory limit below the minimum", []string{"--coordinator", "none", "--memory-limit", "64MiB"}, "give at least 192MiB"},
 	}
 	for i, tt := range tests {
 		args := append([]string{"numerator", "run", "--input-offers", offers, "--output-state", filepath.Join(dir, fmt.Sprint("s", i))}, tt.args...)
