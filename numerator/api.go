@@ -31,6 +31,15 @@ func Run(ctx context.Context, t Tables, o Options) (Result, error) {
 	if t.InputOffers == "" || t.OutputState == "" {
 		return Result{}, fmt.Errorf("%w: input offers and output state are required", ErrBadOptions)
 	}
+	// A dead run's leftovers next to this run's outputs and in its temp
+	// directory go first (they cannot belong to a live run).
+	cleaned, err := cleanLeftovers(t, o)
+	if err != nil {
+		o.Logger.Warn("removing a dead run's leftovers", "err", err)
+	}
+	for _, p := range cleaned {
+		o.Logger.Info("removed a dead run's leftovers", "path", p)
+	}
 	var prev *StateMeta
 	var state rowSource
 	if t.InputState != "" {
@@ -51,7 +60,9 @@ func Run(ctx context.Context, t Tables, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return execute(ctx, o, prev, state, offers, out)
+	res, err := execute(ctx, o, prev, state, offers, out)
+	res.Cleaned = cleaned
+	return res, err
 }
 
 // ReadStateMeta reads a state's version, run counter, TTL and scheme.

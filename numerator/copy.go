@@ -6,6 +6,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 )
 
 // CopyTable copies a table (a Parquet file or a directory of part files) to
@@ -27,22 +29,30 @@ func CopyTable(src, dst string) error {
 	if !st.IsDir() {
 		return copyFile(src, dst)
 	}
-	tmp := dst + ".tmp-copy"
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return err
+	// A dead run's half-made copy is removed; this one is owned by this
+	// process until it is renamed into place.
+	if _, err := fsutil.CleanDead(dst); err != nil {
+		return fmt.Errorf("numerator: remove a dead run's copy next to %s: %w", dst, err)
+	}
+	tmp, err := fsutil.CreateOwned(dst)
+	if err != nil {
+		return fmt.Errorf("numerator: copy to %s: %w", dst, err)
 	}
 	for _, p := range parts {
-		if err := copyFile(p, filepath.Join(tmp, filepath.Base(p))); err != nil {
-			return errors.Join(err, os.RemoveAll(tmp))
+		if err := copyFile(p, filepath.Join(tmp.Path, filepath.Base(p))); err != nil {
+			return errors.Join(err, tmp.RemoveAll())
 		}
 	}
-	if err := syncDir(tmp); err != nil {
-		return errors.Join(err, os.RemoveAll(tmp))
+	if err := fsutil.SyncDir(tmp.Path); err != nil {
+		return errors.Join(err, tmp.RemoveAll())
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return errors.Join(err, os.RemoveAll(tmp))
+	if err := os.Rename(tmp.Path, dst); err != nil {
+		return errors.Join(err, tmp.RemoveAll())
 	}
-	return syncDir(filepath.Dir(dst))
+	if err := tmp.Release(); err != nil {
+		return err
+	}
+	return fsutil.SyncDir(filepath.Dir(dst))
 }
 
 func copyFile(src, dst string) error {

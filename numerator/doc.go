@@ -10,7 +10,7 @@
 //
 // It owns the algorithm, the state format, external sorting with spill files
 // and the Parquet I/O of its tables. Coordination between masters lives in
-// numerator/coordinator. It must never overwrite an existing output, never
+// numerator/coordinator; RunCoordinated is a run as one master's turn there. It must never overwrite an existing output, never
 // change its input tables, never hold more than its memory budget of rows in
 // memory, and never import internal/server.
 package numerator

@@ -17,6 +17,12 @@ var (
 	// ErrOutputExists: an output location already exists; a run never
 	// overwrites.
 	ErrOutputExists = errors.New("numerator: output exists")
+	// ErrEmptyInput: the input offers have no rows (and the run does not
+	// allow it).
+	ErrEmptyInput = errors.New("numerator: input offers are empty")
+	// ErrTooManyDropped: the input offers lack more of the live docs than
+	// the run allows.
+	ErrTooManyDropped = errors.New("numerator: input drops too many docs")
 	// ErrBadOptions: invalid run options.
 	ErrBadOptions = errors.New("numerator: bad options")
 )

@@ -14,6 +14,7 @@ type shardParams struct {
 	force     bool   // rebuild unconditionally
 	threshold float64
 	minDocs   int64 // shards smaller than this never rebuild automatically
+	progress  *tracker
 }
 
 // ShardStats describes one shard of a run's output.
@@ -64,6 +65,53 @@ type plan struct {
 	// trace records the join's steps, so that emitting replays it without
 	// comparing keys again.
 	trace []byte
+	drops dropCounts
+}
+
+// dropCounts measure what a run's offers lack of its input state.
+type dropCounts struct {
+	rows    int64 // state rows
+	absent  int64 // state rows without an offer
+	live    int64 // state rows the previous generation had (last_seen_run = run-1)
+	dropped int64 // of live, those without an offer
+}
+
+func (d *dropCounts) add(p shardParams, s, o *record) {
+	if s == nil {
+		return
+	}
+	d.rows++
+	live := s.lastSeen+1 == p.run
+	if live {
+		d.live++
+	}
+	if o == nil {
+		d.absent++
+		if live {
+			d.dropped++
+		}
+	}
+}
+
+func (d *dropCounts) merge(e dropCounts) {
+	d.rows += e.rows
+	d.absent += e.absent
+	d.live += e.live
+	d.dropped += e.dropped
+}
+
+// countDrops joins a shard's state and offers only to count what the
+// offers lack (a forced rebuild plans nothing).
+func countDrops(p shardParams, state, offers sortedSource) (dropCounts, error) {
+	var d dropCounts
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
+	err := joinSources(p.shard, state, offers, func() { rows.add(1) }, func(s, o *record) error {
+		rows.add(weight(s, o))
+		d.add(p, s, o)
+		return nil
+	})
+	return d, err
 }
 
 // Steps of a join trace.
@@ -96,8 +144,12 @@ func expires(p shardParams, lastSeen uint64) bool {
 
 func planShard(p shardParams, state, offers sortedSource) (*plan, error) {
 	pl := &plan{maxKept: -1, trace: make([]byte, 0, state.count()+offers.count())}
-	onDup := func() { pl.trace = append(pl.trace, stepDupOffer) }
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
+	onDup := func() { pl.trace = append(pl.trace, stepDupOffer); rows.add(1) }
 	err := joinSources(p.shard, state, offers, onDup, func(s, o *record) error {
+		rows.add(weight(s, o))
+		pl.drops.add(p, s, o)
 		switch {
 		case s == nil:
 			pl.trace = append(pl.trace, stepOffer)
@@ -155,7 +207,10 @@ func emitPlain(p shardParams, state, offers sortedSource, pl *plan, sink shardSi
 	}
 	defer oi.close()
 	var s, o record
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
 	for _, step := range pl.trace {
+		rows.add(int64(step&1 + step>>1&1 + step>>2&1)) // the rows the step reads
 		var sok, ook bool
 		if step&stepState != 0 {
 			s, sok = si.next()
@@ -225,7 +280,10 @@ func replayError(shard uint32, si, oi recordIter) error {
 func emitRebuild(p shardParams, state, offers sortedSource, sink shardSink) (ShardStats, error) {
 	st := ShardStats{Shard: p.shard, Rebuilt: true}
 	var next uint32
-	err := joinSources(p.shard, state, offers, nil, func(s, o *record) error {
+	rows := rowCounter{t: p.progress}
+	defer rows.flush()
+	err := joinSources(p.shard, state, offers, func() { rows.add(1) }, func(s, o *record) error {
+		rows.add(weight(s, o))
 		if o == nil {
 			st.Expired++
 			return sink.expired(s)
@@ -243,6 +301,18 @@ func emitRebuild(p shardParams, state, offers sortedSource, sink shardSink) (Sha
 	})
 	st.MaxDocID = st.Docs - 1
 	return st, err
+}
+
+// weight is how many input rows a join step read.
+func weight(s, o *record) int64 {
+	var n int64
+	if s != nil {
+		n++
+	}
+	if o != nil {
+		n++
+	}
+	return n
 }
 
 // joinSources walks a shard's state and offers together in (hash, key) order

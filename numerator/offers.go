@@ -1,6 +1,9 @@
 package numerator
 
 import (
+	"fmt"
+	"os"
+
 	"github.com/shardkit/shardkit/sharding"
 )
 
@@ -12,8 +15,12 @@ type OfferWriter struct {
 	r record
 }
 
-// NewOfferWriter creates the file at path; it must not exist.
+// NewOfferWriter creates the file at path; it must not exist
+// (ErrOutputExists).
 func NewOfferWriter(path string) (*OfferWriter, error) {
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("%w: %s; choose a new location", ErrOutputExists, path)
+	}
 	w, err := createTableWriter(path, keyFields, map[string]string{metaFormat: formatV1, metaTable: "offers"})
 	if err != nil {
 		return nil, err

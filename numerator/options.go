@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime"
+	"time"
 
 	"github.com/shardkit/shardkit/sharding"
 )
@@ -27,6 +28,23 @@ type Options struct {
 	// RebuildMinDocs: shards with fewer ids never rebuild automatically, so
 	// tiny shards do not flip on a hole or two. 0 means none are exempt.
 	RebuildMinDocs int64
+	// AllowDropFraction: a run whose offers lack more than this share of
+	// the docs the previous generation had (of every doc of the input
+	// state, when that generation had none) is refused with
+	// ErrTooManyDropped before anything is written: an incomplete input
+	// must not free, after TTL runs, the ids of the offers it lost. 0 means
+	// DefaultAllowDropFraction; >= 1 accepts any drop.
+	AllowDropFraction float64
+	// AllowEmpty accepts an offers table without rows, which is refused
+	// otherwise (ErrEmptyInput); it also accepts that such a run drops
+	// every doc.
+	AllowEmpty bool
+	// RenumberFraction: a plain run that expires more than this share of
+	// its input state's docs bumps V (and resets G) as a rebuild does:
+	// most of the id space is freed at once and will be given to other
+	// keys, so data built on the old state must not be used with the new
+	// one (N6). 0 means DefaultRenumberFraction; >= 1 never.
+	RenumberFraction float64
 	// MemoryLimit bounds the bytes of rows held in memory; past it, shards
 	// spill sorted runs to TempDir. 0 means DefaultMemoryLimit.
 	MemoryLimit int64
@@ -34,14 +52,23 @@ type Options struct {
 	TempDir string
 	// Workers is how many shards are processed at once; 0 means GOMAXPROCS.
 	Workers int
-	// Logger receives progress; nil discards.
+	// Logger receives what the run did; nil discards.
 	Logger *slog.Logger
+	// Progress, if set, is told where the run is: when each phase
+	// (PhaseLoad, PhasePlan, PhaseWrite) begins and ends, and every
+	// ProgressEvery in between, from another goroutine (never two calls at
+	// once).
+	Progress func(Progress)
+	// ProgressEvery: 0 means a second.
+	ProgressEvery time.Duration
 }
 
 // Defaults of Options.
 const (
-	DefaultRebuildThreshold = 0.2
-	DefaultMemoryLimit      = 1 << 30
+	DefaultRebuildThreshold  = 0.2
+	DefaultAllowDropFraction = 0.5
+	DefaultRenumberFraction  = 0.5
+	DefaultMemoryLimit       = 1 << 30
 )
 
 func (o Options) withDefaults() (Options, error) {
@@ -54,6 +81,15 @@ func (o Options) withDefaults() (Options, error) {
 	if o.RebuildThreshold == 0 {
 		o.RebuildThreshold = DefaultRebuildThreshold
 	}
+	if o.AllowDropFraction < 0 || o.RenumberFraction < 0 {
+		return o, fmt.Errorf("%w: allowed drop fraction %v or renumber fraction %v is negative; use a share in (0, 1]", ErrBadOptions, o.AllowDropFraction, o.RenumberFraction)
+	}
+	if o.AllowDropFraction == 0 {
+		o.AllowDropFraction = DefaultAllowDropFraction
+	}
+	if o.RenumberFraction == 0 {
+		o.RenumberFraction = DefaultRenumberFraction
+	}
 	if o.MemoryLimit < 0 {
 		return o, fmt.Errorf("%w: memory limit %d is negative", ErrBadOptions, o.MemoryLimit)
 	}
@@ -65,6 +101,9 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.GOMAXPROCS(0)
+	}
+	if o.ProgressEvery <= 0 {
+		o.ProgressEvery = time.Second
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

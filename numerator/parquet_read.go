@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"golang.org/x/sync/errgroup"
@@ -33,7 +34,10 @@ var (
 	stateColumns = []string{colBusinessID, colOfferID, colShopID, colWarehouseID, colShardID, colDocID, colLastSeenRun}
 )
 
-const readBatch = 64 << 10
+// readBatch is the rows of a decoded batch: small enough that the batches
+// in flight (two per reader, plus the one being converted) stay a few
+// megabytes, large enough that the per-batch work does not show.
+const readBatch = 16 << 10
 
 // tableParts lists a table's Parquet files: the path itself, or the
 // *.parquet files of a directory in name order.
@@ -93,7 +97,7 @@ func (p *part) init(columns []string) (err error) {
 			err = fmt.Errorf("%w: %s: unreadable Parquet: %v", ErrBadInput, p.path, r)
 		}
 	}()
-	p.pf, err = file.NewParquetReader(p.f)
+	p.pf, err = file.NewParquetReader(p.f, file.WithReadProps(readProps()))
 	if err != nil {
 		return fmt.Errorf("%w: %s is not a readable Parquet file (truncated or corrupt?): %w", ErrBadInput, p.path, err)
 	}
@@ -118,6 +122,19 @@ func (p *part) init(columns []string) (err error) {
 	}
 	return nil
 }
+
+// readProps streams each column chunk through a small buffer instead of
+// reading it whole: a row group of another tool's table can be hundreds
+// of megabytes, and only a batch of it is decoded at a time.
+func readProps() *parquet.ReaderProperties {
+	props := parquet.NewReaderProperties(memory.DefaultAllocator)
+	props.BufferedStreamEnabled = true
+	props.BufferSize = readBuffer
+	return props
+}
+
+// readBuffer is each column chunk's read buffer.
+const readBuffer = 256 << 10
 
 func checkColumnType(name string, t arrow.DataType) error {
 	if name == colOfferID {
@@ -182,16 +199,20 @@ func (p *part) scan(ctx context.Context, fn func(rec arrow.RecordBatch) error) (
 		return nil
 	})
 	g.Go(func() error {
-		var ferr error
 		for rec := range recs {
-			if ferr == nil {
-				ferr = fn(rec)
-			}
+			err := fn(rec)
 			rec.Release()
+			if err != nil {
+				return err // cancels ctx: the reader stops instead of reading on
+			}
 		}
-		return ferr
+		return nil
 	})
-	return g.Wait()
+	err = g.Wait()
+	for rec := range recs { // what the reader had sent before it stopped
+		rec.Release()
+	}
+	return err
 }
 
 // uints converts an integer column to uint64s, refusing nulls, negatives

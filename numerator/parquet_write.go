@@ -1,8 +1,6 @@
 package numerator
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 )
 
 var (
@@ -32,9 +32,13 @@ var (
 	newDocsFields = append(append([]arrow.Field(nil), keyFields...), shardField, docField)
 )
 
+// A writer buffers a whole row group (every column's pages) until it is
+// complete, so row groups are kept to one batch: the buffers of the part
+// files being written (three tables, two shards at once) stay a few
+// megabytes each.
 const (
-	writeBatch    = 64 << 10
-	rowGroupLimit = 1 << 20
+	writeBatch    = 16 << 10
+	rowGroupLimit = writeBatch
 )
 
 // tableWriter writes one part file of a table.
@@ -137,18 +141,17 @@ func (t *tableWriter) close() error {
 }
 
 // dirOutputs writes each output table as a directory of part files, one per
-// shard, under a temporary name next to the final one; commit renames them
-// into place (new docs, expired docs, then the state last).
+// shard, under a temporary name next to the final one (a working directory
+// owned by this process: a dead run's is removed by the next run, see
+// cleanLeftovers); commit renames them into place (new docs, expired docs,
+// then the state last).
 type dirOutputs struct {
-	final, tmp [3]string // state, new docs, expired; "" = not wanted
+	final [3]string        // state, new docs, expired; "" = not wanted
+	tmp   [3]*fsutil.Owned // nil once published or not wanted
 }
 
 func newDirOutputs(state, newDocs, expired string) (*dirOutputs, error) {
 	d := &dirOutputs{final: [3]string{state, newDocs, expired}}
-	suffix := make([]byte, 6)
-	if _, err := rand.Read(suffix); err != nil {
-		return nil, err
-	}
 	for i, p := range d.final {
 		if p == "" {
 			continue
@@ -157,11 +160,12 @@ func newDirOutputs(state, newDocs, expired string) (*dirOutputs, error) {
 			_ = d.abort()
 			return nil, fmt.Errorf("%w: %s; a run never overwrites, choose a new location", ErrOutputExists, p)
 		}
-		d.tmp[i] = p + ".tmp-" + hex.EncodeToString(suffix)
-		if err := os.MkdirAll(d.tmp[i], 0o755); err != nil {
+		o, err := fsutil.CreateOwned(p)
+		if err != nil {
 			_ = d.abort()
 			return nil, fmt.Errorf("numerator: create output: %w", err)
 		}
+		d.tmp[i] = o
 	}
 	return d, nil
 }
@@ -175,10 +179,10 @@ func (d *dirOutputs) openShard(shard uint32, meta StateMeta) (shardWriter, error
 		dst    **tableWriter
 	}{{tableState, stateFields, &sw.st}, {tableNewDocs, newDocsFields, &sw.nd}, {tableExpired, stateFields, &sw.ex}}
 	for i, s := range specs {
-		if d.tmp[i] == "" {
+		if d.tmp[i] == nil {
 			continue
 		}
-		w, err := createTableWriter(filepath.Join(d.tmp[i], name), s.fields, meta.keyValues(s.table, shard))
+		w, err := createTableWriter(filepath.Join(d.tmp[i].Path, name), s.fields, meta.keyValues(s.table, shard))
 		if err != nil {
 			_ = sw.close()
 			return nil, err
@@ -204,21 +208,25 @@ func (d *dirOutputs) commit() (err error) {
 		}
 	}()
 	for _, i := range []int{1, 2, 0} {
-		if d.tmp[i] == "" {
+		tmp := d.tmp[i]
+		if tmp == nil {
 			continue
 		}
 		if _, err := os.Lstat(d.final[i]); err == nil {
 			return fmt.Errorf("%w: %s appeared during the run; this run's output is removed", ErrOutputExists, d.final[i])
 		}
-		if err := syncDir(d.tmp[i]); err != nil {
+		if err := fsutil.SyncDir(tmp.Path); err != nil {
 			return err
 		}
-		if err := os.Rename(d.tmp[i], d.final[i]); err != nil {
+		if err := os.Rename(tmp.Path, d.final[i]); err != nil {
 			return fmt.Errorf("numerator: publish %s: %w", d.final[i], err)
 		}
-		d.tmp[i] = ""
+		d.tmp[i] = nil
 		published = append(published, d.final[i])
-		if err := syncDir(filepath.Dir(d.final[i])); err != nil {
+		if err := tmp.Release(); err != nil {
+			return fmt.Errorf("numerator: publish %s: %w", d.final[i], err)
+		}
+		if err := fsutil.SyncDir(filepath.Dir(d.final[i])); err != nil {
 			return err
 		}
 	}
@@ -227,27 +235,11 @@ func (d *dirOutputs) commit() (err error) {
 
 func (d *dirOutputs) abort() error {
 	var errs []error
-	for _, p := range d.tmp {
-		if p != "" {
-			errs = append(errs, os.RemoveAll(p))
-		}
+	for i, o := range d.tmp {
+		errs = append(errs, o.RemoveAll())
+		d.tmp[i] = nil
 	}
 	return errors.Join(errs...)
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("numerator: sync %s: %w", dir, err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("numerator: sync %s: %w", dir, err)
-	}
-	return nil
 }
 
 // shardFiles are one shard's part files of the three output tables.

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 	"github.com/shardkit/shardkit/sharding"
 )
 
@@ -26,7 +28,33 @@ type pool struct {
 	// streamed, when set, replaces the state sorters: each shard's state is
 	// read from its sorted part file.
 	streamed []sortedSource
+	// spillDir holds this run's spill files (made at the first spill): a
+	// working directory owned by this process in TempDir, so that a dead
+	// run's is recognised and removed (cleanLeftovers).
+	spillDir *fsutil.Owned
+	progress *tracker
 }
+
+// rows is how many rows shard sh has in all (state and offers, duplicates
+// included), known once loading is done.
+func (p *pool) rows(sh int) int64 {
+	n := p.offers[sh].total
+	if p.streamed != nil {
+		return n + p.streamed[sh].count()
+	}
+	return n + p.state[sh].total
+}
+
+func (p *pool) allRows() int64 {
+	var n int64
+	for sh := range p.offers {
+		n += p.rows(sh)
+	}
+	return n
+}
+
+// spillBase is the base name of the spill directories in TempDir.
+const spillBase = "shardkit-numerator-spill"
 
 // stateSource is shard sh's sorted state.
 func (p *pool) stateSource(sh int) sortedSource {
@@ -36,10 +64,14 @@ func (p *pool) stateSource(sh int) sortedSource {
 	return p.state[sh].source()
 }
 
-func newPool(o Options) *pool {
-	p := &pool{o: o, state: make([]*sorter, o.Scheme.Shards), offers: make([]*sorter, o.Scheme.Shards)}
+func newPool(o Options, progress *tracker) *pool {
+	p := &pool{o: o, progress: progress, state: make([]*sorter, o.Scheme.Shards), offers: make([]*sorter, o.Scheme.Shards)}
+	// A block per sorter is held while it fills: blocks take at most an
+	// eighth of the budget between them.
+	block := int(min(max(o.MemoryLimit/8/int64(2*o.Scheme.Shards), minSorterBlock), maxSorterBlock))
 	for i := range p.state {
-		p.state[i], p.offers[i] = &sorter{}, &sorter{}
+		p.state[i] = &sorter{blockSize: block, relayoutMax: o.MemoryLimit / 4}
+		p.offers[i] = &sorter{blockSize: block, relayoutMax: o.MemoryLimit / 4}
 	}
 	return p
 }
@@ -59,16 +91,21 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 	reserve := func(sorters []*sorter, rows int64) {
 		per := min(rows/int64(shards)+rows/int64(shards)/16+64, p.o.MemoryLimit/(entrySize+48)/int64(shards)/2)
 		for _, s := range sorters {
-			s.idx = make([]entry, 0, max(per, 0))
+			before := s.bytes
+			s.reserve(max(per, 0))
+			p.bytes += s.bytes - before
 		}
 	}
 	if ss, ok := state.(interface{ sortedShards(uint32) []sortedSource }); ok && !reshard && !p.o.ForceRebuild {
 		p.streamed = ss.sortedShards(shards)
 	}
+	total := offers.rowCount()
 	if state != nil && p.streamed == nil {
 		reserve(p.state, state.rowCount())
+		total += state.rowCount()
 	}
 	reserve(p.offers, offers.rowCount())
+	p.progress.begin(PhaseLoad, total)
 	if state != nil && p.streamed == nil {
 		err := state.scan(ctx, func(batch []record) error {
 			for i := range batch {
@@ -89,6 +126,7 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 				}
 				p.add(p.state[sh], &r)
 			}
+			p.progress.add(int64(len(batch)))
 			return p.fit()
 		})
 		if err != nil {
@@ -108,6 +146,7 @@ func (p *pool) load(ctx context.Context, state, offers rowSource, reshard bool) 
 			}
 			p.add(p.offers[sh], &r)
 		}
+		p.progress.add(int64(len(batch)))
 		return p.fit()
 	})
 }
@@ -169,7 +208,11 @@ func (p *pool) startSpiller() func() error {
 				p.inflight.Add(-j.bytes)
 				continue
 			}
-			path, err := j.write(p.o.TempDir)
+			var path string
+			err := p.makeSpillDir()
+			if err == nil {
+				path, err = j.write(p.spillDir.Path)
+			}
 			p.mu.Lock()
 			if err != nil {
 				p.spillErr = err
@@ -188,6 +231,20 @@ func (p *pool) startSpiller() func() error {
 	}
 }
 
+// makeSpillDir makes the run's spill directory if it has none yet; only
+// the spiller goroutine calls it.
+func (p *pool) makeSpillDir() error {
+	if p.spillDir != nil {
+		return nil
+	}
+	d, err := fsutil.CreateOwned(filepath.Join(p.o.TempDir, spillBase))
+	if err != nil {
+		return fmt.Errorf("numerator: create the spill directory in %s (set --temp-dir to a writable directory with room): %w", p.o.TempDir, err)
+	}
+	p.spillDir = d
+	return nil
+}
+
 func (p *pool) releaseShard(sh int) error {
 	return errors.Join(p.state[sh].release(), p.offers[sh].release())
 }
@@ -197,5 +254,6 @@ func (p *pool) release() error {
 	for sh := range p.state {
 		errs = append(errs, p.releaseShard(sh))
 	}
+	errs = append(errs, p.spillDir.RemoveAll())
 	return errors.Join(errs...)
 }

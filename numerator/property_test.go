@@ -37,7 +37,7 @@ func TestSpillingGivesTheSameHistory(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			t.Parallel()
-			checkHistory(t, seed, 800)
+			checkHistory(t, seed, 6<<10) // two 4 KiB blocks: a spill every ~60 rows
 		})
 	}
 }
@@ -49,8 +49,10 @@ func checkHistory(t *testing.T, seed uint64, memLimit int64) {
 	for i := range universe {
 		universe[i] = sharding.OfferKey{BusinessID: uint64(r.IntN(20)), OfferID: fmt.Sprintf("o%d", i), ShopID: uint64(r.IntN(3)), WarehouseID: uint64(r.IntN(2))}
 	}
+	// Random churn empties the input or drops most of it at times: allowed.
 	o := Options{StateType: 2, Scheme: byBusiness2, TTL: uint64(r.IntN(4)),
-		RebuildThreshold: []float64{0.1, 0.2, 0.5, 1}[r.IntN(4)], TempDir: t.TempDir()}
+		RebuildThreshold: []float64{0.1, 0.2, 0.5, 1}[r.IntN(4)], TempDir: t.TempDir(),
+		AllowDropFraction: 1, AllowEmpty: true}
 	if memLimit > 0 {
 		o.MemoryLimit = memLimit
 	}
@@ -95,6 +97,9 @@ func checkHistory(t *testing.T, seed uint64, memLimit int64) {
 			t.Fatalf("run counter %d, want %d", next.meta.Run, run)
 		}
 		rebuilt := func(sh uint32) bool { return prev == nil || res.Shards[sh].Rebuilt }
+		if prev != nil {
+			checkVersion(t, run, prev, next, res, len(expired))
+		}
 		cur := next.assignment()
 		if len(cur) != len(next.rows) {
 			t.Fatalf("run %d: a key appears twice in the state", run)
@@ -171,6 +176,31 @@ func checkHistory(t *testing.T, seed uint64, memLimit int64) {
 			}
 		}
 		prev, prevOffers = next, offers
+	}
+}
+
+// checkVersion: V+1 (G 0) iff a shard was rebuilt or the run expired more
+// than RenumberFraction of the state; else V stays, G grows iff some key
+// got an id, and data built on the previous state stays usable (N6).
+func checkVersion(t *testing.T, run uint64, prev, next *memState, res Result, expired int) {
+	t.Helper()
+	pv, nv := prev.meta.Version, next.meta.Version
+	renumbered := res.Rebuilt == 0 && float64(expired) > DefaultRenumberFraction*float64(len(prev.rows))
+	if renumbered != res.Renumbered {
+		t.Fatalf("run %d: %d of %d docs expired, Renumbered=%v", run, expired, len(prev.rows), res.Renumbered)
+	}
+	if res.Rebuilt > 0 || renumbered {
+		if nv.Rebuild != pv.Rebuild+1 || nv.Generation != 0 || Compatible(nv, pv) {
+			t.Fatalf("run %d (rebuilt %d shards, renumbered %v): version %s -> %s, want V+1 and G 0", run, res.Rebuilt, renumbered, pv, nv)
+		}
+		return
+	}
+	wantG := pv.Generation
+	if res.New > 0 {
+		wantG++
+	}
+	if nv.Rebuild != pv.Rebuild || nv.Generation != wantG || !Compatible(nv, pv) {
+		t.Fatalf("run %d (%d new): version %s -> %s, want the same V and G %d", run, res.New, pv, nv, wantG)
 	}
 }
 

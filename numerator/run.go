@@ -3,6 +3,7 @@ package numerator
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
@@ -20,6 +21,13 @@ type Result struct {
 	Expired  int64
 	Rebuilt  int // shards rebuilt
 	Spills   int // sorted runs written to disk
+	// Renumbered: the run expired more than Options.RenumberFraction of its
+	// input state's docs, so V was bumped although no shard was rebuilt.
+	Renumbered bool
+	// Cleaned lists the leftovers of dead runs that this run removed
+	// before it started: working directories next to its outputs and spill
+	// directories in its temp directory.
+	Cleaned []string
 }
 
 // rowSource is a table read as batches of records. Offer batches carry keys
@@ -56,6 +64,11 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	if err := checkCompatible(o, prev); err != nil {
 		return res, err
 	}
+	empty := offers.rowCount() == 0
+	if empty && !o.AllowEmpty {
+		return res, fmt.Errorf("%w: the input offers have no rows, so this generation would drop every doc (and their ids would be given to other offers after TTL runs); check the input, or pass --allow-empty if this generation really has no offers",
+			ErrEmptyInput)
+	}
 	res.Previous = prev
 	run, rebuildAll, reshard := uint64(1), true, false
 	if prev != nil {
@@ -64,7 +77,9 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 		reshard = !sameScheme(o, prev)
 	}
 
-	p := newPool(o)
+	progress := newTracker(o.Progress, o.ProgressEvery)
+	defer func() { progress.finish(err == nil) }()
+	p := newPool(o, progress)
 	defer func() {
 		if rerr := p.release(); rerr != nil && err == nil {
 			err = rerr
@@ -77,12 +92,17 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 
 	params := make([]shardParams, o.Scheme.Shards)
 	plans := make([]*plan, o.Scheme.Shards)
+	drops := make([]dropCounts, o.Scheme.Shards)
+	expired := make([]int64, o.Scheme.Shards)
 	var anyNew, anyRebuild atomic.Bool
 	for sh := range params {
 		params[sh] = shardParams{
 			shard: uint32(sh), run: run, ttl: o.TTL, force: rebuildAll,
-			threshold: o.RebuildThreshold, minDocs: o.RebuildMinDocs,
+			threshold: o.RebuildThreshold, minDocs: o.RebuildMinDocs, progress: progress,
 		}
+	}
+	if !rebuildAll || prev != nil {
+		progress.begin(PhasePlan, p.allRows())
 	}
 	if !rebuildAll {
 		err := forEachShard(ctx, o.Workers, len(params), func(sh int) error {
@@ -90,7 +110,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 			if err != nil {
 				return err
 			}
-			plans[sh] = pl
+			plans[sh], drops[sh], expired[sh] = pl, pl.drops, pl.expired
 			if pl.newKeys > 0 {
 				anyNew.Store(true)
 			}
@@ -104,14 +124,38 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 		if err != nil {
 			return res, err
 		}
+	} else if prev != nil {
+		err := forEachShard(ctx, o.Workers, len(params), func(sh int) error {
+			var err error
+			drops[sh], err = countDrops(params[sh], p.stateSource(sh), p.offers[sh].source())
+			return err
+		})
+		if err != nil {
+			return res, err
+		}
 	}
+	var total dropCounts
+	var totalExpired int64
+	for sh := range drops {
+		total.merge(drops[sh])
+		totalExpired += expired[sh]
+	}
+	if prev != nil && (!empty || !o.AllowEmpty) {
+		if err := checkDrops(o, prev.Run, total); err != nil {
+			return res, err
+		}
+	}
+	// A plain run that frees most of the id space renumbers in effect:
+	// the freed ids go to other keys, so it bumps V as a rebuild does.
+	res.Renumbered = prev != nil && !rebuildAll && o.RenumberFraction < 1 && total.rows > 0 &&
+		float64(totalExpired) > o.RenumberFraction*float64(total.rows)
 
 	meta := StateMeta{Run: run, TTL: o.TTL, SchemeName: o.Scheme.Name, Shards: o.Scheme.Shards,
 		Version: Version{Type: o.StateType, Scheme: o.Scheme.ID}}
 	switch {
 	case prev == nil:
 		meta.LastRebuildRun = run
-	case rebuildAll || anyRebuild.Load():
+	case rebuildAll || anyRebuild.Load() || res.Renumbered:
 		meta.Version.Rebuild = prev.Version.Rebuild + 1
 		meta.LastRebuildRun = run
 	default:
@@ -123,6 +167,7 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	}
 
 	res.Shards = make([]ShardStats, o.Scheme.Shards)
+	progress.begin(PhaseWrite, p.allRows())
 	err = forEachShard(ctx, o.Workers, len(params), func(sh int) error {
 		w, err := out.openShard(uint32(sh), meta)
 		if err != nil {
@@ -164,8 +209,24 @@ func execute(ctx context.Context, o Options, prev *StateMeta, state rowSource, o
 	res.State = meta
 	o.Logger.Info("numerator run done", "version", meta.Version.String(), "run", run,
 		"offers", res.Offers, "docs", res.Docs, "new", res.New, "reused", res.Reused,
-		"expired", res.Expired, "rebuilt_shards", res.Rebuilt, "spills", res.Spills)
+		"expired", res.Expired, "rebuilt_shards", res.Rebuilt, "renumbered", res.Renumbered, "spills", res.Spills)
 	return res, nil
+}
+
+// checkDrops refuses offers that lack more than the allowed share of the
+// docs the previous generation had (of every doc of the state, when that
+// generation had none: a run after an allowed empty one).
+func checkDrops(o Options, prevRun uint64, d dropCounts) error {
+	live, dropped, what := d.live, d.dropped, fmt.Sprintf("that the previous generation (run %d) had", prevRun)
+	if live == 0 {
+		live, dropped, what = d.rows, d.absent, "of the input state"
+	}
+	if live == 0 || o.AllowDropFraction >= 1 || float64(dropped) <= o.AllowDropFraction*float64(live) {
+		return nil
+	}
+	share := float64(dropped) / float64(live)
+	return fmt.Errorf("%w: the input offers lack %d of the %d docs %s (%.1f%%, more than the %.1f%% allowed); check that the input is complete, or pass --allow-drop-fraction %.3f or more (1 accepts any drop) if these offers are really gone",
+		ErrTooManyDropped, dropped, live, what, 100*share, 100*o.AllowDropFraction, math.Ceil(share*1000)/1000)
 }
 
 // checkCompatible refuses an input state of another type or scheme unless

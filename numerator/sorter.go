@@ -17,10 +17,17 @@ import (
 type sorter struct {
 	blocks [][]byte
 	idx    []entry
+	// bytes is the memory the sorter holds: its blocks' and its index's
+	// capacity, not only what is used of them.
 	bytes  int64
 	runs   []string
 	total  int64
 	sorted bool
+	// blockSize is the size of a new block; relayoutMax the largest sorter
+	// (in bytes) that sortInMemory lays out again in sorted order (the
+	// layout copies the records once more).
+	blockSize   int
+	relayoutMax int64
 }
 
 // entry locates one encoded record.
@@ -32,14 +39,19 @@ type entry struct {
 }
 
 const (
-	entrySize   = 24
-	sorterBlock = 1 << 20
+	entrySize = 24
+	// Blocks are 4 KiB to 1 MiB: every sorter holds one partly filled,
+	// so small budgets with many sorters need small blocks.
+	minSorterBlock = 4 << 10
+	maxSorterBlock = 1 << 20
 )
 
 func (s *sorter) add(r *record) {
 	need := 8 + 7*binary.MaxVarintLen64 + len(r.key.OfferID)
 	if len(s.blocks) == 0 || cap(s.blocks[len(s.blocks)-1])-len(s.blocks[len(s.blocks)-1]) < need {
-		s.blocks = append(s.blocks, make([]byte, 0, max(sorterBlock, need)))
+		b := make([]byte, 0, max(s.blockSize, minSorterBlock, need))
+		s.blocks = append(s.blocks, b)
+		s.bytes += int64(cap(b))
 	}
 	bi := len(s.blocks) - 1
 	b := s.blocks[bi]
@@ -49,10 +61,21 @@ func (s *sorter) add(r *record) {
 	b = appendRecordTail(b, r)
 	s.blocks[bi] = b
 	n := len(b) - start
+	before := cap(s.idx)
 	s.idx = append(s.idx, entry{hash: r.hash, blk: uint32(bi), off: uint32(start), n: uint32(n)})
 	s.sorted = false
-	s.bytes += int64(n) + entrySize
+	s.bytes += int64(cap(s.idx)-before) * entrySize
 	s.total++
+}
+
+// reserve makes room for n index entries at once (counted in bytes).
+func (s *sorter) reserve(n int64) {
+	if n <= int64(cap(s.idx)) {
+		return
+	}
+	before := cap(s.idx)
+	s.idx = slices.Grow(s.idx, int(n)-len(s.idx))
+	s.bytes += int64(cap(s.idx)-before) * entrySize
 }
 
 // rec decodes the record of e; its offer_id points into the sorter's block.
@@ -86,12 +109,16 @@ func (s *sorter) sortInMemory() {
 	s.sorted = true
 	sortEntries(s.blocks, s.idx)
 	// Lay the records out in sorted order, so that the passes over them read
-	// memory sequentially instead of missing the cache on every record.
+	// memory sequentially instead of missing the cache on every record;
+	// not when the copy would take a large share of the budget.
+	if s.bytes > s.relayoutMax {
+		return
+	}
 	var blocks [][]byte
 	for i := range s.idx {
 		e := &s.idx[i]
 		if len(blocks) == 0 || cap(blocks[len(blocks)-1])-len(blocks[len(blocks)-1]) < int(e.n) {
-			blocks = append(blocks, make([]byte, 0, max(sorterBlock, int(e.n))))
+			blocks = append(blocks, make([]byte, 0, max(s.blockSize, minSorterBlock, int(e.n))))
 		}
 		bi := len(blocks) - 1
 		off := len(blocks[bi])

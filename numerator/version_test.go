@@ -2,7 +2,11 @@ package numerator
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // TestCompatibleTruthTable checks every combination of equal/different T, S,
@@ -104,4 +108,105 @@ func FuzzParseVersion(f *testing.F) {
 			t.Fatalf("version %s not compatible with itself", v)
 		}
 	})
+}
+
+// TestCompatibilityAcrossRuns is the truth table of what a run does to the
+// compatibility of data built on its input state (N6): from one state of
+// 100 keys, each row runs one generation and says whether it is refused,
+// and if not whether data built on the input state may be used with the
+// output (V and G as they move).
+func TestCompatibilityAcrossRuns(t *testing.T) {
+	t.Parallel()
+	base := Options{StateType: 1, Scheme: single, TTL: 3, RebuildThreshold: 1}
+	all := sortedKeys(keys(1, names(100, "k")...)) // ids 0..99 in this order
+	s1, _, _, _ := runMem(t, nil, all, base)
+	without := func(from, to int) []sharding.OfferKey {
+		return slices.Delete(slices.Clone(all), from, to)
+	}
+	tests := []struct {
+		name       string
+		opts       func(o *Options)
+		offers     []sharding.OfferKey
+		refused    error
+		compatible bool
+	}{
+		{name: "the same offers: G stays", offers: all, compatible: true},
+		{name: "new keys: G+1", offers: append(slices.Clone(all), keys(2, "n1", "n2")...), compatible: true},
+		{name: "30% absent, within TTL: kept", offers: without(0, 30), compatible: true},
+		{name: "60% absent: refused", offers: without(0, 60), refused: ErrTooManyDropped},
+		{name: "60% absent, allowed, within TTL: kept", opts: func(o *Options) { o.AllowDropFraction = 1 }, offers: without(0, 60), compatible: true},
+		{name: "empty: refused", offers: nil, refused: ErrEmptyInput},
+		{name: "empty, allowed, within TTL: kept", opts: func(o *Options) { o.AllowEmpty = true }, offers: nil, compatible: true},
+		{name: "forced rebuild: V+1", opts: func(o *Options) { o.ForceRebuild = true }, offers: all},
+		{name: "automatic rebuild (holes): V+1", opts: func(o *Options) { o.TTL, o.RebuildThreshold = 0, 0.2 }, offers: without(10, 40)},
+		{name: "60% of the ids freed at once (no holes: the top ids): V+1", opts: func(o *Options) { o.TTL, o.AllowDropFraction = 0, 1 }, offers: without(40, 100)},
+		{name: "40% of the ids freed at once: V stays", opts: func(o *Options) { o.TTL = 0 }, offers: without(60, 100), compatible: true},
+	}
+	for _, tc := range tests {
+		o := base
+		if tc.opts != nil {
+			tc.opts(&o)
+		}
+		s2, res, _, _, err := runMemErr(s1, tc.offers, o)
+		if tc.refused != nil {
+			if !errors.Is(err, tc.refused) || !strings.Contains(err.Error(), "--allow-") {
+				t.Errorf("%s: %v, want a refusal wrapping %v that names the flag allowing it", tc.name, err, tc.refused)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got := Compatible(s2.meta.Version, s1.meta.Version); got != tc.compatible {
+			t.Errorf("%s: Compatible(%s, %s) = %v, want %v (rebuilt %d, renumbered %v)",
+				tc.name, s2.meta.Version, s1.meta.Version, got, tc.compatible, res.Rebuilt, res.Renumbered)
+		}
+	}
+}
+
+// TestEmptyGenerationsCannotRenumberSilently: empty generations are
+// refused; allowed anyway, the one that expires every doc bumps V, so that
+// after the real offers return (taking ids 0.. again, most of them another
+// key's) no data built on the old state passes for compatible.
+func TestEmptyGenerationsCannotRenumberSilently(t *testing.T) {
+	t.Parallel()
+	o := Options{StateType: 1, Scheme: single, TTL: 3}
+	all := keys(1, names(200, "k")...)
+	first, _, _, _ := runMem(t, nil, all[:150], o)
+	s, _, _, _ := runMem(t, first, all, o) // 1.0.0.1, as in the report
+	before := s.assignment()
+	if _, _, _, _, err := runMemErr(s, nil, o); !errors.Is(err, ErrEmptyInput) {
+		t.Fatalf("an empty generation: %v, want ErrEmptyInput", err)
+	}
+	allowed := o
+	allowed.AllowEmpty = true
+	s, _, _, _ = runMem(t, s, nil, allowed) // run 3: nothing expires yet
+	// After an empty generation, an input with 10% of the offers is
+	// measured against the whole state (the previous generation had none).
+	if _, _, _, _, err := runMemErr(s, all[:20], o); !errors.Is(err, ErrTooManyDropped) || !strings.Contains(err.Error(), "of the input state") {
+		t.Fatalf("a 10%% input after an empty generation: %v, want ErrTooManyDropped against the input state", err)
+	}
+	var res Result
+	for len(s.rows) > 0 {
+		prev := s
+		s, res, _, _ = runMem(t, s, nil, allowed)
+		if len(s.rows) == 0 && (!res.Renumbered || Compatible(s.meta.Version, prev.meta.Version)) {
+			t.Fatalf("the run that expired every doc: renumbered %v, version %s -> %s; want V+1", res.Renumbered, prev.meta.Version, s.meta.Version)
+		}
+		if s.meta.Run > 10 {
+			t.Fatalf("the state still holds %d rows after run %d (TTL %d)", len(s.rows), s.meta.Run, o.TTL)
+		}
+	}
+	back, _, _, _ := runMem(t, s, all, o)
+	moved := 0
+	for k, p := range back.assignment() {
+		if before[k] != p {
+			moved++
+		}
+	}
+	if moved == 0 || Compatible(back.meta.Version, first.meta.Version) {
+		t.Fatalf("%d of %d keys renumbered, version %s after %s: want renumbered keys and an incompatible version",
+			moved, len(all), back.meta.Version, first.meta.Version)
+	}
 }

@@ -2,8 +2,11 @@ package lease
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -27,6 +30,34 @@ func Open(driver, dsn, table string) (Store, error) {
 		return OpenSQL(driver, dsn, SQLOptions{Table: table})
 	}
 	return nil, fmt.Errorf("%w: driver %q; use one of %s", ErrInvalid, driver, strings.Join(Drivers(), ", "))
+}
+
+// OpenExisting is Open for a lease user (a server claiming shards), which
+// must not create what init-leases creates: for SQLite, a database file
+// that does not exist is refused with ErrNotInitialized instead of being
+// created empty. Whether the table holds the datacenter's shards is for
+// Rows to say (ErrNotInitialized again).
+func OpenExisting(driver, dsn, table string) (Store, error) {
+	if driver == "sqlite" {
+		if path, ok := sqliteFile(dsn); ok {
+			if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+				return nil, fmt.Errorf("%w: the SQLite lease database %s does not exist; create it and its shards with `shardkit cache init-leases --driver sqlite --dsn %s --dc DC --shards N` (or --ranges FILE)",
+					ErrNotInitialized, path, dsn)
+			}
+		}
+	}
+	return Open(driver, dsn, table)
+}
+
+// sqliteFile is the file a modernc.org/sqlite DSN names; false for an
+// in-memory database.
+func sqliteFile(dsn string) (string, bool) {
+	base, _, _ := strings.Cut(dsn, "?")
+	base = strings.TrimPrefix(base, "file:")
+	if base == "" || strings.Contains(base, ":memory:") {
+		return "", false
+	}
+	return base, true
 }
 
 // OpenSQL opens a lease store on database/sql.

@@ -1,8 +1,10 @@
 package lease_test
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/shardkit/shardkit/cache/lease"
@@ -43,4 +45,36 @@ func TestPostgreSQLConformance(t *testing.T) {
 		t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
 	}
 	leasetest.Run(t, sqlFactory("postgres", dsn))
+}
+
+// TestOpenExistingRefusesAMissingSQLiteFile: a lease user's open does not
+// create an empty database where init-leases made none.
+func TestOpenExistingRefusesAMissingSQLiteFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "nosuch.db")
+	for _, dsn := range []string{missing, "file:" + missing + "?_busy_timeout=100"} {
+		if _, err := lease.OpenExisting("sqlite", dsn, ""); !errors.Is(err, lease.ErrNotInitialized) || !strings.Contains(err.Error(), "shardkit cache init-leases") {
+			t.Errorf("OpenExisting(%q) = %v, want ErrNotInitialized naming init-leases", dsn, err)
+		}
+	}
+	if _, err := os.Stat(missing); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("OpenExisting created %s: %v", missing, err)
+	}
+	made, err := lease.Open("sqlite", missing, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := made.Init(t.Context(), "dc1", []lease.Range{{Begin: 0, End: 0}}); err != nil {
+		t.Fatal(err)
+	}
+	made.Close()
+	s, err := lease.OpenExisting("sqlite", missing, "")
+	if err != nil {
+		t.Fatalf("OpenExisting of an initialised database: %v", err)
+	}
+	defer s.Close()
+	if rows, err := s.Rows(t.Context(), "dc1"); err != nil || len(rows) != 1 {
+		t.Fatalf("Rows = %v, %v", rows, err)
+	}
 }

@@ -494,3 +494,92 @@ func TestSixServersRaceForThreeShards(t *testing.T) {
 		})
 	}
 }
+
+// TestServerRefusesALeaseTableThatIsNotThere: goals-server refuses, with
+// the usage exit status and the command that makes the table, a SQLite
+// lease database that does not exist (and does not create it), a database
+// without the table, and a table without the server's DC.
+func TestServerRefusesALeaseTableThatIsNotThere(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, backends[0], []string{"dc1"}, 2)
+	empty := filepath.Join(w.dir, "empty.db")
+	db, err := sql.Open("sqlite", empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec("CREATE TABLE other (x INTEGER)"); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	nosuch := filepath.Join(w.dir, "nosuch.db")
+	tests := []struct {
+		name, dsn, dc, words string
+	}{
+		{"a database file that does not exist", nosuch, "dc1", "does not exist"},
+		{"a database without the table", empty, "dc1", "has no shards for dc"},
+		{"a table without the server's dc", w.dsn, "dc2", "has no shards for dc \"dc2\""},
+	}
+	for _, tc := range tests {
+		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+		cmd := exec.CommandContext(ctx, bin(t, "goals-server"), "serve", "--dc", tc.dc, "--listen", "127.0.0.1:0",
+			"--lease-dsn", tc.dsn, "--lease-table", w.table, "--goals-dsn", w.goalsDSN)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.words) || !strings.Contains(string(out), "shardkit cache init-leases") {
+			t.Errorf("%s: %v, want exit status 2 saying %q and how to create the table:\n%s", tc.name, err, tc.words, out)
+		}
+		if strings.Contains(string(out), "listening") {
+			t.Errorf("%s: the server listened before refusing:\n%s", tc.name, out)
+		}
+	}
+	if _, err := os.Stat(nosuch); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("goals-server created %s: %v", nosuch, err)
+	}
+}
+
+// TestClientPrintsTheAnsweredHitsWhenSomeAreMissing: with one of two
+// shards served, goals-client get prints the hits of the served shard
+// (their goals right) and fails naming the others.
+func TestClientPrintsTheAnsweredHitsWhenSomeAreMissing(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, backends[0], []string{"dc1"}, 2)
+	p := w.start("dc1")
+	held := w.waitServing(p)[p]
+	hosts := filepath.Join(w.dir, "hosts")
+	if err := os.WriteFile(hosts, []byte("dc1 "+p.addr+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	demo := w.counters // one hit per counter: both shards have some
+	answered := 0
+	for i := range demo {
+		if held.Range().Contains(goals.DemoHit(i, w.counters, w.perCtr).GetCounterId()) {
+			answered++
+		}
+	}
+	if answered == 0 || answered == demo {
+		t.Fatalf("%d of %d demo hits on the served shard %v: the test needs both kinds", answered, demo, held)
+	}
+	cmd := exec.Command(bin(t, "goals-client"), "get", "--hosts", hosts, "--demo", fmt.Sprint(demo), "--timeout", "3s",
+		"--counters", fmt.Sprint(w.counters), "--goals", fmt.Sprint(w.perCtr), "--check")
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+		t.Fatalf("goals-client get with a shard unserved: %v, want exit status 1\n%s%s", err, stdout.String(), stderr.String())
+	}
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	if len(lines) != answered {
+		t.Fatalf("printed %d lines, want the %d answered hits:\n%s\nstderr: %s", len(lines), answered, stdout.String(), stderr.String())
+	}
+	for _, l := range lines {
+		var watch, counter uint64
+		if _, err := fmt.Sscan(l, &watch, &counter); err != nil || !held.Range().Contains(counter) {
+			t.Fatalf("line %q is not a hit of the served shard %v", l, held)
+		}
+	}
+	if !strings.Contains(stderr.String(), fmt.Sprintf("%d hits have no answer", demo-answered)) || !strings.Contains(stderr.String(), "no answer for") {
+		t.Fatalf("stderr does not name the unanswered hits: %s", stderr.String())
+	}
+}

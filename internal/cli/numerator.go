@@ -29,27 +29,37 @@ func newNumeratorCmd() *cobra.Command {
 		Use:   "numerator",
 		Short: "Persistent <shard_id, doc_id> for offers across index generations (seed 003)",
 	}
-	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorBenchCmd())
+	cmd.AddCommand(newNumeratorRunCmd(), newNumeratorInspectCmd(), newNumeratorStatusCmd(), newNumeratorUnlockCmd(),
+		newNumeratorGenCmd(), newNumeratorDumpCmd(), newNumeratorBenchCmd())
 	return cmd
 }
 
 type coordFlags struct {
-	kind    string
-	addr    string
-	master  string
-	timeout time.Duration
-	retry   time.Duration
-	wait    time.Duration
+	kind   string
+	addr   string
+	master string
+	ttl    time.Duration
+	retry  time.Duration
+	wait   time.Duration
 }
 
+// register adds the flags that name the coordinator.
 func (c *coordFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (a cluster's leases) or none")
+	fl.StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]; shardkit: host:port[,host:port][/lease-name] of cluster instances")
+}
+
+// registerLock adds the flags of a master taking the lock.
+func (c *coordFlags) registerLock(cmd *cobra.Command) {
 	host, _ := os.Hostname()
-	cmd.Flags().StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (a cluster's leases) or none")
-	cmd.Flags().StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]; shardkit: host:port[,host:port][/lease-name] of cluster instances")
-	cmd.Flags().StringVar(&c.master, "master-name", host, "this master's name in the write lock")
-	cmd.Flags().DurationVar(&c.timeout, "lock-timeout", 30*time.Minute, "a lock holder silent for this long is dropped and its report refused")
-	cmd.Flags().DurationVar(&c.retry, "lock-retry", 10*time.Second, "retry interval while another master holds the lock")
-	cmd.Flags().DurationVar(&c.wait, "lock-wait", time.Hour, "give up if the lock is not granted within this time")
+	fl := cmd.Flags()
+	fl.StringVar(&c.master, "master-name", host, "this master's name in the write lock")
+	fl.DurationVar(&c.ttl, "lock-ttl", coordinator.DefaultLockTTL, "the write lock is a lease of this TTL, renewed every TTL/3 while the run works: a master that dies frees it within one TTL, and a holder silent for a TTL is dropped and its report refused")
+	fl.DurationVar(&c.ttl, "lock-timeout", coordinator.DefaultLockTTL, "the former name of --lock-ttl")
+	_ = fl.MarkDeprecated("lock-timeout", "use --lock-ttl (the same setting: the lock's time to live, renewed every TTL/3)")
+	fl.DurationVar(&c.retry, "lock-retry", coordinator.DefaultLockRetry, "retry interval while another master holds the lock")
+	fl.DurationVar(&c.wait, "lock-wait", time.Hour, "give up if the lock is not granted within this time")
 }
 
 // openCoordinator opens the chosen backend; none returns nil.
@@ -99,10 +109,13 @@ type runFlags struct {
 	threshold    float64
 	minDocs      int64
 	force        bool
+	dropFraction float64
+	allowEmpty   bool
 	memory       string
 	tempDir      string
 	coord        coordFlags
 	quietSummary bool
+	progress     bool
 }
 
 func newNumeratorRunCmd() *cobra.Command {
@@ -133,10 +146,14 @@ recorded.`,
 	fl.Uint64Var(&f.ttl, "ttl", 3, "a key absent for more than this many runs frees its doc_id")
 	fl.Float64Var(&f.threshold, "rebuild-threshold", numerator.DefaultRebuildThreshold, "rebuild a shard automatically when its holes exceed this share of its id range (>= 1 disables)")
 	fl.Int64Var(&f.minDocs, "rebuild-min-docs", 1000, "shards with fewer ids never rebuild automatically")
-	fl.StringVar(&f.memory, "memory-limit", "1GiB", "memory target of the process: half holds rows (past it, shards spill sorted runs to --temp-dir), the Go heap is capped softly at 90%")
+	fl.Float64Var(&f.dropFraction, "allow-drop-fraction", numerator.DefaultAllowDropFraction, "refuse offers that lack more than this share of the docs the previous generation had (1 accepts any drop)")
+	fl.BoolVar(&f.allowEmpty, "allow-empty", false, "accept an offers table without rows (refused otherwise: it would drop every doc)")
+	fl.StringVar(&f.memory, "memory-limit", "1GiB", fmt.Sprintf("memory limit of the process (peak RSS), at least %dMiB: rows get half of it, or all but %dMiB when that is less (past it, shards spill sorted runs to --temp-dir)", numerator.MinProcessMemory>>20, numerator.MemoryReserve>>20))
 	fl.StringVar(&f.tempDir, "temp-dir", "", "directory for spill files (default: the system's)")
-	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line")
+	fl.BoolVar(&f.progress, "progress", false, "print progress on stderr (phase, rows, rate, ETA) every 10s even when stderr is not a terminal (in a terminal it is printed every second anyway)")
+	fl.BoolVar(&f.quietSummary, "quiet", false, "print only the version line (\"version T.S.V.G run N\") on stdout")
 	f.coord.register(cmd)
+	f.coord.registerLock(cmd)
 	return cmd
 }
 
@@ -146,8 +163,9 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	if err != nil {
 		return fmt.Errorf("--memory-limit: %w", err)
 	}
-	if limit < 64<<20 {
-		return fmt.Errorf("--memory-limit %s: need at least 64MiB", f.memory)
+	rowsBudget, goLimit, err := numerator.ProcessBudget(limit)
+	if err != nil {
+		return fmt.Errorf("--memory-limit %s: %w", f.memory, err)
 	}
 	scheme, err := sharding.DefaultRegistry().Lookup(sharding.SchemeID(f.scheme))
 	if err != nil {
@@ -156,12 +174,22 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	if f.tables.InputOffers == "" || f.tables.OutputState == "" {
 		return errors.New("--input-offers and --output-state are required")
 	}
-	prevLimit := debug.SetMemoryLimit(limit / 10 * 9)
+	prevLimit := debug.SetMemoryLimit(goLimit)
 	defer debug.SetMemoryLimit(prevLimit)
 	opts := numerator.Options{StateType: f.stateType, Scheme: scheme, TTL: f.ttl, ForceRebuild: f.force,
-		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: limit / 2, TempDir: f.tempDir, Logger: logger}
+		RebuildThreshold: f.threshold, RebuildMinDocs: f.minDocs, MemoryLimit: rowsBudget, TempDir: f.tempDir, Logger: logger,
+		AllowDropFraction: f.dropFraction, AllowEmpty: f.allowEmpty}
 	if f.threshold == 0 {
 		opts.RebuildThreshold = 1e-12 // an explicit 0: any hole triggers a rebuild
+	}
+	if f.dropFraction == 0 {
+		opts.AllowDropFraction = 1e-12 // an explicit 0: no doc may be dropped
+	}
+	if tty := isTerminal(stderr); tty || f.progress {
+		opts.Progress, opts.ProgressEvery = progressPrinter(stderr, tty), 10*time.Second
+		if tty {
+			opts.ProgressEvery = time.Second
+		}
 	}
 
 	coord, err := openCoordinator(ctx, f.coord.kind, f.coord.addr, logger)
@@ -171,6 +199,7 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 	start := time.Now()
 	if coord == nil {
 		res, err := numerator.Run(ctx, f.tables, opts)
+		printCleaned(stderr, res.Cleaned)
 		if err != nil {
 			return err
 		}
@@ -178,103 +207,107 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 		return nil
 	}
 	defer coord.Close()
-
-	wctx, cancel := context.WithTimeout(ctx, f.coord.wait)
-	lease, err := coordinator.AcquireWait(wctx, coord, f.coord.master, f.coord.timeout, f.coord.retry)
-	cancel()
-	if err != nil {
-		return fmt.Errorf("write lock: %w", err)
-	}
-	fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", lease.Holder, lease.Ticket, lease.State.Location)
-	report := coordinator.Report{}
-	defer func() {
-		// A failed run reports failure so the next master need not wait out
-		// the timeout; the state stays as it was.
-		if !report.OK {
-			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			if _, rerr := coord.Report(rctx, lease.Ticket, report); rerr != nil {
-				logger.Warn("reporting the failed run", "err", rerr)
+	mo := coordinator.MasterOptions{Holder: f.coord.master, TTL: f.coord.ttl, Retry: f.coord.retry, Wait: f.coord.wait, Logger: logger,
+		Waiting: waitPrinter(stderr, f.coord.wait),
+		Granted: func(l coordinator.Lease) {
+			if !f.quietSummary {
+				fmt.Fprintf(stdout, "lock granted to %s, ticket %d; last consistent state %q\n", l.Holder, l.Ticket, l.State.Location)
 			}
-		}
-	}()
-
-	tables := f.tables
-	if loc := lease.State.Location; loc != "" {
-		if tables.InputState != "" && tables.InputState != loc {
-			if err := numerator.CopyTable(loc, tables.InputState); err != nil {
-				return fmt.Errorf("copying the last consistent state %s to --input-state: %w", loc, err)
-			}
-		} else {
-			tables.InputState = loc
-		}
-	}
-
-	// Renew the lock while the run works; a refused renewal stops the run,
-	// whose result would be refused anyway.
-	runCtx, stop := context.WithCancelCause(ctx)
-	defer stop(nil)
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		t := time.NewTicker(max(f.coord.timeout/3, time.Second))
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				if _, err := coord.Renew(runCtx, lease.Ticket, f.coord.timeout); err != nil && runCtx.Err() == nil {
-					stop(fmt.Errorf("lost the write lock: %w", err))
-					return
-				}
-			}
-		}
-	}()
-	res, err := numerator.Run(runCtx, tables, opts)
-	stop(nil)
-	<-renewDone
-	if err != nil {
-		if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return fmt.Errorf("%w (run stopped: %w)", err, cause)
-		}
-		return err
-	}
-	loc, err := filepath.Abs(tables.OutputState)
+		}}
+	res, st, err := numerator.RunCoordinated(ctx, coord, f.tables, opts, mo)
+	printCleaned(stderr, res.Cleaned)
 	if err != nil {
 		return err
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	defer cancel()
-	st, err := coord.Report(rctx, lease.Ticket, coordinator.Report{OK: true, Location: loc, Version: res.State.Version.String()})
-	report.OK = true // nothing more to report: the lock is released or not ours
-	if err != nil {
-		if st, err = reportFailed(rctx, coord, lease.Ticket, loc, err); err != nil {
-			return err
-		}
-		logger.Warn("the report failed but the coordinator recorded the new state", "location", loc)
 	}
 	printRunSummary(stdout, res, time.Since(start), f.quietSummary)
-	fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
+	if !f.quietSummary {
+		fmt.Fprintf(stdout, "recorded state %s (version %s, ticket %d)\n", st.Location, st.Version, st.Ticket)
+	}
 	return nil
 }
 
-// reportFailed decides what a failed report of the new state at loc means:
-// a report can fail although it was recorded (its answer was lost), so the
-// coordinator's record decides. It returns the recorded state if it is the
-// new one, else an error that says "not valid" only for a refusal
-// (ErrStale) the record confirms.
-func reportFailed(ctx context.Context, coord coordinator.Coordinator, ticket uint64, loc string, rerr error) (coordinator.State, error) {
-	cur, serr := coord.Status(ctx)
+// waitPrinter tells, on stderr, who holds the lock a run waits for: at
+// the first refusal, whenever the holder or ticket changes, and every
+// waitReportEvery otherwise.
+func waitPrinter(w io.Writer, limit time.Duration) func(coordinator.Waiting) {
+	var last coordinator.Lease
+	var printed time.Time
+	return func(wt coordinator.Waiting) {
+		changed := wt.Lock != nil && (wt.Lock.Holder != last.Holder || wt.Lock.Ticket != last.Ticket)
+		if !printed.IsZero() && !changed && time.Since(printed) < waitReportEvery {
+			return
+		}
+		printed = time.Now()
+		waited := fmt.Sprintf("waited %v of --lock-wait %v", wt.Waited.Round(time.Second), limit)
+		if wt.Lock == nil {
+			fmt.Fprintf(w, "numerator: waiting for the write lock, held by another master (%s)\n", waited)
+			return
+		}
+		last = *wt.Lock
+		fmt.Fprintf(w, "numerator: waiting for the write lock: %s holds it (ticket %d) since %s, until %s unless it renews it (%s); "+
+			"if %s is dead its lock expires then, or `shardkit numerator unlock --force` drops it\n",
+			last.Holder, last.Ticket, last.Acquired.Format(time.RFC3339), last.Expires.Format(time.RFC3339), waited, last.Holder)
+	}
+}
+
+// waitReportEvery is how often a waiting run repeats who holds the lock.
+const waitReportEvery = 30 * time.Second
+
+// isTerminal reports whether w is a terminal.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// progressPrinter prints a run's progress: in a terminal on one line that
+// it rewrites (a line per phase), else a line per report.
+func progressPrinter(w io.Writer, tty bool) func(numerator.Progress) {
+	return func(p numerator.Progress) {
+		var line string
+		if p.Done {
+			line = fmt.Sprintf("numerator: %s done: %s rows in %v (%s rows/s)", p.Phase, humanCount(float64(p.Rows)),
+				p.Elapsed.Round(100*time.Millisecond), humanCount(p.Rate()))
+		} else {
+			line = fmt.Sprintf("numerator: %s %s/%s rows", p.Phase, humanCount(float64(p.Rows)), humanCount(float64(p.Total)))
+			if p.Total > 0 {
+				line += fmt.Sprintf(" (%.0f%%)", 100*float64(p.Rows)/float64(p.Total))
+			}
+			line += fmt.Sprintf(", %s rows/s", humanCount(p.Rate()))
+			if eta, ok := p.ETA(); ok {
+				line += fmt.Sprintf(", ETA %v", eta.Round(time.Second))
+			}
+		}
+		switch {
+		case !tty:
+			fmt.Fprintln(w, line)
+		case p.Done:
+			fmt.Fprintf(w, "\r\033[K%s\n", line)
+		default:
+			fmt.Fprintf(w, "\r\033[K%s", line)
+		}
+	}
+}
+
+// humanCount writes n with a k, M or G suffix.
+func humanCount(n float64) string {
 	switch {
-	case serr == nil && cur.State.Ticket == ticket && cur.State.Location == loc:
-		return cur.State, nil
-	case serr == nil && errors.Is(rerr, coordinator.ErrStale):
-		return coordinator.State{}, fmt.Errorf("the coordinator refused the new state %s, which is therefore not valid (the recorded state is %q): %w",
-			loc, cur.State.Location, rerr)
-	default:
-		return coordinator.State{}, fmt.Errorf("whether the coordinator recorded the new state %s is unknown; see `shardkit numerator status` before using it: %w",
-			loc, errors.Join(rerr, serr))
+	case n >= 1e9:
+		return fmt.Sprintf("%.2fG", n/1e9)
+	case n >= 1e6:
+		return fmt.Sprintf("%.2fM", n/1e6)
+	case n >= 1e4:
+		return fmt.Sprintf("%.1fk", n/1e3)
+	}
+	return fmt.Sprintf("%.0f", n)
+}
+
+func printCleaned(w io.Writer, paths []string) {
+	for _, p := range paths {
+		fmt.Fprintf(w, "numerator: removed a dead run's leftovers: %s\n", p)
 	}
 }
 
@@ -364,6 +397,143 @@ func newNumeratorStatusCmd() *cobra.Command {
 		},
 	}
 	c.register(cmd)
+	c.registerLock(cmd) // accepted as before; status does not take the lock
+	return cmd
+}
+
+func newNumeratorUnlockCmd() *cobra.Command {
+	var (
+		c       coordFlags
+		force   bool
+		outputs []string
+		tempDir string
+	)
+	cmd := &cobra.Command{
+		Use:   "unlock --force",
+		Short: "Drop the write lock of a master that died, and remove dead runs' leftovers",
+		Long: `With --force, drops the coordinator's write lock whoever holds it: the
+holder's ticket is stale from then on (its renewals and its report are
+refused, so a master that was not dead after all cannot record its state),
+and the next run gets a larger ticket. Without --force it only says who
+holds the lock.
+
+Either way it then removes the working directories of runs that died on this
+machine: outputs under temporary names (*.tmp-*) in each --outputs-dir and
+spill directories in --temp-dir. Directories of live runs are never removed
+(each is held by its run with a file lock).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			coord, err := openCoordinator(cmd.Context(), c.kind, c.addr, nil)
+			if err != nil {
+				return err
+			}
+			if coord != nil {
+				defer coord.Close()
+				if err := unlockCoordinator(cmd.Context(), out, coord, force); err != nil {
+					return err
+				}
+			}
+			if tempDir == "" {
+				tempDir = os.TempDir()
+			}
+			removed, err := numerator.CleanLeftovers(append([]string{tempDir}, outputs...)...)
+			printCleaned(errOut, removed)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "removed %d dead runs' leftovers in %s\n", len(removed), strings.Join(append([]string{tempDir}, outputs...), ", "))
+			return nil
+		},
+	}
+	c.register(cmd)
+	fl := cmd.Flags()
+	fl.BoolVar(&force, "force", false, "drop the write lock even though its holder may be alive (it is fenced: its report will be refused)")
+	fl.StringArrayVar(&outputs, "outputs-dir", nil, "a directory where the dead run wrote its outputs (repeatable): its *.tmp-* working directories are removed")
+	fl.StringVar(&tempDir, "temp-dir", "", "the dead run's --temp-dir, where its spill directories are (default: the system's)")
+	return cmd
+}
+
+// unlockCoordinator drops the lock with force, else refuses while a live
+// holder has it.
+func unlockCoordinator(ctx context.Context, out io.Writer, coord coordinator.Coordinator, force bool) error {
+	if !force {
+		st, err := coord.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if st.Lock != nil && time.Now().Before(st.Lock.Expires) {
+			return fmt.Errorf("%w: %s holds the write lock (ticket %d) since %s, until %s unless it renews it; "+
+				"if that master is dead, pass --force to drop the lock now (its report will be refused), or wait until then",
+				coordinator.ErrLocked, st.Lock.Holder, st.Lock.Ticket, st.Lock.Acquired.Format(time.RFC3339), st.Lock.Expires.Format(time.RFC3339))
+		}
+		fmt.Fprintln(out, "the write lock is free")
+		return nil
+	}
+	dropped, err := coord.ForceUnlock(ctx)
+	if err != nil {
+		return err
+	}
+	if dropped == nil {
+		fmt.Fprintln(out, "the write lock was free")
+		return nil
+	}
+	fmt.Fprintf(out, "dropped the write lock of %s (ticket %d, since %s); its renewals and report will be refused\n",
+		dropped.Holder, dropped.Ticket, dropped.Acquired.Format(time.RFC3339))
+	return nil
+}
+
+func newNumeratorGenCmd() *cobra.Command {
+	var (
+		p          synth.Params
+		generation int64
+	)
+	cmd := &cobra.Command{
+		Use:   "gen --offers N OUT.parquet",
+		Short: "Write a synthetic offers table (a generation of numerator/synth) to try the numerator on",
+		Long: `Writes generation --generation of synthetic offers as one Parquet file with
+the input columns business_id, offer_id, shop_id, warehouse_id. Generations of
+the same --offers, --churn and --flap follow one another: each replaces a
+--churn share of the offers with new ones, and odd generations miss a --flap
+share that even ones have. OUT must not exist.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if p.Offers <= 0 || generation < 0 || p.Churn < 0 || p.Churn > 1 || p.Flap < 0 || p.Flap > 1 {
+				return fmt.Errorf("%w: --offers must be positive, --generation non-negative, --churn and --flap shares in [0, 1]", numerator.ErrBadOptions)
+			}
+			n, err := synth.Write(cmd.Context(), args[0], p, generation)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote %d offers (generation %d) to %s\n", n, generation, args[0])
+			return nil
+		},
+	}
+	fl := cmd.Flags()
+	fl.Int64Var(&p.Offers, "offers", 1_000_000, "offers in a generation (odd generations miss a --flap share of them)")
+	fl.Int64Var(&generation, "generation", 0, "which generation to write (0, 1, 2, ...)")
+	fl.Float64Var(&p.Churn, "churn", 0.05, "share of offers replaced by new ones each generation")
+	fl.Float64Var(&p.Flap, "flap", 0.02, "share of offers missing every other generation")
+	return cmd
+}
+
+func newNumeratorDumpCmd() *cobra.Command {
+	var o numerator.DumpOptions
+	cmd := &cobra.Command{
+		Use:   "dump TABLE",
+		Short: "Print a table's rows (a Parquet file or a directory of part files) as JSON lines or a table",
+		Long: `Prints the rows of any Parquet table, the numerator's (offers, state, new
+docs, expired docs) or another, all columns in order: one JSON object per row
+(--format jsonl, the default) or aligned columns under a header (--format
+table). A directory's *.parquet part files are read in name order.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			_, err := numerator.Dump(cmd.Context(), args[0], cmd.OutOrStdout(), o)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&o.Format, "format", numerator.DumpJSONLines, "jsonl (a JSON object per row) or table")
+	cmd.Flags().Int64Var(&o.Limit, "limit", 0, "print at most this many rows (0: all)")
 	return cmd
 }
 

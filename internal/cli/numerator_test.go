@@ -94,6 +94,152 @@ func TestNumeratorRunsThroughTheLocalCoordinator(t *testing.T) {
 	}
 }
 
+// TestNumeratorQuietPrintsOnlyTheVersion: with --quiet, stdout is the
+// version line alone, with a coordinator or without.
+func TestNumeratorQuietPrintsOnlyTheVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "offers.parquet")
+	writeGeneration(t, offers, 0)
+	for i, coord := range [][]string{{"--coordinator", "local", "--coordinator-addr", filepath.Join(dir, "coord")}, {"--coordinator", "none"}} {
+		args := append([]string{"numerator", "run", "--quiet", "--input-offers", offers, "--output-state", filepath.Join(dir, fmt.Sprint("s", i))}, coord...)
+		out, stderr, code := run(t, args...)
+		if code != 0 || out != "version 0.0.0.0 run 1\n" {
+			t.Errorf("run %v: exit %d, stdout %q (want only the version line), stderr %s", coord, code, out, stderr)
+		}
+	}
+}
+
+// TestNumeratorRefusesAnEmptyGeneration: a valid offers table without
+// rows is refused (the recorded state stays, the lock is released) unless
+// --allow-empty; so is one that lacks most of the previous generation,
+// unless --allow-drop-fraction allows it.
+func TestNumeratorRefusesAnEmptyGeneration(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	full, empty, part := filepath.Join(dir, "full.parquet"), filepath.Join(dir, "empty.parquet"), filepath.Join(dir, "part.parquet")
+	writeGeneration(t, full, 0)
+	w, err := numerator.NewOfferWriter(empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := synth.Write(t.Context(), part, synth.Params{Offers: 1000}, 0); err != nil {
+		t.Fatal(err)
+	}
+	coord := filepath.Join(dir, "coord")
+	common := []string{"numerator", "run", "--coordinator", "local", "--coordinator-addr", coord, "--ttl", "3"}
+	if _, stderr, code := run(t, append(common, "--input-offers", full, "--output-state", filepath.Join(dir, "s0"))...); code != 0 {
+		t.Fatalf("the first run: %s", stderr)
+	}
+	tests := []struct {
+		name, offers string
+		extra        []string
+		words        string
+	}{
+		{"empty", empty, nil, "--allow-empty"},
+		{"a third of the offers", part, nil, "--allow-drop-fraction"},
+		{"empty, the drop allowed", empty, []string{"--allow-drop-fraction", "1"}, "--allow-empty"},
+		{"a third of the offers, a smaller share allowed", part, []string{"--allow-drop-fraction", "0.6"}, "--allow-drop-fraction 0.667"},
+	}
+	for i, tt := range tests {
+		args := append(append(common, "--input-offers", tt.offers, "--output-state", filepath.Join(dir, fmt.Sprint("refused", i))), tt.extra...)
+		_, stderr, code := run(t, args...)
+		if code == 0 || !strings.Contains(stderr, tt.words) {
+			t.Errorf("%s: exit %d, stderr %q; want a refusal naming %s", tt.name, code, stderr, tt.words)
+		}
+	}
+	out, stderr, code := run(t, "numerator", "status", "--coordinator", "local", "--coordinator-addr", coord)
+	if code != 0 || !strings.Contains(out, filepath.Join(dir, "s0")+`"`) || !strings.Contains(out, "lock free") {
+		t.Fatalf("status after the refusals: %s %s", out, stderr)
+	}
+	if _, stderr, code := run(t, append(common, "--input-offers", empty, "--output-state", filepath.Join(dir, "s1"), "--allow-empty")...); code != 0 {
+		t.Fatalf("an empty generation with --allow-empty: %s", stderr)
+	}
+	if _, stderr, code := run(t, append(common, "--input-offers", part, "--output-state", filepath.Join(dir, "s2"), "--allow-drop-fraction", "1")...); code != 0 {
+		t.Fatalf("a third of the offers with --allow-drop-fraction 1: %s", stderr)
+	}
+}
+
+// TestNumeratorProgress: --progress prints every phase's progress on
+// stderr although it is not a terminal; without it, nothing.
+func TestNumeratorProgress(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "offers.parquet")
+	writeGeneration(t, offers, 0)
+	args := []string{"numerator", "run", "--coordinator", "none", "--input-offers", offers}
+	// The first run has no state to plan against: it loads and writes.
+	// The second plans too; its state is streamed, not loaded.
+	for i, phases := range [][]string{{"load", "write"}, {"load", "plan", "write"}} {
+		extra := []string{"--output-state", filepath.Join(dir, fmt.Sprint("s", i)), "--progress"}
+		if i > 0 {
+			extra = append(extra, "--input-state", filepath.Join(dir, "s0"))
+		}
+		out, stderr, code := run(t, append(args, extra...)...)
+		if code != 0 {
+			t.Fatalf("run %d --progress: exit %d: %s", i, code, stderr)
+		}
+		for _, phase := range phases {
+			rows := 3000 * (1 + i) // the second run's plan and write read the state too
+			if phase == "load" {
+				rows = 3000
+			}
+			if !strings.Contains(stderr, "numerator: "+phase+" 0/") || !strings.Contains(stderr, fmt.Sprintf("numerator: %s done: %d rows in ", phase, rows)) {
+				t.Errorf("run %d --progress: stderr does not show the %s phase from 0 to its %d rows:\n%s", i, phase, rows, stderr)
+			}
+		}
+		if !strings.Contains(stderr, "rows/s") || strings.Contains(out, "numerator: load") {
+			t.Errorf("run %d --progress: stdout %q, stderr %q; want the rate, on stderr only", i, out, stderr)
+		}
+	}
+	if _, stderr, code := run(t, append(args, "--output-state", filepath.Join(dir, "s2"))...); code != 0 || stderr != "" {
+		t.Errorf("run without --progress, stderr not a terminal: exit %d, stderr %q; want nothing", code, stderr)
+	}
+}
+
+// TestNumeratorGenAndDump: gen writes a synthetic input that run takes;
+// dump prints a table's rows; a corrupt file is refused, naming it.
+func TestNumeratorGenAndDump(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	offers := filepath.Join(dir, "offers.parquet")
+	out, stderr, code := run(t, "numerator", "gen", "--offers", "500", "--generation", "1", "--flap", "0.1", offers)
+	if code != 0 || !strings.Contains(out, "to "+offers) {
+		t.Fatalf("gen: exit %d: %s %s", code, out, stderr)
+	}
+	if _, stderr, code := run(t, "numerator", "gen", "--offers", "5", offers); code == 0 || !strings.Contains(stderr, "choose a new location") {
+		t.Fatalf("gen over an existing file: exit %d, stderr %s", code, stderr)
+	}
+	state := filepath.Join(dir, "state")
+	if _, stderr, code := run(t, "numerator", "run", "--coordinator", "none", "--input-offers", offers, "--output-state", state); code != 0 {
+		t.Fatalf("run on the generated offers: %s", stderr)
+	}
+	out, stderr, code = run(t, "numerator", "dump", "--limit", "3", state)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) != 3 || !strings.Contains(lines[0], `"doc_id":`) || !strings.Contains(lines[0], `"offer_id":"sku-`) {
+		t.Fatalf("dump --limit 3: exit %d\n%s\n%s", code, out, stderr)
+	}
+	out, _, code = run(t, "numerator", "dump", "--format", "table", offers)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	if code != 0 || len(lines) < 400 || len(lines) > 501 || !strings.HasPrefix(lines[0], "business_id") {
+		t.Fatalf("dump --format table: exit %d, %d lines, header %q", code, len(lines), lines[0])
+	}
+	corrupt := filepath.Join(dir, "corrupt.parquet")
+	data, err := os.ReadFile(offers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(corrupt, data[:len(data)/2], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, stderr, code := run(t, "numerator", "dump", corrupt); code == 0 || !strings.Contains(stderr, corrupt) || !strings.Contains(stderr, "bad input") {
+		t.Fatalf("dump of a corrupt file: exit %d, stderr %s", code, stderr)
+	}
+}
+
 func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -108,7 +254,8 @@ func TestNumeratorRefusesUnavailableAndBadFlags(t *testing.T) {
 		{"unknown coordinator", []string{"--coordinator", "etcd"}, "want local, zookeeper"},
 		{"unknown scheme", []string{"--coordinator", "none", "--output-sharding-scheme", "999"}, "unknown scheme"},
 		{"bad memory limit", []string{"--coordinator", "none", "--memory-limit", "lots"}, "--memory-limit"},
-		{"tiny memory limit", []string{"--coordinator", "none", "--memory-limit", "1MiB"}, "at least 64MiB"},
+		{"tiny memory limit", []string{"--coordinator", "none", "--memory-limit", "1MiB"}, "workable minimum of 192 MiB"},
+		{"a memory limit below the minimum", []string{"--coordinator", "none", "--memory-limit", "64MiB"}, "give at least 192MiB"},
 	}
 	for i, tt := range tests {
 		args := append([]string{"numerator", "run", "--input-offers", offers, "--output-state", filepath.Join(dir, fmt.Sprint("s", i))}, tt.args...)

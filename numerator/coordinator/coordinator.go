@@ -71,6 +71,12 @@ type Coordinator interface {
 	Report(ctx context.Context, ticket uint64, r Report) (State, error)
 	// Status reads the state record and the lock.
 	Status(ctx context.Context) (Status, error)
+	// ForceUnlock drops the write lock whoever holds it (an operator's
+	// `shardkit numerator unlock --force`): the holder's ticket is stale
+	// from then on (its renewals and report are refused), the recorded
+	// state stays, and the next Acquire gets a larger ticket. It returns
+	// the lock it dropped, nil when the lock was free.
+	ForceUnlock(ctx context.Context) (*Lease, error)
 	Close() error
 }
 

@@ -6,11 +6,12 @@
 // the ticket is still current. A holder past its lock timeout is dropped and
 // its later report refused as stale.
 //
-// It owns the Coordinator interface, the lock/state rules shared by the
-// document-based backends (local directory, ZooKeeper), those backends, and
-// the cluster backend ("shardkit": one lease of the cluster's group 0, its
-// value the state record, written only by a release with the current
-// ticket). The conformance suite every backend must pass is in coordtest.
+// It owns the Coordinator interface, a master's turn (RunMaster: wait for
+// the lock, renew it while the run works, report the result or the
+// failure), the lock/state rules shared by the document-based backends
+// (local directory, ZooKeeper), those backends, and the cluster backend
+// ("shardkit": one lease of the cluster's group 0, its value the state
+// record, written only by a release with the current ticket). The conformance suite every backend must pass is in coordtest.
 //
 // It must never accept a report whose ticket is not the current holder's,
 // never move the recorded state to an older ticket, and never keep package

@@ -159,4 +159,18 @@ func (c *DocCoordinator) Status(ctx context.Context) (Status, error) {
 	return Status{State: d.State, Lock: d.Lock, LastTicket: d.LastTicket}, nil
 }
 
+// ForceUnlock implements Coordinator.
+func (c *DocCoordinator) ForceUnlock(ctx context.Context) (*Lease, error) {
+	var dropped *Lease
+	err := c.store.Update(ctx, func(d *Document) error {
+		dropped = d.Lock
+		d.Lock = nil
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return dropped, nil
+}
+
 func (c *DocCoordinator) Close() error { return c.store.Close() }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/shardkit/shardkit/numerator/internal/fsutil"
 )
 
 // LocalStore keeps the document in a directory: "record.json", replaced by
@@ -129,16 +131,8 @@ func (s *LocalStore) write(b []byte) error {
 		_ = os.Remove(tmp.Name())
 		return fmt.Errorf("%w: write %s: %w", ErrUnavailable, localRecord, err)
 	}
-	d, err := os.Open(s.dir)
-	if err != nil {
+	if err := fsutil.SyncDir(s.dir); err != nil {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("%w: sync %s: %w", ErrUnavailable, s.dir, err)
 	}
 	return nil
 }

@@ -253,4 +253,32 @@ func (c *ShardkitCoordinator) Status(ctx context.Context) (Status, error) {
 	return out, nil
 }
 
+// ForceUnlock implements Coordinator: it releases the lease as its
+// current holder (the cluster checks holder and ticket only), so the
+// holder's later renewals and its release with the state are refused.
+func (c *ShardkitCoordinator) ForceUnlock(ctx context.Context) (*Lease, error) {
+	for range 3 {
+		l, _, err := c.leases.Get(ctx, c.name)
+		if errors.Is(err, client.ErrNotFound) {
+			return nil, nil // never acquired
+		}
+		if err != nil {
+			return nil, callErr(err)
+		}
+		if l.Holder == "" {
+			return nil, nil
+		}
+		released, err := c.leases.Release(ctx, c.name, l.Holder, l.Ticket)
+		if err != nil {
+			return nil, callErr(err)
+		}
+		if released {
+			out := leaseOf(l)
+			return &out, nil
+		}
+		// Taken over or released between the read and the release: look again.
+	}
+	return nil, fmt.Errorf("%w: the lease %s changed holders three times while it was being dropped; try again", ErrUnavailable, c.name)
+}
+
 var _ Coordinator = (*ShardkitCoordinator)(nil)

@@ -48,6 +48,8 @@ func Run(t *testing.T, h Harness) {
 		{"StateOnlyMovesForward", testForward},
 		{"RacingMastersTakeTurns", testRacing},
 		{"InvalidRequests", testInvalid},
+		{"RunMasterWaitsRecordsAndReleases", testRunMaster},
+		{"ForceUnlockFencesTheHolder", testForceUnlock},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -302,5 +304,101 @@ func testInvalid(t *testing.T, h Harness, rec string) {
 	l := mustAcquire(t, c, "dc-a", h.Timeout)
 	if _, err := c.Report(ctx(t), l.Ticket, coordinator.Report{OK: true}); !errors.Is(err, coordinator.ErrInvalid) {
 		t.Errorf("successful report without a location = %v, want ErrInvalid", err)
+	}
+}
+
+// testRunMaster: a turn waits while another master holds the lock (and
+// is told who), starts from the state that master recorded, records its
+// own and releases the lock; a failed turn keeps the state and releases.
+func testRunMaster(t *testing.T, h Harness, rec string) {
+	t.Helper()
+	a, b := open(t, h, rec), open(t, h, rec)
+	held := mustAcquire(t, a, "dc-a", h.Timeout)
+	var waits int
+	var waitErr error
+	opts := coordinator.MasterOptions{Holder: "dc-b", TTL: h.Timeout, Retry: time.Millisecond,
+		Waiting: func(w coordinator.Waiting) {
+			waits++
+			if waits > 1 {
+				return
+			}
+			if w.Lock == nil || w.Lock.Holder != "dc-a" || w.Lock.Ticket != held.Ticket {
+				waitErr = fmt.Errorf("waiting on %+v, want dc-a's ticket %d", w.Lock, held.Ticket)
+			}
+			if _, err := a.Report(ctx(t), held.Ticket, coordinator.Report{OK: true, Location: "/states/a"}); err != nil {
+				waitErr = errors.Join(waitErr, err)
+			}
+		}}
+	st, err := coordinator.RunMaster(ctx(t), b, opts, func(_ context.Context, l coordinator.Lease) (coordinator.Report, error) {
+		if l.State.Location != "/states/a" {
+			return coordinator.Report{}, fmt.Errorf("the turn starts from %+v, want /states/a", l.State)
+		}
+		return coordinator.Report{Location: "/states/b", Version: "1.0.0.1"}, nil
+	})
+	if err != nil || waitErr != nil {
+		t.Fatalf("RunMaster while dc-a holds the lock: %v; waiting: %v", err, waitErr)
+	}
+	if waits == 0 || st.Location != "/states/b" || st.Master != "dc-b" || st.Ticket <= held.Ticket {
+		t.Fatalf("after %d waits recorded %+v", waits, st)
+	}
+	boom := errors.New("injected run failure")
+	opts.Waiting = nil
+	if _, err := coordinator.RunMaster(ctx(t), a, opts, func(context.Context, coordinator.Lease) (coordinator.Report, error) {
+		return coordinator.Report{Location: "/states/half"}, boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("a failed turn = %v, want the run's error", err)
+	}
+	s, err := b.Status(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.State.Location != "/states/b" || s.State.Ticket != st.Ticket || s.Lock != nil {
+		t.Fatalf("status after a failed turn %+v: want /states/b kept and the lock free", s)
+	}
+}
+
+// testForceUnlock: an operator drops a live holder's lock; the holder's
+// renewal and report are refused, the state stays, the next grant has a
+// larger ticket; dropping a free lock drops nothing.
+func testForceUnlock(t *testing.T, h Harness, rec string) {
+	t.Helper()
+	a, op := open(t, h, rec), open(t, h, rec)
+	if l, err := op.ForceUnlock(ctx(t)); err != nil || l != nil {
+		t.Fatalf("ForceUnlock of a fresh record = %+v, %v; want nothing dropped", l, err)
+	}
+	first := mustAcquire(t, a, "dc-a", h.Timeout)
+	if _, err := a.Report(ctx(t), first.Ticket, coordinator.Report{OK: true, Location: "/states/1"}); err != nil {
+		t.Fatal(err)
+	}
+	held := mustAcquire(t, a, "dc-a", h.Timeout)
+	dropped, err := op.ForceUnlock(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dropped == nil || dropped.Holder != "dc-a" || dropped.Ticket != held.Ticket {
+		t.Fatalf("ForceUnlock dropped %+v, want dc-a's ticket %d", dropped, held.Ticket)
+	}
+	if _, err := a.Renew(ctx(t), held.Ticket, h.Timeout); !errors.Is(err, coordinator.ErrStale) {
+		t.Fatalf("renewal after the lock was dropped = %v, want ErrStale", err)
+	}
+	if _, err := a.Report(ctx(t), held.Ticket, coordinator.Report{OK: true, Location: "/states/late"}); !errors.Is(err, coordinator.ErrStale) {
+		t.Fatalf("report after the lock was dropped = %v, want ErrStale", err)
+	}
+	st, err := op.Status(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Lock != nil || st.State.Location != "/states/1" {
+		t.Fatalf("status after ForceUnlock %+v: want the lock free and /states/1 kept", st)
+	}
+	next := mustAcquire(t, op, "dc-b", h.Timeout)
+	if next.Ticket <= held.Ticket || next.State.Location != "/states/1" {
+		t.Fatalf("the next grant %+v after dropping ticket %d", next, held.Ticket)
+	}
+	if l, err := op.ForceUnlock(ctx(t)); err != nil || l == nil || l.Ticket != next.Ticket {
+		t.Fatalf("ForceUnlock of dc-b's lock = %+v, %v", l, err)
+	}
+	if l, err := op.ForceUnlock(ctx(t)); err != nil || l != nil {
+		t.Fatalf("ForceUnlock of a free lock = %+v, %v; want nothing dropped", l, err)
 	}
 }

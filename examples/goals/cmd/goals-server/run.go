@@ -104,11 +104,16 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	log := slog.New(handler).With("dc", f.dc)
 
-	store, err := lease.Open(f.leaseDriver, f.leaseDSN, f.leaseTable)
+	// A lease table that init-leases has not made is refused at once,
+	// before listening (and an SQLite file is not created empty).
+	store, err := lease.OpenExisting(f.leaseDriver, f.leaseDSN, f.leaseTable)
 	if err != nil {
 		return &exitError{exitUsage, err}
 	}
 	defer store.Close()
+	if err := checkLeaseTable(ctx, store, f); err != nil {
+		return err
+	}
 	goalsDB, err := openGoalsDB(f.goalsDriver, f.goalsDSN)
 	if err != nil {
 		return &exitError{exitUsage, err}
@@ -211,6 +216,21 @@ func serve(ctx context.Context, f serveFlags) error {
 	}
 	log.Info("stopped; lease released")
 	return nil
+}
+
+// checkLeaseTable refuses a lease table without shards for the server's
+// DC (missing, or not initialised for it), naming the command that makes
+// them. Other errors (the database unreachable for now) are left to the
+// keeper, which retries.
+func checkLeaseTable(ctx context.Context, store lease.Store, f serveFlags) error {
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := store.Rows(cctx, f.dc)
+	if !errors.Is(err, lease.ErrNotInitialized) {
+		return nil
+	}
+	return &exitError{exitUsage, fmt.Errorf("lease table %q at %s has no shards for dc %q (%w); create them with `shardkit cache init-leases --driver %s --dsn %s --table %s --dc %s --shards N` (or --ranges FILE)",
+		f.leaseTable, f.leaseDSN, f.dc, err, f.leaseDriver, f.leaseDSN, f.leaseTable, f.dc)}
 }
 
 // leaseLost returns the exit error (code exitLeaseLost) when ctx was
