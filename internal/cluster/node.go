@@ -55,6 +55,10 @@ type Config struct {
 	// replicaset group (required). The server passes the data layer's;
 	// the cluster never knows what it holds.
 	NewReplicasetSM func(multiraft.GroupID) multiraft.StateMachine
+	// StorageErrors delivers failures the database reports outside any
+	// call (corruption Pebble found in its background work); one ends the
+	// instance like a failure of its raft storage. Nil: none.
+	StorageErrors <-chan error
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -159,10 +163,14 @@ func newUUID() string {
 // Run runs the instance until ctx ends (then shuts down gracefully), the
 // instance is expelled, or it fails. entrypoint is "" on a first start,
 // or what a RebootstrapRequest asked for.
-func (n *Node) Run(ctx context.Context, entrypoint string) error {
+//
+// A data dir found damaged (corrupt or lost files, a raft log that lost
+// entries) ends it with a *RefusedError that says how to recover.
+func (n *Node) Run(ctx context.Context, entrypoint string) (err error) {
+	defer func() { err = n.damaged(err) }()
 	ident, err := loadIdentity(n.db)
 	if err != nil {
-		return &RefusedError{Err: fmt.Errorf("%w; wipe the data dir %s to start this instance afresh", err, n.cfg.DataDir)}
+		return err
 	}
 	boot := false
 	switch {
@@ -409,6 +417,8 @@ func (n *Node) serve(ctx context.Context) error {
 		n.log.Warn("this instance has been expelled from the cluster; exiting")
 		return ErrExpelled
 	case err := <-n.fatal:
+		return err
+	case err := <-n.cfg.StorageErrors:
 		return err
 	}
 }

@@ -30,9 +30,15 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
 	}
-	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log})
+	storageErrs := make(chan error, 1) // corruption found by Pebble's background work
+	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, OnCorruption: func(err error) {
+		select {
+		case storageErrs <- err:
+		default:
+		}
+	}})
 	if err != nil {
-		return &RefusedError{Err: fmt.Errorf("cannot open the database in %s (is another instance using this data dir?): %w", cfg.DataDir, err)}
+		return cluster.OpenRefusal(cfg.DataDir, cfg.InstanceID, err)
 	}
 	defer db.Close()
 
@@ -62,6 +68,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		Logger:                log,
 		NewReplicasetSM:       func(g multiraft.GroupID) multiraft.StateMachine { return replicaset.New(g) },
+		StorageErrors:         storageErrs,
 	}, db, metrics)
 	nodePtr.Store(node)
 
