@@ -69,6 +69,9 @@ func (t *txn) join(req *metapb.JoinRequest) Result {
 			return Result{Err: refuse(CodeFailedPrecondition, "instance %q is being expelled; wait until it is Expelled", id)}
 		}
 	}
+	if err := t.s.CheckAddressFree(req.GetAdvertiseAddress(), req.GetUuid()); err != nil {
+		return Result{Err: err}
+	}
 	var missing []string
 	for _, k := range p.GetFailureDomainKeys() {
 		if _, ok := req.GetFailureDomain()[k]; !ok {
@@ -133,6 +136,9 @@ func (t *txn) rejoin(existing *metapb.Instance, req *metapb.JoinRequest) Result 
 		return Result{Err: refuse(CodeFailedPrecondition, "instance %q already exists with a different failure_domain", id)}
 	}
 	if req.GetAdvertiseAddress() != existing.GetAddress() || req.GetHttpAddress() != existing.GetHttpAddress() {
+		if err := t.s.CheckAddressFree(req.GetAdvertiseAddress(), existing.GetUuid()); err != nil {
+			return Result{Err: err}
+		}
 		inst := proto.CloneOf(existing)
 		inst.Address, inst.HttpAddress = req.GetAdvertiseAddress(), req.GetHttpAddress()
 		t.putInstance(inst)
@@ -333,6 +339,9 @@ func (t *txn) setAddress(c *metapb.SetAddress) Result {
 	inst := t.s.Instance(c.GetInstanceId())
 	if inst == nil {
 		return Result{Err: refuse(CodeNotFound, "no instance %q in the cluster", c.GetInstanceId())}
+	}
+	if err := t.s.CheckAddressFree(c.GetAddress(), inst.GetUuid()); err != nil {
+		return Result{Err: err}
 	}
 	n := proto.CloneOf(inst)
 	n.Address, n.HttpAddress = c.GetAddress(), c.GetHttpAddress()

@@ -84,7 +84,7 @@ func joinReq(id, rs string, fd map[string]string) *metapb.JoinRequest {
 	if id == "" {
 		uuid = fmt.Sprintf("uuid-anon-%p", &fd)
 	}
-	return &metapb.JoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: "127.0.0.1:1", FailureDomain: fd, Uuid: uuid}
+	return &metapb.JoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: uuid + ":3301", FailureDomain: fd, Uuid: uuid}
 }
 
 func bootCmd(rf uint32, first *metapb.JoinRequest) *metapb.Command {
@@ -434,4 +434,31 @@ func TestLastInstanceIsNeverExpelled(t *testing.T) {
 	f.must(targetCmd("a", Expelled))
 	f.refused(targetCmd("b", Expelled), `cannot expel "b": it is the last instance of the cluster`)
 	f.must(targetCmd("a", Expelled)) // idempotent
+}
+
+// A joiner whose advertise address is a live instance's is refused at
+// apply time, naming that instance; so is a rejoin or an address change
+// onto it. Once that instance is expelled, the address is free again.
+func TestAdvertiseAddressOfALiveInstanceIsRefused(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	taken := f.sm.State().Instance("i1").GetAddress()
+	thief := joinReq("i2", "", nil)
+	thief.AdvertiseAddress = taken
+	f.refused(joinCmd(thief), `advertise address `+taken+` belongs to instance "i1" (raft_id 1`)
+	if f.sm.State().Instance("i2") != nil || f.sm.State().Props.GetMaxRaftId() != 1 {
+		t.Fatal("the refused join was recorded")
+	}
+	f.must(joinCmd(joinReq("i2", "", nil)))
+	f.refused(&metapb.Command{Op: &metapb.Command_SetAddress{SetAddress: &metapb.SetAddress{InstanceId: "i2", Address: taken}}},
+		`belongs to instance "i1"`)
+	moved := joinReq("i2", "", nil)
+	moved.AdvertiseAddress = taken
+	f.refused(joinCmd(moved), `belongs to instance "i1"`)
+	// Expelled, i1 no longer owns its address.
+	f.must(targetCmd("i1", Expelled))
+	thief.InstanceId, thief.Uuid = "i3", "uuid-i3"
+	if got := f.must(joinCmd(thief)).Instance.GetAddress(); got != taken {
+		t.Fatalf("joined at %s, want %s", got, taken)
+	}
 }

@@ -115,6 +115,23 @@ func IsExpelled(inst *metapb.Instance) bool {
 	return inst.GetCurrentGrade().GetVariant() == Expelled || inst.GetTargetGrade().GetVariant() == Expelled
 }
 
+// CheckAddressFree refuses addr when it is the address of an instance
+// that is not expelled, other than the one with uuid: two instances must
+// never be reached at one address (the second would be a learner "at" the
+// first). It returns nil when addr is free.
+func (s *State) CheckAddressFree(addr, uuid string) *Refusal {
+	for _, inst := range s.SortedInstances() {
+		if inst.GetAddress() != addr || inst.GetUuid() == uuid || IsExpelled(inst) {
+			continue
+		}
+		return refuse(CodeAlreadyExists,
+			"advertise address %s belongs to instance %q (raft_id %d, %s), which is not expelled; "+
+				"give this instance an address of its own (--listen, or --advertise), or expel %q first",
+			addr, inst.GetInstanceId(), inst.GetRaftId(), FormatGrade(inst.GetCurrentGrade()), inst.GetInstanceId())
+	}
+	return nil
+}
+
 // CountNotExpelled counts the instances neither expelled nor being expelled.
 func (s *State) CountNotExpelled() int {
 	n := 0
