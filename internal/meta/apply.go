@@ -265,6 +265,13 @@ func (t *txn) setTargetGrade(c *metapb.SetTargetGrade) Result {
 		// racing for the last two instances must not both pass.
 		return Result{Err: refuse(CodeFailedPrecondition, "cannot expel %q: it is the last instance of the cluster", inst.GetInstanceId())}
 	}
+	if v == Expelled && !c.GetLoseBuckets() {
+		// Also checked here: two expels racing for a replicaset's last two
+		// instances must not strand its buckets.
+		if err := t.s.CheckExpelKeepsBuckets(inst); err != nil {
+			return Result{Err: err}
+		}
+	}
 	n := proto.CloneOf(inst)
 	n.TargetGrade = newTarget(inst, v)
 	n.TargetReason = c.GetReason()

@@ -462,3 +462,31 @@ func TestAdvertiseAddressOfALiveInstanceIsRefused(t *testing.T) {
 		t.Fatalf("joined at %s, want %s", got, taken)
 	}
 }
+
+// The last instance of a replicaset that holds buckets is not expelled
+// unless the command says to lose them; with another member, it is.
+func TestExpelOfAReplicasetsLastInstanceKeepsItsBuckets(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	f.must(joinCmd(joinReq("i2", "", nil)))
+	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+	f.refused(targetCmd("i1", Expelled), `cannot expel "i1": it is the last instance of replicaset r1, which holds 3000 buckets`)
+	if v := f.sm.State().Instance("i1").GetTargetGrade().GetVariant(); v == Expelled {
+		t.Fatal("the refused expel was recorded")
+	}
+	// r2 holds none: its last instance may go.
+	f.must(targetCmd("i2", Expelled))
+	// With another member of r1, i1 may go too.
+	f.must(joinCmd(joinReq("i3", "r1", nil)))
+	f.must(targetCmd("i1", Expelled))
+	// i3 is now r1's last: only with lose_buckets.
+	f.must(joinCmd(joinReq("i4", "", nil)))
+	f.refused(targetCmd("i3", Expelled), "--lose-buckets")
+	lose := targetCmd("i3", Expelled)
+	lose.GetSetTargetGrade().LoseBuckets = true
+	f.must(lose)
+	if n, _ := f.sm.State().BucketsLostByExpel(f.sm.State().Instance("i4")); n != 0 {
+		t.Fatalf("i4's replicaset holds no buckets, yet its expel would lose %d", n)
+	}
+}

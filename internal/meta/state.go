@@ -132,6 +132,37 @@ func (s *State) CheckAddressFree(addr, uuid string) *Refusal {
 	return nil
 }
 
+// BucketsLostByExpel is what expelling inst would give up: the buckets of
+// its replicaset when it is the last instance of it not expelled (0 and ""
+// when none).
+func (s *State) BucketsLostByExpel(inst *metapb.Instance) (int, string) {
+	rs := inst.GetReplicasetId()
+	for _, m := range s.Members(rs) {
+		if m.GetUuid() != inst.GetUuid() {
+			return 0, ""
+		}
+	}
+	if n := s.BucketCounts()[rs]; n > 0 {
+		return n, rs
+	}
+	return 0, ""
+}
+
+// CheckExpelKeepsBuckets refuses the expel of the last instance of a
+// replicaset that holds buckets: their data is only there. (Until the data
+// layer moves buckets, no replicaset can take them over first.)
+func (s *State) CheckExpelKeepsBuckets(inst *metapb.Instance) *Refusal {
+	n, rs := s.BucketsLostByExpel(inst)
+	if n == 0 {
+		return nil
+	}
+	return refuse(CodeFailedPrecondition,
+		"cannot expel %q: it is the last instance of replicaset %s, which holds %d buckets, and their data would be lost; "+
+			"add an instance to %s (shardkit run --replicaset-id %s ...) and expel %q once the new one is Online, "+
+			"or rerun with --lose-buckets to give up the data of those %d buckets",
+		inst.GetInstanceId(), rs, n, rs, rs, inst.GetInstanceId(), n)
+}
+
 // CountNotExpelled counts the instances neither expelled nor being expelled.
 func (s *State) CountNotExpelled() int {
 	n := 0

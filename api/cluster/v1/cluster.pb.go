@@ -1239,7 +1239,10 @@ type ExpelRequest struct {
 	InstanceId string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	Force      bool                   `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	// How long to wait for the current grade Expelled (default 60s).
-	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Expel even the last instance of a replicaset that holds buckets: the
+	// data of those buckets is lost. Without it such an expel is refused.
+	LoseBuckets   bool `protobuf:"varint,5,opt,name=lose_buckets,json=loseBuckets,proto3" json:"lose_buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1302,11 +1305,22 @@ func (x *ExpelRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *ExpelRequest) GetLoseBuckets() bool {
+	if x != nil {
+		return x.LoseBuckets
+	}
+	return false
+}
+
 type ExpelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Instance      *Instance              `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Instance *Instance              `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// The buckets whose data the expel gave up (lose_buckets): those of the
+	// instance's replicaset, when it was the last instance of it.
+	LostBuckets      uint32 `protobuf:"varint,2,opt,name=lost_buckets,json=lostBuckets,proto3" json:"lost_buckets,omitempty"`
+	LostReplicasetId string `protobuf:"bytes,3,opt,name=lost_replicaset_id,json=lostReplicasetId,proto3" json:"lost_replicaset_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExpelResponse) Reset() {
@@ -1344,6 +1358,20 @@ func (x *ExpelResponse) GetInstance() *Instance {
 		return x.Instance
 	}
 	return nil
+}
+
+func (x *ExpelResponse) GetLostBuckets() uint32 {
+	if x != nil {
+		return x.LostBuckets
+	}
+	return 0
+}
+
+func (x *ExpelResponse) GetLostReplicasetId() string {
+	if x != nil {
+		return x.LostReplicasetId
+	}
+	return ""
 }
 
 type GetStatusRequest struct {
@@ -2508,7 +2536,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04uuid\x18\x05 \x01(\tR\x04uuid\"S\n" +
 	"\x16UpdateInstanceResponse\x129\n" +
-	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"\x83\x01\n" +
+	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"\xa6\x01\n" +
 	"\fExpelRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1f\n" +
@@ -2516,9 +2544,12 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"J\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12!\n" +
+	"\flose_buckets\x18\x05 \x01(\bR\vloseBuckets\"\x9b\x01\n" +
 	"\rExpelResponse\x129\n" +
-	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"$\n" +
+	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\x12!\n" +
+	"\flost_buckets\x18\x02 \x01(\rR\vlostBuckets\x12,\n" +
+	"\x12lost_replicaset_id\x18\x03 \x01(\tR\x10lostReplicasetId\"$\n" +
 	"\x10GetStatusRequest\x12\x10\n" +
 	"\x03all\x18\x01 \x01(\bR\x03all\"\xba\x03\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
