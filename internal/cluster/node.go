@@ -231,6 +231,7 @@ func (n *Node) setDiscoveryResult(r discoveryResult) {
 // discover runs discovery and asks for a rebootstrap at its outcome.
 func (n *Node) discover(ctx context.Context) error {
 	d := newDiscovery(n.cfg.Advertise, n.cfg.Peers)
+	d.clock, d.log = n.clock, n.log
 	n.mu.Lock()
 	n.disc = d
 	n.mu.Unlock()
@@ -251,6 +252,44 @@ func (n *Node) discover(ctx context.Context) error {
 	}
 	n.log.Info("discovery: joining", "leader", res.leader)
 	return &RebootstrapRequest{Entrypoint: entryJoin + res.leader}
+}
+
+// NotRunning says why this instance does not run group 0 yet ("" once it
+// does): discovering peers (naming those that do not answer, and for how
+// long), bootstrapping, or joining through an address.
+func (n *Node) NotRunning() string {
+	if n.g0.Load() != nil {
+		return ""
+	}
+	const base = "this instance is not part of a running cluster yet"
+	n.mu.Lock()
+	d := n.disc
+	n.mu.Unlock()
+	if d == nil {
+		return base + " (starting)"
+	}
+	d.mu.Lock()
+	r := d.result
+	d.mu.Unlock()
+	switch {
+	case r != nil && r.bootstrap:
+		return base + ": it is bootstrapping the cluster"
+	case r != nil:
+		return base + ": it is joining the cluster through " + r.leader
+	}
+	if silent := d.waitingFor(); len(silent) > 0 {
+		return base + ": it is discovering peers and waits for every --peer to answer; no answer from " + formatSilent(silent)
+	}
+	return base + ": it is discovering peers (those it asked have answered; waiting for them to agree)"
+}
+
+// errNotRunning is the Unavailable answer of a call that needs group 0,
+// saying why this instance does not run it yet.
+func (n *Node) errNotRunning() error {
+	if why := n.NotRunning(); why != "" {
+		return status.Error(codes.Unavailable, why)
+	}
+	return errNoGroup0
 }
 
 // startRaft starts the host and opens group 0 and the replicaset group.

@@ -63,7 +63,7 @@ func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decisio
 	}
 	g0 := n.g0.Load()
 	if g0 == nil {
-		return forward.Decision{}, errNoGroup0
+		return forward.Decision{}, n.errNotRunning()
 	}
 	wctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.LeaderWait)
 	defer cancel()

@@ -14,7 +14,7 @@ import (
 func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (*clusterv1.GetStatusResponse, error) {
 	g0 := n.g0.Load()
 	if g0 == nil {
-		return nil, errNoGroup0
+		return nil, n.errNotRunning()
 	}
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
 	_ = g0.ReadIndex(rctx)
