@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/internal/supervisor"
 )
 
 // ExitError carries a process exit code through cobra. Its message is
@@ -25,7 +26,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 
 // Main runs the shardkit command line and returns the process exit code.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), supervisor.StopSignals()...)
 	defer stop()
 
 	root := newRootCmd()

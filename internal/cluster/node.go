@@ -447,6 +447,7 @@ func (n *Node) serve(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
+		n.log.Info("stopping gracefully", "why", context.Cause(ctx)) // e.g. "hangup signal received"
 		// The start request must not land after the shutdown's Offline.
 		stopStart()
 		<-started

@@ -32,7 +32,7 @@ type Config struct {
 	// Logger for the parent's own events; default discards.
 	Logger *slog.Logger
 	// Signals are forwarded to the worker and stop the supervision. Nil:
-	// Run subscribes to SIGINT and SIGTERM itself for its duration.
+	// Run subscribes to StopSignals itself for its duration.
 	Signals <-chan os.Signal
 	// StopTimeout: after the first forwarded signal, a worker still running
 	// this much later is killed. 0 waits for it however long it takes.
@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	sigs := cfg.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 4)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(ch, StopSignals()...)
 		defer signal.Stop(ch)
 		sigs = ch
 	}
