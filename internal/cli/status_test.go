@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
 
@@ -241,5 +242,48 @@ func TestStatusUnimplementedServer(t *testing.T) {
 	code, _, errOut := runMain(t, "status", "--peer", addr)
 	if code == 0 || !strings.Contains(errOut, "peer "+addr) || !strings.Contains(errOut, "not implemented") {
 		t.Errorf("exit %d stderr %q", code, errOut)
+	}
+}
+
+// Without a quorum in group 0 the status is still printed, but it says
+// so (how many voters answer, which do not, the grades marked as last
+// known) and the command exits 3. It used to show every instance Online,
+// "leader none known", and exit 0.
+func TestStatusWithoutQuorum(t *testing.T) {
+	t.Parallel()
+	st := sampleStatus()
+	st.LeaderRaftId = 0
+	st.Quorum = &clusterv1.QuorumStatus{HasQuorum: false, Voters: []uint64{1, 2, 3}, VotersAnswering: []uint64{1}, VotersNotAnswering: []uint64{2, 3}}
+	f := &fakeCluster{status: st}
+	addr := f.serve(t)
+
+	code, out, errOut := runMain(t, "status", "--peer", addr)
+	if code != exitNoQuorum {
+		t.Fatalf("exit %d, want %d: %s", code, exitNoQuorum, errOut)
+	}
+	for _, w := range []string{
+		"leader none known (no quorum)",
+		"NO QUORUM: group 0 has no quorum: 1 of 3 voters answer (i1); i2, i3 do not; 2 are needed.",
+		"Online(3)?",
+		"? the last known grade",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("table lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "1 of 3 voters answer") {
+		t.Errorf("stderr %q: want one line with the quorum", errOut)
+	}
+
+	code, out, _ = runMain(t, "status", "--peer", addr, "--format", "json")
+	if code != exitNoQuorum {
+		t.Fatalf("json: exit %d, want %d", code, exitNoQuorum)
+	}
+	var v statusview.View
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Quorum.HasQuorum || !v.GradesLastKnown || !slices.Equal(v.Quorum.VotersNotAnswering, []uint64{2, 3}) || !slices.Equal(v.Quorum.VotersAnswering, []uint64{1}) {
+		t.Errorf("json quorum %+v, grades_last_known %v", v.Quorum, v.GradesLastKnown)
 	}
 }
