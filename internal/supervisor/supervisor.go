@@ -193,11 +193,30 @@ func (r result) exitCode() int {
 	return r.code
 }
 
+// describe says how the worker ended: "code 1", "killed by SIGKILL".
+// (syscall.Signal's String is the description, "killed": it read
+// "killed by killed".)
 func (r result) describe() string {
 	if r.signaled {
-		return "killed by " + r.signal.String()
+		return "killed by " + signalName(r.signal)
 	}
 	return "code " + strconv.Itoa(r.code)
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+	syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV", syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM",
+	syscall.SIGTERM: "SIGTERM",
+}
+
+// signalName is a signal's name, e.g. "SIGKILL"; for one without a known
+// name, its number and description.
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d (%s)", int(s), s.String())
 }
 
 type started struct {
