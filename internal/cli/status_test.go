@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -285,5 +288,37 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	}
 	if v.Quorum.HasQuorum || !v.GradesLastKnown || !slices.Equal(v.Quorum.VotersNotAnswering, []uint64{2, 3}) || !slices.Equal(v.Quorum.VotersAnswering, []uint64{1}) {
 		t.Errorf("json quorum %+v, grades_last_known %v", v.Quorum, v.GradesLastKnown)
+	}
+}
+
+// --peer at an HTTP port (an instance's --http-listen) used to print
+// gRPC's HTTP/2 framing error. It says what the port is, and, when the
+// HTTP server is an instance's, which address is its gRPC port.
+func TestStatusAtTheHTTPPort(t *testing.T) {
+	t.Parallel()
+	var httpAddr string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"instances":[{"address":"127.0.0.1:3302","http_address":"127.0.0.1:9"},{"address":"127.0.0.1:3301","http_address":%q}]}`, httpAddr)
+	})
+	shardkitHTTP := httptest.NewServer(mux)
+	defer shardkitHTTP.Close()
+	httpAddr = shardkitHTTP.Listener.Addr().String()
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+
+	for _, tc := range []struct {
+		addr, want string
+	}{
+		{httpAddr, "the gRPC port of that instance is 127.0.0.1:3301 (its --listen): use --peer 127.0.0.1:3301"},
+		{other.Listener.Addr().String(), "give --peer an instance's --listen address"},
+	} {
+		code, _, errOut := runMain(t, "status", "--peer", tc.addr, "--timeout", "5s")
+		if code == 0 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "this looks like an HTTP port") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("status --peer %s: exit %d, stderr %q; want one line saying %q", tc.addr, code, errOut, tc.want)
+		}
+		if strings.Contains(errOut, "http2") {
+			t.Errorf("stderr %q still shows the HTTP/2 framing error", errOut)
+		}
 	}
 }
