@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -191,6 +192,16 @@ func (t *txn) placeReplicaset(p *metapb.ClusterProperties, req *metapb.JoinReque
 			return rs
 		}
 	}
+	// A new replicaset is named after the instance it is made for, when
+	// that one is i<N>: i3 is in r3 whatever order the instances joined in
+	// (raft ids follow the join order). A name some replicaset ever had is
+	// not taken this way: buckets it was left with must not pass on.
+	if n, ok := instanceNumber(instanceID); ok {
+		if id := fmt.Sprintf("r%d", n); t.s.Replicasets[id] == nil {
+			p.MaxReplicasetNumber = max(p.GetMaxReplicasetNumber(), n)
+			return t.newReplicaset(p, id, instanceID)
+		}
+	}
 	for {
 		p.MaxReplicasetNumber++
 		id := fmt.Sprintf("r%d", p.GetMaxReplicasetNumber())
@@ -198,6 +209,16 @@ func (t *txn) placeReplicaset(p *metapb.ClusterProperties, req *metapb.JoinReque
 			return t.newReplicaset(p, id, instanceID)
 		}
 	}
+}
+
+// instanceNumber is N of an instance id i<N> (N from 1, no leading zero).
+func instanceNumber(id string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(id, "i")
+	if !ok || digits == "" || digits[0] == '0' || len(digits) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil
 }
 
 func sharesFailureDomain(members []*metapb.Instance, fd map[string]string) bool {

@@ -196,9 +196,9 @@ func TestPlacementByReplicationFactorAndFailureDomain(t *testing.T) {
 	if rs := place("i4", "b"); rs != "r2" {
 		t.Fatalf("i4 (dc b) placed in %s, want r2", rs)
 	}
-	// Both full: a new one.
-	if rs := place("i5", "c"); rs != "r3" {
-		t.Fatalf("i5 placed in %s, want r3", rs)
+	// Both full: a new one, named after i5.
+	if rs := place("i5", "c"); rs != "r5" {
+		t.Fatalf("i5 placed in %s, want r5", rs)
 	}
 	// An explicit replicaset wins, even when full.
 	if rs := f.must(joinCmd(joinReq("i6", "r1", map[string]string{"dc": "a"}))).Instance.GetReplicasetId(); rs != "r1" {
@@ -488,5 +488,33 @@ func TestExpelOfAReplicasetsLastInstanceKeepsItsBuckets(t *testing.T) {
 	f.must(lose)
 	if n, _ := f.sm.State().BucketsLostByExpel(f.sm.State().Instance("i4")); n != 0 {
 		t.Fatalf("i4's replicaset holds no buckets, yet its expel would lose %d", n)
+	}
+}
+
+// A new replicaset is named after the instance i<N> it is made for (raft
+// ids follow the join order, so --instance-id i2 used to get raft_id 3 and
+// replicaset r3 when i3 joined first); other ids take the next number.
+func TestNewReplicasetIsNamedAfterItsInstance(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	for _, tc := range []struct{ id, want string }{
+		{"i3", "r3"}, // joined before i2: raft_id 2
+		{"i2", "r2"},
+		{"alpha", "r4"},
+		{"i4", "r5"}, // r4 is alpha's
+		{"i07", "r6"},
+	} {
+		if got := f.must(joinCmd(joinReq(tc.id, "", nil))).Instance.GetReplicasetId(); got != tc.want {
+			t.Errorf("%s placed in %s, want %s", tc.id, got, tc.want)
+		}
+	}
+	// An expelled replicaset's name is not given to a new instance by its number.
+	f.must(targetCmd("i2", Expelled))
+	f.must(currentCmd(f.sm.State().Instance("i2"), Expelled))
+	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Expelled: new(true)}}})
+	again := joinReq("i2", "", nil)
+	again.Uuid, again.AdvertiseAddress = "uuid-i2-again", "uuid-i2-again:3301"
+	if got := f.must(joinCmd(again)).Instance.GetReplicasetId(); got == "r2" {
+		t.Errorf("a new i2 was placed in the expelled r2")
 	}
 }
