@@ -50,6 +50,10 @@ type ExpelOptions struct {
 	// Wait is how long the cluster waits for the current grade Expelled
 	// (the cluster's default, 60s, when zero).
 	Wait time.Duration
+	// LoseBuckets expels even the last instance of a replicaset that holds
+	// buckets, giving up their data (ExpelResult says how many). Without
+	// it such an expel is refused (ErrRefused).
+	LoseBuckets bool
 }
 
 // expelMargin is added to ExpelOptions.Wait for each attempt's deadline,
@@ -59,18 +63,25 @@ const expelMargin = 10 * time.Second
 // Expel sets an instance's target grade Expelled and returns its record
 // once its current grade is Expelled (K14). It is idempotent.
 func (c *Client) Expel(ctx context.Context, instanceID string, o ExpelOptions) (*clusterv1.Instance, error) {
+	resp, err := c.ExpelResult(ctx, instanceID, o)
+	return resp.GetInstance(), err
+}
+
+// ExpelResult is Expel with the whole answer: the instance's record and,
+// with LoseBuckets, the buckets whose data the expel gave up.
+func (c *Client) ExpelResult(ctx context.Context, instanceID string, o ExpelOptions) (*clusterv1.ExpelResponse, error) {
 	wait := o.Wait
 	if wait <= 0 {
 		wait = 60 * time.Second
 	}
-	req := &clusterv1.ExpelRequest{InstanceId: instanceID, Force: o.Force, TimeoutMs: wait.Milliseconds()}
+	req := &clusterv1.ExpelRequest{InstanceId: instanceID, Force: o.Force, TimeoutMs: wait.Milliseconds(), LoseBuckets: o.LoseBuckets}
 	var resp *clusterv1.ExpelResponse
 	err := c.invoke(ctx, "expel", callOptions{idempotent: true, timeout: wait + expelMargin}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
 		var err error
 		resp, err = clusterService(conn).Expel(ctx, req, opts...)
 		return err
 	})
-	return resp.GetInstance(), err
+	return resp, err
 }
 
 // GradeName returns a grade variant's name as users see it (Offline,

@@ -16,18 +16,21 @@ import (
 
 type expelOptions struct {
 	clusterFlags
-	force bool
+	force       bool
+	loseBuckets bool
 }
 
 func newExpelCmd() *cobra.Command {
 	var o expelOptions
 	cmd := &cobra.Command{
-		Use:   "expel [--peer ADDR] [--force] [--timeout 60s] INSTANCE_ID",
+		Use:   "expel [--peer ADDR] [--force] [--lose-buckets] [--timeout 60s] INSTANCE_ID",
 		Short: "Expel an instance from the cluster for good",
 		Long: `Expel an instance: set its target grade Expelled and wait until its current
 grade is Expelled. Without --force only an Offline instance may be expelled;
-the last instance never. Expelling an expelled instance succeeds (idempotent).
-The expelled process exits, and restarting it fails.`,
+the last instance never. The last instance of a replicaset that holds buckets
+only with --lose-buckets: the data of those buckets is lost. Expelling an
+expelled instance succeeds (idempotent). The expelled process exits, and
+restarting it fails.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runExpel(cmd.Context(), o, args[0], cmd.OutOrStdout())
@@ -36,6 +39,7 @@ The expelled process exits, and restarting it fails.`,
 	f := cmd.Flags()
 	o.register(f, 60*time.Second, "how long to wait for the current grade Expelled")
 	f.BoolVar(&o.force, "force", false, "expel even an instance that is not Offline")
+	f.BoolVar(&o.loseBuckets, "lose-buckets", false, "expel even the last instance of a replicaset that holds buckets, giving up their data")
 	return cmd
 }
 
@@ -48,16 +52,21 @@ func runExpel(ctx context.Context, o expelOptions, instanceID string, out io.Wri
 		return err
 	}
 	defer cl.Close()
-	in, err := cl.Expel(ctx, instanceID, client.ExpelOptions{Force: o.force, Wait: o.timeout})
+	resp, err := cl.ExpelResult(ctx, instanceID, client.ExpelOptions{Force: o.force, Wait: o.timeout, LoseBuckets: o.loseBuckets})
 	if err != nil {
 		return expelError(instanceID, o.timeout, err)
 	}
+	in := resp.GetInstance()
 	if in == nil {
 		_, err = fmt.Fprintf(out, "instance %s expelled\n", instanceID)
-		return err
+	} else {
+		_, err = fmt.Fprintf(out, "instance %s expelled (raft_id %d, uuid %s, current grade %s)\n",
+			in.GetInstanceId(), in.GetRaftId(), in.GetUuid(), client.FormatGrade(in.GetCurrentGrade()))
 	}
-	_, err = fmt.Fprintf(out, "instance %s expelled (raft_id %d, uuid %s, current grade %s)\n",
-		in.GetInstanceId(), in.GetRaftId(), in.GetUuid(), client.FormatGrade(in.GetCurrentGrade()))
+	if err == nil && resp.GetLostBuckets() > 0 {
+		_, err = fmt.Fprintf(out, "lost: the data of the %d buckets of replicaset %s (--lose-buckets); they stay assigned to %s, which is expelled\n",
+			resp.GetLostBuckets(), resp.GetLostReplicasetId(), resp.GetLostReplicasetId())
+	}
 	return err
 }
 

@@ -134,3 +134,31 @@ func TestExpelBadInput(t *testing.T) {
 		})
 	}
 }
+
+// --lose-buckets is sent, and what the expel gave up is said.
+func TestExpelLoseBucketsSaysWhatIsLost(t *testing.T) {
+	t.Parallel()
+	f := &fakeCluster{expel: func(_ context.Context, r *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+		resp := &clusterv1.ExpelResponse{Instance: &clusterv1.Instance{
+			InstanceId: r.GetInstanceId(), RaftId: 1, Uuid: "u1", CurrentGrade: grade(clusterv1.GradeVariant_GRADE_VARIANT_EXPELLED, 1),
+		}}
+		if r.GetLoseBuckets() {
+			resp.LostBuckets, resp.LostReplicasetId = 3000, "r1"
+		}
+		return resp, nil
+	}}
+	addr := f.serve(t)
+	code, out, errOut := runMain(t, "expel", "--peer", addr, "--force", "--lose-buckets", "i1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !f.lastExpelReq().GetLoseBuckets() {
+		t.Errorf("request %v: want lose_buckets", f.lastExpelReq())
+	}
+	if want := "lost: the data of the 3000 buckets of replicaset r1 (--lose-buckets)"; !strings.Contains(out, want) {
+		t.Errorf("output %q does not say %q", out, want)
+	}
+	if _, _, _ = runMain(t, "expel", "--peer", addr, "i2"); f.lastExpelReq().GetLoseBuckets() {
+		t.Errorf("request %v: lose_buckets without the flag", f.lastExpelReq())
+	}
+}

@@ -2,8 +2,12 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -61,10 +65,60 @@ func callError(timeout time.Duration, err error) error {
 	switch {
 	case ce.Peer == "":
 		return errors.New(oneLine(ce.Msg))
+	case ce.Code == codes.Unavailable && looksLikeHTTP(ce.Msg):
+		return httpPortError(ce.Peer)
 	case ce.Code == codes.Unavailable:
 		return fmt.Errorf("peer %s unavailable: %s", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.DeadlineExceeded:
 		return fmt.Errorf("peer %s did not answer within %v: %s", ce.Peer, timeout, oneLine(ce.Msg))
 	}
 	return fmt.Errorf("peer %s: %s", ce.Peer, oneLine(ce.Msg))
+}
+
+// looksLikeHTTP reports whether a connection failed because an HTTP/1
+// server answered the gRPC client's HTTP/2 preface (gRPC's own words).
+func looksLikeHTTP(msg string) bool {
+	return strings.Contains(msg, "looked like an HTTP/1.1 header") ||
+		strings.Contains(msg, "error reading server preface") && strings.Contains(msg, "HTTP/1")
+}
+
+// httpPortError is the error for a --peer that is an HTTP port. When it is
+// an instance's --http-listen, that instance's status (GET /api/v1/cluster)
+// names its gRPC address.
+func httpPortError(peer string) error {
+	const what = "this looks like an HTTP port (an instance's --http-listen?), not the gRPC port shardkit commands talk to"
+	if grpcAddr := grpcAddressOf(peer); grpcAddr != "" {
+		return fmt.Errorf("peer %s: %s; the gRPC port of that instance is %s (its --listen): use --peer %s", peer, what, grpcAddr, grpcAddr)
+	}
+	return fmt.Errorf("peer %s: %s; give --peer an instance's --listen address", peer, what)
+}
+
+// grpcAddressOf asks the HTTP server at addr for the cluster's status and
+// returns the address of the instance whose HTTP address is addr ("" when
+// it cannot tell).
+func grpcAddressOf(addr string) string {
+	c := &http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + addr + "/api/v1/cluster?all=1")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return ""
+	}
+	var st struct {
+		Instances []struct {
+			Address     string `json:"address"`
+			HTTPAddress string `json:"http_address"`
+		} `json:"instances"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&st); err != nil {
+		return ""
+	}
+	for _, in := range st.Instances {
+		if in.HTTPAddress == addr {
+			return in.Address
+		}
+	}
+	return ""
 }

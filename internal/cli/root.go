@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/internal/supervisor"
 )
 
 // ExitError carries a process exit code through cobra. Its message is
@@ -29,7 +29,7 @@ func (e *ExitError) Unwrap() error { return e.Err }
 // procs are stored procedures the binary serves besides proc.Builtins when
 // it runs an instance (`shardkit run`); cmd/shardkit/app passes them.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer, procs ...proc.Procedure) int {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), supervisor.StopSignals()...)
 	defer stop()
 
 	reg, err := proc.NewRegistry(append(proc.Builtins(), procs...)...)

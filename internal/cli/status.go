@@ -60,7 +60,16 @@ func runStatus(ctx context.Context, o statusOptions, out io.Writer) error {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		enc.SetEscapeHTML(false)
-		return enc.Encode(st)
+		err = enc.Encode(st)
+	} else {
+		err = statusview.WriteTable(out, st)
 	}
-	return statusview.WriteTable(out, st)
+	if err == nil && st.NoQuorum() {
+		return &ExitError{Code: exitNoQuorum, Err: fmt.Errorf("status: %s; the grades shown are the last known", st.QuorumSummary())}
+	}
+	return err
 }
+
+// exitNoQuorum is the exit code of a status that was printed but is not
+// confirmed: group 0 has no quorum (or no leader was confirmed in time).
+const exitNoQuorum = 3

@@ -4,12 +4,16 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
 
@@ -241,5 +245,80 @@ func TestStatusUnimplementedServer(t *testing.T) {
 	code, _, errOut := runMain(t, "status", "--peer", addr)
 	if code == 0 || !strings.Contains(errOut, "peer "+addr) || !strings.Contains(errOut, "not implemented") {
 		t.Errorf("exit %d stderr %q", code, errOut)
+	}
+}
+
+// Without a quorum in group 0 the status is still printed, but it says
+// so (how many voters answer, which do not, the grades marked as last
+// known) and the command exits 3. It used to show every instance Online,
+// "leader none known", and exit 0.
+func TestStatusWithoutQuorum(t *testing.T) {
+	t.Parallel()
+	st := sampleStatus()
+	st.LeaderRaftId = 0
+	st.Quorum = &clusterv1.QuorumStatus{HasQuorum: false, Voters: []uint64{1, 2, 3}, VotersAnswering: []uint64{1}, VotersNotAnswering: []uint64{2, 3}}
+	f := &fakeCluster{status: st}
+	addr := f.serve(t)
+
+	code, out, errOut := runMain(t, "status", "--peer", addr)
+	if code != exitNoQuorum {
+		t.Fatalf("exit %d, want %d: %s", code, exitNoQuorum, errOut)
+	}
+	for _, w := range []string{
+		"leader none known (no quorum)",
+		"NO QUORUM: group 0 has no quorum: 1 of 3 voters answer (i1); i2, i3 do not; 2 are needed.",
+		"Online(3)?",
+		"? the last known grade",
+	} {
+		if !strings.Contains(out, w) {
+			t.Errorf("table lacks %q:\n%s", w, out)
+		}
+	}
+	if strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "1 of 3 voters answer") {
+		t.Errorf("stderr %q: want one line with the quorum", errOut)
+	}
+
+	code, out, _ = runMain(t, "status", "--peer", addr, "--format", "json")
+	if code != exitNoQuorum {
+		t.Fatalf("json: exit %d, want %d", code, exitNoQuorum)
+	}
+	var v statusview.View
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Quorum.HasQuorum || !v.GradesLastKnown || !slices.Equal(v.Quorum.VotersNotAnswering, []uint64{2, 3}) || !slices.Equal(v.Quorum.VotersAnswering, []uint64{1}) {
+		t.Errorf("json quorum %+v, grades_last_known %v", v.Quorum, v.GradesLastKnown)
+	}
+}
+
+// --peer at an HTTP port (an instance's --http-listen) used to print
+// gRPC's HTTP/2 framing error. It says what the port is, and, when the
+// HTTP server is an instance's, which address is its gRPC port.
+func TestStatusAtTheHTTPPort(t *testing.T) {
+	t.Parallel()
+	var httpAddr string
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintf(w, `{"instances":[{"address":"127.0.0.1:3302","http_address":"127.0.0.1:9"},{"address":"127.0.0.1:3301","http_address":%q}]}`, httpAddr)
+	})
+	shardkitHTTP := httptest.NewServer(mux)
+	defer shardkitHTTP.Close()
+	httpAddr = shardkitHTTP.Listener.Addr().String()
+	other := httptest.NewServer(http.NotFoundHandler())
+	defer other.Close()
+
+	for _, tc := range []struct {
+		addr, want string
+	}{
+		{httpAddr, "the gRPC port of that instance is 127.0.0.1:3301 (its --listen): use --peer 127.0.0.1:3301"},
+		{other.Listener.Addr().String(), "give --peer an instance's --listen address"},
+	} {
+		code, _, errOut := runMain(t, "status", "--peer", tc.addr, "--timeout", "5s")
+		if code == 0 || strings.Count(errOut, "\n") != 1 || !strings.Contains(errOut, "this looks like an HTTP port") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("status --peer %s: exit %d, stderr %q; want one line saying %q", tc.addr, code, errOut, tc.want)
+		}
+		if strings.Contains(errOut, "http2") {
+			t.Errorf("stderr %q still shows the HTTP/2 framing error", errOut)
+		}
 	}
 }

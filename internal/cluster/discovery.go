@@ -4,10 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 )
@@ -39,7 +46,35 @@ type discovery struct {
 	visited map[string]bool
 	myAddrs map[string]bool
 	result  *discoveryResult
+
+	// Peers whose last call failed: since when, and why. run warns about
+	// them every warnEvery; waitingFor lists them.
+	silent    map[string]*silence
+	clock     Clock
+	log       *slog.Logger
+	warnEvery time.Duration
+	warned    time.Time
 }
+
+// silence is a peer that has not answered since a time.
+type silence struct {
+	since time.Time
+	why   string
+}
+
+// SilentPeer is a discovery peer that does not answer.
+type SilentPeer struct {
+	Address string
+	For     time.Duration // since its first unanswered call in a row
+	Why     string        // the last call's failure, shortly
+}
+
+func (p SilentPeer) String() string {
+	return fmt.Sprintf("%s for %v (%s)", p.Address, p.For.Round(time.Second), p.Why)
+}
+
+// discoveryWarnEvery is how often discovery warns about silent peers.
+const discoveryWarnEvery = 10 * time.Second
 
 func newDiscovery(advertise string, peers []string) *discovery {
 	var b [16]byte
@@ -51,6 +86,11 @@ func newDiscovery(advertise string, peers []string) *discovery {
 		votable: map[string]bool{advertise: true},
 		visited: map[string]bool{},
 		myAddrs: map[string]bool{advertise: true},
+		silent:  map[string]*silence{},
+		clock:   realClock{},
+		log:     slog.New(slog.DiscardHandler),
+
+		warnEvery: discoveryWarnEvery,
 	}
 	for _, p := range peers {
 		d.peers[p] = true
@@ -152,6 +192,7 @@ func (d *discovery) run(ctx context.Context, call discoverCall, round, probe tim
 			cctx, cancel := context.WithTimeout(ctx, probe)
 			resp, err := call(cctx, addr, req)
 			cancel()
+			d.heard(addr, err)
 			if err != nil {
 				continue
 			}
@@ -189,12 +230,91 @@ func (d *discovery) run(ctx context.Context, call discoverCall, round, probe tim
 		}
 		d.mu.Unlock()
 
+		d.maybeWarn()
+
 		select {
 		case <-ctx.Done():
 			return discoveryResult{}, ctx.Err()
 		case <-time.After(round):
 		}
 	}
+}
+
+// heard records the outcome of a call to a peer.
+func (d *discovery) heard(addr string, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err == nil {
+		delete(d.silent, addr)
+		return
+	}
+	s := d.silent[addr]
+	if s == nil {
+		s = &silence{since: d.clock.Now()}
+		d.silent[addr] = s
+	}
+	s.why = callFailure(err)
+}
+
+// waitingFor lists the peers that do not answer, by address.
+func (d *discovery) waitingFor() []SilentPeer {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	now := d.clock.Now()
+	out := make([]SilentPeer, 0, len(d.silent))
+	for addr, s := range d.silent {
+		out = append(out, SilentPeer{Address: addr, For: now.Sub(s.since), Why: s.why})
+	}
+	slices.SortFunc(out, func(a, b SilentPeer) int { return strings.Compare(a.Address, b.Address) })
+	return out
+}
+
+// maybeWarn logs, at most every warnEvery, the peers that have not
+// answered for warnEvery or longer.
+func (d *discovery) maybeWarn() {
+	now := d.clock.Now()
+	d.mu.Lock()
+	due := now.Sub(d.warned) >= d.warnEvery
+	d.mu.Unlock()
+	if !due {
+		return
+	}
+	var long []SilentPeer
+	for _, p := range d.waitingFor() {
+		if p.For >= d.warnEvery {
+			long = append(long, p)
+		}
+	}
+	if len(long) == 0 {
+		return
+	}
+	d.mu.Lock()
+	d.warned = now
+	d.mu.Unlock()
+	d.log.Warn("discovery: still waiting for peers that do not answer; every --peer must answer before the cluster forms",
+		"silent", formatSilent(long))
+}
+
+func formatSilent(ps []SilentPeer) string {
+	parts := make([]string, len(ps))
+	for i, p := range ps {
+		parts[i] = p.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+// callFailure says shortly why a call failed: "connection refused", "no
+// answer within the probe timeout", ...
+func callFailure(err error) string {
+	st := status.Convert(err)
+	if st.Code() == codes.DeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
+		return "no answer in time"
+	}
+	msg := strings.TrimSuffix(st.Message(), `"`)
+	if i := strings.LastIndex(msg, ": "); i >= 0 {
+		msg = msg[i+2:]
+	}
+	return msg
 }
 
 func (d *discovery) decide(r discoveryResult) discoveryResult {

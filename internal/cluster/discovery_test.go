@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -116,5 +119,123 @@ func TestDiscoveryLearnsOwnAliases(t *testing.T) {
 	d.handle(&clusterv1.DiscoverRequest{TmpId: "someone-else", RequestTo: "other:1"})
 	if d.myAddrs["other:1"] {
 		t.Fatal("learned an address from another instance's request")
+	}
+}
+
+// testClock is a clock the test moves.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+// logRecorder keeps the messages and attributes of warnings.
+type logRecorder struct {
+	mu    sync.Mutex
+	warns []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	if rec.Level < slog.LevelWarn {
+		return nil
+	}
+	line := rec.Message
+	rec.Attrs(func(a slog.Attr) bool {
+		line += " " + a.String()
+		return true
+	})
+	r.mu.Lock()
+	r.warns = append(r.warns, line)
+	r.mu.Unlock()
+	return nil
+}
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+
+func (r *logRecorder) all() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.warns)
+}
+
+// A peer that never answers keeps discovery waiting (it must: it may be
+// an instance still starting), but no longer silently: waitingFor names
+// it with how long it has been silent and why, and a warning says so
+// every discoveryWarnEvery.
+func TestDiscoveryNamesThePeersItWaitsFor(t *testing.T) {
+	t.Parallel()
+	net := &fakeNet{nodes: map[string]*discovery{}, rng: rand.New(rand.NewPCG(3, 4))}
+	self, dead := "127.0.0.1:6001", "127.0.0.1:3399"
+	d := newDiscovery(self, []string{self, dead})
+	net.nodes[self] = d
+	clock := &testClock{now: time.Unix(1000, 0)}
+	rec := &logRecorder{}
+	d.clock, d.log = clock, slog.New(rec)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.run(ctx, net.call, time.Millisecond, 2*time.Second)
+		done <- err
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("discovery ended with %v, want context.Canceled", err)
+		}
+	}()
+
+	waitForCond(t, 10*time.Second, "the dead peer listed as silent", func() bool {
+		w := d.waitingFor()
+		return len(w) == 1 && w[0].Address == dead && w[0].Why == "connection refused"
+	})
+	if len(rec.all()) != 0 {
+		t.Fatalf("warned before the peer was silent for %v: %q", discoveryWarnEvery, rec.all())
+	}
+	clock.advance(discoveryWarnEvery + 2*time.Second)
+	waitForCond(t, 10*time.Second, "a warning naming the dead peer", func() bool {
+		for _, w := range rec.all() {
+			if strings.Contains(w, dead+" for 12s (connection refused)") {
+				return true
+			}
+		}
+		return false
+	})
+	if w := d.waitingFor(); len(w) != 1 || w[0].For != discoveryWarnEvery+2*time.Second {
+		t.Fatalf("waitingFor %v; want %s silent for %v", w, dead, discoveryWarnEvery+2*time.Second)
+	}
+	// No second warning until the period has passed again.
+	n := len(rec.all())
+	time.Sleep(20 * time.Millisecond) // rounds go on (1 ms apart)
+	if got := len(rec.all()); got != n {
+		t.Fatalf("%d warnings within one period: %q", got, rec.all())
+	}
+	select {
+	case err := <-done:
+		done <- err // for the deferred wait
+		t.Fatalf("discovery ended with a peer that never answered: %v", err)
+	default:
+	}
+}
+
+func waitForCond(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }

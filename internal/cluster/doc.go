@@ -2,7 +2,8 @@
 // (seed 004): discovery, boot, join, the identity an instance keeps across
 // restarts, grades and the governor that drives them, the sentinel,
 // graceful shutdown, expel, leases, and the ClusterService that serves all
-// of it over gRPC.
+// of it over gRPC. It also says, in one line, what an instance whose data
+// dir is damaged must do (it refuses to go on; see datadir.go).
 //
 // It owns the decisions: which instance bootstraps, where a joiner goes,
 // which instances vote, when a grade may advance. It keeps its state in

@@ -43,17 +43,37 @@ func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*cluster
 					"attempt to expel instance %q which is not Offline but %s (target %s); stop it first, or rerun with --force",
 					inst.GetInstanceId(), meta.VariantName(cur), meta.VariantName(tgt))
 			}
+			if !req.GetLoseBuckets() { // the state machine checks it again
+				if err := st.CheckExpelKeepsBuckets(inst); err != nil {
+					return nil, statusError(err)
+				}
+			}
 		}
 		if _, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
-			InstanceId: inst.GetInstanceId(), Variant: meta.Expelled, Reason: "expel"}}}); err != nil {
+			InstanceId: inst.GetInstanceId(), Variant: meta.Expelled, Reason: "expel", LoseBuckets: req.GetLoseBuckets()}}}); err != nil {
 			return nil, err
+		}
+	}
+	// What the expel gives up: the buckets of a replicaset it was the last
+	// instance of (they stay assigned to that replicaset, now expelled).
+	var lost uint32
+	var lostRS string
+	if req.GetLoseBuckets() {
+		if rs := n.meta.State().Replicasets[inst.GetReplicasetId()]; rs != nil {
+			if others := n.meta.State().Members(rs.GetReplicasetId()); len(others) == 0 {
+				lost, lostRS = uint32(n.meta.State().BucketCounts()[rs.GetReplicasetId()]), rs.GetReplicasetId()
+			}
 		}
 	}
 	for {
 		ch := n.meta.Changed()
 		cur := n.meta.State().Instance(req.GetInstanceId())
 		if cur.GetCurrentGrade().GetVariant() == meta.Expelled {
-			return &clusterv1.ExpelResponse{Instance: apiInstance(cur)}, nil
+			resp := &clusterv1.ExpelResponse{Instance: apiInstance(cur)}
+			if lost > 0 {
+				resp.LostBuckets, resp.LostReplicasetId = lost, lostRS
+			}
+			return resp, nil
 		}
 		select {
 		case <-ctx.Done():

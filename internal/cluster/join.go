@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 )
@@ -69,6 +70,9 @@ func (n *Node) joined(resp *clusterv1.RaftJoinResponse) (*Identity, error) {
 
 // RaftJoin implements ClusterService (on the leader; others forward).
 func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*clusterv1.RaftJoinResponse, error) {
+	if err := quickJoinCheck(n.meta.State(), req); err != nil {
+		return nil, statusError(err)
+	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: metaJoinRequest(req)}}})
 	if err != nil {
 		return nil, err
@@ -93,4 +97,20 @@ func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*c
 		}
 	}
 	return resp, nil
+}
+
+// quickJoinCheck refuses, before proposing, a new instance whose advertise
+// address belongs to a live one. Apply checks it again (with the rest), in
+// the same order: a duplicate instance_id is reported first.
+func quickJoinCheck(st *meta.State, req *clusterv1.RaftJoinRequest) error {
+	if !st.Booted() || st.InstanceByUUID(req.GetUuid()) != nil {
+		return nil
+	}
+	if old := st.Instance(req.GetInstanceId()); old != nil && !meta.IsExpelled(old) {
+		return nil
+	}
+	if err := st.CheckAddressFree(req.GetAdvertiseAddress(), req.GetUuid()); err != nil {
+		return err
+	}
+	return nil
 }

@@ -62,6 +62,10 @@ type Config struct {
 	// count as the replicasets' own states have it (status shows these;
 	// a replicaset missing from the map shows group 0's count).
 	BucketCounts func(ctx context.Context) map[string]int
+	// StorageErrors delivers failures the database reports outside any
+	// call (corruption Pebble found in its background work); one ends the
+	// instance like a failure of its raft storage. Nil: none.
+	StorageErrors <-chan error
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -166,10 +170,14 @@ func newUUID() string {
 // Run runs the instance until ctx ends (then shuts down gracefully), the
 // instance is expelled, or it fails. entrypoint is "" on a first start,
 // or what a RebootstrapRequest asked for.
-func (n *Node) Run(ctx context.Context, entrypoint string) error {
+//
+// A data dir found damaged (corrupt or lost files, a raft log that lost
+// entries) ends it with a *RefusedError that says how to recover.
+func (n *Node) Run(ctx context.Context, entrypoint string) (err error) {
+	defer func() { err = n.damaged(err) }()
 	ident, err := loadIdentity(n.db)
 	if err != nil {
-		return &RefusedError{Err: fmt.Errorf("%w; wipe the data dir %s to start this instance afresh", err, n.cfg.DataDir)}
+		return err
 	}
 	boot := false
 	switch {
@@ -230,6 +238,7 @@ func (n *Node) setDiscoveryResult(r discoveryResult) {
 // discover runs discovery and asks for a rebootstrap at its outcome.
 func (n *Node) discover(ctx context.Context) error {
 	d := newDiscovery(n.cfg.Advertise, n.cfg.Peers)
+	d.clock, d.log = n.clock, n.log
 	n.mu.Lock()
 	n.disc = d
 	n.mu.Unlock()
@@ -250,6 +259,44 @@ func (n *Node) discover(ctx context.Context) error {
 	}
 	n.log.Info("discovery: joining", "leader", res.leader)
 	return &RebootstrapRequest{Entrypoint: entryJoin + res.leader}
+}
+
+// NotRunning says why this instance does not run group 0 yet ("" once it
+// does): discovering peers (naming those that do not answer, and for how
+// long), bootstrapping, or joining through an address.
+func (n *Node) NotRunning() string {
+	if n.g0.Load() != nil {
+		return ""
+	}
+	const base = "this instance is not part of a running cluster yet"
+	n.mu.Lock()
+	d := n.disc
+	n.mu.Unlock()
+	if d == nil {
+		return base + " (starting)"
+	}
+	d.mu.Lock()
+	r := d.result
+	d.mu.Unlock()
+	switch {
+	case r != nil && r.bootstrap:
+		return base + ": it is bootstrapping the cluster"
+	case r != nil:
+		return base + ": it is joining the cluster through " + r.leader
+	}
+	if silent := d.waitingFor(); len(silent) > 0 {
+		return base + ": it is discovering peers and waits for every --peer to answer; no answer from " + formatSilent(silent)
+	}
+	return base + ": it is discovering peers (those it asked have answered; waiting for them to agree)"
+}
+
+// errNotRunning is the Unavailable answer of a call that needs group 0,
+// saying why this instance does not run it yet.
+func (n *Node) errNotRunning() error {
+	if why := n.NotRunning(); why != "" {
+		return status.Error(codes.Unavailable, why)
+	}
+	return errNoGroup0
 }
 
 // startRaft starts the host and opens group 0 and the replicaset group.
@@ -411,6 +458,7 @@ func (n *Node) serve(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
+		n.log.Info("stopping gracefully", "why", context.Cause(ctx)) // e.g. "hangup signal received"
 		// The start request must not land after the shutdown's Offline.
 		stopStart()
 		<-started
@@ -420,6 +468,8 @@ func (n *Node) serve(ctx context.Context) error {
 		n.log.Warn("this instance has been expelled from the cluster; exiting")
 		return ErrExpelled
 	case err := <-n.fatal:
+		return err
+	case err := <-n.cfg.StorageErrors:
 		return err
 	}
 }

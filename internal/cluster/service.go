@@ -69,7 +69,7 @@ func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decisio
 func (n *Node) LeaderDecision(ctx context.Context) (forward.Decision, error) {
 	g0 := n.g0.Load()
 	if g0 == nil {
-		return forward.Decision{}, errNoGroup0
+		return forward.Decision{}, n.errNotRunning()
 	}
 	wctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.LeaderWait)
 	defer cancel()

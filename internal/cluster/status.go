@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"slices"
+	"sync"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -11,16 +12,18 @@ import (
 )
 
 // GetStatus implements ClusterService. It first catches up with the
-// leader (a read index); without a leader it answers from what it has.
+// leader (a read index); without a leader it answers from what it has,
+// and says so: Quorum tells how many voters of group 0 answer a probe.
 func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (*clusterv1.GetStatusResponse, error) {
 	g0 := n.g0.Load()
 	if g0 == nil {
-		return nil, errNoGroup0
+		return nil, n.errNotRunning()
 	}
 	rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
-	_ = g0.ReadIndex(rctx)
+	readErr := g0.ReadIndex(rctx)
 	cancel()
-	resp := BuildStatus(n.meta.State(), g0.Status(), req.GetAll())
+	gs := g0.Status()
+	resp := BuildStatus(n.meta.State(), gs, req.GetAll())
 	if n.cfg.BucketCounts != nil {
 		bctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
 		counts := n.cfg.BucketCounts(bctx)
@@ -32,7 +35,66 @@ func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (
 			}
 		}
 	}
+	q := &clusterv1.QuorumStatus{HasQuorum: readErr == nil, Voters: groupVoters(gs)}
+	if !q.HasQuorum {
+		q.VotersAnswering, q.VotersNotAnswering = n.probeVoters(ctx, q.GetVoters())
+	}
+	resp.Quorum = q
 	return resp, nil
+}
+
+// groupVoters lists the voters of a group, both sides of a joint
+// configuration, sorted.
+func groupVoters(gs multiraft.Status) []uint64 {
+	var out []uint64
+	for _, v := range append(slices.Clone(gs.Voters), gs.VotersOutgoing...) {
+		if !slices.Contains(out, uint64(v)) {
+			out = append(out, uint64(v))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// probeVoters asks each voter (at its address in group 0) for its
+// progress, at once, each bounded by Probe; it returns those that answered
+// (this instance counts as answering) and those that did not.
+func (n *Node) probeVoters(ctx context.Context, voters []uint64) (answering, silent []uint64) {
+	self := uint64(0)
+	if id := n.Identity(); id != nil {
+		self = id.RaftID
+	}
+	ok := make([]bool, len(voters))
+	var wg sync.WaitGroup
+	for i, v := range voters {
+		if v == self {
+			ok[i] = true
+			continue
+		}
+		wg.Go(func() {
+			addr, err := n.res.RaftAddress(multiraft.NodeID(v))
+			if err != nil {
+				return
+			}
+			c, err := n.peers.client(addr)
+			if err != nil {
+				return
+			}
+			pctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
+			defer cancel()
+			_, err = c.GetProgress(pctx, &clusterv1.GetProgressRequest{})
+			ok[i] = err == nil
+		})
+	}
+	wg.Wait()
+	for i, v := range voters {
+		if ok[i] {
+			answering = append(answering, v)
+		} else {
+			silent = append(silent, v)
+		}
+	}
+	return answering, silent
 }
 
 // BuildStatus describes the cluster from group 0's state and this

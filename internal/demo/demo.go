@@ -52,6 +52,8 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		defer os.RemoveAll(d)
 		o.Dir = d
+	} else if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return fmt.Errorf("demo: --data-dir: %w", err)
 	}
 	if o.Duration > 0 {
 		var cancel context.CancelFunc
@@ -74,6 +76,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	defer stopDemo(insts)
 	for i, in := range insts {
+		// The instance id names its log and data dir too, so that i2.log is
+		// the cluster's i2 (whichever instance bootstraps, and in whatever
+		// order the others join).
 		name := fmt.Sprintf("i%d", i+1)
 		logf, err := os.Create(filepath.Join(o.Dir, name+".log"))
 		if err != nil {
@@ -81,7 +86,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		// A short shutdown timeout: when every instance stops at once, the
 		// last ones have no quorum left to record their Offline grade.
-		in.cmd = exec.Command(exe, "run", "--listen", in.listen, "--http-listen", in.http,
+		in.cmd = exec.Command(exe, "run", "--instance-id", name, "--listen", in.listen, "--http-listen", in.http,
 			"--peer", strings.Join(peers[:min(3, len(peers))], ","), "--data-dir", filepath.Join(o.Dir, name),
 			"--shutdown-timeout", "5s")
 		in.cmd.Stdout, in.cmd.Stderr = logf, logf
@@ -104,8 +109,10 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	defer cl.Close()
 	fmt.Fprintf(out, "shardkit demo: %d instances on %s; data and logs in %s; Ctrl+C to stop\n", len(insts), strings.Join(peers, " "), o.Dir)
-	for _, in := range insts {
-		fmt.Fprintf(out, "  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster\n", in.listen, in.http, in.http)
+	fmt.Fprintf(out, "  in another terminal: %s status --peer %s\n", filepath.Base(exe), strings.Join(peers, ","))
+	for i, in := range insts {
+		fmt.Fprintf(out, "  i%d  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster  log %s\n",
+			i+1, in.listen, in.http, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
 	}
 	tick := time.NewTicker(o.Every)
 	defer tick.Stop()
@@ -127,8 +134,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		if err := statusview.WriteTable(out, statusview.FromProto(st, false)); err != nil {
 			return err
 		}
+		fmt.Fprintln(out, bucketsNote)
 	}
 }
+
+// bucketsNote explains the two bucket columns under each table.
+const bucketsNote = "(BUCKETS: what a replicaset holds now; TARGET_BUCKETS: what its weight asks for.\n" +
+	" Buckets move to their targets once the data layer's bucket mover lands; until then they stay put.)"
 
 func stopDemo(insts []*demoInstance) {
 	for _, in := range insts {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"google.golang.org/protobuf/proto"
@@ -68,6 +69,9 @@ func (t *txn) join(req *metapb.JoinRequest) Result {
 		if old := t.s.Instance(id); old != nil && old.GetCurrentGrade().GetVariant() != Expelled {
 			return Result{Err: refuse(CodeFailedPrecondition, "instance %q is being expelled; wait until it is Expelled", id)}
 		}
+	}
+	if err := t.s.CheckAddressFree(req.GetAdvertiseAddress(), req.GetUuid()); err != nil {
+		return Result{Err: err}
 	}
 	var missing []string
 	for _, k := range p.GetFailureDomainKeys() {
@@ -133,6 +137,9 @@ func (t *txn) rejoin(existing *metapb.Instance, req *metapb.JoinRequest) Result 
 		return Result{Err: refuse(CodeFailedPrecondition, "instance %q already exists with a different failure_domain", id)}
 	}
 	if req.GetAdvertiseAddress() != existing.GetAddress() || req.GetHttpAddress() != existing.GetHttpAddress() {
+		if err := t.s.CheckAddressFree(req.GetAdvertiseAddress(), existing.GetUuid()); err != nil {
+			return Result{Err: err}
+		}
 		inst := proto.CloneOf(existing)
 		inst.Address, inst.HttpAddress = req.GetAdvertiseAddress(), req.GetHttpAddress()
 		t.putInstance(inst)
@@ -185,6 +192,16 @@ func (t *txn) placeReplicaset(p *metapb.ClusterProperties, req *metapb.JoinReque
 			return rs
 		}
 	}
+	// A new replicaset is named after the instance it is made for, when
+	// that one is i<N>: i3 is in r3 whatever order the instances joined in
+	// (raft ids follow the join order). A name some replicaset ever had is
+	// not taken this way: buckets it was left with must not pass on.
+	if n, ok := instanceNumber(instanceID); ok {
+		if id := fmt.Sprintf("r%d", n); t.s.Replicasets[id] == nil {
+			p.MaxReplicasetNumber = max(p.GetMaxReplicasetNumber(), n)
+			return t.newReplicaset(p, id, instanceID)
+		}
+	}
 	for {
 		p.MaxReplicasetNumber++
 		id := fmt.Sprintf("r%d", p.GetMaxReplicasetNumber())
@@ -192,6 +209,16 @@ func (t *txn) placeReplicaset(p *metapb.ClusterProperties, req *metapb.JoinReque
 			return t.newReplicaset(p, id, instanceID)
 		}
 	}
+}
+
+// instanceNumber is N of an instance id i<N> (N from 1, no leading zero).
+func instanceNumber(id string) (uint64, bool) {
+	digits, ok := strings.CutPrefix(id, "i")
+	if !ok || digits == "" || digits[0] == '0' || len(digits) > 9 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	return n, err == nil
 }
 
 func sharesFailureDomain(members []*metapb.Instance, fd map[string]string) bool {
@@ -258,6 +285,13 @@ func (t *txn) setTargetGrade(c *metapb.SetTargetGrade) Result {
 		// Checked here, not only by the Expel handler: two expels
 		// racing for the last two instances must not both pass.
 		return Result{Err: refuse(CodeFailedPrecondition, "cannot expel %q: it is the last instance of the cluster", inst.GetInstanceId())}
+	}
+	if v == Expelled && !c.GetLoseBuckets() {
+		// Also checked here: two expels racing for a replicaset's last two
+		// instances must not strand its buckets.
+		if err := t.s.CheckExpelKeepsBuckets(inst); err != nil {
+			return Result{Err: err}
+		}
 	}
 	n := proto.CloneOf(inst)
 	n.TargetGrade = newTarget(inst, v)
@@ -346,6 +380,9 @@ func (t *txn) setAddress(c *metapb.SetAddress) Result {
 	inst := t.s.Instance(c.GetInstanceId())
 	if inst == nil {
 		return Result{Err: refuse(CodeNotFound, "no instance %q in the cluster", c.GetInstanceId())}
+	}
+	if err := t.s.CheckAddressFree(c.GetAddress(), inst.GetUuid()); err != nil {
+		return Result{Err: err}
 	}
 	n := proto.CloneOf(inst)
 	n.Address, n.HttpAddress = c.GetAddress(), c.GetHttpAddress()

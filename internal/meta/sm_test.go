@@ -84,7 +84,7 @@ func joinReq(id, rs string, fd map[string]string) *metapb.JoinRequest {
 	if id == "" {
 		uuid = fmt.Sprintf("uuid-anon-%p", &fd)
 	}
-	return &metapb.JoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: "127.0.0.1:1", FailureDomain: fd, Uuid: uuid}
+	return &metapb.JoinRequest{ClusterId: "c1", InstanceId: id, ReplicasetId: rs, AdvertiseAddress: uuid + ":3301", FailureDomain: fd, Uuid: uuid}
 }
 
 func bootCmd(rf uint32, first *metapb.JoinRequest) *metapb.Command {
@@ -196,9 +196,9 @@ func TestPlacementByReplicationFactorAndFailureDomain(t *testing.T) {
 	if rs := place("i4", "b"); rs != "r2" {
 		t.Fatalf("i4 (dc b) placed in %s, want r2", rs)
 	}
-	// Both full: a new one.
-	if rs := place("i5", "c"); rs != "r3" {
-		t.Fatalf("i5 placed in %s, want r3", rs)
+	// Both full: a new one, named after i5.
+	if rs := place("i5", "c"); rs != "r5" {
+		t.Fatalf("i5 placed in %s, want r5", rs)
 	}
 	// An explicit replicaset wins, even when full.
 	if rs := f.must(joinCmd(joinReq("i6", "r1", map[string]string{"dc": "a"}))).Instance.GetReplicasetId(); rs != "r1" {
@@ -450,4 +450,87 @@ func TestLastInstanceIsNeverExpelled(t *testing.T) {
 	f.must(targetCmd("a", Expelled))
 	f.refused(targetCmd("b", Expelled), `cannot expel "b": it is the last instance of the cluster`)
 	f.must(targetCmd("a", Expelled)) // idempotent
+}
+
+// A joiner whose advertise address is a live instance's is refused at
+// apply time, naming that instance; so is a rejoin or an address change
+// onto it. Once that instance is expelled, the address is free again.
+func TestAdvertiseAddressOfALiveInstanceIsRefused(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	taken := f.sm.State().Instance("i1").GetAddress()
+	thief := joinReq("i2", "", nil)
+	thief.AdvertiseAddress = taken
+	f.refused(joinCmd(thief), `advertise address `+taken+` belongs to instance "i1" (raft_id 1`)
+	if f.sm.State().Instance("i2") != nil || f.sm.State().Props.GetMaxRaftId() != 1 {
+		t.Fatal("the refused join was recorded")
+	}
+	f.must(joinCmd(joinReq("i2", "", nil)))
+	f.refused(&metapb.Command{Op: &metapb.Command_SetAddress{SetAddress: &metapb.SetAddress{InstanceId: "i2", Address: taken}}},
+		`belongs to instance "i1"`)
+	moved := joinReq("i2", "", nil)
+	moved.AdvertiseAddress = taken
+	f.refused(joinCmd(moved), `belongs to instance "i1"`)
+	// Expelled, i1 no longer owns its address.
+	f.must(targetCmd("i1", Expelled))
+	thief.InstanceId, thief.Uuid = "i3", "uuid-i3"
+	if got := f.must(joinCmd(thief)).Instance.GetAddress(); got != taken {
+		t.Fatalf("joined at %s, want %s", got, taken)
+	}
+}
+
+// The last instance of a replicaset that holds buckets is not expelled
+// unless the command says to lose them; with another member, it is.
+func TestExpelOfAReplicasetsLastInstanceKeepsItsBuckets(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	f.must(joinCmd(joinReq("i2", "", nil)))
+	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+	f.refused(targetCmd("i1", Expelled), `cannot expel "i1": it is the last instance of replicaset r1, which holds 3000 buckets`)
+	if v := f.sm.State().Instance("i1").GetTargetGrade().GetVariant(); v == Expelled {
+		t.Fatal("the refused expel was recorded")
+	}
+	// r2 holds none: its last instance may go.
+	f.must(targetCmd("i2", Expelled))
+	// With another member of r1, i1 may go too.
+	f.must(joinCmd(joinReq("i3", "r1", nil)))
+	f.must(targetCmd("i1", Expelled))
+	// i3 is now r1's last: only with lose_buckets.
+	f.must(joinCmd(joinReq("i4", "", nil)))
+	f.refused(targetCmd("i3", Expelled), "--lose-buckets")
+	lose := targetCmd("i3", Expelled)
+	lose.GetSetTargetGrade().LoseBuckets = true
+	f.must(lose)
+	if n, _ := f.sm.State().BucketsLostByExpel(f.sm.State().Instance("i4")); n != 0 {
+		t.Fatalf("i4's replicaset holds no buckets, yet its expel would lose %d", n)
+	}
+}
+
+// A new replicaset is named after the instance i<N> it is made for (raft
+// ids follow the join order, so --instance-id i2 used to get raft_id 3 and
+// replicaset r3 when i3 joined first); other ids take the next number.
+func TestNewReplicasetIsNamedAfterItsInstance(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	for _, tc := range []struct{ id, want string }{
+		{"i3", "r3"}, // joined before i2: raft_id 2
+		{"i2", "r2"},
+		{"alpha", "r4"},
+		{"i4", "r5"}, // r4 is alpha's
+		{"i07", "r6"},
+	} {
+		if got := f.must(joinCmd(joinReq(tc.id, "", nil))).Instance.GetReplicasetId(); got != tc.want {
+			t.Errorf("%s placed in %s, want %s", tc.id, got, tc.want)
+		}
+	}
+	// An expelled replicaset's name is not given to a new instance by its number.
+	f.must(targetCmd("i2", Expelled))
+	f.must(currentCmd(f.sm.State().Instance("i2"), Expelled))
+	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Expelled: new(true)}}})
+	again := joinReq("i2", "", nil)
+	again.Uuid, again.AdvertiseAddress = "uuid-i2-again", "uuid-i2-again:3301"
+	if got := f.must(joinCmd(again)).Instance.GetReplicasetId(); got == "r2" {
+		t.Errorf("a new i2 was placed in the expelled r2")
+	}
 }

@@ -139,6 +139,54 @@ func IsExpelled(inst *metapb.Instance) bool {
 	return inst.GetCurrentGrade().GetVariant() == Expelled || inst.GetTargetGrade().GetVariant() == Expelled
 }
 
+// CheckAddressFree refuses addr when it is the address of an instance
+// that is not expelled, other than the one with uuid: two instances must
+// never be reached at one address (the second would be a learner "at" the
+// first). It returns nil when addr is free.
+func (s *State) CheckAddressFree(addr, uuid string) *Refusal {
+	for _, inst := range s.SortedInstances() {
+		if inst.GetAddress() != addr || inst.GetUuid() == uuid || IsExpelled(inst) {
+			continue
+		}
+		return refuse(CodeAlreadyExists,
+			"advertise address %s belongs to instance %q (raft_id %d, %s), which is not expelled; "+
+				"give this instance an address of its own (--listen, or --advertise), or expel %q first",
+			addr, inst.GetInstanceId(), inst.GetRaftId(), FormatGrade(inst.GetCurrentGrade()), inst.GetInstanceId())
+	}
+	return nil
+}
+
+// BucketsLostByExpel is what expelling inst would give up: the buckets of
+// its replicaset when it is the last instance of it not expelled (0 and ""
+// when none).
+func (s *State) BucketsLostByExpel(inst *metapb.Instance) (int, string) {
+	rs := inst.GetReplicasetId()
+	for _, m := range s.Members(rs) {
+		if m.GetUuid() != inst.GetUuid() {
+			return 0, ""
+		}
+	}
+	if n := s.BucketCounts()[rs]; n > 0 {
+		return n, rs
+	}
+	return 0, ""
+}
+
+// CheckExpelKeepsBuckets refuses the expel of the last instance of a
+// replicaset that holds buckets: their data is only there. (Until the data
+// layer moves buckets, no replicaset can take them over first.)
+func (s *State) CheckExpelKeepsBuckets(inst *metapb.Instance) *Refusal {
+	n, rs := s.BucketsLostByExpel(inst)
+	if n == 0 {
+		return nil
+	}
+	return refuse(CodeFailedPrecondition,
+		"cannot expel %q: it is the last instance of replicaset %s, which holds %d buckets, and their data would be lost; "+
+			"add an instance to %s (shardkit run --replicaset-id %s ...) and expel %q once the new one is Online, "+
+			"or rerun with --lose-buckets to give up the data of those %d buckets",
+		inst.GetInstanceId(), rs, n, rs, rs, inst.GetInstanceId(), n)
+}
+
 // CountNotExpelled counts the instances neither expelled nor being expelled.
 func (s *State) CountNotExpelled() int {
 	n := 0

@@ -58,6 +58,16 @@
 // entry points that write outside rounds (OpenGroup, RemoveGroup)
 // (fulldisk_test.go).
 //
+// Raft panics where its log contradicts what this member acknowledged
+// before: a leader's commit index beyond its last entry, a committed entry
+// replaced, a hard state committing past the log. That happens when
+// persisted entries were lost behind the engine's back (a truncated
+// write-ahead log, a corrupt file), so a restart would panic again. The
+// round (and OpenGroup) recovers those panics, and Pebble's corruption
+// errors that raft panics with, and stops the host with ErrCorruptState
+// through OnFatal (IsCorrupt tells it apart from a failure to write;
+// corrupt_test.go). Any other panic is a bug and is not recovered.
+//
 // # Applying entries
 //
 // Committed entries are handed to StateMachine.Apply in index order, in

@@ -10,8 +10,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // A new group's log starts after a fixed position, identical on every
@@ -152,9 +150,10 @@ func (h *Host) OpenGroup(gc GroupConfig) (*Group, error) {
 }
 
 // openGroup loads (or bootstraps) the group and finishes an interrupted
-// restore; a Pebble fatal failure in any of it is returned as an error.
+// restore; a Pebble fatal failure in any of it, or raft's panic at a
+// stored state it cannot start from, is returned as an error.
 func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
-	defer storage.RecoverFatal(&err)
+	defer recoverRound(&err)
 	g := &group{
 		id:           gc.ID,
 		host:         h,
@@ -193,7 +192,7 @@ func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
 		CheckQuorum:               true,
 		PreVote:                   true,
 		StepDownOnRemoval:         true,
-		Logger:                    newRaftLogger(g.log),
+		Logger:                    newRaftLogger(g.log, gc.ID),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("multiraft: group %d: %w", gc.ID, err)

@@ -70,8 +70,10 @@ type Config struct {
 	MaxConcurrentSnapshots int
 
 	// OnFatal is called once if the host stops because it cannot persist
-	// its state (for example, a full disk). The owner should exit: nothing
-	// unpersisted was acknowledged, and a restart recovers.
+	// its state (for example, a full disk): the owner should exit; nothing
+	// unpersisted was acknowledged, and a restart recovers. It is also
+	// called when the stored state turns out corrupt or lost (IsCorrupt):
+	// then a restart finds the same state and does not help.
 	OnFatal func(error)
 
 	// Failpoints are test hooks at the durability boundaries. They do
@@ -302,7 +304,12 @@ func (h *Host) fatal(err error) {
 	err = fmt.Errorf("%w: %w", ErrStorage, err)
 	h.fatalOnce.Do(func() {
 		h.fatalErr.Store(&err)
-		h.log.Error("raft host stopping: cannot persist raft state", "err", err)
+		if IsCorrupt(err) {
+			// Not a failure to write: the owner says what is corrupt.
+			h.log.Debug("raft host stopping: stored raft state is corrupt", "err", err)
+		} else {
+			h.log.Error("raft host stopping: cannot persist raft state", "err", err)
+		}
 		h.sched.stop()
 		h.mu.RLock()
 		gs := make([]*group, 0, len(h.groups))

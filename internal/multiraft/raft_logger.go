@@ -9,9 +9,15 @@ import (
 
 // raftLogger adapts slog to raft.Logger. Raft's info messages (elections,
 // configuration) are kept at info level; its debug chatter at debug.
-type raftLogger struct{ l *slog.Logger }
+// Its panics carry a *raftPanic (see recoverRound).
+type raftLogger struct {
+	l     *slog.Logger
+	group GroupID
+}
 
-func newRaftLogger(l *slog.Logger) raftLogger { return raftLogger{l: l.With("component", "raft")} }
+func newRaftLogger(l *slog.Logger, g GroupID) raftLogger {
+	return raftLogger{l: l.With("component", "raft"), group: g}
+}
 
 func (r raftLogger) log(level slog.Level, v ...any) {
 	if r.l.Enabled(context.Background(), level) {
@@ -44,14 +50,11 @@ func (r raftLogger) Fatalf(format string, v ...any) {
 	os.Exit(1)
 }
 
-func (r raftLogger) Panic(v ...any) {
-	s := fmt.Sprint(v...)
-	r.l.Error(s)
-	panic(s)
-}
+// Panic and Panicf do not log: the panic carries the message, and either
+// recoverRound turns it into the host's failure (which its owner reports)
+// or the runtime prints it.
+func (r raftLogger) Panic(v ...any) { panic(newRaftPanic(r.group, fmt.Sprint(v...), v)) }
 
 func (r raftLogger) Panicf(format string, v ...any) {
-	s := fmt.Sprintf(format, v...)
-	r.l.Error(s)
-	panic(s)
+	panic(newRaftPanic(r.group, fmt.Sprintf(format, v...), v))
 }

@@ -350,8 +350,37 @@ func (p *peer) stream(ctx context.Context) (sent bool, err error) {
 
 // RaftMessages implements the server side of a peer's message stream.
 func (t *GRPCTransport) RaftMessages(s grpc.BidiStreamingServer[raftv1.RaftMessagesRequest, raftv1.RaftMessagesResponse]) error {
+	// A peer keeps its stream open for as long as it runs, and Recv waits
+	// for it. The handler must end when this transport closes, though: the
+	// server's graceful stop waits for every handler (it used to wait for
+	// these until its bound, 2 s, at every stop). So Recv runs beside it;
+	// it returns once the handler has (the stream's context ends).
+	type received struct {
+		req *raftv1.RaftMessagesRequest
+		err error
+	}
+	recvc := make(chan received)
+	go func() {
+		for {
+			req, err := s.Recv()
+			select {
+			case recvc <- received{req, err}:
+			case <-s.Context().Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		req, err := s.Recv()
+		var r received
+		select {
+		case <-t.ctx.Done():
+			return status.Error(codes.Unavailable, "the raft transport of this instance is closed")
+		case r = <-recvc:
+		}
+		req, err := r.req, r.err
 		if errors.Is(err, io.EOF) {
 			return nil
 		}

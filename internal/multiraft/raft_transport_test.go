@@ -226,3 +226,33 @@ func TestGRPCSnapshotInBoundedChunks(t *testing.T) {
 		t.Fatalf("member caught up without restoring a snapshot")
 	}
 }
+
+// A closed transport ends its inbound streams, so the gRPC server's
+// graceful stop, which waits for every handler, returns at once. It used
+// to wait for the peers to close their streams (the instance's bound then
+// cut it after 2 s, at every stop).
+func TestClosedTransportLetsGracefulStopReturn(t *testing.T) {
+	t.Parallel()
+	c := newGRPCCluster(t, 3, nil)
+	c.propose(put("a", "1"))
+	for id := range c.nodes {
+		c.waitValue(id, "a", "1") // every node has streams from the others
+	}
+	nd := c.nodes[c.leader()%3+1]
+	c.mu.Lock()
+	nd.host.Stop()
+	nd.tr.Close()
+	done := make(chan struct{})
+	go func() {
+		nd.srv.GracefulStop()
+		close(done)
+	}()
+	c.mu.Unlock()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second): // seconds of margin: it used to never return
+		nd.srv.Stop()
+		t.Fatal("GracefulStop did not return after the transport was closed: inbound raft streams still open")
+	}
+	c.stop(nd)
+}

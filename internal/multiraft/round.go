@@ -8,8 +8,6 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // roundWork is one group's Ready within a round.
@@ -26,6 +24,7 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 	again := make([]bool, len(gs))
 	locked := make([]bool, len(gs))
 	var work []roundWork
+	var failed error
 	// 1. Feed raft and take the Readies.
 	for i, g := range gs {
 		if g == nil {
@@ -33,15 +32,22 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 		}
 		g.mu.Lock()
 		locked[i] = true
-		if g.failure != nil {
+		if g.failure != nil || failed != nil {
 			continue
 		}
-		g.handleInputs(fs[i])
-		if g.rn.HasReady() {
-			work = append(work, roundWork{g: g, rd: g.rn.Ready()})
+		rd, ok, err := g.feed(fs[i])
+		if err != nil {
+			failed = err
+			continue
+		}
+		if ok {
+			work = append(work, roundWork{g: g, rd: rd})
 		}
 	}
-	if len(work) > 0 {
+	switch {
+	case failed != nil:
+		h.fatal(failed)
+	case len(work) > 0:
 		if err := h.handleReadiesRecovering(work); err != nil {
 			h.fatal(err)
 		}
@@ -54,6 +60,18 @@ func (h *Host) processRound(gs []*group, fs []schedFlags) {
 		g.mu.Unlock()
 	}
 	h.sched.done(gs, again)
+}
+
+// feed hands raft what arrived and takes its Ready, if it has one. Raft
+// panics when a message shows that this member lost log entries it had
+// acknowledged (a truncated write-ahead log): feed returns that as an error.
+func (g *group) feed(f schedFlags) (rd raft.Ready, ok bool, err error) {
+	defer recoverRound(&err)
+	g.handleInputs(f)
+	if g.rn.HasReady() {
+		return g.rn.Ready(), true, nil
+	}
+	return raft.Ready{}, false, nil
 }
 
 // handleInputs feeds raft what arrived since the last round.
@@ -139,9 +157,9 @@ func readCtx(id uint64) []byte { return binary.BigEndian.AppendUint64(nil, id) }
 
 // handleReadiesRecovering is handleReadies with Pebble's fatal failure (a
 // panic, from any write of the round: the engine's or a state machine's)
-// returned as an error.
+// and raft's panics at a corrupt log returned as errors (recoverRound).
 func (h *Host) handleReadiesRecovering(work []roundWork) (err error) {
-	defer storage.RecoverFatal(&err)
+	defer recoverRound(&err)
 	return h.handleReadies(work)
 }
 

@@ -258,6 +258,14 @@ func (g *group) finishInterruptedRestore() error {
 	if err != nil {
 		return fmt.Errorf("group %d restore marker: %w", g.id, err)
 	}
+	// The file was synced before the marker was written, and is removed
+	// only after the marker's deletion is synced: a marker without its file
+	// means the database lost that deletion (its log was cut).
+	path := g.host.cfg.FS.PathJoin(g.host.cfg.SnapshotDir, m.File)
+	if _, err := g.host.cfg.FS.Stat(path); errors.Is(err, iofs.ErrNotExist) {
+		return fmt.Errorf("%w: group %d: the snapshot restore at index %d, unfinished by the database's account, needs %s, which is gone",
+			ErrCorruptState, g.id, m.Index, path)
+	}
 	g.log.Warn("finishing a snapshot restore interrupted by a crash", "index", m.Index)
 	// The log position is already right: the batch that wrote the marker
 	// also wrote the truncated position and any entries raft appended after

@@ -9,7 +9,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// ErrCorruptState is returned when a stored engine record cannot be decoded.
+// ErrCorruptState: the stored raft state is corrupt or lost: a record
+// cannot be decoded, or raft found that the log lacks entries this member
+// had acknowledged (see recoverRound). A restart finds the same state.
 var ErrCorruptState = errors.New("multiraft: corrupt stored raft state")
 
 // logPosition names one log entry.

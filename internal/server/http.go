@@ -47,7 +47,10 @@ func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry) http.Handler {
 func notReady(node *cluster.Node) string {
 	g0 := node.Group0()
 	if g0 == nil {
-		return "not part of a running cluster yet (discovering or joining)"
+		if why := node.NotRunning(); why != "" {
+			return why // discovering (naming the peers that do not answer) or joining
+		}
+		g0 = node.Group0() // it started meanwhile
 	}
 	if g0.Leader() == 0 {
 		return "no leader of group 0 is known"

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -32,9 +33,15 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
 	}
-	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log})
+	storageErrs := make(chan error, 1) // corruption found by Pebble's background work
+	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, OnCorruption: func(err error) {
+		select {
+		case storageErrs <- err:
+		default:
+		}
+	}})
 	if err != nil {
-		return &RefusedError{Err: fmt.Errorf("cannot open the database in %s (is another instance using this data dir?): %w", cfg.DataDir, err)}
+		return cluster.OpenRefusal(cfg.DataDir, cfg.InstanceID, err)
 	}
 	defer db.Close()
 
@@ -79,6 +86,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		NewReplicasetSM:       data.newSM,
 		OnReplicasetGroup:     data.opened,
 		BucketCounts:          data.bucketCounts,
+		StorageErrors:         storageErrs,
 	}, db, metrics)
 	nodePtr.Store(node)
 	data.attach(node)
@@ -92,7 +100,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	data.register(srv)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()
-	defer stopGRPC(srv)
+	defer stopGRPC(srv, log)
 
 	if cfg.HTTPListen != "" {
 		hs, err := startHTTP(cfg.HTTPListen, withFailpoints(newHTTPHandler(node, reg), fp))
@@ -100,9 +108,11 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 			return &RefusedError{Err: err}
 		}
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), stopBound)
 			defer cancel()
-			_ = hs.Shutdown(sctx)
+			if err := hs.Shutdown(sctx); err != nil {
+				log.Warn("HTTP server did not stop gracefully in time; closing it", "bound", stopBound, "err", err)
+			}
 		}()
 	}
 	log.Info("instance started", "listen", cfg.Listen, "advertise", cfg.Advertise, "data_dir", cfg.DataDir, "http", cfg.HTTPListen)
@@ -127,7 +137,15 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	return err
 }
 
-func stopGRPC(srv *grpc.Server) {
+// stopBound bounds the graceful stop of each server: calls in flight may
+// finish, for this long.
+const stopBound = 2 * time.Second
+
+// stopGRPC stops the server gracefully (the calls in flight finish),
+// bounded by stopBound. The node has stopped by then, so its raft
+// transport has ended the peers' streams, which would otherwise hold the
+// graceful stop up to the bound.
+func stopGRPC(srv *grpc.Server, log *slog.Logger) {
 	done := make(chan struct{})
 	go func() {
 		srv.GracefulStop()
@@ -135,7 +153,8 @@ func stopGRPC(srv *grpc.Server) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Second):
+	case <-time.After(stopBound):
+		log.Warn("gRPC server did not stop gracefully in time; cutting its calls", "bound", stopBound)
 		srv.Stop()
 	}
 }

@@ -19,6 +19,11 @@ type Options struct {
 	CacheBytes int64
 	// MemTableBytes is the size of one memtable (default 32 MiB).
 	MemTableBytes uint64
+	// OnCorruption is told of every corruption Pebble finds, as a
+	// *CorruptionError: on a read (which also returns the error) and in
+	// its background work (which nobody else hears of). It must not block.
+	// Nil: corruption is only logged.
+	OnCorruption func(error)
 }
 
 // Open opens (creating if needed) the Pebble database in dir.
@@ -42,6 +47,10 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 		Cache:        cache,
 		MemTableSize: o.MemTableBytes,
 		Logger:       pebbleLogger{l: o.Logger.With("component", "pebble")},
+		// Pebble's default for corruption is its logger's Fatalf: a panic
+		// in whichever goroutine found it (often a compaction), which no
+		// caller can recover. Corruption is reported to the owner instead.
+		EventListener: corruptionListener(o),
 	}
 	// Bloom filters on every level: point lookups of absent keys (every
 	// insert checks that its key is new) then skip tables without reading them.
@@ -50,9 +59,31 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 	}
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
-		return nil, fmt.Errorf("storage: open pebble in %s: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	return db, nil
+}
+
+// corruptionListener hands corruption to Options.OnCorruption and keeps
+// Pebble's other background errors in the log.
+func corruptionListener(o Options) *pebble.EventListener {
+	log := o.Logger.With("component", "pebble")
+	return &pebble.EventListener{
+		DataCorruption: func(info pebble.DataCorruptionInfo) {
+			err := &CorruptionError{Path: info.Path, Err: info.Details}
+			log.Debug("corruption found", "err", err)
+			if o.OnCorruption != nil {
+				o.OnCorruption(err)
+			}
+		},
+		BackgroundError: func(err error) {
+			if IsDamaged(err) {
+				log.Debug("background error", "err", oneLine(err.Error())) // reported by DataCorruption
+				return
+			}
+			log.Error("background error", "err", err)
+		},
+	}
 }
 
 type pebbleLogger struct{ l *slog.Logger }

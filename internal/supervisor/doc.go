@@ -2,11 +2,11 @@
 // that lives as long as the instance and a worker (the same binary,
 // re-executed) that does all the work.
 //
-// The parent owns: starting the worker, forwarding SIGINT and SIGTERM to it
-// and waiting for its bounded graceful shutdown, restarting a worker that
-// crashed with exponential backoff, and, when the worker asks for it,
-// wiping the contents of the data dir and starting the worker again at the
-// entrypoint it named (rebootstrap). The worker side of the contract is
+// The parent owns: starting the worker, forwarding SIGINT, SIGTERM and
+// SIGHUP (StopSignals) to it and waiting for its bounded graceful
+// shutdown, restarting a worker that crashed with exponential backoff,
+// and, when the worker asks for it, wiping the contents of the data dir
+// and starting the worker again at the entrypoint it named (rebootstrap). The worker side of the contract is
 // IsWorker, Entrypoint, AttachWorker and RequestRebootstrap.
 //
 // It must never know what an instance does: it reads no database, speaks

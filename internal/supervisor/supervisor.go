@@ -32,7 +32,7 @@ type Config struct {
 	// Logger for the parent's own events; default discards.
 	Logger *slog.Logger
 	// Signals are forwarded to the worker and stop the supervision. Nil:
-	// Run subscribes to SIGINT and SIGTERM itself for its duration.
+	// Run subscribes to StopSignals itself for its duration.
 	Signals <-chan os.Signal
 	// StopTimeout: after the first forwarded signal, a worker still running
 	// this much later is killed. 0 waits for it however long it takes.
@@ -100,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	sigs := cfg.Signals
 	if sigs == nil {
 		ch := make(chan os.Signal, 4)
-		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		signal.Notify(ch, StopSignals()...)
 		defer signal.Stop(ch)
 		sigs = ch
 	}
@@ -193,11 +193,30 @@ func (r result) exitCode() int {
 	return r.code
 }
 
+// describe says how the worker ended: "code 1", "killed by SIGKILL".
+// (syscall.Signal's String is the description, "killed": it read
+// "killed by killed".)
 func (r result) describe() string {
 	if r.signaled {
-		return "killed by " + r.signal.String()
+		return "killed by " + signalName(r.signal)
 	}
 	return "code " + strconv.Itoa(r.code)
+}
+
+var signalNames = map[syscall.Signal]string{
+	syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGILL: "SIGILL",
+	syscall.SIGTRAP: "SIGTRAP", syscall.SIGABRT: "SIGABRT", syscall.SIGBUS: "SIGBUS", syscall.SIGFPE: "SIGFPE",
+	syscall.SIGKILL: "SIGKILL", syscall.SIGSEGV: "SIGSEGV", syscall.SIGPIPE: "SIGPIPE", syscall.SIGALRM: "SIGALRM",
+	syscall.SIGTERM: "SIGTERM",
+}
+
+// signalName is a signal's name, e.g. "SIGKILL"; for one without a known
+// name, its number and description.
+func signalName(s syscall.Signal) string {
+	if n, ok := signalNames[s]; ok {
+		return n
+	}
+	return fmt.Sprintf("signal %d (%s)", int(s), s.String())
 }
 
 type started struct {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -248,6 +249,25 @@ func TestWorkerEnv(t *testing.T) {
 	for _, kv := range env {
 		if want[kv] != 1 {
 			t.Errorf("unexpected %q in %v", kv, env)
+		}
+	}
+}
+
+// How a worker ended, as the parent logs it: the signal's name, not its
+// description ("killed by killed").
+func TestDescribeNamesTheSignal(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		r    result
+		want string
+	}{
+		{result{signaled: true, signal: syscall.SIGKILL}, "killed by SIGKILL"},
+		{result{signaled: true, signal: syscall.SIGSEGV}, "killed by SIGSEGV"},
+		{result{signaled: true, signal: syscall.Signal(40)}, "killed by signal 40 ("},
+		{result{code: 1}, "code 1"},
+	} {
+		if got := tc.r.describe(); !strings.HasPrefix(got, tc.want) {
+			t.Errorf("describe(%+v) = %q, want %q", tc.r, got, tc.want)
 		}
 	}
 }

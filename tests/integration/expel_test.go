@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -58,8 +59,30 @@ func TestExpel(t *testing.T) {
 			other = inst
 		}
 	}
-	if out, errs, code := shardkit(90*time.Second, "expel", "--peer", other.listen, "--force", "--timeout", "60s", lid); code != 0 {
+	// If its replicaset holds the buckets (it was the first one full), it is
+	// their only copy: the expel is refused unless it says to lose them
+	// (it used to be accepted, stranding the buckets).
+	args := []string{"expel", "--peer", other.listen, "--force", "--timeout", "60s", lid}
+	held := 0
+	for _, rs := range st.Replicasets {
+		if rs.ReplicasetID == st.byAddress(lead.listen).ReplicasetID {
+			held = rs.BucketCount
+		}
+	}
+	t.Logf("the leader's replicaset holds %d buckets", held)
+	if held > 0 {
+		_, errs, code := shardkit(30*time.Second, args...)
+		if want := fmt.Sprintf("which holds %d buckets", held); code == 0 || !strings.Contains(errs, want) || !strings.Contains(errs, "--lose-buckets") {
+			t.Fatalf("expel of the last instance of a replicaset with buckets: exit %d, stderr %q; want a refusal saying %q", code, errs, want)
+		}
+		args = append(args, "--lose-buckets")
+	}
+	out, errs, code := shardkit(90*time.Second, args...)
+	if code != 0 {
 		t.Fatalf("expel of the leader: exit %d: %s %s", code, out, errs)
+	}
+	if want := fmt.Sprintf("lost: the data of the %d buckets", held); held > 0 && !strings.Contains(out, want) {
+		t.Fatalf("expel with --lose-buckets printed %q; want %q", out, want)
 	}
 	if code := lead.wait(t, 60*time.Second); code == 0 {
 		t.Fatalf("the expelled leader exited 0")
@@ -68,7 +91,7 @@ func TestExpel(t *testing.T) {
 		return s.count(online) == 1 && s.LeaderRaftID == s.byAddress(other.listen).RaftID
 	})
 	// The last instance cannot be expelled.
-	_, errs, code = shardkit(30*time.Second, "expel", "--peer", other.listen, "--force", st.byAddress(other.listen).InstanceID)
+	_, errs, code = shardkit(30*time.Second, "expel", "--peer", other.listen, "--force", "--lose-buckets", st.byAddress(other.listen).InstanceID)
 	if code == 0 || !strings.Contains(errs, "last instance") {
 		t.Fatalf("expel of the last instance: exit %d, stderr %q", code, errs)
 	}
@@ -99,7 +122,8 @@ func TestExpelLeaderWhileTheOtherIsDown(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		out, errs, code := shardkit(150*time.Second, "expel", "--peer", lead.listen, "--force", "--timeout", "120s", lid)
+		// --lose-buckets: the leader's replicaset may hold every bucket.
+		out, errs, code := shardkit(150*time.Second, "expel", "--peer", lead.listen, "--force", "--lose-buckets", "--timeout", "120s", lid)
 		res <- result{out, errs, code}
 	}()
 	c.waitStatus("the leader's target Expelled", 30*time.Second, func(s *statusJSON) bool {

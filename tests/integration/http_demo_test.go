@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -81,12 +83,44 @@ func httpGet2(url string) (int, string) {
 
 // The README's main job: `shardkit demo` starts a local cluster and prints
 // its status until stopped.
+//
+// Its logs and data dirs are named by the cluster's instance ids (they
+// used to be named by start order, so i2.log could be the cluster's i1), it
+// says how to run status against it, and it explains the bucket columns.
 func TestDemo(t *testing.T) {
-	out, errs, code := shardkit(90*time.Second, "demo", "--duration", "15s", "--every", "3s")
+	dir := t.TempDir()
+	out, errs, code := shardkit(90*time.Second, "demo", "--duration", "15s", "--every", "3s", "--data-dir", dir)
 	if code != 0 {
 		t.Fatalf("demo exited %d: %s\n%s", code, errs, out)
 	}
 	if !strings.Contains(out, "stopped") || strings.Count(out, "Online(1)  Online(1)") < 3 {
 		t.Fatalf("demo did not show 3 instances Online:\n%s", out)
+	}
+	for _, want := range []string{"in another terminal: shardkit status --peer 127.0.0.1:", "TARGET_BUCKETS: what its weight asks for", "bucket mover"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+	// The last table's address of each instance is the one its log's
+	// process listened on.
+	addrOf := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 7 && strings.HasPrefix(f[0], "i") && strings.Contains(l, "Online(") {
+			for _, x := range f {
+				if strings.HasPrefix(x, "127.0.0.1:") {
+					addrOf[f[0]] = x
+				}
+			}
+		}
+	}
+	for _, id := range []string{"i1", "i2", "i3"} {
+		b, err := os.ReadFile(filepath.Join(dir, id+".log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if addrOf[id] == "" || !strings.Contains(string(b), `msg="instance started" listen=`+addrOf[id]+" ") {
+			t.Fatalf("%s.log is not the log of the cluster's %s (at %q):\n%s", id, id, addrOf[id], out)
+		}
 	}
 }

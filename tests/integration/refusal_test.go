@@ -40,6 +40,10 @@ func TestJoinRefusals(t *testing.T) {
 	check("duplicate instance_id", []string{"--instance-id", "alpha", "--failure-domain", "dc=c"}, `"alpha" is already joined`)
 	check("cluster_id mismatch", []string{"--cluster-id", "other", "--failure-domain", "dc=c"}, `cluster_id mismatch: instance has "other", cluster has "demo"`)
 	check("missing failure domain", nil, "missing failure domain names: dc")
+	// Another instance's address: it used to join as a learner "at" that
+	// instance's address (and then take 32 s to stop).
+	check("advertise address of a live instance", []string{"--advertise", c.insts[0].listen, "--failure-domain", "dc=c"},
+		`advertise address `+c.insts[0].listen+` belongs to instance "alpha"`)
 
 	// Restart with a changed --instance-id is refused.
 	a := c.insts[0]

@@ -1239,7 +1239,10 @@ type ExpelRequest struct {
 	InstanceId string                 `protobuf:"bytes,2,opt,name=instance_id,json=instanceId,proto3" json:"instance_id,omitempty"`
 	Force      bool                   `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	// How long to wait for the current grade Expelled (default 60s).
-	TimeoutMs     int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	TimeoutMs int64 `protobuf:"varint,4,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Expel even the last instance of a replicaset that holds buckets: the
+	// data of those buckets is lost. Without it such an expel is refused.
+	LoseBuckets   bool `protobuf:"varint,5,opt,name=lose_buckets,json=loseBuckets,proto3" json:"lose_buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1302,11 +1305,22 @@ func (x *ExpelRequest) GetTimeoutMs() int64 {
 	return 0
 }
 
+func (x *ExpelRequest) GetLoseBuckets() bool {
+	if x != nil {
+		return x.LoseBuckets
+	}
+	return false
+}
+
 type ExpelResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Instance      *Instance              `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Instance *Instance              `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
+	// The buckets whose data the expel gave up (lose_buckets): those of the
+	// instance's replicaset, when it was the last instance of it.
+	LostBuckets      uint32 `protobuf:"varint,2,opt,name=lost_buckets,json=lostBuckets,proto3" json:"lost_buckets,omitempty"`
+	LostReplicasetId string `protobuf:"bytes,3,opt,name=lost_replicaset_id,json=lostReplicasetId,proto3" json:"lost_replicaset_id,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *ExpelResponse) Reset() {
@@ -1344,6 +1358,20 @@ func (x *ExpelResponse) GetInstance() *Instance {
 		return x.Instance
 	}
 	return nil
+}
+
+func (x *ExpelResponse) GetLostBuckets() uint32 {
+	if x != nil {
+		return x.LostBuckets
+	}
+	return 0
+}
+
+func (x *ExpelResponse) GetLostReplicasetId() string {
+	if x != nil {
+		return x.LostReplicasetId
+	}
+	return ""
 }
 
 type GetStatusRequest struct {
@@ -1402,8 +1430,11 @@ type GetStatusResponse struct {
 	Replicasets  []*ReplicasetStatus    `protobuf:"bytes,7,rep,name=replicasets,proto3" json:"replicasets,omitempty"`
 	Properties   *ClusterProperties     `protobuf:"bytes,8,opt,name=properties,proto3" json:"properties,omitempty"`
 	// Voters and learners of group 0.
-	Voters        []uint64 `protobuf:"varint,9,rep,packed,name=voters,proto3" json:"voters,omitempty"`
-	Learners      []uint64 `protobuf:"varint,10,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	Voters   []uint64 `protobuf:"varint,9,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	Learners []uint64 `protobuf:"varint,10,rep,packed,name=learners,proto3" json:"learners,omitempty"`
+	// Whether group 0 has a quorum, as the answering instance found out.
+	// Absent from older instances.
+	Quorum        *QuorumStatus `protobuf:"bytes,11,opt,name=quorum,proto3" json:"quorum,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1508,6 +1539,88 @@ func (x *GetStatusResponse) GetLearners() []uint64 {
 	return nil
 }
 
+func (x *GetStatusResponse) GetQuorum() *QuorumStatus {
+	if x != nil {
+		return x.Quorum
+	}
+	return nil
+}
+
+// QuorumStatus says whether group 0 can decide anything now.
+type QuorumStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The answering instance caught up with a leader of group 0 (a read
+	// index succeeded): the status is current. When false, nothing in group
+	// 0 can change, and the grades are the last this instance applied.
+	HasQuorum bool `protobuf:"varint,1,opt,name=has_quorum,json=hasQuorum,proto3" json:"has_quorum,omitempty"`
+	// The voters of group 0 (raft ids) as the answering instance knows them.
+	Voters []uint64 `protobuf:"varint,2,rep,packed,name=voters,proto3" json:"voters,omitempty"`
+	// Only when has_quorum is false: the voters that answered a probe (the
+	// answering instance among them, if it is a voter), and those that did not.
+	VotersAnswering    []uint64 `protobuf:"varint,3,rep,packed,name=voters_answering,json=votersAnswering,proto3" json:"voters_answering,omitempty"`
+	VotersNotAnswering []uint64 `protobuf:"varint,4,rep,packed,name=voters_not_answering,json=votersNotAnswering,proto3" json:"voters_not_answering,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *QuorumStatus) Reset() {
+	*x = QuorumStatus{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuorumStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuorumStatus) ProtoMessage() {}
+
+func (x *QuorumStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuorumStatus.ProtoReflect.Descriptor instead.
+func (*QuorumStatus) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *QuorumStatus) GetHasQuorum() bool {
+	if x != nil {
+		return x.HasQuorum
+	}
+	return false
+}
+
+func (x *QuorumStatus) GetVoters() []uint64 {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *QuorumStatus) GetVotersAnswering() []uint64 {
+	if x != nil {
+		return x.VotersAnswering
+	}
+	return nil
+}
+
+func (x *QuorumStatus) GetVotersNotAnswering() []uint64 {
+	if x != nil {
+		return x.VotersNotAnswering
+	}
+	return nil
+}
+
 type InstanceStatus struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Instance *Instance              `protobuf:"bytes,1,opt,name=instance,proto3" json:"instance,omitempty"`
@@ -1519,7 +1632,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1644,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1657,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *InstanceStatus) GetInstance() *Instance {
@@ -1577,7 +1690,7 @@ type ReplicasetStatus struct {
 
 func (x *ReplicasetStatus) Reset() {
 	*x = ReplicasetStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1589,7 +1702,7 @@ func (x *ReplicasetStatus) String() string {
 func (*ReplicasetStatus) ProtoMessage() {}
 
 func (x *ReplicasetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1602,7 +1715,7 @@ func (x *ReplicasetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetStatus.ProtoReflect.Descriptor instead.
 func (*ReplicasetStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReplicasetStatus) GetReplicaset() *Replicaset {
@@ -1651,7 +1764,7 @@ type AcquireLeaseRequest struct {
 
 func (x *AcquireLeaseRequest) Reset() {
 	*x = AcquireLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1776,7 @@ func (x *AcquireLeaseRequest) String() string {
 func (*AcquireLeaseRequest) ProtoMessage() {}
 
 func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1789,7 @@ func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseRequest.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AcquireLeaseRequest) GetName() string {
@@ -1711,7 +1824,7 @@ type AcquireLeaseResponse struct {
 
 func (x *AcquireLeaseResponse) Reset() {
 	*x = AcquireLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +1836,7 @@ func (x *AcquireLeaseResponse) String() string {
 func (*AcquireLeaseResponse) ProtoMessage() {}
 
 func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +1849,7 @@ func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseResponse.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *AcquireLeaseResponse) GetGranted() bool {
@@ -1765,7 +1878,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1777,7 +1890,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1790,7 +1903,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RenewLeaseRequest) GetName() string {
@@ -1831,7 +1944,7 @@ type RenewLeaseResponse struct {
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1956,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1969,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RenewLeaseResponse) GetRenewed() bool {
@@ -1888,7 +2001,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1900,7 +2013,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1913,7 +2026,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReleaseLeaseRequest) GetName() string {
@@ -1960,7 +2073,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2085,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2098,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReleaseLeaseResponse) GetReleased() bool {
@@ -2004,7 +2117,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2016,7 +2129,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2029,7 +2142,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -2050,7 +2163,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2062,7 +2175,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2075,7 +2188,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -2103,7 +2216,7 @@ type GroupAdminRequest struct {
 
 func (x *GroupAdminRequest) Reset() {
 	*x = GroupAdminRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2115,7 +2228,7 @@ func (x *GroupAdminRequest) String() string {
 func (*GroupAdminRequest) ProtoMessage() {}
 
 func (x *GroupAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2128,7 +2241,7 @@ func (x *GroupAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupAdminRequest.ProtoReflect.Descriptor instead.
 func (*GroupAdminRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GroupAdminRequest) GetGroupId() uint64 {
@@ -2164,7 +2277,7 @@ type GroupAdminResponse struct {
 
 func (x *GroupAdminResponse) Reset() {
 	*x = GroupAdminResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2176,7 +2289,7 @@ func (x *GroupAdminResponse) String() string {
 func (*GroupAdminResponse) ProtoMessage() {}
 
 func (x *GroupAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2189,7 +2302,7 @@ func (x *GroupAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupAdminResponse.ProtoReflect.Descriptor instead.
 func (*GroupAdminResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GroupAdminResponse) GetIndex() uint64 {
@@ -2230,7 +2343,7 @@ type SyncShardingRequest struct {
 
 func (x *SyncShardingRequest) Reset() {
 	*x = SyncShardingRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2355,7 @@ func (x *SyncShardingRequest) String() string {
 func (*SyncShardingRequest) ProtoMessage() {}
 
 func (x *SyncShardingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2368,7 @@ func (x *SyncShardingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncShardingRequest.ProtoReflect.Descriptor instead.
 func (*SyncShardingRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{29}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SyncShardingRequest) GetCommitIndex() uint64 {
@@ -2281,7 +2394,7 @@ type SyncShardingResponse struct {
 
 func (x *SyncShardingResponse) Reset() {
 	*x = SyncShardingResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2293,7 +2406,7 @@ func (x *SyncShardingResponse) String() string {
 func (*SyncShardingResponse) ProtoMessage() {}
 
 func (x *SyncShardingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2306,7 +2419,7 @@ func (x *SyncShardingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncShardingResponse.ProtoReflect.Descriptor instead.
 func (*SyncShardingResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{30}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SyncShardingResponse) GetAppliedIndex() uint64 {
@@ -2324,7 +2437,7 @@ type GetProgressRequest struct {
 
 func (x *GetProgressRequest) Reset() {
 	*x = GetProgressRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2449,7 @@ func (x *GetProgressRequest) String() string {
 func (*GetProgressRequest) ProtoMessage() {}
 
 func (x *GetProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2462,7 @@ func (x *GetProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressRequest.ProtoReflect.Descriptor instead.
 func (*GetProgressRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{31}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 type GetProgressResponse struct {
@@ -2365,7 +2478,7 @@ type GetProgressResponse struct {
 
 func (x *GetProgressResponse) Reset() {
 	*x = GetProgressResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2377,7 +2490,7 @@ func (x *GetProgressResponse) String() string {
 func (*GetProgressResponse) ProtoMessage() {}
 
 func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2390,7 +2503,7 @@ func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressResponse.ProtoReflect.Descriptor instead.
 func (*GetProgressResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{32}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetProgressResponse) GetRaftId() uint64 {
@@ -2518,7 +2631,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
 	"\x04uuid\x18\x05 \x01(\tR\x04uuid\"S\n" +
 	"\x16UpdateInstanceResponse\x129\n" +
-	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"\x83\x01\n" +
+	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"\xa6\x01\n" +
 	"\fExpelRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1f\n" +
@@ -2526,11 +2639,14 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"instanceId\x12\x14\n" +
 	"\x05force\x18\x03 \x01(\bR\x05force\x12\x1d\n" +
 	"\n" +
-	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\"J\n" +
+	"timeout_ms\x18\x04 \x01(\x03R\ttimeoutMs\x12!\n" +
+	"\flose_buckets\x18\x05 \x01(\bR\vloseBuckets\"\x9b\x01\n" +
 	"\rExpelResponse\x129\n" +
-	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"$\n" +
+	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\x12!\n" +
+	"\flost_buckets\x18\x02 \x01(\rR\vlostBuckets\x12,\n" +
+	"\x12lost_replicaset_id\x18\x03 \x01(\tR\x10lostReplicasetId\"$\n" +
 	"\x10GetStatusRequest\x12\x10\n" +
-	"\x03all\x18\x01 \x01(\bR\x03all\"\xba\x03\n" +
+	"\x03all\x18\x01 \x01(\bR\x03all\"\xf5\x03\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -2545,7 +2661,14 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"properties\x12\x16\n" +
 	"\x06voters\x18\t \x03(\x04R\x06voters\x12\x1a\n" +
 	"\blearners\x18\n" +
-	" \x03(\x04R\blearners\"h\n" +
+	" \x03(\x04R\blearners\x129\n" +
+	"\x06quorum\x18\v \x01(\v2!.shardkit.cluster.v1.QuorumStatusR\x06quorum\"\xa2\x01\n" +
+	"\fQuorumStatus\x12\x1d\n" +
+	"\n" +
+	"has_quorum\x18\x01 \x01(\bR\thasQuorum\x12\x16\n" +
+	"\x06voters\x18\x02 \x03(\x04R\x06voters\x12)\n" +
+	"\x10voters_answering\x18\x03 \x03(\x04R\x0fvotersAnswering\x120\n" +
+	"\x14voters_not_answering\x18\x04 \x03(\x04R\x12votersNotAnswering\"h\n" +
 	"\x0eInstanceStatus\x129\n" +
 	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\x12\x1b\n" +
 	"\traft_role\x18\x02 \x01(\tR\braftRole\"\xfc\x01\n" +
@@ -2654,7 +2777,7 @@ func file_api_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_api_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_api_cluster_v1_cluster_proto_goTypes = []any{
 	(GradeVariant)(0),              // 0: shardkit.cluster.v1.GradeVariant
 	(GroupAdminAction)(0),          // 1: shardkit.cluster.v1.GroupAdminAction
@@ -2675,79 +2798,81 @@ var file_api_cluster_v1_cluster_proto_goTypes = []any{
 	(*ExpelResponse)(nil),          // 16: shardkit.cluster.v1.ExpelResponse
 	(*GetStatusRequest)(nil),       // 17: shardkit.cluster.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),      // 18: shardkit.cluster.v1.GetStatusResponse
-	(*InstanceStatus)(nil),         // 19: shardkit.cluster.v1.InstanceStatus
-	(*ReplicasetStatus)(nil),       // 20: shardkit.cluster.v1.ReplicasetStatus
-	(*AcquireLeaseRequest)(nil),    // 21: shardkit.cluster.v1.AcquireLeaseRequest
-	(*AcquireLeaseResponse)(nil),   // 22: shardkit.cluster.v1.AcquireLeaseResponse
-	(*RenewLeaseRequest)(nil),      // 23: shardkit.cluster.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 24: shardkit.cluster.v1.RenewLeaseResponse
-	(*ReleaseLeaseRequest)(nil),    // 25: shardkit.cluster.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),   // 26: shardkit.cluster.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),        // 27: shardkit.cluster.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 28: shardkit.cluster.v1.GetLeaseResponse
-	(*GroupAdminRequest)(nil),      // 29: shardkit.cluster.v1.GroupAdminRequest
-	(*GroupAdminResponse)(nil),     // 30: shardkit.cluster.v1.GroupAdminResponse
-	(*SyncShardingRequest)(nil),    // 31: shardkit.cluster.v1.SyncShardingRequest
-	(*SyncShardingResponse)(nil),   // 32: shardkit.cluster.v1.SyncShardingResponse
-	(*GetProgressRequest)(nil),     // 33: shardkit.cluster.v1.GetProgressRequest
-	(*GetProgressResponse)(nil),    // 34: shardkit.cluster.v1.GetProgressResponse
-	nil,                            // 35: shardkit.cluster.v1.Instance.FailureDomainEntry
-	nil,                            // 36: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
-	nil,                            // 37: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	nil,                            // 38: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	(*QuorumStatus)(nil),           // 19: shardkit.cluster.v1.QuorumStatus
+	(*InstanceStatus)(nil),         // 20: shardkit.cluster.v1.InstanceStatus
+	(*ReplicasetStatus)(nil),       // 21: shardkit.cluster.v1.ReplicasetStatus
+	(*AcquireLeaseRequest)(nil),    // 22: shardkit.cluster.v1.AcquireLeaseRequest
+	(*AcquireLeaseResponse)(nil),   // 23: shardkit.cluster.v1.AcquireLeaseResponse
+	(*RenewLeaseRequest)(nil),      // 24: shardkit.cluster.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),     // 25: shardkit.cluster.v1.RenewLeaseResponse
+	(*ReleaseLeaseRequest)(nil),    // 26: shardkit.cluster.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),   // 27: shardkit.cluster.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),        // 28: shardkit.cluster.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),       // 29: shardkit.cluster.v1.GetLeaseResponse
+	(*GroupAdminRequest)(nil),      // 30: shardkit.cluster.v1.GroupAdminRequest
+	(*GroupAdminResponse)(nil),     // 31: shardkit.cluster.v1.GroupAdminResponse
+	(*SyncShardingRequest)(nil),    // 32: shardkit.cluster.v1.SyncShardingRequest
+	(*SyncShardingResponse)(nil),   // 33: shardkit.cluster.v1.SyncShardingResponse
+	(*GetProgressRequest)(nil),     // 34: shardkit.cluster.v1.GetProgressRequest
+	(*GetProgressResponse)(nil),    // 35: shardkit.cluster.v1.GetProgressResponse
+	nil,                            // 36: shardkit.cluster.v1.Instance.FailureDomainEntry
+	nil,                            // 37: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	nil,                            // 38: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	nil,                            // 39: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
 }
 var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
-	35, // 1: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
+	36, // 1: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
 	2,  // 2: shardkit.cluster.v1.Instance.current_grade:type_name -> shardkit.cluster.v1.Grade
 	2,  // 3: shardkit.cluster.v1.Instance.target_grade:type_name -> shardkit.cluster.v1.Grade
 	10, // 4: shardkit.cluster.v1.DiscoverResponse.state:type_name -> shardkit.cluster.v1.DiscoverState
-	36, // 5: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	37, // 5: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
 	3,  // 6: shardkit.cluster.v1.RaftJoinResponse.instance:type_name -> shardkit.cluster.v1.Instance
 	3,  // 7: shardkit.cluster.v1.RaftJoinResponse.raft_group:type_name -> shardkit.cluster.v1.Instance
 	0,  // 8: shardkit.cluster.v1.UpdateInstanceRequest.target_grade:type_name -> shardkit.cluster.v1.GradeVariant
 	3,  // 9: shardkit.cluster.v1.UpdateInstanceResponse.instance:type_name -> shardkit.cluster.v1.Instance
 	3,  // 10: shardkit.cluster.v1.ExpelResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	19, // 11: shardkit.cluster.v1.GetStatusResponse.instances:type_name -> shardkit.cluster.v1.InstanceStatus
-	20, // 12: shardkit.cluster.v1.GetStatusResponse.replicasets:type_name -> shardkit.cluster.v1.ReplicasetStatus
+	20, // 11: shardkit.cluster.v1.GetStatusResponse.instances:type_name -> shardkit.cluster.v1.InstanceStatus
+	21, // 12: shardkit.cluster.v1.GetStatusResponse.replicasets:type_name -> shardkit.cluster.v1.ReplicasetStatus
 	5,  // 13: shardkit.cluster.v1.GetStatusResponse.properties:type_name -> shardkit.cluster.v1.ClusterProperties
-	3,  // 14: shardkit.cluster.v1.InstanceStatus.instance:type_name -> shardkit.cluster.v1.Instance
-	4,  // 15: shardkit.cluster.v1.ReplicasetStatus.replicaset:type_name -> shardkit.cluster.v1.Replicaset
-	6,  // 16: shardkit.cluster.v1.AcquireLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	6,  // 17: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	6,  // 18: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	1,  // 19: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
-	37, // 20: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	38, // 21: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
-	8,  // 22: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
-	11, // 23: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
-	13, // 24: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
-	15, // 25: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
-	17, // 26: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
-	21, // 27: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
-	23, // 28: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
-	25, // 29: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
-	27, // 30: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
-	29, // 31: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
-	31, // 32: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
-	33, // 33: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
-	9,  // 34: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
-	12, // 35: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
-	14, // 36: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
-	16, // 37: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
-	18, // 38: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
-	22, // 39: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
-	24, // 40: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
-	26, // 41: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
-	28, // 42: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
-	30, // 43: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
-	32, // 44: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
-	34, // 45: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	19, // 14: shardkit.cluster.v1.GetStatusResponse.quorum:type_name -> shardkit.cluster.v1.QuorumStatus
+	3,  // 15: shardkit.cluster.v1.InstanceStatus.instance:type_name -> shardkit.cluster.v1.Instance
+	4,  // 16: shardkit.cluster.v1.ReplicasetStatus.replicaset:type_name -> shardkit.cluster.v1.Replicaset
+	6,  // 17: shardkit.cluster.v1.AcquireLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	6,  // 18: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	6,  // 19: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	1,  // 20: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
+	38, // 21: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	39, // 22: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	8,  // 23: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
+	11, // 24: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
+	13, // 25: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
+	15, // 26: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
+	17, // 27: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
+	22, // 28: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
+	24, // 29: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
+	26, // 30: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
+	28, // 31: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
+	30, // 32: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
+	32, // 33: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
+	34, // 34: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
+	9,  // 35: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
+	12, // 36: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
+	14, // 37: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
+	16, // 38: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
+	18, // 39: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
+	23, // 40: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
+	25, // 41: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
+	27, // 42: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
+	29, // 43: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
+	31, // 44: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
+	33, // 45: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
+	35, // 46: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
+	35, // [35:47] is the sub-list for method output_type
+	23, // [23:35] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_v1_cluster_proto_init() }
@@ -2765,7 +2890,7 @@ func file_api_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_v1_cluster_proto_rawDesc), len(file_api_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -20,8 +20,23 @@ func WriteTable(out io.Writer, st View) error {
 	if leader == "none known" && st.LeaderRaftID != 0 {
 		leader = fmt.Sprintf("raft_id %d", st.LeaderRaftID)
 	}
+	if st.NoQuorum() {
+		leader += " (no quorum)"
+	}
 	fmt.Fprintf(out, "cluster %s  uuid %s  term %d  commit %d  leader %s\n\n",
 		dash(st.ClusterID), dash(st.ClusterUUID), st.Term, st.CommitIndex, leader)
+	if st.NoQuorum() {
+		head := "NO QUORUM"
+		if len(st.Quorum.VotersAnswering) > len(st.Quorum.Voters)/2 {
+			head = "NO LEADER CONFIRMED"
+		}
+		fmt.Fprintf(out, "%s: %s.\nNothing can change until a majority of the voters is back; the grades below\n"+
+			"(marked ?) are the last this instance knows, not confirmed.\n\n", head, st.QuorumSummary())
+	}
+	grade := gradeText
+	if st.GradesLastKnown {
+		grade = func(g Grade) string { return gradeText(g) + "?" }
+	}
 
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "INSTANCE\tRAFT_ID\tREPLICASET\tROLE\tCURRENT\tTARGET\tADDRESS\tFAILURE_DOMAIN\tTARGET_REASON")
@@ -32,13 +47,17 @@ func WriteTable(out io.Writer, st View) error {
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
 			dash(name), in.RaftID, dash(in.ReplicasetID), in.RaftRole,
-			gradeText(in.CurrentGrade), gradeText(in.TargetGrade),
+			grade(in.CurrentGrade), grade(in.TargetGrade),
 			dash(in.Address), FormatFailureDomain(in.FailureDomain), dash(in.TargetReason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "(* the Raft leader; %d instances)\n\n", len(st.Instances))
+	if st.GradesLastKnown {
+		fmt.Fprintf(out, "(* the Raft leader; ? the last known grade; %d instances)\n\n", len(st.Instances))
+	} else {
+		fmt.Fprintf(out, "(* the Raft leader; %d instances)\n\n", len(st.Instances))
+	}
 
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICASET\tLEADER\tWEIGHT\tBUCKETS\tTARGET_BUCKETS\tINSTANCES")

@@ -2,7 +2,9 @@ package statusview
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
@@ -29,6 +31,61 @@ type View struct {
 	ReplicationFactor uint32   `json:"replication_factor"`
 	BucketCount       uint32   `json:"bucket_count"`
 	ShardingVersion   uint64   `json:"sharding_version"`
+	// Quorum says whether group 0 can decide now; without a quorum the
+	// grades are the last known (GradesLastKnown).
+	Quorum          Quorum `json:"quorum"`
+	GradesLastKnown bool   `json:"grades_last_known"`
+
+	hasQuorumField bool // the answer said whether group 0 has a quorum
+}
+
+// Quorum is whether group 0 has a quorum, as the answering instance found
+// out: it caught up with a leader, or (when it could not) which voters
+// answer a probe. Lists are raft ids, never null.
+type Quorum struct {
+	HasQuorum          bool     `json:"has_quorum"`
+	Voters             []uint64 `json:"voters"`
+	VotersAnswering    []uint64 `json:"voters_answering"`
+	VotersNotAnswering []uint64 `json:"voters_not_answering"`
+}
+
+// NoQuorum reports whether the answer says group 0 has no quorum (an
+// answer without the quorum's account, from an older instance, does not).
+func (v View) NoQuorum() bool { return v.hasQuorumField && !v.Quorum.HasQuorum }
+
+// QuorumSummary says it in words: "group 0 has no quorum: 1 of 3 voters
+// answer (i1); i2, i3 do not" ("" when it has one).
+func (v View) QuorumSummary() string {
+	if !v.NoQuorum() {
+		return ""
+	}
+	q := v.Quorum
+	name := func(ids []uint64) string {
+		var names []string
+		for _, id := range ids {
+			n := fmt.Sprintf("raft_id %d", id)
+			for _, in := range v.Instances {
+				if in.RaftID == id {
+					n = in.InstanceID
+				}
+			}
+			names = append(names, n)
+		}
+		return strings.Join(names, ", ")
+	}
+	majority := len(q.Voters)/2 + 1
+	if len(q.VotersAnswering) >= majority {
+		return fmt.Sprintf("group 0 did not confirm a leader in time, though %d of %d voters answer (an election?)",
+			len(q.VotersAnswering), len(q.Voters))
+	}
+	out := fmt.Sprintf("group 0 has no quorum: %d of %d voters answer", len(q.VotersAnswering), len(q.Voters))
+	if len(q.VotersAnswering) > 0 {
+		out += " (" + name(q.VotersAnswering) + ")"
+	}
+	if len(q.VotersNotAnswering) > 0 {
+		out += "; " + name(q.VotersNotAnswering) + " do not"
+	}
+	return out + fmt.Sprintf("; %d are needed", majority)
 }
 
 type Instance struct {
@@ -93,7 +150,15 @@ func FromProto(r *clusterv1.GetStatusResponse, all bool) View {
 		ReplicationFactor: props.GetReplicationFactor(),
 		BucketCount:       props.GetBucketCount(),
 		ShardingVersion:   props.GetShardingVersion(),
+		Quorum: Quorum{
+			HasQuorum:          r.GetQuorum() == nil || r.GetQuorum().GetHasQuorum(),
+			Voters:             sortedIDs(r.GetQuorum().GetVoters()),
+			VotersAnswering:    sortedIDs(r.GetQuorum().GetVotersAnswering()),
+			VotersNotAnswering: sortedIDs(r.GetQuorum().GetVotersNotAnswering()),
+		},
+		hasQuorumField: r.GetQuorum() != nil,
 	}
+	st.GradesLastKnown = st.NoQuorum()
 	shown := map[string]uint64{} // instance_id -> raft_id of listed instances
 	hidden := map[string]bool{}
 	for _, is := range r.GetInstances() {

@@ -1900,7 +1900,10 @@ type SetTargetGrade struct {
 	Variant    GradeVariant           `protobuf:"varint,2,opt,name=variant,proto3,enum=shardkit.meta.v1.GradeVariant" json:"variant,omitempty"`
 	Reason     string                 `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When set, applies only if the record has this uuid.
-	Uuid          string `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Uuid string `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// For Expelled: allowed even when the instance is the last one of a
+	// replicaset that holds buckets (their data is lost).
+	LoseBuckets   bool `protobuf:"varint,5,opt,name=lose_buckets,json=loseBuckets,proto3" json:"lose_buckets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1961,6 +1964,13 @@ func (x *SetTargetGrade) GetUuid() string {
 		return x.Uuid
 	}
 	return ""
+}
+
+func (x *SetTargetGrade) GetLoseBuckets() bool {
+	if x != nil {
+		return x.LoseBuckets
+	}
+	return false
 }
 
 // SetCurrentGrade is the governor's: current := variant, with the target's
@@ -2725,13 +2735,14 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"properties\x123\n" +
 	"\x05first\x18\x02 \x01(\v2\x1d.shardkit.meta.v1.JoinRequestR\x05first\"?\n" +
 	"\x04Join\x127\n" +
-	"\arequest\x18\x01 \x01(\v2\x1d.shardkit.meta.v1.JoinRequestR\arequest\"\x97\x01\n" +
+	"\arequest\x18\x01 \x01(\v2\x1d.shardkit.meta.v1.JoinRequestR\arequest\"\xba\x01\n" +
 	"\x0eSetTargetGrade\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x128\n" +
 	"\avariant\x18\x02 \x01(\x0e2\x1e.shardkit.meta.v1.GradeVariantR\avariant\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04uuid\x18\x04 \x01(\tR\x04uuid\"\xae\x01\n" +
+	"\x04uuid\x18\x04 \x01(\tR\x04uuid\x12!\n" +
+	"\flose_buckets\x18\x05 \x01(\bR\vloseBuckets\"\xae\x01\n" +
 	"\x0fSetCurrentGrade\x12\x1f\n" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x128\n" +

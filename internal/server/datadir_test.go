@@ -1,0 +1,142 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/server"
+	"github.com/shardkit/shardkit/internal/server/servertest"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// runRefused runs an instance on dataDir and returns the refusal it must
+// end with at once.
+func runRefused(t *testing.T, dataDir string) string {
+	t.Helper()
+	l, _ := servertest.Listen(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := server.RunInstance(ctx, server.InstanceConfig{Listener: l, DataDir: dataDir, InstanceID: "i7"}, "")
+	var ref *server.RefusedError
+	if !errors.As(err, &ref) {
+		t.Fatalf("RunInstance: %v (%T); want a refusal", err, err)
+	}
+	return err.Error()
+}
+
+// A data dir whose database lost its MANIFEST is refused with what is
+// missing and how to recover; it used to be asked whether another instance
+// was using the data dir.
+func TestMissingManifestIsNamedWithTheRecovery(t *testing.T) {
+	dir := t.TempDir()
+	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Set([]byte("k"), []byte("v"), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ms, _ := filepath.Glob(filepath.Join(dir, "db", "MANIFEST-*"))
+	for _, m := range ms {
+		if err := os.Remove(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := runRefused(t, dir)
+	for _, want := range []string{"data dir " + dir + " is damaged", "MANIFEST", "is missing", "shardkit expel", "--force i7", "empty the data dir"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("refusal %q does not say %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "another") {
+		t.Errorf("refusal %q blames another instance", msg)
+	}
+}
+
+// A data dir whose database is open elsewhere keeps the hint about
+// another instance, and only that one.
+func TestLockedDataDirSaysAnotherProcessHasIt(t *testing.T) {
+	dir := t.TempDir()
+	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	msg := runRefused(t, dir)
+	if !strings.Contains(msg, "another process has it open (is another instance using this data dir?)") || strings.Contains(msg, "damaged") {
+		t.Fatalf("refusal %q; want the lock hint and nothing about damage", msg)
+	}
+}
+
+// A table file of a stopped instance corrupted on disk: the restarted
+// instance refuses to go on, naming the corrupt file. Pebble used to
+// report such corruption with a panic in whichever goroutine found it
+// (often a compaction), killing the process at every start.
+func TestCorruptTableIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	l, addr := servertest.Listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.RunInstance(ctx, server.InstanceConfig{Listener: l, DataDir: dir, ShutdownTimeout: 5 * time.Second}, "boot")
+	}()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		st, err := getStatus(addr)
+		if err == nil && len(st.GetInstances()) == 1 && st.GetInstances()[0].GetInstance().GetCurrentGrade().GetVariant() == clusterv1.GradeVariant_GRADE_VARIANT_ONLINE {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the instance is not Online after 60s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	// Everything into table files, then damage them.
+	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ssts, _ := filepath.Glob(filepath.Join(dir, "db", "*.sst"))
+	if len(ssts) == 0 {
+		t.Fatal("no table file to corrupt")
+	}
+	for _, f := range ssts {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 64; i < len(b)-64; i += 101 {
+			b[i] ^= 0x5a
+		}
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg := runRefused(t, dir)
+	if !strings.Contains(msg, "data dir "+dir+" is damaged") || !strings.Contains(msg, ".sst") || !strings.Contains(msg, "shardkit expel") {
+		t.Fatalf("refusal %q does not name the damaged table and the recovery", msg)
+	}
+	t.Logf("refused: %s", msg)
+}

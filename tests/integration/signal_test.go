@@ -1,0 +1,70 @@
+package integration
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// hangup sends SIGHUP to the instance's supervisor, or to its whole
+// process group (supervisor and worker, as a closing terminal does).
+func (inst *instance) hangup(t *testing.T, group bool) {
+	t.Helper()
+	inst.mu.Lock()
+	pid := inst.cmd.Process.Pid
+	inst.mu.Unlock()
+	if group {
+		pid = -pid
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// SIGHUP (a closed terminal) used to kill the supervisor and the worker
+// without a word: a crash. It now stops the instance gracefully, as
+// SIGTERM does, and both processes say so.
+func TestSIGHUPStopsGracefully(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	st := c.waitOnline(3)
+	lead := c.leader(st)
+	var followers []*instance
+	for _, inst := range c.insts {
+		if inst != lead {
+			followers = append(followers, inst)
+		}
+	}
+	for i, group := range []bool{true, false} {
+		inst := followers[i]
+		inst.hangup(t, group)
+		code := inst.wait(t, 60*time.Second)
+		run := inst.lastRun()
+		if code != 0 {
+			t.Fatalf("SIGHUP (to the process group: %v): exit code %d, want 0 (a graceful stop):\n%s", group, code, run)
+		}
+		for _, want := range []string{
+			`msg="forwarding signal to the worker"`, "signal=hangup", // the supervisor
+			`msg="stopping gracefully" why="hangup signal received"`, // the worker
+			"shutdown: current grade is Offline",
+		} {
+			if !strings.Contains(run, want) {
+				t.Fatalf("SIGHUP (to the process group: %v): the log does not say %q:\n%s", group, want, run)
+			}
+		}
+		// Once stopped, the worker exits without waiting for its servers'
+		// bound: the peers' raft streams end with its transport (the gRPC
+		// server's graceful stop used to wait 2 s for them at every stop).
+		if strings.Contains(run, "did not stop gracefully in time") {
+			t.Fatalf("SIGHUP (to the process group: %v): a server's graceful stop ran into its bound:\n%s", group, run)
+		}
+		c.waitStatus("the hung-up instance Offline after its shutdown", 30*time.Second, func(s *statusJSON) bool {
+			in := s.byAddress(inst.listen)
+			return in != nil && in.CurrentGrade.Variant == "Offline"
+		})
+		// Back, so that the next one's stop has a quorum to record it.
+		inst.start(t)
+		c.waitOnline(3)
+	}
+}
