@@ -9,8 +9,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardkit/shardkit/proc"
 	"github.com/shardkit/shardkit/internal/supervisor"
+	"github.com/shardkit/shardkit/proc"
 )
 
 // ExitError carries a process exit code through cobra. Its message is
