@@ -60,7 +60,7 @@ func newRootCmd() *cobra.Command {
 		newDemoCmd(),
 		newRunCmd(), newStatusCmd(), newExpelCmd(),
 		newCacheCmd(),
-		newNumeratorCmd(),
+		newNumeratorCmd(), newBenchCmd(),
 	)
 	return root
 }
