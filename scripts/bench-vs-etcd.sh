@@ -21,8 +21,11 @@
 #   WORKLOADS   write and/or read [write read]
 #   ROUNDS      runs of each system per client count and workload [2]
 #   DURATION    length of each run: Ns, Nms or Nm [10s]
-#   VALUE_SIZE  bytes per value [100]      KEYS   keys per client [1000]
-#   CONNS       etcd-bench client connections [16]
+#   VALUE_SIZE  bytes per value [100]
+#   KEYS        keys per client [1000]: etcd-bench's --keys (client w uses
+#               k/<w>/0..KEYS-1); shardkit bench gets the same number of
+#               distinct keys as its range, --keys CLIENTS*KEYS
+#   CONNS       client connections shared by the clients, both systems [16]
 #   SETTLE      seconds of pause before each run, for the previous one's
 #               background work (compaction, snapshots) to end [2]
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-vs-etcd-<UTC time>.jsonl]
@@ -415,8 +418,10 @@ run_one() {
     pids=("${SK_WORKERS[@]}")
     wl='get'
     if [[ $class == write ]]; then wl=replace; fi
-    cmd=("$SK" bench --peer "$SK_PEERS" --workload "$wl" --clients "$clients" --duration "$DURATION"
-      --value-size "$VALUE_SIZE" --keys "$KEYS" --format json)
+    # shardkit bench's --keys is the whole key range (0..N-1, drawn
+    # uniformly), etcd-bench's is per client: the same number of keys.
+    cmd=("$SK" bench --peer "$SK_PEERS" --workload "$wl" --clients "$clients" --conns "$CONNS" --duration "$DURATION"
+      --value-size "$VALUE_SIZE" --keys "$((KEYS * clients))" --timeout 5s --format json)
     if [[ -n ${SHARDKIT_SPACE:-} ]]; then cmd+=(--space "$SHARDKIT_SPACE"); fi
   fi
   tag=$sys-$wl-c$clients-r$round
@@ -569,7 +574,7 @@ tail -n "+$first_line" "$RESULTS" >"$RUN_RESULTS"
   echo "shardkit vs etcd: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
   sk_version='(not run)'
   if has_system shardkit; then sk_version=$("$SK" version 2>/dev/null | head -n1); fi
-  echo "etcd ${ETCD_VERSION:-(not run)}; $sk_version; $DURATION runs, $VALUE_SIZE-byte values, $KEYS keys per client, ${CONNS} etcd connections"
+  echo "etcd ${ETCD_VERSION:-(not run)}; $sk_version; $DURATION runs, $VALUE_SIZE-byte values, $KEYS keys per client, ${CONNS} connections"
   echo "write = etcd put / shardkit replace; read = etcd get / shardkit get (both linearizable); ratio = shardkit ops/s / etcd ops/s"
   echo "CPU-us/op = server processes' user+system CPU over the timed part / ops; results: $RESULTS"
   echo
