@@ -29,13 +29,16 @@ import (
 // (with a request id, as the client sends one) while no request id has
 // left the window yet (the first RequestIDWindow of a run);
 // sm=replicaset-replace/expiring is the same in the steady state, where
-// every Apply also forgets the request ids that left the window.
+// every Apply also forgets the request ids that left the window;
+// sm=replicaset-replace/no-request-id is a write without a request id (no
+// lookup, nothing remembered), which shows what the ids cost.
 //
 //	go test -run '^$' -bench BenchmarkApply -benchtime 100000x ./internal/replicaset/
 func BenchmarkApply(b *testing.B) {
 	b.Run("sm=kvsm-put", benchKVSM)
-	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow) })
-	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond) })
+	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow, true) })
+	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond, true) })
+	b.Run("sm=replicaset-replace/no-request-id", func(b *testing.B) { benchReplace(b, RequestIDWindow, false) })
 }
 
 const (
@@ -110,7 +113,7 @@ func benchKVSM(b *testing.B) {
 	flush()
 }
 
-func benchReplace(b *testing.B, window time.Duration) {
+func benchReplace(b *testing.B, window time.Duration, withIDs bool) {
 	b.Helper()
 	db := benchDB(b)
 	sm, err := New(db, 7)
@@ -162,8 +165,11 @@ func benchReplace(b *testing.B, window time.Duration) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		id := make([]byte, 16)
-		_, _ = rand.Read(id)
+		var id []byte
+		if withIDs {
+			id = make([]byte, 16)
+			_, _ = rand.Read(id)
+		}
 		return &rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: bucket, SchemaVersion: 1, RequestId: id, Ops: []*rspb.Op{{
 			Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: kb, Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.Bytes(val)}),
 		}}}}}
