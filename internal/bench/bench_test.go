@@ -112,7 +112,7 @@ func TestDurationProgressAndMissingRows(t *testing.T) {
 	cfg := config(addr, bench.Replace)
 	cfg.Space = "" // the default space, made by the bench
 	cfg.Keys = 50
-	cfg.Duration = 300 * time.Millisecond
+	cfg.Duration = time.Second
 	cfg.Progress, cfg.ProgressEvery = &progress, 50*time.Millisecond
 	res, err := bench.Run(ctx, cfg)
 	if err != nil {

@@ -40,7 +40,7 @@ func TestBenchJSON(t *testing.T) {
 	}
 
 	// Text, with progress forced on a stderr that is not a terminal.
-	code, out, errOut = runMain(t, "bench", "--peer", addr, "--workload", "get", "--keys", "120", "--duration", "1500ms",
+	code, out, errOut = runMain(t, "bench", "--peer", addr, "--workload", "get", "--keys", "120", "--duration", "3s",
 		"--clients", "4", "--settle", "0s", "--progress")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
