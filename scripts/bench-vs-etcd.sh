@@ -21,8 +21,11 @@
 #   WORKLOADS   write and/or read [write read]
 #   ROUNDS      runs of each system per client count and workload [2]
 #   DURATION    length of each run: Ns, Nms or Nm [10s]
-#   VALUE_SIZE  bytes per value [100]      KEYS   keys per client [1000]
-#   CONNS       etcd-bench client connections [16]
+#   VALUE_SIZE  bytes per value [100]
+#   KEYS        keys per client [1000]: etcd-bench's --keys (client w uses
+#               k/<w>/0..KEYS-1); shardkit bench gets the same number of
+#               distinct keys as its range, --keys CLIENTS*KEYS
+#   CONNS       client connections shared by the clients, both systems [16]
 #   SETTLE      seconds of pause before each run, for the previous one's
 #               background work (compaction, snapshots) to end [2]
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-vs-etcd-<UTC time>.jsonl]
@@ -415,8 +418,10 @@ run_one() {
     pids=("${SK_WORKERS[@]}")
     wl='get'
     if [[ $class == write ]]; then wl=replace; fi
-    cmd=("$SK" bench --peer "$SK_PEERS" --workload "$wl" --clients "$clients" --duration "$DURATION"
-      --value-size "$VALUE_SIZE" --keys "$KEYS" --format json)
+    # shardkit bench's --keys is the whole key range (0..N-1, drawn
+    # uniformly), etcd-bench's is per client: the same number of keys.
+    cmd=("$SK" bench --peer "$SK_PEERS" --workload "$wl" --clients "$clients" --conns "$CONNS" --duration "$DURATION"
+      --value-size "$VALUE_SIZE" --keys "$((KEYS * clients))" --timeout 5s --format json)
     if [[ -n ${SHARDKIT_SPACE:-} ]]; then cmd+=(--space "$SHARDKIT_SPACE"); fi
   fi
   tag=$sys-$wl-c$clients-r$round
@@ -505,9 +510,9 @@ table() {
     function f0(v) { return v == "" ? "-" : sprintf("%.0f", v) }
     function f1(v) { return v == "" ? "-" : sprintf("%.1f", v) }
     function ratio(a, b) { return (a == "" || b == "" || b + 0 == 0) ? "-" : sprintf("%.2f", a / b) }
-    function row(label, c, r, eo, so, ep, sp, ec, sc, ee, se) {
-      printf "%-6s %7s %5s | %9s %9s %7s | %8s %8s | %9s %9s | %s/%s\n", label, c, r,
-        f0(eo), f0(so), ratio(so, eo), f1(ep), f1(sp), f0(ec), f0(sc), ee == "" ? "-" : ee, se == "" ? "-" : se
+    function row(label, c, r, eo, so, ep, sp, ec, sc, eg, sg, ee, se) {
+      printf "%-6s %7s %5s | %9s %9s %7s | %8s %8s | %9s %9s | %5s %5s | %s/%s\n", label, c, r,
+        f0(eo), f0(so), ratio(so, eo), f1(ep), f1(sp), f0(ec), f0(sc), f0(eg), f0(sg), ee == "" ? "-" : ee, se == "" ? "-" : se
     }
     {
       sys = jget($0, "system"); b = jget($0, "bench"); c = jget($0, "clients"); r = jget($0, "round")
@@ -517,16 +522,18 @@ table() {
       if (!(g in gseen)) { gseen[g] = 1; groups[++ng] = g }
       ops[sys, k] = jget($0, "ops_per_s"); p99[sys, k] = jget($0, "p99_ms")
       cpu[sys, k] = jget($0, "cpu_us_per_op"); errs[sys, k] = jget($0, "errors")
+      n = jget($0, "ops"); gen[sys, k] = (n > 0 && jget($0, "client_cpu_s") != "") ? jget($0, "client_cpu_s") * 1e6 / n : ""
+      ggen[sys, g] = ggen[sys, g] " " gen[sys, k]
       gops[sys, g] = gops[sys, g] " " ops[sys, k]; gp99[sys, g] = gp99[sys, g] " " p99[sys, k]
       gcpu[sys, g] = gcpu[sys, g] " " cpu[sys, k]; gerr[sys, g] += errs[sys, k]; gn[sys, g]++
     }
     END {
-      printf "%-6s %7s %5s | %-27s | %-17s | %-19s | %s\n", "", "", "", "ops/s, ratio", "p99 ms", "CPU-us/op (server)", "errors"
-      printf "%-6s %7s %5s | %9s %9s %7s | %8s %8s | %9s %9s | %s\n", "bench", "clients", "round", "etcd", "shardkit", "sk/etcd", "etcd", "shardkit", "etcd", "shardkit", "etcd/sk"
+      printf "%-6s %7s %5s | %-27s | %-17s | %-19s | %-11s | %s\n", "", "", "", "ops/s, ratio", "p99 ms", "CPU-us/op (server)", "load gen", "errors"
+      printf "%-6s %7s %5s | %9s %9s %7s | %8s %8s | %9s %9s | %5s %5s | %s\n", "bench", "clients", "round", "etcd", "shardkit", "sk/etcd", "etcd", "shardkit", "etcd", "shardkit", "etcd", "sk", "etcd/sk"
       for (i = 1; i <= nk; i++) {
         split(keys[i], p, SUBSEP)
         row(p[1], p[2], p[3], ops["etcd", keys[i]], ops["shardkit", keys[i]], p99["etcd", keys[i]], p99["shardkit", keys[i]],
-          cpu["etcd", keys[i]], cpu["shardkit", keys[i]], errs["etcd", keys[i]], errs["shardkit", keys[i]])
+          cpu["etcd", keys[i]], cpu["shardkit", keys[i]], gen["etcd", keys[i]], gen["shardkit", keys[i]], errs["etcd", keys[i]], errs["shardkit", keys[i]])
       }
       print ""
       print "median over the rounds:"
@@ -535,6 +542,7 @@ table() {
         row(p[1], p[2], "med", median(gops["etcd", groups[i]]), median(gops["shardkit", groups[i]]),
           median(gp99["etcd", groups[i]]), median(gp99["shardkit", groups[i]]),
           median(gcpu["etcd", groups[i]]), median(gcpu["shardkit", groups[i]]),
+          median(ggen["etcd", groups[i]]), median(ggen["shardkit", groups[i]]),
           gn["etcd", groups[i]] ? gerr["etcd", groups[i]] : "", gn["shardkit", groups[i]] ? gerr["shardkit", groups[i]] : "")
       }
     }' "$1"
@@ -569,9 +577,10 @@ tail -n "+$first_line" "$RESULTS" >"$RUN_RESULTS"
   echo "shardkit vs etcd: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
   sk_version='(not run)'
   if has_system shardkit; then sk_version=$("$SK" version 2>/dev/null | head -n1); fi
-  echo "etcd ${ETCD_VERSION:-(not run)}; $sk_version; $DURATION runs, $VALUE_SIZE-byte values, $KEYS keys per client, ${CONNS} etcd connections"
+  echo "etcd ${ETCD_VERSION:-(not run)}; $sk_version; $DURATION runs, $VALUE_SIZE-byte values, $KEYS keys per client, ${CONNS} connections"
   echo "write = etcd put / shardkit replace; read = etcd get / shardkit get (both linearizable); ratio = shardkit ops/s / etcd ops/s"
-  echo "CPU-us/op = server processes' user+system CPU over the timed part / ops; results: $RESULTS"
+  echo "CPU-us/op = server processes' user+system CPU over the timed part / ops; load gen = the load generator's CPU over its whole run"
+  echo "(a get's preload included) / ops, in us; results: $RESULTS"
   echo
   table "$RUN_RESULTS"
 }

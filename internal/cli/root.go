@@ -71,7 +71,7 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newSpaceCmd(), newCallCmd(procs), newMapCallCmd(),
 		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
 		newCacheCmd(),
-		newNumeratorCmd(),
+		newNumeratorCmd(), newBenchCmd(),
 	)
 	root.AddCommand(newDataCmds()...)
 	return root

@@ -1,0 +1,151 @@
+package cli
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/bench"
+)
+
+type benchOptions struct {
+	peers      string
+	cfg        bench.Config
+	format     string
+	progress   bool
+	cpuprofile string
+}
+
+func newBenchCmd() *cobra.Command {
+	var o benchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Load the cluster's data layer and print ops/s, errors and latency percentiles",
+		Long: `Runs --clients concurrent calls of the public client against a space for
+--count operations or for --duration, and prints ops/s, errors and the
+p50/p99/p99.9 latency of the successful calls.
+
+Workloads (keys are unsigned integers 0..--keys-1):
+  insert   walks the key range once, in order, shared by the clients
+           (--keys N --count N loads N distinct rows)
+  replace  writes keys drawn uniformly from the range
+  get      linearizable reads (at the replicaset leader) of keys drawn
+           uniformly; every key is written first, untimed (--preload)
+  mixed    each operation a get (50%) or a replace (50%) of a uniformly
+           drawn key; preloaded like get
+
+Without --space it uses the space "bench" (key unsigned, the primary key;
+value bytes), made when missing; a named space is made with that definition
+when missing and must have it when it exists. The clients share --conns
+connections (one client per connection); each call has a --timeout deadline.
+Progress goes to stderr once a second when stderr is a terminal, or always
+with --progress. The load shape matches bench/etcd's etcd-bench, for
+scripts/bench-vs-etcd.sh.`,
+		Example: `  shardkit bench --peer 127.0.0.1:3301 --workload replace --clients 64 --duration 10s
+  shardkit bench --peer 127.0.0.1:3301 --workload insert --keys 100000 --count 100000 --clients 64 --format json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("count") && cmd.Flags().Changed("duration") {
+				return errors.New("give --count or --duration, not both")
+			}
+			if o.cfg.Count > 0 {
+				o.cfg.Duration = 0
+			}
+			return runBench(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.peers, "peer", defaultPeer, "address (host:port) of a cluster instance; a comma-separated list")
+	f.StringVar(&o.cfg.Space, "space", "", "space to load (default \""+bench.DefaultSpace+"\")")
+	f.StringVar(&o.cfg.Workload, "workload", bench.Replace, strings.Join(bench.Workloads, ", "))
+	f.IntVar(&o.cfg.Keys, "keys", bench.DefaultKeys, "the key range: keys 0..N-1")
+	f.Int64Var(&o.cfg.Count, "count", 0, "operations to run in all (instead of --duration)")
+	f.DurationVar(&o.cfg.Duration, "duration", bench.DefaultDuration, "how long the timed part runs")
+	f.IntVar(&o.cfg.Clients, "clients", bench.DefaultClients, "concurrent calls")
+	f.IntVar(&o.cfg.Conns, "conns", bench.DefaultConns, "connections shared by the clients (one client.Client each)")
+	f.IntVar(&o.cfg.ValueSize, "value-size", bench.DefaultValueSize, "bytes per value")
+	f.DurationVar(&o.cfg.Timeout, "timeout", bench.DefaultTimeout, "deadline of each call")
+	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed: write every key before the timed part (untimed)")
+	f.DurationVar(&o.cfg.Settle, "settle", bench.DefaultSettle, "pause between the preload and the timed part")
+	f.StringVar(&o.format, "format", "text", "text or json (one JSON object)")
+	f.BoolVar(&o.progress, "progress", false, "progress on stderr once a second even when it is not a terminal")
+	f.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile of the whole run to this file")
+	return cmd
+}
+
+func runBench(cmd *cobra.Command, o benchOptions) error {
+	if o.format != "text" && o.format != "json" {
+		return fmt.Errorf("invalid --format %q: want text or json", o.format)
+	}
+	peers, err := client.ParsePeers(o.peers)
+	if err != nil {
+		return fmt.Errorf("--peer: %w", err)
+	}
+	cfg := o.cfg
+	cfg.Peers = peers
+	if err := cfg.Check(); err != nil {
+		return err
+	}
+	stderr := cmd.ErrOrStderr()
+	cfg.Log = stderr
+	if o.progress || isTerminal(stderr) {
+		cfg.Progress = stderr
+	}
+	if o.cpuprofile != "" {
+		pf, err := os.Create(o.cpuprofile)
+		if err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			pf.Close()
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			if err := pf.Close(); err != nil {
+				fmt.Fprintf(stderr, "shardkit: --cpuprofile: %v\n", err)
+			}
+		}()
+	}
+	res, err := bench.Run(cmd.Context(), cfg)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := writeBenchResult(cmd.OutOrStdout(), o.format, res); err != nil {
+		return err
+	}
+	if res.Ops == 0 {
+		return fmt.Errorf("bench: no operation succeeded (%d errors)", res.Errors)
+	}
+	return nil
+}
+
+func writeBenchResult(w io.Writer, format string, r bench.Result) error {
+	if format == "json" {
+		return json.NewEncoder(w).Encode(r) // one line
+	}
+	_, err := fmt.Fprintf(w, "system:     %s\nworkload:   %s (space %s, %d keys, %d-byte values)\nclients:    %d on %d connections\n"+
+		"ops:        %d in %.2fs (%d reads, %d writes)\nops/s:      %.0f\nerrors:     %d\nlatency:    p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n",
+		r.System, r.Workload, r.Space, r.Keys, r.ValueSize, r.Clients, r.Conns, r.Ops, r.DurationS, r.Reads, r.Writes,
+		r.OpsPerS, r.Errors, r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs)
+	if err == nil && r.PreloadRows > 0 {
+		_, err = fmt.Fprintf(w, "preload:    %d rows in %.1fs (untimed)\n", r.PreloadRows, r.PreloadS)
+	}
+	return err
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}

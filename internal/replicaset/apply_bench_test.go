@@ -1,0 +1,193 @@
+package replicaset
+
+import (
+	"crypto/rand"
+	"fmt"
+	mrand "math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/multiraft/kvsm"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// BenchmarkApply measures what applying one write costs the state
+// machine: the time a replicaset group's worker spends in Apply (and the
+// apply batch's commit) per entry, which the engine does inside its round,
+// on the leader and on every follower. Runs of 32 entries (one engine
+// round's worth at a few hundred clients) are applied to a Pebble database
+// on disk (as the server opens it) that already holds 64,000 rows, each
+// entry a one-op write of a uniformly drawn key with a 100-byte value.
+// sm=kvsm-put is the engine benchmark's state machine (read the old value,
+// write the new one), the baseline of BenchmarkProposals3Nodes.
+// sm=replicaset-replace is a `shardkit bench --workload replace` write
+// (with a request id, as the client sends one) while no request id has
+// left the window yet (the first RequestIDWindow of a run);
+// sm=replicaset-replace/expiring is the same in the steady state, where
+// every Apply also forgets the request ids that left the window;
+// sm=replicaset-replace/no-request-id is a write without a request id (no
+// lookup, nothing remembered), which shows what the ids cost.
+//
+//	go test -run '^$' -bench BenchmarkApply -benchtime 100000x ./internal/replicaset/
+func BenchmarkApply(b *testing.B) {
+	b.Run("sm=kvsm-put", benchKVSM)
+	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow, true) })
+	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond, true) })
+	b.Run("sm=replicaset-replace/no-request-id", func(b *testing.B) { benchReplace(b, RequestIDWindow, false) })
+}
+
+const (
+	benchRows = 64_000
+	benchRun  = 32
+)
+
+func benchDB(b *testing.B) *pebble.DB {
+	b.Helper()
+	db, err := storage.Open(b.TempDir(), storage.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	return db
+}
+
+// applyRun applies entries as the engine does: one indexed batch, committed
+// without sync (the engine's fsync is the log's).
+func applyRun(b *testing.B, db *pebble.DB, sm multiraft.StateMachine, entries []multiraft.Entry) {
+	b.Helper()
+	batch := db.NewIndexedBatch()
+	out, err := sm.Apply(batch, entries)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, v := range out {
+		if e, ok := v.(error); ok {
+			b.Fatal(e)
+		}
+		if o, ok := v.(*BatchOutcome); ok && o.Result.GetRefusal() != nil {
+			b.Fatal(o.Result.GetRefusal())
+		}
+	}
+	if err := batch.Commit(pebble.NoSync); err != nil {
+		b.Fatal(err)
+	}
+	_ = batch.Close()
+}
+
+func benchKVSM(b *testing.B) {
+	db := benchDB(b)
+	sm := kvsm.New(7)
+	val := make([]byte, 100)
+	cmd := func(k uint64) []byte {
+		return kvsm.Command{Op: kvsm.OpPut, Key: fmt.Appendf(nil, "%08d", k), Value: val}.Encode()
+	}
+	index := uint64(10)
+	var run []multiraft.Entry
+	flush := func() {
+		if len(run) > 0 {
+			applyRun(b, db, sm, run)
+			run = run[:0]
+		}
+	}
+	add := func(c []byte) {
+		index++
+		run = append(run, multiraft.Entry{Index: index, Term: 1, Cmd: c})
+		if len(run) == benchRun {
+			flush()
+		}
+	}
+	for k := range uint64(benchRows) {
+		add(cmd(k))
+	}
+	flush()
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	b.ResetTimer()
+	for range b.N {
+		add(cmd(rng.Uint64N(benchRows)))
+	}
+	flush()
+}
+
+func benchReplace(b *testing.B, window time.Duration, withIDs bool) {
+	b.Helper()
+	db := benchDB(b)
+	sm, err := New(db, 7)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sm.window = window
+	def := &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
+		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
+	}}
+	sp, err := CompileSpace(def)
+	if err != nil {
+		b.Fatal(err)
+	}
+	const buckets = 3000
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli()
+	index := uint64(10)
+	var run []multiraft.Entry
+	flush := func() {
+		if len(run) > 0 {
+			applyRun(b, db, sm, run)
+			run = run[:0]
+			now++ // a millisecond per run: about 30,000 writes/s
+		}
+	}
+	add := func(c *rspb.Command) {
+		c.NowUnixMs = now
+		data, err := Encode(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		index++
+		run = append(run, multiraft.Entry{Index: index, Term: 1, Cmd: data})
+		if len(run) == benchRun {
+			flush()
+		}
+	}
+	add(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{def}}}})
+	add(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: buckets, Generation: 1}}})
+	flush()
+	val := make([]byte, 100)
+	write := func(k uint64) *rspb.Command {
+		key := []tuple.Value{tuple.Uint(k)}
+		kb, err := tuple.AppendKey(nil, key...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		bucket, err := sp.Bucket(key, buckets)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var id []byte
+		if withIDs {
+			id = make([]byte, 16)
+			_, _ = rand.Read(id)
+		}
+		return &rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: bucket, SchemaVersion: 1, RequestId: id, Ops: []*rspb.Op{{
+			Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: kb, Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.Bytes(val)}),
+		}}}}}
+	}
+	for k := range uint64(benchRows) {
+		add(write(k))
+	}
+	flush()
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	// The commands are made before the clock starts: the proposer makes
+	// them, not the applier.
+	cmds := make([]*rspb.Command, b.N)
+	for i := range cmds {
+		cmds[i] = write(rng.Uint64N(benchRows))
+	}
+	b.ResetTimer()
+	for _, c := range cmds {
+		add(c)
+	}
+	flush()
+}
