@@ -141,11 +141,3 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 	return err
 }
 
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
