@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -25,9 +26,15 @@ const (
 	faultStall = "stall"
 	// faultRestart: SIGTERM (graceful shutdown) and start again.
 	faultRestart = "restart"
+	// faultCrashQuorum: SIGKILL the target and one more instance (the
+	// replicaset loses its quorum), start both again after a pause.
+	faultCrashQuorum = "crash-quorum"
+	// faultCrashAll: SIGKILL every instance at once and start them again
+	// (a cold restart: whatever was acknowledged must have been durable).
+	faultCrashAll = "crash-all"
 )
 
-var allFaults = []string{faultKillWorker, faultCrash, faultStall, faultRestart}
+var allFaults = []string{faultKillWorker, faultCrash, faultStall, faultRestart, faultCrashQuorum, faultCrashAll}
 
 // nemesisConfig shapes the faults.
 type nemesisConfig struct {
@@ -169,6 +176,25 @@ func (n *nemesis) inject(ctx context.Context, fault string, target *instance) (s
 		target.kill()
 		sleep(ctx, hold)
 		return fmt.Sprintf("down for %v", hold.Round(time.Millisecond)), target.start()
+	case faultCrashQuorum, faultCrashAll:
+		victims := []*instance{target}
+		others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == target })
+		if fault == faultCrashAll {
+			victims = append(victims, others...)
+		} else {
+			victims = append(victims, others[n.rng.IntN(len(others))])
+		}
+		var names []string
+		for _, v := range victims {
+			v.kill()
+			names = append(names, v.name)
+		}
+		sleep(ctx, hold)
+		var errs []error
+		for _, v := range victims {
+			errs = append(errs, v.start())
+		}
+		return fmt.Sprintf("%s down for %v", strings.Join(names, ", "), hold.Round(time.Millisecond)), errors.Join(errs...)
 	case faultStall:
 		if err := target.stop(); err != nil {
 			return "", err

@@ -28,7 +28,7 @@ const (
 	envOut      = "SHARDKIT_ROBUSTNESS_OUT"      // where a failed run leaves its report
 	envClients  = "SHARDKIT_ROBUSTNESS_CLIENTS"  // concurrent clients (default 6)
 	envKeys     = "SHARDKIT_ROBUSTNESS_KEYS"     // keys they share (default 8)
-	envFaults   = "SHARDKIT_ROBUSTNESS_FAULTS"   // comma-separated subset of kill-worker,crash,stall,restart
+	envFaults   = "SHARDKIT_ROBUSTNESS_FAULTS"   // comma-separated subset of allFaults
 )
 
 const defaultDuration = 40 * time.Second
@@ -50,6 +50,7 @@ func configFromEnv(t *testing.T) runConfig {
 		traffic: trafficConfig{
 			clients: 6, keys: 8,
 			opTimeout: 10 * time.Second, attemptTimeout: 3 * time.Second,
+			shortOps: 20, shortTimeout: 2 * time.Second,
 			pause: 20 * time.Millisecond,
 		},
 		nemesis: nemesisConfig{

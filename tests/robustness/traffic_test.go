@@ -31,8 +31,12 @@ type trafficConfig struct {
 	clients int
 	keys    int // keys 1..keys: few, so that operations collide
 	// opTimeout bounds one operation (all its attempts); attemptTimeout
-	// one attempt on one instance (client.Config.Timeout).
+	// one attempt on one instance (client.Config.Timeout). shortOps of
+	// 100 operations get a deadline of shortTimeout at most instead (a
+	// caller in a hurry: more outcomes stay unknown).
 	opTimeout, attemptTimeout time.Duration
+	shortOps                  int
+	shortTimeout              time.Duration
 	// pause between two operations of one client, at most (random).
 	pause time.Duration
 }
@@ -80,8 +84,12 @@ func runClient(id int, seed uint64, cfg trafficConfig, peers []string, names map
 		default:
 			in.Kind, in.Value = opDelete, ""
 		}
+		timeout := cfg.opTimeout
+		if rng.IntN(100) < cfg.shortOps {
+			timeout = 100*time.Millisecond + time.Duration(rng.Int64N(int64(cfg.shortTimeout)))
+		}
 		tr.take()
-		rec := doOp(sp, cfg.opTimeout, h, in, ro)
+		rec := doOp(sp, timeout, h, in, ro)
 		rec.Client, rec.Seq, rec.Attempts = id, seq, tr.take()
 		h.add(rec)
 		if rec.Class == clsDone || rec.Class == clsStaleRead {
