@@ -222,6 +222,9 @@ func checkValues(recs []record) []string {
 		case recs[w].Class == clsDone && recs[w].Out.Result != resOK:
 			reported[o.value] = true
 			problems = append(problems, fmt.Sprintf("a refused write was applied: its value seen by %s; the write: %s", recs[o.rec].describe(), recs[w].describeLong()))
+		case recs[w].Call > recs[o.rec].Return:
+			reported[o.value] = true
+			problems = append(problems, fmt.Sprintf("a value was seen before it was written: %s; the write: %s", recs[o.rec].describe(), recs[w].describe()))
 		}
 	}
 	for k, vs := range versions {

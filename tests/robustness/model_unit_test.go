@@ -185,6 +185,14 @@ func TestValueChecks(t *testing.T) {
 			op(0, 0, 10, rep("a"), ok(5)),
 			op(0, 20, 30, rep("b"), okFound(9)),
 		}, map[uint64]output{1: read("a", 5)}, "acknowledged write lost"},
+		{"ro read from the future", []record{
+			func() record {
+				r := op(1, 20, 30, rd(), read("a", 5))
+				r.Class = clsStaleRead
+				return r
+			}(),
+			op(0, 40, 50, rep("a"), ok(5)),
+		}, nil, "seen before it was written"},
 		{"lost write, key gone", []record{
 			op(0, 0, 10, rep("a"), ok(5)),
 		}, map[uint64]output{1: read("", 0)}, "acknowledged write lost"},

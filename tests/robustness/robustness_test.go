@@ -126,6 +126,18 @@ func TestRobustness(t *testing.T) {
 	c := newCluster(t, 3, logDir)
 	r := &run{t: t, cfg: cfg, c: c, h: newHistory(), logDir: logDir}
 	defer r.dumpOnFailure()
+	if cfg.out != "" {
+		// Registered after the cluster's cleanup, so it runs before it
+		// kills the instances; the logs are removed only when all passed.
+		t.Cleanup(func() {
+			if !t.Failed() {
+				for _, inst := range c.insts {
+					inst.kill()
+				}
+				_ = os.RemoveAll(logDir)
+			}
+		})
+	}
 
 	c.startAll()
 	ctx := context.Background()
