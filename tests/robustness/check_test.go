@@ -2,7 +2,9 @@ package robustness
 
 import (
 	"cmp"
+	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -137,6 +139,9 @@ type verdict struct {
 	// ErrUnavailable not applied, as the client documents; run only when
 	// Linearizable is Ok (it can only be worse).
 	Contract *linCheck
+	// Culprits name, when Contract is Illegal, the writes that failed
+	// with ErrUnavailable that a key's history needs applied.
+	Culprits []string
 }
 
 // linCheck is one porcupine run.
@@ -351,8 +356,55 @@ func check(recs []record, final map[uint64]output, timeout time.Duration) *verdi
 	if v.Linearizable.Result == porcupine.Ok {
 		c := linearizable(recs, seen, false, timeout)
 		v.Contract = &c
+		if c.Result == porcupine.Illegal {
+			v.Culprits = culprits(recs, timeout)
+		}
 	}
 	return v
+}
+
+// culprits finds, key by key, the writes that failed with ErrUnavailable
+// whose application the key's history needs: those that alone make it
+// linearizable, else all of that key's.
+func culprits(recs []record, timeout time.Duration) []string {
+	byKey := map[uint64][]int{}
+	for i, r := range recs {
+		byKey[r.In.Key] = append(byKey[r.In.Key], i)
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(byKey)) {
+		ops := func(extra int) []porcupine.Operation {
+			var ops []porcupine.Operation
+			for _, i := range byKey[k] {
+				switch r := recs[i]; {
+				case r.Class == clsDone:
+					ops = append(ops, toOperation(r, false))
+				case r.Class == clsUnknown || i == extra:
+					ops = append(ops, toOperation(r, true))
+				}
+			}
+			return ops
+		}
+		if porcupine.CheckOperationsTimeout(registerModel, ops(-1), timeout) != porcupine.Illegal {
+			continue
+		}
+		var all []string
+		found := false
+		for _, i := range byKey[k] {
+			if recs[i].Class != clsNotApplied {
+				continue
+			}
+			all = append(all, recs[i].describeLong())
+			if porcupine.CheckOperationsTimeout(registerModel, ops(i), timeout) == porcupine.Ok {
+				found = true
+				out = append(out, fmt.Sprintf("k%d is linearizable if this write, which failed with ErrUnavailable, was applied: %s", k, recs[i].describeLong()))
+			}
+		}
+		if !found {
+			out = append(out, fmt.Sprintf("k%d needs more than one of its writes that failed with ErrUnavailable applied: %s", k, strings.Join(all, "; ")))
+		}
+	}
+	return out
 }
 
 // linearizable runs porcupine on the history, with the writes that
@@ -386,9 +438,17 @@ func linearizable(recs []record, seen map[int]bool, notAppliedUnknown bool, time
 	return out
 }
 
+// savedHistory is what history.json holds: enough to check the history
+// again (TestRecheck).
+type savedHistory struct {
+	Records []record
+	Final   map[uint64]output
+	Events  []event
+}
+
 // report writes what a failed run leaves for a human: the history sorted
 // by call, the nemesis' events, porcupine's visualization.
-func report(dir string, recs []record, events []event, v *verdict) ([]string, error) {
+func report(dir string, recs []record, final map[uint64]output, events []event, v *verdict) ([]string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -400,7 +460,16 @@ func report(dir string, recs []record, events []event, v *verdict) ([]string, er
 		b.WriteString(r.describeLong())
 		b.WriteByte('\n')
 	}
-	p := filepath.Join(dir, "history.txt")
+	saved, err := json.Marshal(savedHistory{Records: recs, Final: final, Events: events})
+	if err != nil {
+		return nil, err
+	}
+	p := filepath.Join(dir, "history.json")
+	if err := os.WriteFile(p, saved, 0o644); err != nil {
+		return nil, err
+	}
+	files = append(files, p)
+	p = filepath.Join(dir, "history.txt")
 	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
 		return nil, err
 	}

@@ -219,3 +219,26 @@ func TestValueChecks(t *testing.T) {
 		})
 	}
 }
+
+// A write that failed with ErrUnavailable but was applied and overwritten
+// before anyone read it: only its version shows (a refused CAS).
+func TestContractIndirect(t *testing.T) {
+	notApplied := op(1, 20, 30, rep("b"), output{Result: resUnknown})
+	notApplied.Class = clsNotApplied
+	recs := []record{
+		op(0, 0, 10, rep("a"), ok(5)),
+		notApplied,
+		op(0, 40, 50, cas(5, "c"), output{Result: resCondFailed, Version: 7}),
+		op(0, 60, 70, cas(7, "d"), ok(9)),
+	}
+	v := check(recs, nil, time.Minute)
+	if len(v.Problems) > 0 || v.Linearizable.Result != porcupine.Ok {
+		t.Fatalf("with the write possibly applied the history is fine; got %s, %q", v.Linearizable.Result, v.Problems)
+	}
+	if v.Contract == nil || v.Contract.Result != porcupine.Illegal {
+		t.Fatalf("the contract check passed: %+v", v.Contract)
+	}
+	if len(v.Culprits) != 1 || !strings.Contains(v.Culprits[0], "replace(k1, b)") {
+		t.Fatalf("culprits %q, want the replace of b", v.Culprits)
+	}
+}

@@ -2,6 +2,7 @@ package robustness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -366,9 +367,14 @@ func (r *run) verify() {
 	}
 	timeout := max(2*time.Minute, r.cfg.duration)
 	began := time.Now()
-	v := check(r.recs, r.final, timeout)
-	r.verdict = v
-	t.Logf("porcupine: %s (%s, %d operations), %.1fs", v.Linearizable.Result, v.Linearizable.Stage, v.Linearizable.Checked, time.Since(began).Seconds())
+	r.verdict = check(r.recs, r.final, timeout)
+	logVerdict(t, r.verdict, timeout, time.Since(began))
+}
+
+// logVerdict reports a verdict: its problems as errors.
+func logVerdict(t *testing.T, v *verdict, timeout, took time.Duration) {
+	t.Helper()
+	t.Logf("porcupine: %s (%s, %d operations), %.1fs", v.Linearizable.Result, v.Linearizable.Stage, v.Linearizable.Checked, took.Seconds())
 	for _, p := range v.Problems {
 		t.Errorf("%s", p)
 	}
@@ -384,10 +390,34 @@ func (r *run) verify() {
 		case porcupine.Ok:
 		case porcupine.Illegal:
 			t.Errorf("the history is linearizable only if some writes that failed with ErrUnavailable (\"nothing was done\") were applied")
+			for _, c := range v.Culprits {
+				t.Errorf("%s", c)
+			}
 		default:
 			t.Errorf("porcupine did not finish within %v on the history with ErrUnavailable writes not applied", timeout)
 		}
 	}
+}
+
+// TestRecheck checks a history a failed run saved (history.json in its
+// report) again: SHARDKIT_ROBUSTNESS_HISTORY=path/history.json.
+func TestRecheck(t *testing.T) {
+	path := os.Getenv("SHARDKIT_ROBUSTNESS_HISTORY")
+	if path == "" {
+		t.Skip("SHARDKIT_ROBUSTNESS_HISTORY not set (a history.json of a robustness run's report)")
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var saved savedHistory
+	if err := json.Unmarshal(b, &saved); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	t.Logf("%s: %d operations, %d nemesis events", path, len(saved.Records), len(saved.Events))
+	began := time.Now()
+	v := check(saved.Records, saved.Final, 10*time.Minute)
+	logVerdict(t, v, 10*time.Minute, time.Since(began))
 }
 
 // dumpOnFailure leaves the report of a failed run: the seed, the history,
@@ -417,7 +447,7 @@ func (r *run) dumpOnFailure() {
 	if r.nem != nil {
 		events, _ = r.nem.history()
 	}
-	files, err := report(dir, recs, events, r.verdict)
+	files, err := report(dir, recs, r.final, events, r.verdict)
 	if err != nil {
 		t.Logf("writing the report: %v", err)
 	}
