@@ -357,16 +357,17 @@ func check(recs []record, final map[uint64]output, timeout time.Duration) *verdi
 		c := linearizable(recs, seen, false, timeout)
 		v.Contract = &c
 		if c.Result == porcupine.Illegal {
-			v.Culprits = culprits(recs, timeout)
+			v.Culprits = culprits(recs, seen, timeout)
 		}
 	}
 	return v
 }
 
 // culprits finds, key by key, the writes that failed with ErrUnavailable
-// whose application the key's history needs: those that alone make it
+// whose application the key's history needs beyond those whose values
+// were seen (checkValues names them): those that alone make it
 // linearizable, else all of that key's.
-func culprits(recs []record, timeout time.Duration) []string {
+func culprits(recs []record, seen map[int]bool, timeout time.Duration) []string {
 	byKey := map[uint64][]int{}
 	for i, r := range recs {
 		byKey[r.In.Key] = append(byKey[r.In.Key], i)
@@ -379,7 +380,7 @@ func culprits(recs []record, timeout time.Duration) []string {
 				switch r := recs[i]; {
 				case r.Class == clsDone:
 					ops = append(ops, toOperation(r, false))
-				case r.Class == clsUnknown || i == extra:
+				case r.Class == clsUnknown || i == extra || r.Class == clsNotApplied && seen[i]:
 					ops = append(ops, toOperation(r, true))
 				}
 			}
@@ -388,19 +389,23 @@ func culprits(recs []record, timeout time.Duration) []string {
 		if porcupine.CheckOperationsTimeout(registerModel, ops(-1), timeout) != porcupine.Illegal {
 			continue
 		}
-		var all []string
-		found := false
+		var all, enough []string
 		for _, i := range byKey[k] {
-			if recs[i].Class != clsNotApplied {
+			if recs[i].Class != clsNotApplied || seen[i] {
 				continue
 			}
 			all = append(all, recs[i].describeLong())
 			if porcupine.CheckOperationsTimeout(registerModel, ops(i), timeout) == porcupine.Ok {
-				found = true
-				out = append(out, fmt.Sprintf("k%d is linearizable if this write, which failed with ErrUnavailable, was applied: %s", k, recs[i].describeLong()))
+				enough = append(enough, recs[i].describeLong())
 			}
 		}
-		if !found {
+		switch {
+		case len(enough) == 1:
+			out = append(out, fmt.Sprintf("k%d is linearizable if this write, which failed with ErrUnavailable, was applied: %s", k, enough[0]))
+		case len(enough) > 1:
+			out = append(out, fmt.Sprintf("k%d is linearizable if any one of these %d writes, which failed with ErrUnavailable, was applied:\n\t%s",
+				k, len(enough), strings.Join(enough, "\n\t")))
+		default:
 			out = append(out, fmt.Sprintf("k%d needs more than one of its writes that failed with ErrUnavailable applied: %s", k, strings.Join(all, "; ")))
 		}
 	}
