@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -349,54 +351,196 @@ func toOperation(r record, asUnknown bool) porcupine.Operation {
 
 // check runs every check on a history (recs is patched in place).
 func check(recs []record, final map[uint64]output, timeout time.Duration) *verdict {
+	deadline := time.Now().Add(timeout)
 	v := &verdict{}
 	v.Problems = append(checkValues(recs), checkFinal(recs, final)...)
 	seen := patch(recs)
-	v.Linearizable = linearizable(recs, seen, true, timeout)
+	keys := byKey(recs)
+	unknown := func(i int) bool { return recs[i].Class == clsUnknown }
+	notApplied := func(i int) bool { return recs[i].Class == clsNotApplied }
+	none := func(int) bool { return false }
+	v.Linearizable = checkKeys(recs, keys, seen, none, func(i int) bool { return unknown(i) || notApplied(i) }, deadline)
 	if v.Linearizable.Result == porcupine.Ok {
-		c := linearizable(recs, seen, false, timeout)
+		// The writes that failed with ErrUnavailable are never applied
+		// here, except those whose values were seen (checkValues
+		// reports them; this looks for the others).
+		seenNotApplied := func(i int) bool { return notApplied(i) && seen[i] }
+		c := checkKeys(recs, keys, seen, seenNotApplied, unknown, deadline)
 		v.Contract = &c
 		if c.Result == porcupine.Illegal {
-			v.Culprits = culprits(recs, seen, timeout)
+			v.Culprits = culprits(recs, keys, seen, seenNotApplied, unknown, deadline)
 		}
 	}
 	return v
+}
+
+// byKey lists the records of each key, by key.
+func byKey(recs []record) map[uint64][]int {
+	out := map[uint64][]int{}
+	for i, r := range recs {
+		out[r.In.Key] = append(out[r.In.Key], i)
+	}
+	return out
+}
+
+// checkKeys checks every key's history (checkKey), a few keys at a time,
+// and sums up: Illegal if a key's is, else Unknown if one timed out.
+func checkKeys(recs []record, keys map[uint64][]int, seen map[int]bool, must, may func(int) bool, deadline time.Time) linCheck {
+	type keyResult struct {
+		key uint64
+		c   linCheck
+	}
+	results := make(chan keyResult, len(keys))
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for k, idx := range keys {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			results <- keyResult{k, checkKey(recs, idx, seen, must, may, deadline)}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var all []keyResult
+	for r := range results {
+		all = append(all, r)
+	}
+	slices.SortFunc(all, func(a, b keyResult) int { return cmp.Compare(a.key, b.key) })
+	out := linCheck{Result: porcupine.Ok}
+	var stages []string
+	for _, r := range all {
+		out.Checked += r.c.Checked
+		if r.c.Stage != "" {
+			stages = append(stages, fmt.Sprintf("k%d: %s", r.key, r.c.Stage))
+		}
+		switch {
+		case r.c.Result == porcupine.Illegal && out.Result != porcupine.Illegal:
+			out.Result, out.Info = porcupine.Illegal, r.c.Info
+		case r.c.Result == porcupine.Unknown && out.Result == porcupine.Ok:
+			out.Result, out.Info = porcupine.Unknown, r.c.Info
+		}
+	}
+	out.Stage = "unknown writes nothing saw left out"
+	if len(stages) > 0 {
+		out.Stage = strings.Join(stages, "; ")
+	}
+	return out
+}
+
+// checkKey runs porcupine on one key's history: the done operations, the
+// writes must accepts as possibly applied, and those may accepts, but of
+// these only as many as needed. A write of unknown outcome that nothing
+// saw can always come last and change nothing, so the check starts
+// without them; when it fails, it adds those called before the point
+// where it failed (the earliest return of an operation that no longest
+// partial linearization covers) and tries again; when that adds nothing,
+// it checks with all of them, which alone may say Illegal.
+func checkKey(recs []record, idx []int, seen map[int]bool, must, may func(int) bool, deadline time.Time) linCheck {
+	included := map[int]bool{}
+	for _, i := range idx {
+		if must(i) || may(i) && seen[i] {
+			included[i] = true
+		}
+	}
+	build := func() []porcupine.Operation {
+		var ops []porcupine.Operation
+		for _, i := range idx {
+			switch {
+			case recs[i].Class == clsDone:
+				ops = append(ops, toOperation(recs[i], false))
+			case included[i]:
+				ops = append(ops, toOperation(recs[i], true))
+			}
+		}
+		return ops
+	}
+	run := func(ops []porcupine.Operation) (porcupine.CheckResult, porcupine.LinearizationInfo) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return porcupine.Unknown, porcupine.LinearizationInfo{}
+		}
+		return porcupine.CheckOperationsVerbose(registerModel, ops, left)
+	}
+	added := 0
+	for round := 1; ; round++ {
+		ops := build()
+		res, info := run(ops)
+		c := linCheck{Result: res, Info: info, Checked: len(ops)}
+		if added > 0 {
+			c.Stage = fmt.Sprintf("%d unseen unknown writes added in %d rounds", added, round-1)
+		}
+		if res != porcupine.Illegal {
+			return c
+		}
+		tau := failureTime(ops, info)
+		n := 0
+		for _, i := range idx {
+			if may(i) && !included[i] && recs[i].Call <= tau {
+				included[i] = true
+				n++
+			}
+		}
+		if n == 0 {
+			break
+		}
+		added += n
+	}
+	for _, i := range idx {
+		if may(i) {
+			included[i] = true
+		}
+	}
+	ops := build()
+	res, info := run(ops)
+	return linCheck{Result: res, Info: info, Checked: len(ops), Stage: "every unknown write"}
+}
+
+// failureTime is where porcupine got stuck on a one-key history: the
+// earliest return of an operation not in its longest partial
+// linearization.
+func failureTime(ops []porcupine.Operation, info porcupine.LinearizationInfo) int64 {
+	var longest []int
+	for _, partition := range info.PartialLinearizations() {
+		for _, l := range partition {
+			if len(l) > len(longest) {
+				longest = l
+			}
+		}
+	}
+	in := map[int]bool{}
+	for _, i := range longest {
+		in[i] = true
+	}
+	tau := int64(math.MaxInt64)
+	for i, op := range ops {
+		if !in[i] {
+			tau = min(tau, op.Return)
+		}
+	}
+	return tau
 }
 
 // culprits finds, key by key, the writes that failed with ErrUnavailable
 // whose application the key's history needs beyond those whose values
 // were seen (checkValues names them): those that alone make it
 // linearizable, else all of that key's.
-func culprits(recs []record, seen map[int]bool, timeout time.Duration) []string {
-	byKey := map[uint64][]int{}
-	for i, r := range recs {
-		byKey[r.In.Key] = append(byKey[r.In.Key], i)
-	}
+func culprits(recs []record, keys map[uint64][]int, seen map[int]bool, must, may func(int) bool, deadline time.Time) []string {
 	var out []string
-	for _, k := range slices.Sorted(maps.Keys(byKey)) {
-		ops := func(extra int) []porcupine.Operation {
-			var ops []porcupine.Operation
-			for _, i := range byKey[k] {
-				switch r := recs[i]; {
-				case r.Class == clsDone:
-					ops = append(ops, toOperation(r, false))
-				case r.Class == clsUnknown || i == extra || r.Class == clsNotApplied && seen[i]:
-					ops = append(ops, toOperation(r, true))
-				}
-			}
-			return ops
-		}
-		if porcupine.CheckOperationsTimeout(registerModel, ops(-1), timeout) != porcupine.Illegal {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
+		idx := keys[k]
+		if checkKey(recs, idx, seen, must, may, deadline).Result != porcupine.Illegal {
 			continue
 		}
 		var all, enough []string
-		for _, i := range byKey[k] {
-			if recs[i].Class != clsNotApplied || seen[i] {
+		for _, j := range idx {
+			if recs[j].Class != clsNotApplied || must(j) {
 				continue
 			}
-			all = append(all, recs[i].describeLong())
-			if porcupine.CheckOperationsTimeout(registerModel, ops(i), timeout) == porcupine.Ok {
-				enough = append(enough, recs[i].describeLong())
+			all = append(all, recs[j].describeLong())
+			with := func(i int) bool { return i == j || must(i) }
+			if checkKey(recs, idx, seen, with, may, deadline).Result == porcupine.Ok {
+				enough = append(enough, recs[j].describeLong())
 			}
 		}
 		switch {
@@ -407,37 +551,6 @@ func culprits(recs []record, seen map[int]bool, timeout time.Duration) []string 
 				k, len(enough), strings.Join(enough, "\n\t")))
 		default:
 			out = append(out, fmt.Sprintf("k%d needs more than one of its writes that failed with ErrUnavailable applied: %s", k, strings.Join(all, "; ")))
-		}
-	}
-	return out
-}
-
-// linearizable runs porcupine on the history, with the writes that
-// failed with ErrUnavailable as of unknown outcome or left out. It runs in
-// stages, cheapest first: the writes of unknown outcome that nothing saw
-// left out (each of them could come last and change nothing, so if this
-// passes, the whole history does), then all of them.
-func linearizable(recs []record, seen map[int]bool, notAppliedUnknown bool, timeout time.Duration) linCheck {
-	var out linCheck
-	for _, all := range []bool{false, true} {
-		var ops []porcupine.Operation
-		for i, r := range recs {
-			switch {
-			case r.Class == clsDone:
-				ops = append(ops, toOperation(r, false))
-			case r.Class == clsUnknown || r.Class == clsNotApplied && notAppliedUnknown:
-				if seen[i] || all {
-					ops = append(ops, toOperation(r, true))
-				}
-			}
-		}
-		out.Result, out.Info = porcupine.CheckOperationsVerbose(registerModel, ops, timeout)
-		out.Checked, out.Stage = len(ops), "unknown writes nothing saw left out"
-		if all {
-			out.Stage = "every unknown write"
-		}
-		if out.Result != porcupine.Illegal {
-			return out // Ok, or timed out (the bigger stage would too)
 		}
 	}
 	return out

@@ -1,0 +1,88 @@
+package client
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+)
+
+// Sharding is the area of the operator's calls on bucket placement; get it
+// with Client.Sharding.
+type Sharding struct{ c *Client }
+
+// Sharding returns the client's bucket-placement calls.
+func (c *Client) Sharding() Sharding { return Sharding{c: c} }
+
+func (s Sharding) call(ctx context.Context, op string, idempotent bool, f func(context.Context, datav1.ShardingServiceClient, ...grpc.CallOption) error) error {
+	return s.c.invoke(ctx, op, callOptions{idempotent: idempotent}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		return f(ctx, datav1.NewShardingServiceClient(conn), opts...)
+	})
+}
+
+// Status returns the rebalancer's view: targets, actual counts, moves.
+func (s Sharding) Status(ctx context.Context) (*datav1.RebalanceStatusResponse, error) {
+	var resp *datav1.RebalanceStatusResponse
+	err := s.call(ctx, "rebalance status", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = c.RebalanceStatus(ctx, &datav1.RebalanceStatusRequest{}, opts...)
+		return err
+	})
+	return resp, err
+}
+
+// SetWeight sets a replicaset's weight (0 drains it).
+func (s Sharding) SetWeight(ctx context.Context, replicaset string, weight uint32) error {
+	return s.call(ctx, "set weight", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		_, err := c.SetWeight(ctx, &datav1.SetWeightRequest{ReplicasetId: replicaset, Weight: weight}, opts...)
+		return err
+	})
+}
+
+// SetLocked locks or unlocks a replicaset.
+func (s Sharding) SetLocked(ctx context.Context, replicaset string, locked bool) error {
+	return s.call(ctx, "lock replicaset", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		_, err := c.SetLocked(ctx, &datav1.SetLockedRequest{ReplicasetId: replicaset, Locked: locked}, opts...)
+		return err
+	})
+}
+
+// MoveBucket starts moving a bucket to a replicaset (not idempotent: a
+// second start of the same move is refused while the first runs).
+func (s Sharding) MoveBucket(ctx context.Context, bucket uint32, to string) (*datav1.MoveInfo, error) {
+	var resp *datav1.MoveBucketResponse
+	err := s.call(ctx, "move bucket", false, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = c.MoveBucket(ctx, &datav1.MoveBucketRequest{Bucket: bucket, To: to}, opts...)
+		return err
+	})
+	return resp.GetMove(), err
+}
+
+// PinBucket pins or unpins a bucket.
+func (s Sharding) PinBucket(ctx context.Context, bucket uint32, pinned bool) error {
+	return s.call(ctx, "pin bucket", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		_, err := c.PinBucket(ctx, &datav1.PinBucketRequest{Bucket: bucket, Pinned: pinned}, opts...)
+		return err
+	})
+}
+
+// SetRebalancer changes the rebalancer's settings.
+func (s Sharding) SetRebalancer(ctx context.Context, settings *datav1.RebalancerSettings) error {
+	return s.call(ctx, "set rebalancer", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		_, err := c.SetRebalancer(ctx, &datav1.SetRebalancerRequest{Settings: settings}, opts...)
+		return err
+	})
+}
+
+// Reshard runs one step of the seed's procedure.
+func (s Sharding) Reshard(ctx context.Context, step datav1.ReshardStep) (*datav1.ReshardResponse, error) {
+	var resp *datav1.ReshardResponse
+	err := s.call(ctx, "reshard", step == datav1.ReshardStep_RESHARD_STEP_PLAN, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
+		var err error
+		resp, err = c.Reshard(ctx, &datav1.ReshardRequest{Step: step}, opts...)
+		return err
+	})
+	return resp, err
+}
