@@ -1,0 +1,231 @@
+package robustness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// The faults the nemesis injects, one at a time; after each the cluster
+// must become whole again (every instance Online, leaders agreed) before
+// the next.
+const (
+	// faultKillWorker: SIGKILL the worker; its supervisor starts a new
+	// one (the realistic crash-restart of an instance).
+	faultKillWorker = "kill-worker"
+	// faultCrash: SIGKILL supervisor and worker; the harness starts the
+	// instance again after a pause (a lost machine that comes back).
+	faultCrash = "crash"
+	// faultStall: SIGSTOP the instance, SIGCONT it after a pause (a
+	// stalled process: the leader that does not know it was replaced).
+	faultStall = "stall"
+	// faultRestart: SIGTERM (graceful shutdown) and start again.
+	faultRestart = "restart"
+	// faultCrashQuorum: SIGKILL the target and one more instance (the
+	// replicaset loses its quorum), start both again after a pause.
+	faultCrashQuorum = "crash-quorum"
+	// faultCrashAll: SIGKILL every instance at once and start them again
+	// (a cold restart: whatever was acknowledged must have been durable).
+	faultCrashAll = "crash-all"
+)
+
+var allFaults = []string{faultKillWorker, faultCrash, faultStall, faultRestart, faultCrashQuorum, faultCrashAll}
+
+// nemesisConfig shapes the faults.
+type nemesisConfig struct {
+	faults []string
+	// quiet is the pause between the cluster being whole and the next
+	// fault, at most (random, at least a quarter of it).
+	quiet time.Duration
+	// hold is how long a crashed instance stays down or a stalled one
+	// stopped, at most (random, at least 500ms).
+	hold time.Duration
+	// recover bounds the wait for the cluster to be whole after a fault.
+	recover time.Duration
+	// termTimeout bounds the wait for an instance to exit after SIGTERM
+	// (its --shutdown-timeout plus a margin).
+	termTimeout time.Duration
+}
+
+type nemesis struct {
+	c   *cluster
+	cfg nemesisConfig
+	rng *rand.Rand
+	h   *history
+	log func(format string, args ...any)
+
+	mu     sync.Mutex
+	events []event
+	counts map[string]int
+}
+
+func newNemesis(c *cluster, cfg nemesisConfig, seed uint64, h *history, log func(string, ...any)) *nemesis {
+	return &nemesis{c: c, cfg: cfg, rng: rand.New(rand.NewPCG(seed, 0)), h: h, log: log, counts: map[string]int{}}
+}
+
+func (n *nemesis) record(e event) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.events = append(n.events, e)
+}
+
+func (n *nemesis) history() ([]event, map[string]int) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	counts := map[string]int{}
+	for k, v := range n.counts {
+		counts[k] = v
+	}
+	return slices.Clone(n.events), counts
+}
+
+func (n *nemesis) between(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(n.rng.Int64N(int64(hi-lo)))
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// run injects faults until the deadline (or ctx ends), then returns with
+// every instance running; an error says a fault could not be injected or
+// the cluster did not become whole after one.
+func (n *nemesis) run(ctx context.Context, until time.Time) error {
+	for time.Now().Before(until) {
+		if !sleep(ctx, n.between(n.cfg.quiet/4, n.cfg.quiet)) {
+			return nil
+		}
+		if !time.Now().Before(until) {
+			return nil
+		}
+		fault := n.cfg.faults[n.rng.IntN(len(n.cfg.faults))]
+		rs, g0 := n.c.leaders(ctx)
+		var target *instance
+		var why string
+		switch n.rng.IntN(3) {
+		case 0:
+			target, why = rs, "the replicaset's leader"
+		case 1:
+			target, why = g0, "group 0's leader"
+		}
+		if target == nil {
+			target, why = n.c.insts[n.rng.IntN(len(n.c.insts))], "at random"
+		}
+		desc := fmt.Sprintf("%s %s (%s; replicaset leader %s, group-0 leader %s)", fault, target.name, why, nameOf(rs), nameOf(g0))
+		e := event{Start: n.h.now(), What: desc}
+		n.log("nemesis: %s", desc)
+		detail, err := n.inject(ctx, fault, target)
+		e.End = n.h.now()
+		if detail != "" {
+			e.What += ": " + detail
+		}
+		n.record(e)
+		n.mu.Lock()
+		n.counts[fault]++
+		n.mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("%s: %w", desc, err)
+		}
+		began := time.Now()
+		if err := n.c.waitHealthy(ctx, n.cfg.recover); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("after %s: %w", desc, err)
+		}
+		n.log("nemesis: whole again %.1fs after %s %s", time.Since(began).Seconds(), fault, target.name)
+	}
+	return nil
+}
+
+func nameOf(inst *instance) string {
+	if inst == nil {
+		return "unknown"
+	}
+	return inst.name
+}
+
+// inject does one fault and undoes it (restarts, resumes) before it
+// returns, also when ctx ends.
+func (n *nemesis) inject(ctx context.Context, fault string, target *instance) (string, error) {
+	hold := n.between(500*time.Millisecond, n.cfg.hold)
+	switch fault {
+	case faultKillWorker:
+		pid, err := target.killWorker()
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("worker pid %d killed", pid), nil
+	case faultCrash:
+		target.kill()
+		sleep(ctx, hold)
+		return fmt.Sprintf("down for %v", hold.Round(time.Millisecond)), target.start()
+	case faultCrashQuorum, faultCrashAll:
+		victims := []*instance{target}
+		others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == target })
+		if fault == faultCrashAll {
+			victims = append(victims, others...)
+		} else {
+			victims = append(victims, others[n.rng.IntN(len(others))])
+		}
+		var names []string
+		for _, v := range victims {
+			v.kill()
+			names = append(names, v.name)
+		}
+		sleep(ctx, hold)
+		var errs []error
+		for _, v := range victims {
+			errs = append(errs, v.start())
+		}
+		return fmt.Sprintf("%s down for %v", strings.Join(names, ", "), hold.Round(time.Millisecond)), errors.Join(errs...)
+	case faultStall:
+		if err := target.stop(); err != nil {
+			return "", err
+		}
+		sleep(ctx, hold)
+		return fmt.Sprintf("stopped for %v", hold.Round(time.Millisecond)), target.cont()
+	case faultRestart:
+		began := time.Now()
+		termErr := target.term(n.cfg.termTimeout)
+		took := time.Since(began)
+		if err := target.start(); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("exited %v after SIGTERM", took.Round(time.Millisecond)), termErr
+	}
+	return "", fmt.Errorf("unknown fault %q (want one of %s)", fault, strings.Join(allFaults, ", "))
+}
+
+// heal makes sure that every instance runs and none is stopped.
+func (c *cluster) heal() error {
+	for _, inst := range c.insts {
+		if _, stopped := inst.current(); stopped {
+			if err := inst.cont(); err != nil {
+				return err
+			}
+		}
+		if !inst.running() {
+			if err := inst.start(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
