@@ -208,7 +208,7 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		timeout = o.timeout
 	}
 	var tried []string
-	var last *Error
+	var last, unknown *Error // unknown: the first attempt whose outcome is unknown
 	for _, addr := range c.candidates() {
 		if ctx.Err() != nil {
 			break
@@ -237,7 +237,13 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 			e.Msg = fmt.Sprintf("did not answer within %v", timeout)
 		}
 		if !e.Retryable {
+			if unknown != nil && !errors.Is(e, ErrOutcomeUnknown) {
+				return outcomeUnknownAfter(unknown, e)
+			}
 			return e
+		}
+		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
+			unknown = e
 		}
 		c.log.Debug("instance did not serve the call; trying the next", "op", op, "peer", addr, "err", e.Msg)
 		tried = append(tried, addr)
@@ -248,6 +254,9 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 	}
 	if len(tried) > 1 {
 		last.Msg = fmt.Sprintf("%s (tried %s)", last.Msg, strings.Join(tried, ", "))
+	}
+	if unknown != nil && !errors.Is(last, ErrOutcomeUnknown) {
+		return outcomeUnknownAfter(unknown, last)
 	}
 	return last
 }

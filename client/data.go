@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -34,7 +35,16 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	call func(ctx context.Context, dc datav1.DataServiceClient) error,
 ) error {
 	backoff := 10 * time.Millisecond
-	var last *Error
+	// unknown is the first attempt of a write whose outcome is unknown:
+	// a write retried under the same request id is applied at most once,
+	// but if the call gives up, it must not say "nothing was done".
+	var last, unknown *Error
+	giveUp := func(e *Error) *Error {
+		if unknown != nil && rw && !errors.Is(e, ErrOutcomeUnknown) {
+			return outcomeUnknownAfter(unknown, e)
+		}
+		return e
+	}
 	for attempt := 0; attempt < c.cfg.Attempts; attempt++ {
 		rt := c.routingFor(ctx)
 		rs, addr := c.addressFor(rt, b, rw)
@@ -59,7 +69,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		if ctx.Err() != nil {
 			e := newError(op, addr, ctx.Err(), idempotent)
 			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
-			return e
+			return giveUp(e)
 		}
 		if rd := redirectOf(err); rd != nil {
 			last = newError(op, addr, err, idempotent)
@@ -75,7 +85,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 				_, _ = c.refresh(ctx)
 			}
 			if sleepCtx(ctx, backoff) {
-				return last
+				return giveUp(last)
 			}
 			backoff = min(2*backoff, 500*time.Millisecond)
 			continue
@@ -85,7 +95,10 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			e.Msg = fmt.Sprintf("did not answer within %v", c.cfg.Timeout)
 		}
 		if !e.Retryable {
-			return e
+			return giveUp(e)
+		}
+		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
+			unknown = e
 		}
 		last = e
 		if rw && rs != "" {
@@ -94,7 +107,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		}
 		c.log.Debug("data call not served; retrying", "op", op, "peer", addr, "err", e.Msg)
 		if sleepCtx(ctx, backoff) {
-			return last
+			return giveUp(last)
 		}
 		backoff = min(2*backoff, 500*time.Millisecond)
 	}
@@ -102,7 +115,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		return newError(op, "", context.DeadlineExceeded, idempotent)
 	}
 	last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, c.cfg.Attempts)
-	return last
+	return giveUp(last)
 }
 
 func firstOf(a, b string) string {

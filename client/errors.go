@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,8 +20,10 @@ var (
 	// now (no leader, no quorum). Nothing was done; a retry is safe.
 	ErrUnavailable = errors.New("cluster unavailable")
 	// ErrOutcomeUnknown: the call may or may not have taken effect (an
-	// instance did not answer in time after the request was sent). A retry
-	// is safe only for a call that is idempotent; Error.Retryable says.
+	// instance did not answer in time, or its connection broke, after the
+	// request was sent; or a retry failed after an earlier attempt's
+	// outcome was unknown). A retry is safe only for a call that is
+	// idempotent; Error.Retryable says.
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrInvalid: the request itself is wrong; fix it, do not retry.
 	ErrInvalid = errors.New("invalid request")
@@ -120,6 +123,9 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 	}
 	st := status.Convert(err)
 	kind := kindOf(st.Code())
+	if brokeAfterSending(st) {
+		kind = ErrOutcomeUnknown
+	}
 	retry := errors.Is(kind, ErrUnavailable) || (errors.Is(kind, ErrOutcomeUnknown) || errors.Is(kind, ErrInternal)) && idempotent
 	e := &Error{Op: op, Peer: peer, Code: st.Code(), Msg: st.Message(), Retryable: retry, kind: kind}
 	for _, d := range st.Details() {
@@ -131,4 +137,40 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 		}
 	}
 	return e
+}
+
+// brokeAfterSending reports whether an Unavailable answer is gRPC's own
+// report of a connection that broke while the call was under way (the
+// request may have reached the instance and been applied), as opposed to
+// an instance's refusal (which says what it refused) or a connection that
+// could not be made (gRPC's "connection error: ...": nothing was sent).
+func brokeAfterSending(st *status.Status) bool {
+	if st.Code() != codes.Unavailable || len(st.Details()) > 0 {
+		return false
+	}
+	msg := st.Message()
+	if strings.HasPrefix(msg, "connection error:") {
+		return false
+	}
+	for _, m := range []string{
+		"error reading from server", "transport is closing", "the connection is draining",
+		"connection reset", "broken pipe", "RST_STREAM", "EOF", "connection closed",
+	} {
+		if strings.Contains(msg, m) {
+			return true
+		}
+	}
+	return false
+}
+
+// outcomeUnknownAfter is the error of a call that gave up after an
+// attempt whose outcome is unknown (first): whatever the later attempts
+// met, that attempt may have been applied.
+func outcomeUnknownAfter(first, last *Error) *Error {
+	e := *first
+	e.kind = ErrOutcomeUnknown
+	if last != nil && last != first {
+		e.Msg = fmt.Sprintf("%s; the retries did not learn its outcome: %s", first.Msg, last.Error())
+	}
+	return &e
 }
