@@ -86,6 +86,11 @@ func (b *BucketService) Receive(ctx context.Context, req *rspb.ReceiveRequest) (
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
+	if st.GetState() == rspb.BucketState_STATE_ACTIVE && st.GetGeneration() == req.GetGeneration() {
+		// The copy completed and the bucket was activated at this
+		// generation: a mover that died before recording it asks again.
+		return &rspb.ReceiveResponse{CopiedBySpace: map[uint32]uint64{}}, nil
+	}
 	if st.GetState() != rspb.BucketState_STATE_RECEIVING || st.GetGeneration() != req.GetGeneration() {
 		return nil, status.Errorf(codes.FailedPrecondition, "bucket %d is %s on %s, not receiving at generation %d", req.GetBucket(), describeRecord(st), s.cfg.ReplicasetID, req.GetGeneration())
 	}
