@@ -1,6 +1,7 @@
 package demo
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -8,18 +9,30 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // Options configures Run.
 type Options struct {
-	// Instances to start (default 3).
+	// Instances to start (default 6).
 	Instances int
+	// ReplicationFactor is the cluster's (default 3: six instances make
+	// two replicasets of three).
+	ReplicationFactor int
+	// Rows is how many rows the sample space gets (0: no sample space).
+	Rows int
+	// Redraw draws each status table over the last one (for a terminal)
+	// instead of printing them one after another.
+	Redraw bool
 	// Dir keeps the instances' data dirs and logs (default: a new temp
 	// dir, removed at the end).
 	Dir string
@@ -40,7 +53,13 @@ type demoInstance struct {
 // table until ctx ends, then stops them with SIGTERM.
 func Run(ctx context.Context, o Options, out io.Writer) error {
 	if o.Instances == 0 {
-		o.Instances = 3
+		o.Instances = 6
+	}
+	if o.ReplicationFactor == 0 {
+		o.ReplicationFactor = min(3, o.Instances)
+	}
+	if o.ReplicationFactor < 1 || o.ReplicationFactor > o.Instances {
+		return fmt.Errorf("demo: --replication-factor %d: want 1..%d (the number of instances)", o.ReplicationFactor, o.Instances)
 	}
 	if o.Every == 0 {
 		o.Every = 2 * time.Second
@@ -88,7 +107,7 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		// last ones have no quorum left to record their Offline grade.
 		in.cmd = exec.Command(exe, "run", "--instance-id", name, "--listen", in.listen, "--http-listen", in.http,
 			"--peer", strings.Join(peers[:min(3, len(peers))], ","), "--data-dir", filepath.Join(o.Dir, name),
-			"--shutdown-timeout", "5s")
+			"--shutdown-timeout", "5s", "--init-replication-factor", strconv.Itoa(o.ReplicationFactor))
 		in.cmd.Stdout, in.cmd.Stderr = logf, logf
 		// Their own process group: Ctrl+C reaches the demo, which stops them in order.
 		in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -108,11 +127,14 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	fmt.Fprintf(out, "shardkit demo: %d instances on %s; data and logs in %s; Ctrl+C to stop\n", len(insts), strings.Join(peers, " "), o.Dir)
-	fmt.Fprintf(out, "  in another terminal: %s status --peer %s\n", filepath.Base(exe), strings.Join(peers, ","))
-	for i, in := range insts {
-		fmt.Fprintf(out, "  i%d  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster  log %s\n",
-			i+1, in.listen, in.http, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
+	var header bytes.Buffer
+	writeHeader(&header, o, insts, peers, filepath.Base(exe))
+	if !o.Redraw {
+		_, _ = out.Write(header.Bytes())
+	}
+	sample := &sampleData{rows: o.Rows}
+	if o.Rows > 0 {
+		go sample.load(ctx, cl)
 	}
 	tick := time.NewTicker(o.Every)
 	defer tick.Stop()
@@ -125,22 +147,168 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			return nil
 		case <-tick.C:
 		}
-		st, err := cl.Status(ctx, false)
-		fmt.Fprintf(out, "\n--- %s ---\n", time.Now().Format(time.TimeOnly))
-		if err != nil {
-			fmt.Fprintf(out, "no status yet: %v\n", err)
-			continue
+		var frame bytes.Buffer
+		if o.Redraw {
+			frame.WriteString("\x1b[H\x1b[2J") // home, clear the screen
+			frame.Write(header.Bytes())
 		}
-		if err := statusview.WriteTable(out, statusview.FromProto(st, false)); err != nil {
+		fmt.Fprintf(&frame, "\n--- %s ---\n", time.Now().Format(time.TimeOnly))
+		st, err := cl.Status(ctx, false)
+		if err != nil {
+			fmt.Fprintf(&frame, "no status yet: %v\n", err)
+		} else {
+			if err := statusview.WriteTable(&frame, statusview.FromProto(st, false)); err != nil {
+				return err
+			}
+			frame.WriteString(bucketsNote + "\n")
+		}
+		if o.Rows > 0 {
+			fmt.Fprintf(&frame, "sample space %s: %s\n", sampleSpace, sample.String())
+		}
+		if _, err := out.Write(frame.Bytes()); err != nil {
 			return err
 		}
-		fmt.Fprintln(out, bucketsNote)
 	}
+}
+
+// writeHeader prints where the instances are and the commands to try.
+func writeHeader(w io.Writer, o Options, insts []*demoInstance, peers []string, exe string) {
+	rs := o.Instances / o.ReplicationFactor
+	fmt.Fprintf(w, "shardkit demo: %d instances, replication factor %d (%d replicasets); data and logs in %s; Ctrl+C to stop\n",
+		len(insts), o.ReplicationFactor, rs, o.Dir)
+	for i, in := range insts {
+		fmt.Fprintf(w, "  i%d  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster  log %s\n",
+			i+1, in.listen, in.http, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
+	}
+	p := strings.Join(peers[:min(3, len(peers))], ",")
+	fmt.Fprintf(w, "in another terminal (docs/data.md walks through more):\n")
+	fmt.Fprintf(w, "  %s status --peer %s\n", exe, p)
+	if o.Rows > 0 {
+		fmt.Fprintf(w, "  %s space list --peer %s\n", exe, p)
+		fmt.Fprintf(w, "  %s select --peer %s %s '[7, \"o3\"]'\n", exe, p, sampleSpace)
+		fmt.Fprintf(w, "  %s insert --peer %s %s '[7, \"pen\", 1.5]'\n", exe, p, sampleSpace)
+		fmt.Fprintf(w, "  %s update --peer %s %s '[7, \"o3\"]' '[[\"+\", \"price\", 1]]'\n", exe, p, sampleSpace)
+		fmt.Fprintf(w, "  %s space count --peer %s %s\n", exe, p, sampleSpace)
+		fmt.Fprintf(w, "  %s map-call --peer %s count '[\"%s\"]'\n", exe, p, sampleSpace)
+	}
+	fmt.Fprintf(w, "  %s rebalance status --peer %s\n", exe, p)
 }
 
 // bucketsNote explains the two bucket columns under each table.
 const bucketsNote = "(BUCKETS: what a replicaset holds now; TARGET_BUCKETS: what its weight asks for.\n" +
-	" Buckets move to their targets once the data layer's bucket mover lands; until then they stay put.)"
+	" The rebalancer moves buckets toward their targets, a few at a time: `shardkit rebalance status`.)"
+
+// sampleSpace is the demo's space: offers of shops, a shop's offers in
+// the shop's bucket (docs/data.md uses it).
+const sampleSpace = "offers"
+
+// sampleData creates the sample space and fills it, and says how far it
+// got.
+type sampleData struct {
+	rows   int
+	loaded atomic.Int64
+	mu     sync.Mutex
+	state  string
+}
+
+func (d *sampleData) set(format string, args ...any) {
+	d.mu.Lock()
+	d.state = fmt.Sprintf(format, args...)
+	d.mu.Unlock()
+}
+
+func (d *sampleData) String() string {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.state == "" {
+		return fmt.Sprintf("loading, %d of %d rows", d.loaded.Load(), d.rows)
+	}
+	return d.state
+}
+
+// load waits for the cluster to take DDL, creates the space (if it is
+// not there from an earlier run in the same --data-dir) and replaces
+// Rows rows into it: shop k/10+1, offer "o<k%10+1>", price k/100.
+func (d *sampleData) load(ctx context.Context, cl *client.Client) {
+	def := client.SpaceDef{
+		Name: sampleSpace,
+		Format: tuple.Format{
+			{Name: "shop", Type: tuple.TypeUnsigned},
+			{Name: "offer", Type: tuple.TypeString},
+			{Name: "price", Type: tuple.TypeDouble, Nullable: true},
+		},
+		PrimaryKey:  []string{"shop", "offer"},
+		ShardingKey: 1,
+	}
+	d.set("waiting for the cluster to form")
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := cl.CreateSpace(cctx, def, true)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		d.set("waiting for the cluster to take DDL: %v", err)
+		if sleep(ctx, time.Second) {
+			return
+		}
+	}
+	d.set("")
+	sp := cl.Space(sampleSpace)
+	next := atomic.Int64{}
+	var wg sync.WaitGroup
+	var failed atomic.Pointer[error]
+	for range 16 {
+		wg.Go(func() {
+			for {
+				k := next.Add(1) - 1
+				if k >= int64(d.rows) || ctx.Err() != nil {
+					return
+				}
+				t := tuple.Tuple{tuple.Uint(uint64(k/10 + 1)), tuple.String(fmt.Sprintf("o%d", k%10+1)), tuple.Double(float64(k) / 100)}
+				for {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					_, err := sp.Replace(cctx, t)
+					cancel()
+					if err == nil {
+						d.loaded.Add(1)
+						break
+					}
+					if ctx.Err() != nil {
+						return
+					}
+					failed.Store(&err)
+					if sleep(ctx, 200*time.Millisecond) {
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if ctx.Err() != nil {
+		return
+	}
+	msg := fmt.Sprintf("%d rows (shops 1..%d, offers o1..o10)", d.loaded.Load(), (d.rows+9)/10)
+	if e := failed.Load(); e != nil {
+		msg += fmt.Sprintf("; some writes were retried, the last failure: %v", *e)
+	}
+	d.set("%s", msg)
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return true
+	case <-t.C:
+		return false
+	}
+}
 
 func stopDemo(insts []*demoInstance) {
 	for _, in := range insts {

@@ -87,19 +87,26 @@ func httpGet2(url string) (int, string) {
 // Its logs and data dirs are named by the cluster's instance ids (they
 // used to be named by start order, so i2.log could be the cluster's i1), it
 // says how to run status against it, and it explains the bucket columns.
+// By default six instances with replication factor 3 make two
+// replicasets, and a sample space gets its rows.
 func TestDemo(t *testing.T) {
 	dir := t.TempDir()
-	out, errs, code := shardkit(90*time.Second, "demo", "--duration", "15s", "--every", "3s", "--data-dir", dir)
+	out, errs, code := shardkit(150*time.Second, "demo", "--duration", "40s", "--every", "3s", "--data-dir", dir, "--rows", "200")
 	if code != 0 {
 		t.Fatalf("demo exited %d: %s\n%s", code, errs, out)
 	}
-	if !strings.Contains(out, "stopped") || strings.Count(out, "Online(1)  Online(1)") < 3 {
-		t.Fatalf("demo did not show 3 instances Online:\n%s", out)
+	if !strings.Contains(out, "stopped") || strings.Count(out, "Online(1)  Online(1)") < 6 {
+		t.Fatalf("demo did not show 6 instances Online:\n%s", out)
 	}
-	for _, want := range []string{"in another terminal: shardkit status --peer 127.0.0.1:", "TARGET_BUCKETS: what its weight asks for", "bucket mover"} {
+	for _, want := range []string{"6 instances, replication factor 3 (2 replicasets)", "shardkit status --peer 127.0.0.1:",
+		"shardkit select --peer 127.0.0.1:", "TARGET_BUCKETS: what its weight asks for", "shardkit rebalance status",
+		"sample space offers: 200 rows"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Fatalf("demo redrew the screen although its output is not a terminal:\n%s", out)
 	}
 	// The last table's address of each instance is the one its log's
 	// process listened on.
@@ -114,7 +121,7 @@ func TestDemo(t *testing.T) {
 			}
 		}
 	}
-	for _, id := range []string{"i1", "i2", "i3"} {
+	for _, id := range []string{"i1", "i2", "i3", "i4", "i5", "i6"} {
 		b, err := os.ReadFile(filepath.Join(dir, id+".log"))
 		if err != nil {
 			t.Fatal(err)

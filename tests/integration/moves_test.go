@@ -191,18 +191,20 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 	st := c.waitStatus("1500 buckets on each of two replicasets", 5*time.Minute, func(s *statusJSON) bool {
 		return len(s.Replicasets) == 2 && s.Replicasets[0].BucketCount == 1500 && s.Replicasets[1].BucketCount == 1500
 	})
-	if held := audit(t, c, st); held["r1"] != 1500 || held["r2"] != 1500 {
+	// Replicasets are named after their first instance: r1 and r4 here.
+	src, dst := st.Replicasets[0].ReplicasetID, st.Replicasets[1].ReplicasetID
+	if held := audit(t, c, st); held[src] != 1500 || held[dst] != 1500 {
 		t.Fatalf("after the scale-out the replicasets hold %v", held)
 	}
-	// Drain r2; then its instances may be expelled.
-	if out, errs, code := shardkit(30*time.Second, "replicaset", "weight", "r2", "0", "--peer", c.peers[0]); code != 0 {
+	// Drain the new one; then its instances may be expelled.
+	if out, errs, code := shardkit(30*time.Second, "replicaset", "weight", dst, "0", "--peer", c.peers[0]); code != 0 {
 		t.Fatalf("replicaset weight: %s %s", out, errs)
 	}
 	st = c.waitStatus("r2 drained", 5*time.Minute, func(s *statusJSON) bool {
 		return len(s.Replicasets) == 2 && s.Replicasets[0].BucketCount == 3000 && s.Replicasets[1].BucketCount == 0
 	})
-	if held := audit(t, c, st); held["r1"] != 3000 {
-		t.Fatalf("after the drain r1 holds %d buckets", held["r1"])
+	if held := audit(t, c, st); held[src] != 3000 {
+		t.Fatalf("after the drain %s holds %d buckets", src, held[src])
 	}
 	ld.finish(t)
 	n, err := cl.Count(t.Context(), "kv")
@@ -258,6 +260,8 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	st := c.waitStatus("two replicasets of two", 2*time.Minute, func(s *statusJSON) bool {
 		return s.count(online) == 4 && len(s.Replicasets) == 2 && s.Replicasets[1].Weight > 0
 	})
+	// Replicasets are named after their first instance: r1 and r3 here.
+	src, dst := st.Replicasets[0].ReplicasetID, st.Replicasets[1].ReplicasetID
 	cl := newClient(t, c)
 	createSpace(t, cl)
 	const rows = 3000
@@ -268,7 +272,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	}
 	type scenario struct {
 		failpoint string
-		rs        string // whose member dies: "r1" (the source), "r2" (the destination), "" (the group-0 leader: the mover)
+		rs        string // whose member dies: src, dst, "" (the group-0 leader: the mover)
 		leader    bool
 	}
 	var scenarios []scenario
@@ -278,7 +282,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	rsSteps := []struct {
 		state string
 		rs    string
-	}{{"STATE_SENDING", "r1"}, {"STATE_RECEIVING", "r2"}, {"STATE_ACTIVE", "r2"}, {"STATE_GARBAGE", "r1"}}
+	}{{"STATE_SENDING", src}, {"STATE_RECEIVING", dst}, {"STATE_ACTIVE", dst}, {"STATE_GARBAGE", src}}
 	all := os.Getenv("SHARDKIT_MOVE_FAILPOINTS_ALL") != ""
 	for i, s := range rsSteps {
 		fp := replicaset.FailpointAppliedSetBucket + "/" + s.state
@@ -288,7 +292,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 			scenarios = append(scenarios, scenario{fp, s.rs, i%2 == 0})
 		}
 	}
-	scenarios = append(scenarios, scenario{replicaset.FailpointAppliedCopyChunk, "r2", false})
+	scenarios = append(scenarios, scenario{replicaset.FailpointAppliedCopyChunk, dst, false})
 
 	// Buckets that hold rows, from r1.
 	var buckets []uint32
@@ -329,7 +333,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 		setFailpoint(t, victim, sc.failpoint, "kill")
 		b := buckets[i]
 		what := fmt.Sprintf("scenario %d: bucket %d, %s on %s (%s, leader %v)", i, b, sc.failpoint, victim.name, sc.rs, sc.leader)
-		if out, errs, code := shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", "r2", "--peer", strings.Join(c.peers, ",")); code != 0 {
+		if out, errs, code := shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", dst, "--peer", strings.Join(c.peers, ",")); code != 0 {
 			t.Fatalf("%s: bucket move: %s %s", what, out, errs)
 		}
 		c.waitStatus(what+": the move done", 3*time.Minute, func(*statusJSON) bool {
@@ -354,8 +358,8 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	}
 	st = c.waitStatus("every instance Online", 2*time.Minute, func(s *statusJSON) bool { return s.count(online) == 4 })
 	held := audit(t, c, st)
-	if held["r2"] != len(scenarios) {
-		t.Errorf("r2 holds %d buckets, want the %d moved", held["r2"], len(scenarios))
+	if held[dst] != len(scenarios) {
+		t.Errorf("%s holds %d buckets, want the %d moved", dst, held[dst], len(scenarios))
 	}
 	n, err := cl.Count(t.Context(), "kv")
 	if err != nil || n != rows {
