@@ -533,6 +533,9 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 		return nil, noSpace(0, req.GetSpace())
 	}
 	count, _ := s.cfg.Zero.Buckets()
+	if count == 0 {
+		return nil, status.Errorf(codes.Unavailable, "this instance does not know the bucket count yet (it has not caught up with group 0); retry")
+	}
 	if req.GetBucket() < 1 || req.GetBucket() > count {
 		return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", req.GetBucket(), count)
 	}

@@ -393,11 +393,25 @@ func (r *Router) bucketOf(sp Space, key []tuple.Value) (uint32, error) {
 	return b, nil
 }
 
+// checkBucket refuses a bucket number outside [1, bucket_count], or says
+// to retry while this instance does not know the bucket count yet (group
+// 0 not caught up).
+func (r *Router) checkBucket(b uint32) error {
+	n := r.cfg.Topology.BucketCount()
+	switch {
+	case n == 0:
+		return status.Errorf(codes.Unavailable, "this instance does not know the bucket count yet (it has not caught up with group 0); retry")
+	case b < 1 || b > n:
+		return status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", b, n)
+	}
+	return nil
+}
+
 // bucketOfWrite returns a write's bucket: its own, or the first op's key's.
 func (r *Router) bucketOfWrite(req *datav1.WriteRequest) (uint32, error) {
 	if b := req.GetBucket(); b != 0 {
-		if b > r.cfg.Topology.BucketCount() {
-			return 0, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", b, r.cfg.Topology.BucketCount())
+		if err := r.checkBucket(b); err != nil {
+			return 0, err
 		}
 		return b, nil
 	}
@@ -461,8 +475,8 @@ func (r *Router) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetRe
 // Range implements DataService.
 func (r *Router) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.RangeResponse, error) {
 	b := req.GetBucket()
-	if b < 1 || b > r.cfg.Topology.BucketCount() {
-		return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", b, r.cfg.Topology.BucketCount())
+	if err := r.checkBucket(b); err != nil {
+		return nil, err
 	}
 	if req.GetSchemaVersion() == 0 {
 		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
@@ -507,8 +521,8 @@ func (r *Router) Call(ctx context.Context, req *datav1.CallRequest) (*datav1.Cal
 	switch {
 	case rsID != "":
 	case req.GetBucket() != 0:
-		if req.GetBucket() > r.cfg.Topology.BucketCount() {
-			return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, %d]", req.GetBucket(), r.cfg.Topology.BucketCount())
+		if err := r.checkBucket(req.GetBucket()); err != nil {
+			return nil, err
 		}
 		rsID = r.cfg.Topology.ReplicasetOf(req.GetBucket())
 	default:
