@@ -99,7 +99,9 @@ func (gv *governor) leaveReplicaset(ctx context.Context, st *meta.State, rs *met
 		return nil
 	}
 	// The last member in service: its replicaset takes no buckets now.
-	if rs.GetWeight() != 0 || (expel && !rs.GetExpelled()) {
+	// (An operator's weight stays, unless the replicaset goes: the mover
+	// leaves a replicaset without a leader alone anyway.)
+	if (rs.GetWeight() != 0 && !rs.GetWeightByOperator()) || (expel && !rs.GetExpelled()) {
 		set := &metapb.SetReplicaset{ReplicasetId: rs.GetReplicasetId(), Weight: new(uint32(0))}
 		if expel && len(st.Members(rs.GetReplicasetId())) <= 1 {
 			set.Expelled = new(true)

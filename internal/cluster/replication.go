@@ -86,11 +86,12 @@ func (gv *governor) shardingInit(ctx context.Context, st *meta.State, inst *meta
 }
 
 // toOnline is governor step 6: full replicasets without weight get one
-// (their share of buckets; the data layer moves them), the configuration is
-// pushed again, then Online.
+// (their share of buckets; the data layer moves them) unless the operator
+// set their weight, the configuration is pushed again, then Online.
 func (gv *governor) toOnline(ctx context.Context, st *meta.State, inst *metapb.Instance) error {
 	for _, rs := range st.SortedReplicasets() {
-		if rs.GetExpelled() || rs.GetWeight() != 0 || !gv.full(st, rs, meta.ShardingInitialized, nil) {
+		// An operator's weight (0 to drain it) is never overridden.
+		if rs.GetExpelled() || rs.GetWeight() != 0 || rs.GetWeightByOperator() || !gv.full(st, rs, meta.ShardingInitialized, nil) {
 			continue
 		}
 		gv.log.Info("replicaset is full: raising its weight", "replicaset", rs.GetReplicasetId())

@@ -328,6 +328,12 @@ func (t *txn) setReplicaset(c *metapb.SetReplicaset) Result {
 	if c.Weight != nil {
 		n.Weight = c.GetWeight()
 	}
+	if c.GetWeightByOperator() {
+		if c.Weight == nil {
+			return Result{Err: refuse(CodeInvalid, "replicaset %s: weight_by_operator without a weight", c.GetReplicasetId())}
+		}
+		n.WeightByOperator = true
+	}
 	if c.LeaderInstanceId != nil {
 		n.LeaderInstanceId = c.GetLeaderInstanceId()
 	}

@@ -104,3 +104,24 @@ func TestMovesSurviveReload(t *testing.T) {
 		t.Fatalf("reloaded: moves %v, gen %d, pinned %v, bucket 2 on %s", st.Moves, st.Generation(2), st.Pinned, st.Buckets[1])
 	}
 }
+
+// An operator's weight is marked so that the governor leaves it alone
+// (governor step 6 raises only weights no operator set).
+func TestAnOperatorsWeightIsMarked(t *testing.T) {
+	f := twoReplicasets(t)
+	f.refused(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", WeightByOperator: true}}},
+		"weight_by_operator without a weight")
+	if f.sm.State().Replicasets["r2"].GetWeightByOperator() {
+		t.Fatal("a weight the governor set is marked as the operator's")
+	}
+	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: new(uint32(0)), WeightByOperator: true}}})
+	rs := f.sm.State().Replicasets["r2"]
+	if rs.GetWeight() != 0 || !rs.GetWeightByOperator() {
+		t.Fatalf("after the operator's weight 0: %v", rs)
+	}
+	// A later governor change (no mark) keeps the mark.
+	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: new(uint32(0)), Expelled: new(true)}}})
+	if !f.sm.State().Replicasets["r2"].GetWeightByOperator() {
+		t.Fatal("the operator's mark was lost")
+	}
+}

@@ -104,7 +104,7 @@ func (s *Service) propose(ctx context.Context, c *metapb.Command) (meta.Result, 
 func (s *Service) SetWeight(ctx context.Context, req *datav1.SetWeightRequest) (*datav1.SetWeightResponse, error) {
 	w := req.GetWeight()
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{
-		ReplicasetId: req.GetReplicasetId(), Weight: &w}}}); err != nil {
+		ReplicasetId: req.GetReplicasetId(), Weight: &w, WeightByOperator: true}}}); err != nil {
 		return nil, err
 	}
 	s.m.log.Info("replicaset weight set", "replicaset", req.GetReplicasetId(), "weight", w)

@@ -352,9 +352,12 @@ type Replicaset struct {
 	BootstrapInstanceId string                 `protobuf:"bytes,6,opt,name=bootstrap_instance_id,json=bootstrapInstanceId,proto3" json:"bootstrap_instance_id,omitempty"`
 	Expelled            bool                   `protobuf:"varint,7,opt,name=expelled,proto3" json:"expelled,omitempty"`
 	// Locked: neither sends nor receives buckets.
-	Locked        bool `protobuf:"varint,8,opt,name=locked,proto3" json:"locked,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Locked bool `protobuf:"varint,8,opt,name=locked,proto3" json:"locked,omitempty"`
+	// The weight is the operator's (shardkit replicaset weight): the
+	// governor no longer raises or lowers it.
+	WeightByOperator bool `protobuf:"varint,9,opt,name=weight_by_operator,json=weightByOperator,proto3" json:"weight_by_operator,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Replicaset) Reset() {
@@ -439,6 +442,13 @@ func (x *Replicaset) GetExpelled() bool {
 func (x *Replicaset) GetLocked() bool {
 	if x != nil {
 		return x.Locked
+	}
+	return false
+}
+
+func (x *Replicaset) GetWeightByOperator() bool {
+	if x != nil {
+		return x.WeightByOperator
 	}
 	return false
 }
@@ -2043,9 +2053,11 @@ type SetReplicaset struct {
 	LeaderInstanceId *string                `protobuf:"bytes,3,opt,name=leader_instance_id,json=leaderInstanceId,proto3,oneof" json:"leader_instance_id,omitempty"`
 	Expelled         *bool                  `protobuf:"varint,4,opt,name=expelled,proto3,oneof" json:"expelled,omitempty"`
 	// A locked replicaset neither sends nor receives buckets.
-	Locked        *bool `protobuf:"varint,5,opt,name=locked,proto3,oneof" json:"locked,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Locked *bool `protobuf:"varint,5,opt,name=locked,proto3,oneof" json:"locked,omitempty"`
+	// The weight is the operator's: the governor leaves it alone from now.
+	WeightByOperator bool `protobuf:"varint,6,opt,name=weight_by_operator,json=weightByOperator,proto3" json:"weight_by_operator,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetReplicaset) Reset() {
@@ -2109,6 +2121,13 @@ func (x *SetReplicaset) GetExpelled() bool {
 func (x *SetReplicaset) GetLocked() bool {
 	if x != nil && x.Locked != nil {
 		return *x.Locked
+	}
+	return false
+}
+
+func (x *SetReplicaset) GetWeightByOperator() bool {
+	if x != nil {
+		return x.WeightByOperator
 	}
 	return false
 }
@@ -2585,7 +2604,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\r \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x97\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc5\x02\n" +
 	"\n" +
 	"Replicaset\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x12\n" +
@@ -2595,7 +2614,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x12leader_instance_id\x18\x05 \x01(\tR\x10leaderInstanceId\x122\n" +
 	"\x15bootstrap_instance_id\x18\x06 \x01(\tR\x13bootstrapInstanceId\x12\x1a\n" +
 	"\bexpelled\x18\a \x01(\bR\bexpelled\x12\x16\n" +
-	"\x06locked\x18\b \x01(\bR\x06locked\"\xfb\x04\n" +
+	"\x06locked\x18\b \x01(\bR\x06locked\x12,\n" +
+	"\x12weight_by_operator\x18\t \x01(\bR\x10weightByOperator\"\xfb\x04\n" +
 	"\x11ClusterProperties\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -2747,13 +2767,14 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\vinstance_id\x18\x01 \x01(\tR\n" +
 	"instanceId\x128\n" +
 	"\avariant\x18\x02 \x01(\x0e2\x1e.shardkit.meta.v1.GradeVariantR\avariant\x12@\n" +
-	"\x0fexpected_target\x18\x03 \x01(\v2\x17.shardkit.meta.v1.GradeR\x0eexpectedTarget\"\xfc\x01\n" +
+	"\x0fexpected_target\x18\x03 \x01(\v2\x17.shardkit.meta.v1.GradeR\x0eexpectedTarget\"\xaa\x02\n" +
 	"\rSetReplicaset\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x1b\n" +
 	"\x06weight\x18\x02 \x01(\rH\x00R\x06weight\x88\x01\x01\x121\n" +
 	"\x12leader_instance_id\x18\x03 \x01(\tH\x01R\x10leaderInstanceId\x88\x01\x01\x12\x1f\n" +
 	"\bexpelled\x18\x04 \x01(\bH\x02R\bexpelled\x88\x01\x01\x12\x1b\n" +
-	"\x06locked\x18\x05 \x01(\bH\x03R\x06locked\x88\x01\x01B\t\n" +
+	"\x06locked\x18\x05 \x01(\bH\x03R\x06locked\x88\x01\x01\x12,\n" +
+	"\x12weight_by_operator\x18\x06 \x01(\bR\x10weightByOperatorB\t\n" +
 	"\a_weightB\x15\n" +
 	"\x13_leader_instance_idB\v\n" +
 	"\t_expelledB\t\n" +
