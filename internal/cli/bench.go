@@ -140,4 +140,3 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 	}
 	return err
 }
-
