@@ -275,25 +275,26 @@ func (inst *instance) logTail(n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// cluster is n instances on loopback with one replicaset of all of them.
+// cluster is n instances on loopback in replicasets of rf instances each.
 type cluster struct {
 	t      *testing.T
 	insts  []*instance
 	addrs  []string
+	rf     int
 	logDir string
 	admin  *client.Client
 }
 
-func newCluster(t *testing.T, n int, logDir string) *cluster {
+func newCluster(t *testing.T, n, rf int, logDir string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, logDir: logDir}
+	c := &cluster{t: t, logDir: logDir, rf: rf}
 	ports := freePorts(t, n)
 	for i := range n {
 		dataDir := filepath.Join(t.TempDir(), "data")
 		inst := &instance{name: fmt.Sprintf("n%d", i+1), listen: ports[i], logf: filepath.Join(logDir, fmt.Sprintf("n%d.log", i+1))}
 		inst.args = []string{
 			"--listen", inst.listen, "--peer", strings.Join(ports, ","), "--data-dir", dataDir,
-			"--instance-id", inst.name, "--init-replication-factor", strconv.Itoa(n),
+			"--instance-id", inst.name, "--init-replication-factor", strconv.Itoa(rf),
 			"--auto-offline-timeout", "3s", "--shutdown-timeout", "10s", "--log-level", "debug",
 		}
 		c.insts = append(c.insts, inst)
@@ -349,8 +350,8 @@ func online(i *clusterv1.Instance) bool {
 }
 
 // health says what is missing for the cluster to be whole: every
-// instance running, Online, group 0 with a leader, the replicaset with a
-// leader every running instance agrees on. "" when whole.
+// instance running, Online, group 0 with a leader, each replicaset full
+// and with a leader all its members agree on. "" when whole.
 func (c *cluster) health(ctx context.Context) string {
 	for _, inst := range c.insts {
 		if !inst.running() {
@@ -378,17 +379,25 @@ func (c *cluster) health(ctx context.Context) string {
 				client.FormatGrade(is.GetInstance().GetCurrentGrade()), client.FormatGrade(is.GetInstance().GetTargetGrade()))
 		}
 	}
-	if len(st.GetReplicasets()) != 1 || len(st.GetReplicasets()[0].GetInstances()) != len(c.insts) {
-		return fmt.Sprintf("want one replicaset of %d instances: %v", len(c.insts), st.GetReplicasets())
+	want := len(c.insts) / c.rf
+	if len(st.GetReplicasets()) != want {
+		return fmt.Sprintf("want %d replicasets of %d instances: %v", want, c.rf, st.GetReplicasets())
 	}
-	leaders := c.replicasetLeaders(ctx)
-	if len(leaders) != len(c.insts) {
-		return fmt.Sprintf("not every instance names the replicaset's leader: %v", leaders)
-	}
-	for _, l := range leaders {
-		if l != leaders[c.insts[0].name] {
-			return fmt.Sprintf("instances disagree on the replicaset's leader: %v", leaders)
+	for _, rs := range st.GetReplicasets() {
+		if len(rs.GetInstances()) != c.rf {
+			return fmt.Sprintf("want %d replicasets of %d instances: %v", want, c.rf, st.GetReplicasets())
 		}
+	}
+	views := c.replicasetLeaders(ctx)
+	if len(views) != len(c.insts) {
+		return fmt.Sprintf("not every instance names its replicaset's leader: %v", views)
+	}
+	agreed := map[string]string{}
+	for _, v := range views {
+		if l, ok := agreed[v.rs]; ok && l != v.leader {
+			return fmt.Sprintf("the members of %s disagree on its leader: %v", v.rs, views)
+		}
+		agreed[v.rs] = v.leader
 	}
 	return ""
 }
@@ -411,10 +420,13 @@ func (c *cluster) waitHealthy(ctx context.Context, timeout time.Duration) error 
 	}
 }
 
-// replicasetLeaders asks every running instance which address leads the
+// leaderView is what one instance says of its own replicaset.
+type leaderView struct{ rs, leader string }
+
+// replicasetLeaders asks every running instance which address leads its
 // replicaset (its own raft view, through GetRouting).
-func (c *cluster) replicasetLeaders(ctx context.Context) map[string]string {
-	out := map[string]string{}
+func (c *cluster) replicasetLeaders(ctx context.Context) map[string]leaderView {
+	out := map[string]leaderView{}
 	for _, inst := range c.insts {
 		if !inst.running() {
 			continue
@@ -426,11 +438,14 @@ func (c *cluster) replicasetLeaders(ctx context.Context) map[string]string {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		resp, err := datav1.NewDataServiceClient(conn).GetRouting(rctx, &datav1.GetRoutingRequest{})
 		cancel()
-		if err != nil || len(resp.GetReplicasets()) != 1 {
+		if err != nil {
 			continue
 		}
-		if l := resp.GetReplicasets()[0].GetLeaderAddress(); l != "" {
-			out[inst.name] = l
+		for _, rs := range resp.GetReplicasets() {
+			own := slices.ContainsFunc(rs.GetMembers(), func(m *datav1.Member) bool { return m.GetAddress() == inst.listen })
+			if own && rs.GetLeaderAddress() != "" {
+				out[inst.name] = leaderView{rs: rs.GetReplicasetId(), leader: rs.GetLeaderAddress()}
+			}
 		}
 	}
 	return out
@@ -440,8 +455,8 @@ func (c *cluster) replicasetLeaders(ctx context.Context) map[string]string {
 // the cluster reports them now (nil when unknown).
 func (c *cluster) leaders(ctx context.Context) (rs, g0 *instance) {
 	count := map[string]int{}
-	for _, l := range c.replicasetLeaders(ctx) {
-		count[l]++
+	for _, v := range c.replicasetLeaders(ctx) {
+		count[v.leader]++
 	}
 	best := 0
 	for addr, n := range count {

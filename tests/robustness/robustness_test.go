@@ -30,24 +30,29 @@ const (
 	envClients  = "SHARDKIT_ROBUSTNESS_CLIENTS"  // concurrent clients (default 6)
 	envKeys     = "SHARDKIT_ROBUSTNESS_KEYS"     // keys they share (default 8)
 	envFaults   = "SHARDKIT_ROBUSTNESS_FAULTS"   // comma-separated subset of allFaults
+	// envReplicasets: replicasets of three instances (default 1); with 2
+	// or more, the keys' buckets also move between them at random.
+	envReplicasets = "SHARDKIT_ROBUSTNESS_REPLICASETS"
 )
 
 const defaultDuration = 40 * time.Second
 
 type runConfig struct {
-	duration time.Duration
-	seed     uint64
-	out      string
-	traffic  trafficConfig
-	nemesis  nemesisConfig
+	duration    time.Duration
+	replicasets int
+	seed        uint64
+	out         string
+	traffic     trafficConfig
+	nemesis     nemesisConfig
 }
 
 func configFromEnv(t *testing.T) runConfig {
 	t.Helper()
 	cfg := runConfig{
-		duration: defaultDuration,
-		seed:     uint64(time.Now().UnixNano()),
-		out:      os.Getenv(envOut),
+		duration:    defaultDuration,
+		replicasets: 1,
+		seed:        uint64(time.Now().UnixNano()),
+		out:         os.Getenv(envOut),
 		traffic: trafficConfig{
 			clients: 6, keys: 8,
 			opTimeout: 10 * time.Second, attemptTimeout: 3 * time.Second,
@@ -73,7 +78,7 @@ func configFromEnv(t *testing.T) runConfig {
 		}
 		cfg.seed = s
 	}
-	for name, p := range map[string]*int{envClients: &cfg.traffic.clients, envKeys: &cfg.traffic.keys} {
+	for name, p := range map[string]*int{envClients: &cfg.traffic.clients, envKeys: &cfg.traffic.keys, envReplicasets: &cfg.replicasets} {
 		if v := os.Getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 1 {
@@ -124,7 +129,7 @@ func TestRobustness(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := newCluster(t, 3, logDir)
+	c := newCluster(t, 3*cfg.replicasets, 3, logDir)
 	r := &run{t: t, cfg: cfg, c: c, h: newHistory(), logDir: logDir}
 	defer r.dumpOnFailure()
 	if cfg.out != "" {
@@ -145,7 +150,19 @@ func TestRobustness(t *testing.T) {
 	if err := c.waitHealthy(ctx, 3*time.Minute); err != nil {
 		t.Fatalf("the cluster did not come up: %v", err)
 	}
+	if cfg.replicasets > 1 {
+		// The random moves below are the test's; the rebalancer's 1500
+		// would keep the run from ending with no move in flight.
+		if err := c.admin.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: true}); err != nil {
+			t.Fatalf("disable the rebalancer: %v", err)
+		}
+	}
 	r.prepare(ctx)
+	defer func() {
+		if r.cfg.replicasets > 1 && !t.Failed() {
+			r.auditBuckets(ctx)
+		}
+	}()
 	// A cluster that does not become whole again, or a final read that
 	// keeps failing, fails the run, but the history is checked anyway.
 	if r.traffic(ctx) {
@@ -216,7 +233,23 @@ func (r *run) traffic(ctx context.Context) bool {
 	r.nem = newNemesis(r.c, r.cfg.nemesis, r.cfg.seed, r.h, t.Logf)
 	nctx, cancel := context.WithTimeout(ctx, r.cfg.duration+r.cfg.nemesis.recover+2*time.Minute)
 	defer cancel()
+	var moves moveStats
+	stopMoves := make(chan struct{})
+	movesDone := make(chan struct{})
+	if r.cfg.replicasets > 1 {
+		go func() {
+			defer close(movesDone)
+			moves = r.moveBuckets(nctx, stopMoves)
+		}()
+	} else {
+		close(movesDone)
+	}
 	nemErr := r.nem.run(nctx, time.Now().Add(r.cfg.duration))
+	close(stopMoves)
+	<-movesDone
+	if r.cfg.replicasets > 1 {
+		t.Logf("bucket moves asked: %d, refused: %d (the last refusal: %s)", moves.asked, moves.refused, moves.last)
+	}
 	healErr := r.c.heal()
 	var wholeErr error
 	if healErr == nil {
