@@ -10,8 +10,12 @@ import (
 // The model: every key of the space is a register with a version. A write
 // that succeeds returns its version (the replicaset's log index of the
 // entry that applied it); a read returns the value and version it found.
-// The model treats versions as opaque numbers except that they grow: a
-// later write to a key has a larger version than every earlier one.
+// The model treats versions as opaque numbers except that they grow
+// within a replicaset: a version is the replicaset's group id << 48 | its
+// log index, so a later write to a key on the same replicaset has a larger
+// version than every earlier one there; after the key's bucket moves to
+// another replicaset its versions are that one's and may be smaller
+// (docs/data.md: compare versions for equality only).
 //
 // A write whose outcome is unknown may have been applied at any moment
 // after its call, or never (porcupine places it after everything else,
@@ -97,13 +101,17 @@ type regState struct {
 
 func absent(floor uint64) regState { return regState{Known: true, Floor: floor} }
 
+// notAfter reports whether version v cannot come after version w: both
+// are of the same replicaset and v is not larger.
+func notAfter(v, w uint64) bool { return v>>48 == w>>48 && v <= w }
+
 // learn returns s with its version v as observed; ok is false when v
 // contradicts what the model knows.
 func (s regState) learn(v uint64) (regState, bool) {
 	if s.Known {
 		return s, s.Version == v
 	}
-	if v <= s.Floor {
+	if notAfter(v, s.Floor) {
 		return s, false
 	}
 	s.Version, s.Known, s.Floor = v, true, v
@@ -113,7 +121,7 @@ func (s regState) learn(v uint64) (regState, bool) {
 // written returns the state after a write of value at version v; ok is
 // false when v does not grow.
 func (s regState) written(value string, v uint64) (regState, bool) {
-	if v <= s.Floor || (s.Known && v <= s.Version) {
+	if notAfter(v, s.Floor) || (s.Known && notAfter(v, s.Version)) {
 		return s, false
 	}
 	return regState{Exists: true, Value: value, Version: v, Known: true, Floor: v}, true
