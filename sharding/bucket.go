@@ -12,6 +12,10 @@ import (
 // Bucket ids run from 1 to the count.
 const DefaultBucketCount = 3000
 
+// MaxBucketCount bounds a cluster's bucket count (group 0 keeps a record
+// of every bucket's replicaset).
+const MaxBucketCount = 1 << 20
+
 // Errors of the bucket hash.
 var (
 	ErrInvalidShardingKey = errors.New("sharding: invalid sharding key")

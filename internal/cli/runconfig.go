@@ -74,6 +74,12 @@ func runSettings() []runSetting {
 				c.InitReplicationFactor = n
 				return err
 			}},
+		{name: "init-bucket-count", typ: "int", def: "3000", usage: "number of buckets, used only when this instance bootstraps the cluster (fixed for its life)",
+			apply: func(c *server.InstanceConfig, v string) error {
+				n, err := parseBucketCount(v)
+				c.InitBucketCount = n
+				return err
+			}},
 		{name: "http-listen", typ: "host:port", usage: "HTTP address for /metrics, /health/* and /api/v1/* (off when empty)",
 			apply: func(c *server.InstanceConfig, v string) error {
 				if v == "" {

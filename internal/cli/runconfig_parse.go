@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // Parsers of `shardkit run` setting values. Each takes the raw text (from a
@@ -142,6 +144,17 @@ func parseReplicationFactor(s string) (int, error) {
 	}
 	if n < 1 {
 		return 0, errors.New("must be at least 1")
+	}
+	return int(n), nil
+}
+
+func parseBucketCount(s string) (int, error) {
+	n, err := strconv.ParseInt(strings.TrimSpace(s), 10, 32)
+	if err != nil {
+		return 0, errors.New("want a whole number of at least 1")
+	}
+	if n < 1 || n > sharding.MaxBucketCount {
+		return 0, fmt.Errorf("must be from 1 to %d", sharding.MaxBucketCount)
 	}
 	return int(n), nil
 }

@@ -43,7 +43,7 @@ func TestRunConfigDefaults(t *testing.T) {
 	}
 	want := server.InstanceConfig{
 		ClusterID: "demo", Listen: "127.0.0.1:3301", Advertise: "127.0.0.1:3301",
-		Peers: []string{"127.0.0.1:3301"}, DataDir: ".", InitReplicationFactor: 1,
+		Peers: []string{"127.0.0.1:3301"}, DataDir: ".", InitReplicationFactor: 1, InitBucketCount: 3000,
 		AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 	}
@@ -81,7 +81,7 @@ log-format: json
 	full := server.InstanceConfig{
 		InstanceID: "i-file", ClusterID: "c-file", Listen: "127.0.0.1:4001", Advertise: "127.0.0.1:4001",
 		Peers: []string{"127.0.0.1:4001", "127.0.0.1:4002"}, DataDir: "/var/lib/file", ReplicasetID: "r-file",
-		FailureDomain: map[string]string{"dc": "msk", "rack": "3"}, InitReplicationFactor: 3,
+		FailureDomain: map[string]string{"dc": "msk", "rack": "3"}, InitReplicationFactor: 3, InitBucketCount: 3000,
 		HTTPListen: "127.0.0.1:8001", AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 7 * time.Second,
 		LogLevel: "debug", LogFormat: "json",
 	}
@@ -126,12 +126,12 @@ log-format: json
 		{"empty env var is unset", []string{"--config", "/etc/sk.yaml"}, map[string]string{"SHARDKIT_INSTANCE_ID": ""}, full},
 		{"advertise defaults to listen, peers to advertise", []string{"--listen", "[::1]:4100"}, nil, server.InstanceConfig{
 			ClusterID: "demo", Listen: "[::1]:4100", Advertise: "[::1]:4100", Peers: []string{"[::1]:4100"}, DataDir: ".",
-			InitReplicationFactor: 1, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
+			InitReplicationFactor: 1, InitBucketCount: 3000, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
 			LogLevel: "info", LogFormat: "text",
 		}},
 		{"listen on all interfaces with an advertise address", []string{"--listen", ":4100", "--advertise", "host.example:4100"}, nil, server.InstanceConfig{
 			ClusterID: "demo", Listen: ":4100", Advertise: "host.example:4100", Peers: []string{"host.example:4100"}, DataDir: ".",
-			InitReplicationFactor: 1, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
+			InitReplicationFactor: 1, InitBucketCount: 3000, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
 			LogLevel: "info", LogFormat: "text",
 		}},
 	}
@@ -202,6 +202,8 @@ func TestRunConfigRefusals(t *testing.T) {
 		{"log level", []string{"--log-level", "loud"}, nil, "", []string{"--log-level", `"loud"`, "debug, info, warn or error"}},
 		{"log format", nil, map[string]string{"SHARDKIT_LOG_FORMAT": "xml"}, "", []string{"SHARDKIT_LOG_FORMAT", `"xml"`, "text or json"}},
 		{"replication factor zero", []string{"--init-replication-factor", "0"}, nil, "", []string{"--init-replication-factor", `"0"`, "at least 1"}},
+		{"bucket count zero", []string{"--init-bucket-count", "0"}, nil, "", []string{"--init-bucket-count", `"0"`, "from 1 to 1048576"}},
+		{"bucket count too large", []string{"--init-bucket-count", "2000000"}, nil, "", []string{"--init-bucket-count", "from 1 to 1048576"}},
 		{"replication factor negative", []string{"--init-replication-factor=-2"}, nil, "", []string{"--init-replication-factor", `"-2"`}},
 		{"replication factor not a number", []string{"--init-replication-factor", "two"}, nil, "", []string{"--init-replication-factor", `"two"`}},
 		{"listen without port", []string{"--listen", "127.0.0.1"}, nil, "", []string{"--listen", `"127.0.0.1"`, "host:port"}},

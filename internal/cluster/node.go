@@ -39,10 +39,13 @@ type Config struct {
 	Peers                 []string
 	FailureDomain         map[string]string
 	InitReplicationFactor int
-	DataDir               string
-	AutoOfflineTimeout    time.Duration
-	ShutdownTimeout       time.Duration
-	Logger                *slog.Logger
+	// InitBucketCount is the bucket count of a cluster this instance
+	// bootstraps (0: meta.DefaultBucketCount).
+	InitBucketCount    int
+	DataDir            string
+	AutoOfflineTimeout time.Duration
+	ShutdownTimeout    time.Duration
+	Logger             *slog.Logger
 	// Credentials secure every connection to another instance (cluster
 	// calls and the raft transport), through client.DialOptions; nil means
 	// plaintext.
@@ -362,7 +365,7 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 		cmd := &metapb.Command{Op: &metapb.Command_Boot{Boot: &metapb.Boot{
 			Properties: &metapb.ClusterProperties{
 				ClusterId: ident.ClusterID, ClusterUuid: newUUID(),
-				ReplicationFactor: uint32(max(1, n.cfg.InitReplicationFactor)), BucketCount: meta.DefaultBucketCount,
+				ReplicationFactor: uint32(max(1, n.cfg.InitReplicationFactor)), BucketCount: uint32(n.cfg.InitBucketCount),
 			},
 			First: metaJoinRequest(n.joinRequest(ident.UUID)),
 		}}}

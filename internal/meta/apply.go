@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // DefaultBucketCount is the number of buckets of a new cluster.
@@ -35,6 +36,9 @@ func (t *txn) boot(b *metapb.Boot) Result {
 	}
 	if p.GetBucketCount() == 0 {
 		p.BucketCount = DefaultBucketCount
+	}
+	if p.GetBucketCount() > sharding.MaxBucketCount {
+		return Result{Err: refuse(CodeInvalid, "bucket_count %d is above the limit %d", p.GetBucketCount(), sharding.MaxBucketCount)}
 	}
 	// Refuse before writing anything: a refused command must leave no
 	// half-booted cluster behind.

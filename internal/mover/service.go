@@ -262,6 +262,9 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
 	resp.Summary = fmt.Sprintf("%d buckets switched (curr = new replicaset, prev = old); next: reshard copy", len(resp.Moves))
+	if n := len(plan) - len(resp.Moves); n > 0 {
+		resp.Summary += fmt.Sprintf("; %d were not (their switch took longer than %v and was aborted: run the procedure again after cleanup)", n, s.m.cfg.SwitchTimeout)
+	}
 	return resp, nil
 }
 

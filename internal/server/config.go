@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // InstanceConfig is everything `shardkit run` configures. The CLI fills it
@@ -34,6 +35,10 @@ type InstanceConfig struct {
 	// InitReplicationFactor is used only when this instance bootstraps the
 	// cluster (default 1).
 	InitReplicationFactor int `yaml:"init-replication-factor"`
+	// InitBucketCount is the number of buckets of a cluster this instance
+	// bootstraps (default 3000, sharding.DefaultBucketCount); like the
+	// replication factor, it is fixed for the cluster's life.
+	InitBucketCount int `yaml:"init-bucket-count"`
 	// HTTPListen serves /metrics, /health/* and /api/v1/* (off when empty).
 	HTTPListen string `yaml:"http-listen"`
 	// AutoOfflineTimeout: the leader sets target Offline for an instance it
@@ -77,6 +82,9 @@ func (c *InstanceConfig) Defaults() {
 	}
 	if c.InitReplicationFactor == 0 {
 		c.InitReplicationFactor = 1
+	}
+	if c.InitBucketCount == 0 {
+		c.InitBucketCount = sharding.DefaultBucketCount
 	}
 	if c.AutoOfflineTimeout == 0 {
 		c.AutoOfflineTimeout = 30 * time.Second

@@ -79,6 +79,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		Peers:                 cfg.Peers,
 		FailureDomain:         cfg.FailureDomain,
 		InitReplicationFactor: cfg.InitReplicationFactor,
+		InitBucketCount:       cfg.InitBucketCount,
 		DataDir:               cfg.DataDir,
 		AutoOfflineTimeout:    cfg.AutoOfflineTimeout,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
