@@ -11,6 +11,11 @@ import (
 func TestExpel(t *testing.T) {
 	c := newCluster(t, 3)
 	c.startAll()
+	c.waitOnline(3)
+	// Replication factor 1: every replicaset is one instance, and its
+	// buckets go with it (--lose-buckets; the refusal without it is
+	// tested below and in docs/operations.md).
+	c.stopRebalancer(t)
 	st := c.waitOnline(3)
 	lead := c.leader(st)
 	var follower *instance
@@ -30,7 +35,7 @@ func TestExpel(t *testing.T) {
 	// Stopped, it is; the command waits until Expelled and is idempotent.
 	follower.term(t)
 	for range 2 {
-		if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.listen, "--timeout", "60s", fid); code != 0 {
+		if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.listen, "--lose-buckets", "--timeout", "60s", fid); code != 0 {
 			t.Fatalf("expel %s: exit %d: %s %s", fid, code, out, errs)
 		}
 	}

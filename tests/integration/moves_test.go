@@ -359,10 +359,19 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 		t.Logf("%s: done", what)
 	}
 	st = c.waitStatus("every instance Online", 2*time.Minute, func(s *statusJSON) bool { return s.count(online) == 4 })
+	// A kill before the switch may hold it past the mover's SwitchTimeout:
+	// that move is aborted and its bucket stays on src, which is right.
+	// Either way the replicasets' own records agree with group 0's map.
 	held := audit(t, c, st, 3000)
-	if held[dst] != len(scenarios) {
-		t.Errorf("%s holds %d buckets, want the %d moved", dst, held[dst], len(scenarios))
+	for _, rs := range st.Replicasets {
+		if held[rs.ReplicasetID] != rs.BucketCount {
+			t.Errorf("%s holds %d buckets by its own records, group 0 places %d there", rs.ReplicasetID, held[rs.ReplicasetID], rs.BucketCount)
+		}
 	}
+	if held[dst] == 0 || held[dst] > len(scenarios) {
+		t.Errorf("%s holds %d buckets; want some of the %d moved", dst, held[dst], len(scenarios))
+	}
+	t.Logf("%d of the %d moves completed, %d were aborted before their switch", held[dst], len(scenarios), len(scenarios)-held[dst])
 	n, err := cl.Count(t.Context(), "kv")
 	if err != nil || n != rows {
 		t.Fatalf("count %d, %v, want %d", n, err, rows)
@@ -382,4 +391,22 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	if len(stopped) > 0 {
 		t.Fatalf("supervisors exited: %v", stopped)
 	}
+}
+
+// stopRebalancer turns the rebalancer off and waits until no bucket move
+// is in flight: for tests of expel and damage, whose replicasets must not
+// have buckets arriving or leaving under them.
+func (c *cluster) stopRebalancer(t *testing.T) {
+	t.Helper()
+	peers := strings.Join(c.peers, ",")
+	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--disable", "--peer", peers); code != 0 {
+		t.Fatalf("rebalance config --disable: %s %s", out, errs)
+	}
+	c.waitStatus("no bucket move in flight", 2*time.Minute, func(*statusJSON) bool {
+		out, _, code := shardkit(10*time.Second, "rebalance", "status", "--format", "json", "--peer", peers)
+		var rs struct {
+			Moves []json.RawMessage `json:"moves"`
+		}
+		return code == 0 && json.Unmarshal([]byte(out), &rs) == nil && len(rs.Moves) == 0
+	})
 }
