@@ -3,6 +3,7 @@ package replicaset
 import (
 	"bytes"
 	"context"
+	"errors"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -18,6 +19,19 @@ import (
 // getMoving reads one key of bucket b, falling back to the source while b
 // is receiving.
 func (s *Storage) getMoving(ctx context.Context, b uint32, sp *Space, key []byte) (Stored, bool, error) {
+	for attempt := 0; ; attempt++ {
+		st, found, err := s.getMovingOnce(ctx, b, sp, key)
+		if !errors.Is(err, errSourceDone) {
+			return st, found, err
+		}
+		// The move completed meanwhile: read the local state again.
+		if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
+			return Stored{}, false, status.Errorf(codes.Unavailable, "%v; retry", err)
+		}
+	}
+}
+
+func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *Space, key []byte) (Stored, bool, error) {
 	st, found, err := s.sm.Get(s.cfg.DB, b, sp, key)
 	if err != nil {
 		return Stored{}, false, status.Error(codes.Internal, err.Error())
@@ -47,6 +61,18 @@ func (s *Storage) getMoving(ctx context.Context, b uint32, sp *Space, key []byte
 // b is receiving: this replicaset's tuple wins, a tombstone hides the
 // source's.
 func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *Space, after []byte, limit int) ([]Stored, bool, error) {
+	for attempt := 0; ; attempt++ {
+		out, more, err := s.rangeMovingOnce(ctx, b, sp, after, limit)
+		if !errors.Is(err, errSourceDone) {
+			return out, more, err
+		}
+		if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
+			return nil, false, status.Errorf(codes.Unavailable, "%v; retry", err)
+		}
+	}
+}
+
+func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, after []byte, limit int) ([]Stored, bool, error) {
 	local, more, err := s.sm.Range(s.cfg.DB, b, sp, after, limit)
 	if err != nil {
 		return nil, false, status.Error(codes.Internal, err.Error())
@@ -65,7 +91,7 @@ func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *Space, after []
 		return err
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, false, sourceError(b, rec.GetPeer(), err)
 	}
 	var out []Stored
 	i, j := 0, 0

@@ -74,6 +74,20 @@ func redirectOf(err error) *datav1.Redirect {
 	return nil
 }
 
+// errSourceDone: the source of a receiving bucket no longer sends it (the
+// copy completed, this replicaset made the bucket active, and the source
+// cleaned it up, all after this member read RECEIVING): read the local
+// record again.
+var errSourceDone = errors.New("replicaset: the bucket's source no longer sends it")
+
+// sourceError wraps a failure to read a receiving bucket's source.
+func sourceError(b uint32, src string, err error) error {
+	if status.Code(err) == codes.FailedPrecondition {
+		return fmt.Errorf("bucket %d: %w: %v", b, errSourceDone, err)
+	}
+	return fmt.Errorf("bucket %d is moving here from %s, which could not be read: %w", b, src, err)
+}
+
 // prevFacts reads, on the source of a receiving bucket, what it holds for
 // the batch's keys.
 func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rspb.Batch) error {
@@ -88,7 +102,7 @@ func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rs
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("bucket %d is moving here from %s, which could not be read: %w", batch.GetBucket(), st.GetPeer(), err)
+		return sourceError(batch.GetBucket(), st.GetPeer(), err)
 	}
 	if len(resp.GetFacts()) != len(batch.GetOps()) {
 		return status.Errorf(codes.Internal, "the source %s answered %d facts for %d keys", st.GetPeer(), len(resp.GetFacts()), len(batch.GetOps()))

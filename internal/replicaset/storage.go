@@ -307,6 +307,25 @@ func (s *Storage) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.
 	return resp, nil
 }
 
+// How often and how long apart a call that found the bucket's source done
+// reads the local record again before it says "retry".
+const (
+	sourceDoneRetries = 10
+	sourceDoneWait    = 20 * time.Millisecond
+)
+
+// sleepCtx waits d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // errNeedsPrev: the bucket started receiving after the batch was made.
 var errNeedsPrev = errors.New("replicaset: the batch needs the source's facts")
 
@@ -321,7 +340,15 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutc
 		}
 		if st.GetState() == rspb.BucketState_STATE_RECEIVING {
 			if err := s.prevFacts(ctx, st, batch); err != nil {
-				return nil, err
+				if !errors.Is(err, errSourceDone) {
+					return nil, err
+				}
+				// The move completed meanwhile: once this member has
+				// applied it, the bucket is active here and needs no prev.
+				if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
+					return nil, status.Errorf(codes.Unavailable, "%v; retry", err)
+				}
+				continue
 			}
 		}
 		out, err := s.applyBatch(ctx, batch)
