@@ -57,7 +57,9 @@
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-moves-<UTC time>.jsonl]
 #   WORKDIR_PARENT  where the temporary data dirs go; local disk [/var/tmp]
 #   SHARDKIT_BIN    a prebuilt shardkit binary (else built from this repo)
-#   SHARDKIT_PORT_BASE [33400], SHARDKIT_HTTP_PORT_BASE [33420]: instance N on BASE+N
+#   SHARDKIT_PORT_BASE [24400], SHARDKIT_HTTP_PORT_BASE [24420]: instance N on BASE+N;
+#               below the ephemeral range (32768-60999 here), so that no outgoing
+#               connection holds an instance's port when s4-s6 start minutes later
 #   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
 #
 # Everything it started is stopped on exit, by pid; nothing else is.
@@ -80,8 +82,8 @@ LOG_LEVEL=${LOG_LEVEL:-debug}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${RESULTS:-/var/tmp/bench-moves-$STAMP.jsonl}
 WORKDIR_PARENT=${WORKDIR_PARENT:-/var/tmp}
-SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-33400}
-SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-33420}
+SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-24400}
+SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-24420}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 
 log() { printf 'bench-moves: %s\n' "$(date -u +%H:%M:%S) $*" >&2; }
