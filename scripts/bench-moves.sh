@@ -495,6 +495,33 @@ awk '
   END { printf "moves %s %s %d %d %d\n", first == "" ? "-" : first, last == "" ? "-" : last, starts, moved, aborted + 0 }
 ' "$WORK/runs/log-times" >"$WORK/runs/log-moves"
 read -r _ T_FIRST T_LAST N_STARTED N_MOVED N_ABORTED < <(grep '^moves ' "$WORK/runs/log-moves")
+# The mean time of each step of a move, over the buckets whose every step
+# is in the logs (in ms): where a move's time goes.
+PHASES=$(awk '
+  function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
+  function at(i) { b = field("bucket"); if (!((b, i) in t)) t[b, i] = $1 }
+  / msg="rebalancer: moving a bucket"/ { b = field("bucket"); all[b] = 1; t[b, 0] = $1 }
+  / msg="bucket state"/ && /record="SENDING/ { at(1) }
+  / msg="bucket state"/ && /record="RECEIVING/ { at(2) }
+  / msg="bucket move"/ && / phase=PHASE_COPY/ { at(3) }
+  / msg="bucket state"/ && /record="ACTIVE/ { at(4) }
+  / msg="bucket move"/ && / phase=PHASE_CLEANUP/ { at(5) }
+  / msg="bucket state"/ && /record="GARBAGE/ { at(6) }
+  / msg="bucket moved"/ { at(7) }
+  END {
+    split("prepare_to_sending sending_to_receiving receiving_to_switch copy_to_active active_to_cleanup cleanup_to_garbage garbage_to_finished", nm, " ")
+    for (b in all) {
+      ok = 1
+      for (i = 0; i <= 7; i++) if (!((b, i) in t)) ok = 0
+      if (!ok) continue
+      n++; tot += t[b, 7] - t[b, 0]
+      for (i = 1; i <= 7; i++) s[i] += t[b, i] - t[b, i - 1]
+    }
+    if (n == 0) { print "{}"; exit }
+    printf "{\"buckets\":%d,\"move_total\":%.0f", n, 1000 * tot / n
+    for (i = 1; i <= 7; i++) printf ",\"%s\":%.0f", nm[i], 1000 * s[i] / n
+    print "}"
+  }' "$WORK/runs/log-times")
 grep '^window ' "$WORK/runs/log-moves" | awk '{ print $3, $2 }' | sort -n >"$WORK/runs/windows"
 N_WINDOWS=$(wc -l <"$WORK/runs/windows")
 if ((N_WINDOWS > 0)); then
@@ -569,6 +596,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '"idle_p99_ms":%s,"moves_p99_ms_median":%s,"moves_p99_ms_max":%s,"p99_ratio":%s,"p99_ratio_max":%s,' "$IDLE_P99" "$MOVE_P99" "$MOVE_P99_MAX" "$P99_RATIO" "$P99_RATIO_MAX"
   printf '"idle_max_ms":%s,"moves_max_ms":%s,"idle_errors":%s,"moves_errors":%s,"moves_ops":%s,' "$IDLE_MAX" "$MOVE_MAX" "$IDLE_ERRS" "$ERRS" "$OPS"
   printf '"idle_ops_per_s":%s,"moves_ops_per_s_median":%s,' "$IDLE_OPS_MED" "$MOVE_OPS_MED"
+  printf '"move_step_mean_ms":%s,' "$PHASES"
   printf '"refused_windows":%s,"refused_p50_s":%s,"refused_p99_s":%s,"refused_max_s":%s,"refused_max_bucket":%s,' "$N_WINDOWS" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '"load1_min":%s,"load1_max":%s,"nproc":%s,"started_at":"%s"}\n' "$LOAD_MIN" "$LOAD_MAX" "$(nproc)" "$STAMP"
 } >>"$RESULTS"
@@ -591,6 +619,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '%-44s %s / %s ops/s (median; slowest run during: %s)\n' "write throughput, idle / during" "$IDLE_OPS_MED" "$MOVE_OPS_MED" "$MOVE_OPS_MIN"
   printf '%-44s %s ms idle, %s ms during the moves\n' "longest successful write" "$IDLE_MAX" "$MOVE_MAX"
   printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
+  printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
   printf '%-44s %s during the moves (%s calls), %s idle  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS"
   if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "first error" "$FIRST_ERROR"; fi
   echo
