@@ -29,7 +29,8 @@
 #      both on the group-0 leader) and, per bucket, how long it refused
 #      writes: from its source leader's "bucket state" line recording
 #      SENDING to group 0's "bucket move" line recording PHASE_COPY (the
-#      switch; from then the destination takes the bucket's writes);
+#      switch; from then the destination takes the bucket's writes), and
+#      the mean time of each step of a move (where a move's time goes);
 #   7. prints a summary and appends every bench run's JSON line and one
 #      summary line to the results file.
 #
