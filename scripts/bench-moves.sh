@@ -1,0 +1,630 @@
+#!/usr/bin/env bash
+# Bucket moves under a write load (issue 11, "Performance"): a scale out from
+# one replicaset to two while clients replace rows, measured end to end. The
+# figures and how to read them are in docs/benchmarks.md ("Bucket moves
+# under load").
+#
+#   bash scripts/bench-moves.sh                          # defaults, ~10 minutes
+#   ROWS=600000 MAX_SENDING=16 MAX_RECEIVING=16 bash scripts/bench-moves.sh
+#
+# What it does:
+#   1. builds shardkit (unless SHARDKIT_BIN) into a temporary directory and
+#      starts three instances on loopback with replication factor 3 (one
+#      replicaset), at --log-level debug;
+#   2. preloads ROWS rows of VALUE_SIZE bytes into the space "bench"
+#      (`shardkit bench --workload insert`), ROWS/3000 per bucket;
+#   3. idle: IDLE_RUNS runs of CHUNK of `shardkit bench --workload replace`
+#      over the same keys (no moves): the p99 to compare with;
+#   4. starts the same replace load again, as back-to-back runs of CHUNK
+#      (the bench prints its result only when a run ends, so the load under
+#      the moves is a series of runs, not one), waits LEAD_IN seconds, and
+#      starts three more instances: they make a second replicaset, the
+#      governor gives it weight 1 and the rebalancer moves 1500 buckets to it
+#      with no command; it polls `shardkit rebalance status` every second
+#      until nothing is left to move, then lets the load run end;
+#   5. counts the rows per replicaset (`shardkit map-call count`): the rows
+#      on the new replicaset are the tuples moved, and the sum must be ROWS;
+#   6. reads the move times from the instances' debug logs: the move window
+#      (the first "rebalancer: moving a bucket" to the last "bucket moved",
+#      both on the group-0 leader) and, per bucket, how long it refused
+#      writes: from its source leader's "bucket state" line recording
+#      SENDING to group 0's "bucket move" line recording PHASE_COPY (the
+#      switch; from then the destination takes the bucket's writes), and
+#      the mean time of each step of a move (where a move's time goes);
+#   7. prints a summary and appends every bench run's JSON line and one
+#      summary line to the results file.
+#
+# Tuples moved per second = rows on the new replicaset at the end / the move
+# window. Write p99 "during the moves" is over the load runs that overlap the
+# window from the start of instances 4-6 to balanced: the median and the
+# largest of their p99s (the p99 of all of their calls together is at most
+# the largest). Errors are the bench's failed calls in those runs. The
+# longest single successful write (the bench's max_ms) bounds from above how
+# long any write waited on a bucket, as seen by a client.
+#
+# Environment (defaults in brackets):
+#   ROWS        rows preloaded, keys 0..ROWS-1, and the replace load's key range [300000]
+#   VALUE_SIZE  bytes per value [100]
+#   CLIENTS     concurrent calls of the load [64]
+#   CONNS       client connections shared by the clients [16]
+#   CHUNK       length of each load run: Ns or Nm [10s]
+#   IDLE_RUNS   load runs before the scale out (the idle p99) [3]
+#   LEAD_IN     seconds of load before instances 4-6 start [5]
+#   MAX_SENDING, MAX_RECEIVING  when set, `shardkit rebalance config
+#               --max-sending/--max-receiving` before the scale out (the
+#               defaults are 4 and 8, mover.DefaultMaxSending/Receiving)
+#   MOVE_TIMEOUT  seconds from the scale out until balanced, else it fails [1200]
+#   LOG_LEVEL   the instances' --log-level [debug]; the per-bucket figures need debug
+#   RESULTS     results file (JSON lines) [/var/tmp/bench-moves-<UTC time>.jsonl]
+#   WORKDIR_PARENT  where the temporary data dirs go; local disk [/var/tmp]
+#   SHARDKIT_BIN    a prebuilt shardkit binary (else built from this repo)
+#   SHARDKIT_PORT_BASE [24400], SHARDKIT_HTTP_PORT_BASE [24420]: instance N on BASE+N;
+#               below the ephemeral range (32768-60999 here), so that no outgoing
+#               connection holds an instance's port when s4-s6 start minutes later
+#   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
+#
+# Everything it started is stopped on exit, by pid; nothing else is.
+set -euo pipefail
+export LC_ALL=C TZ=UTC # UTC: the instances' log times are read back as epoch seconds
+
+REPO=$(cd "$(dirname "$0")/.." && pwd)
+
+ROWS=${ROWS:-300000}
+VALUE_SIZE=${VALUE_SIZE:-100}
+CLIENTS=${CLIENTS:-64}
+CONNS=${CONNS:-16}
+CHUNK=${CHUNK:-10s}
+IDLE_RUNS=${IDLE_RUNS:-3}
+LEAD_IN=${LEAD_IN:-5}
+MAX_SENDING=${MAX_SENDING:-}
+MAX_RECEIVING=${MAX_RECEIVING:-}
+MOVE_TIMEOUT=${MOVE_TIMEOUT:-1200}
+LOG_LEVEL=${LOG_LEVEL:-debug}
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RESULTS=${RESULTS:-/var/tmp/bench-moves-$STAMP.jsonl}
+WORKDIR_PARENT=${WORKDIR_PARENT:-/var/tmp}
+SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-24400}
+SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-24420}
+READY_TIMEOUT=${READY_TIMEOUT:-120}
+
+log() { printf 'bench-moves: %s\n' "$(date -u +%H:%M:%S) $*" >&2; }
+die() {
+  log "error: $*"
+  exit 1
+}
+
+# ---------------------------------------------------------------- settings
+
+for v in ROWS VALUE_SIZE CLIENTS CONNS IDLE_RUNS LEAD_IN MOVE_TIMEOUT; do
+  [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: '${!v}' is not a number"
+done
+((ROWS >= 3000)) || die "ROWS: $ROWS is fewer than the 3000 buckets"
+((CLIENTS >= 1 && CONNS >= 1 && IDLE_RUNS >= 1)) || die "CLIENTS, CONNS and IDLE_RUNS must be at least 1"
+for v in MAX_SENDING MAX_RECEIVING; do
+  [[ -z ${!v} || ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v: '${!v}' is not a positive number"
+done
+[[ $CHUNK =~ ^[1-9][0-9]*(s|m)$ ]] || die "CHUNK: '$CHUNK' is not like 10s or 1m"
+[[ $LOG_LEVEL =~ ^(debug|info|warn|error)$ ]] || die "LOG_LEVEL: '$LOG_LEVEL' is not debug, info, warn or error"
+
+SK_ADDRS=()
+for n in 1 2 3 4 5 6; do SK_ADDRS+=("127.0.0.1:$((SHARDKIT_PORT_BASE + n))"); done
+# The first three are everyone's discovery peers, the bench's and the
+# commands' too.
+SK_PEERS=$(
+  IFS=,
+  echo "${SK_ADDRS[*]:0:3}"
+)
+
+# ---------------------------------------------------------------- cleanup
+
+WORK='' FAILED=1 STARTED=0
+SK_PIDS=() LOAD_PID=''
+
+# ours PID: PID runs and is one of ours (its command line names our work dir).
+ours() {
+  local cmd
+  [[ $1 =~ ^[0-9]+$ ]] || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
+  [[ -n $WORK && $cmd == *"$WORK"* ]]
+}
+
+# our_bench PID: PID is a `shardkit bench` against our instances.
+our_bench() {
+  local cmd
+  [[ $1 =~ ^[0-9]+$ ]] || return 1
+  cmd=$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline") || return 1
+  [[ $cmd == *" bench "* && $cmd == *"--peer $SK_PEERS "* ]]
+}
+
+# stop_servers PID...: SIGTERM those of ours, wait up to 40 s (a shardkit
+# supervisor kills its worker --shutdown-timeout + 15 s after the signal),
+# then SIGKILL what is left.
+stop_servers() {
+  local pid left deadline=$((SECONDS + 40))
+  for pid in "$@"; do
+    if ours "$pid"; then kill -TERM "$pid" 2>/dev/null || true; fi
+  done
+  while :; do
+    left=()
+    for pid in "$@"; do
+      if ours "$pid"; then left+=("$pid"); fi
+    done
+    ((${#left[@]} > 0)) || break
+    if ((SECONDS >= deadline)); then
+      log "still running after 40s, killing: ${left[*]}"
+      kill -KILL "${left[@]}" 2>/dev/null || true
+      sleep 0.5
+      break
+    fi
+    sleep 0.2
+  done
+}
+
+# stop_load: end the background load loop and the bench run it waits for.
+stop_load() {
+  local bpid=''
+  [[ -n $WORK ]] && touch "$WORK/stop-load"
+  if [[ -n $LOAD_PID ]]; then
+    kill -TERM "$LOAD_PID" 2>/dev/null || true
+    wait "$LOAD_PID" 2>/dev/null || true
+    LOAD_PID=''
+  fi
+  if [[ -n $WORK && -r $WORK/load.pid ]]; then read -r bpid <"$WORK/load.pid" || true; fi
+  if our_bench "$bpid"; then kill -TERM "$bpid" 2>/dev/null || true; fi
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  stop_load
+  if ((${#SK_PIDS[@]} > 0)); then
+    log "stopping the instances this run started (supervisor pids ${SK_PIDS[*]})"
+    stop_servers "${SK_PIDS[@]}"
+  fi
+  wait 2>/dev/null || true
+  if [[ -n $WORK && -d $WORK ]]; then
+    if ((FAILED == 0 || STARTED == 0)) && [[ ${KEEP_WORKDIR:-} != 1 ]]; then
+      rm -rf "$WORK"
+    else
+      log "data dirs and logs kept in $WORK (remove with: rm -rf $WORK)"
+    fi
+  fi
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# ---------------------------------------------------------------- helpers
+
+# port_free PORT: nothing accepts connections on 127.0.0.1:PORT.
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# fail_log NAME LOG MESSAGE
+fail_log() {
+  log "error: $1 $3; log: $2"
+  if [[ -r $2 ]]; then
+    log "last lines of $2:"
+    tail -n 30 "$2" >&2
+  fi
+  exit 1
+}
+
+# jget JSON KEY: the value of a top-level scalar KEY of a flat JSON object.
+jget() {
+  awk -v k="$2" '{
+    if (match($0, "\"" k "\"[ \t]*:[ \t]*(\"[^\"]*\"|[-+0-9.eE]+|null|true|false)")) {
+      r = substr($0, RSTART, RLENGTH); sub(/^"[^"]*"[ \t]*:[ \t]*/, "", r); gsub(/"/, "", r); print r
+    }
+  }' <<<"$1"
+}
+
+# one_json FILE: the JSON object in FILE on one line (from the first { to the last }).
+one_json() { tr '\n' ' ' <"$1" | tr -s ' ' | sed -e 's/^[^{]*//' -e 's/}[^}]*$/}/'; }
+
+# loadavg: the 1-minute load average now.
+loadavg() {
+  local l
+  read -r l _ </proc/loadavg
+  printf '%s' "$l"
+}
+
+SK_STATUS=''
+sk_status() { SK_STATUS=$(timeout 15 "$SK" status --peer "$SK_PEERS" --format json --timeout 5s 2>/dev/null | tr -d ' \t\n'); }
+
+# sk_online N: N instances Online.
+sk_online() {
+  local online
+  sk_status || return 1
+  online=$(grep -o '"current_grade":{"variant":"Online"' <<<"$SK_STATUS" | wc -l)
+  ((online == $1))
+}
+
+# start_instance N: shardkit run for instance sN, in the background.
+start_instance() {
+  local n=$1
+  "$SK" run --instance-id "s$n" \
+    --listen "${SK_ADDRS[n - 1]}" \
+    --http-listen "127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))" \
+    --peer "$SK_PEERS" --data-dir "$WORK/shardkit/s$n" \
+    --init-replication-factor 3 --shutdown-timeout 5s --log-level "$LOG_LEVEL" \
+    </dev/null >"$WORK/logs/shardkit-s$n.log" 2>&1 &
+  SK_PIDS+=($!)
+}
+
+# wait_online N FIRST LAST: until N instances are Online, failing when one
+# of instances FIRST..LAST exits.
+wait_online() {
+  local want=$1 first=$2 last=$3 n deadline=$((SECONDS + READY_TIMEOUT))
+  until sk_online "$want"; do
+    for ((n = first; n <= last; n++)); do
+      kill -0 "${SK_PIDS[n - 1]}" 2>/dev/null || fail_log "shardkit s$n" "$WORK/logs/shardkit-s$n.log" "exited"
+    done
+    ((SECONDS < deadline)) || fail_log shardkit "$WORK/logs/shardkit-s$first.log" "not $want instances Online within ${READY_TIMEOUT}s"
+    sleep 0.5
+  done
+}
+
+check_alive() {
+  local n
+  for n in "${!SK_PIDS[@]}"; do
+    ours "${SK_PIDS[n]}" || fail_log "shardkit s$((n + 1))" "$WORK/logs/shardkit-s$((n + 1)).log" "supervisor (pid ${SK_PIDS[n]}) is gone"
+  done
+}
+
+# bench_run TAG ARGS...: one `shardkit bench` run; its JSON object, with the
+# tag, the phase's facts and the load average, is appended to RESULTS and
+# left in BENCH_JSON.
+BENCH_JSON=''
+bench_run() {
+  local tag=$1 out err rc=0 l0 started
+  shift
+  out=$WORK/runs/$tag.json err=$WORK/logs/$tag.stderr
+  l0=$(loadavg)
+  started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+  timeout -k 10 900 "$SK" bench --peer "$SK_PEERS" --clients "$CLIENTS" --conns "$CONNS" \
+    --value-size "$VALUE_SIZE" --timeout 5s --format json "$@" >"$out" 2>"$err" || rc=$?
+  ((rc == 0)) || fail_log "bench $tag" "$err" "exited with status $rc"
+  BENCH_JSON=$(one_json "$out")
+  [[ $(jget "$BENCH_JSON" ops) =~ ^[0-9]+$ ]] || fail_log "bench $tag" "$err" "printed no result: $(head -c 300 "$out")"
+  BENCH_JSON="{\"bench\":\"moves\",\"phase\":\"$tag\",${BENCH_JSON#\{}"
+  BENCH_JSON="${BENCH_JSON%\}},\"load1\":$l0,\"started_at\":\"$started\"}"
+  printf '%s\n' "$BENCH_JSON" >>"$RESULTS"
+}
+
+# load_loop: back-to-back replace runs of CHUNK until $WORK/stop-load
+# exists; each run's JSON in runs/move-I.json, and "I START END RC" (epoch
+# seconds) in runs/move-runs.
+load_loop() {
+  local i=0 t0 t1 rc
+  trap - EXIT
+  trap 'exit 143' TERM
+  while [[ ! -e $WORK/stop-load ]]; do
+    i=$((i + 1))
+    t0=$EPOCHREALTIME rc=0
+    "$SK" bench --peer "$SK_PEERS" --workload replace --keys "$ROWS" --duration "$CHUNK" --clients "$CLIENTS" \
+      --conns "$CONNS" --value-size "$VALUE_SIZE" --timeout 5s --format json --progress \
+      </dev/null >"$WORK/runs/move-$i.json" 2>"$WORK/logs/move-$i.stderr" &
+    echo "$!" >"$WORK/load.pid"
+    wait "$!" || rc=$?
+    t1=$EPOCHREALTIME
+    printf '%s %s %s %s %s\n' "$i" "$t0" "$t1" "$rc" "$(loadavg)" >>"$WORK/runs/move-runs"
+  done
+}
+
+# rs_field STATUS RS FIELD: FIELD of replicaset RS in a compact rebalance
+# status JSON (0 when absent: zero fields are left out).
+rs_field() {
+  local obj v
+  obj=$(grep -o "{\"replicaset_id\":\"$2\"[^{}]*}" <<<"$1" | head -n1) || true
+  v=$(jget "$obj" "$3")
+  printf '%s' "${v:-0}"
+}
+
+# counts: COUNTS = "rs count" lines of `shardkit map-call count ["bench"]`.
+COUNTS=''
+counts() {
+  local out
+  out=$(timeout 60 "$SK" map-call count '["bench"]' --peer "$SK_PEERS" --timeout 30s 2>&1) || die "map-call count failed: $out"
+  COUNTS=$(sed -n 's/.*"replicaset":"\([^"]*\)","result":\[\([0-9]*\)\].*/\1 \2/p' <<<"$out")
+  [[ -n $COUNTS ]] || die "map-call count printed no counts: $out"
+}
+
+# ---------------------------------------------------------------- build
+
+WORK=$(mktemp -d "$WORKDIR_PARENT/bench-moves.XXXXXX")
+mkdir -p "$WORK/bin" "$WORK/logs" "$WORK/runs"
+log "work dir $WORK"
+
+if [[ -n ${SHARDKIT_BIN:-} ]]; then
+  [[ -x $SHARDKIT_BIN ]] || die "SHARDKIT_BIN=$SHARDKIT_BIN is not an executable"
+  SK=$(cd "$(dirname "$SHARDKIT_BIN")" && pwd)/$(basename "$SHARDKIT_BIN")
+else
+  log "building shardkit (./cmd/shardkit)"
+  (cd "$REPO" && go build -o "$WORK/bin/shardkit" ./cmd/shardkit) || die "building shardkit failed"
+  SK=$WORK/bin/shardkit
+fi
+for c in bench "rebalance status" map-call; do
+  # shellcheck disable=SC2086 # the command's words
+  timeout 20 "$SK" $c --help >/dev/null 2>&1 || die "$SK has no working '$c' command"
+done
+
+# ---------------------------------------------------------------- cluster
+
+for n in 1 2 3 4 5 6; do
+  if ! port_free $((SHARDKIT_PORT_BASE + n)) || ! port_free $((SHARDKIT_HTTP_PORT_BASE + n)); then
+    die "port $((SHARDKIT_PORT_BASE + n)) or $((SHARDKIT_HTTP_PORT_BASE + n)) is in use; set SHARDKIT_PORT_BASE / SHARDKIT_HTTP_PORT_BASE"
+  fi
+done
+mkdir -p "$(dirname "$RESULTS")"
+: >>"$RESULTS"
+STARTED=1
+for n in 1 2 3; do start_instance "$n"; done
+log "instances s1 s2 s3 (supervisor pids ${SK_PIDS[*]}) on $SK_PEERS, log level $LOG_LEVEL"
+wait_online 3 1 3
+log "three instances Online (load average $(loadavg))"
+
+# ---------------------------------------------------------------- preload, idle
+
+log "preloading $ROWS rows of $VALUE_SIZE bytes"
+bench_run preload --workload insert --keys "$ROWS" --count "$ROWS"
+PRELOAD_JSON=$BENCH_JSON
+[[ $(jget "$PRELOAD_JSON" errors) == 0 ]] || die "the preload had errors: $PRELOAD_JSON"
+log "    $(jget "$PRELOAD_JSON" ops) rows in $(jget "$PRELOAD_JSON" duration_s) s"
+counts
+log "rows per replicaset: $(tr '\n' ' ' <<<"$COUNTS")"
+RS_OLD=$(awk 'NR == 1 { print $1 }' <<<"$COUNTS")
+
+IDLE_P99S='' IDLE_MAXS='' IDLE_ERRS=0 IDLE_OPS='' IDLE_LOADS=''
+for ((i = 1; i <= IDLE_RUNS; i++)); do
+  check_alive
+  bench_run "idle-$i" --workload replace --keys "$ROWS" --duration "$CHUNK"
+  log "idle run $i/$IDLE_RUNS: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
+  IDLE_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
+  IDLE_MAXS+=" $(jget "$BENCH_JSON" max_ms)"
+  IDLE_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
+  IDLE_LOADS+=" $(jget "$BENCH_JSON" load1)"
+  IDLE_ERRS=$((IDLE_ERRS + $(jget "$BENCH_JSON" errors)))
+done
+
+# ---------------------------------------------------------------- scale out under load
+
+if [[ -n $MAX_SENDING || -n $MAX_RECEIVING ]]; then
+  cfg=()
+  if [[ -n $MAX_SENDING ]]; then cfg+=(--max-sending "$MAX_SENDING"); fi
+  if [[ -n $MAX_RECEIVING ]]; then cfg+=(--max-receiving "$MAX_RECEIVING"); fi
+  timeout 30 "$SK" rebalance config "${cfg[@]}" --peer "$SK_PEERS" >"$WORK/logs/rebalance-config.log" 2>&1 ||
+    fail_log "rebalance config" "$WORK/logs/rebalance-config.log" "failed"
+  log "rebalancer: ${cfg[*]}"
+fi
+
+rm -f "$WORK/stop-load"
+load_loop &
+LOAD_PID=$!
+log "replace load started (runs of $CHUNK, $CLIENTS clients); starting instances s4 s5 s6 in ${LEAD_IN}s"
+sleep "$LEAD_IN"
+T_SCALE=$EPOCHREALTIME
+for n in 4 5 6; do start_instance "$n"; done
+log "instances s4 s5 s6 started (supervisor pids ${SK_PIDS[*]:3})"
+
+# Poll until a second replicaset holds buckets and nothing is left to move.
+T_BALANCED='' POLLS=0 LOADS='' RS_NEW='' last_line=''
+deadline=$((SECONDS + MOVE_TIMEOUT))
+while :; do
+  check_alive
+  kill -0 "$LOAD_PID" 2>/dev/null || die "the load loop ended early; see $WORK/logs/move-*.stderr"
+  now=$EPOCHREALTIME
+  st=$(timeout 15 "$SK" rebalance status --peer "$SK_PEERS" --format json --timeout 5s 2>/dev/null | tr -d ' \t\n') || st=''
+  if [[ -n $st ]]; then
+    POLLS=$((POLLS + 1))
+    LOADS+=" $(loadavg)"
+    printf '%s %s\n' "$now" "$st" >>"$WORK/runs/rebalance-status"
+    mapfile -t rss < <(grep -o '"replicaset_id":"[^"]*"' <<<"$st" | cut -d'"' -f4)
+    RS_NEW=''
+    for r in "${rss[@]}"; do
+      if [[ $r != "$RS_OLD" ]]; then RS_NEW=$r; fi
+    done
+    moving=0
+    if [[ $st == *'"moves":['* ]]; then moving=1; fi
+    to_move=$(jget "$st" buckets_to_move)
+    to_move=${to_move:-0}
+    if [[ -n $RS_NEW ]]; then
+      line="$RS_OLD $(rs_field "$st" "$RS_OLD" buckets), $RS_NEW $(rs_field "$st" "$RS_NEW" buckets) (target $(rs_field "$st" "$RS_NEW" target)); to move $to_move"
+      if [[ $line != "$last_line" ]] && ((POLLS % 10 == 0 || to_move == 0)); then
+        log "    $line; load average $(loadavg)"
+        last_line=$line
+      fi
+      if ((moving == 0 && to_move == 0)) && (($(rs_field "$st" "$RS_NEW" buckets) > 0)); then
+        T_BALANCED=$now
+        break
+      fi
+    fi
+  fi
+  ((SECONDS < deadline)) || die "not balanced within ${MOVE_TIMEOUT}s of the scale out; see $WORK/runs/rebalance-status"
+  sleep 1
+done
+log "balanced: $(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }') s after the scale out; letting the current load run end"
+touch "$WORK/stop-load"
+wait "$LOAD_PID" || die "the load loop failed"
+LOAD_PID=''
+timeout 15 "$SK" rebalance status --peer "$SK_PEERS" >"$WORK/logs/rebalance-status-final.log" 2>&1 || true
+
+counts
+log "rows per replicaset: $(tr '\n' ' ' <<<"$COUNTS")"
+MOVED_ROWS=$(awk -v r="$RS_NEW" '$1 == r { print $2 }' <<<"$COUNTS")
+TOTAL_ROWS=$(awk '{ s += $2 } END { print s + 0 }' <<<"$COUNTS")
+[[ -n $MOVED_ROWS ]] || die "no count for the new replicaset $RS_NEW: $COUNTS"
+if ((TOTAL_ROWS != ROWS)); then log "warning: the replicasets hold $TOTAL_ROWS rows in all, not $ROWS"; fi
+
+# ---------------------------------------------------------------- the logs
+
+# Log times (time=2026-01-02T03:04:05.678Z) as epoch seconds; every line
+# with its file's instance.
+logs_times() {
+  local n
+  for n in 1 2 3 4 5 6; do
+    awk -v inst="s$n" '
+      function epoch(t,   d, y, m, dd, era, yoe, doy, doe, days) {
+        # days from civil (UTC), then seconds
+        y = substr(t, 1, 4) + 0; m = substr(t, 6, 2) + 0; dd = substr(t, 9, 2) + 0
+        y -= (m <= 2); era = int(y / 400); yoe = y - era * 400
+        doy = int((153 * (m + (m > 2 ? -3 : 9)) + 2) / 5) + dd - 1
+        doe = yoe * 365 + int(yoe / 4) - int(yoe / 100) + doy
+        days = era * 146097 + doe - 719468
+        return days * 86400 + substr(t, 12, 2) * 3600 + substr(t, 15, 2) * 60 + substr(t, 18)
+      }
+      match($0, /time=[0-9-]+T[0-9:.]+Z/) {
+        t = substr($0, RSTART + 5, RLENGTH - 6)
+        printf "%.3f %s %s\n", epoch(t), inst, $0
+      }' "$WORK/logs/shardkit-s$n.log"
+  done | sort -n -k1,1
+}
+logs_times >"$WORK/runs/log-times"
+
+# Per bucket: the source leader's SENDING line, then group 0's PHASE_COPY
+# line; the move window: first "moving a bucket" to last "bucket moved".
+awk '
+  function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
+  / msg="rebalancer: moving a bucket"/ { if (first == "") first = $1; starts++ }
+  / msg="bucket moved"/ { last = $1; moved++ }
+  / msg="aborting a bucket move"/ { aborted++ }
+  / msg="bucket state"/ && /record="SENDING/ { b = field("bucket"); sending[b] = $1 }
+  / msg="bucket move"/ && / phase=PHASE_COPY/ {
+    b = field("bucket")
+    if (b in sending) { w = $1 - sending[b]; printf "window %s %.3f\n", b, w; delete sending[b] }
+  }
+  END { printf "moves %s %s %d %d %d\n", first == "" ? "-" : first, last == "" ? "-" : last, starts, moved, aborted + 0 }
+' "$WORK/runs/log-times" >"$WORK/runs/log-moves"
+read -r _ T_FIRST T_LAST N_STARTED N_MOVED N_ABORTED < <(grep '^moves ' "$WORK/runs/log-moves")
+# The mean time of each step of a move, over the buckets whose every step
+# is in the logs (in ms): where a move's time goes.
+PHASES=$(awk '
+  function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
+  function at(i) { b = field("bucket"); if (!((b, i) in t)) t[b, i] = $1 }
+  / msg="rebalancer: moving a bucket"/ { b = field("bucket"); all[b] = 1; t[b, 0] = $1 }
+  / msg="bucket state"/ && /record="SENDING/ { at(1) }
+  / msg="bucket state"/ && /record="RECEIVING/ { at(2) }
+  / msg="bucket move"/ && / phase=PHASE_COPY/ { at(3) }
+  / msg="bucket state"/ && /record="ACTIVE/ { at(4) }
+  / msg="bucket move"/ && / phase=PHASE_CLEANUP/ { at(5) }
+  / msg="bucket state"/ && /record="GARBAGE/ { at(6) }
+  / msg="bucket moved"/ { at(7) }
+  END {
+    split("prepare_to_sending sending_to_receiving receiving_to_switch copy_to_active active_to_cleanup cleanup_to_garbage garbage_to_finished", nm, " ")
+    for (b in all) {
+      ok = 1
+      for (i = 0; i <= 7; i++) if (!((b, i) in t)) ok = 0
+      if (!ok) continue
+      n++; tot += t[b, 7] - t[b, 0]
+      for (i = 1; i <= 7; i++) s[i] += t[b, i] - t[b, i - 1]
+    }
+    if (n == 0) { print "{}"; exit }
+    printf "{\"buckets\":%d,\"move_total\":%.0f", n, 1000 * tot / n
+    for (i = 1; i <= 7; i++) printf ",\"%s\":%.0f", nm[i], 1000 * s[i] / n
+    print "}"
+  }' "$WORK/runs/log-times")
+grep '^window ' "$WORK/runs/log-moves" | awk '{ print $3, $2 }' | sort -n >"$WORK/runs/windows"
+N_WINDOWS=$(wc -l <"$WORK/runs/windows")
+if ((N_WINDOWS > 0)); then
+  read -r WIN_P50 WIN_P99 WIN_MAX WIN_MAX_B < <(awk '{ v[NR] = $1; b[NR] = $2 }
+    END { i50 = int(NR * 0.5 + 0.999); i99 = int(NR * 0.99 + 0.999); printf "%.3f %.3f %.3f %s\n", v[i50], v[i99], v[NR], b[NR] }' "$WORK/runs/windows")
+else
+  WIN_P50=null WIN_P99=null WIN_MAX=null WIN_MAX_B=null
+  log "warning: no SENDING / PHASE_COPY pairs in the logs (LOG_LEVEL=$LOG_LEVEL; debug is needed)"
+fi
+if [[ $T_FIRST == - || $T_LAST == - ]]; then
+  # No debug lines: the polls' window (coarser: from the scale out).
+  T_FIRST=$T_SCALE T_LAST=$T_BALANCED
+  MOVE_WINDOW_SRC=polls
+else
+  MOVE_WINDOW_SRC=logs
+fi
+MOVE_S=$(awk -v a="$T_FIRST" -v b="$T_LAST" 'BEGIN { printf "%.1f", b - a }')
+RATE=$(awk -v n="$MOVED_ROWS" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+SCALE_S=$(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }')
+BUCKETS_NEW=$(rs_field "$st" "$RS_NEW" buckets)
+
+# ---------------------------------------------------------------- the load under the moves
+
+# The runs whose timed part (its last duration_s before it ended) overlaps
+# [scale out, balanced].
+RUNS_IN='' P99S='' MAXS='' OPS_S='' ERRS=0 OPS=0 RUN_LOADS='' FIRST_ERROR=''
+while read -r i t0 t1 rc l1; do
+  f=$WORK/runs/move-$i.json
+  if ((rc != 0)); then
+    # The run stopped at the end (the stop file came during its set-up) or failed.
+    log "warning: load run $i exited with status $rc; see $WORK/logs/move-$i.stderr"
+    continue
+  fi
+  j=$(one_json "$f")
+  dur=$(jget "$j" duration_s)
+  in=$(awk -v s="$t1" -v d="$dur" -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { print ((s - d < b && s > a) ? 1 : 0) }')
+  j="{\"bench\":\"moves\",\"phase\":\"move-$i\",\"during_moves\":$([[ $in == 1 ]] && echo true || echo false),${j#\{}"
+  j="${j%\}},\"load1\":$l1,\"ended_at_epoch\":$t1}"
+  printf '%s\n' "$j" >>"$RESULTS"
+  if [[ $in == 1 ]]; then
+    RUNS_IN+=" $i"
+    P99S+=" $(jget "$j" p99_ms)"
+    MAXS+=" $(jget "$j" max_ms)"
+    OPS_S+=" $(jget "$j" ops_per_s)"
+    RUN_LOADS+=" $l1"
+    ERRS=$((ERRS + $(jget "$j" errors)))
+    OPS=$((OPS + $(jget "$j" ops)))
+    if [[ -z $FIRST_ERROR ]]; then FIRST_ERROR=$(jget "$j" first_error); fi
+  fi
+done <"$WORK/runs/move-runs"
+[[ -n $RUNS_IN ]] || die "no load run overlaps the moves"
+
+# stats LIST: "median max" of the numbers.
+stats() { tr ' ' '\n' <<<"$1" | awk 'NF { v[++n] = $1 + 0 } END {
+  for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
+  printf "%s %s %s\n", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[n], v[1] }'; }
+read -r IDLE_P99 IDLE_P99_MAX _ < <(stats "$IDLE_P99S")
+read -r _ IDLE_MAX _ < <(stats "$IDLE_MAXS")
+read -r IDLE_OPS_MED _ _ < <(stats "$IDLE_OPS")
+read -r MOVE_P99 MOVE_P99_MAX _ < <(stats "$P99S")
+read -r _ MOVE_MAX _ < <(stats "$MAXS")
+read -r MOVE_OPS_MED _ MOVE_OPS_MIN < <(stats "$OPS_S")
+read -r _ LOAD_MAX LOAD_MIN < <(stats "$IDLE_LOADS $RUN_LOADS $LOADS")
+P99_RATIO=$(awk -v a="$MOVE_P99" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+P99_RATIO_MAX=$(awk -v a="$MOVE_P99_MAX" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+
+SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"settings":{}'
+{
+  printf '{"bench":"moves","phase":"summary","rows":%s,"value_size":%s,"clients":%s,"chunk":"%s",' "$ROWS" "$VALUE_SIZE" "$CLIENTS" "$CHUNK"
+  printf '%s,"from":"%s","to":"%s","buckets_moved":%s,"moves_started":%s,"moves_finished":%s,"moves_aborted":%s,' "$SETTINGS" "$RS_OLD" "$RS_NEW" "$BUCKETS_NEW" "$N_STARTED" "$N_MOVED" "$N_ABORTED"
+  printf '"tuples_moved":%s,"rows_total":%s,"move_s":%s,"move_window_from":"%s","scale_out_to_balanced_s":%s,"tuples_per_s":%s,' "$MOVED_ROWS" "$TOTAL_ROWS" "$MOVE_S" "$MOVE_WINDOW_SRC" "$SCALE_S" "$RATE"
+  printf '"idle_p99_ms":%s,"moves_p99_ms_median":%s,"moves_p99_ms_max":%s,"p99_ratio":%s,"p99_ratio_max":%s,' "$IDLE_P99" "$MOVE_P99" "$MOVE_P99_MAX" "$P99_RATIO" "$P99_RATIO_MAX"
+  printf '"idle_max_ms":%s,"moves_max_ms":%s,"idle_errors":%s,"moves_errors":%s,"moves_ops":%s,' "$IDLE_MAX" "$MOVE_MAX" "$IDLE_ERRS" "$ERRS" "$OPS"
+  printf '"idle_ops_per_s":%s,"moves_ops_per_s_median":%s,' "$IDLE_OPS_MED" "$MOVE_OPS_MED"
+  printf '"move_step_mean_ms":%s,' "$PHASES"
+  printf '"refused_windows":%s,"refused_p50_s":%s,"refused_p99_s":%s,"refused_max_s":%s,"refused_max_bucket":%s,' "$N_WINDOWS" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
+  printf '"load1_min":%s,"load1_max":%s,"nproc":%s,"started_at":"%s"}\n' "$LOAD_MIN" "$LOAD_MAX" "$(nproc)" "$STAMP"
+} >>"$RESULTS"
+
+# ---------------------------------------------------------------- summary
+
+{
+  echo "bucket moves under load: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
+  echo "$("$SK" version 2>/dev/null | head -n1); $ROWS rows of $VALUE_SIZE bytes; replace load: $CLIENTS clients, runs of $CHUNK; load average $LOAD_MIN - $LOAD_MAX"
+  echo "rebalancer $SETTINGS"
+  echo
+  printf '%-44s %s\n' "buckets moved $RS_OLD -> $RS_NEW" "$BUCKETS_NEW (moves started $N_STARTED, finished $N_MOVED, aborted $N_ABORTED)"
+  printf '%-44s %s\n' "tuples moved (rows on $RS_NEW at the end)" "$MOVED_ROWS (all replicasets: $TOTAL_ROWS of $ROWS)"
+  printf '%-44s %s s (from the %s)\n' "move window (first move to last)" "$MOVE_S" "$MOVE_WINDOW_SRC"
+  printf '%-44s %s s\n' "scale out started to balanced" "$SCALE_S"
+  printf '%-44s %s  (target >= 50000)\n' "tuples moved per second" "$RATE"
+  printf '%-44s %s ms (median of %s runs; largest %s ms)\n' "write p99, idle" "$IDLE_P99" "$IDLE_RUNS" "$IDLE_P99_MAX"
+  printf '%-44s %s ms (median of %s runs; largest %s ms)\n' "write p99, during the moves" "$MOVE_P99" "$(wc -w <<<"$RUNS_IN")" "$MOVE_P99_MAX"
+  printf '%-44s %s (largest run: %s)  (target <= 2)\n' "p99 ratio, moves / idle" "$P99_RATIO" "$P99_RATIO_MAX"
+  printf '%-44s %s / %s ops/s (median; slowest run during: %s)\n' "write throughput, idle / during" "$IDLE_OPS_MED" "$MOVE_OPS_MED" "$MOVE_OPS_MIN"
+  printf '%-44s %s ms idle, %s ms during the moves\n' "longest successful write" "$IDLE_MAX" "$MOVE_MAX"
+  printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
+  printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
+  printf '%-44s %s during the moves (%s calls), %s idle  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS"
+  if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "first error" "$FIRST_ERROR"; fi
+  echo
+  echo "results: $RESULTS"
+}
+FAILED=0
+if [[ ${KEEP_WORKDIR:-} == 1 ]]; then log "logs in $WORK/logs, runs in $WORK/runs"; fi
