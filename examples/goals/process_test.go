@@ -519,9 +519,10 @@ func TestServerRefusesALeaseTableThatIsNotThere(t *testing.T) {
 		{"a database without the table", empty, "dc1", "has no shards for dc"},
 		{"a table without the server's dc", w.dsn, "dc2", "has no shards for dc \"dc2\""},
 	}
+	server := bin(t, "goals-server") // built (once) before any deadline starts
 	for _, tc := range tests {
 		ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-		cmd := exec.CommandContext(ctx, bin(t, "goals-server"), "serve", "--dc", tc.dc, "--listen", "127.0.0.1:0",
+		cmd := exec.CommandContext(ctx, server, "serve", "--dc", tc.dc, "--listen", "127.0.0.1:0",
 			"--lease-dsn", tc.dsn, "--lease-table", w.table, "--goals-dsn", w.goalsDSN)
 		out, err := cmd.CombinedOutput()
 		cancel()
