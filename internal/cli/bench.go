@@ -149,4 +149,3 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 	}
 	return err
 }
-
