@@ -73,6 +73,10 @@ func callError(timeout time.Duration, err error) error {
 		return errors.New(oneLine(ce.Msg))
 	case ce.Code == codes.Unavailable && looksLikeHTTP(ce.Msg):
 		return httpPortError(ce.Peer)
+	case ce.Code == codes.Unavailable && strings.Contains(ce.Msg, "error reading server preface: EOF"):
+		return fmt.Errorf("peer %s closed the connection before speaking gRPC: if the cluster runs with --certs-dir (TLS), pass --certs-dir DIR and --user NAME (%s)", ce.Peer, oneLine(ce.Msg))
+	case ce.Code == codes.Unavailable && strings.Contains(ce.Msg, "first record does not look like a TLS handshake"):
+		return fmt.Errorf("peer %s speaks plaintext, not TLS: the cluster runs without --certs-dir; drop --certs-dir (%s)", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.Unavailable:
 		return fmt.Errorf("peer %s unavailable: %s", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.DeadlineExceeded:
