@@ -74,18 +74,33 @@ type reloading[T any] struct {
 	gen    uint64 // bumped at each successful load
 }
 
+// loadTries and loadRetry bound the first read of files being replaced.
+const (
+	loadTries = 50
+	loadRetry = 20 * time.Millisecond
+)
+
 func newReloading[T any](load func() (T, error), paths ...string) (*reloading[T], error) {
 	r := &reloading[T]{paths: paths, load: load}
-	st, err := stampOf(paths...)
-	if err != nil {
-		return nil, err
+	// A rotation writes the key and then the certificate: a first read
+	// between the two sees a pair that does not match. Such a read is
+	// tried again for a while before it counts as a failure.
+	var err error
+	for try := 0; try < loadTries; try++ {
+		if try > 0 {
+			time.Sleep(loadRetry)
+		}
+		var st []stamp
+		if st, err = stampOf(paths...); err != nil {
+			return nil, err // a missing file does not come by waiting
+		}
+		var v T
+		if v, err = load(); err == nil {
+			r.stamps, r.val, r.gen = st, v, 1
+			return r, nil
+		}
 	}
-	v, err := load()
-	if err != nil {
-		return nil, err
-	}
-	r.stamps, r.val, r.gen = st, v, 1
-	return r, nil
+	return nil, err
 }
 
 // get returns the current value and its generation.
