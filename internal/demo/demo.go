@@ -12,6 +12,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
+	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
 )
@@ -27,6 +30,9 @@ type Options struct {
 	Duration time.Duration
 	// Every is how often the status table is printed (default 2s).
 	Every time.Duration
+	// Insecure runs the cluster in plaintext; by default the demo makes
+	// certificates in Dir/certs and runs it with mutual TLS.
+	Insecure bool
 }
 
 type demoInstance struct {
@@ -64,6 +70,18 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("demo: cannot find the shardkit binary: %w", err)
 	}
+	var secArgs []string
+	var creds credentials.TransportCredentials
+	scheme, certsDir := "http", filepath.Join(o.Dir, "certs")
+	if !o.Insecure {
+		if err := makeCerts(certsDir); err != nil {
+			return fmt.Errorf("demo: certificates: %w", err)
+		}
+		if creds, err = client.LoadCredentials(certsDir, certs.RootUser); err != nil {
+			return fmt.Errorf("demo: certificates: %w", err)
+		}
+		secArgs, scheme = []string{"--certs-dir", certsDir}, "https"
+	}
 	var insts []*demoInstance
 	var peers []string
 	for range o.Instances {
@@ -86,9 +104,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		// A short shutdown timeout: when every instance stops at once, the
 		// last ones have no quorum left to record their Offline grade.
-		in.cmd = exec.Command(exe, "run", "--instance-id", name, "--listen", in.listen, "--http-listen", in.http,
-			"--peer", strings.Join(peers[:min(3, len(peers))], ","), "--data-dir", filepath.Join(o.Dir, name),
-			"--shutdown-timeout", "5s")
+		in.cmd = exec.Command(exe, append([]string{"run", "--instance-id", name, "--listen", in.listen, "--http-listen", in.http,
+			"--peer", strings.Join(peers[:min(3, len(peers))], ","), "--data-dir", filepath.Join(o.Dir, name)},
+			append([]string{"--shutdown-timeout", "5s"}, secArgs...)...)...)
 		in.cmd.Stdout, in.cmd.Stderr = logf, logf
 		// Their own process group: Ctrl+C reaches the demo, which stops them in order.
 		in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -103,16 +121,22 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			close(in.done)
 		}(in, logf)
 	}
-	cl, err := client.New(ctx, client.Config{Peers: peers, Timeout: 2 * time.Second})
+	cl, err := client.New(ctx, client.Config{Peers: peers, Timeout: 2 * time.Second, Credentials: creds})
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	fmt.Fprintf(out, "shardkit demo: %d instances on %s; data and logs in %s; Ctrl+C to stop\n", len(insts), strings.Join(peers, " "), o.Dir)
-	fmt.Fprintf(out, "  in another terminal: %s status --peer %s\n", filepath.Base(exe), strings.Join(peers, ","))
+	fmt.Fprintf(out, "  in another terminal: %s status --peer %s%s\n", filepath.Base(exe), strings.Join(peers, ","), strings.Join(append([]string{""}, secArgs...), " "))
+	if o.Insecure {
+		fmt.Fprintln(out, "  security: plaintext (--insecure)")
+	} else {
+		fmt.Fprintf(out, "  security: mutual TLS; certificates (CA, node, client root) in %s; HTTPS needs a client certificate:\n"+
+			"    curl --cacert %[1]s/ca.crt --cert %[1]s/client.root.crt --key %[1]s/client.root.key https://%s/api/v1/cluster\n", certsDir, insts[0].http)
+	}
 	for i, in := range insts {
-		fmt.Fprintf(out, "  i%d  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster  log %s\n",
-			i+1, in.listen, in.http, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
+		fmt.Fprintf(out, "  i%d  gRPC %s  HTTP %s://%s/health/ready  %s://%s/api/v1/cluster  log %s\n",
+			i+1, in.listen, scheme, in.http, scheme, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
 	}
 	tick := time.NewTicker(o.Every)
 	defer tick.Stop()
@@ -179,4 +203,20 @@ func loopbackPorts(n int) ([]string, error) {
 		out = append(out, l.Addr().String())
 	}
 	return out, nil
+}
+
+// makeCerts makes the demo's CA, a node certificate for the loopback and
+// root's client certificate (kept when they are there from an earlier
+// demo in the same --data-dir).
+func makeCerts(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, certs.CACert)); err == nil {
+		return nil
+	}
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		return err
+	}
+	if err := certs.CreateNode(dir, []string{"127.0.0.1", "localhost"}, certs.Options{}); err != nil {
+		return err
+	}
+	return certs.CreateClient(dir, certs.RootUser, certs.Options{})
 }
