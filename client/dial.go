@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/shardkit/shardkit/certs"
 )
 
 // DialOptions returns the options every connection to a shardkit instance
@@ -75,4 +77,16 @@ func ParsePeers(list string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// LoadCredentials reads a certs directory (see package certs: ca.crt and
+// client.<user>.crt/.key) into the credentials of user, for
+// Config.Credentials. The files are read again when they change on disk,
+// so a rotated certificate is used from the next connection on.
+func LoadCredentials(certsDir, user string) (credentials.TransportCredentials, error) {
+	cfg, err := certs.LoadClient(certsDir, user)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
+	}
+	return credentials.NewTLS(cfg), nil
 }

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
 	"github.com/shardkit/shardkit/client"
 )
 
@@ -24,6 +26,10 @@ type ClusterOptions struct {
 	// DefaultClusterNamespace when empty. It plays the part of the SQL
 	// table name: services sharing a cluster use different namespaces.
 	Namespace string
+	// Credentials secure the connections to a cluster run with
+	// --certs-dir (client.LoadCredentials); nil: plaintext. The user
+	// needs the writer role. Only OpenCluster uses them.
+	Credentials credentials.TransportCredentials
 }
 
 // ClusterStore keeps shard leases in a shardkit cluster, on the leases
@@ -78,7 +84,7 @@ func OpenCluster(addrs string, opts ClusterOptions) (*ClusterStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: cluster address: %w", ErrInvalid, err)
 	}
-	c, err := client.New(context.Background(), client.Config{Peers: peers})
+	c, err := client.New(context.Background(), client.Config{Peers: peers, Credentials: opts.Credentials})
 	if err != nil {
 		return nil, fmt.Errorf("%w: cluster address: %w", ErrInvalid, err)
 	}

@@ -21,6 +21,7 @@ type benchOptions struct {
 	format     string
 	progress   bool
 	cpuprofile string
+	sec        securityFlags
 }
 
 func newBenchCmd() *cobra.Command {
@@ -77,6 +78,7 @@ scripts/bench-vs-etcd.sh.`,
 	f.StringVar(&o.format, "format", "text", "text or json (one JSON object)")
 	f.BoolVar(&o.progress, "progress", false, "progress on stderr once a second even when it is not a terminal")
 	f.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile of the whole run to this file")
+	o.sec.register(f)
 	return cmd
 }
 
@@ -90,6 +92,13 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	cfg := o.cfg
 	cfg.Peers = peers
+	creds, err := o.sec.credentials()
+	if err != nil {
+		return err
+	}
+	if creds != nil {
+		cfg.ClientConfig = func(c *client.Config) { c.Credentials = creds }
+	}
 	if err := cfg.Check(); err != nil {
 		return err
 	}

@@ -27,19 +27,31 @@ func newCacheCmd() *cobra.Command {
 
 type leaseDBFlags struct {
 	driver, dsn, table string
+	sec                securityFlags
 }
 
 func (f *leaseDBFlags) register(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.driver, "driver", "sqlite", "lease store: sqlite, mysql, postgres, or shardkit (a cluster's leases)")
 	cmd.Flags().StringVar(&f.dsn, "dsn", "", "sqlite: a file name; mysql: user:pass@tcp(host:3306)/db; postgres: a URL; shardkit: a cluster instance host:port")
 	cmd.Flags().StringVar(&f.table, "table", lease.DefaultTable, "lease table name (shardkit: namespace of the lease names)")
+	f.sec.register(cmd.Flags())
 }
 
 func (f *leaseDBFlags) open() (lease.Store, error) {
 	if f.dsn == "" {
 		return nil, &ExitError{Code: 2, Err: errors.New("--dsn is required: the database (or cluster instance) that holds the leases")}
 	}
-	s, err := lease.Open(f.driver, f.dsn, f.table)
+	var s lease.Store
+	var err error
+	if f.driver == "shardkit" {
+		creds, cerr := f.sec.credentials()
+		if cerr != nil {
+			return nil, &ExitError{Code: 2, Err: cerr}
+		}
+		s, err = lease.OpenCluster(f.dsn, lease.ClusterOptions{Namespace: f.table, Credentials: creds})
+	} else {
+		s, err = lease.Open(f.driver, f.dsn, f.table)
+	}
 	if err != nil {
 		return nil, &ExitError{Code: 2, Err: err}
 	}

@@ -25,5 +25,6 @@ func newDemoCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.Dir, "data-dir", "", "where the instances keep their data and logs (default: a temp dir, removed at exit)")
 	cmd.Flags().DurationVar(&o.Duration, "duration", 0, "stop after this long (default: until Ctrl+C)")
 	cmd.Flags().DurationVar(&o.Every, "every", 0, "how often to print the status (default 2s)")
+	cmd.Flags().BoolVar(&o.Insecure, "insecure", false, "run in plaintext (default: certificates in <data-dir>/certs, mutual TLS)")
 	return cmd
 }

@@ -41,6 +41,7 @@ type coordFlags struct {
 	ttl    time.Duration
 	retry  time.Duration
 	wait   time.Duration
+	sec    securityFlags
 }
 
 // register adds the flags that name the coordinator.
@@ -48,6 +49,7 @@ func (c *coordFlags) register(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&c.kind, "coordinator", "local", "coordinator: local (a directory), zookeeper, shardkit (a cluster's leases) or none")
 	fl.StringVar(&c.addr, "coordinator-addr", ".shardkit-numerator", "local: the coordinator's directory; zookeeper: host:port[,host:port][/znode]; shardkit: host:port[,host:port][/lease-name] of cluster instances")
+	c.sec.register(fl)
 }
 
 // registerLock adds the flags of a master taking the lock.
@@ -63,7 +65,8 @@ func (c *coordFlags) registerLock(cmd *cobra.Command) {
 }
 
 // openCoordinator opens the chosen backend; none returns nil.
-func openCoordinator(ctx context.Context, kind, addr string, logger *slog.Logger) (coordinator.Coordinator, error) {
+func openCoordinator(ctx context.Context, c *coordFlags, logger *slog.Logger) (coordinator.Coordinator, error) {
+	kind, addr := c.kind, c.addr
 	switch kind {
 	case "none":
 		return nil, nil
@@ -74,7 +77,11 @@ func openCoordinator(ctx context.Context, kind, addr string, logger *slog.Logger
 		defer cancel()
 		return coordinator.NewZooKeeper(cctx, addr, logger, time.Now)
 	case "shardkit":
-		return coordinator.NewShardkit(addr)
+		creds, err := c.sec.credentials()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", coordinator.ErrInvalid, err)
+		}
+		return coordinator.NewShardkitWithCredentials(addr, creds)
 	}
 	return nil, fmt.Errorf("%w: --coordinator %q; want local, zookeeper, shardkit or none", coordinator.ErrInvalid, kind)
 }
@@ -192,7 +199,7 @@ func runNumerator(ctx context.Context, stdout, stderr io.Writer, f runFlags) (er
 		}
 	}
 
-	coord, err := openCoordinator(ctx, f.coord.kind, f.coord.addr, logger)
+	coord, err := openCoordinator(ctx, &f.coord, logger)
 	if err != nil {
 		return err
 	}
@@ -369,7 +376,7 @@ func newNumeratorStatusCmd() *cobra.Command {
 		Short: "Print the coordinator's last consistent state and write-lock holder",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			coord, err := openCoordinator(cmd.Context(), c.kind, c.addr, nil)
+			coord, err := openCoordinator(cmd.Context(), &c, nil)
 			if err != nil {
 				return err
 			}
@@ -424,7 +431,7 @@ spill directories in --temp-dir. Directories of live runs are never removed
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			out, errOut := cmd.OutOrStdout(), cmd.ErrOrStderr()
-			coord, err := openCoordinator(cmd.Context(), c.kind, c.addr, nil)
+			coord, err := openCoordinator(cmd.Context(), &c, nil)
 			if err != nil {
 				return err
 			}

@@ -26,11 +26,13 @@ const defaultPeer = "127.0.0.1:3301"
 type clusterFlags struct {
 	peers   string
 	timeout time.Duration
+	sec     securityFlags
 }
 
 func (f *clusterFlags) register(fs *pflag.FlagSet, timeout time.Duration, timeoutHelp string) {
 	fs.StringVar(&f.peers, "peer", defaultPeer, "address (host:port) of a cluster instance; a comma-separated list is tried in turn")
 	fs.DurationVar(&f.timeout, "timeout", timeout, timeoutHelp)
+	f.sec.register(fs)
 }
 
 // client checks the flags and makes the client; one attempt on one
@@ -52,7 +54,11 @@ func (f *clusterFlags) clientWith(ctx context.Context, attempt time.Duration) (*
 	if attempt <= 0 {
 		attempt = f.timeout
 	}
-	return client.New(ctx, client.Config{Peers: peers, Timeout: attempt})
+	creds, err := f.sec.credentials()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(ctx, client.Config{Peers: peers, Timeout: attempt, Credentials: creds})
 }
 
 // callError turns a failed call into one line: unreachable peers and
@@ -67,6 +73,10 @@ func callError(timeout time.Duration, err error) error {
 		return errors.New(oneLine(ce.Msg))
 	case ce.Code == codes.Unavailable && looksLikeHTTP(ce.Msg):
 		return httpPortError(ce.Peer)
+	case ce.Code == codes.Unavailable && strings.Contains(ce.Msg, "error reading server preface: EOF"):
+		return fmt.Errorf("peer %s closed the connection before speaking gRPC: if the cluster runs with --certs-dir (TLS), pass --certs-dir DIR and --user NAME (%s)", ce.Peer, oneLine(ce.Msg))
+	case ce.Code == codes.Unavailable && strings.Contains(ce.Msg, "first record does not look like a TLS handshake"):
+		return fmt.Errorf("peer %s speaks plaintext, not TLS: the cluster runs without --certs-dir; drop --certs-dir (%s)", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.Unavailable:
 		return fmt.Errorf("peer %s unavailable: %s", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.DeadlineExceeded:

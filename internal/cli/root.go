@@ -70,7 +70,7 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newRunCmd(procs), newStatusCmd(), newExpelCmd(),
 		newSpaceCmd(), newCallCmd(procs), newMapCallCmd(),
 		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
-		newCacheCmd(),
+		newCacheCmd(), newCertCmd(), newUserCmd(),
 		newNumeratorCmd(), newBenchCmd(),
 	)
 	root.AddCommand(newDataCmds()...)

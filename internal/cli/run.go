@@ -110,6 +110,7 @@ func runParent(cmd *cobra.Command, deps runDeps, cfg server.InstanceConfig) erro
 	// signal; the command's context (cancelled by the same signals) must
 	// not stop it a second time.
 	ctx := context.WithoutCancel(cmd.Context())
+	server.LogSecurity(cfg.Logger, cfg)
 	code, err := deps.supervise(ctx, supervisor.Config{
 		Args:        deps.args(),
 		DataDir:     cfg.DataDir,

@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -88,6 +89,23 @@ func runSettings() []runSetting {
 				}
 				return setAddr(&c.HTTPListen, v, true)
 			}},
+		{name: "certs-dir", typ: "dir", usage: "directory with ca.crt and node.crt/node.key (shardkit cert): the gRPC port requires mutual TLS, the HTTP port serves HTTPS; empty: plaintext",
+			apply: func(c *server.InstanceConfig, v string) error {
+				if strings.ContainsRune(v, 0) {
+					return errors.New("want a directory path")
+				}
+				c.CertsDir = strings.TrimSpace(v)
+				return nil
+			}},
+		{name: "http-open-health", typ: "bool", def: "false", usage: "with --certs-dir: /health/* answers without a client certificate (for load balancers' probes)",
+			apply: func(c *server.InstanceConfig, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.HTTPOpenHealth = b
+				return nil
+			}},
 		{name: "auto-offline-timeout", typ: "duration", def: "30s", usage: "the leader marks an instance Offline after this long without a successful RPC",
 			apply: func(c *server.InstanceConfig, v string) error {
 				d, err := parsePositiveDuration(v)
@@ -157,6 +175,9 @@ func addRunFlags(fs *pflag.FlagSet) {
 	for _, s := range runSettings() {
 		fl := fs.VarPF(&rawFlag{typ: s.typ, repeatable: s.repeatable}, s.name, "", s.usage+"  [env "+envName(s.name)+"]")
 		fl.DefValue = s.def
+		if s.typ == "bool" {
+			fl.NoOptDefVal = "true"
+		}
 	}
 	fl := fs.VarPF(&rawFlag{typ: "file"}, configFlag, "", "YAML file whose keys are these flag names  [env "+envName(configFlag)+"]")
 	fl.DefValue = ""

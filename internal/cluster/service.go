@@ -47,6 +47,10 @@ var leaderOnly = map[string]bool{
 	clusterv1.ClusterService_RenewLease_FullMethodName:     true,
 	clusterv1.ClusterService_ReleaseLease_FullMethodName:   true,
 	clusterv1.ClusterService_GetLease_FullMethodName:       true,
+	clusterv1.ClusterService_CreateUser_FullMethodName:     true,
+	clusterv1.ClusterService_DropUser_FullMethodName:       true,
+	clusterv1.ClusterService_SetUserRole_FullMethodName:    true,
+	clusterv1.ClusterService_ListUsers_FullMethodName:      true,
 }
 
 // Forwarder routes the calls only the group-0 leader serves to it; the

@@ -40,6 +40,10 @@ func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (
 		q.VotersAnswering, q.VotersNotAnswering = n.probeVoters(ctx, q.GetVoters())
 	}
 	resp.Quorum = q
+	resp.Security = "plaintext"
+	if n.cfg.Credentials != nil {
+		resp.Security = "mutual TLS"
+	}
 	return resp, nil
 }
 

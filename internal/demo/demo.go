@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
+	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/cluster/statusview"
 	"github.com/shardkit/shardkit/tuple"
@@ -40,6 +43,9 @@ type Options struct {
 	Duration time.Duration
 	// Every is how often the status table is printed (default 2s).
 	Every time.Duration
+	// Insecure runs the cluster in plaintext; by default the demo makes
+	// certificates in Dir/certs and runs it with mutual TLS.
+	Insecure bool
 }
 
 type demoInstance struct {
@@ -83,6 +89,18 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("demo: cannot find the shardkit binary: %w", err)
 	}
+	var secArgs []string
+	var creds credentials.TransportCredentials
+	scheme, certsDir := "http", filepath.Join(o.Dir, "certs")
+	if !o.Insecure {
+		if err := makeCerts(certsDir); err != nil {
+			return fmt.Errorf("demo: certificates: %w", err)
+		}
+		if creds, err = client.LoadCredentials(certsDir, certs.RootUser); err != nil {
+			return fmt.Errorf("demo: certificates: %w", err)
+		}
+		secArgs, scheme = []string{"--certs-dir", certsDir}, "https"
+	}
 	var insts []*demoInstance
 	var peers []string
 	for range o.Instances {
@@ -105,9 +123,9 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		}
 		// A short shutdown timeout: when every instance stops at once, the
 		// last ones have no quorum left to record their Offline grade.
-		in.cmd = exec.Command(exe, "run", "--instance-id", name, "--listen", in.listen, "--http-listen", in.http,
+		in.cmd = exec.Command(exe, append([]string{"run", "--instance-id", name, "--listen", in.listen, "--http-listen", in.http,
 			"--peer", strings.Join(peers[:min(3, len(peers))], ","), "--data-dir", filepath.Join(o.Dir, name),
-			"--shutdown-timeout", "5s", "--init-replication-factor", strconv.Itoa(o.ReplicationFactor))
+			"--shutdown-timeout", "5s", "--init-replication-factor", strconv.Itoa(o.ReplicationFactor)}, secArgs...)...)
 		in.cmd.Stdout, in.cmd.Stderr = logf, logf
 		// Their own process group: Ctrl+C reaches the demo, which stops them in order.
 		in.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -122,13 +140,13 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 			close(in.done)
 		}(in, logf)
 	}
-	cl, err := client.New(ctx, client.Config{Peers: peers, Timeout: 2 * time.Second})
+	cl, err := client.New(ctx, client.Config{Peers: peers, Timeout: 2 * time.Second, Credentials: creds})
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
 	var header bytes.Buffer
-	writeHeader(&header, o, insts, peers, filepath.Base(exe))
+	writeHeader(&header, o, insts, peers, filepath.Base(exe), scheme, certsDir, secArgs)
 	if !o.Redraw {
 		_, _ = out.Write(header.Bytes())
 	}
@@ -172,15 +190,21 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 }
 
 // writeHeader prints where the instances are and the commands to try.
-func writeHeader(w io.Writer, o Options, insts []*demoInstance, peers []string, exe string) {
+func writeHeader(w io.Writer, o Options, insts []*demoInstance, peers []string, exe, scheme, certsDir string, secArgs []string) {
 	rs := o.Instances / o.ReplicationFactor
 	fmt.Fprintf(w, "shardkit demo: %d instances, replication factor %d (%d replicasets); data and logs in %s; Ctrl+C to stop\n",
 		len(insts), o.ReplicationFactor, rs, o.Dir)
-	for i, in := range insts {
-		fmt.Fprintf(w, "  i%d  gRPC %s  HTTP http://%s/health/ready  http://%s/api/v1/cluster  log %s\n",
-			i+1, in.listen, in.http, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
+	if o.Insecure {
+		fmt.Fprintln(w, "  security: plaintext (--insecure)")
+	} else {
+		fmt.Fprintf(w, "  security: mutual TLS; certificates (CA, node, client root) in %s; HTTPS needs a client certificate:\n"+
+			"    curl --cacert %[1]s/ca.crt --cert %[1]s/client.root.crt --key %[1]s/client.root.key https://%s/api/v1/cluster\n", certsDir, insts[0].http)
 	}
-	p := strings.Join(peers[:min(3, len(peers))], ",")
+	for i, in := range insts {
+		fmt.Fprintf(w, "  i%d  gRPC %s  HTTP %s://%s/health/ready  %s://%s/api/v1/cluster  log %s\n",
+			i+1, in.listen, scheme, in.http, scheme, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
+	}
+	p := strings.Join(peers[:min(3, len(peers))], ",") + strings.Join(append([]string{""}, secArgs...), " ")
 	fmt.Fprintf(w, "in another terminal (docs/data.md walks through more):\n")
 	fmt.Fprintf(w, "  %s status --peer %s\n", exe, p)
 	if o.Rows > 0 {
@@ -347,4 +371,20 @@ func loopbackPorts(n int) ([]string, error) {
 		out = append(out, l.Addr().String())
 	}
 	return out, nil
+}
+
+// makeCerts makes the demo's CA, a node certificate for the loopback and
+// root's client certificate (kept when they are there from an earlier
+// demo in the same --data-dir).
+func makeCerts(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, certs.CACert)); err == nil {
+		return nil
+	}
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		return err
+	}
+	if err := certs.CreateNode(dir, []string{"127.0.0.1", "localhost"}, certs.Options{}); err != nil {
+		return err
+	}
+	return certs.CreateClient(dir, certs.RootUser, certs.Options{})
 }

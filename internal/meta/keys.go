@@ -19,6 +19,7 @@ import (
 //	m/mv/<bucket>    Move in progress (4-byte big-endian bucket)
 //	m/g/<bucket>     a bucket's generation after its last move (8 bytes; absent: 1)
 //	m/p/<bucket>     a pinned bucket (empty value)
+//	m/u/<name>       User
 const prefix = storage.PrefixMeta
 
 var (
@@ -36,12 +37,14 @@ const (
 	prefixMove       = prefix + "mv/"
 	prefixGen        = prefix + "g/"
 	prefixPin        = prefix + "p/"
+	prefixUser       = prefix + "u/"
 )
 
 func keyInstance(id string) []byte   { return append([]byte(prefixInstance), id...) }
 func keyReplicaset(id string) []byte { return append([]byte(prefixReplicaset), id...) }
 func keyLease(name string) []byte    { return append([]byte(prefixLease), name...) }
 func keySpace(name string) []byte    { return append([]byte(prefixSpace), name...) }
+func keyUser(name string) []byte     { return append([]byte(prefixUser), name...) }
 func keyMove(b uint32) []byte        { return binary.BigEndian.AppendUint32([]byte(prefixMove), b) }
 func keyGen(b uint32) []byte         { return binary.BigEndian.AppendUint32([]byte(prefixGen), b) }
 func keyPin(b uint32) []byte         { return binary.BigEndian.AppendUint32([]byte(prefixPin), b) }

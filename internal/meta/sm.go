@@ -23,6 +23,7 @@ type Result struct {
 	Lease    *metapb.Lease
 	Space    *metapb.Space
 	Move     *metapb.Move
+	User     *metapb.User
 	Granted  bool
 	// Err is a *Refusal when the command was not allowed.
 	Err error
@@ -149,6 +150,10 @@ func (sm *SM) Load(r pebble.Reader) error {
 			sp := &metapb.Space{}
 			err = proto.Unmarshal(v, sp)
 			st.Spaces[sp.GetName()] = sp
+		case bytes.HasPrefix(k, []byte(prefixUser)):
+			u := &metapb.User{}
+			err = proto.Unmarshal(v, u)
+			st.Users[u.GetName()] = u
 		case bytes.HasPrefix(k, []byte(prefixLease)):
 			l := &metapb.Lease{}
 			err = proto.Unmarshal(v, l)
@@ -275,6 +280,12 @@ func (t *txn) apply(c *metapb.Command) Result {
 		p.Rebalancer = op.SetRebalancer.GetRebalancer()
 		t.putProps(p)
 		return Result{}
+	case *metapb.Command_CreateUser:
+		return t.createUser(op.CreateUser)
+	case *metapb.Command_DropUser:
+		return t.dropUser(op.DropUser)
+	case *metapb.Command_SetUserRole:
+		return t.setUserRole(op.SetUserRole)
 	default:
 		return Result{Err: refuse(CodeInvalid, "unknown group-0 command %T", op)}
 	}

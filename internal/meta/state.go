@@ -32,6 +32,8 @@ type State struct {
 	Generations map[uint32]uint64
 	// Pinned buckets.
 	Pinned map[uint32]bool
+	// Users by name (root is implicit; see UserRole).
+	Users map[string]*metapb.User
 }
 
 // Generation returns a bucket's generation (1 until it first moves).
@@ -51,6 +53,7 @@ func emptyState() *State {
 		Moves:       map[uint32]*metapb.Move{},
 		Generations: map[uint32]uint64{},
 		Pinned:      map[uint32]bool{},
+		Users:       map[string]*metapb.User{},
 	}
 }
 
@@ -69,6 +72,7 @@ func (s *State) clone() *State {
 		Moves:       s.Moves,  // the three below are copied on write (moves.go)
 		Generations: s.Generations,
 		Pinned:      s.Pinned,
+		Users:       s.Users, // copied on write (users.go)
 	}
 }
 

@@ -47,6 +47,13 @@ type InstanceConfig struct {
 	// ShutdownTimeout bounds the wait for current grade Offline on
 	// SIGTERM/SIGINT (default 30s).
 	ShutdownTimeout time.Duration `yaml:"shutdown-timeout"`
+	// CertsDir holds ca.crt and node.crt/node.key (shardkit cert): the
+	// gRPC port then requires mutual TLS and the HTTP port serves HTTPS.
+	// Empty: plaintext (docs/security.md).
+	CertsDir string `yaml:"certs-dir"`
+	// HTTPOpenHealth lets /health/* answer without a client certificate on
+	// a secure instance (for load balancers' probes).
+	HTTPOpenHealth bool `yaml:"http-open-health"`
 	// LogLevel and LogFormat (text or json) configure the log on stderr.
 	LogLevel  string `yaml:"log-level"`
 	LogFormat string `yaml:"log-format"`

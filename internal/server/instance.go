@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/forward"
@@ -30,6 +31,11 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	cfg.Defaults()
 	log := cfg.Logger
+	LogSecurity(log, cfg)
+	sec, err := loadSecurity(cfg)
+	if err != nil {
+		return &RefusedError{Err: err}
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
 	}
@@ -88,6 +94,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		OnReplicasetGroup:     data.opened,
 		BucketCounts:          data.bucketCounts,
 		StorageErrors:         storageErrs,
+		Credentials:           sec.peer,
 	}, db, metrics)
 	nodePtr.Store(node)
 	data.attach(node)
@@ -95,7 +102,15 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	// Calls only another instance can serve are forwarded there (at most
 	// one hop) before their handler runs here.
 	fwd := forward.New(routeCall(node), node.DialPeer)
-	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(rpc.unary, fwd.Interceptor()))
+	unary := []grpc.UnaryServerInterceptor{rpc.unary, fwd.Interceptor()}
+	var authz *auth.Authorizer
+	if sec.secure() {
+		// Every call is checked before it is forwarded or served.
+		authz = sec.authorizer(node, procs, log)
+		unary = []grpc.UnaryServerInterceptor{rpc.unary, authz.Unary(), fwd.Interceptor()}
+	}
+	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(unary...))
+	opts = append(opts, sec.serverOptions(authz)...)
 	srv := grpc.NewServer(opts...)
 	node.Register(srv)
 	data.register(srv)
@@ -104,7 +119,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	defer stopGRPC(srv, log)
 
 	if cfg.HTTPListen != "" {
-		hs, err := startHTTP(cfg.HTTPListen, withFailpoints(newHTTPHandler(node, reg), fp))
+		hs, err := startHTTP(cfg.HTTPListen, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg), fp), authz, cfg.HTTPOpenHealth), sec)
 		if err != nil {
 			return &RefusedError{Err: err}
 		}
@@ -160,12 +175,19 @@ func stopGRPC(srv *grpc.Server, log *slog.Logger) {
 	}
 }
 
-func startHTTP(addr string, h http.Handler) (*http.Server, error) {
+func startHTTP(addr string, h http.Handler, sec *security) (*http.Server, error) {
 	lis, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	if sec.secure() {
+		// HTTPS with the node certificate; a client certificate is asked
+		// for and checked by the handler (security.httpHandler).
+		hs.TLSConfig = sec.srv.ServerConfig("h2", "http/1.1")
+		go func() { _ = hs.ServeTLS(lis, "", "") }()
+		return hs, nil
+	}
 	go func() { _ = hs.Serve(lis) }()
 	return hs, nil
 }

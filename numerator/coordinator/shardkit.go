@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/credentials"
+
 	"github.com/shardkit/shardkit/client"
 )
 
@@ -64,11 +66,18 @@ func ParseShardkitAddr(addr string) ([]string, string, error) {
 // ParseShardkitAddr); any instance will do, calls are forwarded to the
 // leader of group 0.
 func NewShardkit(addr string) (*ShardkitCoordinator, error) {
+	return NewShardkitWithCredentials(addr, nil)
+}
+
+// NewShardkitWithCredentials is NewShardkit for a cluster run with
+// --certs-dir: creds (client.LoadCredentials) secure the connections; nil
+// is plaintext. The user needs the writer role (leases).
+func NewShardkitWithCredentials(addr string, creds credentials.TransportCredentials) (*ShardkitCoordinator, error) {
 	addrs, name, err := ParseShardkitAddr(addr)
 	if err != nil {
 		return nil, err
 	}
-	cl, err := client.New(context.Background(), client.Config{Peers: addrs, Timeout: callTimeout})
+	cl, err := client.New(context.Background(), client.Config{Peers: addrs, Timeout: callTimeout, Credentials: creds})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}

@@ -16,6 +16,11 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/credentials"
+
+	"github.com/shardkit/shardkit/certs"
+	"github.com/shardkit/shardkit/client"
 )
 
 var binary string
@@ -37,6 +42,17 @@ func runMain(m *testing.M) int {
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "building shardkit: %v\n", err)
 		return 1
+	}
+	if os.Getenv("SHARDKIT_TEST_SECURE") != "" {
+		// The whole suite in a secure cluster: every instance and every
+		// command finds the certificates in SHARDKIT_CERTS_DIR (the one
+		// variable of run --certs-dir and of the clients' --certs-dir).
+		certsDir := filepath.Join(dir, "certs")
+		if err := makeTestCerts(certsDir); err != nil {
+			fmt.Fprintf(os.Stderr, "making certificates: %v\n", err)
+			return 1
+		}
+		os.Setenv("SHARDKIT_CERTS_DIR", certsDir)
 	}
 	return m.Run()
 }
@@ -399,4 +415,31 @@ func voters(st *statusJSON) []uint64 {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// makeTestCerts makes a CA, a node certificate for the loopback and root's
+// client certificate.
+func makeTestCerts(dir string) error {
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		return err
+	}
+	if err := certs.CreateNode(dir, []string{"127.0.0.1", "localhost"}, certs.Options{}); err != nil {
+		return err
+	}
+	return certs.CreateClient(dir, certs.RootUser, certs.Options{})
+}
+
+// testCredentials are root's credentials when the suite runs secure (nil:
+// plaintext).
+func testCredentials(t *testing.T) credentials.TransportCredentials {
+	t.Helper()
+	dir := os.Getenv("SHARDKIT_CERTS_DIR")
+	if dir == "" {
+		return nil
+	}
+	c, err := client.LoadCredentials(dir, certs.RootUser)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }

@@ -32,7 +32,7 @@ func newClient(t *testing.T, c *cluster) *client.Client {
 	for _, inst := range c.insts {
 		peers = append(peers, inst.listen)
 	}
-	cl, err := client.New(t.Context(), client.Config{Peers: peers, Timeout: 5 * time.Second, Attempts: 20})
+	cl, err := client.New(t.Context(), client.Config{Peers: peers, Timeout: 5 * time.Second, Attempts: 20, Credentials: testCredentials(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,62 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Role says what a user may do; each includes the ones before it.
+type Role int32
+
+const (
+	Role_ROLE_UNSPECIFIED Role = 0
+	// Read, and call ro procedures.
+	Role_ROLE_READER Role = 1
+	// Also write, call rw procedures and use leases.
+	Role_ROLE_WRITER Role = 2
+	// Also DDL, users, expel, weights, moves, the rebalancer.
+	Role_ROLE_ADMIN Role = 3
+)
+
+// Enum value maps for Role.
+var (
+	Role_name = map[int32]string{
+		0: "ROLE_UNSPECIFIED",
+		1: "ROLE_READER",
+		2: "ROLE_WRITER",
+		3: "ROLE_ADMIN",
+	}
+	Role_value = map[string]int32{
+		"ROLE_UNSPECIFIED": 0,
+		"ROLE_READER":      1,
+		"ROLE_WRITER":      2,
+		"ROLE_ADMIN":       3,
+	}
+)
+
+func (x Role) Enum() *Role {
+	p := new(Role)
+	*p = x
+	return p
+}
+
+func (x Role) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Role) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_cluster_v1_cluster_proto_enumTypes[0].Descriptor()
+}
+
+func (Role) Type() protoreflect.EnumType {
+	return &file_api_cluster_v1_cluster_proto_enumTypes[0]
+}
+
+func (x Role) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Role.Descriptor instead.
+func (Role) EnumDescriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
 // GradeVariant is the state of an instance (K11).
 type GradeVariant int32
 
@@ -67,11 +123,11 @@ func (x GradeVariant) String() string {
 }
 
 func (GradeVariant) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_cluster_v1_cluster_proto_enumTypes[0].Descriptor()
+	return file_api_cluster_v1_cluster_proto_enumTypes[1].Descriptor()
 }
 
 func (GradeVariant) Type() protoreflect.EnumType {
-	return &file_api_cluster_v1_cluster_proto_enumTypes[0]
+	return &file_api_cluster_v1_cluster_proto_enumTypes[1]
 }
 
 func (x GradeVariant) Number() protoreflect.EnumNumber {
@@ -80,7 +136,7 @@ func (x GradeVariant) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GradeVariant.Descriptor instead.
 func (GradeVariant) EnumDescriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
 }
 
 // GroupAdminAction is a change GroupAdmin makes.
@@ -129,11 +185,11 @@ func (x GroupAdminAction) String() string {
 }
 
 func (GroupAdminAction) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_cluster_v1_cluster_proto_enumTypes[1].Descriptor()
+	return file_api_cluster_v1_cluster_proto_enumTypes[2].Descriptor()
 }
 
 func (GroupAdminAction) Type() protoreflect.EnumType {
-	return &file_api_cluster_v1_cluster_proto_enumTypes[1]
+	return &file_api_cluster_v1_cluster_proto_enumTypes[2]
 }
 
 func (x GroupAdminAction) Number() protoreflect.EnumNumber {
@@ -142,7 +198,404 @@ func (x GroupAdminAction) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use GroupAdminAction.Descriptor instead.
 func (GroupAdminAction) EnumDescriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+type User struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.cluster.v1.Role" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *User) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *User) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+type CreateUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserRequest) Reset() {
+	*x = CreateUserRequest{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserRequest) ProtoMessage() {}
+
+func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
+func (*CreateUserRequest) Descriptor() ([]byte, []int) {
 	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateUserRequest) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+type CreateUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserResponse) Reset() {
+	*x = CreateUserResponse{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserResponse) ProtoMessage() {}
+
+func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
+func (*CreateUserResponse) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateUserResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+type DropUserRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropUserRequest) Reset() {
+	*x = DropUserRequest{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropUserRequest) ProtoMessage() {}
+
+func (x *DropUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropUserRequest.ProtoReflect.Descriptor instead.
+func (*DropUserRequest) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *DropUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type DropUserResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropUserResponse) Reset() {
+	*x = DropUserResponse{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropUserResponse) ProtoMessage() {}
+
+func (x *DropUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropUserResponse.ProtoReflect.Descriptor instead.
+func (*DropUserResponse) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+}
+
+type SetUserRoleRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.cluster.v1.Role" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserRoleRequest) Reset() {
+	*x = SetUserRoleRequest{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserRoleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserRoleRequest) ProtoMessage() {}
+
+func (x *SetUserRoleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserRoleRequest.ProtoReflect.Descriptor instead.
+func (*SetUserRoleRequest) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SetUserRoleRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserRoleRequest) GetRole() Role {
+	if x != nil {
+		return x.Role
+	}
+	return Role_ROLE_UNSPECIFIED
+}
+
+type SetUserRoleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserRoleResponse) Reset() {
+	*x = SetUserRoleResponse{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserRoleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserRoleResponse) ProtoMessage() {}
+
+func (x *SetUserRoleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserRoleResponse.ProtoReflect.Descriptor instead.
+func (*SetUserRoleResponse) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetUserRoleResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+type ListUsersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersRequest) Reset() {
+	*x = ListUsersRequest{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersRequest) ProtoMessage() {}
+
+func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListUsersRequest) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+type ListUsersResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Every user, by name, root included.
+	Users         []*User `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersResponse) Reset() {
+	*x = ListUsersResponse{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersResponse) ProtoMessage() {}
+
+func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListUsersResponse) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListUsersResponse) GetUsers() []*User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
 }
 
 // Grade is a grade variant with its incarnation.
@@ -156,7 +609,7 @@ type Grade struct {
 
 func (x *Grade) Reset() {
 	*x = Grade{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[0]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -168,7 +621,7 @@ func (x *Grade) String() string {
 func (*Grade) ProtoMessage() {}
 
 func (x *Grade) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[0]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -181,7 +634,7 @@ func (x *Grade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grade.ProtoReflect.Descriptor instead.
 func (*Grade) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{0}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Grade) GetVariant() GradeVariant {
@@ -224,7 +677,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[1]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -236,7 +689,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[1]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -249,7 +702,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{1}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Instance) GetInstanceId() string {
@@ -364,7 +817,7 @@ type Replicaset struct {
 
 func (x *Replicaset) Reset() {
 	*x = Replicaset{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[2]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -376,7 +829,7 @@ func (x *Replicaset) String() string {
 func (*Replicaset) ProtoMessage() {}
 
 func (x *Replicaset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[2]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -389,7 +842,7 @@ func (x *Replicaset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicaset.ProtoReflect.Descriptor instead.
 func (*Replicaset) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{2}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Replicaset) GetReplicasetId() string {
@@ -464,7 +917,7 @@ type ClusterProperties struct {
 
 func (x *ClusterProperties) Reset() {
 	*x = ClusterProperties{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +929,7 @@ func (x *ClusterProperties) String() string {
 func (*ClusterProperties) ProtoMessage() {}
 
 func (x *ClusterProperties) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[3]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +942,7 @@ func (x *ClusterProperties) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterProperties.ProtoReflect.Descriptor instead.
 func (*ClusterProperties) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{3}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClusterProperties) GetClusterId() string {
@@ -582,7 +1035,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +1047,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[4]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +1060,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{4}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Lease) GetName() string {
@@ -664,7 +1117,7 @@ type BucketRange struct {
 
 func (x *BucketRange) Reset() {
 	*x = BucketRange{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +1129,7 @@ func (x *BucketRange) String() string {
 func (*BucketRange) ProtoMessage() {}
 
 func (x *BucketRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[5]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +1142,7 @@ func (x *BucketRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
 func (*BucketRange) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{5}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BucketRange) GetFirst() uint32 {
@@ -729,7 +1182,7 @@ type DiscoverRequest struct {
 
 func (x *DiscoverRequest) Reset() {
 	*x = DiscoverRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -741,7 +1194,7 @@ func (x *DiscoverRequest) String() string {
 func (*DiscoverRequest) ProtoMessage() {}
 
 func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[6]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -754,7 +1207,7 @@ func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{6}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DiscoverRequest) GetTmpId() string {
@@ -805,7 +1258,7 @@ type DiscoverResponse struct {
 
 func (x *DiscoverResponse) Reset() {
 	*x = DiscoverResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -817,7 +1270,7 @@ func (x *DiscoverResponse) String() string {
 func (*DiscoverResponse) ProtoMessage() {}
 
 func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -830,7 +1283,7 @@ func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DiscoverResponse) GetResult() isDiscoverResponse_Result {
@@ -889,7 +1342,7 @@ type DiscoverState struct {
 
 func (x *DiscoverState) Reset() {
 	*x = DiscoverState{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +1354,7 @@ func (x *DiscoverState) String() string {
 func (*DiscoverState) ProtoMessage() {}
 
 func (x *DiscoverState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1367,7 @@ func (x *DiscoverState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverState.ProtoReflect.Descriptor instead.
 func (*DiscoverState) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DiscoverState) GetTmpId() string {
@@ -964,7 +1417,7 @@ type RaftJoinRequest struct {
 
 func (x *RaftJoinRequest) Reset() {
 	*x = RaftJoinRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -976,7 +1429,7 @@ func (x *RaftJoinRequest) String() string {
 func (*RaftJoinRequest) ProtoMessage() {}
 
 func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -989,7 +1442,7 @@ func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinRequest.ProtoReflect.Descriptor instead.
 func (*RaftJoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RaftJoinRequest) GetClusterId() string {
@@ -1055,7 +1508,7 @@ type RaftJoinResponse struct {
 
 func (x *RaftJoinResponse) Reset() {
 	*x = RaftJoinResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1520,7 @@ func (x *RaftJoinResponse) String() string {
 func (*RaftJoinResponse) ProtoMessage() {}
 
 func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1533,7 @@ func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinResponse.ProtoReflect.Descriptor instead.
 func (*RaftJoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RaftJoinResponse) GetInstance() *Instance {
@@ -1126,7 +1579,7 @@ type UpdateInstanceRequest struct {
 
 func (x *UpdateInstanceRequest) Reset() {
 	*x = UpdateInstanceRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1138,7 +1591,7 @@ func (x *UpdateInstanceRequest) String() string {
 func (*UpdateInstanceRequest) ProtoMessage() {}
 
 func (x *UpdateInstanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1151,7 +1604,7 @@ func (x *UpdateInstanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstanceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateInstanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateInstanceRequest) GetClusterId() string {
@@ -1198,7 +1651,7 @@ type UpdateInstanceResponse struct {
 
 func (x *UpdateInstanceResponse) Reset() {
 	*x = UpdateInstanceResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1210,7 +1663,7 @@ func (x *UpdateInstanceResponse) String() string {
 func (*UpdateInstanceResponse) ProtoMessage() {}
 
 func (x *UpdateInstanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1223,7 +1676,7 @@ func (x *UpdateInstanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstanceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateInstanceResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateInstanceResponse) GetInstance() *Instance {
@@ -1249,7 +1702,7 @@ type ExpelRequest struct {
 
 func (x *ExpelRequest) Reset() {
 	*x = ExpelRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1261,7 +1714,7 @@ func (x *ExpelRequest) String() string {
 func (*ExpelRequest) ProtoMessage() {}
 
 func (x *ExpelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1274,7 +1727,7 @@ func (x *ExpelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpelRequest.ProtoReflect.Descriptor instead.
 func (*ExpelRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ExpelRequest) GetClusterId() string {
@@ -1325,7 +1778,7 @@ type ExpelResponse struct {
 
 func (x *ExpelResponse) Reset() {
 	*x = ExpelResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1790,7 @@ func (x *ExpelResponse) String() string {
 func (*ExpelResponse) ProtoMessage() {}
 
 func (x *ExpelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1803,7 @@ func (x *ExpelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpelResponse.ProtoReflect.Descriptor instead.
 func (*ExpelResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExpelResponse) GetInstance() *Instance {
@@ -1384,7 +1837,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1396,7 +1849,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1409,7 +1862,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GetStatusRequest) GetAll() bool {
@@ -1434,14 +1887,17 @@ type GetStatusResponse struct {
 	Learners []uint64 `protobuf:"varint,10,rep,packed,name=learners,proto3" json:"learners,omitempty"`
 	// Whether group 0 has a quorum, as the answering instance found out.
 	// Absent from older instances.
-	Quorum        *QuorumStatus `protobuf:"bytes,11,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	Quorum *QuorumStatus `protobuf:"bytes,11,opt,name=quorum,proto3" json:"quorum,omitempty"`
+	// How the answering instance's port is secured: "mutual TLS" or
+	// "plaintext" (started without --certs-dir). Absent from older instances.
+	Security      string `protobuf:"bytes,12,opt,name=security,proto3" json:"security,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1453,7 +1909,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1466,7 +1922,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetStatusResponse) GetClusterId() string {
@@ -1546,6 +2002,13 @@ func (x *GetStatusResponse) GetQuorum() *QuorumStatus {
 	return nil
 }
 
+func (x *GetStatusResponse) GetSecurity() string {
+	if x != nil {
+		return x.Security
+	}
+	return ""
+}
+
 // QuorumStatus says whether group 0 can decide anything now.
 type QuorumStatus struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1565,7 +2028,7 @@ type QuorumStatus struct {
 
 func (x *QuorumStatus) Reset() {
 	*x = QuorumStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +2040,7 @@ func (x *QuorumStatus) String() string {
 func (*QuorumStatus) ProtoMessage() {}
 
 func (x *QuorumStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +2053,7 @@ func (x *QuorumStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumStatus.ProtoReflect.Descriptor instead.
 func (*QuorumStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *QuorumStatus) GetHasQuorum() bool {
@@ -1632,7 +2095,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1644,7 +2107,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1657,7 +2120,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InstanceStatus) GetInstance() *Instance {
@@ -1690,7 +2153,7 @@ type ReplicasetStatus struct {
 
 func (x *ReplicasetStatus) Reset() {
 	*x = ReplicasetStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1702,7 +2165,7 @@ func (x *ReplicasetStatus) String() string {
 func (*ReplicasetStatus) ProtoMessage() {}
 
 func (x *ReplicasetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1715,7 +2178,7 @@ func (x *ReplicasetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetStatus.ProtoReflect.Descriptor instead.
 func (*ReplicasetStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicasetStatus) GetReplicaset() *Replicaset {
@@ -1764,7 +2227,7 @@ type AcquireLeaseRequest struct {
 
 func (x *AcquireLeaseRequest) Reset() {
 	*x = AcquireLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1776,7 +2239,7 @@ func (x *AcquireLeaseRequest) String() string {
 func (*AcquireLeaseRequest) ProtoMessage() {}
 
 func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1789,7 +2252,7 @@ func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseRequest.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *AcquireLeaseRequest) GetName() string {
@@ -1824,7 +2287,7 @@ type AcquireLeaseResponse struct {
 
 func (x *AcquireLeaseResponse) Reset() {
 	*x = AcquireLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1836,7 +2299,7 @@ func (x *AcquireLeaseResponse) String() string {
 func (*AcquireLeaseResponse) ProtoMessage() {}
 
 func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1849,7 +2312,7 @@ func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseResponse.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *AcquireLeaseResponse) GetGranted() bool {
@@ -1878,7 +2341,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1890,7 +2353,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1903,7 +2366,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RenewLeaseRequest) GetName() string {
@@ -1944,7 +2407,7 @@ type RenewLeaseResponse struct {
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1956,7 +2419,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1969,7 +2432,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *RenewLeaseResponse) GetRenewed() bool {
@@ -2001,7 +2464,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2013,7 +2476,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2026,7 +2489,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReleaseLeaseRequest) GetName() string {
@@ -2073,7 +2536,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2085,7 +2548,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2098,7 +2561,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReleaseLeaseResponse) GetReleased() bool {
@@ -2117,7 +2580,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2129,7 +2592,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2142,7 +2605,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -2163,7 +2626,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2638,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2651,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -2216,7 +2679,7 @@ type GroupAdminRequest struct {
 
 func (x *GroupAdminRequest) Reset() {
 	*x = GroupAdminRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2691,7 @@ func (x *GroupAdminRequest) String() string {
 func (*GroupAdminRequest) ProtoMessage() {}
 
 func (x *GroupAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2704,7 @@ func (x *GroupAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupAdminRequest.ProtoReflect.Descriptor instead.
 func (*GroupAdminRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GroupAdminRequest) GetGroupId() uint64 {
@@ -2277,7 +2740,7 @@ type GroupAdminResponse struct {
 
 func (x *GroupAdminResponse) Reset() {
 	*x = GroupAdminResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2752,7 @@ func (x *GroupAdminResponse) String() string {
 func (*GroupAdminResponse) ProtoMessage() {}
 
 func (x *GroupAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2765,7 @@ func (x *GroupAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupAdminResponse.ProtoReflect.Descriptor instead.
 func (*GroupAdminResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{29}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GroupAdminResponse) GetIndex() uint64 {
@@ -2343,7 +2806,7 @@ type SyncShardingRequest struct {
 
 func (x *SyncShardingRequest) Reset() {
 	*x = SyncShardingRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2355,7 +2818,7 @@ func (x *SyncShardingRequest) String() string {
 func (*SyncShardingRequest) ProtoMessage() {}
 
 func (x *SyncShardingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2368,7 +2831,7 @@ func (x *SyncShardingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncShardingRequest.ProtoReflect.Descriptor instead.
 func (*SyncShardingRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{30}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *SyncShardingRequest) GetCommitIndex() uint64 {
@@ -2394,7 +2857,7 @@ type SyncShardingResponse struct {
 
 func (x *SyncShardingResponse) Reset() {
 	*x = SyncShardingResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2406,7 +2869,7 @@ func (x *SyncShardingResponse) String() string {
 func (*SyncShardingResponse) ProtoMessage() {}
 
 func (x *SyncShardingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2419,7 +2882,7 @@ func (x *SyncShardingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncShardingResponse.ProtoReflect.Descriptor instead.
 func (*SyncShardingResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{31}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *SyncShardingResponse) GetAppliedIndex() uint64 {
@@ -2437,7 +2900,7 @@ type GetProgressRequest struct {
 
 func (x *GetProgressRequest) Reset() {
 	*x = GetProgressRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2449,7 +2912,7 @@ func (x *GetProgressRequest) String() string {
 func (*GetProgressRequest) ProtoMessage() {}
 
 func (x *GetProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2462,7 +2925,7 @@ func (x *GetProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressRequest.ProtoReflect.Descriptor instead.
 func (*GetProgressRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{32}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 type GetProgressResponse struct {
@@ -2478,7 +2941,7 @@ type GetProgressResponse struct {
 
 func (x *GetProgressResponse) Reset() {
 	*x = GetProgressResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2490,7 +2953,7 @@ func (x *GetProgressResponse) String() string {
 func (*GetProgressResponse) ProtoMessage() {}
 
 func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2503,7 +2966,7 @@ func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressResponse.ProtoReflect.Descriptor instead.
 func (*GetProgressResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{33}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *GetProgressResponse) GetRaftId() uint64 {
@@ -2531,7 +2994,25 @@ var File_api_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/cluster/v1/cluster.proto\x12\x13shardkit.cluster.v1\"f\n" +
+	"\x1capi/cluster/v1/cluster.proto\x12\x13shardkit.cluster.v1\"I\n" +
+	"\x04User\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x19.shardkit.cluster.v1.RoleR\x04role\"B\n" +
+	"\x11CreateUserRequest\x12-\n" +
+	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"C\n" +
+	"\x12CreateUserResponse\x12-\n" +
+	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"%\n" +
+	"\x0fDropUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\x12\n" +
+	"\x10DropUserResponse\"W\n" +
+	"\x12SetUserRoleRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x19.shardkit.cluster.v1.RoleR\x04role\"D\n" +
+	"\x13SetUserRoleResponse\x12-\n" +
+	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"\x12\n" +
+	"\x10ListUsersRequest\"D\n" +
+	"\x11ListUsersResponse\x12/\n" +
+	"\x05users\x18\x01 \x03(\v2\x19.shardkit.cluster.v1.UserR\x05users\"f\n" +
 	"\x05Grade\x12;\n" +
 	"\avariant\x18\x01 \x01(\x0e2!.shardkit.cluster.v1.GradeVariantR\avariant\x12 \n" +
 	"\vincarnation\x18\x02 \x01(\x04R\vincarnation\"\xfb\x04\n" +
@@ -2646,7 +3127,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\flost_buckets\x18\x02 \x01(\rR\vlostBuckets\x12,\n" +
 	"\x12lost_replicaset_id\x18\x03 \x01(\tR\x10lostReplicasetId\"$\n" +
 	"\x10GetStatusRequest\x12\x10\n" +
-	"\x03all\x18\x01 \x01(\bR\x03all\"\xf5\x03\n" +
+	"\x03all\x18\x01 \x01(\bR\x03all\"\x91\x04\n" +
 	"\x11GetStatusResponse\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12!\n" +
@@ -2662,7 +3143,8 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x06voters\x18\t \x03(\x04R\x06voters\x12\x1a\n" +
 	"\blearners\x18\n" +
 	" \x03(\x04R\blearners\x129\n" +
-	"\x06quorum\x18\v \x01(\v2!.shardkit.cluster.v1.QuorumStatusR\x06quorum\"\xa2\x01\n" +
+	"\x06quorum\x18\v \x01(\v2!.shardkit.cluster.v1.QuorumStatusR\x06quorum\x12\x1a\n" +
+	"\bsecurity\x18\f \x01(\tR\bsecurity\"\xa2\x01\n" +
 	"\fQuorumStatus\x12\x1d\n" +
 	"\n" +
 	"has_quorum\x18\x01 \x01(\bR\thasQuorum\x12\x16\n" +
@@ -2732,7 +3214,13 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\x1a:\n" +
 	"\fLeadersEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\x04R\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*\xe3\x01\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01*N\n" +
+	"\x04Role\x12\x14\n" +
+	"\x10ROLE_UNSPECIFIED\x10\x00\x12\x0f\n" +
+	"\vROLE_READER\x10\x01\x12\x0f\n" +
+	"\vROLE_WRITER\x10\x02\x12\x0e\n" +
+	"\n" +
+	"ROLE_ADMIN\x10\x03*\xe3\x01\n" +
 	"\fGradeVariant\x12\x1d\n" +
 	"\x19GRADE_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15GRADE_VARIANT_OFFLINE\x10\x01\x12\x1d\n" +
@@ -2747,7 +3235,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x1eGROUP_ADMIN_ACTION_ADD_LEARNER\x10\x02\x12\x1d\n" +
 	"\x19GROUP_ADMIN_ACTION_REMOVE\x10\x03\x12*\n" +
 	"&GROUP_ADMIN_ACTION_TRANSFER_LEADERSHIP\x10\x04\x12\x1e\n" +
-	"\x1aGROUP_ADMIN_ACTION_BARRIER\x10\x052\x81\t\n" +
+	"\x1aGROUP_ADMIN_ACTION_BARRIER\x10\x052\xf7\v\n" +
 	"\x0eClusterService\x12W\n" +
 	"\bDiscover\x12$.shardkit.cluster.v1.DiscoverRequest\x1a%.shardkit.cluster.v1.DiscoverResponse\x12W\n" +
 	"\bRaftJoin\x12$.shardkit.cluster.v1.RaftJoinRequest\x1a%.shardkit.cluster.v1.RaftJoinResponse\x12i\n" +
@@ -2762,7 +3250,12 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"GroupAdmin\x12&.shardkit.cluster.v1.GroupAdminRequest\x1a'.shardkit.cluster.v1.GroupAdminResponse\x12c\n" +
 	"\fSyncSharding\x12(.shardkit.cluster.v1.SyncShardingRequest\x1a).shardkit.cluster.v1.SyncShardingResponse\x12`\n" +
-	"\vGetProgress\x12'.shardkit.cluster.v1.GetProgressRequest\x1a(.shardkit.cluster.v1.GetProgressResponseB7Z5github.com/shardkit/shardkit/api/cluster/v1;clusterv1b\x06proto3"
+	"\vGetProgress\x12'.shardkit.cluster.v1.GetProgressRequest\x1a(.shardkit.cluster.v1.GetProgressResponse\x12]\n" +
+	"\n" +
+	"CreateUser\x12&.shardkit.cluster.v1.CreateUserRequest\x1a'.shardkit.cluster.v1.CreateUserResponse\x12W\n" +
+	"\bDropUser\x12$.shardkit.cluster.v1.DropUserRequest\x1a%.shardkit.cluster.v1.DropUserResponse\x12`\n" +
+	"\vSetUserRole\x12'.shardkit.cluster.v1.SetUserRoleRequest\x1a(.shardkit.cluster.v1.SetUserRoleResponse\x12Z\n" +
+	"\tListUsers\x12%.shardkit.cluster.v1.ListUsersRequest\x1a&.shardkit.cluster.v1.ListUsersResponseB7Z5github.com/shardkit/shardkit/api/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_api_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -2776,103 +3269,127 @@ func file_api_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 	return file_api_cluster_v1_cluster_proto_rawDescData
 }
 
-var file_api_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_api_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_api_cluster_v1_cluster_proto_goTypes = []any{
-	(GradeVariant)(0),              // 0: shardkit.cluster.v1.GradeVariant
-	(GroupAdminAction)(0),          // 1: shardkit.cluster.v1.GroupAdminAction
-	(*Grade)(nil),                  // 2: shardkit.cluster.v1.Grade
-	(*Instance)(nil),               // 3: shardkit.cluster.v1.Instance
-	(*Replicaset)(nil),             // 4: shardkit.cluster.v1.Replicaset
-	(*ClusterProperties)(nil),      // 5: shardkit.cluster.v1.ClusterProperties
-	(*Lease)(nil),                  // 6: shardkit.cluster.v1.Lease
-	(*BucketRange)(nil),            // 7: shardkit.cluster.v1.BucketRange
-	(*DiscoverRequest)(nil),        // 8: shardkit.cluster.v1.DiscoverRequest
-	(*DiscoverResponse)(nil),       // 9: shardkit.cluster.v1.DiscoverResponse
-	(*DiscoverState)(nil),          // 10: shardkit.cluster.v1.DiscoverState
-	(*RaftJoinRequest)(nil),        // 11: shardkit.cluster.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),       // 12: shardkit.cluster.v1.RaftJoinResponse
-	(*UpdateInstanceRequest)(nil),  // 13: shardkit.cluster.v1.UpdateInstanceRequest
-	(*UpdateInstanceResponse)(nil), // 14: shardkit.cluster.v1.UpdateInstanceResponse
-	(*ExpelRequest)(nil),           // 15: shardkit.cluster.v1.ExpelRequest
-	(*ExpelResponse)(nil),          // 16: shardkit.cluster.v1.ExpelResponse
-	(*GetStatusRequest)(nil),       // 17: shardkit.cluster.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),      // 18: shardkit.cluster.v1.GetStatusResponse
-	(*QuorumStatus)(nil),           // 19: shardkit.cluster.v1.QuorumStatus
-	(*InstanceStatus)(nil),         // 20: shardkit.cluster.v1.InstanceStatus
-	(*ReplicasetStatus)(nil),       // 21: shardkit.cluster.v1.ReplicasetStatus
-	(*AcquireLeaseRequest)(nil),    // 22: shardkit.cluster.v1.AcquireLeaseRequest
-	(*AcquireLeaseResponse)(nil),   // 23: shardkit.cluster.v1.AcquireLeaseResponse
-	(*RenewLeaseRequest)(nil),      // 24: shardkit.cluster.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 25: shardkit.cluster.v1.RenewLeaseResponse
-	(*ReleaseLeaseRequest)(nil),    // 26: shardkit.cluster.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),   // 27: shardkit.cluster.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),        // 28: shardkit.cluster.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 29: shardkit.cluster.v1.GetLeaseResponse
-	(*GroupAdminRequest)(nil),      // 30: shardkit.cluster.v1.GroupAdminRequest
-	(*GroupAdminResponse)(nil),     // 31: shardkit.cluster.v1.GroupAdminResponse
-	(*SyncShardingRequest)(nil),    // 32: shardkit.cluster.v1.SyncShardingRequest
-	(*SyncShardingResponse)(nil),   // 33: shardkit.cluster.v1.SyncShardingResponse
-	(*GetProgressRequest)(nil),     // 34: shardkit.cluster.v1.GetProgressRequest
-	(*GetProgressResponse)(nil),    // 35: shardkit.cluster.v1.GetProgressResponse
-	nil,                            // 36: shardkit.cluster.v1.Instance.FailureDomainEntry
-	nil,                            // 37: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
-	nil,                            // 38: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	nil,                            // 39: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	(Role)(0),                      // 0: shardkit.cluster.v1.Role
+	(GradeVariant)(0),              // 1: shardkit.cluster.v1.GradeVariant
+	(GroupAdminAction)(0),          // 2: shardkit.cluster.v1.GroupAdminAction
+	(*User)(nil),                   // 3: shardkit.cluster.v1.User
+	(*CreateUserRequest)(nil),      // 4: shardkit.cluster.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),     // 5: shardkit.cluster.v1.CreateUserResponse
+	(*DropUserRequest)(nil),        // 6: shardkit.cluster.v1.DropUserRequest
+	(*DropUserResponse)(nil),       // 7: shardkit.cluster.v1.DropUserResponse
+	(*SetUserRoleRequest)(nil),     // 8: shardkit.cluster.v1.SetUserRoleRequest
+	(*SetUserRoleResponse)(nil),    // 9: shardkit.cluster.v1.SetUserRoleResponse
+	(*ListUsersRequest)(nil),       // 10: shardkit.cluster.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),      // 11: shardkit.cluster.v1.ListUsersResponse
+	(*Grade)(nil),                  // 12: shardkit.cluster.v1.Grade
+	(*Instance)(nil),               // 13: shardkit.cluster.v1.Instance
+	(*Replicaset)(nil),             // 14: shardkit.cluster.v1.Replicaset
+	(*ClusterProperties)(nil),      // 15: shardkit.cluster.v1.ClusterProperties
+	(*Lease)(nil),                  // 16: shardkit.cluster.v1.Lease
+	(*BucketRange)(nil),            // 17: shardkit.cluster.v1.BucketRange
+	(*DiscoverRequest)(nil),        // 18: shardkit.cluster.v1.DiscoverRequest
+	(*DiscoverResponse)(nil),       // 19: shardkit.cluster.v1.DiscoverResponse
+	(*DiscoverState)(nil),          // 20: shardkit.cluster.v1.DiscoverState
+	(*RaftJoinRequest)(nil),        // 21: shardkit.cluster.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),       // 22: shardkit.cluster.v1.RaftJoinResponse
+	(*UpdateInstanceRequest)(nil),  // 23: shardkit.cluster.v1.UpdateInstanceRequest
+	(*UpdateInstanceResponse)(nil), // 24: shardkit.cluster.v1.UpdateInstanceResponse
+	(*ExpelRequest)(nil),           // 25: shardkit.cluster.v1.ExpelRequest
+	(*ExpelResponse)(nil),          // 26: shardkit.cluster.v1.ExpelResponse
+	(*GetStatusRequest)(nil),       // 27: shardkit.cluster.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),      // 28: shardkit.cluster.v1.GetStatusResponse
+	(*QuorumStatus)(nil),           // 29: shardkit.cluster.v1.QuorumStatus
+	(*InstanceStatus)(nil),         // 30: shardkit.cluster.v1.InstanceStatus
+	(*ReplicasetStatus)(nil),       // 31: shardkit.cluster.v1.ReplicasetStatus
+	(*AcquireLeaseRequest)(nil),    // 32: shardkit.cluster.v1.AcquireLeaseRequest
+	(*AcquireLeaseResponse)(nil),   // 33: shardkit.cluster.v1.AcquireLeaseResponse
+	(*RenewLeaseRequest)(nil),      // 34: shardkit.cluster.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),     // 35: shardkit.cluster.v1.RenewLeaseResponse
+	(*ReleaseLeaseRequest)(nil),    // 36: shardkit.cluster.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),   // 37: shardkit.cluster.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),        // 38: shardkit.cluster.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),       // 39: shardkit.cluster.v1.GetLeaseResponse
+	(*GroupAdminRequest)(nil),      // 40: shardkit.cluster.v1.GroupAdminRequest
+	(*GroupAdminResponse)(nil),     // 41: shardkit.cluster.v1.GroupAdminResponse
+	(*SyncShardingRequest)(nil),    // 42: shardkit.cluster.v1.SyncShardingRequest
+	(*SyncShardingResponse)(nil),   // 43: shardkit.cluster.v1.SyncShardingResponse
+	(*GetProgressRequest)(nil),     // 44: shardkit.cluster.v1.GetProgressRequest
+	(*GetProgressResponse)(nil),    // 45: shardkit.cluster.v1.GetProgressResponse
+	nil,                            // 46: shardkit.cluster.v1.Instance.FailureDomainEntry
+	nil,                            // 47: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	nil,                            // 48: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	nil,                            // 49: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
 }
 var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
-	0,  // 0: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
-	36, // 1: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
-	2,  // 2: shardkit.cluster.v1.Instance.current_grade:type_name -> shardkit.cluster.v1.Grade
-	2,  // 3: shardkit.cluster.v1.Instance.target_grade:type_name -> shardkit.cluster.v1.Grade
-	10, // 4: shardkit.cluster.v1.DiscoverResponse.state:type_name -> shardkit.cluster.v1.DiscoverState
-	37, // 5: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
-	3,  // 6: shardkit.cluster.v1.RaftJoinResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	3,  // 7: shardkit.cluster.v1.RaftJoinResponse.raft_group:type_name -> shardkit.cluster.v1.Instance
-	0,  // 8: shardkit.cluster.v1.UpdateInstanceRequest.target_grade:type_name -> shardkit.cluster.v1.GradeVariant
-	3,  // 9: shardkit.cluster.v1.UpdateInstanceResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	3,  // 10: shardkit.cluster.v1.ExpelResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	20, // 11: shardkit.cluster.v1.GetStatusResponse.instances:type_name -> shardkit.cluster.v1.InstanceStatus
-	21, // 12: shardkit.cluster.v1.GetStatusResponse.replicasets:type_name -> shardkit.cluster.v1.ReplicasetStatus
-	5,  // 13: shardkit.cluster.v1.GetStatusResponse.properties:type_name -> shardkit.cluster.v1.ClusterProperties
-	19, // 14: shardkit.cluster.v1.GetStatusResponse.quorum:type_name -> shardkit.cluster.v1.QuorumStatus
-	3,  // 15: shardkit.cluster.v1.InstanceStatus.instance:type_name -> shardkit.cluster.v1.Instance
-	4,  // 16: shardkit.cluster.v1.ReplicasetStatus.replicaset:type_name -> shardkit.cluster.v1.Replicaset
-	6,  // 17: shardkit.cluster.v1.AcquireLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	6,  // 18: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	6,  // 19: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	1,  // 20: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
-	38, // 21: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	39, // 22: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
-	8,  // 23: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
-	11, // 24: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
-	13, // 25: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
-	15, // 26: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
-	17, // 27: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
-	22, // 28: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
-	24, // 29: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
-	26, // 30: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
-	28, // 31: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
-	30, // 32: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
-	32, // 33: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
-	34, // 34: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
-	9,  // 35: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
-	12, // 36: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
-	14, // 37: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
-	16, // 38: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
-	18, // 39: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
-	23, // 40: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
-	25, // 41: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
-	27, // 42: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
-	29, // 43: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
-	31, // 44: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
-	33, // 45: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
-	35, // 46: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
-	35, // [35:47] is the sub-list for method output_type
-	23, // [23:35] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	0,  // 0: shardkit.cluster.v1.User.role:type_name -> shardkit.cluster.v1.Role
+	3,  // 1: shardkit.cluster.v1.CreateUserRequest.user:type_name -> shardkit.cluster.v1.User
+	3,  // 2: shardkit.cluster.v1.CreateUserResponse.user:type_name -> shardkit.cluster.v1.User
+	0,  // 3: shardkit.cluster.v1.SetUserRoleRequest.role:type_name -> shardkit.cluster.v1.Role
+	3,  // 4: shardkit.cluster.v1.SetUserRoleResponse.user:type_name -> shardkit.cluster.v1.User
+	3,  // 5: shardkit.cluster.v1.ListUsersResponse.users:type_name -> shardkit.cluster.v1.User
+	1,  // 6: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
+	46, // 7: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
+	12, // 8: shardkit.cluster.v1.Instance.current_grade:type_name -> shardkit.cluster.v1.Grade
+	12, // 9: shardkit.cluster.v1.Instance.target_grade:type_name -> shardkit.cluster.v1.Grade
+	20, // 10: shardkit.cluster.v1.DiscoverResponse.state:type_name -> shardkit.cluster.v1.DiscoverState
+	47, // 11: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	13, // 12: shardkit.cluster.v1.RaftJoinResponse.instance:type_name -> shardkit.cluster.v1.Instance
+	13, // 13: shardkit.cluster.v1.RaftJoinResponse.raft_group:type_name -> shardkit.cluster.v1.Instance
+	1,  // 14: shardkit.cluster.v1.UpdateInstanceRequest.target_grade:type_name -> shardkit.cluster.v1.GradeVariant
+	13, // 15: shardkit.cluster.v1.UpdateInstanceResponse.instance:type_name -> shardkit.cluster.v1.Instance
+	13, // 16: shardkit.cluster.v1.ExpelResponse.instance:type_name -> shardkit.cluster.v1.Instance
+	30, // 17: shardkit.cluster.v1.GetStatusResponse.instances:type_name -> shardkit.cluster.v1.InstanceStatus
+	31, // 18: shardkit.cluster.v1.GetStatusResponse.replicasets:type_name -> shardkit.cluster.v1.ReplicasetStatus
+	15, // 19: shardkit.cluster.v1.GetStatusResponse.properties:type_name -> shardkit.cluster.v1.ClusterProperties
+	29, // 20: shardkit.cluster.v1.GetStatusResponse.quorum:type_name -> shardkit.cluster.v1.QuorumStatus
+	13, // 21: shardkit.cluster.v1.InstanceStatus.instance:type_name -> shardkit.cluster.v1.Instance
+	14, // 22: shardkit.cluster.v1.ReplicasetStatus.replicaset:type_name -> shardkit.cluster.v1.Replicaset
+	16, // 23: shardkit.cluster.v1.AcquireLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	16, // 24: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	16, // 25: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	2,  // 26: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
+	48, // 27: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	49, // 28: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	18, // 29: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
+	21, // 30: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
+	23, // 31: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
+	25, // 32: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
+	27, // 33: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
+	32, // 34: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
+	34, // 35: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
+	36, // 36: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
+	38, // 37: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
+	40, // 38: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
+	42, // 39: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
+	44, // 40: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
+	4,  // 41: shardkit.cluster.v1.ClusterService.CreateUser:input_type -> shardkit.cluster.v1.CreateUserRequest
+	6,  // 42: shardkit.cluster.v1.ClusterService.DropUser:input_type -> shardkit.cluster.v1.DropUserRequest
+	8,  // 43: shardkit.cluster.v1.ClusterService.SetUserRole:input_type -> shardkit.cluster.v1.SetUserRoleRequest
+	10, // 44: shardkit.cluster.v1.ClusterService.ListUsers:input_type -> shardkit.cluster.v1.ListUsersRequest
+	19, // 45: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
+	22, // 46: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
+	24, // 47: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
+	26, // 48: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
+	28, // 49: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
+	33, // 50: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
+	35, // 51: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
+	37, // 52: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
+	39, // 53: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
+	41, // 54: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
+	43, // 55: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
+	45, // 56: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
+	5,  // 57: shardkit.cluster.v1.ClusterService.CreateUser:output_type -> shardkit.cluster.v1.CreateUserResponse
+	7,  // 58: shardkit.cluster.v1.ClusterService.DropUser:output_type -> shardkit.cluster.v1.DropUserResponse
+	9,  // 59: shardkit.cluster.v1.ClusterService.SetUserRole:output_type -> shardkit.cluster.v1.SetUserRoleResponse
+	11, // 60: shardkit.cluster.v1.ClusterService.ListUsers:output_type -> shardkit.cluster.v1.ListUsersResponse
+	45, // [45:61] is the sub-list for method output_type
+	29, // [29:45] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_v1_cluster_proto_init() }
@@ -2880,7 +3397,7 @@ func file_api_cluster_v1_cluster_proto_init() {
 	if File_api_cluster_v1_cluster_proto != nil {
 		return
 	}
-	file_api_cluster_v1_cluster_proto_msgTypes[7].OneofWrappers = []any{
+	file_api_cluster_v1_cluster_proto_msgTypes[16].OneofWrappers = []any{
 		(*DiscoverResponse_State)(nil),
 		(*DiscoverResponse_LeaderAddress)(nil),
 	}
@@ -2889,8 +3406,8 @@ func file_api_cluster_v1_cluster_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_v1_cluster_proto_rawDesc), len(file_api_cluster_v1_cluster_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   38,
+			NumEnums:      3,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,10 @@ const (
 	ClusterService_GroupAdmin_FullMethodName     = "/shardkit.cluster.v1.ClusterService/GroupAdmin"
 	ClusterService_SyncSharding_FullMethodName   = "/shardkit.cluster.v1.ClusterService/SyncSharding"
 	ClusterService_GetProgress_FullMethodName    = "/shardkit.cluster.v1.ClusterService/GetProgress"
+	ClusterService_CreateUser_FullMethodName     = "/shardkit.cluster.v1.ClusterService/CreateUser"
+	ClusterService_DropUser_FullMethodName       = "/shardkit.cluster.v1.ClusterService/DropUser"
+	ClusterService_SetUserRole_FullMethodName    = "/shardkit.cluster.v1.ClusterService/SetUserRole"
+	ClusterService_ListUsers_FullMethodName      = "/shardkit.cluster.v1.ClusterService/ListUsers"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -67,6 +71,13 @@ type ClusterServiceClient interface {
 	SyncSharding(ctx context.Context, in *SyncShardingRequest, opts ...grpc.CallOption) (*SyncShardingResponse, error)
 	// GetProgress reports this instance's applied indexes.
 	GetProgress(ctx context.Context, in *GetProgressRequest, opts ...grpc.CallOption) (*GetProgressResponse, error)
+	// Users of a cluster run with certificates (docs/security.md): a user is
+	// the CN of a client certificate; their role, kept in group 0, says what
+	// they may do. root is always admin.
+	CreateUser(ctx context.Context, in *CreateUserRequest, opts ...grpc.CallOption) (*CreateUserResponse, error)
+	DropUser(ctx context.Context, in *DropUserRequest, opts ...grpc.CallOption) (*DropUserResponse, error)
+	SetUserRole(ctx context.Context, in *SetUserRoleRequest, opts ...grpc.CallOption) (*SetUserRoleResponse, error)
+	ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -197,6 +208,46 @@ func (c *clusterServiceClient) GetProgress(ctx context.Context, in *GetProgressR
 	return out, nil
 }
 
+func (c *clusterServiceClient) CreateUser(ctx context.Context, in *CreateUserRequest, opts ...grpc.CallOption) (*CreateUserResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateUserResponse)
+	err := c.cc.Invoke(ctx, ClusterService_CreateUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) DropUser(ctx context.Context, in *DropUserRequest, opts ...grpc.CallOption) (*DropUserResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DropUserResponse)
+	err := c.cc.Invoke(ctx, ClusterService_DropUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) SetUserRole(ctx context.Context, in *SetUserRoleRequest, opts ...grpc.CallOption) (*SetUserRoleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetUserRoleResponse)
+	err := c.cc.Invoke(ctx, ClusterService_SetUserRole_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *clusterServiceClient) ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUsersResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ListUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -231,6 +282,13 @@ type ClusterServiceServer interface {
 	SyncSharding(context.Context, *SyncShardingRequest) (*SyncShardingResponse, error)
 	// GetProgress reports this instance's applied indexes.
 	GetProgress(context.Context, *GetProgressRequest) (*GetProgressResponse, error)
+	// Users of a cluster run with certificates (docs/security.md): a user is
+	// the CN of a client certificate; their role, kept in group 0, says what
+	// they may do. root is always admin.
+	CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error)
+	DropUser(context.Context, *DropUserRequest) (*DropUserResponse, error)
+	SetUserRole(context.Context, *SetUserRoleRequest) (*SetUserRoleResponse, error)
+	ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -276,6 +334,18 @@ func (UnimplementedClusterServiceServer) SyncSharding(context.Context, *SyncShar
 }
 func (UnimplementedClusterServiceServer) GetProgress(context.Context, *GetProgressRequest) (*GetProgressResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetProgress not implemented")
+}
+func (UnimplementedClusterServiceServer) CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateUser not implemented")
+}
+func (UnimplementedClusterServiceServer) DropUser(context.Context, *DropUserRequest) (*DropUserResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DropUser not implemented")
+}
+func (UnimplementedClusterServiceServer) SetUserRole(context.Context, *SetUserRoleRequest) (*SetUserRoleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetUserRole not implemented")
+}
+func (UnimplementedClusterServiceServer) ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUsers not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -514,6 +584,78 @@ func _ClusterService_GetProgress_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_CreateUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).CreateUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_CreateUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).CreateUser(ctx, req.(*CreateUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_DropUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DropUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).DropUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_DropUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).DropUser(ctx, req.(*DropUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_SetUserRole_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetUserRoleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).SetUserRole(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_SetUserRole_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).SetUserRole(ctx, req.(*SetUserRoleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ClusterService_ListUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ListUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ListUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ListUsers(ctx, req.(*ListUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -568,6 +710,22 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProgress",
 			Handler:    _ClusterService_GetProgress_Handler,
+		},
+		{
+			MethodName: "CreateUser",
+			Handler:    _ClusterService_CreateUser_Handler,
+		},
+		{
+			MethodName: "DropUser",
+			Handler:    _ClusterService_DropUser_Handler,
+		},
+		{
+			MethodName: "SetUserRole",
+			Handler:    _ClusterService_SetUserRole_Handler,
+		},
+		{
+			MethodName: "ListUsers",
+			Handler:    _ClusterService_ListUsers_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

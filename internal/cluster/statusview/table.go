@@ -25,6 +25,13 @@ func WriteTable(out io.Writer, st View) error {
 	}
 	fmt.Fprintf(out, "cluster %s  uuid %s  term %d  commit %d  leader %s\n\n",
 		dash(st.ClusterID), dash(st.ClusterUUID), st.Term, st.CommitIndex, leader)
+	switch st.Security {
+	case "":
+	case "plaintext":
+		fmt.Fprintf(out, "security: plaintext (started without --certs-dir: anyone who reaches the port may read, write and expel; docs/security.md)\n\n")
+	default:
+		fmt.Fprintf(out, "security: %s\n\n", st.Security)
+	}
 	if st.NoQuorum() {
 		head := "NO QUORUM"
 		if len(st.Quorum.VotersAnswering) > len(st.Quorum.Voters)/2 {

@@ -35,6 +35,9 @@ type View struct {
 	// grades are the last known (GradesLastKnown).
 	Quorum          Quorum `json:"quorum"`
 	GradesLastKnown bool   `json:"grades_last_known"`
+	// Security is how the answering instance's port is secured: "mutual
+	// TLS" or "plaintext" ("" from older instances).
+	Security string `json:"security,omitempty"`
 
 	hasQuorumField bool // the answer said whether group 0 has a quorum
 }
@@ -150,6 +153,7 @@ func FromProto(r *clusterv1.GetStatusResponse, all bool) View {
 		ReplicationFactor: props.GetReplicationFactor(),
 		BucketCount:       props.GetBucketCount(),
 		ShardingVersion:   props.GetShardingVersion(),
+		Security:          r.GetSecurity(),
 		Quorum: Quorum{
 			HasQuorum:          r.GetQuorum() == nil || r.GetQuorum().GetHasQuorum(),
 			Voters:             sortedIDs(r.GetQuorum().GetVoters()),

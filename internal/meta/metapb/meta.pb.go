@@ -83,6 +83,59 @@ func (GradeVariant) EnumDescriptor() ([]byte, []int) {
 	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{0}
 }
 
+// UserRole numbers match shardkit.cluster.v1.Role.
+type UserRole int32
+
+const (
+	UserRole_USER_ROLE_UNSPECIFIED UserRole = 0
+	UserRole_USER_ROLE_READER      UserRole = 1
+	UserRole_USER_ROLE_WRITER      UserRole = 2
+	UserRole_USER_ROLE_ADMIN       UserRole = 3
+)
+
+// Enum value maps for UserRole.
+var (
+	UserRole_name = map[int32]string{
+		0: "USER_ROLE_UNSPECIFIED",
+		1: "USER_ROLE_READER",
+		2: "USER_ROLE_WRITER",
+		3: "USER_ROLE_ADMIN",
+	}
+	UserRole_value = map[string]int32{
+		"USER_ROLE_UNSPECIFIED": 0,
+		"USER_ROLE_READER":      1,
+		"USER_ROLE_WRITER":      2,
+		"USER_ROLE_ADMIN":       3,
+	}
+)
+
+func (x UserRole) Enum() *UserRole {
+	p := new(UserRole)
+	*p = x
+	return p
+}
+
+func (x UserRole) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (UserRole) Descriptor() protoreflect.EnumDescriptor {
+	return file_internal_meta_metapb_meta_proto_enumTypes[1].Descriptor()
+}
+
+func (UserRole) Type() protoreflect.EnumType {
+	return &file_internal_meta_metapb_meta_proto_enumTypes[1]
+}
+
+func (x UserRole) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use UserRole.Descriptor instead.
+func (UserRole) EnumDescriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{1}
+}
+
 type Move_Phase int32
 
 const (
@@ -130,11 +183,11 @@ func (x Move_Phase) String() string {
 }
 
 func (Move_Phase) Descriptor() protoreflect.EnumDescriptor {
-	return file_internal_meta_metapb_meta_proto_enumTypes[1].Descriptor()
+	return file_internal_meta_metapb_meta_proto_enumTypes[2].Descriptor()
 }
 
 func (Move_Phase) Type() protoreflect.EnumType {
-	return &file_internal_meta_metapb_meta_proto_enumTypes[1]
+	return &file_internal_meta_metapb_meta_proto_enumTypes[2]
 }
 
 func (x Move_Phase) Number() protoreflect.EnumNumber {
@@ -1483,6 +1536,9 @@ type Command struct {
 	//	*Command_FinishMove
 	//	*Command_PinBucket
 	//	*Command_SetRebalancer
+	//	*Command_CreateUser
+	//	*Command_DropUser
+	//	*Command_SetUserRole
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1694,6 +1750,33 @@ func (x *Command) GetSetRebalancer() *SetRebalancer {
 	return nil
 }
 
+func (x *Command) GetCreateUser() *CreateUser {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CreateUser); ok {
+			return x.CreateUser
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetDropUser() *DropUser {
+	if x != nil {
+		if x, ok := x.Op.(*Command_DropUser); ok {
+			return x.DropUser
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetUserRole() *SetUserRole {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetUserRole); ok {
+			return x.SetUserRole
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1770,6 +1853,18 @@ type Command_SetRebalancer struct {
 	SetRebalancer *SetRebalancer `protobuf:"bytes,27,opt,name=set_rebalancer,json=setRebalancer,proto3,oneof"`
 }
 
+type Command_CreateUser struct {
+	CreateUser *CreateUser `protobuf:"bytes,28,opt,name=create_user,json=createUser,proto3,oneof"`
+}
+
+type Command_DropUser struct {
+	DropUser *DropUser `protobuf:"bytes,29,opt,name=drop_user,json=dropUser,proto3,oneof"`
+}
+
+type Command_SetUserRole struct {
+	SetUserRole *SetUserRole `protobuf:"bytes,30,opt,name=set_user_role,json=setUserRole,proto3,oneof"`
+}
+
 func (*Command_Boot) isCommand_Op() {}
 
 func (*Command_Join) isCommand_Op() {}
@@ -1805,6 +1900,12 @@ func (*Command_FinishMove) isCommand_Op() {}
 func (*Command_PinBucket) isCommand_Op() {}
 
 func (*Command_SetRebalancer) isCommand_Op() {}
+
+func (*Command_CreateUser) isCommand_Op() {}
+
+func (*Command_DropUser) isCommand_Op() {}
+
+func (*Command_SetUserRole) isCommand_Op() {}
 
 // Boot is the first command of a cluster (K6): its properties and first instance.
 type Boot struct {
@@ -2578,6 +2679,201 @@ func (x *DropSpace) GetName() string {
 	return ""
 }
 
+// User is a user of a secure cluster: the CN of a client certificate and
+// the role it has (docs/security.md). root is implicit: always admin,
+// never stored.
+type User struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          UserRole               `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.meta.v1.UserRole" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *User) Reset() {
+	*x = User{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *User) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*User) ProtoMessage() {}
+
+func (x *User) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use User.ProtoReflect.Descriptor instead.
+func (*User) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *User) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *User) GetRole() UserRole {
+	if x != nil {
+		return x.Role
+	}
+	return UserRole_USER_ROLE_UNSPECIFIED
+}
+
+type CreateUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUser) Reset() {
+	*x = CreateUser{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUser) ProtoMessage() {}
+
+func (x *CreateUser) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
+func (*CreateUser) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *CreateUser) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+type DropUser struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropUser) Reset() {
+	*x = DropUser{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropUser) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropUser) ProtoMessage() {}
+
+func (x *DropUser) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropUser.ProtoReflect.Descriptor instead.
+func (*DropUser) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *DropUser) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type SetUserRole struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role          UserRole               `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.meta.v1.UserRole" json:"role,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserRole) Reset() {
+	*x = SetUserRole{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserRole) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserRole) ProtoMessage() {}
+
+func (x *SetUserRole) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserRole.ProtoReflect.Descriptor instead.
+func (*SetUserRole) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *SetUserRole) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserRole) GetRole() UserRole {
+	if x != nil {
+		return x.Role
+	}
+	return UserRole_USER_ROLE_UNSPECIFIED
+}
+
 var File_internal_meta_metapb_meta_proto protoreflect.FileDescriptor
 
 const file_internal_meta_metapb_meta_proto_rawDesc = "" +
@@ -2720,7 +3016,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe6\t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\v\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12,\n" +
 	"\x04boot\x18\n" +
@@ -2747,7 +3043,11 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"finishMove\x12<\n" +
 	"\n" +
 	"pin_bucket\x18\x1a \x01(\v2\x1b.shardkit.meta.v1.PinBucketH\x00R\tpinBucket\x12H\n" +
-	"\x0eset_rebalancer\x18\x1b \x01(\v2\x1f.shardkit.meta.v1.SetRebalancerH\x00R\rsetRebalancerB\x04\n" +
+	"\x0eset_rebalancer\x18\x1b \x01(\v2\x1f.shardkit.meta.v1.SetRebalancerH\x00R\rsetRebalancer\x12?\n" +
+	"\vcreate_user\x18\x1c \x01(\v2\x1c.shardkit.meta.v1.CreateUserH\x00R\n" +
+	"createUser\x129\n" +
+	"\tdrop_user\x18\x1d \x01(\v2\x1a.shardkit.meta.v1.DropUserH\x00R\bdropUser\x12C\n" +
+	"\rset_user_role\x18\x1e \x01(\v2\x1d.shardkit.meta.v1.SetUserRoleH\x00R\vsetUserRoleB\x04\n" +
 	"\x02op\"\x80\x01\n" +
 	"\x04Boot\x12C\n" +
 	"\n" +
@@ -2808,7 +3108,18 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05space\x18\x01 \x01(\v2\x17.shardkit.meta.v1.SpaceR\x05space\x12\"\n" +
 	"\rif_not_exists\x18\x02 \x01(\bR\vifNotExists\"\x1f\n" +
 	"\tDropSpace\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name*\xe3\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
+	"\x04User\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x1a.shardkit.meta.v1.UserRoleR\x04role\"8\n" +
+	"\n" +
+	"CreateUser\x12*\n" +
+	"\x04user\x18\x01 \x01(\v2\x16.shardkit.meta.v1.UserR\x04user\"\x1e\n" +
+	"\bDropUser\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"Q\n" +
+	"\vSetUserRole\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x1a.shardkit.meta.v1.UserRoleR\x04role*\xe3\x01\n" +
 	"\fGradeVariant\x12\x1d\n" +
 	"\x19GRADE_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15GRADE_VARIANT_OFFLINE\x10\x01\x12\x1d\n" +
@@ -2816,7 +3127,12 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x18GRADE_VARIANT_REPLICATED\x10\x03\x12&\n" +
 	"\"GRADE_VARIANT_SHARDING_INITIALIZED\x10\x04\x12\x18\n" +
 	"\x14GRADE_VARIANT_ONLINE\x10\x05\x12\x1a\n" +
-	"\x16GRADE_VARIANT_EXPELLED\x10\x06B:Z8github.com/shardkit/shardkit/internal/meta/metapb;metapbb\x06proto3"
+	"\x16GRADE_VARIANT_EXPELLED\x10\x06*f\n" +
+	"\bUserRole\x12\x19\n" +
+	"\x15USER_ROLE_UNSPECIFIED\x10\x00\x12\x14\n" +
+	"\x10USER_ROLE_READER\x10\x01\x12\x14\n" +
+	"\x10USER_ROLE_WRITER\x10\x02\x12\x13\n" +
+	"\x0fUSER_ROLE_ADMIN\x10\x03B:Z8github.com/shardkit/shardkit/internal/meta/metapb;metapbb\x06proto3"
 
 var (
 	file_internal_meta_metapb_meta_proto_rawDescOnce sync.Once
@@ -2830,86 +3146,97 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 	return file_internal_meta_metapb_meta_proto_rawDescData
 }
 
-var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(GradeVariant)(0),         // 0: shardkit.meta.v1.GradeVariant
-	(Move_Phase)(0),           // 1: shardkit.meta.v1.Move.Phase
-	(*Grade)(nil),             // 2: shardkit.meta.v1.Grade
-	(*Instance)(nil),          // 3: shardkit.meta.v1.Instance
-	(*Replicaset)(nil),        // 4: shardkit.meta.v1.Replicaset
-	(*ClusterProperties)(nil), // 5: shardkit.meta.v1.ClusterProperties
-	(*Rebalancer)(nil),        // 6: shardkit.meta.v1.Rebalancer
-	(*Move)(nil),              // 7: shardkit.meta.v1.Move
-	(*StartMove)(nil),         // 8: shardkit.meta.v1.StartMove
-	(*SetMovePhase)(nil),      // 9: shardkit.meta.v1.SetMovePhase
-	(*FinishMove)(nil),        // 10: shardkit.meta.v1.FinishMove
-	(*PinBucket)(nil),         // 11: shardkit.meta.v1.PinBucket
-	(*SetRebalancer)(nil),     // 12: shardkit.meta.v1.SetRebalancer
-	(*Field)(nil),             // 13: shardkit.meta.v1.Field
-	(*Space)(nil),             // 14: shardkit.meta.v1.Space
-	(*Lease)(nil),             // 15: shardkit.meta.v1.Lease
-	(*BucketRange)(nil),       // 16: shardkit.meta.v1.BucketRange
-	(*JoinRequest)(nil),       // 17: shardkit.meta.v1.JoinRequest
-	(*Command)(nil),           // 18: shardkit.meta.v1.Command
-	(*Boot)(nil),              // 19: shardkit.meta.v1.Boot
-	(*Join)(nil),              // 20: shardkit.meta.v1.Join
-	(*SetTargetGrade)(nil),    // 21: shardkit.meta.v1.SetTargetGrade
-	(*SetCurrentGrade)(nil),   // 22: shardkit.meta.v1.SetCurrentGrade
-	(*SetReplicaset)(nil),     // 23: shardkit.meta.v1.SetReplicaset
-	(*AssignBuckets)(nil),     // 24: shardkit.meta.v1.AssignBuckets
-	(*BumpSharding)(nil),      // 25: shardkit.meta.v1.BumpSharding
-	(*AcquireLease)(nil),      // 26: shardkit.meta.v1.AcquireLease
-	(*RenewLease)(nil),        // 27: shardkit.meta.v1.RenewLease
-	(*ReleaseLease)(nil),      // 28: shardkit.meta.v1.ReleaseLease
-	(*SetAddress)(nil),        // 29: shardkit.meta.v1.SetAddress
-	(*CreateSpace)(nil),       // 30: shardkit.meta.v1.CreateSpace
-	(*DropSpace)(nil),         // 31: shardkit.meta.v1.DropSpace
-	nil,                       // 32: shardkit.meta.v1.Instance.FailureDomainEntry
-	nil,                       // 33: shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	(UserRole)(0),             // 1: shardkit.meta.v1.UserRole
+	(Move_Phase)(0),           // 2: shardkit.meta.v1.Move.Phase
+	(*Grade)(nil),             // 3: shardkit.meta.v1.Grade
+	(*Instance)(nil),          // 4: shardkit.meta.v1.Instance
+	(*Replicaset)(nil),        // 5: shardkit.meta.v1.Replicaset
+	(*ClusterProperties)(nil), // 6: shardkit.meta.v1.ClusterProperties
+	(*Rebalancer)(nil),        // 7: shardkit.meta.v1.Rebalancer
+	(*Move)(nil),              // 8: shardkit.meta.v1.Move
+	(*StartMove)(nil),         // 9: shardkit.meta.v1.StartMove
+	(*SetMovePhase)(nil),      // 10: shardkit.meta.v1.SetMovePhase
+	(*FinishMove)(nil),        // 11: shardkit.meta.v1.FinishMove
+	(*PinBucket)(nil),         // 12: shardkit.meta.v1.PinBucket
+	(*SetRebalancer)(nil),     // 13: shardkit.meta.v1.SetRebalancer
+	(*Field)(nil),             // 14: shardkit.meta.v1.Field
+	(*Space)(nil),             // 15: shardkit.meta.v1.Space
+	(*Lease)(nil),             // 16: shardkit.meta.v1.Lease
+	(*BucketRange)(nil),       // 17: shardkit.meta.v1.BucketRange
+	(*JoinRequest)(nil),       // 18: shardkit.meta.v1.JoinRequest
+	(*Command)(nil),           // 19: shardkit.meta.v1.Command
+	(*Boot)(nil),              // 20: shardkit.meta.v1.Boot
+	(*Join)(nil),              // 21: shardkit.meta.v1.Join
+	(*SetTargetGrade)(nil),    // 22: shardkit.meta.v1.SetTargetGrade
+	(*SetCurrentGrade)(nil),   // 23: shardkit.meta.v1.SetCurrentGrade
+	(*SetReplicaset)(nil),     // 24: shardkit.meta.v1.SetReplicaset
+	(*AssignBuckets)(nil),     // 25: shardkit.meta.v1.AssignBuckets
+	(*BumpSharding)(nil),      // 26: shardkit.meta.v1.BumpSharding
+	(*AcquireLease)(nil),      // 27: shardkit.meta.v1.AcquireLease
+	(*RenewLease)(nil),        // 28: shardkit.meta.v1.RenewLease
+	(*ReleaseLease)(nil),      // 29: shardkit.meta.v1.ReleaseLease
+	(*SetAddress)(nil),        // 30: shardkit.meta.v1.SetAddress
+	(*CreateSpace)(nil),       // 31: shardkit.meta.v1.CreateSpace
+	(*DropSpace)(nil),         // 32: shardkit.meta.v1.DropSpace
+	(*User)(nil),              // 33: shardkit.meta.v1.User
+	(*CreateUser)(nil),        // 34: shardkit.meta.v1.CreateUser
+	(*DropUser)(nil),          // 35: shardkit.meta.v1.DropUser
+	(*SetUserRole)(nil),       // 36: shardkit.meta.v1.SetUserRole
+	nil,                       // 37: shardkit.meta.v1.Instance.FailureDomainEntry
+	nil,                       // 38: shardkit.meta.v1.JoinRequest.FailureDomainEntry
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: shardkit.meta.v1.Grade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	32, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
-	2,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
-	2,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
-	6,  // 4: shardkit.meta.v1.ClusterProperties.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
-	1,  // 5: shardkit.meta.v1.Move.phase:type_name -> shardkit.meta.v1.Move.Phase
-	1,  // 6: shardkit.meta.v1.SetMovePhase.phase:type_name -> shardkit.meta.v1.Move.Phase
-	6,  // 7: shardkit.meta.v1.SetRebalancer.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
-	13, // 8: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
-	33, // 9: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
-	19, // 10: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
-	20, // 11: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
-	21, // 12: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
-	22, // 13: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
-	23, // 14: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
-	24, // 15: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
-	25, // 16: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
-	26, // 17: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
-	27, // 18: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
-	28, // 19: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
-	29, // 20: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
-	30, // 21: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
-	31, // 22: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
-	8,  // 23: shardkit.meta.v1.Command.start_move:type_name -> shardkit.meta.v1.StartMove
-	9,  // 24: shardkit.meta.v1.Command.set_move_phase:type_name -> shardkit.meta.v1.SetMovePhase
-	10, // 25: shardkit.meta.v1.Command.finish_move:type_name -> shardkit.meta.v1.FinishMove
-	11, // 26: shardkit.meta.v1.Command.pin_bucket:type_name -> shardkit.meta.v1.PinBucket
-	12, // 27: shardkit.meta.v1.Command.set_rebalancer:type_name -> shardkit.meta.v1.SetRebalancer
-	5,  // 28: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
-	17, // 29: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
-	17, // 30: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
-	0,  // 31: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	0,  // 32: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	2,  // 33: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
-	16, // 34: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
-	14, // 35: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
-	36, // [36:36] is the sub-list for method output_type
-	36, // [36:36] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	37, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
+	3,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
+	3,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
+	7,  // 4: shardkit.meta.v1.ClusterProperties.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
+	2,  // 5: shardkit.meta.v1.Move.phase:type_name -> shardkit.meta.v1.Move.Phase
+	2,  // 6: shardkit.meta.v1.SetMovePhase.phase:type_name -> shardkit.meta.v1.Move.Phase
+	7,  // 7: shardkit.meta.v1.SetRebalancer.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
+	14, // 8: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
+	38, // 9: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	20, // 10: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
+	21, // 11: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
+	22, // 12: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
+	23, // 13: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
+	24, // 14: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
+	25, // 15: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
+	26, // 16: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
+	27, // 17: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
+	28, // 18: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
+	29, // 19: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
+	30, // 20: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
+	31, // 21: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
+	32, // 22: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
+	9,  // 23: shardkit.meta.v1.Command.start_move:type_name -> shardkit.meta.v1.StartMove
+	10, // 24: shardkit.meta.v1.Command.set_move_phase:type_name -> shardkit.meta.v1.SetMovePhase
+	11, // 25: shardkit.meta.v1.Command.finish_move:type_name -> shardkit.meta.v1.FinishMove
+	12, // 26: shardkit.meta.v1.Command.pin_bucket:type_name -> shardkit.meta.v1.PinBucket
+	13, // 27: shardkit.meta.v1.Command.set_rebalancer:type_name -> shardkit.meta.v1.SetRebalancer
+	34, // 28: shardkit.meta.v1.Command.create_user:type_name -> shardkit.meta.v1.CreateUser
+	35, // 29: shardkit.meta.v1.Command.drop_user:type_name -> shardkit.meta.v1.DropUser
+	36, // 30: shardkit.meta.v1.Command.set_user_role:type_name -> shardkit.meta.v1.SetUserRole
+	6,  // 31: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
+	18, // 32: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
+	18, // 33: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
+	0,  // 34: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	0,  // 35: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	3,  // 36: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
+	17, // 37: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
+	15, // 38: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
+	1,  // 39: shardkit.meta.v1.User.role:type_name -> shardkit.meta.v1.UserRole
+	33, // 40: shardkit.meta.v1.CreateUser.user:type_name -> shardkit.meta.v1.User
+	1,  // 41: shardkit.meta.v1.SetUserRole.role:type_name -> shardkit.meta.v1.UserRole
+	42, // [42:42] is the sub-list for method output_type
+	42, // [42:42] is the sub-list for method input_type
+	42, // [42:42] is the sub-list for extension type_name
+	42, // [42:42] is the sub-list for extension extendee
+	0,  // [0:42] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -2936,6 +3263,9 @@ func file_internal_meta_metapb_meta_proto_init() {
 		(*Command_FinishMove)(nil),
 		(*Command_PinBucket)(nil),
 		(*Command_SetRebalancer)(nil),
+		(*Command_CreateUser)(nil),
+		(*Command_DropUser)(nil),
+		(*Command_SetUserRole)(nil),
 	}
 	file_internal_meta_metapb_meta_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
@@ -2943,8 +3273,8 @@ func file_internal_meta_metapb_meta_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   32,
+			NumEnums:      3,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,255 @@
+package auth
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/certs"
+)
+
+// UserHeader carries, on a call an instance makes on behalf of a user
+// (forwarding), that user's name. It is trusted only on a connection made
+// with a node certificate; from a user it is replaced by the user's own
+// name before the call goes on.
+const UserHeader = "x-shardkit-user"
+
+// Config configures an Authorizer.
+type Config struct {
+	// CA verifies the callers' certificates (required).
+	CA *certs.CA
+	// UserRole returns a user's role as group 0 has it now (root: Admin);
+	// false when the cluster does not know the user (required).
+	UserRole func(name string) (Role, bool)
+	// ProcedureWrites reports whether a stored procedure is declared rw;
+	// false for ro and unknown ones (the call is then refused by the
+	// handler, not here). Nil: every procedure needs a writer.
+	ProcedureWrites func(name string) bool
+	// Now tells the time (default time.Now).
+	Now func() time.Time
+	// Logger gets one line per refusal (discarded when nil).
+	Logger *slog.Logger
+}
+
+// Authorizer checks every call of a secure instance. Make it with New.
+type Authorizer struct {
+	cfg Config
+	log *slog.Logger
+
+	mu    sync.Mutex
+	cache map[*x509.Certificate]verdict // per connection's leaf; bounded
+}
+
+type verdict struct {
+	id  certs.Identity
+	err error
+	gen uint64 // the CA's generation it was checked with
+}
+
+const maxCache = 4096
+
+// New returns an Authorizer.
+func New(cfg Config) *Authorizer {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Authorizer{cfg: cfg, log: log, cache: map[*x509.Certificate]verdict{}}
+}
+
+// Caller is who a call is made by.
+type Caller struct {
+	// User is the user the call is checked for ("" for an instance acting
+	// on its own).
+	User string
+	// Via is true when an instance made the call on User's behalf.
+	Via bool
+}
+
+// Identify reads and verifies the certificate of the connection a call
+// came on. The error is a gRPC Unauthenticated status that says what was
+// wrong.
+func (a *Authorizer) Identify(ctx context.Context) (certs.Identity, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return certs.Identity{}, status.Error(codes.Unauthenticated, "no peer information on the call")
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok {
+		return certs.Identity{}, status.Error(codes.Unauthenticated, "this cluster requires TLS with a client certificate: pass --certs-dir DIR (with ca.crt and client.<user>.crt) and --user NAME")
+	}
+	return a.identifyChain(ti.State.PeerCertificates)
+}
+
+func (a *Authorizer) identifyChain(chain []*x509.Certificate) (certs.Identity, error) {
+	if len(chain) == 0 {
+		return certs.Identity{}, status.Error(codes.Unauthenticated, "no client certificate was presented: this cluster requires one; pass --certs-dir DIR (with client.<user>.crt) and --user NAME")
+	}
+	leaf, now, gen := chain[0], a.cfg.Now(), a.cfg.CA.Generation()
+	a.mu.Lock()
+	v, ok := a.cache[leaf]
+	a.mu.Unlock()
+	if ok && v.gen == gen && now.Before(leaf.NotAfter) && now.After(leaf.NotBefore) {
+		return v.id, v.err
+	}
+	v = verdict{gen: gen}
+	if err := a.cfg.CA.Verify(chain, x509.ExtKeyUsageClientAuth, "", now); err != nil {
+		v.err = status.Errorf(codes.Unauthenticated, "client certificate refused: %v", err)
+	} else if v.id, err = certs.Identify(leaf); err != nil {
+		v.err = status.Errorf(codes.Unauthenticated, "client certificate refused: %v", err)
+	}
+	a.mu.Lock()
+	if len(a.cache) >= maxCache {
+		clear(a.cache)
+	}
+	a.cache[leaf] = v
+	a.mu.Unlock()
+	return v.id, v.err
+}
+
+// Authorize decides one call of method (a full gRPC method name; req is
+// its request, nil for a stream) and returns the context the handler gets:
+// for a user's call, with UserHeader set to that user, so that a forwarded
+// call is checked for the same user where it lands.
+func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (context.Context, error) {
+	id, err := a.Identify(ctx)
+	if err != nil {
+		a.log.Info("call refused", "method", method, "err", err)
+		return ctx, err
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	var c Caller
+	if id.Node {
+		vs := md.Get(UserHeader)
+		if len(vs) == 0 {
+			return ctx, nil // an instance on its own: everything the cluster needs
+		}
+		c = Caller{User: vs[0], Via: true}
+		if err := certs.CheckUser(c.User); err != nil && c.User != certs.RootUser {
+			return ctx, status.Errorf(codes.PermissionDenied, "%s on behalf of an invalid user: %v", method, err)
+		}
+	} else {
+		c = Caller{User: id.User}
+		md = md.Copy()
+		md.Set(UserHeader, c.User)
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	if err := a.check(c, method, req); err != nil {
+		a.log.Info("call refused", "user", c.User, "method", method, "err", err)
+		return ctx, err
+	}
+	return ctx, nil
+}
+
+// Need returns the role a call of method with req needs; false when no
+// rule names the method.
+func (a *Authorizer) Need(method string, req any) (Role, bool) {
+	need, ok := rules[method]
+	if !ok || need != ByProcedure {
+		return need, ok
+	}
+	var name string
+	switch r := req.(type) {
+	case *datav1.CallRequest:
+		name = r.GetProcedure()
+	case *datav1.MapCallRequest:
+		name = r.GetProcedure()
+	}
+	if a.cfg.ProcedureWrites == nil || a.cfg.ProcedureWrites(name) {
+		return Writer, true
+	}
+	return Reader, true
+}
+
+func (a *Authorizer) check(c Caller, method string, req any) error {
+	need, ok := a.Need(method, req)
+	switch {
+	case !ok:
+		return status.Errorf(codes.PermissionDenied, "user %q may not call %s: no access rule opens it to users", c.User, method)
+	case need == Node:
+		return status.Errorf(codes.PermissionDenied, "user %q may not call %s: only instances (node certificates) may", c.User, method)
+	}
+	have, known := a.cfg.UserRole(c.User)
+	if !known {
+		return status.Errorf(codes.PermissionDenied, "user %q may not call %s (it needs role %s): the cluster has no user %q; an admin adds it with `shardkit user create %s --role %s`",
+			c.User, method, need, c.User, c.User, need)
+	}
+	if have < need {
+		return status.Errorf(codes.PermissionDenied, "user %q (role %s) may not call %s: it needs role %s", c.User, have, method, need)
+	}
+	return nil
+}
+
+// Unary is the unary server interceptor.
+func (a *Authorizer) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, err := a.Authorize(ctx, info.FullMethod, req)
+		if err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream is the stream server interceptor.
+func (a *Authorizer) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, err := a.Authorize(ss.Context(), info.FullMethod, nil)
+		if err != nil {
+			return err
+		}
+		return handler(srv, &stream{ServerStream: ss, ctx: ctx})
+	}
+}
+
+type stream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *stream) Context() context.Context { return s.ctx }
+
+// HTTP guards an HTTP handler served over TLS: every request needs a
+// client certificate of an instance or of a user with at least role
+// reader (the HTTP API only reads), except the paths open says are open
+// (health probes, when the instance is told so).
+func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if open != nil && open(r.URL.Path) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.TLS == nil {
+			http.Error(w, "this instance requires HTTPS with a client certificate", http.StatusUnauthorized)
+			return
+		}
+		id, err := a.identifyChain(r.TLS.PeerCertificates)
+		if err != nil {
+			http.Error(w, status.Convert(err).Message(), http.StatusUnauthorized)
+			return
+		}
+		if !id.Node {
+			have, known := a.cfg.UserRole(id.User)
+			if !known || have < Reader {
+				http.Error(w, fmt.Sprintf("user %q may not read %s: it needs role reader", id.User, r.URL.Path), http.StatusForbidden)
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,159 @@
+package auth_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
+	"github.com/shardkit/shardkit/certs"
+	"github.com/shardkit/shardkit/internal/auth"
+)
+
+// TestRulesCover fails when a method of any shardkit gRPC service has no
+// entry in the rules table: every new method must say who may call it.
+func TestRulesCover(t *testing.T) {
+	t.Parallel()
+	n := 0
+	protoregistry.GlobalFiles.RangeFiles(func(fd protoreflect.FileDescriptor) bool {
+		if !strings.HasPrefix(string(fd.Package()), "shardkit.") {
+			return true
+		}
+		for i := range fd.Services().Len() {
+			sd := fd.Services().Get(i)
+			for j := range sd.Methods().Len() {
+				m := "/" + string(sd.FullName()) + "/" + string(sd.Methods().Get(j).Name())
+				n++
+				if _, ok := auth.Rule(m); !ok {
+					t.Errorf("%s has no access rule in internal/auth/rules.go", m)
+				}
+			}
+		}
+		return true
+	})
+	if n < 40 {
+		t.Fatalf("only %d methods found: are the services' packages linked into the test?", n)
+	}
+	_ = raftv1.RaftTransportService_RaftMessages_FullMethodName
+}
+
+func chainOf(t *testing.T, dir, crt string) []*x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, crt))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []*x509.Certificate{c}
+}
+
+func ctxWith(chain []*x509.Certificate, md metadata.MD) context.Context {
+	ctx := peer.NewContext(context.Background(), &peer.Peer{
+		Addr:     &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 1},
+		AuthInfo: credentials.TLSInfo{State: tls.ConnectionState{PeerCertificates: chain}},
+	})
+	if md != nil {
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
+	return ctx
+}
+
+func TestAuthorize(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.CreateNode(dir, []string{"127.0.0.1"}, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"root", "rita", "walt", "ada", "nobody"} {
+		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := certs.CreateClient(dir, "old", certs.Options{Now: func() time.Time { return time.Now().Add(-72 * time.Hour) }, Lifetime: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := certs.CreateCA(other, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := certs.CreateClient(other, "root", certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certs.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]auth.Role{"root": auth.Admin, "rita": auth.Reader, "walt": auth.Writer, "ada": auth.Admin}
+	a := auth.New(auth.Config{
+		CA:              ca,
+		UserRole:        func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok },
+		ProcedureWrites: func(n string) bool { return n == "put" },
+	})
+	write, expel, raft := datav1.DataService_Write_FullMethodName, clusterv1.ClusterService_Expel_FullMethodName, raftv1.RaftTransportService_RaftMessages_FullMethodName
+	for _, tc := range []struct {
+		name   string
+		ctx    context.Context
+		method string
+		req    any
+		code   codes.Code
+		want   string
+	}{
+		{"plaintext", context.Background(), write, nil, codes.Unauthenticated, "no peer information"},
+		{"tls without a certificate", ctxWith(nil, nil), write, nil, codes.Unauthenticated, "no client certificate was presented"},
+		{"another CA", ctxWith(chainOf(t, other, "client.root.crt"), nil), write, nil, codes.Unauthenticated, "not signed by this cluster's CA"},
+		{"expired", ctxWith(chainOf(t, dir, "client.old.crt"), nil), write, nil, codes.Unauthenticated, "expired at"},
+		{"unknown user", ctxWith(chainOf(t, dir, "client.nobody.crt"), nil), write, nil, codes.PermissionDenied, `the cluster has no user "nobody"`},
+		{"reader writes", ctxWith(chainOf(t, dir, "client.rita.crt"), nil), write, nil, codes.PermissionDenied,
+			`user "rita" (role reader) may not call /shardkit.data.v1.DataService/Write: it needs role writer`},
+		{"reader DDL", ctxWith(chainOf(t, dir, "client.rita.crt"), nil), datav1.DataService_CreateSpace_FullMethodName, nil, codes.PermissionDenied, "it needs role admin"},
+		{"reader reads", ctxWith(chainOf(t, dir, "client.rita.crt"), nil), datav1.DataService_Get_FullMethodName, nil, codes.OK, ""},
+		{"reader calls ro", ctxWith(chainOf(t, dir, "client.rita.crt"), nil), datav1.DataService_Call_FullMethodName, &datav1.CallRequest{Procedure: "count"}, codes.OK, ""},
+		{"reader calls rw", ctxWith(chainOf(t, dir, "client.rita.crt"), nil), datav1.DataService_MapCall_FullMethodName, &datav1.MapCallRequest{Procedure: "put"}, codes.PermissionDenied, "needs role writer"},
+		{"writer writes", ctxWith(chainOf(t, dir, "client.walt.crt"), nil), write, nil, codes.OK, ""},
+		{"writer leases", ctxWith(chainOf(t, dir, "client.walt.crt"), nil), clusterv1.ClusterService_AcquireLease_FullMethodName, nil, codes.OK, ""},
+		{"writer expels", ctxWith(chainOf(t, dir, "client.walt.crt"), nil), expel, nil, codes.PermissionDenied, `user "walt" (role writer) may not call /shardkit.cluster.v1.ClusterService/Expel: it needs role admin`},
+		{"admin expels", ctxWith(chainOf(t, dir, "client.ada.crt"), nil), expel, nil, codes.OK, ""},
+		{"admin is no instance", ctxWith(chainOf(t, dir, "client.root.crt"), nil), raft, nil, codes.PermissionDenied, "only instances (node certificates) may"},
+		{"node", ctxWith(chainOf(t, dir, "node.crt"), nil), raft, nil, codes.OK, ""},
+		{"node on behalf of a reader", ctxWith(chainOf(t, dir, "node.crt"), metadata.Pairs(auth.UserHeader, "rita")), write, nil, codes.PermissionDenied, `user "rita" (role reader)`},
+		{"node on behalf of a writer", ctxWith(chainOf(t, dir, "node.crt"), metadata.Pairs(auth.UserHeader, "walt")), write, nil, codes.OK, ""},
+		{"a user's header is not trusted", ctxWith(chainOf(t, dir, "client.rita.crt"), metadata.Pairs(auth.UserHeader, "root")), write, nil, codes.PermissionDenied, `user "rita"`},
+		{"unknown method", ctxWith(chainOf(t, dir, "client.root.crt"), nil), "/x.Y/Z", nil, codes.PermissionDenied, "no access rule"},
+	} {
+		ctx, err := a.Authorize(tc.ctx, tc.method, tc.req)
+		if status.Code(err) != tc.code || (tc.want != "" && !strings.Contains(status.Convert(err).Message(), tc.want)) {
+			t.Errorf("%s: %v, want %v containing %q", tc.name, err, tc.code, tc.want)
+			continue
+		}
+		if err == nil && tc.name == "writer writes" {
+			md, _ := metadata.FromIncomingContext(ctx)
+			if got := md.Get(auth.UserHeader); len(got) != 1 || got[0] != "walt" {
+				t.Errorf("the user's call carries %s=%v, want walt", auth.UserHeader, got)
+			}
+		}
+	}
+}

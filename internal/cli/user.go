@@ -1,0 +1,90 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/shardkit/shardkit/client"
+)
+
+// newUserCmd is `shardkit user`: the users of a secure cluster and their
+// roles (docs/security.md). Only an admin may run these.
+func newUserCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "user",
+		Short: "Users of a secure cluster and their roles (admin, writer, reader)",
+		Long: `Users of a cluster run with --certs-dir. A user is the CN of a client
+certificate (shardkit cert create-client USER); its role says what it may do:
+reader reads and calls ro procedures; writer also writes, calls rw procedures
+and uses leases; admin also does DDL, users, expel, weights, moves and the
+rebalancer. root is always admin and cannot be dropped.`,
+	}
+	role := func(c *cobra.Command, r *string) {
+		c.Flags().StringVar(r, "role", "", "admin, writer or reader (required)")
+	}
+	var f clusterFlags
+	create := &cobra.Command{Use: "create NAME --role ROLE", Short: "Add a user with a role", Args: cobra.ExactArgs(1)}
+	var createRole string
+	role(create, &createRole)
+	create.RunE = func(cmd *cobra.Command, args []string) error {
+		if _, err := client.ParseRole(createRole); err != nil {
+			return usageError(fmt.Errorf("--role: %w", err))
+		}
+		return f.do(cmd, "create user "+args[0], func(ctx context.Context, cl *client.Client) error {
+			if err := cl.CreateUser(ctx, args[0], createRole); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "user %s created with role %s\n", args[0], createRole)
+			return nil
+		})
+	}
+	setRole := &cobra.Command{Use: "set-role NAME --role ROLE", Short: "Change a user's role", Args: cobra.ExactArgs(1)}
+	var newRole string
+	role(setRole, &newRole)
+	setRole.RunE = func(cmd *cobra.Command, args []string) error {
+		if _, err := client.ParseRole(newRole); err != nil {
+			return usageError(fmt.Errorf("--role: %w", err))
+		}
+		return f.do(cmd, "set role of "+args[0], func(ctx context.Context, cl *client.Client) error {
+			if err := cl.SetUserRole(ctx, args[0], newRole); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "user %s now has role %s\n", args[0], newRole)
+			return nil
+		})
+	}
+	drop := &cobra.Command{Use: "drop NAME", Short: "Remove a user (root cannot be dropped)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return f.do(cmd, "drop user "+args[0], func(ctx context.Context, cl *client.Client) error {
+				if err := cl.DropUser(ctx, args[0]); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "user %s dropped\n", args[0])
+				return nil
+			})
+		}}
+	list := &cobra.Command{Use: "list", Short: "List the users and their roles", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return f.do(cmd, "list users", func(ctx context.Context, cl *client.Client) error {
+				users, err := cl.Users(ctx)
+				if err != nil {
+					return err
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "USER\tROLE")
+				for _, u := range users {
+					fmt.Fprintf(tw, "%s\t%s\n", u.GetName(), client.RoleName(u.GetRole()))
+				}
+				return tw.Flush()
+			})
+		}}
+	for _, c := range []*cobra.Command{create, setRole, drop, list} {
+		f.register(c.Flags(), 10*time.Second, "how long to wait for the cluster")
+		cmd.AddCommand(c)
+	}
+	return cmd
+}

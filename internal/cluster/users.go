@@ -1,0 +1,66 @@
+package cluster
+
+import (
+	"context"
+
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+)
+
+// Users of a secure cluster: kept in group 0 (internal/meta/users.go);
+// who may call these is the server's authorization's business.
+
+func apiUser(u *metapb.User) *clusterv1.User {
+	if u == nil {
+		return nil
+	}
+	return &clusterv1.User{Name: u.GetName(), Role: clusterv1.Role(u.GetRole())}
+}
+
+// CreateUser implements ClusterService (on the group-0 leader).
+func (n *Node) CreateUser(ctx context.Context, req *clusterv1.CreateUserRequest) (*clusterv1.CreateUserResponse, error) {
+	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_CreateUser{CreateUser: &metapb.CreateUser{User: &metapb.User{
+		Name: req.GetUser().GetName(), Role: metapb.UserRole(req.GetUser().GetRole()),
+	}}}})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterv1.CreateUserResponse{User: apiUser(res.User)}, nil
+}
+
+// DropUser implements ClusterService (on the group-0 leader).
+func (n *Node) DropUser(ctx context.Context, req *clusterv1.DropUserRequest) (*clusterv1.DropUserResponse, error) {
+	if _, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_DropUser{DropUser: &metapb.DropUser{Name: req.GetName()}}}); err != nil {
+		return nil, err
+	}
+	return &clusterv1.DropUserResponse{}, nil
+}
+
+// SetUserRole implements ClusterService (on the group-0 leader).
+func (n *Node) SetUserRole(ctx context.Context, req *clusterv1.SetUserRoleRequest) (*clusterv1.SetUserRoleResponse, error) {
+	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetUserRole{SetUserRole: &metapb.SetUserRole{
+		Name: req.GetName(), Role: metapb.UserRole(req.GetRole()),
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterv1.SetUserRoleResponse{User: apiUser(res.User)}, nil
+}
+
+// ListUsers implements ClusterService (on the group-0 leader, so the list
+// is current): root first, then every stored user by name.
+func (n *Node) ListUsers(ctx context.Context, _ *clusterv1.ListUsersRequest) (*clusterv1.ListUsersResponse, error) {
+	g0 := n.g0.Load()
+	if g0 == nil {
+		return nil, n.errNotRunning()
+	}
+	if err := g0.ReadIndex(ctx); err != nil {
+		return nil, statusError(err)
+	}
+	resp := &clusterv1.ListUsersResponse{Users: []*clusterv1.User{{Name: meta.RootUser, Role: clusterv1.Role_ROLE_ADMIN}}}
+	for _, u := range n.meta.State().SortedUsers() {
+		resp.Users = append(resp.Users, apiUser(u))
+	}
+	return resp, nil
+}
