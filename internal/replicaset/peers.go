@@ -83,7 +83,7 @@ var errSourceDone = errors.New("replicaset: the bucket's source no longer sends 
 // sourceError wraps a failure to read a receiving bucket's source.
 func sourceError(b uint32, src string, err error) error {
 	if status.Code(err) == codes.FailedPrecondition {
-		return fmt.Errorf("bucket %d: %w: %v", b, errSourceDone, err)
+		return fmt.Errorf("bucket %d: %w: %w", b, errSourceDone, err)
 	}
 	return fmt.Errorf("bucket %d is moving here from %s, which could not be read: %w", b, src, err)
 }
