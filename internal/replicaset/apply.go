@@ -126,7 +126,15 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	sm := a.sm
 	id := c.GetRequestId()
 	if len(id) > 0 {
-		if v := a.get(sm.k.request(id)); v != nil {
+		if ms, ok := sm.reqs.lookup(id, sm.requestCutoff(a.now)); ok {
+			v := a.get(sm.k.requestID(ms, id))
+			if a.err != nil {
+				return nil
+			}
+			if v == nil {
+				a.err = fmt.Errorf("replicaset: request id %x (written at %d ms) is in memory but not stored", id, ms)
+				return nil
+			}
 			res := &rspb.BatchResult{}
 			if err := proto.Unmarshal(v, res); err != nil {
 				a.err = fmt.Errorf("replicaset: stored result of a request: %w", err)
@@ -192,8 +200,10 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 			a.err = err
 			return nil
 		}
-		a.set(sm.k.request(id), v)
-		a.set(sm.k.requestAt(a.now, id), nil)
+		a.set(sm.k.requestID(a.now, id), v)
+		if a.err == nil {
+			sm.reqs.add(string(id), a.now)
+		}
 	}
 	return &BatchOutcome{Result: res}
 }
@@ -487,34 +497,4 @@ func (a *applier) createBuckets(c *rspb.CreateBuckets) any {
 		created++
 	}
 	return BucketsOutcome{Created: created}
-}
-
-// expireRequests forgets up to limit request ids older than the window.
-func (a *applier) expireRequests(limit int) {
-	if a.err != nil {
-		return
-	}
-	cutoff := a.now - a.sm.window.Milliseconds()
-	prefix := a.sm.k.requestsAt()
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
-	if err != nil {
-		a.err = err
-		return
-	}
-	var expired [][]byte
-	for ok := it.First(); ok && len(expired) < limit; ok = it.Next() {
-		k := it.Key()
-		if len(k) < len(prefix)+8 || int64(binary.BigEndian.Uint64(k[len(prefix):])) >= cutoff {
-			break
-		}
-		expired = append(expired, bytes.Clone(k))
-	}
-	if err := it.Close(); err != nil {
-		a.err = err
-		return
-	}
-	for _, k := range expired {
-		a.del(a.sm.k.request(k[len(prefix)+8:]))
-		a.del(k)
-	}
 }
