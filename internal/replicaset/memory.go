@@ -3,18 +3,27 @@ package replicaset
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
 
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
-// What the state machine keeps in memory beside its data: the request ids
-// within RequestIDWindow, so that a write's id is looked up without
-// reading Pebble. It is a function of the database (load builds it from
-// there at open, after a snapshot is restored and after a batch was
-// dropped), and Apply changes it together with the writes it puts in the
-// apply batch, so every member that applied the same log holds the same.
+// What the state machine keeps in memory beside its data, so that applying
+// a write reads from Pebble only the tuples it changes: the bucket records,
+// the per-bucket tuple counts and the request ids within RequestIDWindow.
+// All of it is a function of the database (load builds it from there at
+// open, after a snapshot is restored and after a batch was dropped), and
+// Apply changes it together with the writes it puts in the apply batch, so
+// every member that applied the same log holds the same.
+//
+// The applier's view runs ahead of the database while a batch is being
+// applied; readers see the bucket records as committed (the engine calls
+// ApplyDone once the batch is committed, or dropped).
 
 // requestWindow holds the request ids written within the window, with the
 // leader-stamped time (ms) of their write.
@@ -97,9 +106,42 @@ func (sm *SM) expireRequests(b *pebble.Batch) error {
 	return b.DeleteRange(sm.k.requestIDs(), sm.k.requestIDsAt(to), nil)
 }
 
-// loadMemory reads the request ids in the window from r (with the clock
-// already loaded).
+// loadMemory reads the bucket records, the counts and the request ids in
+// the window from r (with the clock already loaded), and publishes the
+// records to readers.
 func (sm *SM) loadMemory(r pebble.Reader) error {
+	buckets := map[uint32]*rspb.BucketState{}
+	err := scan(r, sm.k.buckets(), func(k, v []byte) error {
+		if len(k) != len(sm.k.buckets())+4 {
+			return fmt.Errorf("replicaset: bucket record key %x", k)
+		}
+		st := &rspb.BucketState{}
+		if err := proto.Unmarshal(v, st); err != nil {
+			return fmt.Errorf("replicaset: bucket record %x: %w", k, err)
+		}
+		buckets[binary.BigEndian.Uint32(k[len(k)-4:])] = st
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	counts := map[uint32]map[uint32]int64{}
+	err = scan(r, sm.k.counts(), func(k, v []byte) error {
+		if len(k) != len(sm.k.counts())+8 || len(v) != 8 {
+			return fmt.Errorf("replicaset: count record %x", k)
+		}
+		b, sp := binary.BigEndian.Uint32(k[len(k)-8:]), binary.BigEndian.Uint32(k[len(k)-4:])
+		if n := int64(binary.BigEndian.Uint64(v)); n > 0 {
+			if counts[b] == nil {
+				counts[b] = map[uint32]int64{}
+			}
+			counts[b][sp] = n
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	sm.reqs.reset()
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
 	prefix := sm.k.requestIDs()
@@ -119,13 +161,141 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 		return err
 	}
 	sm.reqDropped = sm.requestsDroppedBefore(sm.clock)
+	sm.buckets, sm.counts = buckets, counts
+	sm.changedBuckets = map[uint32]struct{}{}
+	sm.changedCounts = map[uint64]struct{}{}
+	sm.notifyOnCommit = false
+	sm.pubMu.Lock()
+	sm.pub = maps.Clone(buckets)
+	sm.pubMu.Unlock()
 	return nil
 }
 
-// ApplyDone implements multiraft.ApplyObserver: when the apply batch was
+// ApplyDone implements multiraft.ApplyObserver: once the apply batch is
+// committed, readers see the bucket records it changed; when it was
 // dropped, the state machine reloads its memory from the database.
 func (sm *SM) ApplyDone(committed bool) {
 	if !committed {
 		sm.reloadErr = sm.load(sm.db) // Apply returns it, if any
+		return
 	}
+	if len(sm.changedBuckets) > 0 {
+		sm.pubMu.Lock()
+		for b := range sm.changedBuckets {
+			if st := sm.buckets[b]; st != nil {
+				sm.pub[b] = st
+			} else {
+				delete(sm.pub, b)
+			}
+		}
+		sm.pubMu.Unlock()
+		clear(sm.changedBuckets)
+	}
+	if sm.notifyOnCommit {
+		sm.notifyOnCommit = false
+		sm.notify()
+	}
+}
+
+// BucketState returns bucket b's record as committed (nil when there is
+// none). Records are shared: the caller must not change it.
+func (sm *SM) BucketState(b uint32) *rspb.BucketState {
+	sm.pubMu.RLock()
+	defer sm.pubMu.RUnlock()
+	return sm.pub[b]
+}
+
+// bucket returns bucket b's record as the apply batch so far leaves it.
+func (a *applier) bucket(b uint32) *rspb.BucketState { return a.sm.buckets[b] }
+
+// putBucket writes bucket b's record (never changed afterwards) into the
+// batch and the applier's memory.
+func (a *applier) putBucket(b uint32, st *rspb.BucketState) {
+	if a.err != nil {
+		return
+	}
+	v, err := proto.Marshal(st)
+	if err != nil {
+		a.err = err
+		return
+	}
+	a.putBucketEncoded(b, st, v)
+}
+
+func (a *applier) putBucketEncoded(b uint32, st *rspb.BucketState, v []byte) {
+	a.set(a.sm.k.bucket(b), v)
+	if a.err == nil {
+		a.sm.buckets[b] = st
+		a.sm.changedBuckets[b] = struct{}{}
+	}
+}
+
+func countKey(b, space uint32) uint64 { return uint64(b)<<32 | uint64(space) }
+
+// addCount changes how many tuples of space bucket holds; the count is
+// written into the batch once, at the end of the Apply call (writeCounts).
+func (a *applier) addCount(bucket, space uint32, delta int64) {
+	if delta == 0 || a.err != nil {
+		return
+	}
+	sm := a.sm
+	n := sm.counts[bucket][space] + delta
+	m := sm.counts[bucket]
+	switch {
+	case n > 0 && m == nil:
+		sm.counts[bucket] = map[uint32]int64{space: n}
+	case n > 0:
+		m[space] = n
+	default:
+		delete(m, space)
+		if len(m) == 0 {
+			delete(sm.counts, bucket)
+		}
+	}
+	sm.changedCounts[countKey(bucket, space)] = struct{}{}
+}
+
+// countsDeleted forgets the counts of bucket (of one space, or all when
+// all is set) whose keys the batch has just deleted.
+func (a *applier) countsDeleted(bucket uint32, space uint32, all bool) {
+	sm := a.sm
+	if all {
+		delete(sm.counts, bucket)
+		for ck := range sm.changedCounts {
+			if uint32(ck>>32) == bucket {
+				delete(sm.changedCounts, ck)
+			}
+		}
+		return
+	}
+	if m := sm.counts[bucket]; m != nil {
+		delete(m, space)
+		if len(m) == 0 {
+			delete(sm.counts, bucket)
+		}
+	}
+	delete(sm.changedCounts, countKey(bucket, space))
+}
+
+// writeCounts writes every count changed in this Apply call.
+func (sm *SM) writeCounts(b *pebble.Batch) error {
+	if len(sm.changedCounts) == 0 {
+		return nil
+	}
+	ks := slices.Sorted(maps.Keys(sm.changedCounts))
+	clear(sm.changedCounts)
+	for _, ck := range ks {
+		bucket, space := uint32(ck>>32), uint32(ck)
+		key := sm.k.count(bucket, space)
+		var err error
+		if n := sm.counts[bucket][space]; n > 0 {
+			err = b.Set(key, binary.BigEndian.AppendUint64(nil, uint64(n)), nil)
+		} else {
+			err = b.Delete(key, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -117,11 +117,80 @@ func TestARestoredMemberDedupesTheSameRequestIDs(t *testing.T) {
 	if o := g.batch(proto.CloneOf(b)); !o.Duplicate || o.Result.GetIndex() != first.GetIndex() {
 		t.Fatalf("a retry on the restored member: %+v, want the first answer", o)
 	}
-	if st, _ := g.sm.BucketStateOf(g.db, 7); st.GetState() != rspb.BucketState_STATE_ACTIVE {
+	if st := g.sm.BucketState(7); st.GetState() != rspb.BucketState_STATE_ACTIVE {
 		t.Fatalf("restored bucket 7: %v", st)
 	}
 	if n, _ := g.sm.Count(g.db, 1); n != 1 {
 		t.Fatalf("restored count %d, want 1", n)
+	}
+}
+
+// Readers see a bucket record once its batch is committed; a dropped
+// batch leaves neither the records, nor the counts, nor the request ids
+// changed.
+func TestADroppedBatchLeavesTheMemoryAsCommitted(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	applyOnly := func(cmds ...*rspb.Command) (*pebble.Batch, []any) {
+		t.Helper()
+		b := f.db.NewIndexedBatch()
+		var entries []multiraft.Entry
+		for _, c := range cmds {
+			c.NowUnixMs = f.now
+			data, err := Encode(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.index++
+			entries = append(entries, multiraft.Entry{Index: f.index, Term: 1, Cmd: data})
+		}
+		out, err := f.sm.Apply(b, entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, out
+	}
+	write := &rspb.Batch{RequestId: requestID(3), Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "a", 1))}}
+	b, _ := applyOnly(
+		&rspb.Command{Op: &rspb.Command_Batch{Batch: write}},
+		&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}},
+	)
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_ACTIVE {
+		t.Fatalf("bucket 6 is %v to readers before its batch is committed", st)
+	}
+	_ = b.Close()
+	f.sm.ApplyDone(false)
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_ACTIVE {
+		t.Fatalf("bucket 6 is %v after its batch was dropped", st)
+	}
+	// The dropped write is not remembered, its count not kept: applied
+	// again, it is a first write.
+	if o := f.batch(proto.CloneOf(write)); o.Duplicate || o.Result.GetRefusal() != nil {
+		t.Fatalf("the dropped write applied again: %+v", o)
+	}
+	if n, _ := f.sm.Count(f.db, 1); n != 1 {
+		t.Fatalf("count %d, want 1", n)
+	}
+	f.ok(&rspb.Batch{Bucket: 6, Ops: []*rspb.Op{insertOp(t, offer(6, "a", 1))}}) // bucket 6 still takes writes
+
+	// Committed: readers see it after ApplyDone.
+	b, _ = applyOnly(&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}})
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	ch := f.sm.Changed()
+	f.sm.ApplyDone(true)
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_SENDING {
+		t.Fatalf("bucket 6 is %v after its batch was committed", st)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed was not closed at the committed change of a bucket")
+	}
+	f.reopen()
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_SENDING || st.GetPeer() != "rs2" {
+		t.Fatalf("bucket 6 after a reopen: %v", st)
 	}
 }
 

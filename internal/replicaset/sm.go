@@ -30,9 +30,9 @@ const RequestIDWindow = 2 * time.Minute
 var ErrBadCommand = errors.New("replicaset: bad command")
 
 // SM is one replicaset group's state machine. It keeps in memory the
-// applied schema (a published, immutable Schema) and the request ids
-// within the window (see memory.go); everything else is read from the
-// database.
+// applied schema (a published, immutable Schema), the bucket records, the
+// per-bucket tuple counts and the request ids within the window (see
+// memory.go); the tuples are read from the database.
 type SM struct {
 	db    *pebble.DB
 	group multiraft.GroupID
@@ -44,10 +44,19 @@ type SM struct {
 
 	// Only the applying goroutine uses these; load sets them from the
 	// database, Apply changes them with its batch (memory.go).
-	clock      int64
-	reqs       requestWindow
-	reqDropped int64 // request ids written before this (ms) are deleted
-	reloadErr  error // a reload after a dropped batch failed: Apply fails
+	clock          int64
+	buckets        map[uint32]*rspb.BucketState
+	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
+	reqs           requestWindow
+	reqDropped     int64               // request ids written before this (ms) are deleted
+	changedBuckets map[uint32]struct{} // records changed since the last commit
+	changedCounts  map[uint64]struct{} // counts changed in this Apply call (countKey)
+	notifyOnCommit bool
+	reloadErr      error // a reload after a dropped batch failed: Apply fails
+
+	// pub is the bucket records as committed, for readers.
+	pubMu sync.RWMutex
+	pub   map[uint32]*rspb.BucketState
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -225,11 +234,14 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			return nil, a.err
 		}
 	}
+	if err := sm.writeCounts(b); err != nil {
+		return nil, err
+	}
 	if err := b.Set(sm.k.clock(), binary.BigEndian.AppendUint64(nil, uint64(sm.clock)), nil); err != nil {
 		return nil, err
 	}
 	if notify {
-		sm.notify()
+		sm.notifyOnCommit = true // ApplyDone notifies
 	}
 	return out, nil
 }
