@@ -35,11 +35,20 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 		results []appliedResult
 		run     []Entry
 		runIDs  []uint64
+		called  bool // the state machine's Apply wrote into b
 	)
+	if o, ok := g.sm.(ApplyObserver); ok {
+		defer func() {
+			if called {
+				o.ApplyDone(false) // b was not committed (a success clears called)
+			}
+		}()
+	}
 	flush := func() error {
 		if len(run) == 0 {
 			return nil
 		}
+		called = true
 		vals, err := g.sm.Apply(b, run)
 		if err != nil {
 			return fmt.Errorf("group %d: state machine apply [%d, %d]: %w", g.id, run[0].Index, run[len(run)-1].Index, err)
@@ -96,6 +105,10 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 		return fmt.Errorf("group %d: commit applied entries: %w", g.id, err)
 	}
 	g.store.applied = as
+	if o, ok := g.sm.(ApplyObserver); ok && called {
+		called = false
+		o.ApplyDone(true)
+	}
 	g.deliver(results)
 	return nil
 }

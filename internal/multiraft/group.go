@@ -73,6 +73,7 @@ type group struct {
 	// Observable progress, for waiting without the group lock.
 	applied atomic.Uint64
 	leader  atomic.Uint64
+	commit  atomic.Uint64 // raft's commit index at the end of the last round (no notification)
 	// leaderContact is when (Unix ns) this member last heard from the
 	// leader it knows (a heartbeat, an append or a snapshot).
 	leaderContact atomic.Int64
@@ -199,6 +200,7 @@ func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
 	}
 	g.rn = rn
 	g.applied.Store(g.store.applied.Index)
+	g.commit.Store(rn.BasicStatus().GetCommit())
 	cs := g.store.applied.ConfState
 	if len(cs.GetVoters()) == 1 && cs.GetVoters()[0] == uint64(h.cfg.NodeID) && len(cs.GetVotersOutgoing()) == 0 {
 		g.campaign = true // sole voter: no need to wait for an election timeout

@@ -228,6 +228,11 @@ func (G *Group) LeaderContact() time.Time {
 // Applied returns this member's applied index.
 func (G *Group) Applied() uint64 { return G.g.applied.Load() }
 
+// Commit returns the commit index this member knew at the end of its last
+// round. Unlike Status, it takes no lock and copies nothing (for a read's
+// staleness report, on every read).
+func (G *Group) Commit() uint64 { return G.g.commit.Load() }
+
 // WaitFor returns once cond (called after every change of leader or
 // applied index) holds, or when ctx ends.
 func (G *Group) WaitFor(ctx context.Context, cond func(*Group) bool) error {

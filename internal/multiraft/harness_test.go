@@ -387,6 +387,10 @@ func (c *cluster) waitConverged(gid multiraft.GroupID, members ...multiraft.Node
 		waitFor(c.t, 20*time.Second, fmt.Sprintf("node %d to apply %d in group %d", id, commit, gid), func() bool {
 			return g.Applied() >= commit
 		})
+		// The cheap accessor agrees: a member commits what it applied.
+		if applied, cm := g.Applied(), g.Commit(); cm < applied || cm < commit {
+			c.t.Fatalf("node %d group %d: Commit() %d, applied %d, the leader's commit %d", id, gid, cm, applied, commit)
+		}
 	}
 }
 

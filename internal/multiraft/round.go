@@ -313,8 +313,10 @@ func (h *Host) send(g *group, msgs []*raftpb.Message) error {
 	return nil
 }
 
-// publish makes the group's progress visible to waiters.
+// publish makes the group's progress visible to waiters (called with g.mu
+// held, at the end of the group's round).
 func (g *group) publish() {
+	g.commit.Store(g.rn.BasicStatus().GetCommit())
 	changed := false
 	if a := g.store.applied.Index; g.applied.Load() != a {
 		g.applied.Store(a)

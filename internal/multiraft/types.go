@@ -58,6 +58,20 @@ type StateMachine interface {
 	Restore(ctx context.Context, db *pebble.DB, r io.Reader) error
 }
 
+// ApplyObserver is an optional interface of a StateMachine that keeps
+// state in memory beside its data in the database (a cache its Apply
+// reads and changes): it learns the fate of the batch its Apply calls
+// wrote into. The engine calls ApplyDone once after the Apply calls of
+// one batch (a batch may hold several runs: a conf change splits them),
+// from the goroutine that called Apply, before the entries' results are
+// handed to their proposers: with committed true once the batch is
+// committed, false when it was dropped (an Apply or the commit failed;
+// the host then stops). A state machine that gets false forgets what
+// those Apply calls changed in memory (it reloads it from the database).
+type ApplyObserver interface {
+	ApplyDone(committed bool)
+}
+
 // OutboundMessage is a Raft message of one group, addressed to Msg.To.
 type OutboundMessage struct {
 	Group GroupID

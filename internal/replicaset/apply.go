@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -94,8 +95,13 @@ func decodeStored(v []byte) (uint64, []byte, error) {
 	return binary.BigEndian.Uint64(v), v[8:], nil
 }
 
-// BucketStateOf reads a bucket's record from r (nil when there is none).
+// BucketStateOf returns a bucket's record as r holds it (nil when there is
+// none): from memory when r is the state machine's database (BucketState),
+// else read from r (a snapshot). Records are shared: never change one.
 func (sm *SM) BucketStateOf(r pebble.Reader, b uint32) (*rspb.BucketState, error) {
+	if db, ok := r.(*pebble.DB); ok && db == sm.db {
+		return sm.BucketState(b), nil
+	}
 	v, err := get(r, sm.k.bucket(b))
 	if err != nil || v == nil {
 		return nil, err
@@ -126,7 +132,15 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	sm := a.sm
 	id := c.GetRequestId()
 	if len(id) > 0 {
-		if v := a.get(sm.k.request(id)); v != nil {
+		if ms, ok := sm.reqs.lookup(id, sm.requestCutoff(a.now)); ok {
+			v := a.get(sm.k.requestID(ms, id))
+			if a.err != nil {
+				return nil
+			}
+			if v == nil {
+				a.err = fmt.Errorf("replicaset: request id %x (written at %d ms) is in memory but not stored", id, ms)
+				return nil
+			}
 			res := &rspb.BatchResult{}
 			if err := proto.Unmarshal(v, res); err != nil {
 				a.err = fmt.Errorf("replicaset: stored result of a request: %w", err)
@@ -141,11 +155,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 			"this replicaset has applied schema version %d, the write names %d; retry", schema.Version, c.GetSchemaVersion())}
 	}
 	bucket := c.GetBucket()
-	st, err := sm.BucketStateOf(a.b, bucket)
-	if err != nil {
-		a.err = err
-		return nil
-	}
+	st := a.bucket(bucket)
 	receiving := false
 	switch st.GetState() {
 	case rspb.BucketState_STATE_ACTIVE:
@@ -192,27 +202,12 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 			a.err = err
 			return nil
 		}
-		a.set(sm.k.request(id), v)
-		a.set(sm.k.requestAt(a.now, id), nil)
+		a.set(sm.k.requestID(a.now, id), v)
+		if a.err == nil {
+			sm.reqs.add(string(id), a.now)
+		}
 	}
 	return &BatchOutcome{Result: res}
-}
-
-func (a *applier) addCount(bucket, space uint32, delta int64) {
-	if delta == 0 {
-		return
-	}
-	k := a.sm.k.count(bucket, space)
-	var n int64
-	if v := a.get(k); len(v) == 8 {
-		n = int64(binary.BigEndian.Uint64(v))
-	}
-	n += delta
-	if n <= 0 {
-		a.del(k)
-		return
-	}
-	a.set(k, binary.BigEndian.AppendUint64(nil, uint64(n)))
 }
 
 // read returns the tuple stored at key, as the batch so far leaves it.
@@ -435,19 +430,13 @@ func (a *applier) setSchema(c *rspb.SetSchema) any {
 	}
 	slices.Sort(dropped)
 	if len(dropped) > 0 {
-		var buckets []uint32
-		if err := scan(a.b, sm.k.buckets(), func(k, _ []byte) error {
-			buckets = append(buckets, binary.BigEndian.Uint32(k[len(k)-4:]))
-			return nil
-		}); err != nil {
-			a.err = err
-			return nil
-		}
+		buckets := slices.Sorted(maps.Keys(sm.buckets))
 		for _, id := range dropped {
 			for _, b := range buckets {
 				a.delRange(sm.k.tuplePrefix(b, id))
 				a.delRange(sm.k.tombstone(b, id, nil))
 				a.del(sm.k.count(b, id))
+				a.countsDeleted(b, id, false)
 			}
 			a.del(sm.k.space(id))
 		}
@@ -478,43 +467,14 @@ func (a *applier) createBuckets(c *rspb.CreateBuckets) any {
 		a.err = err
 		return nil
 	}
+	st := &rspb.BucketState{State: rspb.BucketState_STATE_ACTIVE, Generation: c.GetGeneration()}
 	created := 0
 	for b := c.GetFirst(); b <= c.GetLast() && a.err == nil; b++ {
-		if a.get(a.sm.k.bucket(b)) != nil {
+		if a.bucket(b) != nil {
 			continue
 		}
-		a.set(a.sm.k.bucket(b), rec)
+		a.putBucketEncoded(b, st, rec)
 		created++
 	}
 	return BucketsOutcome{Created: created}
-}
-
-// expireRequests forgets up to limit request ids older than the window.
-func (a *applier) expireRequests(limit int) {
-	if a.err != nil {
-		return
-	}
-	cutoff := a.now - a.sm.window.Milliseconds()
-	prefix := a.sm.k.requestsAt()
-	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
-	if err != nil {
-		a.err = err
-		return
-	}
-	var expired [][]byte
-	for ok := it.First(); ok && len(expired) < limit; ok = it.Next() {
-		k := it.Key()
-		if len(k) < len(prefix)+8 || int64(binary.BigEndian.Uint64(k[len(prefix):])) >= cutoff {
-			break
-		}
-		expired = append(expired, bytes.Clone(k))
-	}
-	if err := it.Close(); err != nil {
-		a.err = err
-		return
-	}
-	for _, k := range expired {
-		a.del(a.sm.k.request(k[len(prefix)+8:]))
-		a.del(k)
-	}
 }

@@ -76,6 +76,9 @@ func applyRun(b *testing.B, db *pebble.DB, sm multiraft.StateMachine, entries []
 	if err := batch.Commit(pebble.NoSync); err != nil {
 		b.Fatal(err)
 	}
+	if o, ok := sm.(multiraft.ApplyObserver); ok {
+		o.ApplyDone(true)
+	}
 	_ = batch.Close()
 }
 

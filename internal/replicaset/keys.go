@@ -82,13 +82,16 @@ func (k keys) count(b, space uint32) []byte {
 
 func (k keys) counts() []byte { return k.sub(storage.DataCount, 0) }
 
-// request is r/<id:16>.
-func (k keys) request(id []byte) []byte { return append(k.sub(storage.DataRequest, len(id)), id...) }
-
-// requestAt is q/<ms:8><id:16>, and requestsAt the prefix of them all.
-func (k keys) requestAt(ms int64, id []byte) []byte {
-	out := binary.BigEndian.AppendUint64(k.sub(storage.DataRequestAt, 8+len(id)), uint64(ms))
+// requestID is i/<ms:8><id:16>: a request id and its write's time.
+func (k keys) requestID(ms int64, id []byte) []byte {
+	out := binary.BigEndian.AppendUint64(k.sub(storage.DataRequestID, 8+len(id)), uint64(ms))
 	return append(out, id...)
 }
 
-func (k keys) requestsAt() []byte { return k.sub(storage.DataRequestAt, 0) }
+// requestIDs is the prefix of every request id, and requestIDsAt(ms) the
+// first key of those written at ms or later.
+func (k keys) requestIDs() []byte { return k.sub(storage.DataRequestID, 0) }
+
+func (k keys) requestIDsAt(ms int64) []byte {
+	return binary.BigEndian.AppendUint64(k.sub(storage.DataRequestID, 8), uint64(ms))
+}

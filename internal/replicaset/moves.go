@@ -1,7 +1,6 @@
 package replicaset
 
 import (
-	"encoding/binary"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -54,11 +53,7 @@ func describeRecord(st *rspb.BucketState) string {
 
 func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 	b := c.GetBucket()
-	cur, err := a.sm.BucketStateOf(a.b, b)
-	if err != nil {
-		a.err = err
-		return nil
-	}
+	cur := a.bucket(b)
 	want := &rspb.BucketState{State: c.GetState(), Generation: c.GetGeneration(), Peer: c.GetPeer()}
 	if cur.GetState() == want.GetState() && cur.GetGeneration() == want.GetGeneration() {
 		return &SetBucketOutcome{Record: cur} // a repeated step
@@ -97,37 +92,26 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 			return refuse("only a bucket being sent (or an aborted receive) becomes garbage, at its generation")
 		}
 		deleted = map[uint32]uint64{}
-		if err := scan(a.b, a.sm.k.bucketCounts(b), func(k, v []byte) error {
-			if len(k) >= 4 && len(v) == 8 {
-				deleted[binary.BigEndian.Uint32(k[len(k)-4:])] = binary.BigEndian.Uint64(v)
-			}
-			return nil
-		}); err != nil {
-			a.err = err
-			return nil
+		for sp, n := range a.sm.counts[b] {
+			deleted[sp] = uint64(n)
 		}
 		a.delRange(a.sm.k.bucketTuples(b))
 		a.delRange(a.sm.k.bucketTombstones(b))
 		a.delRange(a.sm.k.bucketCounts(b))
+		a.countsDeleted(b, 0, true)
 	default:
 		return refuse("unknown state")
 	}
-	v, err := proto.Marshal(want)
-	if err != nil {
-		a.err = err
+	a.putBucket(b, want)
+	if a.err != nil {
 		return nil
 	}
-	a.set(a.sm.k.bucket(b), v)
 	return &SetBucketOutcome{Changed: true, Record: want, Deleted: deleted}
 }
 
 func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	b := c.GetBucket()
-	cur, err := a.sm.BucketStateOf(a.b, b)
-	if err != nil {
-		a.err = err
-		return nil
-	}
+	cur := a.bucket(b)
 	if cur.GetState() != rspb.BucketState_STATE_RECEIVING || cur.GetGeneration() != c.GetGeneration() {
 		return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not receiving at generation %d", b, describeRecord(cur), c.GetGeneration())}
 	}
@@ -153,12 +137,10 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	if c.GetLast() {
 		rec := proto.CloneOf(cur)
 		rec.Copied = true
-		v, err := proto.Marshal(rec)
-		if err != nil {
-			a.err = err
+		a.putBucket(b, rec)
+		if a.err != nil {
 			return nil
 		}
-		a.set(a.sm.k.bucket(b), v)
 	}
 	return &CopyOutcome{Copied: copied, BySpace: bySpace}
 }

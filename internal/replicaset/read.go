@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"maps"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
@@ -75,17 +76,31 @@ type BucketCounts struct {
 	Active, Sending, Receiving, Garbage int
 }
 
-// Buckets returns every bucket record of the replicaset, and how many
-// there are of each state.
+// Buckets returns every bucket record of the replicaset as r holds it
+// (from memory when r is the state machine's database), and how many
+// there are of each state. Records are shared: never change one.
 func (sm *SM) Buckets(r pebble.Reader) (map[uint32]*rspb.BucketState, BucketCounts, error) {
-	out := map[uint32]*rspb.BucketState{}
-	var c BucketCounts
-	err := scan(r, sm.k.buckets(), func(k, v []byte) error {
-		st := &rspb.BucketState{}
-		if err := proto.Unmarshal(v, st); err != nil {
-			return fmt.Errorf("replicaset: bucket record %x: %w", k, err)
+	var out map[uint32]*rspb.BucketState
+	if db, ok := r.(*pebble.DB); ok && db == sm.db {
+		sm.pubMu.RLock()
+		out = maps.Clone(sm.pub)
+		sm.pubMu.RUnlock()
+	} else {
+		out = map[uint32]*rspb.BucketState{}
+		err := scan(r, sm.k.buckets(), func(k, v []byte) error {
+			st := &rspb.BucketState{}
+			if err := proto.Unmarshal(v, st); err != nil {
+				return fmt.Errorf("replicaset: bucket record %x: %w", k, err)
+			}
+			out[binary.BigEndian.Uint32(k[len(k)-4:])] = st
+			return nil
+		})
+		if err != nil {
+			return nil, BucketCounts{}, err
 		}
-		out[binary.BigEndian.Uint32(k[len(k)-4:])] = st
+	}
+	var c BucketCounts
+	for _, st := range out {
 		switch st.GetState() {
 		case rspb.BucketState_STATE_ACTIVE:
 			c.Active++
@@ -96,9 +111,8 @@ func (sm *SM) Buckets(r pebble.Reader) (map[uint32]*rspb.BucketState, BucketCoun
 		case rspb.BucketState_STATE_GARBAGE:
 			c.Garbage++
 		}
-		return nil
-	})
-	return out, c, err
+	}
+	return out, c, nil
 }
 
 // Count returns how many tuples of space id the replicaset's active

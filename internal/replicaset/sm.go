@@ -29,9 +29,10 @@ const RequestIDWindow = 2 * time.Minute
 // ErrBadCommand: a log entry this state machine cannot decode.
 var ErrBadCommand = errors.New("replicaset: bad command")
 
-// SM is one replicaset group's state machine. It keeps in memory only the
-// applied schema (a published, immutable Schema); everything else is read
-// from the database.
+// SM is one replicaset group's state machine. It keeps in memory the
+// applied schema (a published, immutable Schema), the bucket records, the
+// per-bucket tuple counts and the request ids within the window (see
+// memory.go); the tuples are read from the database.
 type SM struct {
 	db    *pebble.DB
 	group multiraft.GroupID
@@ -40,7 +41,22 @@ type SM struct {
 	window time.Duration
 
 	schema atomic.Pointer[Schema]
-	clock  int64 // only the applying goroutine uses it
+
+	// Only the applying goroutine uses these; load sets them from the
+	// database, Apply changes them with its batch (memory.go).
+	clock          int64
+	buckets        map[uint32]*rspb.BucketState
+	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
+	reqs           requestWindow
+	reqDropped     int64               // request ids written before this (ms) are deleted
+	changedBuckets map[uint32]struct{} // records changed since the last commit
+	changedCounts  map[uint64]struct{} // counts changed in this Apply call (countKey)
+	notifyOnCommit bool
+	reloadErr      error // a reload after a dropped batch failed: Apply fails
+
+	// pub is the bucket records as committed, for readers.
+	pubMu sync.RWMutex
+	pub   map[uint32]*rspb.BucketState
 
 	mu      sync.Mutex
 	changed chan struct{}
@@ -60,7 +76,10 @@ const (
 // ignore them).
 func (sm *SM) SetFailpoints(fp *failpoint.Points) { sm.fp = fp }
 
-var _ multiraft.StateMachine = (*SM)(nil)
+var (
+	_ multiraft.StateMachine  = (*SM)(nil)
+	_ multiraft.ApplyObserver = (*SM)(nil)
+)
 
 // New returns the state machine of replicaset group g over db, with the
 // schema it has applied before (if any).
@@ -93,7 +112,8 @@ func (sm *SM) notify() {
 	sm.mu.Unlock()
 }
 
-// load reads the applied schema and clock.
+// load reads the applied schema and clock, and what the state machine
+// keeps in memory.
 func (sm *SM) load(r pebble.Reader) error {
 	s := emptySchema()
 	if v, err := get(r, sm.k.schema()); err != nil {
@@ -123,7 +143,7 @@ func (sm *SM) load(r pebble.Reader) error {
 	} else if len(v) == 8 {
 		sm.clock = int64(binary.BigEndian.Uint64(v))
 	}
-	return nil
+	return sm.loadMemory(r)
 }
 
 // get returns a copy of the value at key (nil when absent).
@@ -167,6 +187,9 @@ func Encode(c *rspb.Command) ([]byte, error) { return proto.Marshal(c) }
 
 // Apply implements multiraft.StateMachine.
 func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
+	if sm.reloadErr != nil {
+		return nil, sm.reloadErr
+	}
 	out := make([]any, len(entries))
 	notify := false
 	for i, e := range entries {
@@ -180,6 +203,9 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			continue
 		}
 		sm.clock = max(sm.clock, cmd.GetNowUnixMs())
+		if err := sm.expireRequests(b); err != nil {
+			return nil, err
+		}
 		a := &applier{sm: sm, b: b, index: e.Index, now: sm.clock}
 		switch op := cmd.GetOp().(type) {
 		case *rspb.Command_Batch:
@@ -208,16 +234,14 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			return nil, a.err
 		}
 	}
-	a := &applier{sm: sm, b: b, now: sm.clock}
-	a.expireRequests(2*len(entries) + 64)
-	if a.err == nil {
-		a.err = b.Set(sm.k.clock(), binary.BigEndian.AppendUint64(nil, uint64(sm.clock)), nil)
+	if err := sm.writeCounts(b); err != nil {
+		return nil, err
 	}
-	if a.err != nil {
-		return nil, a.err
+	if err := b.Set(sm.k.clock(), binary.BigEndian.AppendUint64(nil, uint64(sm.clock)), nil); err != nil {
+		return nil, err
 	}
 	if notify {
-		sm.notify()
+		sm.notifyOnCommit = true // ApplyDone notifies
 	}
 	return out, nil
 }
@@ -235,6 +259,7 @@ func (sm *SM) Restore(ctx context.Context, db *pebble.DB, r io.Reader) error {
 	if err := sm.load(db); err != nil {
 		return err
 	}
+	sm.reloadErr = nil
 	sm.notify()
 	return nil
 }

@@ -65,6 +65,7 @@ func (f *fixture) apply(cmds ...*rspb.Command) []any {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		f.t.Fatal(err)
 	}
+	f.sm.ApplyDone(true)
 	return out
 }
 
@@ -247,8 +248,12 @@ func TestAWriteIsAppliedOnceWithinTheWindow(t *testing.T) {
 	if late.Duplicate || late.Result.GetRefusal().GetCode() != rspb.Refusal_CODE_DUPLICATE_KEY {
 		t.Fatalf("a retry after the window: %+v", late)
 	}
-	if v, _ := get(f.db, f.sm.k.request(id)); v != nil {
-		t.Fatal("the expired request id is still stored")
+	// It is deleted from the database with its time slot, a slot after it
+	// left the window.
+	f.now += f.sm.requestSlot()
+	f.apply(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 1}}})
+	if n := f.storedRequestIDs(); n != 0 {
+		t.Fatalf("%d request ids stored, want none (the late retry was refused)", n)
 	}
 }
 
@@ -376,5 +381,6 @@ func FuzzApplyNeverPanics(f *testing.F) {
 		}
 		_ = out
 		_ = b.Close()
+		fx.sm.ApplyDone(false)
 	})
 }

@@ -487,10 +487,10 @@ func (s *Storage) readAt(ctx context.Context, mode datav1.Mode, bucket uint32) (
 	default:
 		return nil, s.wrongBucket(bucket, st)
 	}
-	gs := s.g.Status()
-	info := &datav1.ReadInfo{ReplicasetId: s.cfg.ReplicasetID, InstanceId: s.cfg.InstanceID, Leader: leader, AppliedIndex: gs.Applied}
-	if gs.Commit > gs.Applied {
-		info.LagEntries = gs.Commit - gs.Applied
+	applied, commit := s.g.Applied(), s.g.Commit() // not Status: it copies raft's progress map
+	info := &datav1.ReadInfo{ReplicasetId: s.cfg.ReplicasetID, InstanceId: s.cfg.InstanceID, Leader: leader, AppliedIndex: applied}
+	if commit > applied {
+		info.LagEntries = commit - applied
 	}
 	info.LeaderContactMs = -1
 	if c := s.g.LeaderContact(); !c.IsZero() {

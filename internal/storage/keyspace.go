@@ -72,8 +72,15 @@ func GroupPrefix(top string, group uint64) []byte {
 //	x/<bucket:4><space:4><key>         a tombstone left by a delete while the
 //	                                   bucket is receiving (its version)
 //	n/<bucket:4><space:4>              how many tuples of a space a bucket holds
-//	r/<request id:16>                  a recent write's request id and its result
-//	q/<index:8><request id:16>         the same ids in log order, for expiry
+//	i/<ms:8><request id:16>            a recent write's request id and its result,
+//	                                   by the leader-stamped time of its write
+//	                                   (ms, the clock c/ at its entry): ids leave
+//	                                   the window in key order, a whole time slot
+//	                                   at a time, by one range deletion
+//
+// Databases written before 2026-11-23 (never released) kept request ids
+// under r/<request id> and q/<ms:8><request id> and expired them one by
+// one; nothing reads those keys now.
 //
 // Every sub-keyspace is its letter and '/'. <bucket:4> and <space:4> are
 // big-endian; <key> is the primary key in the tuple package's
@@ -86,6 +93,5 @@ const (
 	DataTuple     = 't'
 	DataTombstone = 'x'
 	DataCount     = 'n'
-	DataRequest   = 'r'
-	DataRequestAt = 'q'
+	DataRequestID = 'i'
 )

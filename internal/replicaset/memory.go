@@ -1,0 +1,301 @@
+package replicaset
+
+import (
+	"encoding/binary"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// What the state machine keeps in memory beside its data, so that applying
+// a write reads from Pebble only the tuples it changes: the bucket records,
+// the per-bucket tuple counts and the request ids within RequestIDWindow.
+// All of it is a function of the database (load builds it from there at
+// open, after a snapshot is restored and after a batch was dropped), and
+// Apply changes it together with the writes it puts in the apply batch, so
+// every member that applied the same log holds the same.
+//
+// The applier's view runs ahead of the database while a batch is being
+// applied; readers see the bucket records as committed (the engine calls
+// ApplyDone once the batch is committed, or dropped).
+
+// requestWindow holds the request ids written within the window, with the
+// leader-stamped time (ms) of their write.
+type requestWindow struct {
+	at    map[string]int64
+	order []stampedID // in time order: the clock of the log never goes back
+	head  int         // order[:head] have left the window
+}
+
+type stampedID struct {
+	ms int64
+	id string
+}
+
+func (w *requestWindow) reset() {
+	w.at = map[string]int64{}
+	w.order = nil
+	w.head = 0
+}
+
+func (w *requestWindow) add(id string, ms int64) {
+	w.at[id] = ms
+	w.order = append(w.order, stampedID{ms: ms, id: id})
+}
+
+// lookup returns when id was written, if that was at cutoff or later.
+func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
+	ms, ok := w.at[string(id)]
+	return ms, ok && ms >= cutoff
+}
+
+// forget drops the ids written before cutoff: O(ids dropped).
+func (w *requestWindow) forget(cutoff int64) {
+	for w.head < len(w.order) && w.order[w.head].ms < cutoff {
+		s := w.order[w.head]
+		if w.at[s.id] == s.ms {
+			delete(w.at, s.id)
+		}
+		w.order[w.head] = stampedID{}
+		w.head++
+	}
+	if w.head > 1024 && 2*w.head > len(w.order) {
+		n := copy(w.order, w.order[w.head:]) // in place: the capacity stays
+		clear(w.order[n:])
+		w.order = w.order[:n]
+		w.head = 0
+	}
+}
+
+// requestSlot is how much of the window (ms) one range deletion of expired
+// request ids covers: an id stays stored up to a slot after it has left the
+// window, and is never answered from after it left.
+func (sm *SM) requestSlot() int64 { return max(sm.window.Milliseconds()/12, 1) }
+
+// requestCutoff is the time (ms) of the oldest write whose request id is
+// remembered at clock.
+func (sm *SM) requestCutoff(clock int64) int64 { return clock - sm.window.Milliseconds() }
+
+// requestsDroppedBefore is the time (ms) before which every request id is
+// deleted, by the clock alone: so every member deletes at the same entries.
+func (sm *SM) requestsDroppedBefore(clock int64) int64 {
+	c := sm.requestCutoff(clock)
+	if c <= 0 {
+		return 0
+	}
+	return c - c%sm.requestSlot()
+}
+
+// expireRequests forgets the request ids that left the window at the
+// applied clock; it runs at every entry. In the database, a whole slot of
+// them goes at once, with one range deletion, when the clock enters the
+// next slot: no id is deleted one by one, nothing is scanned.
+func (sm *SM) expireRequests(b *pebble.Batch) error {
+	sm.reqs.forget(sm.requestCutoff(sm.clock))
+	to := sm.requestsDroppedBefore(sm.clock)
+	if to <= sm.reqDropped {
+		return nil
+	}
+	sm.reqDropped = to
+	return b.DeleteRange(sm.k.requestIDs(), sm.k.requestIDsAt(to), nil)
+}
+
+// loadMemory reads the bucket records, the counts and the request ids in
+// the window from r (with the clock already loaded), and publishes the
+// records to readers.
+func (sm *SM) loadMemory(r pebble.Reader) error {
+	buckets := map[uint32]*rspb.BucketState{}
+	err := scan(r, sm.k.buckets(), func(k, v []byte) error {
+		if len(k) != len(sm.k.buckets())+4 {
+			return fmt.Errorf("replicaset: bucket record key %x", k)
+		}
+		st := &rspb.BucketState{}
+		if err := proto.Unmarshal(v, st); err != nil {
+			return fmt.Errorf("replicaset: bucket record %x: %w", k, err)
+		}
+		buckets[binary.BigEndian.Uint32(k[len(k)-4:])] = st
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	counts := map[uint32]map[uint32]int64{}
+	err = scan(r, sm.k.counts(), func(k, v []byte) error {
+		if len(k) != len(sm.k.counts())+8 || len(v) != 8 {
+			return fmt.Errorf("replicaset: count record %x", k)
+		}
+		b, sp := binary.BigEndian.Uint32(k[len(k)-8:]), binary.BigEndian.Uint32(k[len(k)-4:])
+		if n := int64(binary.BigEndian.Uint64(v)); n > 0 {
+			if counts[b] == nil {
+				counts[b] = map[uint32]int64{}
+			}
+			counts[b][sp] = n
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	sm.reqs.reset()
+	cutoff := max(sm.requestCutoff(sm.clock), 0)
+	prefix := sm.k.requestIDs()
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(cutoff), UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		k := it.Key()
+		if len(k) < len(prefix)+8 {
+			_ = it.Close()
+			return fmt.Errorf("replicaset: request id key %x", k)
+		}
+		sm.reqs.add(string(k[len(prefix)+8:]), int64(binary.BigEndian.Uint64(k[len(prefix):])))
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	sm.reqDropped = sm.requestsDroppedBefore(sm.clock)
+	sm.buckets, sm.counts = buckets, counts
+	sm.changedBuckets = map[uint32]struct{}{}
+	sm.changedCounts = map[uint64]struct{}{}
+	sm.notifyOnCommit = false
+	sm.pubMu.Lock()
+	sm.pub = maps.Clone(buckets)
+	sm.pubMu.Unlock()
+	return nil
+}
+
+// ApplyDone implements multiraft.ApplyObserver: once the apply batch is
+// committed, readers see the bucket records it changed; when it was
+// dropped, the state machine reloads its memory from the database.
+func (sm *SM) ApplyDone(committed bool) {
+	if !committed {
+		sm.reloadErr = sm.load(sm.db) // Apply returns it, if any
+		return
+	}
+	if len(sm.changedBuckets) > 0 {
+		sm.pubMu.Lock()
+		for b := range sm.changedBuckets {
+			if st := sm.buckets[b]; st != nil {
+				sm.pub[b] = st
+			} else {
+				delete(sm.pub, b)
+			}
+		}
+		sm.pubMu.Unlock()
+		clear(sm.changedBuckets)
+	}
+	if sm.notifyOnCommit {
+		sm.notifyOnCommit = false
+		sm.notify()
+	}
+}
+
+// BucketState returns bucket b's record as committed (nil when there is
+// none). Records are shared: the caller must not change it.
+func (sm *SM) BucketState(b uint32) *rspb.BucketState {
+	sm.pubMu.RLock()
+	defer sm.pubMu.RUnlock()
+	return sm.pub[b]
+}
+
+// bucket returns bucket b's record as the apply batch so far leaves it.
+func (a *applier) bucket(b uint32) *rspb.BucketState { return a.sm.buckets[b] }
+
+// putBucket writes bucket b's record (never changed afterwards) into the
+// batch and the applier's memory.
+func (a *applier) putBucket(b uint32, st *rspb.BucketState) {
+	if a.err != nil {
+		return
+	}
+	v, err := proto.Marshal(st)
+	if err != nil {
+		a.err = err
+		return
+	}
+	a.putBucketEncoded(b, st, v)
+}
+
+func (a *applier) putBucketEncoded(b uint32, st *rspb.BucketState, v []byte) {
+	a.set(a.sm.k.bucket(b), v)
+	if a.err == nil {
+		a.sm.buckets[b] = st
+		a.sm.changedBuckets[b] = struct{}{}
+	}
+}
+
+func countKey(b, space uint32) uint64 { return uint64(b)<<32 | uint64(space) }
+
+// addCount changes how many tuples of space bucket holds; the count is
+// written into the batch once, at the end of the Apply call (writeCounts).
+func (a *applier) addCount(bucket, space uint32, delta int64) {
+	if delta == 0 || a.err != nil {
+		return
+	}
+	sm := a.sm
+	n := sm.counts[bucket][space] + delta
+	m := sm.counts[bucket]
+	switch {
+	case n > 0 && m == nil:
+		sm.counts[bucket] = map[uint32]int64{space: n}
+	case n > 0:
+		m[space] = n
+	default:
+		delete(m, space)
+		if len(m) == 0 {
+			delete(sm.counts, bucket)
+		}
+	}
+	sm.changedCounts[countKey(bucket, space)] = struct{}{}
+}
+
+// countsDeleted forgets the counts of bucket (of one space, or all when
+// all is set) whose keys the batch has just deleted.
+func (a *applier) countsDeleted(bucket uint32, space uint32, all bool) {
+	sm := a.sm
+	if all {
+		delete(sm.counts, bucket)
+		for ck := range sm.changedCounts {
+			if uint32(ck>>32) == bucket {
+				delete(sm.changedCounts, ck)
+			}
+		}
+		return
+	}
+	if m := sm.counts[bucket]; m != nil {
+		delete(m, space)
+		if len(m) == 0 {
+			delete(sm.counts, bucket)
+		}
+	}
+	delete(sm.changedCounts, countKey(bucket, space))
+}
+
+// writeCounts writes every count changed in this Apply call.
+func (sm *SM) writeCounts(b *pebble.Batch) error {
+	if len(sm.changedCounts) == 0 {
+		return nil
+	}
+	ks := slices.Sorted(maps.Keys(sm.changedCounts))
+	clear(sm.changedCounts)
+	for _, ck := range ks {
+		bucket, space := uint32(ck>>32), uint32(ck)
+		key := sm.k.count(bucket, space)
+		var err error
+		if n := sm.counts[bucket][space]; n > 0 {
+			err = b.Set(key, binary.BigEndian.AppendUint64(nil, uint64(n)), nil)
+		} else {
+			err = b.Delete(key, nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

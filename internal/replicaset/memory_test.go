@@ -1,0 +1,349 @@
+package replicaset
+
+import (
+	"bytes"
+	"fmt"
+	mrand "math/rand/v2"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// storedRequestIDs counts the request ids the database holds.
+func (f *fixture) storedRequestIDs() int {
+	f.t.Helper()
+	n := 0
+	if err := scan(f.db, f.sm.k.requestIDs(), func(_, _ []byte) error { n++; return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// reopen makes a new state machine over the fixture's database, as a
+// restart does.
+func (f *fixture) reopen() {
+	f.t.Helper()
+	sm, err := New(f.db, 7)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.sm = sm
+}
+
+func requestID(n byte) []byte { return bytes.Repeat([]byte{n}, 16) }
+
+// An id is remembered while its write is at most RequestIDWindow older than
+// the log's clock, and forgotten from one millisecond later, whether the
+// state machine was reopened in between or not.
+func TestRequestIDsAreRememberedExactlyForTheWindowAcrossAReopen(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	t0 := f.now
+	w := RequestIDWindow.Milliseconds()
+	ins := func(id byte, shop uint64) *rspb.Batch {
+		return &rspb.Batch{RequestId: requestID(id), Bucket: 5, Ops: []*rspb.Op{insertOp(t, offer(shop, "x", 1))}}
+	}
+	first := f.ok(ins(1, 1))
+	f.now = t0 + w/2
+	second := f.ok(ins(2, 2))
+	tick := func() {
+		f.apply(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 1}}})
+	}
+
+	// Just inside the window, after a reopen: both are remembered.
+	f.now = t0 + w
+	tick()
+	f.reopen()
+	if o := f.batch(ins(1, 1)); !o.Duplicate || o.Result.GetIndex() != first.GetIndex() {
+		t.Fatalf("id 1 at the window's edge after a reopen: %+v, want the first answer (index %d)", o, first.GetIndex())
+	}
+
+	// Just outside, after a reopen: the first is forgotten, the second is not.
+	f.now = t0 + w + 1
+	tick()
+	f.reopen()
+	if o := f.batch(ins(1, 1)); o.Duplicate || o.Result.GetRefusal().GetCode() != rspb.Refusal_CODE_DUPLICATE_KEY {
+		t.Fatalf("id 1 a millisecond after the window: %+v, want it forgotten (a duplicate key)", o)
+	}
+	if o := f.batch(ins(2, 2)); !o.Duplicate || o.Result.GetIndex() != second.GetIndex() {
+		t.Fatalf("id 2 inside its window: %+v", o)
+	}
+
+	// The clock never goes back: an entry stamped earlier (a former
+	// leader's) does not bring the first id back, before or after a reopen.
+	f.now = t0
+	if o := f.batch(ins(1, 1)); o.Duplicate {
+		t.Fatalf("id 1 under an older stamp: %+v", o)
+	}
+	f.reopen()
+	if o := f.batch(ins(1, 1)); o.Duplicate {
+		t.Fatalf("id 1 under an older stamp after a reopen: %+v", o)
+	}
+
+	// Both leave the database a slot after leaving the window.
+	f.now = t0 + w/2 + w + f.sm.requestSlot() + 1
+	tick()
+	if n := f.storedRequestIDs(); n != 0 {
+		t.Fatalf("%d request ids stored after both left the window", n)
+	}
+	if n, _ := f.sm.Count(f.db, 1); n != 2 {
+		t.Fatalf("count %d, want 2", n)
+	}
+}
+
+// A member restored from a snapshot answers a retry as the member that
+// took it would.
+func TestARestoredMemberDedupesTheSameRequestIDs(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	b := &rspb.Batch{RequestId: requestID(9), Bucket: 7, Ops: []*rspb.Op{insertOp(t, offer(7, "a", 1))}}
+	first := f.ok(b)
+	var buf bytes.Buffer
+	if err := f.sm.Snapshot(t.Context(), f.db, &buf); err != nil {
+		t.Fatal(err)
+	}
+	g := newFixture(t)
+	g.index, g.now = f.index, f.now+1000
+	if err := g.sm.Restore(t.Context(), g.db, &buf); err != nil {
+		t.Fatal(err)
+	}
+	if o := g.batch(proto.CloneOf(b)); !o.Duplicate || o.Result.GetIndex() != first.GetIndex() {
+		t.Fatalf("a retry on the restored member: %+v, want the first answer", o)
+	}
+	if st := g.sm.BucketState(7); st.GetState() != rspb.BucketState_STATE_ACTIVE {
+		t.Fatalf("restored bucket 7: %v", st)
+	}
+	if n, _ := g.sm.Count(g.db, 1); n != 1 {
+		t.Fatalf("restored count %d, want 1", n)
+	}
+}
+
+// Readers see a bucket record once its batch is committed; a dropped
+// batch leaves neither the records, nor the counts, nor the request ids
+// changed.
+func TestADroppedBatchLeavesTheMemoryAsCommitted(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	applyOnly := func(cmds ...*rspb.Command) (*pebble.Batch, []any) {
+		t.Helper()
+		b := f.db.NewIndexedBatch()
+		var entries []multiraft.Entry
+		for _, c := range cmds {
+			c.NowUnixMs = f.now
+			data, err := Encode(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.index++
+			entries = append(entries, multiraft.Entry{Index: f.index, Term: 1, Cmd: data})
+		}
+		out, err := f.sm.Apply(b, entries)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b, out
+	}
+	write := &rspb.Batch{RequestId: requestID(3), Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "a", 1))}}
+	b, _ := applyOnly(
+		&rspb.Command{Op: &rspb.Command_Batch{Batch: write}},
+		&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}},
+	)
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_ACTIVE {
+		t.Fatalf("bucket 6 is %v to readers before its batch is committed", st)
+	}
+	_ = b.Close()
+	f.sm.ApplyDone(false)
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_ACTIVE {
+		t.Fatalf("bucket 6 is %v after its batch was dropped", st)
+	}
+	// The dropped write is not remembered, its count not kept: applied
+	// again, it is a first write.
+	if o := f.batch(proto.CloneOf(write)); o.Duplicate || o.Result.GetRefusal() != nil {
+		t.Fatalf("the dropped write applied again: %+v", o)
+	}
+	if n, _ := f.sm.Count(f.db, 1); n != 1 {
+		t.Fatalf("count %d, want 1", n)
+	}
+	f.ok(&rspb.Batch{Bucket: 6, Ops: []*rspb.Op{insertOp(t, offer(6, "a", 1))}}) // bucket 6 still takes writes
+
+	// Committed: readers see it after ApplyDone.
+	b, _ = applyOnly(&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}})
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	ch := f.sm.Changed()
+	f.sm.ApplyDone(true)
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_SENDING {
+		t.Fatalf("bucket 6 is %v after its batch was committed", st)
+	}
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed was not closed at the committed change of a bucket")
+	}
+	f.reopen()
+	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_SENDING || st.GetPeer() != "rs2" {
+		t.Fatalf("bucket 6 after a reopen: %v", st)
+	}
+}
+
+// The same log gives the same database on every member, however the
+// engine splits it into Apply calls, and whether a member was reopened on
+// the way: tuples, counts, bucket records and request ids alike.
+func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
+	sp := offersSpace(1)
+	var cmds []*rspb.Command
+	now := int64(1_800_000_000_000)
+	cmds = append(cmds,
+		&rspb.Command{NowUnixMs: now, Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{sp}}}},
+		&rspb.Command{NowUnixMs: now, Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 20, Generation: 1}}})
+	rng := mrand.New(mrand.NewPCG(3, 4))
+	var ids [][]byte
+	for i := range 3000 {
+		now += int64(rng.IntN(200)) // about 6 minutes in all: ids leave the window
+		shop := uint64(rng.IntN(40))
+		tp := offer(shop, fmt.Sprint(rng.IntN(5)), float64(i))
+		kb := key(t, tp[0], tp[1])
+		bucket := uint32(shop%20) + 1
+		var op *rspb.Op
+		switch rng.IntN(4) {
+		case 0:
+			op = &rspb.Op{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: kb}
+		case 1:
+			op = &rspb.Op{Kind: rspb.OpKind_OP_KIND_INSERT, SpaceId: 1, Key: kb, Tuple: enc(tp)}
+		default:
+			op = &rspb.Op{Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: kb, Tuple: enc(tp)}
+		}
+		id := make([]byte, 16)
+		switch {
+		case len(ids) > 0 && rng.IntN(5) == 0:
+			id = ids[rng.IntN(len(ids))] // a retry, in or out of the window
+		default:
+			for j := range id {
+				id[j] = byte(rng.Uint32())
+			}
+			ids = append(ids, id)
+		}
+		c := &rspb.Command{NowUnixMs: now, Op: &rspb.Command_Batch{Batch: &rspb.Batch{RequestId: id, Bucket: bucket, Ops: []*rspb.Op{op}}}}
+		// A bucket moves away and back: sent (its tuples deleted with
+		// their counts), then received with a copy, then active again.
+		moving, gen := uint32(i/500%20)+1, uint64(10+i/500*10)
+		set := func(st rspb.BucketState_State, gen uint64) *rspb.Command {
+			return &rspb.Command{NowUnixMs: now, Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: moving, State: st, Generation: gen, Peer: "rs2"}}}
+		}
+		switch i % 500 {
+		case 100:
+			c = set(rspb.BucketState_STATE_SENDING, gen)
+		case 150:
+			c = set(rspb.BucketState_STATE_GARBAGE, gen)
+		case 200:
+			c = set(rspb.BucketState_STATE_RECEIVING, gen+1)
+		case 250:
+			tp := offer(uint64(moving), "copied", 1)
+			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: moving, Generation: gen + 1, Last: true,
+				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}
+		case 300:
+			c = set(rspb.BucketState_STATE_ACTIVE, gen+1)
+		}
+		cmds = append(cmds, c)
+	}
+	run := func(maxRun int, reopenEvery int, seed uint64) (string, []string) {
+		db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		sm, err := New(db, 7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := mrand.New(mrand.NewPCG(seed, 1))
+		var results []string
+		var dump bytes.Buffer
+		for i, runs := 0, 0; i < len(cmds); runs++ {
+			// Every member's database is compared after each 250th entry.
+			n := min(1+r.IntN(maxRun), len(cmds)-i, 250-i%250)
+			b := db.NewIndexedBatch()
+			var entries []multiraft.Entry
+			for j := range n {
+				data, err := Encode(cmds[i+j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				entries = append(entries, multiraft.Entry{Index: uint64(i + j + 1), Term: 1, Cmd: data})
+			}
+			out, err := sm.Apply(b, entries)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+			sm.ApplyDone(true)
+			for _, o := range out {
+				results = append(results, fmt.Sprintf("%v", describeOutcome(o)))
+			}
+			i += n
+			if reopenEvery > 0 && runs%reopenEvery == reopenEvery-1 {
+				if sm, err = New(db, 7); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if i%250 == 0 || i == len(cmds) {
+				fmt.Fprintf(&dump, "after entry %d:\n", i)
+				if err := scan(db, sm.k.prefix, func(k, v []byte) error {
+					fmt.Fprintf(&dump, "%x=%x\n", k, v)
+					return nil
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		return dump.String(), results
+	}
+	want, wantResults := run(1, 0, 1)
+	for _, c := range []struct{ maxRun, reopen int }{{64, 0}, {7, 0}, {32, 5}} {
+		got, results := run(c.maxRun, c.reopen, uint64(c.maxRun))
+		if got != want {
+			t.Fatalf("runs of up to %d entries (reopen every %d): the database differs from one entry per run", c.maxRun, c.reopen)
+		}
+		for i := range results {
+			if results[i] != wantResults[i] {
+				t.Fatalf("runs of up to %d entries (reopen every %d): entry %d answered %s, want %s", c.maxRun, c.reopen, i+1, results[i], wantResults[i])
+			}
+		}
+	}
+	all := fmt.Sprint(wantResults)
+	for _, s := range []string{"duplicate", "set bucket changed true refused <nil> deleted map[1:", "copy 1 map[1:1]", "CODE_DUPLICATE_KEY"} {
+		if !bytes.Contains([]byte(all), []byte(s)) {
+			t.Fatalf("no answer has %q: the log does not test what it should", s)
+		}
+	}
+}
+
+func describeOutcome(o any) string {
+	switch v := o.(type) {
+	case *BatchOutcome:
+		s := fmt.Sprintf("index %d refusal %v", v.Result.GetIndex(), v.Result.GetRefusal().GetCode())
+		if v.Duplicate {
+			s += " duplicate"
+		}
+		for _, r := range v.Result.GetResults() {
+			tp, _ := tuple.DecodeTuple(r.GetTuple())
+			s += fmt.Sprintf(" [%v %v %d]", r.GetFound(), tp, r.GetVersion())
+		}
+		return s
+	case *SetBucketOutcome:
+		return fmt.Sprintf("set bucket changed %v refused %v deleted %v", v.Changed, v.Refused, v.Deleted)
+	case *CopyOutcome:
+		return fmt.Sprintf("copy %d %v refused %v", v.Copied, v.BySpace, v.Refused)
+	}
+	return fmt.Sprintf("%v", o)
+}
