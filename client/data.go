@@ -12,20 +12,6 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 )
 
-// redirectOf returns an answer's Redirect detail (nil when none).
-func redirectOf(err error) *datav1.Redirect {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if rd, ok := d.(*datav1.Redirect); ok {
-			return rd
-		}
-	}
-	return nil
-}
-
 // dataCall runs one data-layer call about bucket b (0: not known): at the
 // member the routing table names (the leader for rw), following redirects
 // and retrying what is safe to retry, each attempt bounded by
@@ -71,7 +57,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
 			return giveUp(e)
 		}
-		if rd := redirectOf(err); rd != nil {
+		if rd := datav1.RedirectOf(err); rd != nil {
 			last = newError(op, addr, err, idempotent)
 			last.Retryable = true // a redirect did nothing
 			switch rd.GetReason() {

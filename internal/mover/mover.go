@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"sync"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -453,59 +451,14 @@ func (m *Mover) setBucket(ctx context.Context, rsID string, b uint32, state rspb
 // then whoever a redirect names, then every member.
 func (m *Mover) onLeader(ctx context.Context, rsID string, call func(context.Context, rspb.BucketServiceClient) error) error {
 	st := m.cfg.Zero.State()
-	var queue []string
+	var addrs []string
 	if rs := st.Replicasets[rsID]; rs != nil {
 		if l := st.Instance(rs.GetLeaderInstanceId()); l != nil {
-			queue = append(queue, l.GetAddress())
+			addrs = append(addrs, l.GetAddress())
 		}
 	}
 	for _, mem := range st.Members(rsID) {
-		queue = append(queue, mem.GetAddress())
+		addrs = append(addrs, mem.GetAddress())
 	}
-	var tried []string
-	var last error
-	for len(queue) > 0 && len(tried) < 8 {
-		addr := queue[0]
-		queue = queue[1:]
-		if addr == "" || slices.Contains(tried, addr) {
-			continue
-		}
-		tried = append(tried, addr)
-		conn, err := m.cfg.Dial(addr)
-		if err != nil {
-			last = err
-			continue
-		}
-		err = call(ctx, rspb.NewBucketServiceClient(conn))
-		if err == nil {
-			return nil
-		}
-		last = err
-		if rd := redirectOf(err); rd != nil {
-			if l := rd.GetLeaderAddress(); l != "" {
-				queue = append([]string{l}, queue...)
-			}
-			continue
-		}
-		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
-			return err
-		}
-	}
-	if last == nil {
-		return status.Errorf(codes.Unavailable, "replicaset %s has no member with an address", rsID)
-	}
-	return last
-}
-
-func redirectOf(err error) *datav1.Redirect {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if rd, ok := d.(*datav1.Redirect); ok {
-			return rd
-		}
-	}
-	return nil
+	return rspb.OnLeader(ctx, m.cfg.Dial, rsID, addrs, call)
 }

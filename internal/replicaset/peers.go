@@ -4,74 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
-// onLeaderOf runs call on the leader of another replicaset: the leader
-// group 0 recorded first, then whatever a refusal names, then every
-// member, until one serves it (at most a handful of tries).
+// onLeaderOf runs call on the leader of another replicaset (rspb.OnLeader).
 func (s *Storage) onLeaderOf(ctx context.Context, rsID string, call func(context.Context, rspb.BucketServiceClient) error) error {
 	leader, members := s.cfg.Zero.Replicaset(rsID)
-	var tried []string
-	queue := []string{}
-	if leader != "" {
-		queue = append(queue, leader)
-	}
-	queue = append(queue, members...)
-	var last error
-	for len(queue) > 0 && len(tried) < 2*len(members)+2 {
-		addr := queue[0]
-		queue = queue[1:]
-		if addr == "" || slices.Contains(tried, addr) {
-			continue
-		}
-		tried = append(tried, addr)
-		conn, err := s.cfg.Dial(addr)
-		if err != nil {
-			last = err
-			continue
-		}
-		err = call(ctx, rspb.NewBucketServiceClient(conn))
-		if err == nil {
-			return nil
-		}
-		last = err
-		if ctx.Err() != nil {
-			break
-		}
-		if rd := redirectOf(err); rd != nil {
-			if l := rd.GetLeaderAddress(); l != "" && !slices.Contains(tried, l) {
-				queue = append([]string{l}, queue...)
-			}
-			continue
-		}
-		if status.Code(err) != codes.Unavailable {
-			return err
-		}
-	}
-	if last == nil {
-		last = errors.New("no member with an address")
-	}
-	return status.Errorf(codes.Unavailable, "no leader of replicaset %s answered (tried %v): %v", rsID, tried, last)
-}
-
-func redirectOf(err error) *datav1.Redirect {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if rd, ok := d.(*datav1.Redirect); ok {
-			return rd
-		}
-	}
-	return nil
+	return rspb.OnLeader(ctx, s.cfg.Dial, rsID, append([]string{leader}, members...), call)
 }
 
 // errSourceDone: the source of a receiving bucket no longer sends it (the

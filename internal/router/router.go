@@ -229,20 +229,6 @@ func nearest(self Member, members []Member) (Member, bool) {
 	return best[rand.IntN(len(best))], true
 }
 
-// redirectOf returns a refusal's Redirect detail (nil when it has none).
-func redirectOf(err error) *datav1.Redirect {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if rd, ok := d.(*datav1.Redirect); ok {
-			return rd
-		}
-	}
-	return nil
-}
-
 func forwardedCtx(ctx context.Context) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1")
 }
@@ -292,7 +278,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			return resp, nil
 		}
 		last = err
-		rd := redirectOf(err)
+		rd := datav1.RedirectOf(err)
 		if rd == nil || ctx.Err() != nil {
 			if t.addr != "" && status.Code(err) == codes.Unavailable && rw {
 				r.forgetLeader(rsID, t.addr)
