@@ -60,25 +60,10 @@ func auditBuckets(ctx context.Context, t *testing.T, addrs map[string]string, co
 // weight, and the rebalancer moves half the buckets to it while the data
 // stays readable; afterwards every bucket is held by exactly one
 // replicaset and no row is lost or doubled.
-// buckets is the test clusters' bucket count: a tenth of the default, so
-// that the moves take seconds on a loaded machine, through the same code.
-const buckets = 300
-
 func TestBucketsRebalanceToANewReplicaset(t *testing.T) {
-	var addrs []string
-	var liss []net.Listener
-	for range 2 {
-		l, a := servertest.Listen(t)
-		addrs, liss = append(addrs, a), append(liss, l)
-	}
-	servertest.Run(t, server.InstanceConfig{Listener: liss[0], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, InitBucketCount: buckets})
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	addrs, startSecond, c := twoInstances(ctx, t, 5*time.Second)
 	pollOK(t, "the space", func() error {
 		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "m", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
 			PrimaryKey: []string{"k"}}, true)
@@ -94,7 +79,7 @@ func TestBucketsRebalanceToANewReplicaset(t *testing.T) {
 		}
 	}
 	// The second replicaset joins; writes go on while buckets move.
-	servertest.Run(t, server.InstanceConfig{Listener: liss[1], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, InitBucketCount: buckets})
+	startSecond()
 	deadline := time.Now().Add(4 * time.Minute)
 	for round := 0; ; round++ {
 		k := uint64(round % rows)
@@ -130,23 +115,39 @@ func TestBucketsRebalanceToANewReplicaset(t *testing.T) {
 	}
 }
 
-// The seed's procedure (R14) by an operator: plan, start (switch), copy,
-// finish (drop prev), cleanup; then a drain by weight 0.
-func TestReshardStepByStepThenDrain(t *testing.T) {
-	var addrs []string
+// buckets is the test clusters' bucket count: a tenth of the default, so
+// that the moves take seconds on a loaded machine, through the same code.
+const buckets = 300
+
+// twoInstances starts the first of two instances (replication factor 1,
+// so the second makes a second replicaset when startSecond starts it) and
+// a client of both with the given per-attempt timeout.
+func twoInstances(ctx context.Context, t *testing.T, timeout time.Duration) (addrs []string, startSecond func(), c *client.Client) {
+	t.Helper()
 	var liss []net.Listener
 	for range 2 {
 		l, a := servertest.Listen(t)
 		addrs, liss = append(addrs, a), append(liss, l)
 	}
-	servertest.Run(t, server.InstanceConfig{Listener: liss[0], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, InitBucketCount: buckets})
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
-	defer cancel()
-	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: 10 * time.Minute})
+	start := func(i int) {
+		servertest.Run(t, server.InstanceConfig{Listener: liss[i], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second,
+			ShutdownTimeout: 5 * time.Second, InitBucketCount: buckets})
+	}
+	start(0)
+	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: timeout})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { _ = c.Close() })
+	return addrs, func() { start(1) }, c
+}
+
+// The seed's procedure (R14) by an operator: plan, start (switch), copy,
+// finish (drop prev), cleanup; then a drain by weight 0.
+func TestReshardStepByStepThenDrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	addrs, startSecond, c := twoInstances(ctx, t, 10*time.Minute)
 	pollOK(t, "the space", func() error {
 		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "r", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}},
 			PrimaryKey: []string{"k"}}, true)
@@ -161,7 +162,7 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	servertest.Run(t, server.InstanceConfig{Listener: liss[1], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, InitBucketCount: buckets})
+	startSecond()
 	var plan *datav1.ReshardResponse
 	pollOK(t, "a plan to move buckets to r2", func() error {
 		var err error
