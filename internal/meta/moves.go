@@ -16,14 +16,21 @@ import (
 // abort (PREPARE -> ABORTING) exclude each other, so a replicaset takes
 // the bucket back only when no router can send it to the destination.
 
+func (t *txn) ownMoves() {
+	if !t.s.own.moves {
+		t.s.Moves = maps.Clone(t.s.Moves)
+		t.s.own.moves = true
+	}
+}
+
 func (t *txn) putMove(mv *metapb.Move) {
-	t.s.Moves = maps.Clone(t.s.Moves)
+	t.ownMoves()
 	t.s.Moves[mv.GetBucket()] = mv
 	t.write(keyMove(mv.GetBucket()), mv)
 }
 
 func (t *txn) deleteMove(b uint32) {
-	t.s.Moves = maps.Clone(t.s.Moves)
+	t.ownMoves()
 	delete(t.s.Moves, b)
 	if t.err == nil {
 		t.err = t.b.Delete(keyMove(b), nil)
@@ -115,12 +122,37 @@ func (t *txn) finishMove(c *metapb.FinishMove) Result {
 	t.deleteMove(b)
 	// The generation is used up either way: the source may have recorded
 	// it (sending, then active again after an abort).
-	t.s.Generations = maps.Clone(t.s.Generations)
+	if !t.s.own.generations {
+		t.s.Generations = maps.Clone(t.s.Generations)
+		t.s.own.generations = true
+	}
 	t.s.Generations[b] = mv.GetGeneration()
 	if t.err == nil {
 		t.err = t.b.Set(keyGen(b), binary.BigEndian.AppendUint64(nil, mv.GetGeneration()), nil)
 	}
 	return Result{Move: mv}
+}
+
+// moveSteps applies each step on its own (MoveSteps): a refused step has
+// its refusal in its own result and does not stop the others.
+func (t *txn) moveSteps(c *metapb.MoveSteps) Result {
+	res := Result{Steps: make([]Result, len(c.GetSteps()))}
+	for i, s := range c.GetSteps() {
+		switch op := s.GetOp().(type) {
+		case *metapb.Command_StartMove:
+			res.Steps[i] = t.startMove(op.StartMove)
+		case *metapb.Command_SetMovePhase:
+			res.Steps[i] = t.setMovePhase(op.SetMovePhase)
+		case *metapb.Command_FinishMove:
+			res.Steps[i] = t.finishMove(op.FinishMove)
+		default:
+			res.Steps[i] = Result{Err: refuse(CodeInvalid, "step %d of a batch of moves is a %T, not a move step", i+1, op)}
+		}
+		if t.err != nil {
+			return Result{}
+		}
+	}
+	return res
 }
 
 func (t *txn) pinBucket(c *metapb.PinBucket) Result {

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -123,5 +124,62 @@ func TestAnOperatorsWeightIsMarked(t *testing.T) {
 	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: new(uint32(0)), Expelled: new(true)}}})
 	if !f.sm.State().Replicasets["r2"].GetWeightByOperator() {
 		t.Fatal("the operator's mark was lost")
+	}
+}
+
+func stepsCmd(steps ...*metapb.Command) *metapb.Command {
+	return &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}}
+}
+
+// A batch of move steps is one entry whose steps are applied each on its
+// own: a refused step has its refusal and the others go on; the state
+// published before the batch is not changed by it (the batch copies what
+// it changes once, not once per step).
+func TestMoveStepsApplyEachStepOnItsOwn(t *testing.T) {
+	f := twoReplicasets(t)
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 3, Pinned: true}}})
+	before := f.sm.State()
+	res := f.must(stepsCmd(moveCmd(1, "r2"), moveCmd(2, "r2"), moveCmd(3, "r2"), moveCmd(1, "r2"), phaseCmd(9, 2, metapb.Move_PHASE_COPY),
+		&metapb.Command{Op: &metapb.Command_BumpSharding{BumpSharding: &metapb.BumpSharding{}}}))
+	if len(res.Steps) != 6 {
+		t.Fatalf("%d results for 6 steps", len(res.Steps))
+	}
+	for i, want := range []string{"", "", "pinned to r1", "already moving", "no move of bucket 9", "not a move step"} {
+		got := ""
+		if res.Steps[i].Err != nil {
+			got = res.Steps[i].Err.Error()
+		}
+		if want == "" && got != "" || want != "" && !strings.Contains(got, want) {
+			t.Errorf("step %d: refusal %q, want %q", i+1, got, want)
+		}
+	}
+	if res.Steps[0].Move.GetGeneration() != 2 || res.Steps[1].Move.GetBucket() != 2 {
+		t.Fatalf("started %v and %v", res.Steps[0].Move, res.Steps[1].Move)
+	}
+	if len(before.Moves) != 0 {
+		t.Fatalf("the state published before the batch changed: moves %v", before.Moves)
+	}
+	// The switch and the end of both moves, a batch each.
+	v := f.sm.State().Props.GetShardingVersion()
+	f.must(stepsCmd(phaseCmd(1, 2, metapb.Move_PHASE_COPY), phaseCmd(2, 2, metapb.Move_PHASE_COPY)))
+	switched := f.sm.State()
+	if switched.Buckets[0] != "r2" || switched.Buckets[1] != "r2" || switched.Props.GetShardingVersion() != v+2 {
+		t.Fatalf("after the switch: buckets 1, 2 on %s, %s; sharding version %d (was %d)", switched.Buckets[0], switched.Buckets[1], switched.Props.GetShardingVersion(), v)
+	}
+	f.must(stepsCmd(phaseCmd(1, 2, metapb.Move_PHASE_CLEANUP), phaseCmd(2, 2, metapb.Move_PHASE_CLEANUP)))
+	f.must(stepsCmd(finishCmd(1, 2), finishCmd(2, 2)))
+	st := f.sm.State()
+	if len(st.Moves) != 0 || st.Generation(1) != 2 || st.Generation(2) != 2 {
+		t.Fatalf("after the batch finish: moves %v, generations %d, %d", st.Moves, st.Generation(1), st.Generation(2))
+	}
+	if len(switched.Moves) != 2 || len(switched.Generations) != 0 {
+		t.Fatalf("an earlier state changed: moves %v, generations %v", switched.Moves, switched.Generations)
+	}
+	re := New()
+	if err := re.Load(f.db); err != nil {
+		t.Fatal(err)
+	}
+	if st := re.State(); st.Buckets[0] != "r2" || st.Generation(2) != 2 || len(st.Moves) != 0 {
+		t.Fatalf("reloaded: bucket 1 on %s, generation of 2 %d, moves %v", st.Buckets[0], st.Generation(2), st.Moves)
 	}
 }

@@ -25,6 +25,9 @@ type Result struct {
 	Move     *metapb.Move
 	User     *metapb.User
 	Granted  bool
+	// Steps are the results of a MoveSteps' steps, in order (each may
+	// have its own Err).
+	Steps []Result
 	// Err is a *Refusal when the command was not allowed.
 	Err error
 }
@@ -273,6 +276,8 @@ func (t *txn) apply(c *metapb.Command) Result {
 		return t.setMovePhase(op.SetMovePhase)
 	case *metapb.Command_FinishMove:
 		return t.finishMove(op.FinishMove)
+	case *metapb.Command_MoveSteps:
+		return t.moveSteps(op.MoveSteps)
 	case *metapb.Command_PinBucket:
 		return t.pinBucket(op.PinBucket)
 	case *metapb.Command_SetRebalancer:

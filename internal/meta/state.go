@@ -34,6 +34,11 @@ type State struct {
 	Pinned map[uint32]bool
 	// Users by name (root is implicit; see UserRole).
 	Users map[string]*metapb.User
+
+	// own says which copied-on-write fields this state (a clone being
+	// applied to) has copied already: a batch of many moves copies each
+	// once per Apply, not once per move.
+	own struct{ moves, generations, buckets bool }
 }
 
 // Generation returns a bucket's generation (1 until it first moves).
@@ -215,9 +220,11 @@ func (s *State) editProps() *metapb.ClusterProperties {
 }
 
 func (s *State) setBuckets(first, last uint32, rs string) {
-	b := slices.Clone(s.Buckets)
-	for i := first; i <= last; i++ {
-		b[i-1] = rs
+	if !s.own.buckets {
+		s.Buckets = slices.Clone(s.Buckets)
+		s.own.buckets = true
 	}
-	s.Buckets = b
+	for i := first; i <= last; i++ {
+		s.Buckets[i-1] = rs
+	}
 }

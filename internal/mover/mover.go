@@ -126,28 +126,6 @@ func (m *Mover) Run(ctx context.Context) {
 	}
 }
 
-// startDrivers starts a driver for every recorded move not driven yet.
-func (m *Mover) startDrivers(ctx context.Context) {
-	st := m.cfg.Zero.State()
-	for b := range st.Moves {
-		m.mu.Lock()
-		if m.active[b] {
-			m.mu.Unlock()
-			continue
-		}
-		m.active[b] = true
-		m.mu.Unlock()
-		m.wg.Go(func() {
-			defer func() {
-				m.mu.Lock()
-				delete(m.active, b)
-				m.mu.Unlock()
-			}()
-			m.drive(ctx, b)
-		})
-	}
-}
-
 // Settings returns the rebalancer's settings with defaults filled in.
 func Settings(r *metapb.Rebalancer) (thresholdPercent float64, maxSending, maxReceiving int, disabled bool) {
 	thresholdPercent = DefaultThresholdPercent
@@ -260,143 +238,43 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	for b := range st.Moves {
 		taken[b] = true
 	}
-	started := 0
+	// One group-0 entry starts the round's moves (each refused or not on
+	// its own); the drivers take them in batches by route.
+	var steps []*metapb.Command
+	var routes []sharding.Route
 	for _, r := range p.Routes {
 		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To])
 		for b := uint32(1); room > 0 && int(b) <= len(st.Buckets); b++ {
 			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
 				continue
 			}
-			res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{Bucket: b, To: r.To, Reason: "rebalance"}}})
-			if err != nil {
-				return fmt.Errorf("start moving bucket %d from %s to %s: %w", b, r.From, r.To, err)
-			}
+			steps = append(steps, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{Bucket: b, To: r.To, Reason: "rebalance"}}})
+			routes = append(routes, r)
 			taken[b] = true
 			room--
-			started++
 			p.Sending[r.From]++
 			p.Receiving[r.To]++
-			m.log.Debug("rebalancer: moving a bucket", "bucket", b, "from", r.From, "to", r.To, "generation", res.Move.GetGeneration())
 		}
 	}
-	if started > 0 {
-		m.log.Debug("rebalancer: moving buckets", "started", started, "max_disbalance_percent", p.MaxDisbalance, "routes", fmt.Sprint(p.Routes))
+	if len(steps) == 0 {
+		return nil
 	}
-	return nil
-}
-
-// drive steps one move to its end (or until this instance stops leading).
-func (m *Mover) drive(ctx context.Context, b uint32) {
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil && m.cfg.Zero.Leads() {
-		mv := m.cfg.Zero.State().Moves[b]
-		if mv == nil {
-			return
-		}
-		if mv.GetOperator() && (mv.GetPhase() == metapb.Move_PHASE_COPY || mv.GetPhase() == metapb.Move_PHASE_CLEANUP) {
-			return // switched: the operator's reshard steps do the rest
-		}
-		err := m.step(ctx, mv)
-		if err == nil {
-			backoff = 50 * time.Millisecond
+	res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
+	if err != nil {
+		return fmt.Errorf("start moving %d buckets: %w", len(steps), err)
+	}
+	started := 0
+	for i, r := range res.Steps {
+		b := steps[i].GetStartMove().GetBucket()
+		if r.Err != nil {
+			m.log.Debug("rebalancer: a move was not started", "bucket", b, "from", routes[i].From, "to", routes[i].To, "why", r.Err)
 			continue
 		}
-		if ctx.Err() != nil {
-			return
-		}
-		lvl := slog.LevelWarn
-		if status.Code(err) == codes.ResourceExhausted {
-			lvl = slog.LevelDebug
-		}
-		m.log.Log(ctx, lvl, "bucket move step failed; will retry", "bucket", b, "from", mv.GetFrom(), "to", mv.GetTo(),
-			"generation", mv.GetGeneration(), "phase", mv.GetPhase().String(), "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		started++
+		m.log.Debug("rebalancer: moving a bucket", "bucket", b, "from", routes[i].From, "to", routes[i].To, "generation", r.Move.GetGeneration())
 	}
-}
-
-// step does the work of one phase of a move and records the next phase.
-func (m *Mover) step(ctx context.Context, mv *metapb.Move) error {
-	b, gen := mv.GetBucket(), mv.GetGeneration()
-	switch mv.GetPhase() {
-	case metapb.Move_PHASE_PREPARE:
-		pctx, cancel := context.WithTimeout(ctx, m.cfg.SwitchTimeout)
-		err := m.prepare(pctx, mv)
-		cancel()
-		if err == nil {
-			if err := m.phase(ctx, mv, metapb.Move_PHASE_COPY); err != nil {
-				return err
-			}
-			return m.cfg.Failpoints.Eval(FailpointSwitched)
-		}
-		var refused *refusedError
-		if errors.As(err, &refused) || pctx.Err() != nil && ctx.Err() == nil {
-			m.log.Warn("aborting a bucket move", "bucket", b, "from", mv.GetFrom(), "to", mv.GetTo(), "why", err)
-			return m.phase(ctx, mv, metapb.Move_PHASE_ABORTING)
-		}
-		return err
-	case metapb.Move_PHASE_COPY:
-		var resp *rspb.ReceiveResponse
-		err := m.onLeader(ctx, mv.GetTo(), func(ctx context.Context, c rspb.BucketServiceClient) error {
-			var err error
-			resp, err = c.Receive(ctx, &rspb.ReceiveRequest{ReplicasetId: mv.GetTo(), Bucket: b, Generation: gen, From: mv.GetFrom()})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("copy: %w", err)
-		}
-		if err := m.cfg.Failpoints.Eval(FailpointCopied); err != nil {
-			return err
-		}
-		if err := m.setBucket(ctx, mv.GetTo(), b, rspb.BucketState_STATE_ACTIVE, gen, "", rspb.BucketState_STATE_RECEIVING); err != nil {
-			return err
-		}
-		if err := m.cfg.Failpoints.Eval(FailpointDestinationActive); err != nil {
-			return err
-		}
-		m.log.Debug("bucket copied", "bucket", b, "to", mv.GetTo(), "sent", resp.GetSent(), "copied", resp.GetCopied())
-		if err := m.phase(ctx, mv, metapb.Move_PHASE_CLEANUP); err != nil {
-			return err
-		}
-		return m.cfg.Failpoints.Eval(FailpointCleanupMarked)
-	case metapb.Move_PHASE_CLEANUP:
-		if err := m.setBucket(ctx, mv.GetFrom(), b, rspb.BucketState_STATE_GARBAGE, gen, "", rspb.BucketState_STATE_SENDING); err != nil {
-			return err
-		}
-		if err := m.cfg.Failpoints.Eval(FailpointSourceGarbage); err != nil {
-			return err
-		}
-		return m.finish(ctx, mv)
-	case metapb.Move_PHASE_ABORTING:
-		// Undo what PREPARE may have done; a step with nothing to undo is
-		// refused, which is fine.
-		if err := m.setBucket(ctx, mv.GetTo(), b, rspb.BucketState_STATE_GARBAGE, gen, "", rspb.BucketState_STATE_RECEIVING); err != nil && !isRefused(err) {
-			return err
-		}
-		if err := m.setBucket(ctx, mv.GetFrom(), b, rspb.BucketState_STATE_ACTIVE, gen, "", rspb.BucketState_STATE_SENDING); err != nil && !isRefused(err) {
-			return err
-		}
-		return m.finish(ctx, mv)
-	}
-	return fmt.Errorf("bucket %d: a move in an unknown phase %v", b, mv.GetPhase())
-}
-
-// prepare freezes the bucket on the source and prepares the destination.
-func (m *Mover) prepare(ctx context.Context, mv *metapb.Move) error {
-	b, gen := mv.GetBucket(), mv.GetGeneration()
-	if err := m.setBucket(ctx, mv.GetFrom(), b, rspb.BucketState_STATE_SENDING, gen, mv.GetTo(), rspb.BucketState_STATE_ACTIVE); err != nil {
-		return err
-	}
-	if err := m.cfg.Failpoints.Eval(FailpointSourceSending); err != nil {
-		return err
-	}
-	if err := m.setBucket(ctx, mv.GetTo(), b, rspb.BucketState_STATE_RECEIVING, gen, mv.GetFrom(), rspb.BucketState_STATE_UNSPECIFIED); err != nil {
-		return err
-	}
-	return m.cfg.Failpoints.Eval(FailpointDestinationReceiving)
+	m.log.Debug("rebalancer: moving buckets", "started", started, "max_disbalance_percent", p.MaxDisbalance, "routes", fmt.Sprint(p.Routes))
+	return nil
 }
 
 func (m *Mover) phase(ctx context.Context, mv *metapb.Move, p metapb.Move_Phase) error {

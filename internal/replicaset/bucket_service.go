@@ -76,12 +76,10 @@ func (b *BucketService) Receive(ctx context.Context, req *rspb.ReceiveRequest) (
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case s.receiving <- struct{}{}:
-		defer func() { <-s.receiving }()
-	default:
-		return nil, status.Errorf(codes.ResourceExhausted, "replicaset %s receives %d buckets already (its quota); retry", s.cfg.ReplicasetID, cap(s.receiving))
+	if _, limit := s.quotas(); !s.receiving.take(1, limit) {
+		return nil, status.Errorf(codes.ResourceExhausted, "replicaset %s receives %d buckets already (its quota); retry", s.cfg.ReplicasetID, limit)
 	}
+	defer s.receiving.give(1)
 	st, err := s.sm.BucketStateOf(s.cfg.DB, req.GetBucket())
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
@@ -157,12 +155,10 @@ func (b *BucketService) Send(req *rspb.SendRequest, stream grpc.ServerStreamingS
 	if err != nil {
 		return err
 	}
-	select {
-	case s.sending <- struct{}{}:
-		defer func() { <-s.sending }()
-	default:
-		return status.Errorf(codes.ResourceExhausted, "replicaset %s sends %d buckets already (its quota); retry", s.cfg.ReplicasetID, cap(s.sending))
+	if limit, _ := s.quotas(); !s.sending.take(1, limit) {
+		return status.Errorf(codes.ResourceExhausted, "replicaset %s sends %d buckets already (its quota); retry", s.cfg.ReplicasetID, limit)
 	}
+	defer s.sending.give(1)
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
 	st, err := s.sm.BucketStateOf(snap, req.GetBucket())

@@ -160,3 +160,69 @@ func TestAnAbortedSendReactivatesTheSource(t *testing.T) {
 		t.Fatal("a send at the aborted generation was allowed again")
 	}
 }
+
+// The batched steps (SetBuckets, CopyChunks) apply each bucket's step as
+// the single step would, in one entry: a refused bucket keeps its record
+// and does not stop the others.
+func TestBatchedStepsApplyEachBucketOnItsOwn(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	for _, b := range []uint32{5, 6} {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(uint64(b), "a", 1)), insertOp(t, offer(uint64(b), "b", 2))}})
+	}
+	setBuckets := func(f *fixture, steps ...*rspb.SetBucket) []*SetBucketOutcome {
+		t.Helper()
+		outs, ok := f.apply(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: steps}}})[0].([]*SetBucketOutcome)
+		if !ok || len(outs) != len(steps) {
+			t.Fatalf("SetBuckets returned %d outcomes for %d steps", len(outs), len(steps))
+		}
+		return outs
+	}
+	// Bucket 7 at generation 1 cannot be sent (only at a higher one).
+	outs := setBuckets(src,
+		&rspb.SetBucket{Bucket: 5, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "dst", From: rspb.BucketState_STATE_ACTIVE},
+		&rspb.SetBucket{Bucket: 7, State: rspb.BucketState_STATE_SENDING, Generation: 1, Peer: "dst", From: rspb.BucketState_STATE_ACTIVE},
+		&rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "dst", From: rspb.BucketState_STATE_ACTIVE})
+	if !outs[0].Changed || !outs[2].Changed || outs[1].Refused == nil || !strings.Contains(outs[1].Refused.Error(), "higher generation") {
+		t.Fatalf("SENDING: %+v, %+v, %+v", outs[0], outs[1], outs[2])
+	}
+	if st := src.sm.buckets[7]; st.GetState() != rspb.BucketState_STATE_ACTIVE || st.GetGeneration() != 1 {
+		t.Fatalf("the refused bucket's record changed: %s", describeRecord(st))
+	}
+	// Repeated: no-ops, not refusals.
+	outs = setBuckets(src, &rspb.SetBucket{Bucket: 5, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "dst", From: rspb.BucketState_STATE_ACTIVE})
+	if outs[0].Changed || outs[0].Refused != nil {
+		t.Fatalf("repeated SENDING: %+v", outs[0])
+	}
+	setBuckets(dst,
+		&rspb.SetBucket{Bucket: 5, State: rspb.BucketState_STATE_RECEIVING, Generation: 2, Peer: "src"},
+		&rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_RECEIVING, Generation: 2, Peer: "src"})
+	// One entry copies both buckets; a chunk for a generation dst does not
+	// receive at is refused alone.
+	v := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+		{Bucket: 5, Generation: 2, Tuples: src.chunk(5), Last: true},
+		{Bucket: 6, Generation: 3, Tuples: src.chunk(6), Last: true},
+		{Bucket: 6, Generation: 2, Tuples: src.chunk(6)},
+	}}}})[0]
+	copies, ok := v.([]*CopyOutcome)
+	if !ok || len(copies) != 3 {
+		t.Fatalf("CopyChunks returned %T", v)
+	}
+	if copies[0].Copied != 2 || copies[1].Refused == nil || copies[2].Copied != 2 {
+		t.Fatalf("copies: %+v, %+v, %+v", copies[0], copies[1], copies[2])
+	}
+	if !dst.sm.buckets[5].GetCopied() || dst.sm.buckets[6].GetCopied() {
+		t.Fatalf("copied flags: bucket 5 %v, bucket 6 %v (its last chunk was refused)", dst.sm.buckets[5].GetCopied(), dst.sm.buckets[6].GetCopied())
+	}
+	outs = setBuckets(dst,
+		&rspb.SetBucket{Bucket: 5, State: rspb.BucketState_STATE_ACTIVE, Generation: 2, From: rspb.BucketState_STATE_RECEIVING},
+		&rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_ACTIVE, Generation: 2, From: rspb.BucketState_STATE_RECEIVING})
+	if !outs[0].Changed || outs[1].Refused == nil || !strings.Contains(outs[1].Refused.Error(), "not complete") {
+		t.Fatalf("ACTIVE: %+v, %+v", outs[0], outs[1])
+	}
+	outs = setBuckets(src, &rspb.SetBucket{Bucket: 5, State: rspb.BucketState_STATE_GARBAGE, Generation: 2, From: rspb.BucketState_STATE_SENDING})
+	if !outs[0].Changed || outs[0].Deleted[1] != 2 {
+		t.Fatalf("GARBAGE: %+v", outs[0])
+	}
+}

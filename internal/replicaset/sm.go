@@ -227,6 +227,29 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			if err := sm.fp.Eval(FailpointAppliedCopyChunk); err != nil {
 				return nil, err
 			}
+		case *rspb.Command_SetBuckets:
+			outs := make([]*SetBucketOutcome, len(op.SetBuckets.GetSteps()))
+			states := map[rspb.BucketState_State]bool{}
+			for j, st := range op.SetBuckets.GetSteps() {
+				outs[j] = a.setBucket(st)
+				states[st.GetState()] = true
+			}
+			out[i] = outs
+			notify = true
+			for st := range states {
+				if err := sm.fp.Eval(FailpointAppliedSetBucket + "/" + st.String()); err != nil {
+					return nil, err
+				}
+			}
+		case *rspb.Command_CopyChunks:
+			outs := make([]*CopyOutcome, len(op.CopyChunks.GetChunks()))
+			for j, c := range op.CopyChunks.GetChunks() {
+				outs[j] = a.copyChunk(c)
+			}
+			out[i] = outs
+			if err := sm.fp.Eval(FailpointAppliedCopyChunk); err != nil {
+				return nil, err
+			}
 		default:
 			out[i] = fmt.Errorf("%w at index %d: unknown operation %T", ErrBadCommand, e.Index, op)
 		}

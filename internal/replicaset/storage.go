@@ -68,8 +68,12 @@ type StorageConfig struct {
 	Procs        *proc.Registry
 	// Dial returns a connection to another instance (kept by the caller).
 	Dial func(addr string) (grpc.ClientConnInterface, error)
-	// MaxSending and MaxReceiving bound the buckets this replicaset sends
-	// and receives at once (defaults 4 and 8).
+	// Quotas returns how many buckets this replicaset may send and
+	// receive at once (the cluster's rebalancer settings, read at each
+	// copy); nil: MaxSending and MaxReceiving.
+	Quotas func() (maxSending, maxReceiving int)
+	// MaxSending and MaxReceiving are the quotas without Quotas (defaults
+	// 4 and 8).
 	MaxSending, MaxReceiving int
 	// Now tells the time (default time.Now): it stamps proposals.
 	Now    func() time.Time
@@ -89,7 +93,40 @@ type Storage struct {
 
 	schemaMu sync.Mutex // one schema sync at a time
 
-	sending, receiving chan struct{} // quotas of concurrent sends and receives
+	// Buckets being sent and received now, against the quotas.
+	sending, receiving quota
+}
+
+// quota counts buckets in flight against a limit read at each take.
+type quota struct {
+	mu   sync.Mutex
+	used int
+}
+
+// take counts n more buckets when they fit under limit (or when none are
+// in flight: a batch larger than the whole quota goes alone).
+func (q *quota) take(n, limit int) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.used > 0 && q.used+n > limit {
+		return false
+	}
+	q.used += n
+	return true
+}
+
+func (q *quota) give(n int) {
+	q.mu.Lock()
+	q.used -= n
+	q.mu.Unlock()
+}
+
+// quotas returns the send and receive quotas now.
+func (s *Storage) quotas() (maxSending, maxReceiving int) {
+	if s.cfg.Quotas != nil {
+		return s.cfg.Quotas()
+	}
+	return s.cfg.MaxSending, s.cfg.MaxReceiving
 }
 
 // NewStorage makes the storage of a replicaset group open on this instance.
@@ -108,7 +145,6 @@ func NewStorage(cfg StorageConfig) *Storage {
 	}
 	return &Storage{
 		cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID),
-		sending: make(chan struct{}, cfg.MaxSending), receiving: make(chan struct{}, cfg.MaxReceiving),
 	}
 }
 

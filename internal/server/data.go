@@ -135,7 +135,13 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		Zero:         &groupZero{node: d.node},
 		Procs:        d.procs,
 		Dial:         d.node.DialPeer,
-		Logger:       d.log,
+		// The replicaset's own quotas of buckets sent and received at
+		// once are the rebalancer's settings (shardkit rebalance config).
+		Quotas: func() (int, int) {
+			_, maxSending, maxReceiving, _ := mover.Settings(d.node.Meta().State().Props.GetRebalancer())
+			return maxSending, maxReceiving
+		},
+		Logger: d.log,
 	})
 	d.mu.Lock()
 	d.storage = s

@@ -968,6 +968,53 @@ func (x *SetMovePhase) GetPhase() Move_Phase {
 	return Move_PHASE_UNSPECIFIED
 }
 
+// MoveSteps applies the steps of many moves in one entry (the mover
+// batches them): each of StartMove, SetMovePhase and FinishMove, applied
+// on its own, so one refused does not stop the others.
+type MoveSteps struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Steps         []*Command             `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveSteps) Reset() {
+	*x = MoveSteps{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveSteps) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveSteps) ProtoMessage() {}
+
+func (x *MoveSteps) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveSteps.ProtoReflect.Descriptor instead.
+func (*MoveSteps) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *MoveSteps) GetSteps() []*Command {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
 // FinishMove forgets a move in CLEANUP (done) or ABORTING (undone).
 type FinishMove struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -979,7 +1026,7 @@ type FinishMove struct {
 
 func (x *FinishMove) Reset() {
 	*x = FinishMove{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -991,7 +1038,7 @@ func (x *FinishMove) String() string {
 func (*FinishMove) ProtoMessage() {}
 
 func (x *FinishMove) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[8]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1004,7 +1051,7 @@ func (x *FinishMove) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishMove.ProtoReflect.Descriptor instead.
 func (*FinishMove) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{8}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *FinishMove) GetBucket() uint32 {
@@ -1033,7 +1080,7 @@ type PinBucket struct {
 
 func (x *PinBucket) Reset() {
 	*x = PinBucket{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1092,7 @@ func (x *PinBucket) String() string {
 func (*PinBucket) ProtoMessage() {}
 
 func (x *PinBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[9]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1105,7 @@ func (x *PinBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinBucket.ProtoReflect.Descriptor instead.
 func (*PinBucket) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{9}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PinBucket) GetBucket() uint32 {
@@ -1084,7 +1131,7 @@ type SetRebalancer struct {
 
 func (x *SetRebalancer) Reset() {
 	*x = SetRebalancer{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1143,7 @@ func (x *SetRebalancer) String() string {
 func (*SetRebalancer) ProtoMessage() {}
 
 func (x *SetRebalancer) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[10]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1156,7 @@ func (x *SetRebalancer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRebalancer.ProtoReflect.Descriptor instead.
 func (*SetRebalancer) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{10}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetRebalancer) GetRebalancer() *Rebalancer {
@@ -1132,7 +1179,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1144,7 +1191,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[11]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1157,7 +1204,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{11}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Field) GetName() string {
@@ -1199,7 +1246,7 @@ type Space struct {
 
 func (x *Space) Reset() {
 	*x = Space{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1211,7 +1258,7 @@ func (x *Space) String() string {
 func (*Space) ProtoMessage() {}
 
 func (x *Space) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[12]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1224,7 +1271,7 @@ func (x *Space) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Space.ProtoReflect.Descriptor instead.
 func (*Space) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{12}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Space) GetName() string {
@@ -1284,7 +1331,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1343,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[13]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1356,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{13}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Lease) GetName() string {
@@ -1366,7 +1413,7 @@ type BucketRange struct {
 
 func (x *BucketRange) Reset() {
 	*x = BucketRange{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1425,7 @@ func (x *BucketRange) String() string {
 func (*BucketRange) ProtoMessage() {}
 
 func (x *BucketRange) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[14]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1438,7 @@ func (x *BucketRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
 func (*BucketRange) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{14}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BucketRange) GetFirst() uint32 {
@@ -1431,7 +1478,7 @@ type JoinRequest struct {
 
 func (x *JoinRequest) Reset() {
 	*x = JoinRequest{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1490,7 @@ func (x *JoinRequest) String() string {
 func (*JoinRequest) ProtoMessage() {}
 
 func (x *JoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[15]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1503,7 @@ func (x *JoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use JoinRequest.ProtoReflect.Descriptor instead.
 func (*JoinRequest) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{15}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *JoinRequest) GetClusterId() string {
@@ -1539,6 +1586,7 @@ type Command struct {
 	//	*Command_CreateUser
 	//	*Command_DropUser
 	//	*Command_SetUserRole
+	//	*Command_MoveSteps
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1546,7 +1594,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1558,7 +1606,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[16]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1571,7 +1619,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{16}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Command) GetNowUnixMs() int64 {
@@ -1777,6 +1825,15 @@ func (x *Command) GetSetUserRole() *SetUserRole {
 	return nil
 }
 
+func (x *Command) GetMoveSteps() *MoveSteps {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MoveSteps); ok {
+			return x.MoveSteps
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1865,6 +1922,10 @@ type Command_SetUserRole struct {
 	SetUserRole *SetUserRole `protobuf:"bytes,30,opt,name=set_user_role,json=setUserRole,proto3,oneof"`
 }
 
+type Command_MoveSteps struct {
+	MoveSteps *MoveSteps `protobuf:"bytes,31,opt,name=move_steps,json=moveSteps,proto3,oneof"`
+}
+
 func (*Command_Boot) isCommand_Op() {}
 
 func (*Command_Join) isCommand_Op() {}
@@ -1907,6 +1968,8 @@ func (*Command_DropUser) isCommand_Op() {}
 
 func (*Command_SetUserRole) isCommand_Op() {}
 
+func (*Command_MoveSteps) isCommand_Op() {}
+
 // Boot is the first command of a cluster (K6): its properties and first instance.
 type Boot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1918,7 +1981,7 @@ type Boot struct {
 
 func (x *Boot) Reset() {
 	*x = Boot{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1930,7 +1993,7 @@ func (x *Boot) String() string {
 func (*Boot) ProtoMessage() {}
 
 func (x *Boot) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[17]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1943,7 +2006,7 @@ func (x *Boot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Boot.ProtoReflect.Descriptor instead.
 func (*Boot) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{17}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Boot) GetProperties() *ClusterProperties {
@@ -1970,7 +2033,7 @@ type Join struct {
 
 func (x *Join) Reset() {
 	*x = Join{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1982,7 +2045,7 @@ func (x *Join) String() string {
 func (*Join) ProtoMessage() {}
 
 func (x *Join) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[18]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1995,7 +2058,7 @@ func (x *Join) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Join.ProtoReflect.Descriptor instead.
 func (*Join) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{18}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Join) GetRequest() *JoinRequest {
@@ -2021,7 +2084,7 @@ type SetTargetGrade struct {
 
 func (x *SetTargetGrade) Reset() {
 	*x = SetTargetGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2096,7 @@ func (x *SetTargetGrade) String() string {
 func (*SetTargetGrade) ProtoMessage() {}
 
 func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[19]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2109,7 @@ func (x *SetTargetGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetTargetGrade.ProtoReflect.Descriptor instead.
 func (*SetTargetGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{19}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetTargetGrade) GetInstanceId() string {
@@ -2098,7 +2161,7 @@ type SetCurrentGrade struct {
 
 func (x *SetCurrentGrade) Reset() {
 	*x = SetCurrentGrade{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2110,7 +2173,7 @@ func (x *SetCurrentGrade) String() string {
 func (*SetCurrentGrade) ProtoMessage() {}
 
 func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[20]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2123,7 +2186,7 @@ func (x *SetCurrentGrade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetCurrentGrade.ProtoReflect.Descriptor instead.
 func (*SetCurrentGrade) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{20}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SetCurrentGrade) GetInstanceId() string {
@@ -2163,7 +2226,7 @@ type SetReplicaset struct {
 
 func (x *SetReplicaset) Reset() {
 	*x = SetReplicaset{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2238,7 @@ func (x *SetReplicaset) String() string {
 func (*SetReplicaset) ProtoMessage() {}
 
 func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[21]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2251,7 @@ func (x *SetReplicaset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetReplicaset.ProtoReflect.Descriptor instead.
 func (*SetReplicaset) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{21}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SetReplicaset) GetReplicasetId() string {
@@ -2242,7 +2305,7 @@ type AssignBuckets struct {
 
 func (x *AssignBuckets) Reset() {
 	*x = AssignBuckets{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2254,7 +2317,7 @@ func (x *AssignBuckets) String() string {
 func (*AssignBuckets) ProtoMessage() {}
 
 func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[22]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2267,7 +2330,7 @@ func (x *AssignBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AssignBuckets.ProtoReflect.Descriptor instead.
 func (*AssignBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{22}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *AssignBuckets) GetRanges() []*BucketRange {
@@ -2285,7 +2348,7 @@ type BumpSharding struct {
 
 func (x *BumpSharding) Reset() {
 	*x = BumpSharding{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2297,7 +2360,7 @@ func (x *BumpSharding) String() string {
 func (*BumpSharding) ProtoMessage() {}
 
 func (x *BumpSharding) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[23]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2310,7 +2373,7 @@ func (x *BumpSharding) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BumpSharding.ProtoReflect.Descriptor instead.
 func (*BumpSharding) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{23}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
 }
 
 type AcquireLease struct {
@@ -2324,7 +2387,7 @@ type AcquireLease struct {
 
 func (x *AcquireLease) Reset() {
 	*x = AcquireLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2336,7 +2399,7 @@ func (x *AcquireLease) String() string {
 func (*AcquireLease) ProtoMessage() {}
 
 func (x *AcquireLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[24]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2349,7 +2412,7 @@ func (x *AcquireLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLease.ProtoReflect.Descriptor instead.
 func (*AcquireLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{24}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *AcquireLease) GetName() string {
@@ -2385,7 +2448,7 @@ type RenewLease struct {
 
 func (x *RenewLease) Reset() {
 	*x = RenewLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2397,7 +2460,7 @@ func (x *RenewLease) String() string {
 func (*RenewLease) ProtoMessage() {}
 
 func (x *RenewLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[25]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2410,7 +2473,7 @@ func (x *RenewLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLease.ProtoReflect.Descriptor instead.
 func (*RenewLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{25}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *RenewLease) GetName() string {
@@ -2454,7 +2517,7 @@ type ReleaseLease struct {
 
 func (x *ReleaseLease) Reset() {
 	*x = ReleaseLease{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2466,7 +2529,7 @@ func (x *ReleaseLease) String() string {
 func (*ReleaseLease) ProtoMessage() {}
 
 func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[26]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2479,7 +2542,7 @@ func (x *ReleaseLease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLease.ProtoReflect.Descriptor instead.
 func (*ReleaseLease) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{26}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReleaseLease) GetName() string {
@@ -2528,7 +2591,7 @@ type SetAddress struct {
 
 func (x *SetAddress) Reset() {
 	*x = SetAddress{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2540,7 +2603,7 @@ func (x *SetAddress) String() string {
 func (*SetAddress) ProtoMessage() {}
 
 func (x *SetAddress) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[27]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2553,7 +2616,7 @@ func (x *SetAddress) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetAddress.ProtoReflect.Descriptor instead.
 func (*SetAddress) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{27}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetAddress) GetInstanceId() string {
@@ -2591,7 +2654,7 @@ type CreateSpace struct {
 
 func (x *CreateSpace) Reset() {
 	*x = CreateSpace{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2666,7 @@ func (x *CreateSpace) String() string {
 func (*CreateSpace) ProtoMessage() {}
 
 func (x *CreateSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[28]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2679,7 @@ func (x *CreateSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSpace.ProtoReflect.Descriptor instead.
 func (*CreateSpace) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{28}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CreateSpace) GetSpace() *Space {
@@ -2644,7 +2707,7 @@ type DropSpace struct {
 
 func (x *DropSpace) Reset() {
 	*x = DropSpace{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2656,7 +2719,7 @@ func (x *DropSpace) String() string {
 func (*DropSpace) ProtoMessage() {}
 
 func (x *DropSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[29]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2669,7 +2732,7 @@ func (x *DropSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropSpace.ProtoReflect.Descriptor instead.
 func (*DropSpace) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{29}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DropSpace) GetName() string {
@@ -2692,7 +2755,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2704,7 +2767,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[30]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2717,7 +2780,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{30}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *User) GetName() string {
@@ -2743,7 +2806,7 @@ type CreateUser struct {
 
 func (x *CreateUser) Reset() {
 	*x = CreateUser{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2755,7 +2818,7 @@ func (x *CreateUser) String() string {
 func (*CreateUser) ProtoMessage() {}
 
 func (x *CreateUser) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[31]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2768,7 +2831,7 @@ func (x *CreateUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUser.ProtoReflect.Descriptor instead.
 func (*CreateUser) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{31}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CreateUser) GetUser() *User {
@@ -2787,7 +2850,7 @@ type DropUser struct {
 
 func (x *DropUser) Reset() {
 	*x = DropUser{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2799,7 +2862,7 @@ func (x *DropUser) String() string {
 func (*DropUser) ProtoMessage() {}
 
 func (x *DropUser) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[32]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2812,7 +2875,7 @@ func (x *DropUser) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropUser.ProtoReflect.Descriptor instead.
 func (*DropUser) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{32}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DropUser) GetName() string {
@@ -2832,7 +2895,7 @@ type SetUserRole struct {
 
 func (x *SetUserRole) Reset() {
 	*x = SetUserRole{}
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +2907,7 @@ func (x *SetUserRole) String() string {
 func (*SetUserRole) ProtoMessage() {}
 
 func (x *SetUserRole) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_meta_metapb_meta_proto_msgTypes[33]
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +2920,7 @@ func (x *SetUserRole) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetUserRole.ProtoReflect.Descriptor instead.
 func (*SetUserRole) Descriptor() ([]byte, []int) {
-	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{33}
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SetUserRole) GetName() string {
@@ -2967,7 +3030,9 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x122\n" +
-	"\x05phase\x18\x03 \x01(\x0e2\x1c.shardkit.meta.v1.Move.PhaseR\x05phase\"D\n" +
+	"\x05phase\x18\x03 \x01(\x0e2\x1c.shardkit.meta.v1.Move.PhaseR\x05phase\"<\n" +
+	"\tMoveSteps\x12/\n" +
+	"\x05steps\x18\x01 \x03(\v2\x19.shardkit.meta.v1.CommandR\x05steps\"D\n" +
 	"\n" +
 	"FinishMove\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
@@ -3016,7 +3081,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xa7\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe5\v\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12,\n" +
 	"\x04boot\x18\n" +
@@ -3047,7 +3112,9 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\vcreate_user\x18\x1c \x01(\v2\x1c.shardkit.meta.v1.CreateUserH\x00R\n" +
 	"createUser\x129\n" +
 	"\tdrop_user\x18\x1d \x01(\v2\x1a.shardkit.meta.v1.DropUserH\x00R\bdropUser\x12C\n" +
-	"\rset_user_role\x18\x1e \x01(\v2\x1d.shardkit.meta.v1.SetUserRoleH\x00R\vsetUserRoleB\x04\n" +
+	"\rset_user_role\x18\x1e \x01(\v2\x1d.shardkit.meta.v1.SetUserRoleH\x00R\vsetUserRole\x12<\n" +
+	"\n" +
+	"move_steps\x18\x1f \x01(\v2\x1b.shardkit.meta.v1.MoveStepsH\x00R\tmoveStepsB\x04\n" +
 	"\x02op\"\x80\x01\n" +
 	"\x04Boot\x12C\n" +
 	"\n" +
@@ -3147,7 +3214,7 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(GradeVariant)(0),         // 0: shardkit.meta.v1.GradeVariant
 	(UserRole)(0),             // 1: shardkit.meta.v1.UserRole
@@ -3160,83 +3227,86 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*Move)(nil),              // 8: shardkit.meta.v1.Move
 	(*StartMove)(nil),         // 9: shardkit.meta.v1.StartMove
 	(*SetMovePhase)(nil),      // 10: shardkit.meta.v1.SetMovePhase
-	(*FinishMove)(nil),        // 11: shardkit.meta.v1.FinishMove
-	(*PinBucket)(nil),         // 12: shardkit.meta.v1.PinBucket
-	(*SetRebalancer)(nil),     // 13: shardkit.meta.v1.SetRebalancer
-	(*Field)(nil),             // 14: shardkit.meta.v1.Field
-	(*Space)(nil),             // 15: shardkit.meta.v1.Space
-	(*Lease)(nil),             // 16: shardkit.meta.v1.Lease
-	(*BucketRange)(nil),       // 17: shardkit.meta.v1.BucketRange
-	(*JoinRequest)(nil),       // 18: shardkit.meta.v1.JoinRequest
-	(*Command)(nil),           // 19: shardkit.meta.v1.Command
-	(*Boot)(nil),              // 20: shardkit.meta.v1.Boot
-	(*Join)(nil),              // 21: shardkit.meta.v1.Join
-	(*SetTargetGrade)(nil),    // 22: shardkit.meta.v1.SetTargetGrade
-	(*SetCurrentGrade)(nil),   // 23: shardkit.meta.v1.SetCurrentGrade
-	(*SetReplicaset)(nil),     // 24: shardkit.meta.v1.SetReplicaset
-	(*AssignBuckets)(nil),     // 25: shardkit.meta.v1.AssignBuckets
-	(*BumpSharding)(nil),      // 26: shardkit.meta.v1.BumpSharding
-	(*AcquireLease)(nil),      // 27: shardkit.meta.v1.AcquireLease
-	(*RenewLease)(nil),        // 28: shardkit.meta.v1.RenewLease
-	(*ReleaseLease)(nil),      // 29: shardkit.meta.v1.ReleaseLease
-	(*SetAddress)(nil),        // 30: shardkit.meta.v1.SetAddress
-	(*CreateSpace)(nil),       // 31: shardkit.meta.v1.CreateSpace
-	(*DropSpace)(nil),         // 32: shardkit.meta.v1.DropSpace
-	(*User)(nil),              // 33: shardkit.meta.v1.User
-	(*CreateUser)(nil),        // 34: shardkit.meta.v1.CreateUser
-	(*DropUser)(nil),          // 35: shardkit.meta.v1.DropUser
-	(*SetUserRole)(nil),       // 36: shardkit.meta.v1.SetUserRole
-	nil,                       // 37: shardkit.meta.v1.Instance.FailureDomainEntry
-	nil,                       // 38: shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	(*MoveSteps)(nil),         // 11: shardkit.meta.v1.MoveSteps
+	(*FinishMove)(nil),        // 12: shardkit.meta.v1.FinishMove
+	(*PinBucket)(nil),         // 13: shardkit.meta.v1.PinBucket
+	(*SetRebalancer)(nil),     // 14: shardkit.meta.v1.SetRebalancer
+	(*Field)(nil),             // 15: shardkit.meta.v1.Field
+	(*Space)(nil),             // 16: shardkit.meta.v1.Space
+	(*Lease)(nil),             // 17: shardkit.meta.v1.Lease
+	(*BucketRange)(nil),       // 18: shardkit.meta.v1.BucketRange
+	(*JoinRequest)(nil),       // 19: shardkit.meta.v1.JoinRequest
+	(*Command)(nil),           // 20: shardkit.meta.v1.Command
+	(*Boot)(nil),              // 21: shardkit.meta.v1.Boot
+	(*Join)(nil),              // 22: shardkit.meta.v1.Join
+	(*SetTargetGrade)(nil),    // 23: shardkit.meta.v1.SetTargetGrade
+	(*SetCurrentGrade)(nil),   // 24: shardkit.meta.v1.SetCurrentGrade
+	(*SetReplicaset)(nil),     // 25: shardkit.meta.v1.SetReplicaset
+	(*AssignBuckets)(nil),     // 26: shardkit.meta.v1.AssignBuckets
+	(*BumpSharding)(nil),      // 27: shardkit.meta.v1.BumpSharding
+	(*AcquireLease)(nil),      // 28: shardkit.meta.v1.AcquireLease
+	(*RenewLease)(nil),        // 29: shardkit.meta.v1.RenewLease
+	(*ReleaseLease)(nil),      // 30: shardkit.meta.v1.ReleaseLease
+	(*SetAddress)(nil),        // 31: shardkit.meta.v1.SetAddress
+	(*CreateSpace)(nil),       // 32: shardkit.meta.v1.CreateSpace
+	(*DropSpace)(nil),         // 33: shardkit.meta.v1.DropSpace
+	(*User)(nil),              // 34: shardkit.meta.v1.User
+	(*CreateUser)(nil),        // 35: shardkit.meta.v1.CreateUser
+	(*DropUser)(nil),          // 36: shardkit.meta.v1.DropUser
+	(*SetUserRole)(nil),       // 37: shardkit.meta.v1.SetUserRole
+	nil,                       // 38: shardkit.meta.v1.Instance.FailureDomainEntry
+	nil,                       // 39: shardkit.meta.v1.JoinRequest.FailureDomainEntry
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: shardkit.meta.v1.Grade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	37, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
+	38, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
 	3,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
 	3,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
 	7,  // 4: shardkit.meta.v1.ClusterProperties.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
 	2,  // 5: shardkit.meta.v1.Move.phase:type_name -> shardkit.meta.v1.Move.Phase
 	2,  // 6: shardkit.meta.v1.SetMovePhase.phase:type_name -> shardkit.meta.v1.Move.Phase
-	7,  // 7: shardkit.meta.v1.SetRebalancer.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
-	14, // 8: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
-	38, // 9: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
-	20, // 10: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
-	21, // 11: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
-	22, // 12: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
-	23, // 13: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
-	24, // 14: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
-	25, // 15: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
-	26, // 16: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
-	27, // 17: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
-	28, // 18: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
-	29, // 19: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
-	30, // 20: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
-	31, // 21: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
-	32, // 22: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
-	9,  // 23: shardkit.meta.v1.Command.start_move:type_name -> shardkit.meta.v1.StartMove
-	10, // 24: shardkit.meta.v1.Command.set_move_phase:type_name -> shardkit.meta.v1.SetMovePhase
-	11, // 25: shardkit.meta.v1.Command.finish_move:type_name -> shardkit.meta.v1.FinishMove
-	12, // 26: shardkit.meta.v1.Command.pin_bucket:type_name -> shardkit.meta.v1.PinBucket
-	13, // 27: shardkit.meta.v1.Command.set_rebalancer:type_name -> shardkit.meta.v1.SetRebalancer
-	34, // 28: shardkit.meta.v1.Command.create_user:type_name -> shardkit.meta.v1.CreateUser
-	35, // 29: shardkit.meta.v1.Command.drop_user:type_name -> shardkit.meta.v1.DropUser
-	36, // 30: shardkit.meta.v1.Command.set_user_role:type_name -> shardkit.meta.v1.SetUserRole
-	6,  // 31: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
-	18, // 32: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
-	18, // 33: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
-	0,  // 34: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	0,  // 35: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	3,  // 36: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
-	17, // 37: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
-	15, // 38: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
-	1,  // 39: shardkit.meta.v1.User.role:type_name -> shardkit.meta.v1.UserRole
-	33, // 40: shardkit.meta.v1.CreateUser.user:type_name -> shardkit.meta.v1.User
-	1,  // 41: shardkit.meta.v1.SetUserRole.role:type_name -> shardkit.meta.v1.UserRole
-	42, // [42:42] is the sub-list for method output_type
-	42, // [42:42] is the sub-list for method input_type
-	42, // [42:42] is the sub-list for extension type_name
-	42, // [42:42] is the sub-list for extension extendee
-	0,  // [0:42] is the sub-list for field type_name
+	20, // 7: shardkit.meta.v1.MoveSteps.steps:type_name -> shardkit.meta.v1.Command
+	7,  // 8: shardkit.meta.v1.SetRebalancer.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
+	15, // 9: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
+	39, // 10: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	21, // 11: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
+	22, // 12: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
+	23, // 13: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
+	24, // 14: shardkit.meta.v1.Command.set_current_grade:type_name -> shardkit.meta.v1.SetCurrentGrade
+	25, // 15: shardkit.meta.v1.Command.set_replicaset:type_name -> shardkit.meta.v1.SetReplicaset
+	26, // 16: shardkit.meta.v1.Command.assign_buckets:type_name -> shardkit.meta.v1.AssignBuckets
+	27, // 17: shardkit.meta.v1.Command.bump_sharding:type_name -> shardkit.meta.v1.BumpSharding
+	28, // 18: shardkit.meta.v1.Command.acquire_lease:type_name -> shardkit.meta.v1.AcquireLease
+	29, // 19: shardkit.meta.v1.Command.renew_lease:type_name -> shardkit.meta.v1.RenewLease
+	30, // 20: shardkit.meta.v1.Command.release_lease:type_name -> shardkit.meta.v1.ReleaseLease
+	31, // 21: shardkit.meta.v1.Command.set_address:type_name -> shardkit.meta.v1.SetAddress
+	32, // 22: shardkit.meta.v1.Command.create_space:type_name -> shardkit.meta.v1.CreateSpace
+	33, // 23: shardkit.meta.v1.Command.drop_space:type_name -> shardkit.meta.v1.DropSpace
+	9,  // 24: shardkit.meta.v1.Command.start_move:type_name -> shardkit.meta.v1.StartMove
+	10, // 25: shardkit.meta.v1.Command.set_move_phase:type_name -> shardkit.meta.v1.SetMovePhase
+	12, // 26: shardkit.meta.v1.Command.finish_move:type_name -> shardkit.meta.v1.FinishMove
+	13, // 27: shardkit.meta.v1.Command.pin_bucket:type_name -> shardkit.meta.v1.PinBucket
+	14, // 28: shardkit.meta.v1.Command.set_rebalancer:type_name -> shardkit.meta.v1.SetRebalancer
+	35, // 29: shardkit.meta.v1.Command.create_user:type_name -> shardkit.meta.v1.CreateUser
+	36, // 30: shardkit.meta.v1.Command.drop_user:type_name -> shardkit.meta.v1.DropUser
+	37, // 31: shardkit.meta.v1.Command.set_user_role:type_name -> shardkit.meta.v1.SetUserRole
+	11, // 32: shardkit.meta.v1.Command.move_steps:type_name -> shardkit.meta.v1.MoveSteps
+	6,  // 33: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
+	19, // 34: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
+	19, // 35: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
+	0,  // 36: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	0,  // 37: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	3,  // 38: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
+	18, // 39: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
+	16, // 40: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
+	1,  // 41: shardkit.meta.v1.User.role:type_name -> shardkit.meta.v1.UserRole
+	34, // 42: shardkit.meta.v1.CreateUser.user:type_name -> shardkit.meta.v1.User
+	1,  // 43: shardkit.meta.v1.SetUserRole.role:type_name -> shardkit.meta.v1.UserRole
+	44, // [44:44] is the sub-list for method output_type
+	44, // [44:44] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -3244,7 +3314,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 	if File_internal_meta_metapb_meta_proto != nil {
 		return
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[16].OneofWrappers = []any{
+	file_internal_meta_metapb_meta_proto_msgTypes[17].OneofWrappers = []any{
 		(*Command_Boot)(nil),
 		(*Command_Join)(nil),
 		(*Command_SetTargetGrade)(nil),
@@ -3266,15 +3336,16 @@ func file_internal_meta_metapb_meta_proto_init() {
 		(*Command_CreateUser)(nil),
 		(*Command_DropUser)(nil),
 		(*Command_SetUserRole)(nil),
+		(*Command_MoveSteps)(nil),
 	}
-	file_internal_meta_metapb_meta_proto_msgTypes[21].OneofWrappers = []any{}
+	file_internal_meta_metapb_meta_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

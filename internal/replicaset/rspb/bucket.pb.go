@@ -762,6 +762,578 @@ func (x *BucketsResponse) GetAppliedIndex() uint64 {
 	return 0
 }
 
+type SetBucketsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId  string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Steps         []*SetBucket           `protobuf:"bytes,2,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBucketsRequest) Reset() {
+	*x = SetBucketsRequest{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBucketsRequest) ProtoMessage() {}
+
+func (x *SetBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBucketsRequest.ProtoReflect.Descriptor instead.
+func (*SetBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetBucketsRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *SetBucketsRequest) GetSteps() []*SetBucket {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// SetBucketResult is one step's result: as SetBucketResponse, or refused.
+type SetBucketResult struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Changed        bool                   `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Record         *BucketState           `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	DeletedBySpace map[uint32]uint64      `protobuf:"bytes,3,rep,name=deleted_by_space,json=deletedBySpace,proto3" json:"deleted_by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Why the step was refused (empty: it was not).
+	Refused       string `protobuf:"bytes,4,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBucketResult) Reset() {
+	*x = SetBucketResult{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBucketResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBucketResult) ProtoMessage() {}
+
+func (x *SetBucketResult) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBucketResult.ProtoReflect.Descriptor instead.
+func (*SetBucketResult) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetBucketResult) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *SetBucketResult) GetRecord() *BucketState {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *SetBucketResult) GetDeletedBySpace() map[uint32]uint64 {
+	if x != nil {
+		return x.DeletedBySpace
+	}
+	return nil
+}
+
+func (x *SetBucketResult) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+type SetBucketsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per step, in order.
+	Results       []*SetBucketResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBucketsResponse) Reset() {
+	*x = SetBucketsResponse{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBucketsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBucketsResponse) ProtoMessage() {}
+
+func (x *SetBucketsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBucketsResponse.ProtoReflect.Descriptor instead.
+func (*SetBucketsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetBucketsResponse) GetResults() []*SetBucketResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+// BucketGeneration names one move of a bucket.
+type BucketGeneration struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Generation    uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketGeneration) Reset() {
+	*x = BucketGeneration{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketGeneration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketGeneration) ProtoMessage() {}
+
+func (x *BucketGeneration) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketGeneration.ProtoReflect.Descriptor instead.
+func (*BucketGeneration) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BucketGeneration) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *BucketGeneration) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
+type ReceiveBucketsRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	// The source replicaset.
+	From          string              `protobuf:"bytes,2,opt,name=from,proto3" json:"from,omitempty"`
+	Buckets       []*BucketGeneration `protobuf:"bytes,3,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveBucketsRequest) Reset() {
+	*x = ReceiveBucketsRequest{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveBucketsRequest) ProtoMessage() {}
+
+func (x *ReceiveBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveBucketsRequest.ProtoReflect.Descriptor instead.
+func (*ReceiveBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ReceiveBucketsRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *ReceiveBucketsRequest) GetFrom() string {
+	if x != nil {
+		return x.From
+	}
+	return ""
+}
+
+func (x *ReceiveBucketsRequest) GetBuckets() []*BucketGeneration {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+// BucketReceived is one bucket's result of a ReceiveBuckets.
+type BucketReceived struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Sent          uint64                 `protobuf:"varint,2,opt,name=sent,proto3" json:"sent,omitempty"`
+	Copied        uint64                 `protobuf:"varint,3,opt,name=copied,proto3" json:"copied,omitempty"`
+	CopiedBySpace map[uint32]uint64      `protobuf:"bytes,4,rep,name=copied_by_space,json=copiedBySpace,proto3" json:"copied_by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// Why the bucket was not copied (empty: it was, now or before).
+	Refused       string `protobuf:"bytes,5,opt,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketReceived) Reset() {
+	*x = BucketReceived{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketReceived) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketReceived) ProtoMessage() {}
+
+func (x *BucketReceived) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketReceived.ProtoReflect.Descriptor instead.
+func (*BucketReceived) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *BucketReceived) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *BucketReceived) GetSent() uint64 {
+	if x != nil {
+		return x.Sent
+	}
+	return 0
+}
+
+func (x *BucketReceived) GetCopied() uint64 {
+	if x != nil {
+		return x.Copied
+	}
+	return 0
+}
+
+func (x *BucketReceived) GetCopiedBySpace() map[uint32]uint64 {
+	if x != nil {
+		return x.CopiedBySpace
+	}
+	return nil
+}
+
+func (x *BucketReceived) GetRefused() string {
+	if x != nil {
+		return x.Refused
+	}
+	return ""
+}
+
+type ReceiveBucketsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per bucket asked, in order.
+	Results       []*BucketReceived `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReceiveBucketsResponse) Reset() {
+	*x = ReceiveBucketsResponse{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReceiveBucketsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReceiveBucketsResponse) ProtoMessage() {}
+
+func (x *ReceiveBucketsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReceiveBucketsResponse.ProtoReflect.Descriptor instead.
+func (*ReceiveBucketsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ReceiveBucketsResponse) GetResults() []*BucketReceived {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+type SendBucketsRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Buckets      []*BucketGeneration    `protobuf:"bytes,2,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	// Tuples per chunk (0: 1000).
+	ChunkTuples   uint32 `protobuf:"varint,3,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendBucketsRequest) Reset() {
+	*x = SendBucketsRequest{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendBucketsRequest) ProtoMessage() {}
+
+func (x *SendBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendBucketsRequest.ProtoReflect.Descriptor instead.
+func (*SendBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SendBucketsRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *SendBucketsRequest) GetBuckets() []*BucketGeneration {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *SendBucketsRequest) GetChunkTuples() uint32 {
+	if x != nil {
+		return x.ChunkTuples
+	}
+	return 0
+}
+
+// BucketRefusal: a bucket the source will not send, and why.
+type BucketRefusal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketRefusal) Reset() {
+	*x = BucketRefusal{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketRefusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketRefusal) ProtoMessage() {}
+
+func (x *BucketRefusal) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketRefusal.ProtoReflect.Descriptor instead.
+func (*BucketRefusal) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *BucketRefusal) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *BucketRefusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+// SendBucketsResponse is a part of the stream: chunks as the destination
+// logs them (a bucket's last chunk has last set), and buckets refused.
+type SendBucketsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunks        []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	Refused       []*BucketRefusal       `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SendBucketsResponse) Reset() {
+	*x = SendBucketsResponse{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SendBucketsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SendBucketsResponse) ProtoMessage() {}
+
+func (x *SendBucketsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SendBucketsResponse.ProtoReflect.Descriptor instead.
+func (*SendBucketsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *SendBucketsResponse) GetChunks() []*CopyChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *SendBucketsResponse) GetRefused() []*BucketRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
 var File_internal_replicaset_rspb_bucket_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
@@ -825,11 +1397,58 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\rapplied_index\x18\x02 \x01(\x04R\fappliedIndex\x1a_\n" +
 	"\fBucketsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x129\n" +
-	"\x05value\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BucketStateR\x05value:\x028\x012\xbf\x04\n" +
+	"\x05value\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BucketStateR\x05value:\x028\x01\"q\n" +
+	"\x11SetBucketsRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x127\n" +
+	"\x05steps\x18\x02 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"\xac\x02\n" +
+	"\x0fSetBucketResult\x12\x18\n" +
+	"\achanged\x18\x01 \x01(\bR\achanged\x12;\n" +
+	"\x06record\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BucketStateR\x06record\x12e\n" +
+	"\x10deleted_by_space\x18\x03 \x03(\v2;.shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntryR\x0edeletedBySpace\x12\x18\n" +
+	"\arefused\x18\x04 \x01(\tR\arefused\x1aA\n" +
+	"\x13DeletedBySpaceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"W\n" +
+	"\x12SetBucketsResponse\x12A\n" +
+	"\aresults\x18\x01 \x03(\v2'.shardkit.replicaset.v1.SetBucketResultR\aresults\"J\n" +
+	"\x10BucketGeneration\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x02 \x01(\x04R\n" +
+	"generation\"\x94\x01\n" +
+	"\x15ReceiveBucketsRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\tR\x04from\x12B\n" +
+	"\abuckets\x18\x03 \x03(\v2(.shardkit.replicaset.v1.BucketGenerationR\abuckets\"\x93\x02\n" +
+	"\x0eBucketReceived\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
+	"\x04sent\x18\x02 \x01(\x04R\x04sent\x12\x16\n" +
+	"\x06copied\x18\x03 \x01(\x04R\x06copied\x12a\n" +
+	"\x0fcopied_by_space\x18\x04 \x03(\v29.shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntryR\rcopiedBySpace\x12\x18\n" +
+	"\arefused\x18\x05 \x01(\tR\arefused\x1a@\n" +
+	"\x12CopiedBySpaceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
+	"\x16ReceiveBucketsResponse\x12@\n" +
+	"\aresults\x18\x01 \x03(\v2&.shardkit.replicaset.v1.BucketReceivedR\aresults\"\xa0\x01\n" +
+	"\x12SendBucketsRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12B\n" +
+	"\abuckets\x18\x02 \x03(\v2(.shardkit.replicaset.v1.BucketGenerationR\abuckets\x12!\n" +
+	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\"?\n" +
+	"\rBucketRefusal\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x91\x01\n" +
+	"\x13SendBucketsResponse\x129\n" +
+	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
+	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused2\xff\x06\n" +
 	"\rBucketService\x12`\n" +
 	"\tSetBucket\x12(.shardkit.replicaset.v1.SetBucketRequest\x1a).shardkit.replicaset.v1.SetBucketResponse\x12Z\n" +
 	"\aReceive\x12&.shardkit.replicaset.v1.ReceiveRequest\x1a'.shardkit.replicaset.v1.ReceiveResponse\x12S\n" +
-	"\x04Send\x12#.shardkit.replicaset.v1.SendRequest\x1a$.shardkit.replicaset.v1.SendResponse0\x01\x12W\n" +
+	"\x04Send\x12#.shardkit.replicaset.v1.SendRequest\x1a$.shardkit.replicaset.v1.SendResponse0\x01\x12c\n" +
+	"\n" +
+	"SetBuckets\x12).shardkit.replicaset.v1.SetBucketsRequest\x1a*.shardkit.replicaset.v1.SetBucketsResponse\x12o\n" +
+	"\x0eReceiveBuckets\x12-.shardkit.replicaset.v1.ReceiveBucketsRequest\x1a..shardkit.replicaset.v1.ReceiveBucketsResponse\x12h\n" +
+	"\vSendBuckets\x12*.shardkit.replicaset.v1.SendBucketsRequest\x1a+.shardkit.replicaset.v1.SendBucketsResponse0\x01\x12W\n" +
 	"\x06Lookup\x12%.shardkit.replicaset.v1.LookupRequest\x1a&.shardkit.replicaset.v1.LookupResponse\x12f\n" +
 	"\vLookupRange\x12*.shardkit.replicaset.v1.LookupRangeRequest\x1a+.shardkit.replicaset.v1.LookupRangeResponse\x12Z\n" +
 	"\aBuckets\x12&.shardkit.replicaset.v1.BucketsRequest\x1a'.shardkit.replicaset.v1.BucketsResponseB<Z:github.com/shardkit/shardkit/internal/replicaset/rspb;rspbb\x06proto3"
@@ -846,57 +1465,86 @@ func file_internal_replicaset_rspb_bucket_proto_rawDescGZIP() []byte {
 	return file_internal_replicaset_rspb_bucket_proto_rawDescData
 }
 
-var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_internal_replicaset_rspb_bucket_proto_goTypes = []any{
-	(*SetBucketRequest)(nil),    // 0: shardkit.replicaset.v1.SetBucketRequest
-	(*SetBucketResponse)(nil),   // 1: shardkit.replicaset.v1.SetBucketResponse
-	(*ReceiveRequest)(nil),      // 2: shardkit.replicaset.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),     // 3: shardkit.replicaset.v1.ReceiveResponse
-	(*SendRequest)(nil),         // 4: shardkit.replicaset.v1.SendRequest
-	(*SendResponse)(nil),        // 5: shardkit.replicaset.v1.SendResponse
-	(*LookupKey)(nil),           // 6: shardkit.replicaset.v1.LookupKey
-	(*LookupRequest)(nil),       // 7: shardkit.replicaset.v1.LookupRequest
-	(*LookupResponse)(nil),      // 8: shardkit.replicaset.v1.LookupResponse
-	(*LookupRangeRequest)(nil),  // 9: shardkit.replicaset.v1.LookupRangeRequest
-	(*LookupRangeResponse)(nil), // 10: shardkit.replicaset.v1.LookupRangeResponse
-	(*BucketsRequest)(nil),      // 11: shardkit.replicaset.v1.BucketsRequest
-	(*BucketsResponse)(nil),     // 12: shardkit.replicaset.v1.BucketsResponse
-	nil,                         // 13: shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
-	nil,                         // 14: shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
-	nil,                         // 15: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	(*SetBucket)(nil),           // 16: shardkit.replicaset.v1.SetBucket
-	(*BucketState)(nil),         // 17: shardkit.replicaset.v1.BucketState
-	(*CopiedTuple)(nil),         // 18: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),            // 19: shardkit.replicaset.v1.PrevFact
+	(*SetBucketRequest)(nil),       // 0: shardkit.replicaset.v1.SetBucketRequest
+	(*SetBucketResponse)(nil),      // 1: shardkit.replicaset.v1.SetBucketResponse
+	(*ReceiveRequest)(nil),         // 2: shardkit.replicaset.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),        // 3: shardkit.replicaset.v1.ReceiveResponse
+	(*SendRequest)(nil),            // 4: shardkit.replicaset.v1.SendRequest
+	(*SendResponse)(nil),           // 5: shardkit.replicaset.v1.SendResponse
+	(*LookupKey)(nil),              // 6: shardkit.replicaset.v1.LookupKey
+	(*LookupRequest)(nil),          // 7: shardkit.replicaset.v1.LookupRequest
+	(*LookupResponse)(nil),         // 8: shardkit.replicaset.v1.LookupResponse
+	(*LookupRangeRequest)(nil),     // 9: shardkit.replicaset.v1.LookupRangeRequest
+	(*LookupRangeResponse)(nil),    // 10: shardkit.replicaset.v1.LookupRangeResponse
+	(*BucketsRequest)(nil),         // 11: shardkit.replicaset.v1.BucketsRequest
+	(*BucketsResponse)(nil),        // 12: shardkit.replicaset.v1.BucketsResponse
+	(*SetBucketsRequest)(nil),      // 13: shardkit.replicaset.v1.SetBucketsRequest
+	(*SetBucketResult)(nil),        // 14: shardkit.replicaset.v1.SetBucketResult
+	(*SetBucketsResponse)(nil),     // 15: shardkit.replicaset.v1.SetBucketsResponse
+	(*BucketGeneration)(nil),       // 16: shardkit.replicaset.v1.BucketGeneration
+	(*ReceiveBucketsRequest)(nil),  // 17: shardkit.replicaset.v1.ReceiveBucketsRequest
+	(*BucketReceived)(nil),         // 18: shardkit.replicaset.v1.BucketReceived
+	(*ReceiveBucketsResponse)(nil), // 19: shardkit.replicaset.v1.ReceiveBucketsResponse
+	(*SendBucketsRequest)(nil),     // 20: shardkit.replicaset.v1.SendBucketsRequest
+	(*BucketRefusal)(nil),          // 21: shardkit.replicaset.v1.BucketRefusal
+	(*SendBucketsResponse)(nil),    // 22: shardkit.replicaset.v1.SendBucketsResponse
+	nil,                            // 23: shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
+	nil,                            // 24: shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
+	nil,                            // 25: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	nil,                            // 26: shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	nil,                            // 27: shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	(*SetBucket)(nil),              // 28: shardkit.replicaset.v1.SetBucket
+	(*BucketState)(nil),            // 29: shardkit.replicaset.v1.BucketState
+	(*CopiedTuple)(nil),            // 30: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),               // 31: shardkit.replicaset.v1.PrevFact
+	(*CopyChunk)(nil),              // 32: shardkit.replicaset.v1.CopyChunk
 }
 var file_internal_replicaset_rspb_bucket_proto_depIdxs = []int32{
-	16, // 0: shardkit.replicaset.v1.SetBucketRequest.step:type_name -> shardkit.replicaset.v1.SetBucket
-	17, // 1: shardkit.replicaset.v1.SetBucketResponse.record:type_name -> shardkit.replicaset.v1.BucketState
-	13, // 2: shardkit.replicaset.v1.SetBucketResponse.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
-	14, // 3: shardkit.replicaset.v1.ReceiveResponse.copied_by_space:type_name -> shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
-	18, // 4: shardkit.replicaset.v1.SendResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	28, // 0: shardkit.replicaset.v1.SetBucketRequest.step:type_name -> shardkit.replicaset.v1.SetBucket
+	29, // 1: shardkit.replicaset.v1.SetBucketResponse.record:type_name -> shardkit.replicaset.v1.BucketState
+	23, // 2: shardkit.replicaset.v1.SetBucketResponse.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
+	24, // 3: shardkit.replicaset.v1.ReceiveResponse.copied_by_space:type_name -> shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
+	30, // 4: shardkit.replicaset.v1.SendResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
 	6,  // 5: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
-	19, // 6: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
-	18, // 7: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	15, // 8: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	17, // 9: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
-	0,  // 10: shardkit.replicaset.v1.BucketService.SetBucket:input_type -> shardkit.replicaset.v1.SetBucketRequest
-	2,  // 11: shardkit.replicaset.v1.BucketService.Receive:input_type -> shardkit.replicaset.v1.ReceiveRequest
-	4,  // 12: shardkit.replicaset.v1.BucketService.Send:input_type -> shardkit.replicaset.v1.SendRequest
-	7,  // 13: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
-	9,  // 14: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
-	11, // 15: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
-	1,  // 16: shardkit.replicaset.v1.BucketService.SetBucket:output_type -> shardkit.replicaset.v1.SetBucketResponse
-	3,  // 17: shardkit.replicaset.v1.BucketService.Receive:output_type -> shardkit.replicaset.v1.ReceiveResponse
-	5,  // 18: shardkit.replicaset.v1.BucketService.Send:output_type -> shardkit.replicaset.v1.SendResponse
-	8,  // 19: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
-	10, // 20: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
-	12, // 21: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
-	16, // [16:22] is the sub-list for method output_type
-	10, // [10:16] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	31, // 6: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
+	30, // 7: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	25, // 8: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	28, // 9: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	29, // 10: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
+	26, // 11: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	14, // 12: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
+	16, // 13: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	27, // 14: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	18, // 15: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
+	16, // 16: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	32, // 17: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	21, // 18: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
+	29, // 19: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
+	0,  // 20: shardkit.replicaset.v1.BucketService.SetBucket:input_type -> shardkit.replicaset.v1.SetBucketRequest
+	2,  // 21: shardkit.replicaset.v1.BucketService.Receive:input_type -> shardkit.replicaset.v1.ReceiveRequest
+	4,  // 22: shardkit.replicaset.v1.BucketService.Send:input_type -> shardkit.replicaset.v1.SendRequest
+	13, // 23: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
+	17, // 24: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
+	20, // 25: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
+	7,  // 26: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
+	9,  // 27: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
+	11, // 28: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
+	1,  // 29: shardkit.replicaset.v1.BucketService.SetBucket:output_type -> shardkit.replicaset.v1.SetBucketResponse
+	3,  // 30: shardkit.replicaset.v1.BucketService.Receive:output_type -> shardkit.replicaset.v1.ReceiveResponse
+	5,  // 31: shardkit.replicaset.v1.BucketService.Send:output_type -> shardkit.replicaset.v1.SendResponse
+	15, // 32: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
+	19, // 33: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
+	22, // 34: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
+	8,  // 35: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
+	10, // 36: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
+	12, // 37: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
+	29, // [29:38] is the sub-list for method output_type
+	20, // [20:29] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_bucket_proto_init() }
@@ -911,7 +1559,7 @@ func file_internal_replicaset_rspb_bucket_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_bucket_proto_rawDesc), len(file_internal_replicaset_rspb_bucket_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BucketService_SetBucket_FullMethodName   = "/shardkit.replicaset.v1.BucketService/SetBucket"
-	BucketService_Receive_FullMethodName     = "/shardkit.replicaset.v1.BucketService/Receive"
-	BucketService_Send_FullMethodName        = "/shardkit.replicaset.v1.BucketService/Send"
-	BucketService_Lookup_FullMethodName      = "/shardkit.replicaset.v1.BucketService/Lookup"
-	BucketService_LookupRange_FullMethodName = "/shardkit.replicaset.v1.BucketService/LookupRange"
-	BucketService_Buckets_FullMethodName     = "/shardkit.replicaset.v1.BucketService/Buckets"
+	BucketService_SetBucket_FullMethodName      = "/shardkit.replicaset.v1.BucketService/SetBucket"
+	BucketService_Receive_FullMethodName        = "/shardkit.replicaset.v1.BucketService/Receive"
+	BucketService_Send_FullMethodName           = "/shardkit.replicaset.v1.BucketService/Send"
+	BucketService_SetBuckets_FullMethodName     = "/shardkit.replicaset.v1.BucketService/SetBuckets"
+	BucketService_ReceiveBuckets_FullMethodName = "/shardkit.replicaset.v1.BucketService/ReceiveBuckets"
+	BucketService_SendBuckets_FullMethodName    = "/shardkit.replicaset.v1.BucketService/SendBuckets"
+	BucketService_Lookup_FullMethodName         = "/shardkit.replicaset.v1.BucketService/Lookup"
+	BucketService_LookupRange_FullMethodName    = "/shardkit.replicaset.v1.BucketService/LookupRange"
+	BucketService_Buckets_FullMethodName        = "/shardkit.replicaset.v1.BucketService/Buckets"
 )
 
 // BucketServiceClient is the client API for BucketService service.
@@ -44,6 +47,16 @@ type BucketServiceClient interface {
 	Receive(ctx context.Context, in *ReceiveRequest, opts ...grpc.CallOption) (*ReceiveResponse, error)
 	// Send streams the tuples of a bucket being sent, on the source's leader.
 	Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendResponse], error)
+	// SetBuckets proposes steps of many moves in one entry; each step has its
+	// own result (one refused does not stop the others).
+	SetBuckets(ctx context.Context, in *SetBucketsRequest, opts ...grpc.CallOption) (*SetBucketsResponse, error)
+	// ReceiveBuckets copies many receiving buckets from one source, on the
+	// destination's leader, over one SendBuckets stream; it returns when
+	// every bucket is copied or refused.
+	ReceiveBuckets(ctx context.Context, in *ReceiveBucketsRequest, opts ...grpc.CallOption) (*ReceiveBucketsResponse, error)
+	// SendBuckets streams the tuples of many buckets being sent, one bucket
+	// after another, on the source's leader.
+	SendBuckets(ctx context.Context, in *SendBucketsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendBucketsResponse], error)
 	// Lookup reads keys of a bucket being sent (linearizably, on the
 	// source's leader), for the destination's prev semantics.
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
@@ -100,6 +113,45 @@ func (c *bucketServiceClient) Send(ctx context.Context, in *SendRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BucketService_SendClient = grpc.ServerStreamingClient[SendResponse]
 
+func (c *bucketServiceClient) SetBuckets(ctx context.Context, in *SetBucketsRequest, opts ...grpc.CallOption) (*SetBucketsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetBucketsResponse)
+	err := c.cc.Invoke(ctx, BucketService_SetBuckets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *bucketServiceClient) ReceiveBuckets(ctx context.Context, in *ReceiveBucketsRequest, opts ...grpc.CallOption) (*ReceiveBucketsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReceiveBucketsResponse)
+	err := c.cc.Invoke(ctx, BucketService_ReceiveBuckets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *bucketServiceClient) SendBuckets(ctx context.Context, in *SendBucketsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendBucketsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BucketService_ServiceDesc.Streams[1], BucketService_SendBuckets_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[SendBucketsRequest, SendBucketsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BucketService_SendBucketsClient = grpc.ServerStreamingClient[SendBucketsResponse]
+
 func (c *bucketServiceClient) Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LookupResponse)
@@ -147,6 +199,16 @@ type BucketServiceServer interface {
 	Receive(context.Context, *ReceiveRequest) (*ReceiveResponse, error)
 	// Send streams the tuples of a bucket being sent, on the source's leader.
 	Send(*SendRequest, grpc.ServerStreamingServer[SendResponse]) error
+	// SetBuckets proposes steps of many moves in one entry; each step has its
+	// own result (one refused does not stop the others).
+	SetBuckets(context.Context, *SetBucketsRequest) (*SetBucketsResponse, error)
+	// ReceiveBuckets copies many receiving buckets from one source, on the
+	// destination's leader, over one SendBuckets stream; it returns when
+	// every bucket is copied or refused.
+	ReceiveBuckets(context.Context, *ReceiveBucketsRequest) (*ReceiveBucketsResponse, error)
+	// SendBuckets streams the tuples of many buckets being sent, one bucket
+	// after another, on the source's leader.
+	SendBuckets(*SendBucketsRequest, grpc.ServerStreamingServer[SendBucketsResponse]) error
 	// Lookup reads keys of a bucket being sent (linearizably, on the
 	// source's leader), for the destination's prev semantics.
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
@@ -172,6 +234,15 @@ func (UnimplementedBucketServiceServer) Receive(context.Context, *ReceiveRequest
 }
 func (UnimplementedBucketServiceServer) Send(*SendRequest, grpc.ServerStreamingServer[SendResponse]) error {
 	return status.Error(codes.Unimplemented, "method Send not implemented")
+}
+func (UnimplementedBucketServiceServer) SetBuckets(context.Context, *SetBucketsRequest) (*SetBucketsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBuckets not implemented")
+}
+func (UnimplementedBucketServiceServer) ReceiveBuckets(context.Context, *ReceiveBucketsRequest) (*ReceiveBucketsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReceiveBuckets not implemented")
+}
+func (UnimplementedBucketServiceServer) SendBuckets(*SendBucketsRequest, grpc.ServerStreamingServer[SendBucketsResponse]) error {
+	return status.Error(codes.Unimplemented, "method SendBuckets not implemented")
 }
 func (UnimplementedBucketServiceServer) Lookup(context.Context, *LookupRequest) (*LookupResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Lookup not implemented")
@@ -250,6 +321,53 @@ func _BucketService_Send_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BucketService_SendServer = grpc.ServerStreamingServer[SendResponse]
 
+func _BucketService_SetBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBucketsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BucketServiceServer).SetBuckets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BucketService_SetBuckets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BucketServiceServer).SetBuckets(ctx, req.(*SetBucketsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BucketService_ReceiveBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReceiveBucketsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BucketServiceServer).ReceiveBuckets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BucketService_ReceiveBuckets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BucketServiceServer).ReceiveBuckets(ctx, req.(*ReceiveBucketsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BucketService_SendBuckets_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(SendBucketsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BucketServiceServer).SendBuckets(m, &grpc.GenericServerStream[SendBucketsRequest, SendBucketsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BucketService_SendBucketsServer = grpc.ServerStreamingServer[SendBucketsResponse]
+
 func _BucketService_Lookup_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LookupRequest)
 	if err := dec(in); err != nil {
@@ -320,6 +438,14 @@ var BucketService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _BucketService_Receive_Handler,
 		},
 		{
+			MethodName: "SetBuckets",
+			Handler:    _BucketService_SetBuckets_Handler,
+		},
+		{
+			MethodName: "ReceiveBuckets",
+			Handler:    _BucketService_ReceiveBuckets_Handler,
+		},
+		{
 			MethodName: "Lookup",
 			Handler:    _BucketService_Lookup_Handler,
 		},
@@ -336,6 +462,11 @@ var BucketService_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Send",
 			Handler:       _BucketService_Send_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "SendBuckets",
+			Handler:       _BucketService_SendBuckets_Handler,
 			ServerStreams: true,
 		},
 	},

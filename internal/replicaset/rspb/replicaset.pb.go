@@ -148,7 +148,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type BucketState_State int32
@@ -203,7 +203,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -219,6 +219,8 @@ type Command struct {
 	//	*Command_CreateBuckets
 	//	*Command_SetBucket
 	//	*Command_CopyChunk
+	//	*Command_SetBuckets
+	//	*Command_CopyChunks
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -313,6 +315,24 @@ func (x *Command) GetCopyChunk() *CopyChunk {
 	return nil
 }
 
+func (x *Command) GetSetBuckets() *SetBuckets {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetBuckets); ok {
+			return x.SetBuckets
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCopyChunks() *CopyChunks {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CopyChunks); ok {
+			return x.CopyChunks
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -337,6 +357,14 @@ type Command_CopyChunk struct {
 	CopyChunk *CopyChunk `protobuf:"bytes,14,opt,name=copy_chunk,json=copyChunk,proto3,oneof"`
 }
 
+type Command_SetBuckets struct {
+	SetBuckets *SetBuckets `protobuf:"bytes,15,opt,name=set_buckets,json=setBuckets,proto3,oneof"`
+}
+
+type Command_CopyChunks struct {
+	CopyChunks *CopyChunks `protobuf:"bytes,16,opt,name=copy_chunks,json=copyChunks,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_SetSchema) isCommand_Op() {}
@@ -346,6 +374,10 @@ func (*Command_CreateBuckets) isCommand_Op() {}
 func (*Command_SetBucket) isCommand_Op() {}
 
 func (*Command_CopyChunk) isCommand_Op() {}
+
+func (*Command_SetBuckets) isCommand_Op() {}
+
+func (*Command_CopyChunks) isCommand_Op() {}
 
 // SetBucket moves a bucket's record from one state to the next of a move
 // (DESIGN.md, "Bucket move"); apply refuses any other transition, so a
@@ -507,6 +539,99 @@ func (x *CopyChunk) GetLast() bool {
 	return false
 }
 
+// SetBuckets is the steps of many moves in one entry (the mover batches
+// them): each is applied as a SetBucket on its own, so one refused step
+// does not stop the others.
+type SetBuckets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Steps         []*SetBucket           `protobuf:"bytes,1,rep,name=steps,proto3" json:"steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetBuckets) Reset() {
+	*x = SetBuckets{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBuckets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBuckets) ProtoMessage() {}
+
+func (x *SetBuckets) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBuckets.ProtoReflect.Descriptor instead.
+func (*SetBuckets) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SetBuckets) GetSteps() []*SetBucket {
+	if x != nil {
+		return x.Steps
+	}
+	return nil
+}
+
+// CopyChunks is chunks of several receiving buckets in one entry, each
+// applied as a CopyChunk on its own.
+type CopyChunks struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunks        []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyChunks) Reset() {
+	*x = CopyChunks{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyChunks) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyChunks) ProtoMessage() {}
+
+func (x *CopyChunks) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyChunks.ProtoReflect.Descriptor instead.
+func (*CopyChunks) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CopyChunks) GetChunks() []*CopyChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
 type CopiedTuple struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	SpaceId uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
@@ -520,7 +645,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -532,7 +657,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -545,7 +670,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -590,7 +715,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +727,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +740,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -651,7 +776,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -663,7 +788,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -676,7 +801,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Field) GetName() string {
@@ -715,7 +840,7 @@ type Space struct {
 
 func (x *Space) Reset() {
 	*x = Space{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -727,7 +852,7 @@ func (x *Space) String() string {
 func (*Space) ProtoMessage() {}
 
 func (x *Space) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -740,7 +865,7 @@ func (x *Space) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Space.ProtoReflect.Descriptor instead.
 func (*Space) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Space) GetId() uint32 {
@@ -790,7 +915,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +927,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +940,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -845,7 +970,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -857,7 +982,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -870,7 +995,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -916,7 +1041,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1053,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1066,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1008,7 +1133,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1145,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1158,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1075,7 +1200,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1087,7 +1212,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1100,7 +1225,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1137,7 +1262,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1274,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1287,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1206,7 +1331,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1343,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1356,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1272,7 +1397,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1409,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1422,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1332,7 +1457,7 @@ var File_internal_replicaset_rspb_replicaset_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\n" +
-	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\"\x82\x03\n" +
+	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\"\x90\x04\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x125\n" +
 	"\x05batch\x18\n" +
@@ -1343,7 +1468,11 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\n" +
 	"set_bucket\x18\r \x01(\v2!.shardkit.replicaset.v1.SetBucketH\x00R\tsetBucket\x12B\n" +
 	"\n" +
-	"copy_chunk\x18\x0e \x01(\v2!.shardkit.replicaset.v1.CopyChunkH\x00R\tcopyChunkB\x04\n" +
+	"copy_chunk\x18\x0e \x01(\v2!.shardkit.replicaset.v1.CopyChunkH\x00R\tcopyChunk\x12E\n" +
+	"\vset_buckets\x18\x0f \x01(\v2\".shardkit.replicaset.v1.SetBucketsH\x00R\n" +
+	"setBuckets\x12E\n" +
+	"\vcopy_chunks\x18\x10 \x01(\v2\".shardkit.replicaset.v1.CopyChunksH\x00R\n" +
+	"copyChunksB\x04\n" +
 	"\x02op\"\xd7\x01\n" +
 	"\tSetBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12?\n" +
@@ -1359,7 +1488,13 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12;\n" +
 	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
-	"\x04last\x18\x04 \x01(\bR\x04last\"j\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\"E\n" +
+	"\n" +
+	"SetBuckets\x127\n" +
+	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"G\n" +
+	"\n" +
+	"CopyChunks\x129\n" +
+	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\"j\n" +
 	"\vCopiedTuple\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
@@ -1462,7 +1597,7 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
 	(Refusal_Code)(0),      // 1: shardkit.replicaset.v1.Refusal.Code
@@ -1470,42 +1605,48 @@ var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(*Command)(nil),        // 3: shardkit.replicaset.v1.Command
 	(*SetBucket)(nil),      // 4: shardkit.replicaset.v1.SetBucket
 	(*CopyChunk)(nil),      // 5: shardkit.replicaset.v1.CopyChunk
-	(*CopiedTuple)(nil),    // 6: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 7: shardkit.replicaset.v1.PrevFact
-	(*Field)(nil),          // 8: shardkit.replicaset.v1.Field
-	(*Space)(nil),          // 9: shardkit.replicaset.v1.Space
-	(*SetSchema)(nil),      // 10: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 11: shardkit.replicaset.v1.CreateBuckets
-	(*Op)(nil),             // 12: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 13: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 14: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 15: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 16: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 17: shardkit.replicaset.v1.BucketState
+	(*SetBuckets)(nil),     // 6: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),     // 7: shardkit.replicaset.v1.CopyChunks
+	(*CopiedTuple)(nil),    // 8: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 9: shardkit.replicaset.v1.PrevFact
+	(*Field)(nil),          // 10: shardkit.replicaset.v1.Field
+	(*Space)(nil),          // 11: shardkit.replicaset.v1.Space
+	(*SetSchema)(nil),      // 12: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 13: shardkit.replicaset.v1.CreateBuckets
+	(*Op)(nil),             // 14: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 15: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 16: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 17: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 18: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 19: shardkit.replicaset.v1.BucketState
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	13, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	10, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	11, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	15, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	12, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	13, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
 	4,  // 3: shardkit.replicaset.v1.Command.set_bucket:type_name -> shardkit.replicaset.v1.SetBucket
 	5,  // 4: shardkit.replicaset.v1.Command.copy_chunk:type_name -> shardkit.replicaset.v1.CopyChunk
-	2,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	2,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	6,  // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	8,  // 8: shardkit.replicaset.v1.Space.format:type_name -> shardkit.replicaset.v1.Field
-	9,  // 9: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.replicaset.v1.Space
-	0,  // 10: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	7,  // 11: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	12, // 12: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	1,  // 13: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	14, // 14: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	15, // 15: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	2,  // 16: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	17, // [17:17] is the sub-list for method output_type
-	17, // [17:17] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	6,  // 5: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	7,  // 6: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	2,  // 7: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	2,  // 8: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
+	8,  // 9: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	4,  // 10: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	5,  // 11: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	10, // 12: shardkit.replicaset.v1.Space.format:type_name -> shardkit.replicaset.v1.Field
+	11, // 13: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.replicaset.v1.Space
+	0,  // 14: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	9,  // 15: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	14, // 16: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	1,  // 17: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	16, // 18: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	17, // 19: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	2,  // 20: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	21, // [21:21] is the sub-list for method output_type
+	21, // [21:21] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1519,15 +1660,17 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_CreateBuckets)(nil),
 		(*Command_SetBucket)(nil),
 		(*Command_CopyChunk)(nil),
+		(*Command_SetBuckets)(nil),
+		(*Command_CopyChunks)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[9].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   15,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -1,0 +1,317 @@
+package replicaset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// The batched forms of the move steps: the mover moves many buckets
+// between the same two replicasets at once, and every step of theirs is
+// one log entry (SetBuckets, CopyChunks) and one RPC for all of them. Each
+// bucket's step is applied and answered on its own, exactly as the
+// single-bucket step would be: a refused bucket does not stop the others.
+
+// MaxBatchBuckets bounds the buckets of one SetBuckets, ReceiveBuckets or
+// SendBuckets call.
+const MaxBatchBuckets = 4096
+
+func checkBatch(n int) error {
+	if n == 0 {
+		return status.Error(codes.InvalidArgument, "no buckets named")
+	}
+	if n > MaxBatchBuckets {
+		return status.Errorf(codes.InvalidArgument, "%d buckets in one call; at most %d", n, MaxBatchBuckets)
+	}
+	return nil
+}
+
+// SetBuckets implements BucketService.
+func (b *BucketService) SetBuckets(ctx context.Context, req *rspb.SetBucketsRequest) (*rspb.SetBucketsResponse, error) {
+	if err := checkBatch(len(req.GetSteps())); err != nil {
+		return nil, err
+	}
+	s, err := b.leader(req.GetReplicasetId(), req.GetSteps()[0].GetBucket())
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: req.GetSteps()}}})
+	if err != nil {
+		return nil, err
+	}
+	outs, ok := v.([]*SetBucketOutcome)
+	if !ok || len(outs) != len(req.GetSteps()) {
+		return nil, status.Errorf(codes.Internal, "replicaset: unexpected result %T of a batch of bucket steps", v)
+	}
+	resp := &rspb.SetBucketsResponse{Results: make([]*rspb.SetBucketResult, len(outs))}
+	for i, o := range outs {
+		r := &rspb.SetBucketResult{}
+		switch {
+		case o == nil:
+			r.Refused = "not applied"
+		case o.Refused != nil:
+			r.Refused, r.Record = o.Refused.Error(), o.Record
+		default:
+			r.Changed, r.Record, r.DeletedBySpace = o.Changed, o.Record, o.Deleted
+			if o.Changed {
+				s.log.Debug("bucket state", "bucket", req.GetSteps()[i].GetBucket(), "record", describeRecord(o.Record))
+			}
+		}
+		resp.Results[i] = r
+	}
+	return resp, nil
+}
+
+// ReceiveBuckets implements BucketService: the destination's leader pulls
+// the buckets from the source's leader over one stream, and logs the
+// chunks of several buckets per entry.
+func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBucketsRequest) (*rspb.ReceiveBucketsResponse, error) {
+	if err := checkBatch(len(req.GetBuckets())); err != nil {
+		return nil, err
+	}
+	s, err := b.leader(req.GetReplicasetId(), req.GetBuckets()[0].GetBucket())
+	if err != nil {
+		return nil, err
+	}
+	n := len(req.GetBuckets())
+	if _, limit := s.quotas(); !s.receiving.take(n, limit) {
+		return nil, status.Errorf(codes.ResourceExhausted, "replicaset %s cannot receive %d more buckets now: its quota is %d at once; retry", s.cfg.ReplicasetID, n, limit)
+	}
+	defer s.receiving.give(n)
+
+	resp := &rspb.ReceiveBucketsResponse{Results: make([]*rspb.BucketReceived, n)}
+	index := map[uint32]int{} // bucket -> its result, for the buckets to copy
+	var want []*rspb.BucketGeneration
+	for i, bg := range req.GetBuckets() {
+		r := &rspb.BucketReceived{Bucket: bg.GetBucket(), CopiedBySpace: map[uint32]uint64{}}
+		resp.Results[i] = r
+		st, err := s.sm.BucketStateOf(s.cfg.DB, bg.GetBucket())
+		if err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+		switch {
+		case st.GetState() == rspb.BucketState_STATE_ACTIVE && st.GetGeneration() == bg.GetGeneration():
+			// Copied and activated at this generation: a repeated step.
+		case st.GetState() != rspb.BucketState_STATE_RECEIVING || st.GetGeneration() != bg.GetGeneration():
+			r.Refused = fmt.Sprintf("bucket %d is %s on %s, not receiving at generation %d", bg.GetBucket(), describeRecord(st), s.cfg.ReplicasetID, bg.GetGeneration())
+		case st.GetCopied():
+			// Copied already (a repeated step).
+		default:
+			if _, dup := index[bg.GetBucket()]; dup {
+				return nil, status.Errorf(codes.InvalidArgument, "bucket %d is named twice", bg.GetBucket())
+			}
+			index[bg.GetBucket()] = i
+			want = append(want, bg)
+		}
+	}
+	if len(want) == 0 {
+		return resp, nil
+	}
+	// The destination must know every space the source may send.
+	if _, err := s.ensureSchema(ctx, 0); err != nil {
+		v, _ := s.cfg.Zero.Schema()
+		if _, err := s.ensureSchema(ctx, v); err != nil {
+			return nil, err
+		}
+	}
+	done := map[uint32]bool{} // completed or refused: not asked again on a retry
+	var pending []*rspb.CopyChunk
+	pendingSize := 0
+	flush := func(ctx context.Context) error {
+		if len(pending) == 0 {
+			return nil
+		}
+		chunks := pending
+		pending, pendingSize = nil, 0
+		v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})
+		if err != nil {
+			return err
+		}
+		outs, ok := v.([]*CopyOutcome)
+		if !ok || len(outs) != len(chunks) {
+			return status.Errorf(codes.Internal, "replicaset: unexpected result %T of a copy", v)
+		}
+		for j, o := range outs {
+			c := chunks[j]
+			r := resp.Results[index[c.GetBucket()]]
+			switch {
+			case o == nil:
+				return status.Error(codes.Internal, "replicaset: a copy chunk was not applied")
+			case o.Refused != nil:
+				r.Refused = o.Refused.Error()
+				done[c.GetBucket()] = true
+				continue
+			}
+			r.Sent += uint64(len(c.GetTuples()))
+			r.Copied += uint64(o.Copied)
+			for sp, k := range o.BySpace {
+				r.CopiedBySpace[sp] += k
+			}
+			if c.GetLast() {
+				done[c.GetBucket()] = true
+			}
+		}
+		return nil
+	}
+	err = s.onLeaderOf(ctx, req.GetFrom(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+		var ask []*rspb.BucketGeneration
+		for _, bg := range want {
+			if !done[bg.GetBucket()] {
+				ask = append(ask, bg)
+			}
+		}
+		if len(ask) == 0 {
+			return nil
+		}
+		stream, err := c.SendBuckets(ctx, &rspb.SendBucketsRequest{ReplicasetId: req.GetFrom(), Buckets: ask})
+		if err != nil {
+			return err
+		}
+		for {
+			got, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				return flush(ctx)
+			}
+			if err != nil {
+				// What was received and logged stays (a repeated copy
+				// inserts nothing twice); the rest is asked again.
+				if ferr := flush(ctx); ferr != nil {
+					return ferr
+				}
+				return err
+			}
+			for _, rf := range got.GetRefused() {
+				if i, ok := index[rf.GetBucket()]; ok {
+					resp.Results[i].Refused = rf.GetReason()
+					done[rf.GetBucket()] = true
+				}
+			}
+			for _, ch := range got.GetChunks() {
+				if _, ok := index[ch.GetBucket()]; !ok || done[ch.GetBucket()] {
+					continue // not asked for (a confused source): ignored
+				}
+				pending = append(pending, ch)
+				for _, t := range ch.GetTuples() {
+					pendingSize += len(t.GetKey()) + len(t.GetTuple())
+				}
+				if pendingSize >= MaxChunkBytes || tupleCount(pending) >= CopyChunkTuples {
+					if err := flush(ctx); err != nil {
+						return err
+					}
+				}
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, bg := range want {
+		if r := resp.Results[index[bg.GetBucket()]]; !done[bg.GetBucket()] && r.GetRefused() == "" {
+			r.Refused = "the source did not send it whole"
+		}
+	}
+	return resp, nil
+}
+
+func tupleCount(chunks []*rspb.CopyChunk) int {
+	n := 0
+	for _, c := range chunks {
+		n += len(c.GetTuples())
+	}
+	return n
+}
+
+// SendBuckets implements BucketService: each bucket's tuples, every space,
+// from one consistent view, a bucket at a time; a bucket not being sent at
+// the asked generation is refused on its own.
+func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.ServerStreamingServer[rspb.SendBucketsResponse]) error {
+	if err := checkBatch(len(req.GetBuckets())); err != nil {
+		return err
+	}
+	s, err := b.leader(req.GetReplicasetId(), req.GetBuckets()[0].GetBucket())
+	if err != nil {
+		return err
+	}
+	n := len(req.GetBuckets())
+	if limit, _ := s.quotas(); !s.sending.take(n, limit) {
+		return status.Errorf(codes.ResourceExhausted, "replicaset %s cannot send %d more buckets now: its quota is %d at once; retry", s.cfg.ReplicasetID, n, limit)
+	}
+	defer s.sending.give(n)
+	limit := int(req.GetChunkTuples())
+	if limit <= 0 || limit > CopyChunkTuples {
+		limit = CopyChunkTuples
+	}
+	snap := s.cfg.DB.NewSnapshot()
+	defer snap.Close()
+	out := &rspb.SendBucketsResponse{}
+	count, size := 0, 0
+	send := func() error {
+		if len(out.GetChunks()) == 0 && len(out.GetRefused()) == 0 {
+			return nil
+		}
+		err := stream.Send(out)
+		out, count, size = &rspb.SendBucketsResponse{}, 0, 0
+		return err
+	}
+	for _, bg := range req.GetBuckets() {
+		bucket := bg.GetBucket()
+		st, err := s.sm.BucketStateOf(snap, bucket)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if st.GetState() != rspb.BucketState_STATE_SENDING || st.GetGeneration() != bg.GetGeneration() {
+			out.Refused = append(out.Refused, &rspb.BucketRefusal{Bucket: bucket,
+				Reason: fmt.Sprintf("bucket %d is %s on %s, not sending at generation %d", bucket, describeRecord(st), s.cfg.ReplicasetID, bg.GetGeneration())})
+			continue
+		}
+		chunk := &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
+		out.Chunks = append(out.Chunks, chunk)
+		prefix := s.sm.k.bucketTuples(bucket)
+		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			if len(k) < len(prefix)+4 {
+				continue
+			}
+			v, err := it.ValueAndErr()
+			if err != nil {
+				_ = it.Close()
+				return status.Error(codes.Internal, err.Error())
+			}
+			ver, t, err := decodeStored(v)
+			if err != nil {
+				_ = it.Close()
+				return status.Error(codes.Internal, err.Error())
+			}
+			space := uint32(k[len(prefix)])<<24 | uint32(k[len(prefix)+1])<<16 | uint32(k[len(prefix)+2])<<8 | uint32(k[len(prefix)+3])
+			chunk.Tuples = append(chunk.Tuples, &rspb.CopiedTuple{SpaceId: space, Key: append([]byte(nil), k[len(prefix)+4:]...), Version: ver, Tuple: append([]byte(nil), t...)})
+			count++
+			size += len(k) + len(v)
+			if count >= limit || size >= MaxChunkBytes {
+				if err := send(); err != nil {
+					_ = it.Close()
+					return err
+				}
+				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
+				out.Chunks = append(out.Chunks, chunk)
+			}
+		}
+		if err := it.Close(); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		chunk.Last = true // this bucket is whole
+	}
+	return send()
+}
