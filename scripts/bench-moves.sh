@@ -4,8 +4,8 @@
 # figures and how to read them are in docs/benchmarks.md ("Bucket moves
 # under load").
 #
-#   bash scripts/bench-moves.sh                          # defaults, ~10 minutes
-#   ROWS=600000 MAX_SENDING=16 MAX_RECEIVING=16 bash scripts/bench-moves.sh
+#   bash scripts/bench-moves.sh                          # defaults, ~5 minutes
+#   ROWS=600000 MAX_SENDING=300 MAX_RECEIVING=300 bash scripts/bench-moves.sh
 #
 # What it does:
 #   1. builds shardkit (unless SHARDKIT_BIN) into a temporary directory and
@@ -52,7 +52,7 @@
 #   LEAD_IN     seconds of load before instances 4-6 start [5]
 #   MAX_SENDING, MAX_RECEIVING  when set, `shardkit rebalance config
 #               --max-sending/--max-receiving` before the scale out (the
-#               defaults are 4 and 8, mover.DefaultMaxSending/Receiving)
+#               defaults are 100 and 100, mover.DefaultMaxSending/Receiving)
 #   MOVE_TIMEOUT  seconds from the scale out until balanced, else it fails [1200]
 #   LOG_LEVEL   the instances' --log-level [debug]; the per-bucket figures need debug
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-moves-<UTC time>.jsonl]

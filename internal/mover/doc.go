@@ -9,9 +9,13 @@
 // destination (PREPARE -> COPY: routers follow), the destination copies
 // the source's tuples and becomes ACTIVE, group 0 marks the cleanup, the
 // source deletes the bucket's data (GARBAGE), group 0 forgets the move.
-// The driver remembers nothing: a new group-0 leader reads the moves in
-// progress from group 0 and resumes each from its recorded phase, every
-// step being idempotent (a repeated step is a no-op at apply). Writes to a
+// The driver steps moves in batches (driver.go): the moves of one route
+// in the same phase take each step together, one log entry and one RPC
+// for all of them, each bucket's step still checked and answered on its
+// own, so a batch costs about what one move costs. The driver remembers
+// nothing: a new group-0 leader reads the moves in progress from group 0
+// and resumes each from its recorded phase, every step being idempotent
+// (a repeated step is a no-op at apply). Writes to a
 // bucket are refused only between SENDING and the switch, bounded by
 // Config.SwitchTimeout: past it the move is aborted (PREPARE -> ABORTING),
 // which group 0 allows only before the switch.

@@ -23,12 +23,20 @@ import (
 // Defaults of the rebalancer's settings (group 0's Rebalancer record).
 const (
 	DefaultThresholdPercent = 1.0
-	DefaultMaxSending       = 4
-	DefaultMaxReceiving     = 8
+	// DefaultMaxSending and DefaultMaxReceiving are the buckets a
+	// replicaset sends and receives at once (vshard's max_receiving
+	// default is 100 too); moves run in batches (driver.go), so these
+	// bound how much of the data is in flight, not how many steps run.
+	DefaultMaxSending   = 100
+	DefaultMaxReceiving = 100
 	// DefaultSwitchTimeout bounds how long a bucket refuses writes (from
 	// its source freezing it to the switch), like vshard's
 	// bucket_send_timeout.
 	DefaultSwitchTimeout = 2 * time.Second
+	// BatchSize is how many moves of one route the rebalancer starts in a
+	// round at most: a large rebalance runs as several batches in flight
+	// (one copying while the next prepares), each driven together.
+	BatchSize = 50
 )
 
 // Zero is what the mover needs of group 0 (the server adapts the cluster
@@ -243,7 +251,7 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	var steps []*metapb.Command
 	var routes []sharding.Route
 	for _, r := range p.Routes {
-		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To])
+		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To], BatchSize)
 		for b := uint32(1); room > 0 && int(b) <= len(st.Buckets); b++ {
 			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
 				continue

@@ -161,6 +161,9 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	case rspb.BucketState_STATE_ACTIVE:
 	case rspb.BucketState_STATE_RECEIVING:
 		receiving = true
+		if cc := sm.copies[bucket]; cc != nil {
+			cc.written = true // the copy looks up every key from now on
+		}
 	case rspb.BucketState_STATE_SENDING:
 		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_BUCKET_MOVING, 0, "bucket %d is being sent to %s; writes go there", bucket, st.GetPeer())}
 	default:

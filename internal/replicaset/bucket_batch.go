@@ -1,10 +1,12 @@
 package replicaset
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
@@ -24,6 +26,10 @@ import (
 // MaxBatchBuckets bounds the buckets of one SetBuckets, ReceiveBuckets or
 // SendBuckets call.
 const MaxBatchBuckets = 4096
+
+// CopyPipeline is how many entries of copied chunks a ReceiveBuckets has
+// proposed and not yet applied at most, while its stream goes on.
+const CopyPipeline = 4
 
 func checkBatch(n int) error {
 	if n == 0 {
@@ -123,15 +129,15 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			return nil, err
 		}
 	}
-	done := map[uint32]bool{} // completed or refused: not asked again on a retry
-	var pending []*rspb.CopyChunk
-	pendingSize := 0
-	flush := func(ctx context.Context) error {
-		if len(pending) == 0 {
-			return nil
-		}
-		chunks := pending
-		pending, pendingSize = nil, 0
+	var (
+		mu sync.Mutex
+		// finished: copied whole (its last chunk applied) or refused; not
+		// asked for again when the stream is retried.
+		finished = map[uint32]bool{}
+		failed   error // the first failed chunk entry
+	)
+	// apply logs chunks as one entry and records their outcomes.
+	apply := func(ctx context.Context, chunks []*rspb.CopyChunk) error {
 		v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})
 		if err != nil {
 			return err
@@ -140,6 +146,8 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if !ok || len(outs) != len(chunks) {
 			return status.Errorf(codes.Internal, "replicaset: unexpected result %T of a copy", v)
 		}
+		mu.Lock()
+		defer mu.Unlock()
 		for j, o := range outs {
 			c := chunks[j]
 			r := resp.Results[index[c.GetBucket()]]
@@ -148,7 +156,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				return status.Error(codes.Internal, "replicaset: a copy chunk was not applied")
 			case o.Refused != nil:
 				r.Refused = o.Refused.Error()
-				done[c.GetBucket()] = true
+				finished[c.GetBucket()] = true
 				continue
 			}
 			r.Sent += uint64(len(c.GetTuples()))
@@ -157,7 +165,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				r.CopiedBySpace[sp] += k
 			}
 			if c.GetLast() {
-				done[c.GetBucket()] = true
+				finished[c.GetBucket()] = true
 			}
 		}
 		return nil
@@ -165,7 +173,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	err = s.onLeaderOf(ctx, req.GetFrom(), func(ctx context.Context, c rspb.BucketServiceClient) error {
 		var ask []*rspb.BucketGeneration
 		for _, bg := range want {
-			if !done[bg.GetBucket()] {
+			if !finished[bg.GetBucket()] {
 				ask = append(ask, bg)
 			}
 		}
@@ -176,46 +184,92 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if err != nil {
 			return err
 		}
+		// The chunks' entries are proposed while the stream goes on, up to
+		// CopyPipeline at once. A bucket is marked copied (its last chunk)
+		// only in one entry after all of its chunks' entries are applied,
+		// so "copied" always means every tuple is here.
+		var wg sync.WaitGroup
+		slots := make(chan struct{}, CopyPipeline)
+		var pending []*rspb.CopyChunk
+		pendingSize := 0
+		var whole []*rspb.CopyChunk // the last chunks, without tuples
+		flush := func() {
+			if len(pending) == 0 {
+				return
+			}
+			chunks := pending
+			pending, pendingSize = nil, 0
+			slots <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-slots }()
+				if err := apply(ctx, chunks); err != nil {
+					mu.Lock()
+					failed = cmp.Or(failed, err)
+					mu.Unlock()
+				}
+			})
+		}
+		settle := func() error {
+			wg.Wait()
+			mu.Lock()
+			defer mu.Unlock()
+			err := failed
+			failed = nil
+			return err
+		}
 		for {
 			got, err := stream.Recv()
 			if errors.Is(err, io.EOF) {
-				return flush(ctx)
+				break
 			}
 			if err != nil {
 				// What was received and logged stays (a repeated copy
 				// inserts nothing twice); the rest is asked again.
-				if ferr := flush(ctx); ferr != nil {
-					return ferr
-				}
-				return err
+				flush()
+				return cmp.Or(settle(), err)
 			}
+			mu.Lock()
 			for _, rf := range got.GetRefused() {
 				if i, ok := index[rf.GetBucket()]; ok {
 					resp.Results[i].Refused = rf.GetReason()
-					done[rf.GetBucket()] = true
+					finished[rf.GetBucket()] = true
 				}
 			}
+			mu.Unlock()
 			for _, ch := range got.GetChunks() {
-				if _, ok := index[ch.GetBucket()]; !ok || done[ch.GetBucket()] {
+				if _, ok := index[ch.GetBucket()]; !ok {
 					continue // not asked for (a confused source): ignored
+				}
+				if ch.GetLast() {
+					whole = append(whole, &rspb.CopyChunk{Bucket: ch.GetBucket(), Generation: ch.GetGeneration(), Last: true})
+					ch.Last = false
+				}
+				if len(ch.GetTuples()) == 0 {
+					continue
 				}
 				pending = append(pending, ch)
 				for _, t := range ch.GetTuples() {
 					pendingSize += len(t.GetKey()) + len(t.GetTuple())
 				}
 				if pendingSize >= MaxChunkBytes || tupleCount(pending) >= CopyChunkTuples {
-					if err := flush(ctx); err != nil {
-						return err
-					}
+					flush()
 				}
 			}
 		}
+		flush()
+		if err := settle(); err != nil {
+			return err
+		}
+		if len(whole) == 0 {
+			return nil
+		}
+		return apply(ctx, whole)
 	})
 	if err != nil {
 		return nil, err
 	}
 	for _, bg := range want {
-		if r := resp.Results[index[bg.GetBucket()]]; !done[bg.GetBucket()] && r.GetRefused() == "" {
+		if r := resp.Results[index[bg.GetBucket()]]; !finished[bg.GetBucket()] && r.GetRefused() == "" {
 			r.Refused = "the source did not send it whole"
 		}
 	}

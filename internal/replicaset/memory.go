@@ -164,6 +164,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	sm.buckets, sm.counts = buckets, counts
 	sm.changedBuckets = map[uint32]struct{}{}
 	sm.changedCounts = map[uint64]struct{}{}
+	sm.copies = map[uint32]*copyCursor{} // unknown after a load: every copied key is looked up
 	sm.notifyOnCommit = false
 	sm.pubMu.Lock()
 	sm.pub = maps.Clone(buckets)

@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"bytes"
 	"fmt"
 
 	"google.golang.org/protobuf/proto"
@@ -106,7 +107,39 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 	if a.err != nil {
 		return nil
 	}
+	if want.GetState() == rspb.BucketState_STATE_RECEIVING {
+		a.sm.copies[b] = &copyCursor{}
+	} else {
+		delete(a.sm.copies, b)
+	}
 	return &SetBucketOutcome{Changed: true, Record: want, Deleted: deleted}
+}
+
+// copyCursor is what a member knows of a receiving bucket's keys since it
+// applied the bucket's RECEIVING step itself: whether any write touched
+// the bucket (a tuple or a tombstone), and the largest key a copy
+// inserted. While nothing but the copy wrote, a key above that largest one
+// can have neither a tuple nor a tombstone here, so the copy inserts it
+// without looking it up (the source streams its keys in order, so that is
+// nearly every key). A member that loaded its state from disk has no
+// cursor and looks up every key; the entries' effects are the same on
+// every member either way.
+type copyCursor struct {
+	written bool
+	high    []byte // the largest space id + key encoding copied
+}
+
+// absent reports whether the copy may insert the key (space id + key
+// encoding) without looking it up, and remembers it as copied.
+func (cc *copyCursor) absent(k []byte) bool {
+	if cc == nil {
+		return false
+	}
+	above := !cc.written && bytes.Compare(k, cc.high) > 0
+	if bytes.Compare(k, cc.high) > 0 {
+		cc.high = append(cc.high[:0], k...)
+	}
+	return above
 }
 
 func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
@@ -118,12 +151,14 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	copied := 0
 	counts := map[uint32]int64{}
 	bySpace := map[uint32]uint64{}
+	cc := a.sm.copies[b]
+	prefix := len(a.sm.k.bucketTuples(b))
 	for _, t := range c.GetTuples() {
 		if a.sm.Schema().ByID(t.GetSpaceId()) == nil {
 			continue // the space was dropped meanwhile
 		}
 		tk := a.sm.k.tuple(b, t.GetSpaceId(), t.GetKey())
-		if a.get(tk) != nil || a.get(a.sm.k.tombstone(b, t.GetSpaceId(), t.GetKey())) != nil {
+		if !cc.absent(tk[prefix:]) && (a.get(tk) != nil || a.get(a.sm.k.tombstone(b, t.GetSpaceId(), t.GetKey())) != nil) {
 			continue
 		}
 		a.set(tk, encodeStored(t.GetVersion(), t.GetTuple()))

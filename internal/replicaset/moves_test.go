@@ -226,3 +226,54 @@ func TestBatchedStepsApplyEachBucketOnItsOwn(t *testing.T) {
 		t.Fatalf("GARBAGE: %+v", outs[0])
 	}
 }
+
+// The copy inserts a key above the largest it copied without looking it
+// up only while nothing else wrote the bucket: a chunk copied again (the
+// stream retried), a chunk applied out of order, a write during the copy
+// or a member that reloaded its state all still find what is there, so
+// nothing is counted twice and no delete is undone.
+func TestTheCopySkipsLookupsOnlyWhenNothingCanBeThere(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	const b = 9
+	for _, id := range []string{"a", "b", "c", "d", "e"} {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
+	}
+	all := src.chunk(b) // a..e in key order
+	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
+	if dst.sm.copies[b] == nil {
+		t.Fatal("no copy cursor after RECEIVING")
+	}
+	if o := dst.copyChunk(b, 2, all[2:4]...); o.Copied != 2 { // c, d
+		t.Fatalf("first chunk: copied %d", o.Copied)
+	}
+	if o := dst.copyChunk(b, 2, all[:3]...); o.Copied != 2 { // a, b new; c there (below the cursor: looked up)
+		t.Fatalf("an earlier chunk after a later one: copied %d, want 2", o.Copied)
+	}
+	if o := dst.copyChunk(b, 2, all[2:4]...); o.Copied != 0 { // repeated
+		t.Fatalf("a repeated chunk: copied %d, want 0", o.Copied)
+	}
+	// A delete of e (not copied yet) during the copy: the copy must not bring it back.
+	ke := key(t, tuple.Uint(1), tuple.String("e"))
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: ke, Prev: prevOf(src, b, ke)}}})
+	if !dst.sm.copies[b].written {
+		t.Fatal("a write during the copy did not mark the cursor")
+	}
+	if o := dst.copyChunk(b, 2, all[4]); o.Copied != 0 {
+		t.Fatalf("the copy resurrected a deleted tuple: copied %d", o.Copied)
+	}
+	if n := dst.sm.counts[b][1]; n != 4 {
+		t.Fatalf("bucket %d counts %d tuples, want 4 (a, b, c, d)", b, n)
+	}
+	// A member that loads its state from disk knows no cursor.
+	if err := dst.sm.load(dst.db); err != nil {
+		t.Fatal(err)
+	}
+	if dst.sm.copies[b] != nil {
+		t.Fatal("a copy cursor survived a load")
+	}
+	if o := dst.copyChunk(b, 2, all...); o.Copied != 0 {
+		t.Fatalf("after a load: copied %d, want 0", o.Copied)
+	}
+}

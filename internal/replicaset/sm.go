@@ -48,9 +48,10 @@ type SM struct {
 	buckets        map[uint32]*rspb.BucketState
 	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
 	reqs           requestWindow
-	reqDropped     int64               // request ids written before this (ms) are deleted
-	changedBuckets map[uint32]struct{} // records changed since the last commit
-	changedCounts  map[uint64]struct{} // counts changed in this Apply call (countKey)
+	reqDropped     int64                  // request ids written before this (ms) are deleted
+	changedBuckets map[uint32]struct{}    // records changed since the last commit
+	changedCounts  map[uint64]struct{}    // counts changed in this Apply call (countKey)
+	copies         map[uint32]*copyCursor // receiving buckets this member saw start receiving (moves.go)
 	notifyOnCommit bool
 	reloadErr      error // a reload after a dropped batch failed: Apply fails
 

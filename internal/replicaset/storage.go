@@ -73,7 +73,7 @@ type StorageConfig struct {
 	// copy); nil: MaxSending and MaxReceiving.
 	Quotas func() (maxSending, maxReceiving int)
 	// MaxSending and MaxReceiving are the quotas without Quotas (defaults
-	// 4 and 8).
+	// 100 and 100, the rebalancer's).
 	MaxSending, MaxReceiving int
 	// Now tells the time (default time.Now): it stamps proposals.
 	Now    func() time.Time
@@ -138,10 +138,10 @@ func NewStorage(cfg StorageConfig) *Storage {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.MaxSending <= 0 {
-		cfg.MaxSending = 4
+		cfg.MaxSending = 100
 	}
 	if cfg.MaxReceiving <= 0 {
-		cfg.MaxReceiving = 8
+		cfg.MaxReceiving = 100
 	}
 	return &Storage{
 		cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID),
