@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 )
@@ -196,7 +195,11 @@ func TestLeaderShutdownAndVoterCrash(t *testing.T) {
 // acquire asks addr for the lease; it does not call t.Fatal, so it may run
 // in a goroutine.
 func acquire(addr, name, holder string, ttl time.Duration) (bool, *clusterv1.Lease, error) {
-	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds, err := dialCredentials()
+	if err != nil {
+		return false, nil, err
+	}
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return false, nil, err
 	}

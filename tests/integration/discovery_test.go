@@ -40,7 +40,7 @@ func TestDiscoveryNamesTheSilentPeer(t *testing.T) {
 	if code == 0 || !strings.Contains(errs, "discovering peers") || !strings.Contains(errs, "no answer from "+dead+" for ") {
 		t.Fatalf("status of a discovering instance: exit %d, stderr %q; want it to name %s", code, errs, dead)
 	}
-	hc, body := httpGet(t, "http://"+inst.http+"/health/ready")
+	hc, body := httpGet(t, httpBase()+inst.http+"/health/ready")
 	if hc != 503 || !strings.Contains(body, "no answer from "+dead+" for ") {
 		t.Fatalf("/health/ready of a discovering instance: %d %s; want 503 naming %s", hc, body, dead)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/client"
@@ -427,6 +429,55 @@ func makeTestCerts(dir string) error {
 		return err
 	}
 	return certs.CreateClient(dir, certs.RootUser, certs.Options{})
+}
+
+// httpBase is the scheme of the instances' HTTP ports ("https://" when the
+// suite runs secure), and httpClient the client to ask them with (root's
+// certificate when secure).
+func httpBase() string {
+	if os.Getenv("SHARDKIT_CERTS_DIR") != "" {
+		return "https://"
+	}
+	return "http://"
+}
+
+func httpClient(t testing.TB, timeout time.Duration) *http.Client {
+	t.Helper()
+	c := &http.Client{Timeout: timeout}
+	if dir := os.Getenv("SHARDKIT_CERTS_DIR"); dir != "" {
+		cfg, err := certs.LoadClient(dir, certs.RootUser)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Transport = &http.Transport{TLSClientConfig: cfg}
+	}
+	return c
+}
+
+// dialCredentials are root's credentials when the suite runs secure, and
+// plaintext otherwise.
+func dialCredentials() (credentials.TransportCredentials, error) {
+	dir := os.Getenv("SHARDKIT_CERTS_DIR")
+	if dir == "" {
+		return insecure.NewCredentials(), nil
+	}
+	return client.LoadCredentials(dir, certs.RootUser)
+}
+
+// nodeCredentials are an instance's credentials when the suite runs
+// secure (plaintext otherwise): the bucket audit reads the replicasets'
+// own records, which only instances may.
+func nodeCredentials(t *testing.T) credentials.TransportCredentials {
+	t.Helper()
+	dir := os.Getenv("SHARDKIT_CERTS_DIR")
+	if dir == "" {
+		return insecure.NewCredentials()
+	}
+	srv, err := certs.LoadServer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return credentials.NewTLS(srv.ClientConfig())
 }
 
 // testCredentials are root's credentials when the suite runs secure (nil:

@@ -3,7 +3,6 @@ package integration
 import (
 	"encoding/json"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,8 +12,7 @@ import (
 
 func httpGet(t *testing.T, url string) (int, string) {
 	t.Helper()
-	c := &http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(url)
+	resp, err := httpClient(t, 5*time.Second).Get(url)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}
@@ -29,21 +27,21 @@ func TestHTTPEndpoints(t *testing.T) {
 	c.startAll()
 	c.waitOnline(2)
 	n := c.insts[0]
-	if code, body := httpGet(t, "http://"+n.http+"/health/live"); code != 200 || !strings.Contains(body, "live") {
+	if code, body := httpGet(t, httpBase()+n.http+"/health/live"); code != 200 || !strings.Contains(body, "live") {
 		t.Fatalf("/health/live: %d %s", code, body)
 	}
-	if code, body := httpGet(t, "http://"+n.http+"/health/ready"); code != 200 || !strings.Contains(body, `"ready"`) {
+	if code, body := httpGet(t, httpBase()+n.http+"/health/ready"); code != 200 || !strings.Contains(body, `"ready"`) {
 		t.Fatalf("/health/ready of an Online instance: %d %s", code, body)
 	}
-	code, body := httpGet(t, "http://"+n.http+"/metrics")
-	_, body2 := httpGet(t, "http://"+c.insts[1].http+"/metrics")
+	code, body := httpGet(t, httpBase()+n.http+"/metrics")
+	_, body2 := httpGet(t, httpBase()+c.insts[1].http+"/metrics")
 	body += body2 // the governor's metrics are on the leader, whichever it is
 	for _, m := range []string{"shardkit_raft_term", "shardkit_raft_applied_index", "shardkit_instances{grade=\"Online\"} 2", "shardkit_rpc_server_seconds", "shardkit_governor_activities_total"} {
 		if code != 200 || !strings.Contains(body, m) {
 			t.Fatalf("/metrics lacks %s (code %d)", m, code)
 		}
 	}
-	code, body = httpGet(t, "http://"+n.http+"/api/v1/cluster")
+	code, body = httpGet(t, httpBase()+n.http+"/api/v1/cluster")
 	var st statusJSON
 	if err := json.Unmarshal([]byte(body), &st); code != 200 || err != nil || len(st.Instances) != 2 || st.LeaderRaftID == 0 {
 		t.Fatalf("/api/v1/cluster: %d %v %s", code, err, body)
@@ -55,7 +53,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	sawNotReady := false
 	for time.Now().Before(deadline) {
-		code, body := httpGet2(other.http + "/health/ready")
+		code, body := httpGet2(t, other.http+"/health/ready")
 		if code == 503 && strings.Contains(body, "not_ready") && strings.Contains(body, "reason") {
 			sawNotReady = true
 		}
@@ -70,9 +68,8 @@ func TestHTTPEndpoints(t *testing.T) {
 }
 
 // httpGet2 is httpGet without failing on connection errors (code 0).
-func httpGet2(url string) (int, string) {
-	c := &http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + url)
+func httpGet2(t *testing.T, url string) (int, string) {
+	resp, err := httpClient(t, 2*time.Second).Get(httpBase() + url)
 	if err != nil {
 		return 0, err.Error()
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/mover"
@@ -125,6 +124,7 @@ func audit(t *testing.T, c *cluster, st *statusJSON, buckets uint32) map[string]
 	t.Helper()
 	holder := map[uint32]string{}
 	held := map[string]int{}
+	creds := nodeCredentials(t)
 	for _, rs := range st.Replicasets {
 		var resp *rspb.BucketsResponse
 		for _, id := range rs.Instances {
@@ -132,7 +132,7 @@ func audit(t *testing.T, c *cluster, st *statusJSON, buckets uint32) map[string]
 			if inst == nil {
 				continue
 			}
-			conn, err := grpc.NewClient(inst.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			conn, err := grpc.NewClient(inst.Address, grpc.WithTransportCredentials(creds))
 			if err != nil {
 				continue
 			}
@@ -221,8 +221,8 @@ func setFailpoint(t *testing.T, inst *instance, name, action string) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		req, _ := http.NewRequest(http.MethodPut, "http://"+inst.http+"/debug/failpoints/"+name, strings.NewReader(action))
-		resp, err := http.DefaultClient.Do(req)
+		req, _ := http.NewRequest(http.MethodPut, httpBase()+inst.http+"/debug/failpoints/"+name, strings.NewReader(action))
+		resp, err := httpClient(t, 5*time.Second).Do(req)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusNoContent {
@@ -237,9 +237,9 @@ func setFailpoint(t *testing.T, inst *instance, name, action string) {
 	}
 }
 
-func clearFailpoint(inst *instance, name string) {
-	req, _ := http.NewRequest(http.MethodDelete, "http://"+inst.http+"/debug/failpoints/"+name, nil)
-	if resp, err := http.DefaultClient.Do(req); err == nil {
+func clearFailpoint(t *testing.T, inst *instance, name string) {
+	req, _ := http.NewRequest(http.MethodDelete, httpBase()+inst.http+"/debug/failpoints/"+name, nil)
+	if resp, err := httpClient(t, 5*time.Second).Do(req); err == nil {
 		resp.Body.Close()
 	}
 }
@@ -330,7 +330,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 			t.Fatalf("scenario %d: no victim for %+v in %+v", i, sc, st.Replicasets)
 		}
 		for _, inst := range c.insts {
-			clearFailpoint(inst, sc.failpoint)
+			clearFailpoint(t, inst, sc.failpoint)
 		}
 		setFailpoint(t, victim, sc.failpoint, "kill")
 		b := buckets[i]
@@ -355,7 +355,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 			}
 			return true
 		})
-		clearFailpoint(victim, sc.failpoint) // if it never fired
+		clearFailpoint(t, victim, sc.failpoint) // if it never fired
 		t.Logf("%s: done", what)
 	}
 	st = c.waitStatus("every instance Online", 2*time.Minute, func(s *statusJSON) bool { return s.count(online) == 4 })
