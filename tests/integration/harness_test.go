@@ -441,7 +441,7 @@ func httpBase() string {
 	return "http://"
 }
 
-func httpClient(t testing.TB, timeout time.Duration) *http.Client {
+func httpClient(t *testing.T, timeout time.Duration) *http.Client {
 	t.Helper()
 	c := &http.Client{Timeout: timeout}
 	if dir := os.Getenv("SHARDKIT_CERTS_DIR"); dir != "" {

@@ -69,6 +69,7 @@ func TestHTTPEndpoints(t *testing.T) {
 
 // httpGet2 is httpGet without failing on connection errors (code 0).
 func httpGet2(t *testing.T, url string) (int, string) {
+	t.Helper()
 	resp, err := httpClient(t, 2*time.Second).Get(httpBase() + url)
 	if err != nil {
 		return 0, err.Error()

@@ -238,6 +238,7 @@ func setFailpoint(t *testing.T, inst *instance, name, action string) {
 }
 
 func clearFailpoint(t *testing.T, inst *instance, name string) {
+	t.Helper()
 	req, _ := http.NewRequest(http.MethodDelete, httpBase()+inst.http+"/debug/failpoints/"+name, nil)
 	if resp, err := httpClient(t, 5*time.Second).Do(req); err == nil {
 		resp.Body.Close()
