@@ -288,6 +288,24 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 		switch rd.GetReason() {
 		case datav1.Redirect_REASON_NOT_LEADER:
 			r.forgetLeader(rsID, t.addr)
+			if other := rd.GetReplicasetId(); other != "" && other != rsID {
+				// The member asked places the bucket on another replicaset
+				// (its view of group 0 or ours is behind, during a move):
+				// its leader hint is about that replicaset, never ours.
+				r.learnLeader(other, rd.GetLeaderAddress())
+				if rerr := r.cfg.Topology.Refresh(ctx); rerr != nil {
+					return zero, err
+				}
+				if next := r.cfg.Topology.ReplicasetOf(bucket); bucket != 0 && next != "" && next != rsID {
+					rsID = next
+					continue
+				}
+				if sleep(ctx, moveBackoff) {
+					return zero, err
+				}
+				moveBackoff = min(2*moveBackoff, 200*time.Millisecond)
+				continue
+			}
 			if rd.GetLeaderAddress() != "" && rd.GetLeaderAddress() != t.addr {
 				r.learnLeader(rsID, rd.GetLeaderAddress())
 				continue

@@ -1,0 +1,111 @@
+package router
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+)
+
+// fakeTopology places every bucket on one replicaset, r1 or r2.
+type fakeTopology struct {
+	Topology // methods the tests do not reach panic
+	mu       sync.Mutex
+	holder   string
+}
+
+func (f *fakeTopology) ReplicasetOf(uint32) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.holder
+}
+
+func (f *fakeTopology) Replicasets() []Replicaset {
+	return []Replicaset{
+		{ID: "r1", LeaderAddress: "r1-leader", Members: []Member{{Address: "r1-leader"}}},
+		{ID: "r2", LeaderAddress: "r2-leader", Members: []Member{{Address: "r2-leader"}}},
+	}
+}
+
+func (f *fakeTopology) Refresh(context.Context) error { return nil }
+func (f *fakeTopology) BucketCount() uint32           { return 3000 }
+func (f *fakeTopology) SchemaVersion() uint64         { return 1 }
+
+// fakeConn answers a Write at one address: with answer while it has
+// one, then with success. It records the calls.
+type fakeConn struct {
+	addr  string
+	calls *[]string
+	mu    *sync.Mutex
+	next  func() error
+}
+
+func (c *fakeConn) Invoke(_ context.Context, method string, _, reply any, _ ...grpc.CallOption) error {
+	c.mu.Lock()
+	*c.calls = append(*c.calls, c.addr)
+	c.mu.Unlock()
+	if err := c.next(); err != nil {
+		return err
+	}
+	proto.Merge(reply.(proto.Message), &datav1.WriteResponse{Index: 7})
+	return nil
+}
+
+func (c *fakeConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "no streams here")
+}
+
+func notLeaderOf(rsID, leader string) error {
+	st, _ := status.New(codes.Unavailable, "this instance does not serve replicaset "+rsID+"'s call").
+		WithDetails(&datav1.Redirect{Reason: datav1.Redirect_REASON_NOT_LEADER, Bucket: 5, ReplicasetId: rsID, LeaderAddress: leader})
+	return st.Err()
+}
+
+// During a move the leader this router calls may still place the bucket
+// on its old replicaset, and answer with that replicaset's leader: the
+// router must not take it for the new replicaset's leader (it would send
+// r2's calls to r1's leader, which sends them back, until the call gives
+// up). It tries r2's leader again once that one has caught up.
+func TestANotLeaderAnswerAboutAnotherReplicasetIsNotOurLeader(t *testing.T) {
+	topo := &fakeTopology{holder: "r2"}
+	var mu sync.Mutex
+	var calls []string
+	stale := 1 // r2's leader answers once from a view where bucket 5 is on r1
+	r := New(Config{Topology: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+		return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error {
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case addr == "r2-leader" && stale > 0:
+				stale--
+				return notLeaderOf("r1", "r1-leader")
+			case addr == "r2-leader":
+				return nil
+			}
+			return notLeaderOf("r2", "r1-leader") // r1's leader, asked for r2: it does not serve it
+		}}, nil
+	}})
+	resp, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5})
+	if err != nil {
+		t.Fatalf("write: %v (calls %v)", err, calls)
+	}
+	if resp.GetIndex() != 7 {
+		t.Fatalf("answer %v", resp)
+	}
+	for _, a := range calls {
+		if a == "r1-leader" {
+			t.Fatalf("r2's call went to r1's leader: calls %v", calls)
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.leaders["r2"] == "r1-leader" || r.leaders["r1"] != "r1-leader" {
+		t.Fatalf("leaders learned: %v", r.leaders)
+	}
+}
