@@ -50,6 +50,13 @@ type Config struct {
 	// an instance that does not answer); DefaultAttempts when zero. The
 	// call's context bounds it too.
 	Attempts int
+	// DisablePipelining turns off client pipelining: each write and point
+	// read is then its own unary call. With it on (the default), calls
+	// made concurrently on this Client to the same instance share Multi
+	// calls when more than PipelineDepth of them are under way (see
+	// PipelineDepth); each still gets its own answer and error, exactly
+	// as alone.
+	DisablePipelining bool
 }
 
 // DefaultAttempts is Config.Attempts's default.
@@ -63,8 +70,9 @@ type Client struct {
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
-	leader string // the group-0 leader's address, as last named by an answer
-	last   string // the instance that last answered
+	pipes  map[string]*pipe // per address, pipelining's queues
+	leader string           // the group-0 leader's address, as last named by an answer
+	last   string           // the instance that last answered
 	closed bool
 
 	rt router // the data layer's routing table
@@ -98,7 +106,7 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, pipes: map[string]*pipe{}}, nil
 }
 
 // Peers returns the configured instance addresses.
@@ -113,6 +121,7 @@ func (c *Client) Close() error {
 	for a, conn := range c.conns {
 		errs = append(errs, conn.Close())
 		delete(c.conns, a)
+		delete(c.pipes, a)
 	}
 	return errors.Join(errs...)
 }
