@@ -70,7 +70,9 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 		return nil
 	})
 	key := func(k uint64) []byte { return tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k)}) }
-	row := func(k uint64, v string) []byte { return tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.String(v)}) }
+	row := func(k uint64, v string) []byte {
+		return tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.String(v)})
+	}
 	write := func(kind datav1.OpKind, t []byte) *datav1.MultiItem {
 		return &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Ops: []*datav1.Op{{Kind: kind, Space: "m", Tuple: t}}}}}
 	}
