@@ -53,10 +53,14 @@ type Config struct {
 	// DisablePipelining turns off client pipelining: each write and point
 	// read is then its own unary call. With it on (the default), calls
 	// made concurrently on this Client to the same instance share Multi
-	// calls when more than PipelineDepth of them are under way (see
-	// PipelineDepth); each still gets its own answer and error, exactly
-	// as alone.
+	// calls when more than PipelineDepth of them are under way; each
+	// still gets its own answer and error, exactly as alone.
 	DisablePipelining bool
+	// PipelineDepth is how many calls (unary or Multi) the pipeline has
+	// under way to one instance at a time (DefaultPipelineDepth when
+	// zero). Smaller: larger Multis, fewer RPCs, a call may wait for one
+	// in flight to end; larger: more RPCs in parallel.
+	PipelineDepth int
 }
 
 // DefaultAttempts is Config.Attempts's default.
@@ -101,6 +105,9 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = DefaultAttempts
+	}
+	if cfg.PipelineDepth <= 0 {
+		cfg.PipelineDepth = DefaultPipelineDepth
 	}
 	log := cfg.Logger
 	if log == nil {

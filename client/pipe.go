@@ -14,12 +14,12 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 )
 
-// PipelineDepth is how many calls a Client has under way to one instance
-// address at a time through its pipe (pipelining, Config.DisablePipelining):
-// writes and point reads beyond that wait in the address's queue, and the
-// next free slot sends everything queued (up to datav1.MaxMultiItems) as
-// one Multi call.
-const PipelineDepth = 4
+// DefaultPipelineDepth is Config.PipelineDepth's default: how many calls
+// a Client has under way to one instance address at a time through its
+// pipe (pipelining, Config.DisablePipelining). Writes and point reads
+// beyond that wait in the address's queue, and the next free slot sends
+// everything queued (up to datav1.MaxMultiItems) as one Multi call.
+const DefaultPipelineDepth = 2
 
 // pipe is one instance address's pipeline. It is a DataServiceClient whose
 // Write and Get coalesce concurrent calls into Multi calls ("natural
@@ -27,7 +27,7 @@ const PipelineDepth = 4
 // goes out at once, as the unary call it is); every other method is the
 // unary call.
 //
-// A call that finds all PipelineDepth slots busy queues its item and waits
+// A call that finds all the pipe's slots (Config.PipelineDepth) busy queues its item and waits
 // for its own answer, or for its own context to end. When a slot frees,
 // whoever held it takes every queued item and sends them in one Multi (a
 // lone item goes as its unary call, with its caller's own context). Each
@@ -52,9 +52,11 @@ const PipelineDepth = 4
 type pipe struct {
 	datav1.DataServiceClient
 
+	depth int // slots: calls under way at once
+
 	mu       sync.Mutex
 	queue    []*pending
-	inflight int // slots taken, at most PipelineDepth
+	inflight int // slots taken, at most depth
 
 	unaryOnly atomic.Bool // the instance has no Multi
 
@@ -82,7 +84,9 @@ type outcome struct {
 	err error // the whole call's failure (transport, context)
 }
 
-func newPipe(dc datav1.DataServiceClient) *pipe { return &pipe{DataServiceClient: dc} }
+func newPipe(dc datav1.DataServiceClient, depth int) *pipe {
+	return &pipe{DataServiceClient: dc, depth: depth}
+}
 
 // dataClient returns the DataServiceClient a data call on addr uses: the
 // address's pipe, or the plain unary client when pipelining is off.
@@ -94,7 +98,7 @@ func (c *Client) dataClient(addr string, conn *grpc.ClientConn) datav1.DataServi
 	defer c.mu.Unlock()
 	p := c.pipes[addr]
 	if p == nil {
-		p = newPipe(datav1.NewDataServiceClient(conn))
+		p = newPipe(datav1.NewDataServiceClient(conn), c.cfg.PipelineDepth)
 		c.pipes[addr] = p
 	}
 	return p
@@ -163,7 +167,7 @@ func itemError(res *datav1.MultiResult) error {
 // nobody waits, else through the queue.
 func (p *pipe) call(ctx context.Context, item *datav1.MultiItem) (*datav1.MultiResult, error) {
 	p.mu.Lock()
-	if p.inflight < PipelineDepth && len(p.queue) == 0 {
+	if p.inflight < p.depth && len(p.queue) == 0 {
 		p.inflight++
 		p.mu.Unlock()
 		res, err := p.unary(ctx, item)

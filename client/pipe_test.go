@@ -191,7 +191,7 @@ func pipeOf(t *testing.T, c *Client, addr string) *pipe {
 	return p
 }
 
-// fillThenQueue holds all PipelineDepth slots of the client's pipe to f
+// fillThenQueue holds all DefaultPipelineDepth slots of the client's pipe to f
 // with unary writes that wait at f's gate, starts the calls of queued
 // (which therefore join the queue), waits until all of them are queued,
 // runs beforeOpen (when not nil) and opens the gate. It returns when the
@@ -209,14 +209,14 @@ func fillThenQueue(ctx context.Context, t *testing.T, c *Client, f *fakeData, qu
 	}
 	p.mu.Unlock()
 	var holders sync.WaitGroup
-	for i := range PipelineDepth {
+	for i := range DefaultPipelineDepth {
 		holders.Go(func() {
 			if _, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(uint64(1000 + i)), tuple.String("holder")}); err != nil {
 				t.Errorf("slot holder %d: %v", i, err)
 			}
 		})
 	}
-	for range PipelineDepth {
+	for range DefaultPipelineDepth {
 		select {
 		case <-arrived:
 		case <-ctx.Done():
@@ -284,8 +284,8 @@ func TestPipelineGivesEachCallerItsOwnAnswer(t *testing.T) {
 	if m, items := f.multis.Load(), f.multiItems.Load(); m != 1 || items != n {
 		t.Errorf("the queued calls went in %d Multis of %d items in all, want 1 of %d", m, items, n)
 	}
-	if w, g := f.unaryWrites.Load(), f.unaryGets.Load(); w != PipelineDepth || g != 0 {
-		t.Errorf("unary calls: %d writes, %d gets; want only the %d slot holders'", w, g, PipelineDepth)
+	if w, g := f.unaryWrites.Load(), f.unaryGets.Load(); w != DefaultPipelineDepth || g != 0 {
+		t.Errorf("unary calls: %d writes, %d gets; want only the %d slot holders'", w, g, DefaultPipelineDepth)
 	}
 }
 
@@ -478,7 +478,7 @@ func TestPipelineFallsBackToUnaryCallsWithoutMulti(t *testing.T) {
 		}
 	}
 	round()
-	if f.multis.Load() != 1 || f.unaryWrites.Load() != PipelineDepth+20 {
+	if f.multis.Load() != 1 || f.unaryWrites.Load() != DefaultPipelineDepth+20 {
 		t.Fatalf("%d Multis tried, %d unary writes; want 1 tried, then each item unary", f.multis.Load(), f.unaryWrites.Load())
 	}
 	if !pipeOf(t, c, f.addr).unaryOnly.Load() {
@@ -487,14 +487,14 @@ func TestPipelineFallsBackToUnaryCallsWithoutMulti(t *testing.T) {
 	// From then on, no Multi is tried: every call is unary, at once.
 	var wg sync.WaitGroup
 	gate, arrived := f.closeGate()
-	for i := range 2 * PipelineDepth {
+	for i := range 2 * DefaultPipelineDepth {
 		wg.Go(func() {
 			if _, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(uint64(i)), tuple.String("v")}); err != nil {
 				t.Errorf("unary after the fallback: %v", err)
 			}
 		})
 	}
-	for range 2 * PipelineDepth { // more than the pipe's slots reach the server together
+	for range 2 * DefaultPipelineDepth { // more than the pipe's slots reach the server together
 		<-arrived
 	}
 	close(gate)
@@ -510,7 +510,7 @@ func TestPipeliningCanBeTurnedOff(t *testing.T) {
 	c := newPipeClient(t, Config{Timeout: 10 * time.Second, DisablePipelining: true}, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	const n = 3 * PipelineDepth
+	const n = 3 * DefaultPipelineDepth
 	gate, arrived := f.closeGate()
 	var wg sync.WaitGroup
 	for i := range n {

@@ -80,6 +80,7 @@ scripts/bench-vs-etcd.sh.`,
 	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed: write every key before the timed part (untimed)")
 	f.DurationVar(&o.cfg.Settle, "settle", bench.DefaultSettle, "pause between the preload and the timed part")
 	f.BoolVar(&o.pipelining, "pipelining", true, "coalesce concurrent calls to one instance into Multi calls (client pipelining); false: one RPC per call")
+	f.IntVar(&o.cfg.PipelineDepth, "pipeline-depth", client.DefaultPipelineDepth, "pipelining: calls under way at once per instance, per connection")
 	f.StringVar(&o.format, "format", "text", "text or json (one JSON object)")
 	f.BoolVar(&o.progress, "progress", false, "progress on stderr once a second even when it is not a terminal")
 	f.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile of the whole run to this file")
