@@ -88,6 +88,11 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 		{},
 	}}
 	dc := dataClient(t, elsewhere)
+	// That instance's view of group 0 may not have the space yet.
+	pollOK(t, "the space, seen from "+elsewhere, func() error {
+		_, err := dc.Get(ctx, &datav1.GetRequest{Space: "m", Key: key(1)})
+		return err
+	})
 	resp, err := dc.Multi(ctx, req)
 	if err != nil {
 		t.Fatalf("Multi: %v", err)
