@@ -50,6 +50,17 @@ type Config struct {
 	// an instance that does not answer); DefaultAttempts when zero. The
 	// call's context bounds it too.
 	Attempts int
+	// DisablePipelining turns off client pipelining: each write and point
+	// read is then its own unary call. With it on (the default), calls
+	// made concurrently on this Client to the same instance share Multi
+	// calls when more than PipelineDepth of them are under way; each
+	// still gets its own answer and error, exactly as alone.
+	DisablePipelining bool
+	// PipelineDepth is how many calls (unary or Multi) the pipeline has
+	// under way to one instance at a time (DefaultPipelineDepth when
+	// zero). Smaller: larger Multis, fewer RPCs, a call may wait for one
+	// in flight to end; larger: more RPCs in parallel.
+	PipelineDepth int
 }
 
 // DefaultAttempts is Config.Attempts's default.
@@ -63,8 +74,9 @@ type Client struct {
 
 	mu     sync.Mutex
 	conns  map[string]*grpc.ClientConn
-	leader string // the group-0 leader's address, as last named by an answer
-	last   string // the instance that last answered
+	pipes  map[string]*pipe // per address, pipelining's queues
+	leader string           // the group-0 leader's address, as last named by an answer
+	last   string           // the instance that last answered
 	closed bool
 
 	rt router // the data layer's routing table
@@ -94,11 +106,14 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = DefaultAttempts
 	}
+	if cfg.PipelineDepth <= 0 {
+		cfg.PipelineDepth = DefaultPipelineDepth
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Client{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}}, nil
+	return &Client{cfg: cfg, log: log, conns: map[string]*grpc.ClientConn{}, pipes: map[string]*pipe{}}, nil
 }
 
 // Peers returns the configured instance addresses.
@@ -113,6 +128,7 @@ func (c *Client) Close() error {
 	for a, conn := range c.conns {
 		errs = append(errs, conn.Close())
 		delete(c.conns, a)
+		delete(c.pipes, a)
 	}
 	return errors.Join(errs...)
 }

@@ -43,7 +43,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			return err
 		}
 		actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
-		err = call(actx, datav1.NewDataServiceClient(conn))
+		err = call(actx, c.dataClient(addr, conn))
 		expired := actx.Err() != nil
 		cancel()
 		if err == nil {

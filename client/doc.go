@@ -15,6 +15,15 @@
 // the cluster's own calls (Status, Expel) on Client, leases with fencing
 // tickets on Client.Leases. The data layer's calls are added the same way.
 //
+// Pipelining: calls made concurrently on one Client to the same instance
+// share RPCs. Writes and point reads beyond Config.PipelineDepth under way to an
+// address queue, and the next free slot sends all that wait (up to
+// datav1.MaxMultiItems) as one DataService.Multi; the instance serves each
+// item as its own call, and each caller gets its own answer or error, with
+// its own context, exactly as alone. There is no timer: a call that finds a
+// free slot goes out at once, as its unary call. An instance without Multi
+// gets unary calls from then on. Config.DisablePipelining turns it off.
+//
 // It must never import shardkit's internal packages: it speaks only the
 // public API in api/, so that it can be vendored and versioned on its own.
 // It keeps no package-level state.

@@ -32,6 +32,8 @@
 #   WORKDIR_PARENT  where the temporary data dirs go; local disk [/var/tmp]
 #   SHARDKIT_BIN    a prebuilt shardkit binary (else built from this repo)
 #   SHARDKIT_SPACE  passed as `shardkit bench --space` when set
+#   SHARDKIT_BENCH_FLAGS  more `shardkit bench` flags, space-separated, e.g.
+#               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
 #   ETCD_CLIENT_PORT_BASE [23790], ETCD_PEER_PORT_BASE [23800]: member N listens on BASE+N
 #   SHARDKIT_PORT_BASE [33300], SHARDKIT_HTTP_PORT_BASE [33310]: instance N on BASE+N
@@ -423,6 +425,8 @@ run_one() {
     cmd=("$SK" bench --peer "$SK_PEERS" --workload "$wl" --clients "$clients" --conns "$CONNS" --duration "$DURATION"
       --value-size "$VALUE_SIZE" --keys "$((KEYS * clients))" --timeout 5s --format json)
     if [[ -n ${SHARDKIT_SPACE:-} ]]; then cmd+=(--space "$SHARDKIT_SPACE"); fi
+    # shellcheck disable=SC2206 # split on purpose: a list of flags
+    if [[ -n ${SHARDKIT_BENCH_FLAGS:-} ]]; then cmd+=($SHARDKIT_BENCH_FLAGS); fi
   fi
   tag=$sys-$wl-c$clients-r$round
   sleep "$SETTLE"

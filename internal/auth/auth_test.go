@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -155,5 +156,86 @@ func TestAuthorize(t *testing.T) {
 				t.Errorf("the user's call carries %s=%v, want walt", auth.UserHeader, got)
 			}
 		}
+	}
+}
+
+// TestMultiIsCheckedPerItem: a Multi's items are checked as their unary
+// calls would be; an item the caller may not do is refused alone, with its
+// unary call's refusal, and the handler serves the others.
+func TestMultiIsCheckedPerItem(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"rita", "walt", "nobody"} {
+		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := certs.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]auth.Role{"rita": auth.Reader, "walt": auth.Writer}
+	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
+	req := &datav1.MultiRequest{Items: []*datav1.MultiItem{
+		{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "a"}}},
+		{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Bucket: 7}}},
+		{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "b"}}},
+	}}
+	// The handler answers each item it gets with a result naming it.
+	var served []string
+	handler := func(_ context.Context, r any) (any, error) {
+		served = served[:0]
+		out := &datav1.MultiResponse{}
+		for _, it := range r.(*datav1.MultiRequest).GetItems() {
+			if g := it.GetGet(); g != nil {
+				served = append(served, "get "+g.GetSpace())
+				out.Results = append(out.Results, datav1.ResultOf(&datav1.GetResponse{Found: true, Tuple: []byte(g.GetSpace())}, nil))
+			} else {
+				served = append(served, "write")
+				out.Results = append(out.Results, datav1.ResultOf(&datav1.WriteResponse{}, nil))
+			}
+		}
+		return out, nil
+	}
+	info := &grpc.UnaryServerInfo{FullMethod: datav1.DataService_Multi_FullMethodName}
+	call := func(user string) (*datav1.MultiResponse, error) {
+		resp, err := a.Unary()(ctxWith(chainOf(t, dir, "client."+user+".crt"), nil), req, info, handler)
+		if err != nil {
+			return nil, err
+		}
+		return resp.(*datav1.MultiResponse), nil
+	}
+
+	resp, err := call("rita")
+	if err != nil {
+		t.Fatalf("reader's Multi: %v", err)
+	}
+	if got := strings.Join(served, ", "); got != "get a, get b" {
+		t.Errorf("reader's Multi: the handler served %q, want the two gets", got)
+	}
+	if len(resp.GetResults()) != 3 || string(resp.GetResults()[0].GetGet().GetTuple()) != "a" || string(resp.GetResults()[2].GetGet().GetTuple()) != "b" {
+		t.Fatalf("reader's Multi: results %v, want the gets' answers in places 1 and 3", resp.GetResults())
+	}
+	st := status.FromProto(resp.GetResults()[1].GetError())
+	if st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), `user "rita" (role reader) may not call /shardkit.data.v1.DataService/Write: it needs role writer`) {
+		t.Errorf("reader's write item: %v, want the unary Write's refusal", st)
+	}
+
+	if _, err := call("walt"); err != nil {
+		t.Fatalf("writer's Multi: %v", err)
+	}
+	if got := strings.Join(served, ", "); got != "get a, write, get b" {
+		t.Errorf("writer's Multi: the handler served %q, want all three", got)
+	}
+
+	served = nil
+	if _, err := call("nobody"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `no user "nobody"`) {
+		t.Errorf("unknown user's Multi: %v, want PermissionDenied as a whole", err)
+	}
+	if len(served) != 0 {
+		t.Errorf("unknown user's Multi: the handler served %v", served)
 	}
 }

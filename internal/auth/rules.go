@@ -38,6 +38,13 @@ func (r Role) String() string {
 // declared mode (ro: reader, rw: writer).
 const ByProcedure Role = -1
 
+// ByItems marks Multi: each item is checked as its own unary call would be
+// (a write item needs a writer, a get a reader), and an item the caller
+// may not do is refused alone, with the PermissionDenied its unary call
+// would get; the others are served. The Multi as a whole needs a reader
+// (the least any item needs).
+const ByItems Role = -2
+
 // rules is the role each gRPC method needs: the one table. TestRulesCover
 // fails when a method the server registers has no entry here.
 var rules = map[string]Role{
@@ -70,6 +77,7 @@ var rules = map[string]Role{
 	datav1.DataService_CreateSpace_FullMethodName: Admin,
 	datav1.DataService_DropSpace_FullMethodName:   Admin,
 	datav1.DataService_ListSpaces_FullMethodName:  Reader,
+	datav1.DataService_Multi_FullMethodName:       ByItems,
 
 	// Sharding: looking is reading; changing is an admin's.
 	datav1.ShardingService_RebalanceStatus_FullMethodName: Reader,

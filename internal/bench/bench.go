@@ -92,6 +92,11 @@ type Config struct {
 	Preload bool
 	// Settle is the pause between the preload and the timed part.
 	Settle time.Duration
+	// NoPipelining turns the clients' pipelining off
+	// (client.Config.DisablePipelining): each call its own RPC.
+	NoPipelining bool
+	// PipelineDepth is client.Config.PipelineDepth (0: its default).
+	PipelineDepth int
 	// Progress, when not nil, gets a line every ProgressEvery (default 1 s)
 	// while the timed part runs; Log gets the preload's and the first
 	// error's lines (discarded when nil).
@@ -146,21 +151,26 @@ func (c Config) Check() error {
 // Result is what a run measured. Its JSON is `shardkit bench --format
 // json`'s (the keys of etcd-bench's, plus the run's shape).
 type Result struct {
-	System    string  `json:"system"`
-	Workload  string  `json:"workload"`
-	Space     string  `json:"space"`
-	Clients   int     `json:"clients"`
-	Conns     int     `json:"conns"`
-	Keys      int     `json:"keys"`
-	ValueSize int     `json:"value_size"`
-	Ops       int64   `json:"ops"`
-	OpsPerS   float64 `json:"ops_per_s"`
-	Errors    int64   `json:"errors"`
-	P50Ms     float64 `json:"p50_ms"`
-	P99Ms     float64 `json:"p99_ms"`
-	P999Ms    float64 `json:"p999_ms"`
-	MaxMs     float64 `json:"max_ms"`
-	DurationS float64 `json:"duration_s"`
+	System   string `json:"system"`
+	Workload string `json:"workload"`
+	Space    string `json:"space"`
+	Clients  int    `json:"clients"`
+	Conns    int    `json:"conns"`
+	// Pipelining: the clients coalesced concurrent calls into Multi calls.
+	Pipelining bool `json:"pipelining"`
+	// PipelineDepth is the pipeline's slots per instance, per client
+	// (0 when pipelining is off).
+	PipelineDepth int     `json:"pipeline_depth"`
+	Keys          int     `json:"keys"`
+	ValueSize     int     `json:"value_size"`
+	Ops           int64   `json:"ops"`
+	OpsPerS       float64 `json:"ops_per_s"`
+	Errors        int64   `json:"errors"`
+	P50Ms         float64 `json:"p50_ms"`
+	P99Ms         float64 `json:"p99_ms"`
+	P999Ms        float64 `json:"p999_ms"`
+	MaxMs         float64 `json:"max_ms"`
+	DurationS     float64 `json:"duration_s"`
 	// Reads and Writes split Ops by kind (mixed shows both).
 	Reads  int64 `json:"reads"`
 	Writes int64 `json:"writes"`
@@ -200,7 +210,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}()
 	for range conns {
-		ccfg := client.Config{Peers: cfg.Peers, Timeout: cfg.Timeout}
+		ccfg := client.Config{Peers: cfg.Peers, Timeout: cfg.Timeout, DisablePipelining: cfg.NoPipelining, PipelineDepth: cfg.PipelineDepth}
 		if cfg.ClientConfig != nil {
 			cfg.ClientConfig(&ccfg)
 		}
@@ -220,7 +230,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	res := Result{System: "shardkit", Workload: cfg.Workload, Space: cfg.Space, Clients: cfg.Clients, Conns: conns,
-		Keys: cfg.Keys, ValueSize: cfg.ValueSize}
+		Pipelining: !cfg.NoPipelining, PipelineDepth: pipelineDepth(cfg), Keys: cfg.Keys, ValueSize: cfg.ValueSize}
 	if cfg.Preload && (cfg.Workload == Get || cfg.Workload == Mixed) {
 		start := time.Now()
 		n, err := preload(ctx, clients, cfg)
@@ -585,4 +595,14 @@ func progress(cfg Config, done, failed *atomic.Int64) (stop func()) {
 		close(quit)
 		wg.Wait()
 	}
+}
+
+func pipelineDepth(cfg Config) int {
+	switch {
+	case cfg.NoPipelining:
+		return 0
+	case cfg.PipelineDepth > 0:
+		return cfg.PipelineDepth
+	}
+	return client.DefaultPipelineDepth
 }

@@ -21,6 +21,7 @@ type benchOptions struct {
 	format     string
 	progress   bool
 	cpuprofile string
+	pipelining bool
 	sec        securityFlags
 }
 
@@ -46,6 +47,9 @@ Without --space it uses the space "bench" (key unsigned, the primary key;
 value bytes), made when missing; a named space is made with that definition
 when missing and must have it when it exists. The clients share --conns
 connections (one client per connection); each call has a --timeout deadline.
+With --pipelining (the default) a client's concurrent calls to one instance
+share Multi calls (client pipelining); --pipelining=false makes each call
+its own RPC.
 Progress goes to stderr once a second when stderr is a terminal, or always
 with --progress. The load shape matches bench/etcd's etcd-bench, for
 scripts/bench-vs-etcd.sh.`,
@@ -75,6 +79,8 @@ scripts/bench-vs-etcd.sh.`,
 	f.DurationVar(&o.cfg.Timeout, "timeout", bench.DefaultTimeout, "deadline of each call")
 	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed: write every key before the timed part (untimed)")
 	f.DurationVar(&o.cfg.Settle, "settle", bench.DefaultSettle, "pause between the preload and the timed part")
+	f.BoolVar(&o.pipelining, "pipelining", true, "coalesce concurrent calls to one instance into Multi calls (client pipelining); false: one RPC per call")
+	f.IntVar(&o.cfg.PipelineDepth, "pipeline-depth", client.DefaultPipelineDepth, "pipelining: calls under way at once per instance, per connection")
 	f.StringVar(&o.format, "format", "text", "text or json (one JSON object)")
 	f.BoolVar(&o.progress, "progress", false, "progress on stderr once a second even when it is not a terminal")
 	f.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile of the whole run to this file")
@@ -92,6 +98,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	}
 	cfg := o.cfg
 	cfg.Peers = peers
+	cfg.NoPipelining = !o.pipelining
 	creds, err := o.sec.credentials()
 	if err != nil {
 		return err
@@ -140,12 +147,19 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 	if format == "json" {
 		return json.NewEncoder(w).Encode(r) // one line
 	}
-	_, err := fmt.Fprintf(w, "system:     %s\nworkload:   %s (space %s, %d keys, %d-byte values)\nclients:    %d on %d connections\n"+
+	_, err := fmt.Fprintf(w, "system:     %s\nworkload:   %s (space %s, %d keys, %d-byte values)\nclients:    %d on %d connections, pipelining %s\n"+
 		"ops:        %d in %.2fs (%d reads, %d writes)\nops/s:      %.0f\nerrors:     %d\nlatency:    p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n",
-		r.System, r.Workload, r.Space, r.Keys, r.ValueSize, r.Clients, r.Conns, r.Ops, r.DurationS, r.Reads, r.Writes,
+		r.System, r.Workload, r.Space, r.Keys, r.ValueSize, r.Clients, r.Conns, onOff(r.Pipelining), r.Ops, r.DurationS, r.Reads, r.Writes,
 		r.OpsPerS, r.Errors, r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs)
 	if err == nil && r.PreloadRows > 0 {
 		_, err = fmt.Fprintf(w, "preload:    %d rows in %.1fs (untimed)\n", r.PreloadRows, r.PreloadS)
 	}
 	return err
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
 }

@@ -476,6 +476,42 @@ func (r *Router) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetRe
 	return route(ctx, r, "get", r.cfg.Topology.ReplicasetOf(b), b, rw, req, Local.Get, datav1.DataServiceClient.Get)
 }
 
+// Multi implements DataService: each item is served as the unary Write
+// or Get would be (Write and Get below: the same routing, forwarding and
+// redirects), all of them concurrently (the replicaset's Raft group
+// batches concurrent proposals into one append), and answered with its
+// own result or full error status. Access checks are per item too (the
+// authorizer's interceptor, internal/auth).
+func (r *Router) Multi(ctx context.Context, req *datav1.MultiRequest) (*datav1.MultiResponse, error) {
+	if err := datav1.CheckMulti(req); err != nil {
+		return nil, err
+	}
+	items := req.GetItems()
+	out := &datav1.MultiResponse{Results: make([]*datav1.MultiResult, len(items))}
+	serve := func(i int) {
+		switch op := items[i].GetOp().(type) {
+		case *datav1.MultiItem_Write:
+			resp, err := r.Write(ctx, op.Write)
+			out.Results[i] = datav1.ResultOf(resp, err)
+		case *datav1.MultiItem_Get:
+			resp, err := r.Get(ctx, op.Get)
+			out.Results[i] = datav1.ResultOf(resp, err)
+		default:
+			out.Results[i] = datav1.ResultOf(nil, status.Errorf(codes.InvalidArgument, "Multi item %d is neither a write nor a get", i+1))
+		}
+	}
+	if len(items) == 1 {
+		serve(0)
+		return out, nil
+	}
+	var wg sync.WaitGroup
+	for i := range items {
+		wg.Go(func() { serve(i) })
+	}
+	wg.Wait()
+	return out, nil
+}
+
 // Range implements DataService.
 func (r *Router) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.RangeResponse, error) {
 	b := req.GetBucket()

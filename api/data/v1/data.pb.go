@@ -7,6 +7,7 @@
 package datav1
 
 import (
+	status "google.golang.org/genproto/googleapis/rpc/status"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -3270,11 +3271,284 @@ func (x *ReshardResponse) GetSummary() string {
 	return ""
 }
 
+// MultiItem is one call of a Multi.
+type MultiItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*MultiItem_Write
+	//	*MultiItem_Get
+	Op            isMultiItem_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiItem) Reset() {
+	*x = MultiItem{}
+	mi := &file_api_data_v1_data_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiItem) ProtoMessage() {}
+
+func (x *MultiItem) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiItem.ProtoReflect.Descriptor instead.
+func (*MultiItem) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *MultiItem) GetOp() isMultiItem_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *MultiItem) GetWrite() *WriteRequest {
+	if x != nil {
+		if x, ok := x.Op.(*MultiItem_Write); ok {
+			return x.Write
+		}
+	}
+	return nil
+}
+
+func (x *MultiItem) GetGet() *GetRequest {
+	if x != nil {
+		if x, ok := x.Op.(*MultiItem_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+type isMultiItem_Op interface {
+	isMultiItem_Op()
+}
+
+type MultiItem_Write struct {
+	Write *WriteRequest `protobuf:"bytes,1,opt,name=write,proto3,oneof"`
+}
+
+type MultiItem_Get struct {
+	Get *GetRequest `protobuf:"bytes,2,opt,name=get,proto3,oneof"`
+}
+
+func (*MultiItem_Write) isMultiItem_Op() {}
+
+func (*MultiItem_Get) isMultiItem_Op() {}
+
+type MultiRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Items         []*MultiItem           `protobuf:"bytes,1,rep,name=items,proto3" json:"items,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiRequest) Reset() {
+	*x = MultiRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiRequest) ProtoMessage() {}
+
+func (x *MultiRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiRequest.ProtoReflect.Descriptor instead.
+func (*MultiRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *MultiRequest) GetItems() []*MultiItem {
+	if x != nil {
+		return x.Items
+	}
+	return nil
+}
+
+// MultiResult is the answer to one item: what the unary call would have
+// returned, or the full gRPC status it would have failed with (code,
+// message and details such as Redirect and Refusal).
+type MultiResult struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Result:
+	//
+	//	*MultiResult_Write
+	//	*MultiResult_Get
+	//	*MultiResult_Error
+	Result        isMultiResult_Result `protobuf_oneof:"result"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiResult) Reset() {
+	*x = MultiResult{}
+	mi := &file_api_data_v1_data_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiResult) ProtoMessage() {}
+
+func (x *MultiResult) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiResult.ProtoReflect.Descriptor instead.
+func (*MultiResult) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *MultiResult) GetResult() isMultiResult_Result {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+func (x *MultiResult) GetWrite() *WriteResponse {
+	if x != nil {
+		if x, ok := x.Result.(*MultiResult_Write); ok {
+			return x.Write
+		}
+	}
+	return nil
+}
+
+func (x *MultiResult) GetGet() *GetResponse {
+	if x != nil {
+		if x, ok := x.Result.(*MultiResult_Get); ok {
+			return x.Get
+		}
+	}
+	return nil
+}
+
+func (x *MultiResult) GetError() *status.Status {
+	if x != nil {
+		if x, ok := x.Result.(*MultiResult_Error); ok {
+			return x.Error
+		}
+	}
+	return nil
+}
+
+type isMultiResult_Result interface {
+	isMultiResult_Result()
+}
+
+type MultiResult_Write struct {
+	Write *WriteResponse `protobuf:"bytes,1,opt,name=write,proto3,oneof"`
+}
+
+type MultiResult_Get struct {
+	Get *GetResponse `protobuf:"bytes,2,opt,name=get,proto3,oneof"`
+}
+
+type MultiResult_Error struct {
+	Error *status.Status `protobuf:"bytes,3,opt,name=error,proto3,oneof"`
+}
+
+func (*MultiResult_Write) isMultiResult_Result() {}
+
+func (*MultiResult_Get) isMultiResult_Result() {}
+
+func (*MultiResult_Error) isMultiResult_Result() {}
+
+type MultiResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per item, in the items' order.
+	Results       []*MultiResult `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiResponse) Reset() {
+	*x = MultiResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[51]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiResponse) ProtoMessage() {}
+
+func (x *MultiResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[51]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiResponse.ProtoReflect.Descriptor instead.
+func (*MultiResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{51}
+}
+
+func (x *MultiResponse) GetResults() []*MultiResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
 var File_api_data_v1_data_proto protoreflect.FileDescriptor
 
 const file_api_data_v1_data_proto_rawDesc = "" +
 	"\n" +
-	"\x16api/data/v1/data.proto\x12\x10shardkit.data.v1\"K\n" +
+	"\x16api/data/v1/data.proto\x12\x10shardkit.data.v1\x1a\x17google/rpc/status.proto\"K\n" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
@@ -3493,7 +3767,20 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x0fReshardResponse\x120\n" +
 	"\x05moves\x18\x01 \x03(\v2\x1a.shardkit.data.v1.MoveInfoR\x05moves\x124\n" +
 	"\x06counts\x18\x02 \x03(\v2\x1c.shardkit.data.v1.SpaceCountR\x06counts\x12\x18\n" +
-	"\asummary\x18\x03 \x01(\tR\asummary*6\n" +
+	"\asummary\x18\x03 \x01(\tR\asummary\"{\n" +
+	"\tMultiItem\x126\n" +
+	"\x05write\x18\x01 \x01(\v2\x1e.shardkit.data.v1.WriteRequestH\x00R\x05write\x120\n" +
+	"\x03get\x18\x02 \x01(\v2\x1c.shardkit.data.v1.GetRequestH\x00R\x03getB\x04\n" +
+	"\x02op\"A\n" +
+	"\fMultiRequest\x121\n" +
+	"\x05items\x18\x01 \x03(\v2\x1b.shardkit.data.v1.MultiItemR\x05items\"\xaf\x01\n" +
+	"\vMultiResult\x127\n" +
+	"\x05write\x18\x01 \x01(\v2\x1f.shardkit.data.v1.WriteResponseH\x00R\x05write\x121\n" +
+	"\x03get\x18\x02 \x01(\v2\x1d.shardkit.data.v1.GetResponseH\x00R\x03get\x12*\n" +
+	"\x05error\x18\x03 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
+	"\x06result\"H\n" +
+	"\rMultiResponse\x127\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.shardkit.data.v1.MultiResultR\aresults*6\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aMODE_RW\x10\x01\x12\v\n" +
@@ -3511,7 +3798,7 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12RESHARD_STEP_START\x10\x02\x12\x15\n" +
 	"\x11RESHARD_STEP_COPY\x10\x03\x12\x17\n" +
 	"\x13RESHARD_STEP_FINISH\x10\x04\x12\x18\n" +
-	"\x14RESHARD_STEP_CLEANUP\x10\x052\xe0\x05\n" +
+	"\x14RESHARD_STEP_CLEANUP\x10\x052\xaa\x06\n" +
 	"\vDataService\x12H\n" +
 	"\x05Write\x12\x1e.shardkit.data.v1.WriteRequest\x1a\x1f.shardkit.data.v1.WriteResponse\x12B\n" +
 	"\x03Get\x12\x1c.shardkit.data.v1.GetRequest\x1a\x1d.shardkit.data.v1.GetResponse\x12H\n" +
@@ -3523,7 +3810,8 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\vCreateSpace\x12$.shardkit.data.v1.CreateSpaceRequest\x1a%.shardkit.data.v1.CreateSpaceResponse\x12T\n" +
 	"\tDropSpace\x12\".shardkit.data.v1.DropSpaceRequest\x1a#.shardkit.data.v1.DropSpaceResponse\x12W\n" +
 	"\n" +
-	"ListSpaces\x12#.shardkit.data.v1.ListSpacesRequest\x1a$.shardkit.data.v1.ListSpacesResponse2\x86\x05\n" +
+	"ListSpaces\x12#.shardkit.data.v1.ListSpacesRequest\x1a$.shardkit.data.v1.ListSpacesResponse\x12H\n" +
+	"\x05Multi\x12\x1e.shardkit.data.v1.MultiRequest\x1a\x1f.shardkit.data.v1.MultiResponse2\x86\x05\n" +
 	"\x0fShardingService\x12f\n" +
 	"\x0fRebalanceStatus\x12(.shardkit.data.v1.RebalanceStatusRequest\x1a).shardkit.data.v1.RebalanceStatusResponse\x12T\n" +
 	"\tSetWeight\x12\".shardkit.data.v1.SetWeightRequest\x1a#.shardkit.data.v1.SetWeightResponse\x12T\n" +
@@ -3547,7 +3835,7 @@ func file_api_data_v1_data_proto_rawDescGZIP() []byte {
 }
 
 var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
 var file_api_data_v1_data_proto_goTypes = []any{
 	(Mode)(0),                       // 0: shardkit.data.v1.Mode
 	(OpKind)(0),                     // 1: shardkit.data.v1.OpKind
@@ -3602,7 +3890,12 @@ var file_api_data_v1_data_proto_goTypes = []any{
 	(*ReshardRequest)(nil),          // 50: shardkit.data.v1.ReshardRequest
 	(*SpaceCount)(nil),              // 51: shardkit.data.v1.SpaceCount
 	(*ReshardResponse)(nil),         // 52: shardkit.data.v1.ReshardResponse
-	nil,                             // 53: shardkit.data.v1.Member.FailureDomainEntry
+	(*MultiItem)(nil),               // 53: shardkit.data.v1.MultiItem
+	(*MultiRequest)(nil),            // 54: shardkit.data.v1.MultiRequest
+	(*MultiResult)(nil),             // 55: shardkit.data.v1.MultiResult
+	(*MultiResponse)(nil),           // 56: shardkit.data.v1.MultiResponse
+	nil,                             // 57: shardkit.data.v1.Member.FailureDomainEntry
+	(*status.Status)(nil),           // 58: google.rpc.Status
 }
 var file_api_data_v1_data_proto_depIdxs = []int32{
 	5,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
@@ -3617,7 +3910,7 @@ var file_api_data_v1_data_proto_depIdxs = []int32{
 	0,  // 9: shardkit.data.v1.CallRequest.mode:type_name -> shardkit.data.v1.Mode
 	0,  // 10: shardkit.data.v1.MapCallRequest.mode:type_name -> shardkit.data.v1.Mode
 	20, // 11: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
-	53, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
+	57, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
 	24, // 13: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
 	23, // 14: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
 	25, // 15: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
@@ -3635,43 +3928,52 @@ var file_api_data_v1_data_proto_depIdxs = []int32{
 	2,  // 27: shardkit.data.v1.ReshardRequest.step:type_name -> shardkit.data.v1.ReshardStep
 	37, // 28: shardkit.data.v1.ReshardResponse.moves:type_name -> shardkit.data.v1.MoveInfo
 	51, // 29: shardkit.data.v1.ReshardResponse.counts:type_name -> shardkit.data.v1.SpaceCount
-	8,  // 30: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
-	12, // 31: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
-	14, // 32: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
-	17, // 33: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
-	19, // 34: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
-	22, // 35: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
-	27, // 36: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
-	29, // 37: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
-	31, // 38: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
-	38, // 39: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
-	40, // 40: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
-	42, // 41: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
-	44, // 42: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
-	46, // 43: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
-	48, // 44: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
-	50, // 45: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
-	10, // 46: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
-	13, // 47: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
-	16, // 48: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
-	18, // 49: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
-	21, // 50: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
-	26, // 51: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
-	28, // 52: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
-	30, // 53: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
-	32, // 54: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
-	39, // 55: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
-	41, // 56: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
-	43, // 57: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
-	45, // 58: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
-	47, // 59: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
-	49, // 60: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
-	52, // 61: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
-	46, // [46:62] is the sub-list for method output_type
-	30, // [30:46] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	8,  // 30: shardkit.data.v1.MultiItem.write:type_name -> shardkit.data.v1.WriteRequest
+	12, // 31: shardkit.data.v1.MultiItem.get:type_name -> shardkit.data.v1.GetRequest
+	53, // 32: shardkit.data.v1.MultiRequest.items:type_name -> shardkit.data.v1.MultiItem
+	10, // 33: shardkit.data.v1.MultiResult.write:type_name -> shardkit.data.v1.WriteResponse
+	13, // 34: shardkit.data.v1.MultiResult.get:type_name -> shardkit.data.v1.GetResponse
+	58, // 35: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
+	55, // 36: shardkit.data.v1.MultiResponse.results:type_name -> shardkit.data.v1.MultiResult
+	8,  // 37: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
+	12, // 38: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
+	14, // 39: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
+	17, // 40: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
+	19, // 41: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
+	22, // 42: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
+	27, // 43: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
+	29, // 44: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
+	31, // 45: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
+	54, // 46: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
+	38, // 47: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
+	40, // 48: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
+	42, // 49: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
+	44, // 50: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
+	46, // 51: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
+	48, // 52: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
+	50, // 53: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
+	10, // 54: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
+	13, // 55: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
+	16, // 56: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
+	18, // 57: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
+	21, // 58: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
+	26, // 59: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
+	28, // 60: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
+	30, // 61: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
+	32, // 62: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
+	56, // 63: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
+	39, // 64: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
+	41, // 65: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
+	43, // 66: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
+	45, // 67: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
+	47, // 68: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
+	49, // 69: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
+	52, // 70: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
+	54, // [54:71] is the sub-list for method output_type
+	37, // [37:54] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_api_data_v1_data_proto_init() }
@@ -3680,13 +3982,22 @@ func file_api_data_v1_data_proto_init() {
 		return
 	}
 	file_api_data_v1_data_proto_msgTypes[2].OneofWrappers = []any{}
+	file_api_data_v1_data_proto_msgTypes[48].OneofWrappers = []any{
+		(*MultiItem_Write)(nil),
+		(*MultiItem_Get)(nil),
+	}
+	file_api_data_v1_data_proto_msgTypes[50].OneofWrappers = []any{
+		(*MultiResult_Write)(nil),
+		(*MultiResult_Get)(nil),
+		(*MultiResult_Error)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_data_v1_data_proto_rawDesc), len(file_api_data_v1_data_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   49,
+			NumMessages:   53,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -28,6 +28,7 @@ const (
 	DataService_CreateSpace_FullMethodName = "/shardkit.data.v1.DataService/CreateSpace"
 	DataService_DropSpace_FullMethodName   = "/shardkit.data.v1.DataService/DropSpace"
 	DataService_ListSpaces_FullMethodName  = "/shardkit.data.v1.DataService/ListSpaces"
+	DataService_Multi_FullMethodName       = "/shardkit.data.v1.DataService/Multi"
 )
 
 // DataServiceClient is the client API for DataService service.
@@ -74,6 +75,12 @@ type DataServiceClient interface {
 	DropSpace(ctx context.Context, in *DropSpaceRequest, opts ...grpc.CallOption) (*DropSpaceResponse, error)
 	// ListSpaces lists the spaces as group 0 has them.
 	ListSpaces(ctx context.Context, in *ListSpacesRequest, opts ...grpc.CallOption) (*ListSpacesResponse, error)
+	// Multi carries several Write and Get calls in one RPC (the Go client's
+	// pipelining): the instance serves each item as it would serve the same
+	// unary call (routing, forwarding, access checks), concurrently, and
+	// answers each with its own result or error, in the items' order. At
+	// most MaxMultiItems (api/data/v1, 256) items; more is InvalidArgument.
+	Multi(ctx context.Context, in *MultiRequest, opts ...grpc.CallOption) (*MultiResponse, error)
 }
 
 type dataServiceClient struct {
@@ -174,6 +181,16 @@ func (c *dataServiceClient) ListSpaces(ctx context.Context, in *ListSpacesReques
 	return out, nil
 }
 
+func (c *dataServiceClient) Multi(ctx context.Context, in *MultiRequest, opts ...grpc.CallOption) (*MultiResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MultiResponse)
+	err := c.cc.Invoke(ctx, DataService_Multi_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // DataServiceServer is the server API for DataService service.
 // All implementations must embed UnimplementedDataServiceServer
 // for forward compatibility.
@@ -218,6 +235,12 @@ type DataServiceServer interface {
 	DropSpace(context.Context, *DropSpaceRequest) (*DropSpaceResponse, error)
 	// ListSpaces lists the spaces as group 0 has them.
 	ListSpaces(context.Context, *ListSpacesRequest) (*ListSpacesResponse, error)
+	// Multi carries several Write and Get calls in one RPC (the Go client's
+	// pipelining): the instance serves each item as it would serve the same
+	// unary call (routing, forwarding, access checks), concurrently, and
+	// answers each with its own result or error, in the items' order. At
+	// most MaxMultiItems (api/data/v1, 256) items; more is InvalidArgument.
+	Multi(context.Context, *MultiRequest) (*MultiResponse, error)
 	mustEmbedUnimplementedDataServiceServer()
 }
 
@@ -254,6 +277,9 @@ func (UnimplementedDataServiceServer) DropSpace(context.Context, *DropSpaceReque
 }
 func (UnimplementedDataServiceServer) ListSpaces(context.Context, *ListSpacesRequest) (*ListSpacesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListSpaces not implemented")
+}
+func (UnimplementedDataServiceServer) Multi(context.Context, *MultiRequest) (*MultiResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Multi not implemented")
 }
 func (UnimplementedDataServiceServer) mustEmbedUnimplementedDataServiceServer() {}
 func (UnimplementedDataServiceServer) testEmbeddedByValue()                     {}
@@ -438,6 +464,24 @@ func _DataService_ListSpaces_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DataService_Multi_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MultiRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DataServiceServer).Multi(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: DataService_Multi_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DataServiceServer).Multi(ctx, req.(*MultiRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // DataService_ServiceDesc is the grpc.ServiceDesc for DataService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -480,6 +524,10 @@ var DataService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListSpaces",
 			Handler:    _DataService_ListSpaces_Handler,
+		},
+		{
+			MethodName: "Multi",
+			Handler:    _DataService_Multi_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

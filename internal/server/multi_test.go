@@ -1,0 +1,142 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// A Multi sent to an instance that does not hold the bucket: each item is
+// answered as its unary call would be (the writes and reads forwarded to
+// the holder, the refusals with their details), in order; a Multi over
+// the limit is refused naming it.
+func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	addrs, startSecond, c := twoInstances(ctx, t, 10*time.Second)
+	startSecond()
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "m", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
+			PrimaryKey: []string{"k"}}, true)
+		return err
+	})
+	pollOK(t, "a first row", func() error {
+		_, err := c.Space("m").Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.String("one")})
+		return err
+	})
+	// The instance that does not hold key 1's bucket, once both serve.
+	var elsewhere string
+	pollOK(t, "two replicasets", func() error {
+		rt, err := dataClient(t, addrs[0]).GetRouting(ctx, &datav1.GetRoutingRequest{})
+		if err != nil {
+			return err
+		}
+		if len(rt.GetReplicasets()) != 2 {
+			return status.Errorf(codes.Unavailable, "%d replicasets", len(rt.GetReplicasets()))
+		}
+		b, err := c.Space("m").Bucket(ctx, tuple.Uint(1))
+		if err != nil {
+			return err
+		}
+		var holder string
+		for _, br := range rt.GetBuckets() {
+			if br.GetFirst() <= b && b <= br.GetLast() {
+				holder = br.GetReplicasetId()
+			}
+		}
+		for _, rs := range rt.GetReplicasets() {
+			if rs.GetReplicasetId() == holder {
+				if rs.GetLeaderAddress() == "" {
+					return status.Error(codes.Unavailable, "no leader yet")
+				}
+				for _, a := range addrs {
+					if a != rs.GetLeaderAddress() {
+						elsewhere = a
+					}
+				}
+			}
+		}
+		if elsewhere == "" {
+			return status.Errorf(codes.Unavailable, "bucket %d's holder %q not found", b, holder)
+		}
+		return nil
+	})
+	key := func(k uint64) []byte { return tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k)}) }
+	row := func(k uint64, v string) []byte {
+		return tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.String(v)})
+	}
+	write := func(kind datav1.OpKind, t []byte) *datav1.MultiItem {
+		return &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Ops: []*datav1.Op{{Kind: kind, Space: "m", Tuple: t}}}}}
+	}
+	get := func(space string, k uint64) *datav1.MultiItem {
+		return &datav1.MultiItem{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: space, Key: key(k), Mode: datav1.Mode_MODE_RW}}}
+	}
+	req := &datav1.MultiRequest{Items: []*datav1.MultiItem{
+		write(datav1.OpKind_OP_KIND_REPLACE, row(2, "two")),
+		get("m", 1),
+		get("nope", 1),
+		write(datav1.OpKind_OP_KIND_INSERT, row(1, "again")),
+		get("m", 99),
+		{},
+	}}
+	dc := dataClient(t, elsewhere)
+	// That instance's view of group 0 may not have the space yet.
+	pollOK(t, "the space, seen from "+elsewhere, func() error {
+		_, err := dc.Get(ctx, &datav1.GetRequest{Space: "m", Key: key(1)})
+		return err
+	})
+	resp, err := dc.Multi(ctx, req)
+	if err != nil {
+		t.Fatalf("Multi: %v", err)
+	}
+	rs := resp.GetResults()
+	if len(rs) != len(req.GetItems()) {
+		t.Fatalf("%d results for %d items", len(rs), len(req.GetItems()))
+	}
+	if w := rs[0].GetWrite(); w == nil || len(w.GetResults()) != 1 || string(w.GetResults()[0].GetTuple()) != string(row(2, "two")) {
+		t.Errorf("item 1 (a replace, forwarded): %v", rs[0])
+	}
+	if g := rs[1].GetGet(); g == nil || !g.GetFound() || string(g.GetTuple()) != string(row(1, "one")) || !g.GetInfo().GetLeader() {
+		t.Errorf("item 2 (a get, forwarded): %v", rs[1])
+	}
+	if st := status.FromProto(rs[2].GetError()); st.Code() != codes.NotFound || !strings.Contains(st.Message(), `no space "nope"`) {
+		t.Errorf("item 3 (a missing space): %v", rs[2])
+	}
+	st := status.FromProto(rs[3].GetError())
+	var refusal *datav1.Refusal
+	for _, d := range st.Details() {
+		if r, ok := d.(*datav1.Refusal); ok {
+			refusal = r
+		}
+	}
+	if st.Code() != codes.AlreadyExists || refusal.GetCode() != datav1.Refusal_CODE_DUPLICATE_KEY {
+		t.Errorf("item 4 (a duplicate insert): %v with details %v, want AlreadyExists with a duplicate-key Refusal", st, st.Details())
+	}
+	if g := rs[4].GetGet(); g == nil || g.GetFound() {
+		t.Errorf("item 5 (a key with no row): %v", rs[4])
+	}
+	if st := status.FromProto(rs[5].GetError()); st.Code() != codes.InvalidArgument {
+		t.Errorf("item 6 (empty): %v, want InvalidArgument", rs[5])
+	}
+	// The same answer as the unary call, to the letter.
+	_, uerr := dc.Write(ctx, &datav1.WriteRequest{Ops: []*datav1.Op{{Kind: datav1.OpKind_OP_KIND_INSERT, Space: "m", Tuple: row(1, "again")}}})
+	if u := status.Convert(uerr); u.Code() != st.Code() || u.Message() != st.Message() {
+		t.Errorf("the duplicate insert: unary %v, in a Multi %v", u, st)
+	}
+
+	big := &datav1.MultiRequest{}
+	for range datav1.MaxMultiItems + 1 {
+		big.Items = append(big.Items, get("m", 1))
+	}
+	if _, err := dc.Multi(ctx, big); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 256 items") {
+		t.Errorf("a Multi over the limit: %v, want InvalidArgument naming the limit", err)
+	}
+}
