@@ -36,7 +36,8 @@
 #               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
 #   ETCD_CLIENT_PORT_BASE [23790], ETCD_PEER_PORT_BASE [23800]: member N listens on BASE+N
-#   SHARDKIT_PORT_BASE [33300], SHARDKIT_HTTP_PORT_BASE [33310]: instance N on BASE+N
+#   SHARDKIT_PORT_BASE [25300], SHARDKIT_HTTP_PORT_BASE [25310]: instance N on BASE+N
+#               (every default is below Linux's ephemeral ports, 32768-60999)
 #   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
 #
 # CPU per operation: the user+system time (/proc/PID/stat) of the system's
@@ -69,8 +70,8 @@ ETCD_BIN=${ETCD_BIN:-etcd}
 ETCDCTL_BIN=${ETCDCTL_BIN:-etcdctl}
 ETCD_CLIENT_PORT_BASE=${ETCD_CLIENT_PORT_BASE:-23790}
 ETCD_PEER_PORT_BASE=${ETCD_PEER_PORT_BASE:-23800}
-SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-33300}
-SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-33310}
+SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-25300}
+SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-25310}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 
 log() { printf 'bench-vs-etcd: %s\n' "$*" >&2; }
