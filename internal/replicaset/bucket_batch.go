@@ -8,13 +8,11 @@ import (
 	"io"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // The batched forms of the move steps: the mover moves many buckets
@@ -329,41 +327,21 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		}
 		chunk := &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
 		out.Chunks = append(out.Chunks, chunk)
-		prefix := s.sm.k.bucketTuples(bucket)
-		it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
-		if err != nil {
-			return status.Error(codes.Internal, err.Error())
-		}
-		for ok := it.First(); ok; ok = it.Next() {
-			k := it.Key()
-			if len(k) < len(prefix)+4 {
-				continue
-			}
-			v, err := it.ValueAndErr()
-			if err != nil {
-				_ = it.Close()
-				return status.Error(codes.Internal, err.Error())
-			}
-			ver, t, err := decodeStored(v)
-			if err != nil {
-				_ = it.Close()
-				return status.Error(codes.Internal, err.Error())
-			}
-			space := uint32(k[len(prefix)])<<24 | uint32(k[len(prefix)+1])<<16 | uint32(k[len(prefix)+2])<<8 | uint32(k[len(prefix)+3])
-			chunk.Tuples = append(chunk.Tuples, &rspb.CopiedTuple{SpaceId: space, Key: append([]byte(nil), k[len(prefix)+4:]...), Version: ver, Tuple: append([]byte(nil), t...)})
+		err = s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
+			chunk.Tuples = append(chunk.Tuples, t)
 			count++
-			size += len(k) + len(v)
+			size += n
 			if count >= limit || size >= MaxChunkBytes {
 				if err := send(); err != nil {
-					_ = it.Close()
 					return err
 				}
 				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
 				out.Chunks = append(out.Chunks, chunk)
 			}
-		}
-		if err := it.Close(); err != nil {
-			return status.Error(codes.Internal, err.Error())
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		chunk.Last = true // this bucket is whole
 	}

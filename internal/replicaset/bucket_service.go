@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 
@@ -172,14 +173,38 @@ func (b *BucketService) Send(req *rspb.SendRequest, stream grpc.ServerStreamingS
 	if limit <= 0 || limit > CopyChunkTuples {
 		limit = CopyChunkTuples
 	}
-	prefix := s.sm.k.bucketTuples(req.GetBucket())
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	chunk := &rspb.SendResponse{}
+	size := 0
+	err = s.eachTuple(snap, req.GetBucket(), func(t *rspb.CopiedTuple, n int) error {
+		chunk.Tuples = append(chunk.Tuples, t)
+		size += n
+		if len(chunk.Tuples) >= limit || size >= MaxChunkBytes {
+			if err := stream.Send(chunk); err != nil {
+				return err
+			}
+			chunk, size = &rspb.SendResponse{}, 0
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(chunk.Tuples) > 0 {
+		return stream.Send(chunk)
+	}
+	return nil
+}
+
+// eachTuple calls fn with every tuple of bucket in r, every space, in the
+// order of their keys (space id, then key), as a copy sends them, with
+// the bytes each takes in storage.
+func (s *Storage) eachTuple(r pebble.Reader, bucket uint32, fn func(t *rspb.CopiedTuple, size int) error) error {
+	prefix := s.sm.k.bucketTuples(bucket)
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	defer it.Close()
-	chunk := &rspb.SendResponse{}
-	size := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
 		if len(k) < len(prefix)+4 {
@@ -193,21 +218,14 @@ func (b *BucketService) Send(req *rspb.SendRequest, stream grpc.ServerStreamingS
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-		space := uint32(k[len(prefix)])<<24 | uint32(k[len(prefix)+1])<<16 | uint32(k[len(prefix)+2])<<8 | uint32(k[len(prefix)+3])
-		chunk.Tuples = append(chunk.Tuples, &rspb.CopiedTuple{SpaceId: space, Key: append([]byte(nil), k[len(prefix)+4:]...), Version: ver, Tuple: append([]byte(nil), t...)})
-		size += len(k) + len(v)
-		if len(chunk.Tuples) >= limit || size >= MaxChunkBytes {
-			if err := stream.Send(chunk); err != nil {
-				return err
-			}
-			chunk, size = &rspb.SendResponse{}, 0
+		space := binary.BigEndian.Uint32(k[len(prefix):])
+		ct := &rspb.CopiedTuple{SpaceId: space, Key: append([]byte(nil), k[len(prefix)+4:]...), Version: ver, Tuple: append([]byte(nil), t...)}
+		if err := fn(ct, len(k)+len(v)); err != nil {
+			return err
 		}
 	}
 	if err := it.Error(); err != nil {
 		return status.Error(codes.Internal, err.Error())
-	}
-	if len(chunk.Tuples) > 0 {
-		return stream.Send(chunk)
 	}
 	return nil
 }
