@@ -91,9 +91,6 @@ var rules = map[string]Role{
 	// Between instances only.
 	raftv1.RaftTransportService_RaftMessages_FullMethodName: Node,
 	raftv1.RaftTransportService_RaftSnapshot_FullMethodName: Node,
-	rspb.BucketService_SetBucket_FullMethodName:             Node,
-	rspb.BucketService_Receive_FullMethodName:               Node,
-	rspb.BucketService_Send_FullMethodName:                  Node,
 	rspb.BucketService_SetBuckets_FullMethodName:            Node,
 	rspb.BucketService_ReceiveBuckets_FullMethodName:        Node,
 	rspb.BucketService_SendBuckets_FullMethodName:           Node,

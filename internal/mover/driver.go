@@ -193,14 +193,14 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 		}
 		return errors.Join(errs...)
 	case metapb.Move_PHASE_COPY:
-		copied, err := m.receive(ctx, mvs)
+		copied, err := m.receive(ctx, mvs, nil)
 		if len(copied) == 0 {
 			return err
 		}
 		if ferr := m.cfg.Failpoints.Eval(FailpointCopied); ferr != nil {
 			return ferr
 		}
-		active, aerr := m.setBuckets(ctx, to, copied, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_RECEIVING)
+		active, aerr := m.setBuckets(ctx, to, copied, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_RECEIVING, nil)
 		err = errors.Join(err, aerr)
 		if len(active) == 0 {
 			return err
@@ -213,7 +213,7 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 		}
 		return errors.Join(err, m.cfg.Failpoints.Eval(FailpointCleanupMarked))
 	case metapb.Move_PHASE_CLEANUP:
-		garbage, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_SENDING)
+		garbage, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_SENDING, nil)
 		if len(garbage) == 0 {
 			return err
 		}
@@ -225,10 +225,10 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 	case metapb.Move_PHASE_ABORTING:
 		// Undo what PREPARE may have done; a step with nothing to undo is
 		// refused, which is fine.
-		if _, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_RECEIVING); err != nil && !isRefused(err) {
+		if _, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_RECEIVING, nil); err != nil && !isRefused(err) {
 			return err
 		}
-		if _, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_SENDING); err != nil && !isRefused(err) {
+		if _, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_SENDING, nil); err != nil && !isRefused(err) {
 			return err
 		}
 		_, err := m.finishes(ctx, mvs)
@@ -242,7 +242,7 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 // aborted); an error when the steps could not be done (nothing to abort).
 func (m *Mover) prepare(ctx context.Context, mvs []*metapb.Move) (ready, refused []*metapb.Move, err error) {
 	from, to := mvs[0].GetFrom(), mvs[0].GetTo()
-	sending, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_SENDING, to, rspb.BucketState_STATE_ACTIVE)
+	sending, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_SENDING, to, rspb.BucketState_STATE_ACTIVE, nil)
 	if err != nil && !isRefused(err) {
 		return nil, nil, err
 	}
@@ -253,7 +253,7 @@ func (m *Mover) prepare(ctx context.Context, mvs []*metapb.Move) (ready, refused
 	if err := m.cfg.Failpoints.Eval(FailpointSourceSending); err != nil {
 		return nil, nil, err
 	}
-	ready, err = m.setBuckets(ctx, to, sending, rspb.BucketState_STATE_RECEIVING, from, rspb.BucketState_STATE_UNSPECIFIED)
+	ready, err = m.setBuckets(ctx, to, sending, rspb.BucketState_STATE_RECEIVING, from, rspb.BucketState_STATE_UNSPECIFIED, nil)
 	if err != nil && !isRefused(err) {
 		return nil, nil, err
 	}
@@ -286,7 +286,8 @@ func without(all, some []*metapb.Move) []*metapb.Move {
 // moves whose bucket is in state now (moved now or before), and a
 // *refusedError naming those refused, or another error when the call
 // failed as a whole (then none moved).
-func (m *Mover) setBuckets(ctx context.Context, rsID string, mvs []*metapb.Move, state rspb.BucketState_State, peer string, from rspb.BucketState_State) ([]*metapb.Move, error) {
+// deleted, when not nil, adds up the tuples a GARBAGE step deleted, by space.
+func (m *Mover) setBuckets(ctx context.Context, rsID string, mvs []*metapb.Move, state rspb.BucketState_State, peer string, from rspb.BucketState_State, deleted map[uint32]uint64) ([]*metapb.Move, error) {
 	steps := make([]*rspb.SetBucket, len(mvs))
 	for i, mv := range mvs {
 		steps[i] = &rspb.SetBucket{Bucket: mv.GetBucket(), State: state, Generation: mv.GetGeneration(), Peer: peer, From: from}
@@ -311,6 +312,11 @@ func (m *Mover) setBuckets(ctx context.Context, rsID string, mvs []*metapb.Move,
 			continue
 		}
 		done = append(done, mvs[i])
+		if deleted != nil {
+			for sp, n := range r.GetDeletedBySpace() {
+				deleted[sp] += n
+			}
+		}
 	}
 	if len(why) > 0 {
 		return done, &refusedError{err: fmt.Errorf("replicaset %s refused %d of %d bucket steps to %s: %s", rsID, len(why), len(mvs), state, summarize(why))}
@@ -330,11 +336,12 @@ func summarize(why []string) string {
 
 // receive has the destination copy the moves' buckets from the source,
 // at most its receive quota at a time. It returns the moves copied (now
-// or before) and an error naming those that were not.
-func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move) ([]*metapb.Move, error) {
+// or before) and an error naming those that were not; copied, when not
+// nil, adds up the tuples inserted, by space.
+func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move, copied map[uint32]uint64) ([]*metapb.Move, error) {
 	from, to := mvs[0].GetFrom(), mvs[0].GetTo()
 	_, maxSend, maxRecv, _ := Settings(m.cfg.Zero.State().Props.GetRebalancer())
-	var copied []*metapb.Move
+	var done []*metapb.Move
 	var errs []error
 	for part := range slices.Chunk(mvs, max(1, min(maxSend, maxRecv))) {
 		req := &rspb.ReceiveBucketsRequest{ReplicasetId: to, From: from}
@@ -360,14 +367,19 @@ func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move) ([]*metapb.Move
 				why = append(why, r.GetRefused())
 				continue
 			}
-			copied = append(copied, part[i])
+			done = append(done, part[i])
+			if copied != nil {
+				for sp, n := range r.GetCopiedBySpace() {
+					copied[sp] += n
+				}
+			}
 			m.log.Debug("bucket copied", "bucket", r.GetBucket(), "to", to, "sent", r.GetSent(), "copied", r.GetCopied())
 		}
 		if len(why) > 0 {
 			errs = append(errs, fmt.Errorf("copy: %s refused %d of %d buckets: %s", to, len(why), len(part), summarize(why)))
 		}
 	}
-	return copied, errors.Join(errs...)
+	return done, errors.Join(errs...)
 }
 
 // phases advances the moves in group 0, in one entry; it returns those

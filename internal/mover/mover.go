@@ -10,8 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -285,28 +283,6 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	return nil
 }
 
-func (m *Mover) phase(ctx context.Context, mv *metapb.Move, p metapb.Move_Phase) error {
-	_, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_SetMovePhase{SetMovePhase: &metapb.SetMovePhase{
-		Bucket: mv.GetBucket(), Generation: mv.GetGeneration(), Phase: p}}})
-	if err == nil {
-		m.log.Debug("bucket move", "bucket", mv.GetBucket(), "phase", p.String())
-	}
-	return err
-}
-
-func (m *Mover) finish(ctx context.Context, mv *metapb.Move) error {
-	_, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_FinishMove{FinishMove: &metapb.FinishMove{
-		Bucket: mv.GetBucket(), Generation: mv.GetGeneration()}}})
-	if err == nil {
-		how := "moved"
-		if mv.GetPhase() == metapb.Move_PHASE_ABORTING {
-			how = "move aborted"
-		}
-		m.log.Debug("bucket "+how, "bucket", mv.GetBucket(), "from", mv.GetFrom(), "to", mv.GetTo(), "generation", mv.GetGeneration())
-	}
-	return err
-}
-
 // refusedError: a replicaset refused a step (its record does not allow it).
 type refusedError struct{ err error }
 
@@ -316,21 +292,6 @@ func (e *refusedError) Unwrap() error { return e.err }
 func isRefused(err error) bool {
 	var r *refusedError
 	return errors.As(err, &r)
-}
-
-func (m *Mover) setBucket(ctx context.Context, rsID string, b uint32, state rspb.BucketState_State, gen uint64, peer string, from rspb.BucketState_State) error {
-	step := &rspb.SetBucket{Bucket: b, State: state, Generation: gen, Peer: peer, From: from}
-	err := m.onLeader(ctx, rsID, func(ctx context.Context, c rspb.BucketServiceClient) error {
-		_, err := c.SetBucket(ctx, &rspb.SetBucketRequest{ReplicasetId: rsID, Step: step})
-		return err
-	})
-	if status.Code(err) == codes.FailedPrecondition {
-		return &refusedError{err: fmt.Errorf("replicaset %s: %w", rsID, err)}
-	}
-	if err != nil {
-		return fmt.Errorf("replicaset %s: bucket %d to %s: %w", rsID, b, state, err)
-	}
-	return nil
 }
 
 // onLeader runs call on a replicaset's leader: the one group 0 recorded,

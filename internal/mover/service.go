@@ -237,10 +237,14 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		return nil, err
 	}
 	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
-	for _, mv := range plan {
-		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{
-			Bucket: mv.GetBucket(), To: mv.GetTo(), Reason: "reshard", Operator: true}}}); err != nil {
-			return nil, fmt.Errorf("start moving bucket %d: %w", mv.GetBucket(), err)
+	steps := make([]*metapb.Command, len(plan))
+	for i, mv := range plan {
+		steps[i] = &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{
+			Bucket: mv.GetBucket(), To: mv.GetTo(), Reason: "reshard", Operator: true}}}
+	}
+	if len(steps) > 0 {
+		if _, err := s.m.moveSteps(ctx, plan, steps, func(*metapb.Move) {}); err != nil {
+			return nil, fmt.Errorf("start the moves: %w", err)
 		}
 	}
 	// The mover switches them; wait until none is preparing.
@@ -294,24 +298,36 @@ func (s *Service) spaceCounts(bySpace map[uint32]uint64) []*datav1.SpaceCount {
 	return out
 }
 
+// byRoute splits moves into those of each route (source, destination),
+// in the order of their first move: the driver's batches.
+func byRoute(mvs []*metapb.Move) [][]*metapb.Move {
+	index := map[[2]string]int{}
+	var out [][]*metapb.Move
+	for _, mv := range mvs {
+		k := [2]string{mv.GetFrom(), mv.GetTo()}
+		i, ok := index[k]
+		if !ok {
+			i = len(out)
+			index[k] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], mv)
+	}
+	return out
+}
+
 func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, error) {
 	bySpace := map[uint32]uint64{}
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
-	for _, mv := range s.operatorMoves(metapb.Move_PHASE_COPY) {
-		var r *rspb.ReceiveResponse
-		err := s.m.onLeader(ctx, mv.GetTo(), func(ctx context.Context, c rspb.BucketServiceClient) error {
-			var err error
-			r, err = c.Receive(ctx, &rspb.ReceiveRequest{ReplicasetId: mv.GetTo(), Bucket: mv.GetBucket(), Generation: mv.GetGeneration(), From: mv.GetFrom()})
-			return err
-		})
+	for _, mvs := range byRoute(s.operatorMoves(metapb.Move_PHASE_COPY)) {
+		copied, err := s.m.receive(ctx, mvs, bySpace)
+		for _, mv := range copied {
+			resp.Moves = append(resp.Moves, moveInfo(mv, now))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("copy bucket %d from %s to %s: %w", mv.GetBucket(), mv.GetFrom(), mv.GetTo(), err)
+			return nil, err
 		}
-		for sp, n := range r.GetCopiedBySpace() {
-			bySpace[sp] += n
-		}
-		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
 	resp.Counts = s.spaceCounts(bySpace)
 	resp.Summary = fmt.Sprintf("%d buckets copied; next: reshard finish", len(resp.Moves))
@@ -321,17 +337,22 @@ func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, err
 func (s *Service) reshardFinish(ctx context.Context) (*datav1.ReshardResponse, error) {
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
-	for _, mv := range s.operatorMoves(metapb.Move_PHASE_COPY) {
-		if err := s.m.setBucket(ctx, mv.GetTo(), mv.GetBucket(), rspb.BucketState_STATE_ACTIVE, mv.GetGeneration(), "", rspb.BucketState_STATE_RECEIVING); err != nil {
-			if isRefused(err) {
-				return nil, status.Errorf(codes.FailedPrecondition, "bucket %d: %v (run `reshard copy` first)", mv.GetBucket(), err)
+	for _, mvs := range byRoute(s.operatorMoves(metapb.Move_PHASE_COPY)) {
+		active, err := s.m.setBuckets(ctx, mvs[0].GetTo(), mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_RECEIVING, nil)
+		if err != nil && !isRefused(err) {
+			return nil, err
+		}
+		if len(active) > 0 {
+			if _, perr := s.m.phases(ctx, active, metapb.Move_PHASE_CLEANUP); perr != nil {
+				return nil, perr
 			}
-			return nil, err
 		}
-		if err := s.m.phase(ctx, mv, metapb.Move_PHASE_CLEANUP); err != nil {
-			return nil, err
+		for _, mv := range active {
+			resp.Moves = append(resp.Moves, moveInfo(mv, now))
 		}
-		resp.Moves = append(resp.Moves, moveInfo(mv, now))
+		if err != nil {
+			return nil, status.Errorf(codes.FailedPrecondition, "%v (run `reshard copy` first)", err)
+		}
 	}
 	resp.Summary = fmt.Sprintf("prev dropped for %d buckets (each active on its new replicaset alone); next: reshard cleanup", len(resp.Moves))
 	return resp, nil
@@ -341,24 +362,19 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 	bySpace := map[uint32]uint64{}
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
-	for _, mv := range s.operatorMoves(metapb.Move_PHASE_CLEANUP) {
-		var deleted map[uint32]uint64
-		err := s.m.onLeader(ctx, mv.GetFrom(), func(ctx context.Context, c rspb.BucketServiceClient) error {
-			r, err := c.SetBucket(ctx, &rspb.SetBucketRequest{ReplicasetId: mv.GetFrom(), Step: &rspb.SetBucket{Bucket: mv.GetBucket(),
-				State: rspb.BucketState_STATE_GARBAGE, Generation: mv.GetGeneration(), From: rspb.BucketState_STATE_SENDING}})
-			deleted = r.GetDeletedBySpace()
-			return err
-		})
+	for _, mvs := range byRoute(s.operatorMoves(metapb.Move_PHASE_CLEANUP)) {
+		garbage, err := s.m.setBuckets(ctx, mvs[0].GetFrom(), mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_SENDING, bySpace)
+		if len(garbage) > 0 {
+			if _, ferr := s.m.finishes(ctx, garbage); ferr != nil {
+				return nil, ferr
+			}
+		}
+		for _, mv := range garbage {
+			resp.Moves = append(resp.Moves, moveInfo(mv, now))
+		}
 		if err != nil {
-			return nil, fmt.Errorf("clean up bucket %d on %s: %w", mv.GetBucket(), mv.GetFrom(), err)
+			return nil, fmt.Errorf("clean up: %w", err)
 		}
-		for sp, n := range deleted {
-			bySpace[sp] += n
-		}
-		if err := s.m.finish(ctx, mv); err != nil {
-			return nil, err
-		}
-		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
 	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetDisabled() && len(s.operatorMoves(metapb.Move_PHASE_COPY)) == 0 {
 		r := st.Props.GetRebalancer()

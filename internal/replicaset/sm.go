@@ -218,6 +218,8 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			out[i] = a.createBuckets(op.CreateBuckets)
 			notify = true
 		case *rspb.Command_SetBucket:
+			// A single step: no longer proposed (the mover batches them,
+			// SetBuckets), still applied from logs written before.
 			out[i] = a.setBucket(op.SetBucket)
 			notify = true
 			if err := sm.fp.Eval(FailpointAppliedSetBucket + "/" + op.SetBucket.GetState().String()); err != nil {

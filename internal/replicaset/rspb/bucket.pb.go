@@ -21,366 +21,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-type SetBucketRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplicasetId  string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
-	Step          *SetBucket             `protobuf:"bytes,2,opt,name=step,proto3" json:"step,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SetBucketRequest) Reset() {
-	*x = SetBucketRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SetBucketRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SetBucketRequest) ProtoMessage() {}
-
-func (x *SetBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SetBucketRequest.ProtoReflect.Descriptor instead.
-func (*SetBucketRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *SetBucketRequest) GetReplicasetId() string {
-	if x != nil {
-		return x.ReplicasetId
-	}
-	return ""
-}
-
-func (x *SetBucketRequest) GetStep() *SetBucket {
-	if x != nil {
-		return x.Step
-	}
-	return nil
-}
-
-type SetBucketResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// The record moved now; false: it was there already.
-	Changed bool         `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Record  *BucketState `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
-	// GARBAGE: the tuples deleted, by space id.
-	DeletedBySpace map[uint32]uint64 `protobuf:"bytes,3,rep,name=deleted_by_space,json=deletedBySpace,proto3" json:"deleted_by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
-}
-
-func (x *SetBucketResponse) Reset() {
-	*x = SetBucketResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SetBucketResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SetBucketResponse) ProtoMessage() {}
-
-func (x *SetBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SetBucketResponse.ProtoReflect.Descriptor instead.
-func (*SetBucketResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *SetBucketResponse) GetChanged() bool {
-	if x != nil {
-		return x.Changed
-	}
-	return false
-}
-
-func (x *SetBucketResponse) GetRecord() *BucketState {
-	if x != nil {
-		return x.Record
-	}
-	return nil
-}
-
-func (x *SetBucketResponse) GetDeletedBySpace() map[uint32]uint64 {
-	if x != nil {
-		return x.DeletedBySpace
-	}
-	return nil
-}
-
-type ReceiveRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
-	Bucket       uint32                 `protobuf:"varint,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Generation   uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	// The source replicaset.
-	From          string `protobuf:"bytes,4,opt,name=from,proto3" json:"from,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReceiveRequest) Reset() {
-	*x = ReceiveRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReceiveRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReceiveRequest) ProtoMessage() {}
-
-func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
-func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{2}
-}
-
-func (x *ReceiveRequest) GetReplicasetId() string {
-	if x != nil {
-		return x.ReplicasetId
-	}
-	return ""
-}
-
-func (x *ReceiveRequest) GetBucket() uint32 {
-	if x != nil {
-		return x.Bucket
-	}
-	return 0
-}
-
-func (x *ReceiveRequest) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *ReceiveRequest) GetFrom() string {
-	if x != nil {
-		return x.From
-	}
-	return ""
-}
-
-type ReceiveResponse struct {
-	state protoimpl.MessageState `protogen:"open.v1"`
-	// Tuples the source sent, and those inserted (the others were written
-	// or deleted on the destination during the move).
-	Sent   uint64 `protobuf:"varint,1,opt,name=sent,proto3" json:"sent,omitempty"`
-	Copied uint64 `protobuf:"varint,2,opt,name=copied,proto3" json:"copied,omitempty"`
-	// The tuples inserted, by space id.
-	CopiedBySpace map[uint32]uint64 `protobuf:"bytes,3,rep,name=copied_by_space,json=copiedBySpace,proto3" json:"copied_by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *ReceiveResponse) Reset() {
-	*x = ReceiveResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *ReceiveResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*ReceiveResponse) ProtoMessage() {}
-
-func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
-func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{3}
-}
-
-func (x *ReceiveResponse) GetSent() uint64 {
-	if x != nil {
-		return x.Sent
-	}
-	return 0
-}
-
-func (x *ReceiveResponse) GetCopied() uint64 {
-	if x != nil {
-		return x.Copied
-	}
-	return 0
-}
-
-func (x *ReceiveResponse) GetCopiedBySpace() map[uint32]uint64 {
-	if x != nil {
-		return x.CopiedBySpace
-	}
-	return nil
-}
-
-type SendRequest struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
-	Bucket       uint32                 `protobuf:"varint,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Generation   uint64                 `protobuf:"varint,3,opt,name=generation,proto3" json:"generation,omitempty"`
-	// Tuples per chunk (0: 1000).
-	ChunkTuples   uint32 `protobuf:"varint,4,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SendRequest) Reset() {
-	*x = SendRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SendRequest) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SendRequest) ProtoMessage() {}
-
-func (x *SendRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SendRequest.ProtoReflect.Descriptor instead.
-func (*SendRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{4}
-}
-
-func (x *SendRequest) GetReplicasetId() string {
-	if x != nil {
-		return x.ReplicasetId
-	}
-	return ""
-}
-
-func (x *SendRequest) GetBucket() uint32 {
-	if x != nil {
-		return x.Bucket
-	}
-	return 0
-}
-
-func (x *SendRequest) GetGeneration() uint64 {
-	if x != nil {
-		return x.Generation
-	}
-	return 0
-}
-
-func (x *SendRequest) GetChunkTuples() uint32 {
-	if x != nil {
-		return x.ChunkTuples
-	}
-	return 0
-}
-
-// SendResponse is one chunk of a sent bucket.
-type SendResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tuples        []*CopiedTuple         `protobuf:"bytes,1,rep,name=tuples,proto3" json:"tuples,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *SendResponse) Reset() {
-	*x = SendResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *SendResponse) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*SendResponse) ProtoMessage() {}
-
-func (x *SendResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use SendResponse.ProtoReflect.Descriptor instead.
-func (*SendResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *SendResponse) GetTuples() []*CopiedTuple {
-	if x != nil {
-		return x.Tuples
-	}
-	return nil
-}
-
 type LookupKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SpaceId       uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
@@ -391,7 +31,7 @@ type LookupKey struct {
 
 func (x *LookupKey) Reset() {
 	*x = LookupKey{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -403,7 +43,7 @@ func (x *LookupKey) String() string {
 func (*LookupKey) ProtoMessage() {}
 
 func (x *LookupKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -416,7 +56,7 @@ func (x *LookupKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupKey.ProtoReflect.Descriptor instead.
 func (*LookupKey) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *LookupKey) GetSpaceId() uint32 {
@@ -444,7 +84,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -456,7 +96,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -469,7 +109,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *LookupRequest) GetReplicasetId() string {
@@ -502,7 +142,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +154,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +167,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *LookupResponse) GetFacts() []*PrevFact {
@@ -551,7 +191,7 @@ type LookupRangeRequest struct {
 
 func (x *LookupRangeRequest) Reset() {
 	*x = LookupRangeRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +203,7 @@ func (x *LookupRangeRequest) String() string {
 func (*LookupRangeRequest) ProtoMessage() {}
 
 func (x *LookupRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +216,7 @@ func (x *LookupRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRangeRequest.ProtoReflect.Descriptor instead.
 func (*LookupRangeRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *LookupRangeRequest) GetReplicasetId() string {
@@ -624,7 +264,7 @@ type LookupRangeResponse struct {
 
 func (x *LookupRangeResponse) Reset() {
 	*x = LookupRangeResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +276,7 @@ func (x *LookupRangeResponse) String() string {
 func (*LookupRangeResponse) ProtoMessage() {}
 
 func (x *LookupRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +289,7 @@ func (x *LookupRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRangeResponse.ProtoReflect.Descriptor instead.
 func (*LookupRangeResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LookupRangeResponse) GetTuples() []*CopiedTuple {
@@ -675,7 +315,7 @@ type BucketsRequest struct {
 
 func (x *BucketsRequest) Reset() {
 	*x = BucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -687,7 +327,7 @@ func (x *BucketsRequest) String() string {
 func (*BucketsRequest) ProtoMessage() {}
 
 func (x *BucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -700,7 +340,7 @@ func (x *BucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketsRequest.ProtoReflect.Descriptor instead.
 func (*BucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *BucketsRequest) GetReplicasetId() string {
@@ -720,7 +360,7 @@ type BucketsResponse struct {
 
 func (x *BucketsResponse) Reset() {
 	*x = BucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +372,7 @@ func (x *BucketsResponse) String() string {
 func (*BucketsResponse) ProtoMessage() {}
 
 func (x *BucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +385,7 @@ func (x *BucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketsResponse.ProtoReflect.Descriptor instead.
 func (*BucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *BucketsResponse) GetBuckets() map[uint32]*BucketState {
@@ -772,7 +412,7 @@ type SetBucketsRequest struct {
 
 func (x *SetBucketsRequest) Reset() {
 	*x = SetBucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -784,7 +424,7 @@ func (x *SetBucketsRequest) String() string {
 func (*SetBucketsRequest) ProtoMessage() {}
 
 func (x *SetBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -797,7 +437,7 @@ func (x *SetBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucketsRequest.ProtoReflect.Descriptor instead.
 func (*SetBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetBucketsRequest) GetReplicasetId() string {
@@ -828,7 +468,7 @@ type SetBucketResult struct {
 
 func (x *SetBucketResult) Reset() {
 	*x = SetBucketResult{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -840,7 +480,7 @@ func (x *SetBucketResult) String() string {
 func (*SetBucketResult) ProtoMessage() {}
 
 func (x *SetBucketResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -853,7 +493,7 @@ func (x *SetBucketResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucketResult.ProtoReflect.Descriptor instead.
 func (*SetBucketResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetBucketResult) GetChanged() bool {
@@ -894,7 +534,7 @@ type SetBucketsResponse struct {
 
 func (x *SetBucketsResponse) Reset() {
 	*x = SetBucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -906,7 +546,7 @@ func (x *SetBucketsResponse) String() string {
 func (*SetBucketsResponse) ProtoMessage() {}
 
 func (x *SetBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -919,7 +559,7 @@ func (x *SetBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucketsResponse.ProtoReflect.Descriptor instead.
 func (*SetBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetBucketsResponse) GetResults() []*SetBucketResult {
@@ -940,7 +580,7 @@ type BucketGeneration struct {
 
 func (x *BucketGeneration) Reset() {
 	*x = BucketGeneration{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +592,7 @@ func (x *BucketGeneration) String() string {
 func (*BucketGeneration) ProtoMessage() {}
 
 func (x *BucketGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +605,7 @@ func (x *BucketGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketGeneration.ProtoReflect.Descriptor instead.
 func (*BucketGeneration) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BucketGeneration) GetBucket() uint32 {
@@ -994,7 +634,7 @@ type ReceiveBucketsRequest struct {
 
 func (x *ReceiveBucketsRequest) Reset() {
 	*x = ReceiveBucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +646,7 @@ func (x *ReceiveBucketsRequest) String() string {
 func (*ReceiveBucketsRequest) ProtoMessage() {}
 
 func (x *ReceiveBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +659,7 @@ func (x *ReceiveBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveBucketsRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{17}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ReceiveBucketsRequest) GetReplicasetId() string {
@@ -1058,7 +698,7 @@ type BucketReceived struct {
 
 func (x *BucketReceived) Reset() {
 	*x = BucketReceived{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +710,7 @@ func (x *BucketReceived) String() string {
 func (*BucketReceived) ProtoMessage() {}
 
 func (x *BucketReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +723,7 @@ func (x *BucketReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketReceived.ProtoReflect.Descriptor instead.
 func (*BucketReceived) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{18}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BucketReceived) GetBucket() uint32 {
@@ -1131,7 +771,7 @@ type ReceiveBucketsResponse struct {
 
 func (x *ReceiveBucketsResponse) Reset() {
 	*x = ReceiveBucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +783,7 @@ func (x *ReceiveBucketsResponse) String() string {
 func (*ReceiveBucketsResponse) ProtoMessage() {}
 
 func (x *ReceiveBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +796,7 @@ func (x *ReceiveBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveBucketsResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{19}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ReceiveBucketsResponse) GetResults() []*BucketReceived {
@@ -1178,7 +818,7 @@ type SendBucketsRequest struct {
 
 func (x *SendBucketsRequest) Reset() {
 	*x = SendBucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[20]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +830,7 @@ func (x *SendBucketsRequest) String() string {
 func (*SendBucketsRequest) ProtoMessage() {}
 
 func (x *SendBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[20]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +843,7 @@ func (x *SendBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBucketsRequest.ProtoReflect.Descriptor instead.
 func (*SendBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{20}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SendBucketsRequest) GetReplicasetId() string {
@@ -1238,7 +878,7 @@ type BucketRefusal struct {
 
 func (x *BucketRefusal) Reset() {
 	*x = BucketRefusal{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[21]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +890,7 @@ func (x *BucketRefusal) String() string {
 func (*BucketRefusal) ProtoMessage() {}
 
 func (x *BucketRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[21]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +903,7 @@ func (x *BucketRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRefusal.ProtoReflect.Descriptor instead.
 func (*BucketRefusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{21}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BucketRefusal) GetBucket() uint32 {
@@ -1292,7 +932,7 @@ type SendBucketsResponse struct {
 
 func (x *SendBucketsResponse) Reset() {
 	*x = SendBucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[22]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1304,7 +944,7 @@ func (x *SendBucketsResponse) String() string {
 func (*SendBucketsResponse) ProtoMessage() {}
 
 func (x *SendBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[22]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1317,7 +957,7 @@ func (x *SendBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBucketsResponse.ProtoReflect.Descriptor instead.
 func (*SendBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{22}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SendBucketsResponse) GetChunks() []*CopyChunk {
@@ -1338,40 +978,7 @@ var File_internal_replicaset_rspb_bucket_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\n" +
-	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"n\n" +
-	"\x10SetBucketRequest\x12#\n" +
-	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x125\n" +
-	"\x04step\x18\x02 \x01(\v2!.shardkit.replicaset.v1.SetBucketR\x04step\"\x96\x02\n" +
-	"\x11SetBucketResponse\x12\x18\n" +
-	"\achanged\x18\x01 \x01(\bR\achanged\x12;\n" +
-	"\x06record\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BucketStateR\x06record\x12g\n" +
-	"\x10deleted_by_space\x18\x03 \x03(\v2=.shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntryR\x0edeletedBySpace\x1aA\n" +
-	"\x13DeletedBySpaceEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x81\x01\n" +
-	"\x0eReceiveRequest\x12#\n" +
-	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
-	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\x12\x12\n" +
-	"\x04from\x18\x04 \x01(\tR\x04from\"\xe3\x01\n" +
-	"\x0fReceiveResponse\x12\x12\n" +
-	"\x04sent\x18\x01 \x01(\x04R\x04sent\x12\x16\n" +
-	"\x06copied\x18\x02 \x01(\x04R\x06copied\x12b\n" +
-	"\x0fcopied_by_space\x18\x03 \x03(\v2:.shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntryR\rcopiedBySpace\x1a@\n" +
-	"\x12CopiedBySpaceEntry\x12\x10\n" +
-	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x8d\x01\n" +
-	"\vSendRequest\x12#\n" +
-	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
-	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x1e\n" +
-	"\n" +
-	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\x12!\n" +
-	"\fchunk_tuples\x18\x04 \x01(\rR\vchunkTuples\"K\n" +
-	"\fSendResponse\x12;\n" +
-	"\x06tuples\x18\x01 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\"8\n" +
+	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"8\n" +
 	"\tLookupKey\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"\x83\x01\n" +
@@ -1440,11 +1047,8 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x91\x01\n" +
 	"\x13SendBucketsResponse\x129\n" +
 	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
-	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused2\xff\x06\n" +
-	"\rBucketService\x12`\n" +
-	"\tSetBucket\x12(.shardkit.replicaset.v1.SetBucketRequest\x1a).shardkit.replicaset.v1.SetBucketResponse\x12Z\n" +
-	"\aReceive\x12&.shardkit.replicaset.v1.ReceiveRequest\x1a'.shardkit.replicaset.v1.ReceiveResponse\x12S\n" +
-	"\x04Send\x12#.shardkit.replicaset.v1.SendRequest\x1a$.shardkit.replicaset.v1.SendResponse0\x01\x12c\n" +
+	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused2\xec\x04\n" +
+	"\rBucketService\x12c\n" +
 	"\n" +
 	"SetBuckets\x12).shardkit.replicaset.v1.SetBucketsRequest\x1a*.shardkit.replicaset.v1.SetBucketsResponse\x12o\n" +
 	"\x0eReceiveBuckets\x12-.shardkit.replicaset.v1.ReceiveBucketsRequest\x1a..shardkit.replicaset.v1.ReceiveBucketsResponse\x12h\n" +
@@ -1465,86 +1069,67 @@ func file_internal_replicaset_rspb_bucket_proto_rawDescGZIP() []byte {
 	return file_internal_replicaset_rspb_bucket_proto_rawDescData
 }
 
-var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_internal_replicaset_rspb_bucket_proto_goTypes = []any{
-	(*SetBucketRequest)(nil),       // 0: shardkit.replicaset.v1.SetBucketRequest
-	(*SetBucketResponse)(nil),      // 1: shardkit.replicaset.v1.SetBucketResponse
-	(*ReceiveRequest)(nil),         // 2: shardkit.replicaset.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),        // 3: shardkit.replicaset.v1.ReceiveResponse
-	(*SendRequest)(nil),            // 4: shardkit.replicaset.v1.SendRequest
-	(*SendResponse)(nil),           // 5: shardkit.replicaset.v1.SendResponse
-	(*LookupKey)(nil),              // 6: shardkit.replicaset.v1.LookupKey
-	(*LookupRequest)(nil),          // 7: shardkit.replicaset.v1.LookupRequest
-	(*LookupResponse)(nil),         // 8: shardkit.replicaset.v1.LookupResponse
-	(*LookupRangeRequest)(nil),     // 9: shardkit.replicaset.v1.LookupRangeRequest
-	(*LookupRangeResponse)(nil),    // 10: shardkit.replicaset.v1.LookupRangeResponse
-	(*BucketsRequest)(nil),         // 11: shardkit.replicaset.v1.BucketsRequest
-	(*BucketsResponse)(nil),        // 12: shardkit.replicaset.v1.BucketsResponse
-	(*SetBucketsRequest)(nil),      // 13: shardkit.replicaset.v1.SetBucketsRequest
-	(*SetBucketResult)(nil),        // 14: shardkit.replicaset.v1.SetBucketResult
-	(*SetBucketsResponse)(nil),     // 15: shardkit.replicaset.v1.SetBucketsResponse
-	(*BucketGeneration)(nil),       // 16: shardkit.replicaset.v1.BucketGeneration
-	(*ReceiveBucketsRequest)(nil),  // 17: shardkit.replicaset.v1.ReceiveBucketsRequest
-	(*BucketReceived)(nil),         // 18: shardkit.replicaset.v1.BucketReceived
-	(*ReceiveBucketsResponse)(nil), // 19: shardkit.replicaset.v1.ReceiveBucketsResponse
-	(*SendBucketsRequest)(nil),     // 20: shardkit.replicaset.v1.SendBucketsRequest
-	(*BucketRefusal)(nil),          // 21: shardkit.replicaset.v1.BucketRefusal
-	(*SendBucketsResponse)(nil),    // 22: shardkit.replicaset.v1.SendBucketsResponse
-	nil,                            // 23: shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
-	nil,                            // 24: shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
-	nil,                            // 25: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	nil,                            // 26: shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
-	nil,                            // 27: shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
-	(*SetBucket)(nil),              // 28: shardkit.replicaset.v1.SetBucket
-	(*BucketState)(nil),            // 29: shardkit.replicaset.v1.BucketState
-	(*CopiedTuple)(nil),            // 30: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),               // 31: shardkit.replicaset.v1.PrevFact
-	(*CopyChunk)(nil),              // 32: shardkit.replicaset.v1.CopyChunk
+	(*LookupKey)(nil),              // 0: shardkit.replicaset.v1.LookupKey
+	(*LookupRequest)(nil),          // 1: shardkit.replicaset.v1.LookupRequest
+	(*LookupResponse)(nil),         // 2: shardkit.replicaset.v1.LookupResponse
+	(*LookupRangeRequest)(nil),     // 3: shardkit.replicaset.v1.LookupRangeRequest
+	(*LookupRangeResponse)(nil),    // 4: shardkit.replicaset.v1.LookupRangeResponse
+	(*BucketsRequest)(nil),         // 5: shardkit.replicaset.v1.BucketsRequest
+	(*BucketsResponse)(nil),        // 6: shardkit.replicaset.v1.BucketsResponse
+	(*SetBucketsRequest)(nil),      // 7: shardkit.replicaset.v1.SetBucketsRequest
+	(*SetBucketResult)(nil),        // 8: shardkit.replicaset.v1.SetBucketResult
+	(*SetBucketsResponse)(nil),     // 9: shardkit.replicaset.v1.SetBucketsResponse
+	(*BucketGeneration)(nil),       // 10: shardkit.replicaset.v1.BucketGeneration
+	(*ReceiveBucketsRequest)(nil),  // 11: shardkit.replicaset.v1.ReceiveBucketsRequest
+	(*BucketReceived)(nil),         // 12: shardkit.replicaset.v1.BucketReceived
+	(*ReceiveBucketsResponse)(nil), // 13: shardkit.replicaset.v1.ReceiveBucketsResponse
+	(*SendBucketsRequest)(nil),     // 14: shardkit.replicaset.v1.SendBucketsRequest
+	(*BucketRefusal)(nil),          // 15: shardkit.replicaset.v1.BucketRefusal
+	(*SendBucketsResponse)(nil),    // 16: shardkit.replicaset.v1.SendBucketsResponse
+	nil,                            // 17: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	nil,                            // 18: shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	nil,                            // 19: shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	(*PrevFact)(nil),               // 20: shardkit.replicaset.v1.PrevFact
+	(*CopiedTuple)(nil),            // 21: shardkit.replicaset.v1.CopiedTuple
+	(*SetBucket)(nil),              // 22: shardkit.replicaset.v1.SetBucket
+	(*BucketState)(nil),            // 23: shardkit.replicaset.v1.BucketState
+	(*CopyChunk)(nil),              // 24: shardkit.replicaset.v1.CopyChunk
 }
 var file_internal_replicaset_rspb_bucket_proto_depIdxs = []int32{
-	28, // 0: shardkit.replicaset.v1.SetBucketRequest.step:type_name -> shardkit.replicaset.v1.SetBucket
-	29, // 1: shardkit.replicaset.v1.SetBucketResponse.record:type_name -> shardkit.replicaset.v1.BucketState
-	23, // 2: shardkit.replicaset.v1.SetBucketResponse.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResponse.DeletedBySpaceEntry
-	24, // 3: shardkit.replicaset.v1.ReceiveResponse.copied_by_space:type_name -> shardkit.replicaset.v1.ReceiveResponse.CopiedBySpaceEntry
-	30, // 4: shardkit.replicaset.v1.SendResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	6,  // 5: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
-	31, // 6: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
-	30, // 7: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	25, // 8: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	28, // 9: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	29, // 10: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
-	26, // 11: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
-	14, // 12: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
-	16, // 13: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
-	27, // 14: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
-	18, // 15: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
-	16, // 16: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
-	32, // 17: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	21, // 18: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
-	29, // 19: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
-	0,  // 20: shardkit.replicaset.v1.BucketService.SetBucket:input_type -> shardkit.replicaset.v1.SetBucketRequest
-	2,  // 21: shardkit.replicaset.v1.BucketService.Receive:input_type -> shardkit.replicaset.v1.ReceiveRequest
-	4,  // 22: shardkit.replicaset.v1.BucketService.Send:input_type -> shardkit.replicaset.v1.SendRequest
-	13, // 23: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
-	17, // 24: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
-	20, // 25: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
-	7,  // 26: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
-	9,  // 27: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
-	11, // 28: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
-	1,  // 29: shardkit.replicaset.v1.BucketService.SetBucket:output_type -> shardkit.replicaset.v1.SetBucketResponse
-	3,  // 30: shardkit.replicaset.v1.BucketService.Receive:output_type -> shardkit.replicaset.v1.ReceiveResponse
-	5,  // 31: shardkit.replicaset.v1.BucketService.Send:output_type -> shardkit.replicaset.v1.SendResponse
-	15, // 32: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
-	19, // 33: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
-	22, // 34: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
-	8,  // 35: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
-	10, // 36: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
-	12, // 37: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
-	29, // [29:38] is the sub-list for method output_type
-	20, // [20:29] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	0,  // 0: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
+	20, // 1: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
+	21, // 2: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	17, // 3: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	22, // 4: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	23, // 5: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
+	18, // 6: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	8,  // 7: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
+	10, // 8: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	19, // 9: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	12, // 10: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
+	10, // 11: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	24, // 12: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	15, // 13: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
+	23, // 14: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
+	7,  // 15: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
+	11, // 16: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
+	14, // 17: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
+	1,  // 18: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
+	3,  // 19: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
+	5,  // 20: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
+	9,  // 21: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
+	13, // 22: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
+	16, // 23: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
+	2,  // 24: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
+	4,  // 25: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
+	6,  // 26: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_bucket_proto_init() }
@@ -1559,7 +1144,7 @@ func file_internal_replicaset_rspb_bucket_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_bucket_proto_rawDesc), len(file_internal_replicaset_rspb_bucket_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

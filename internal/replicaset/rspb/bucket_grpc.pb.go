@@ -19,9 +19,6 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BucketService_SetBucket_FullMethodName      = "/shardkit.replicaset.v1.BucketService/SetBucket"
-	BucketService_Receive_FullMethodName        = "/shardkit.replicaset.v1.BucketService/Receive"
-	BucketService_Send_FullMethodName           = "/shardkit.replicaset.v1.BucketService/Send"
 	BucketService_SetBuckets_FullMethodName     = "/shardkit.replicaset.v1.BucketService/SetBuckets"
 	BucketService_ReceiveBuckets_FullMethodName = "/shardkit.replicaset.v1.BucketService/ReceiveBuckets"
 	BucketService_SendBuckets_FullMethodName    = "/shardkit.replicaset.v1.BucketService/SendBuckets"
@@ -40,13 +37,6 @@ const (
 // call names the replicaset it is for; a member that is not the
 // replicaset's leader answers Unavailable with a data.v1.Redirect detail.
 type BucketServiceClient interface {
-	// SetBucket proposes one step of a move on the replicaset's leader.
-	SetBucket(ctx context.Context, in *SetBucketRequest, opts ...grpc.CallOption) (*SetBucketResponse, error)
-	// Receive copies a receiving bucket from its source, on the
-	// destination's leader; it returns when every tuple is copied.
-	Receive(ctx context.Context, in *ReceiveRequest, opts ...grpc.CallOption) (*ReceiveResponse, error)
-	// Send streams the tuples of a bucket being sent, on the source's leader.
-	Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendResponse], error)
 	// SetBuckets proposes steps of many moves in one entry; each step has its
 	// own result (one refused does not stop the others).
 	SetBuckets(ctx context.Context, in *SetBucketsRequest, opts ...grpc.CallOption) (*SetBucketsResponse, error)
@@ -74,45 +64,6 @@ func NewBucketServiceClient(cc grpc.ClientConnInterface) BucketServiceClient {
 	return &bucketServiceClient{cc}
 }
 
-func (c *bucketServiceClient) SetBucket(ctx context.Context, in *SetBucketRequest, opts ...grpc.CallOption) (*SetBucketResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(SetBucketResponse)
-	err := c.cc.Invoke(ctx, BucketService_SetBucket_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *bucketServiceClient) Receive(ctx context.Context, in *ReceiveRequest, opts ...grpc.CallOption) (*ReceiveResponse, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(ReceiveResponse)
-	err := c.cc.Invoke(ctx, BucketService_Receive_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *bucketServiceClient) Send(ctx context.Context, in *SendRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendResponse], error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &BucketService_ServiceDesc.Streams[0], BucketService_Send_FullMethodName, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	x := &grpc.GenericClientStream[SendRequest, SendResponse]{ClientStream: stream}
-	if err := x.ClientStream.SendMsg(in); err != nil {
-		return nil, err
-	}
-	if err := x.ClientStream.CloseSend(); err != nil {
-		return nil, err
-	}
-	return x, nil
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type BucketService_SendClient = grpc.ServerStreamingClient[SendResponse]
-
 func (c *bucketServiceClient) SetBuckets(ctx context.Context, in *SetBucketsRequest, opts ...grpc.CallOption) (*SetBucketsResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(SetBucketsResponse)
@@ -135,7 +86,7 @@ func (c *bucketServiceClient) ReceiveBuckets(ctx context.Context, in *ReceiveBuc
 
 func (c *bucketServiceClient) SendBuckets(ctx context.Context, in *SendBucketsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[SendBucketsResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &BucketService_ServiceDesc.Streams[1], BucketService_SendBuckets_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &BucketService_ServiceDesc.Streams[0], BucketService_SendBuckets_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -192,13 +143,6 @@ func (c *bucketServiceClient) Buckets(ctx context.Context, in *BucketsRequest, o
 // call names the replicaset it is for; a member that is not the
 // replicaset's leader answers Unavailable with a data.v1.Redirect detail.
 type BucketServiceServer interface {
-	// SetBucket proposes one step of a move on the replicaset's leader.
-	SetBucket(context.Context, *SetBucketRequest) (*SetBucketResponse, error)
-	// Receive copies a receiving bucket from its source, on the
-	// destination's leader; it returns when every tuple is copied.
-	Receive(context.Context, *ReceiveRequest) (*ReceiveResponse, error)
-	// Send streams the tuples of a bucket being sent, on the source's leader.
-	Send(*SendRequest, grpc.ServerStreamingServer[SendResponse]) error
 	// SetBuckets proposes steps of many moves in one entry; each step has its
 	// own result (one refused does not stop the others).
 	SetBuckets(context.Context, *SetBucketsRequest) (*SetBucketsResponse, error)
@@ -226,15 +170,6 @@ type BucketServiceServer interface {
 // pointer dereference when methods are called.
 type UnimplementedBucketServiceServer struct{}
 
-func (UnimplementedBucketServiceServer) SetBucket(context.Context, *SetBucketRequest) (*SetBucketResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method SetBucket not implemented")
-}
-func (UnimplementedBucketServiceServer) Receive(context.Context, *ReceiveRequest) (*ReceiveResponse, error) {
-	return nil, status.Error(codes.Unimplemented, "method Receive not implemented")
-}
-func (UnimplementedBucketServiceServer) Send(*SendRequest, grpc.ServerStreamingServer[SendResponse]) error {
-	return status.Error(codes.Unimplemented, "method Send not implemented")
-}
 func (UnimplementedBucketServiceServer) SetBuckets(context.Context, *SetBucketsRequest) (*SetBucketsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetBuckets not implemented")
 }
@@ -273,53 +208,6 @@ func RegisterBucketServiceServer(s grpc.ServiceRegistrar, srv BucketServiceServe
 	}
 	s.RegisterService(&BucketService_ServiceDesc, srv)
 }
-
-func _BucketService_SetBucket_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(SetBucketRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BucketServiceServer).SetBucket(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BucketService_SetBucket_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BucketServiceServer).SetBucket(ctx, req.(*SetBucketRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _BucketService_Receive_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(ReceiveRequest)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(BucketServiceServer).Receive(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: BucketService_Receive_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(BucketServiceServer).Receive(ctx, req.(*ReceiveRequest))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _BucketService_Send_Handler(srv interface{}, stream grpc.ServerStream) error {
-	m := new(SendRequest)
-	if err := stream.RecvMsg(m); err != nil {
-		return err
-	}
-	return srv.(BucketServiceServer).Send(m, &grpc.GenericServerStream[SendRequest, SendResponse]{ServerStream: stream})
-}
-
-// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type BucketService_SendServer = grpc.ServerStreamingServer[SendResponse]
 
 func _BucketService_SetBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetBucketsRequest)
@@ -430,14 +318,6 @@ var BucketService_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*BucketServiceServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "SetBucket",
-			Handler:    _BucketService_SetBucket_Handler,
-		},
-		{
-			MethodName: "Receive",
-			Handler:    _BucketService_Receive_Handler,
-		},
-		{
 			MethodName: "SetBuckets",
 			Handler:    _BucketService_SetBuckets_Handler,
 		},
@@ -459,11 +339,6 @@ var BucketService_ServiceDesc = grpc.ServiceDesc{
 		},
 	},
 	Streams: []grpc.StreamDesc{
-		{
-			StreamName:    "Send",
-			Handler:       _BucketService_Send_Handler,
-			ServerStreams: true,
-		},
 		{
 			StreamName:    "SendBuckets",
 			Handler:       _BucketService_SendBuckets_Handler,
