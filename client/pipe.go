@@ -256,9 +256,21 @@ func (p *pipe) multi(batch []*pending) {
 			latest = d
 		}
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	ctx, cancel := context.WithCancel(context.Background())
 	if bounded {
 		ctx, cancel = context.WithDeadline(ctx, latest)
+	}
+	// Once every caller of the batch has stopped waiting, nobody needs
+	// the answer: the Multi ends and frees its slot.
+	var waiting atomic.Int32
+	waiting.Store(int32(len(batch)))
+	for _, pd := range batch {
+		stop := context.AfterFunc(pd.ctx, func() {
+			if waiting.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
 	}
 	resp, err := p.Multi(ctx, req)
 	cancel()
@@ -305,13 +317,13 @@ func (p *pipe) unary(ctx context.Context, item *datav1.MultiItem) (*datav1.Multi
 		if err != nil {
 			return nil, err
 		}
-		return &datav1.MultiResult{Result: &datav1.MultiResult_Write{Write: resp}}, nil
+		return datav1.ResultOf(resp, nil), nil
 	case *datav1.MultiItem_Get:
 		resp, err := p.DataServiceClient.Get(ctx, op.Get)
 		if err != nil {
 			return nil, err
 		}
-		return &datav1.MultiResult{Result: &datav1.MultiResult_Get{Get: resp}}, nil
+		return datav1.ResultOf(resp, nil), nil
 	}
 	return nil, status.Error(codes.Internal, "a pipelined call that is neither a write nor a get")
 }

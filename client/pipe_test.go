@@ -380,6 +380,11 @@ func TestPipelineACallerWhoseContextEndsStopsWaiting(t *testing.T) {
 	if _, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(2), tuple.String("here")}); err != nil {
 		t.Errorf("a call after: %v", err)
 	}
+	// The item that was left was never sent: the slot holders and the
+	// call after are the only writes the instance saw.
+	if w, m := f.unaryWrites.Load(), f.multis.Load(); w != DefaultPipelineDepth+1 || m != 0 {
+		t.Errorf("%d unary writes and %d Multis, want %d and 0 (the abandoned item skipped)", w, m, DefaultPipelineDepth+1)
+	}
 
 	// 2. Cancelled while its Multi is under way: the caller returns; the
 	// Multi's late answer goes nowhere and blocks nobody.

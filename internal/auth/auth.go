@@ -173,10 +173,10 @@ func (a *Authorizer) authorizeMulti(ctx context.Context, req *datav1.MultiReques
 	if err != nil {
 		return nil, err
 	}
-	items := req.GetItems()
-	if len(items) > datav1.MaxMultiItems {
-		return handler(ctx, req) // refused by the handler, naming the limit
+	if err := datav1.CheckMulti(req); err != nil {
+		return nil, err
 	}
+	items := req.GetItems()
 	refused := make([]error, len(items))
 	allowed := make([]*datav1.MultiItem, 0, len(items))
 	for i, it := range items {

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
@@ -128,7 +129,7 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 	}
 	// The same answer as the unary call, to the letter.
 	_, uerr := dc.Write(ctx, &datav1.WriteRequest{Ops: []*datav1.Op{{Kind: datav1.OpKind_OP_KIND_INSERT, Space: "m", Tuple: row(1, "again")}}})
-	if u := status.Convert(uerr); u.Code() != st.Code() || u.Message() != st.Message() {
+	if u := status.Convert(uerr); !proto.Equal(u.Proto(), st.Proto()) {
 		t.Errorf("the duplicate insert: unary %v, in a Multi %v", u, st)
 	}
 
