@@ -289,7 +289,7 @@ func (s *stream) Context() context.Context { return s.ctx }
 
 // HTTP guards an HTTP handler served over TLS: every request needs a
 // client certificate of an instance or of a user with at least role
-// reader (the HTTP API only reads), except the paths open says are open
+// reader to read (GET, HEAD) and admin for anything else, except the paths open says are open
 // (health probes, when the instance is told so).
 func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -307,9 +307,15 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 			return
 		}
 		if !id.Node {
+			// Reading needs role reader; anything else (the failpoints of
+			// test builds change an instance) needs admin.
+			need, what := Reader, "read"
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				need, what = Admin, "change"
+			}
 			have, known := a.cfg.UserRole(id.User)
-			if !known || have < Reader {
-				http.Error(w, fmt.Sprintf("user %q may not read %s: it needs role reader", id.User, r.URL.Path), http.StatusForbidden)
+			if !known || have < need {
+				http.Error(w, fmt.Sprintf("user %q may not %s %s: it needs role %s", id.User, what, r.URL.Path, need), http.StatusForbidden)
 				return
 			}
 		}

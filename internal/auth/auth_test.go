@@ -6,6 +6,8 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,5 +239,44 @@ func TestMultiIsCheckedPerItem(t *testing.T) {
 	}
 	if len(served) != 0 {
 		t.Errorf("unknown user's Multi: the handler served %v", served)
+	}
+}
+
+// The HTTP guard lets a reader read and only an admin (or an instance)
+// change: a reader must not reach a test build's failpoints.
+func TestHTTPChangesNeedAdmin(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"rita", "ada"} {
+		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := certs.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]auth.Role{"rita": auth.Reader, "ada": auth.Admin}
+	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
+	h := a.HTTP(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }), nil)
+	for _, tc := range []struct {
+		user, method string
+		code         int
+	}{
+		{"rita", http.MethodGet, http.StatusNoContent},
+		{"rita", http.MethodPut, http.StatusForbidden},
+		{"rita", http.MethodDelete, http.StatusForbidden},
+		{"ada", http.MethodPut, http.StatusNoContent},
+	} {
+		req := httptest.NewRequest(tc.method, "https://x/debug/failpoints/f", nil)
+		req.TLS = &tls.ConnectionState{PeerCertificates: chainOf(t, dir, "client."+tc.user+".crt")}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		if rec.Code != tc.code {
+			t.Errorf("%s %s by %s: HTTP %d (%s), want %d", tc.method, req.URL.Path, tc.user, rec.Code, rec.Body.String(), tc.code)
+		}
 	}
 }
