@@ -1,11 +1,13 @@
 package mover
 
 import (
+	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"testing"
 
+	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/sharding"
 )
@@ -13,6 +15,11 @@ import (
 func (c *cluster) setRebalancer(r *metapb.Rebalancer) {
 	c.t.Helper()
 	c.must(&metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}})
+}
+
+func (c *cluster) lock(rsID string) {
+	c.t.Helper()
+	c.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: rsID, Locked: new(true)}}})
 }
 
 func (c *cluster) pin(b uint32) {
@@ -148,6 +155,48 @@ func TestPlanTargetsByWeight(t *testing.T) {
 	p = MakePlan(c.zero.State())
 	if p.Targets["r1"] != 0 || !math.IsInf(p.MaxDisbalance, 1) || p.Targets["r2"]+p.Targets["r3"] != 40 {
 		t.Errorf("r1 at weight 0: targets %v, max disbalance %v", p.Targets, p.MaxDisbalance)
+	}
+}
+
+// A locked replicaset, and one with no member Online (or meant to stay
+// so), neither sends nor receives: its target is what it holds, the others
+// share the rest by weight, and no route touches it.
+func TestPlanLockedAndUnavailableReplicasetsKeepTheirBuckets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		out  func(c *cluster)
+	}{
+		{"locked", func(c *cluster) { c.lock("r2") }},
+		{"offline", func(c *cluster) { c.setGrade("i2", meta.Offline) }},
+		{"going offline", func(c *cluster) {
+			c.must(&metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{InstanceId: "i2", Variant: meta.Offline}}})
+		}},
+	} {
+		for _, held := range []uint32{0, 4, 20} {
+			t.Run(fmt.Sprintf("%s holding %d", tc.name, held), func(t *testing.T) {
+				t.Parallel()
+				c := newCluster(t, 30, 1, 1, 1)
+				if held > 0 {
+					c.moveInZero("r2", span(1, held)...)
+				}
+				tc.out(c)
+				p := MakePlan(c.zero.State())
+				rest := 30 - int(held)
+				want := map[string]int{"r1": rest - rest/2, "r2": int(held), "r3": rest / 2}
+				if !maps.Equal(p.Targets, want) {
+					t.Errorf("targets %v, want %v", p.Targets, want)
+				}
+				for _, r := range p.Routes {
+					if r.From == "r2" || r.To == "r2" {
+						t.Errorf("route %v touches r2", r)
+					}
+				}
+				if got := counts(c.rebalanceRound(c.mover(0))); got["r2"] != 0 {
+					t.Errorf("the rebalancer started moves to r2: %v", got)
+				}
+			})
+		}
 	}
 }
 
