@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -312,5 +313,66 @@ func TestDriverResumesUnderANewLeader(t *testing.T) {
 				t.Errorf("%d tuples inserted on the destination, want %d", n, want[1]+want[2])
 			}
 		})
+	}
+}
+
+// A failure before the switch that is not a refusal (a replicaset's
+// answer lost, its leader changing) is retried while the switch timeout
+// has not passed: the moves complete, none is aborted.
+func TestDriverRetriesAFailureBeforeTheSwitch(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2, 3)
+	var sourceFailed, destinationFailed atomic.Bool
+	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
+		if !call.applied && call.state == rspb.BucketState_STATE_SENDING && sourceFailed.CompareAndSwap(false, true) {
+			return unavailable // before applying it
+		}
+		return nil
+	})
+	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.applied && call.state == rspb.BucketState_STATE_RECEIVING && destinationFailed.CompareAndSwap(false, true) {
+			return unavailable // applied, the answer lost
+		}
+		return nil
+	})
+	c.zero.takeProposals()
+	c.driveAll(c.mover(time.Minute))
+	for b, ps := range phasesProposed(c.zero.takeProposals()) {
+		if slices.Contains(ps, metapb.Move_PHASE_ABORTING) {
+			t.Errorf("bucket %d was aborted for a failure within the switch timeout: phases proposed %v", b, ps)
+		}
+	}
+	c.checkMoved("r1", "r2", 2, 1, 2, 3)
+	if !sourceFailed.Load() || !destinationFailed.Load() {
+		t.Errorf("failures injected: source %v, destination %v; want both", sourceFailed.Load(), destinationFailed.Load())
+	}
+}
+
+// A destination that keeps failing fast (not a hang the switch timeout's
+// context cuts short) holds the source's buckets frozen only until the
+// moves are older than the switch timeout (by Config.Now): then they are
+// aborted and the source takes them back.
+func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2)
+	var asked atomic.Int64
+	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.applied || call.state != rspb.BucketState_STATE_RECEIVING {
+			return nil
+		}
+		if asked.Add(1) == 3 {
+			c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds()) // the switch timeout passes
+		}
+		return unavailable
+	})
+	c.driveAll(c.mover(time.Minute))
+	if n := asked.Load(); n != 3 {
+		t.Errorf("the destination was asked %d times, want 3: retried within the switch timeout, aborted past it", n)
+	}
+	c.checkStayed("r1", "r2", 2, 1, 2)
+	if h := c.rs["r1"].history(1); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
+		t.Errorf("bucket 1 on the source: changes %v, want frozen then taken back", h)
 	}
 }
