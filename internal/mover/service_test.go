@@ -118,7 +118,7 @@ func TestSetRebalancer(t *testing.T) {
 	if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
 		t.Fatalf("settings %v, want %v", got, want)
 	}
-	for _, bad := range []float64{-1, 100.01, math.Inf(1), math.Inf(-1)} {
+	for _, bad := range []float64{-1, 100.01, math.Inf(1), math.Inf(-1), math.NaN()} {
 		c.zero.takeProposals()
 		wantStatus(t, fmt.Sprintf("threshold %v", bad), set(&datav1.RebalancerSettings{ThresholdPercent: bad}), codes.InvalidArgument, "threshold", "[0, 100]")
 		if p := c.zero.takeProposals(); len(p) != 0 {
