@@ -376,3 +376,46 @@ func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
 		t.Errorf("bucket 1 on the source: changes %v, want frozen then taken back", h)
 	}
 }
+
+// A new leader resumes an abort recorded by the old one (ABORTING in
+// group 0, the replicasets not told yet): the source takes the bucket
+// back, once.
+func TestDriverResumesAnAbortUnderANewLeader(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 10, 1, 1)
+	c.start("r2", 3, 4)
+	c.rs["r2"].setRefuse(func(call rsCall, b uint32) string {
+		if call.state == rspb.BucketState_STATE_RECEIVING {
+			return "test: no room"
+		}
+		return ""
+	})
+	c.zero.setAfter(func(cmd *metapb.Command, _ meta.Result) error {
+		for _, s := range cmd.GetMoveSteps().GetSteps() {
+			if s.GetSetMovePhase().GetPhase() == metapb.Move_PHASE_ABORTING {
+				c.zero.leads.Store(false)
+				return unavailable
+			}
+		}
+		return nil
+	})
+	c.driveAll(c.mover(0))
+	for _, b := range []uint32{3, 4} {
+		if mv := c.zero.State().Moves[b]; mv.GetPhase() != metapb.Move_PHASE_ABORTING {
+			t.Fatalf("bucket %d after the old leader: move %v, want ABORTING", b, mv)
+		}
+		if r := c.rs["r1"].record(b); r.GetState() != rspb.BucketState_STATE_SENDING {
+			t.Fatalf("bucket %d on the source after the old leader: %s, want SENDING", b, describe(r))
+		}
+	}
+	c.zero.setAfter(nil)
+	c.rs["r2"].setRefuse(nil)
+	c.zero.leads.Store(true)
+	c.driveAll(c.mover(0))
+	c.checkStayed("r1", "r2", 2, 3, 4)
+	for _, b := range []uint32{3, 4} {
+		if h := c.rs["r1"].history(b); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
+			t.Errorf("bucket %d on the source: changes %v", b, h)
+		}
+	}
+}
