@@ -168,9 +168,14 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 	case metapb.Move_PHASE_PREPARE:
 		pctx, cancel := context.WithTimeout(ctx, m.cfg.SwitchTimeout)
 		ready, refused, err := m.prepare(pctx, mvs)
+		// Past the switch timeout: this attempt's, or the moves' own (a
+		// replicaset failing fast, attempt after attempt, while the source
+		// may have frozen the buckets). Checked before cancel, which
+		// would end pctx too.
+		expired := pctx.Err() != nil || m.cfg.Now().Sub(startedAt(mvs)) > m.cfg.SwitchTimeout
 		cancel()
 		if err != nil {
-			if pctx.Err() == nil || ctx.Err() != nil {
+			if !expired || ctx.Err() != nil {
 				return err
 			}
 			// Past the switch timeout: none of them switches now.
@@ -235,6 +240,15 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 		return err
 	}
 	return fmt.Errorf("buckets %s: moves in an unknown phase %v", describeBuckets(mvs), mvs[0].GetPhase())
+}
+
+// startedAt returns when the oldest of the moves was started.
+func startedAt(mvs []*metapb.Move) time.Time {
+	ms := mvs[0].GetStartedUnixMs()
+	for _, mv := range mvs {
+		ms = min(ms, mv.GetStartedUnixMs())
+	}
+	return time.UnixMilli(ms)
 }
 
 // prepare freezes the buckets on the source and prepares the destination.

@@ -188,8 +188,10 @@ func MakePlan(st *meta.State) Plan {
 		if rs := st.Replicasets[g.ID]; rs.GetLocked() || !available(st, g.ID) {
 			// A locked replicaset neither sends nor receives; one with no
 			// member in service (its instances stopped or stopping) keeps
-			// what it has until one is back.
-			g.Pinned = g.Buckets
+			// what it has until one is back. Its target is what it holds
+			// (no share of its own, all of it pinned), also when that is
+			// below its weight's share: the others share the rest.
+			g.Weight, g.Pinned = 0, g.Buckets
 		}
 	}
 	p.Targets = sharding.Targets(p.Groups, int(st.Props.GetBucketCount()))

@@ -145,7 +145,7 @@ func (s *Service) PinBucket(ctx context.Context, req *datav1.PinBucketRequest) (
 // SetRebalancer implements ShardingService.
 func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRequest) (*datav1.SetRebalancerResponse, error) {
 	in := req.GetSettings()
-	if t := in.GetThresholdPercent(); t < 0 || t > 100 {
+	if t := in.GetThresholdPercent(); !(t >= 0 && t <= 100) { // NaN too
 		return nil, status.Errorf(codes.InvalidArgument, "threshold %v%% is outside [0, 100]", t)
 	}
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),

@@ -1,0 +1,421 @@
+package mover
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+)
+
+// A batch of moves of one route goes through every phase: each bucket
+// ends on the destination with its tuples, the source's copy gone, group 0
+// forgets the moves, and every record change happened once; the batch
+// takes each step together (one call per step, not one per bucket).
+func TestDriverMovesABatchThroughEveryPhase(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	moved := span(1, 8)
+	c.start("r2", moved...)
+	var calls atomic.Int64
+	for _, rs := range c.rs {
+		rs.setIntercept(func(_ context.Context, call rsCall) error {
+			if !call.applied && call.method != "SendBuckets" {
+				calls.Add(1)
+			}
+			return nil
+		})
+	}
+	c.zero.takeProposals()
+	c.driveAll(c.mover(0))
+
+	c.checkMoved("r1", "r2", 2, moved...)
+	c.checkStayed("r1", "r2", 1, span(9, 20)...)
+	for _, b := range moved {
+		if h := c.rs["r1"].history(b); !slices.Equal(h, []string{"SENDING(2)", "GARBAGE(2)"}) {
+			t.Errorf("bucket %d on the source: changes %v", b, h)
+		}
+		if h := c.rs["r2"].history(b); !slices.Equal(h, []string{"RECEIVING(2)", "copied", "ACTIVE(2)"}) {
+			t.Errorf("bucket %d on the destination: changes %v", b, h)
+		}
+	}
+	// Source SENDING, destination RECEIVING, copy, destination ACTIVE,
+	// source GARBAGE: five replicaset calls for the batch.
+	if n := calls.Load(); n != 5 {
+		t.Errorf("%d replicaset calls for a batch of %d moves, want 5", n, len(moved))
+	}
+	// Group 0: the switch, the cleanup, the finish: three entries.
+	if p := c.zero.takeProposals(); len(p) != 3 {
+		t.Errorf("%d group-0 entries for the batch, want 3: %v", len(p), p)
+	}
+	if c.rs["r2"].insertedCount() != int(seedCounts(moved...)[1]+seedCounts(moved...)[2]) {
+		t.Errorf("%d tuples inserted on the destination, want %v", c.rs["r2"].insertedCount(), seedCounts(moved...))
+	}
+}
+
+// A bucket the source refuses to freeze is aborted on its own: the rest
+// of its batch is moved.
+func TestDriverAbortsABucketRefusedAtTheFreeze(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2, 3, 4)
+	// The source holds bucket 3 at a generation above the move's: the
+	// freeze is refused (as after a move group 0 does not know of).
+	c.rs["r1"].records[3].Generation = 7
+	c.zero.takeProposals()
+	c.driveAll(c.mover(0))
+
+	c.checkMoved("r1", "r2", 2, 1, 2, 4)
+	st := c.zero.State()
+	if st.Buckets[2] != "r1" || st.Moves[3] != nil || st.Generation(3) != 2 {
+		t.Errorf("bucket 3: on %s, move %v, generation %d; want on r1, no move, generation 2 used up", st.Buckets[2], st.Moves[3], st.Generation(3))
+	}
+	if r := c.rs["r1"].record(3); r.GetState() != rspb.BucketState_STATE_ACTIVE || r.GetGeneration() != 7 || c.rs["r1"].count(3) != len(seedTuples(3)) {
+		t.Errorf("bucket 3 on the source: %s with %d tuples; want ACTIVE(7), untouched", describe(r), c.rs["r1"].count(3))
+	}
+	if r := c.rs["r2"].record(3); r != nil {
+		t.Errorf("bucket 3 on the destination: %s, want no record", describe(r))
+	}
+	phases := phasesProposed(c.zero.takeProposals())
+	if !slices.Equal(phases[3], []metapb.Move_Phase{metapb.Move_PHASE_ABORTING}) {
+		t.Errorf("phases proposed for bucket 3: %v, want ABORTING only", phases[3])
+	}
+	for _, b := range []uint32{1, 2, 4} {
+		if slices.Contains(phases[b], metapb.Move_PHASE_ABORTING) {
+			t.Errorf("bucket %d of the same batch was aborted too: %v", b, phases[b])
+		}
+	}
+}
+
+// A bucket the destination refuses to prepare is aborted on its own too,
+// and the source takes it back (SENDING -> ACTIVE at the move's generation).
+func TestDriverAbortsABucketRefusedByTheDestination(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2, 3)
+	c.rs["r2"].setRefuse(func(call rsCall, b uint32) string {
+		if b == 2 && call.state == rspb.BucketState_STATE_RECEIVING {
+			return "test: no room"
+		}
+		return ""
+	})
+	c.driveAll(c.mover(0))
+	c.checkMoved("r1", "r2", 2, 1, 3)
+	c.checkStayed("r1", "r2", 2, 2)
+	if h := c.rs["r1"].history(2); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
+		t.Errorf("bucket 2 on the source: changes %v, want frozen then taken back", h)
+	}
+}
+
+// After the switch a refusal (here: the destination's copy and
+// activation, twice each) is retried until the move completes: a switched
+// bucket is never aborted.
+func TestDriverRetriesARefusalAfterTheSwitch(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2, 3)
+	var refusedCopy, refusedActive atomic.Int64
+	c.rs["r2"].setRefuse(func(call rsCall, b uint32) string {
+		switch {
+		case b == 2 && call.method == "ReceiveBuckets" && refusedCopy.Add(1) <= 2:
+			return "test: the copy is refused"
+		case b == 3 && call.state == rspb.BucketState_STATE_ACTIVE && refusedActive.Add(1) <= 2:
+			return "test: activation refused"
+		}
+		return ""
+	})
+	c.zero.takeProposals()
+	c.driveAll(c.mover(0))
+	c.checkMoved("r1", "r2", 2, 1, 2, 3)
+	if refusedCopy.Load() < 3 || refusedActive.Load() < 3 {
+		t.Errorf("the refusals were not retried: copy asked %d times, activation %d", refusedCopy.Load(), refusedActive.Load())
+	}
+	for b, ps := range phasesProposed(c.zero.takeProposals()) {
+		if slices.Contains(ps, metapb.Move_PHASE_ABORTING) {
+			t.Errorf("bucket %d was aborted after the switch: phases proposed %v", b, ps)
+		}
+	}
+}
+
+// A move stuck before the switch (the destination does not answer) is
+// aborted past Config.SwitchTimeout, and the source takes the bucket back.
+func TestDriverAbortsAMoveStuckPastTheSwitchTimeout(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2)
+	c.rs["r2"].setIntercept(func(ctx context.Context, call rsCall) error {
+		if call.method == "SetBuckets" && call.state == rspb.BucketState_STATE_RECEIVING {
+			<-ctx.Done() // never answers
+			return ctx.Err()
+		}
+		return nil
+	})
+	c.driveAll(c.mover(switchTimeoutForTest))
+	c.checkStayed("r1", "r2", 2, 1, 2)
+	if r := c.rs["r1"].record(1); r.GetGeneration() != 2 {
+		t.Errorf("bucket 1 on the source: %s, want ACTIVE(2) (frozen, then taken back)", describe(r))
+	}
+}
+
+// A stale step (one a crashed leader took, repeated with the moves as
+// they were) changes nothing: replicasets answer it as done, group 0
+// refuses what it no longer allows (an abort after the switch).
+func TestDriverStepsAreIdempotent(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2, 3)
+	m := c.mover(0)
+	ctx := t.Context()
+	snapshot := func() []*metapb.Move {
+		st := c.zero.State()
+		return []*metapb.Move{st.Moves[1], st.Moves[2], st.Moves[3]}
+	}
+	prepare := snapshot()
+	if err := m.step(ctx, prepare); err != nil {
+		t.Fatal(err)
+	}
+	copying := snapshot()
+	if err := m.step(ctx, copying); err != nil {
+		t.Fatal(err)
+	}
+	cleanup := snapshot()
+	for _, mv := range cleanup {
+		if mv.GetPhase() != metapb.Move_PHASE_CLEANUP {
+			t.Fatalf("after PREPARE and COPY: move %v", mv)
+		}
+	}
+	before := map[string][]string{}
+	for _, rs := range []string{"r1", "r2"} {
+		for b := uint32(1); b <= 3; b++ {
+			before[rs] = append(before[rs], strings.Join(c.rs[rs].history(b), ","))
+		}
+	}
+	inserted := c.rs["r2"].insertedCount()
+	// Both steps again, as a new leader would from an older state.
+	if err := m.step(ctx, copying); err != nil {
+		t.Errorf("a repeated COPY step: %v", err)
+	}
+	// The stale PREPARE finds the destination past RECEIVING, and tries
+	// to abort: group 0 refuses, the moves are switched.
+	if err := m.step(ctx, prepare); err == nil || !strings.Contains(err.Error(), "cannot go to PHASE_ABORTING") {
+		t.Errorf("a stale PREPARE step after the switch: %v, want group 0's refusal of the abort", err)
+	}
+	for _, mv := range snapshot() {
+		if mv.GetPhase() != metapb.Move_PHASE_CLEANUP {
+			t.Errorf("after the repeated steps: move %v, want CLEANUP", mv)
+		}
+	}
+	for _, rs := range []string{"r1", "r2"} {
+		for b := uint32(1); b <= 3; b++ {
+			if h := strings.Join(c.rs[rs].history(b), ","); h != before[rs][b-1] {
+				t.Errorf("bucket %d on %s: changes %s after the repeated steps, %s before", b, rs, h, before[rs][b-1])
+			}
+		}
+	}
+	if n := c.rs["r2"].insertedCount(); n != inserted {
+		t.Errorf("the repeated copy inserted %d tuples more", n-inserted)
+	}
+	if err := m.step(ctx, cleanup); err != nil {
+		t.Fatal(err)
+	}
+	// Repeated after the moves are forgotten: the source's GARBAGE is a
+	// no-op; group 0 no longer knows the moves.
+	if err := m.step(ctx, cleanup); err == nil || !strings.Contains(err.Error(), "no move of bucket") {
+		t.Errorf("a repeated CLEANUP step: %v, want group 0's refusal of the finish", err)
+	}
+	c.checkMoved("r1", "r2", 2, 1, 2, 3)
+}
+
+// A new group-0 leader (a new Mover) resumes each move from the phase
+// recorded when the old one stopped, after any of its steps: every bucket
+// ends on the destination with its tuples once, each record change made
+// once.
+func TestDriverResumesUnderANewLeader(t *testing.T) {
+	t.Parallel()
+	type stop struct {
+		name string
+		rs   string // the replicaset whose call is the last (""; group 0)
+		// state or method of the call, or phase of group 0's entry
+		state  rspb.BucketState_State
+		method string
+		phase  metapb.Move_Phase
+		finish bool
+	}
+	stops := []stop{
+		{name: "source sending", rs: "r1", state: rspb.BucketState_STATE_SENDING},
+		{name: "destination receiving", rs: "r2", state: rspb.BucketState_STATE_RECEIVING},
+		{name: "switched", phase: metapb.Move_PHASE_COPY},
+		{name: "copied", rs: "r2", method: "ReceiveBuckets"},
+		{name: "destination active", rs: "r2", state: rspb.BucketState_STATE_ACTIVE},
+		{name: "cleanup marked", phase: metapb.Move_PHASE_CLEANUP},
+		{name: "source garbage", rs: "r1", state: rspb.BucketState_STATE_GARBAGE},
+		{name: "finished", finish: true},
+	}
+	for _, s := range stops {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t, 10, 1, 1)
+			moved := []uint32{2, 3, 5, 6}
+			c.start("r2", moved...)
+			stopped := atomic.Bool{}
+			// The old leader's last step is applied; its answer is lost and
+			// the leader is gone.
+			crash := func() error {
+				if stopped.CompareAndSwap(false, true) {
+					c.zero.leads.Store(false)
+					return unavailable
+				}
+				return nil
+			}
+			if s.rs != "" {
+				c.rs[s.rs].setIntercept(func(_ context.Context, call rsCall) error {
+					if call.applied && (s.method != "" && call.method == s.method || s.method == "" && call.method == "SetBuckets" && call.state == s.state) {
+						return crash()
+					}
+					return nil
+				})
+			} else {
+				c.zero.setAfter(func(cmd *metapb.Command, _ meta.Result) error {
+					for _, st := range cmd.GetMoveSteps().GetSteps() {
+						if s.finish && st.GetFinishMove() != nil || st.GetSetMovePhase().GetPhase() == s.phase && s.phase != 0 {
+							return crash()
+						}
+					}
+					return nil
+				})
+			}
+			c.driveAll(c.mover(0))
+			if !stopped.Load() {
+				t.Fatal("the old leader never got to the step")
+			}
+			c.rs["r1"].setIntercept(nil)
+			c.rs["r2"].setIntercept(nil)
+			c.zero.setAfter(nil)
+			c.zero.leads.Store(true)
+			c.driveAll(c.mover(0))
+
+			c.checkMoved("r1", "r2", 2, moved...)
+			for _, b := range moved {
+				if h := c.rs["r1"].history(b); !slices.Equal(h, []string{"SENDING(2)", "GARBAGE(2)"}) {
+					t.Errorf("bucket %d on the source: changes %v", b, h)
+				}
+				if h := c.rs["r2"].history(b); !slices.Equal(h, []string{"RECEIVING(2)", "copied", "ACTIVE(2)"}) {
+					t.Errorf("bucket %d on the destination: changes %v", b, h)
+				}
+			}
+			want := seedCounts(moved...)
+			if n := c.rs["r2"].insertedCount(); n != int(want[1]+want[2]) {
+				t.Errorf("%d tuples inserted on the destination, want %d", n, want[1]+want[2])
+			}
+		})
+	}
+}
+
+// A failure before the switch that is not a refusal (a replicaset's
+// answer lost, its leader changing) is retried while the switch timeout
+// has not passed: the moves complete, none is aborted.
+func TestDriverRetriesAFailureBeforeTheSwitch(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2, 3)
+	var sourceFailed, destinationFailed atomic.Bool
+	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
+		if !call.applied && call.state == rspb.BucketState_STATE_SENDING && sourceFailed.CompareAndSwap(false, true) {
+			return unavailable // before applying it
+		}
+		return nil
+	})
+	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.applied && call.state == rspb.BucketState_STATE_RECEIVING && destinationFailed.CompareAndSwap(false, true) {
+			return unavailable // applied, the answer lost
+		}
+		return nil
+	})
+	c.zero.takeProposals()
+	c.driveAll(c.mover(time.Minute))
+	for b, ps := range phasesProposed(c.zero.takeProposals()) {
+		if slices.Contains(ps, metapb.Move_PHASE_ABORTING) {
+			t.Errorf("bucket %d was aborted for a failure within the switch timeout: phases proposed %v", b, ps)
+		}
+	}
+	c.checkMoved("r1", "r2", 2, 1, 2, 3)
+	if !sourceFailed.Load() || !destinationFailed.Load() {
+		t.Errorf("failures injected: source %v, destination %v; want both", sourceFailed.Load(), destinationFailed.Load())
+	}
+}
+
+// A destination that keeps failing fast (not a hang the switch timeout's
+// context cuts short) holds the source's buckets frozen only until the
+// moves are older than the switch timeout (by Config.Now): then they are
+// aborted and the source takes them back.
+func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2)
+	var asked atomic.Int64
+	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.applied || call.state != rspb.BucketState_STATE_RECEIVING {
+			return nil
+		}
+		if asked.Add(1) == 3 {
+			c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds()) // the switch timeout passes
+		}
+		return unavailable
+	})
+	c.driveAll(c.mover(time.Minute))
+	if n := asked.Load(); n != 3 {
+		t.Errorf("the destination was asked %d times, want 3: retried within the switch timeout, aborted past it", n)
+	}
+	c.checkStayed("r1", "r2", 2, 1, 2)
+	if h := c.rs["r1"].history(1); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
+		t.Errorf("bucket 1 on the source: changes %v, want frozen then taken back", h)
+	}
+}
+
+// A new leader resumes an abort recorded by the old one (ABORTING in
+// group 0, the replicasets not told yet): the source takes the bucket
+// back, once.
+func TestDriverResumesAnAbortUnderANewLeader(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 10, 1, 1)
+	c.start("r2", 3, 4)
+	c.rs["r2"].setRefuse(func(call rsCall, b uint32) string {
+		if call.state == rspb.BucketState_STATE_RECEIVING {
+			return "test: no room"
+		}
+		return ""
+	})
+	c.zero.setAfter(func(cmd *metapb.Command, _ meta.Result) error {
+		for _, s := range cmd.GetMoveSteps().GetSteps() {
+			if s.GetSetMovePhase().GetPhase() == metapb.Move_PHASE_ABORTING {
+				c.zero.leads.Store(false)
+				return unavailable
+			}
+		}
+		return nil
+	})
+	c.driveAll(c.mover(0))
+	for _, b := range []uint32{3, 4} {
+		if mv := c.zero.State().Moves[b]; mv.GetPhase() != metapb.Move_PHASE_ABORTING {
+			t.Fatalf("bucket %d after the old leader: move %v, want ABORTING", b, mv)
+		}
+		if r := c.rs["r1"].record(b); r.GetState() != rspb.BucketState_STATE_SENDING {
+			t.Fatalf("bucket %d on the source after the old leader: %s, want SENDING", b, describe(r))
+		}
+	}
+	c.zero.setAfter(nil)
+	c.rs["r2"].setRefuse(nil)
+	c.zero.leads.Store(true)
+	c.driveAll(c.mover(0))
+	c.checkStayed("r1", "r2", 2, 3, 4)
+	for _, b := range []uint32{3, 4} {
+		if h := c.rs["r1"].history(b); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
+			t.Errorf("bucket %d on the source: changes %v", b, h)
+		}
+	}
+}

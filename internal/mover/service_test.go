@@ -1,0 +1,305 @@
+package mover
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/prototext"
+	"google.golang.org/protobuf/proto"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/sharding"
+)
+
+// wantStatus checks that err is a status of code whose message has every
+// one of parts.
+func wantStatus(t *testing.T, what string, err error, code codes.Code, parts ...string) {
+	t.Helper()
+	s, _ := status.FromError(err)
+	if err == nil || s.Code() != code {
+		t.Errorf("%s: %v, want %v", what, err, code)
+		return
+	}
+	for _, p := range parts {
+		if !strings.Contains(s.Message(), p) {
+			t.Errorf("%s: %q does not say %q", what, s.Message(), p)
+		}
+	}
+}
+
+func TestRebalanceStatusBeforeTheBoot(t *testing.T) {
+	t.Parallel()
+	s := NewService(New(Config{Zero: newFakeZero(t)}), nil)
+	_, err := s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+	wantStatus(t, "status before the boot", err, codes.Unavailable, "not bootstrapped")
+}
+
+func TestRebalanceStatus(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 40, 1, 1, 1)
+	c.moveInZero("r2", span(3, 12)...)
+	c.moveInZero("r3", 13, 14)
+	c.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r3", Weight: new(uint32(0))}}})
+	c.pin(1)
+	c.pin(2)
+	c.setRebalancer(&metapb.Rebalancer{ThresholdCentiPercent: 250, MaxSending: 9})
+	c.start("r2", 16, 15)
+	c.zero.nowMs.Add(1500)
+	refreshed := 0
+	s := NewService(c.mover(0), func(context.Context) error { refreshed++; return nil })
+	got, err := s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// r1 holds 28 (26 once its two moves switch), r2 10 (12), r3 2 at
+	// weight 0: targets 20, 20, 0; r3's disbalance is infinite, shown as
+	// the largest double.
+	want := &datav1.RebalanceStatusResponse{
+		BucketCount: 40,
+		Settings:    &datav1.RebalancerSettings{ThresholdPercent: 2.5, MaxSending: 9, MaxReceiving: DefaultMaxReceiving},
+		Replicasets: []*datav1.ReplicasetBalance{
+			{ReplicasetId: "r1", Weight: 1, Buckets: 28, Target: 20, DisbalancePercent: sharding.Disbalance(26, 20), Pinned: 2, Sending: 2, Available: true},
+			{ReplicasetId: "r2", Weight: 1, Buckets: 10, Target: 20, DisbalancePercent: sharding.Disbalance(12, 20), Receiving: 2, Available: true},
+			{ReplicasetId: "r3", Buckets: 2, DisbalancePercent: math.MaxFloat64, Available: true},
+		},
+		MaxDisbalancePercent: math.MaxFloat64,
+		BucketsToMove:        8,
+		Moves: []*datav1.MoveInfo{
+			{Bucket: 15, From: "r1", To: "r2", Generation: 2, Phase: "prepare", AgeMs: 1500, Reason: "test"},
+			{Bucket: 16, From: "r1", To: "r2", Generation: 2, Phase: "prepare", AgeMs: 1500, Reason: "test"},
+		},
+	}
+	if !proto.Equal(got, want) {
+		t.Errorf("status\n%s\nwant\n%s", prototext.Format(got), prototext.Format(want))
+	}
+	if refreshed != 1 {
+		t.Errorf("the view of group 0 refreshed %d times, want once", refreshed)
+	}
+	// r3 locked: it keeps its 2, and is shown so.
+	c.lock("r3")
+	got, err = s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r3 := got.GetReplicasets()[2]; !r3.GetLocked() || r3.GetTarget() != 2 || r3.GetDisbalancePercent() != 0 {
+		t.Errorf("r3 locked: %v", r3)
+	}
+	c.setGrade("i2", meta.Offline)
+	got, err = s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r2 := got.GetReplicasets()[1]; r2.GetAvailable() {
+		t.Errorf("r2 with its instance Offline: %v", r2)
+	}
+}
+
+func TestSetRebalancer(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 10, 1, 1)
+	s := NewService(c.mover(0), nil)
+	set := func(in *datav1.RebalancerSettings) error {
+		_, err := s.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: in})
+		return err
+	}
+	if err := set(&datav1.RebalancerSettings{Disabled: true, ThresholdPercent: 2.5, MaxSending: 7, MaxReceiving: 9}); err != nil {
+		t.Fatal(err)
+	}
+	want := &metapb.Rebalancer{Disabled: true, ThresholdCentiPercent: 250, MaxSending: 7, MaxReceiving: 9}
+	if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
+		t.Fatalf("settings %v, want %v", got, want)
+	}
+	for _, bad := range []float64{-1, 100.01, math.Inf(1), math.Inf(-1), math.NaN()} {
+		c.zero.takeProposals()
+		wantStatus(t, fmt.Sprintf("threshold %v", bad), set(&datav1.RebalancerSettings{ThresholdPercent: bad}), codes.InvalidArgument, "threshold", "[0, 100]")
+		if p := c.zero.takeProposals(); len(p) != 0 {
+			t.Errorf("threshold %v: proposed %v", bad, p)
+		}
+	}
+	if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
+		t.Errorf("after the refusals: settings %v, want %v", got, want)
+	}
+	// 0 and 100 are in range; 0 is the default.
+	for _, ok := range []float64{0, 100} {
+		if err := set(&datav1.RebalancerSettings{ThresholdPercent: ok}); err != nil {
+			t.Errorf("threshold %v: %v", ok, err)
+		}
+	}
+}
+
+// MoveBucket starts a move through group 0, which refuses what it does
+// not allow (each refusal saying why); a refused one records nothing.
+func TestMoveBucketAndPinBucket(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 10, 1, 1, 1)
+	c.lock("r3")
+	s := NewService(c.mover(0), nil)
+	move := func(b uint32, to string) (*datav1.MoveBucketResponse, error) {
+		return s.MoveBucket(t.Context(), &datav1.MoveBucketRequest{Bucket: b, To: to})
+	}
+	pin := func(b uint32, pinned bool) error {
+		_, err := s.PinBucket(t.Context(), &datav1.PinBucketRequest{Bucket: b, Pinned: pinned})
+		return err
+	}
+	if err := pin(4, true); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := move(2, "r2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &datav1.MoveInfo{Bucket: 2, From: "r1", To: "r2", Generation: 2, Phase: "prepare", Reason: "manual"}
+	if !proto.Equal(resp.GetMove(), want) {
+		t.Errorf("move %v, want %v", resp.GetMove(), want)
+	}
+	for _, tc := range []struct {
+		bucket uint32
+		to     string
+		code   codes.Code
+		says   string
+	}{
+		{2, "r2", codes.FailedPrecondition, "bucket 2 is already moving from r1 to r2"},
+		{4, "r2", codes.FailedPrecondition, "bucket 4 is pinned to r1"},
+		{5, "r3", codes.FailedPrecondition, "replicaset r3 is locked"},
+		{5, "r9", codes.NotFound, `no replicaset "r9"`},
+		{5, "r1", codes.InvalidArgument, "bucket 5 is on r1 already"},
+		{0, "r2", codes.InvalidArgument, "bucket 0 is outside [1, 10]"},
+		{11, "r2", codes.InvalidArgument, "bucket 11 is outside [1, 10]"},
+	} {
+		_, err := move(tc.bucket, tc.to)
+		wantStatus(t, fmt.Sprintf("move bucket %d to %s", tc.bucket, tc.to), err, tc.code, tc.says)
+	}
+	if n := len(c.zero.State().Moves); n != 1 {
+		t.Errorf("%d moves recorded, want the one allowed", n)
+	}
+	wantStatus(t, "pin bucket 11", pin(11, true), codes.InvalidArgument, "bucket 11 is outside [1, 10]")
+	if err := pin(4, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := move(4, "r2"); err != nil {
+		t.Errorf("an unpinned bucket: %v", err)
+	}
+}
+
+// The operator's procedure, step by step against the fakes: plan changes
+// nothing; start switches every planned bucket (the driver does it, and
+// leaves them to the operator); finish before copy is refused; copy,
+// finish and cleanup move the data and count it by space; the rebalancer
+// is on again at the end.
+func TestReshardSteps(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	for _, name := range []string{"first", "second"} {
+		c.must(&metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: &metapb.Space{
+			Name: name, Format: []*metapb.Field{{Name: "id", Type: "unsigned"}}, PrimaryKey: []uint32{0}, ShardingKeyParts: 1}}}})
+	}
+	c.setRebalancer(&metapb.Rebalancer{Disabled: true, MaxSending: 7})
+	m := c.mover(0)
+	s := NewService(m, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	step := func(st datav1.ReshardStep) (*datav1.ReshardResponse, error) {
+		return s.Reshard(ctx, &datav1.ReshardRequest{Step: st})
+	}
+	moved := span(1, 10)
+	buckets := func(r *datav1.ReshardResponse) []uint32 {
+		var out []uint32
+		for _, mv := range r.GetMoves() {
+			out = append(out, mv.GetBucket())
+		}
+		return out
+	}
+
+	plan, err := step(datav1.ReshardStep_RESHARD_STEP_PLAN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := buckets(plan); !slices.Equal(got, moved) || plan.GetMoves()[0].GetTo() != "r2" || !plan.GetMoves()[0].GetOperator() {
+		t.Fatalf("plan: %v (%s)", plan.GetMoves(), plan.GetSummary())
+	}
+	if n := len(c.zero.State().Moves); n != 0 {
+		t.Fatalf("the plan started %d moves", n)
+	}
+
+	start, err := step(datav1.ReshardStep_RESHARD_STEP_START)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := buckets(start); !slices.Equal(got, moved) || start.GetMoves()[0].GetPhase() != "copy" {
+		t.Fatalf("start: %v (%s)", start.GetMoves(), start.GetSummary())
+	}
+	st := c.zero.State()
+	if r := st.Props.GetRebalancer(); !r.GetDisabled() || r.GetMaxSending() != 7 {
+		t.Errorf("the rebalancer during the reshard: %v, want disabled, its quota kept", r)
+	}
+	for _, b := range moved {
+		if st.Buckets[b-1] != "r2" || st.Moves[b].GetPhase() != metapb.Move_PHASE_COPY {
+			t.Errorf("bucket %d after start: on %s, move %v", b, st.Buckets[b-1], st.Moves[b])
+		}
+	}
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_START)
+	wantStatus(t, "start again", err, codes.FailedPrecondition, "a reshard is under way (10 buckets switched)")
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_FINISH)
+	wantStatus(t, "finish before copy", err, codes.FailedPrecondition, "reshard copy")
+
+	copied, err := step(datav1.ReshardStep_RESHARD_STEP_COPY)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCounts := seedCounts(moved...)
+	wantSpaces := []*datav1.SpaceCount{{Space: "first", Count: wantCounts[1]}, {Space: "second", Count: wantCounts[2]}}
+	if got := buckets(copied); !slices.Equal(got, moved) || !countsEqual(copied.GetCounts(), wantSpaces) {
+		t.Errorf("copy: %v, counts %v; want counts %v", got, copied.GetCounts(), wantSpaces)
+	}
+	// The driver leaves an operator's switched moves alone.
+	for _, b := range moved {
+		if r := c.rs["r2"].record(b); r.GetState() != rspb.BucketState_STATE_RECEIVING || !r.GetCopied() {
+			t.Errorf("bucket %d on r2 after copy: %v, want RECEIVING and copied", b, r)
+		}
+	}
+
+	finished, err := step(datav1.ReshardStep_RESHARD_STEP_FINISH)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := buckets(finished); !slices.Equal(got, moved) {
+		t.Errorf("finish: %v", got)
+	}
+	cleaned, err := step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := buckets(cleaned); !slices.Equal(got, moved) || !countsEqual(cleaned.GetCounts(), wantSpaces) {
+		t.Errorf("cleanup: %v, counts %v; want counts %v", got, cleaned.GetCounts(), wantSpaces)
+	}
+	c.checkMoved("r1", "r2", 2, moved...)
+	if r := c.zero.State().Props.GetRebalancer(); r.GetDisabled() || r.GetMaxSending() != 7 {
+		t.Errorf("the rebalancer after the cleanup: %v, want on, its quota kept", r)
+	}
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_UNSPECIFIED)
+	wantStatus(t, "an unknown step", err, codes.InvalidArgument, "unknown reshard step")
+}
+
+func countsEqual(a, b []*datav1.SpaceCount) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if !proto.Equal(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
