@@ -60,6 +60,18 @@ func runSettings() []runSetting {
 				c.DataDir = v
 				return nil
 			}},
+		{name: "cache-size", typ: "size", def: "512MiB", usage: "the database's block cache, e.g. 256MiB or 2GiB; memory is taken as data is read, up to this; give it the data that is written and read again (docs/operations.md, \"Sizing the cache\")",
+			apply: func(c *server.InstanceConfig, v string) error {
+				n, err := parseSize(v)
+				if err != nil {
+					return err
+				}
+				if n < server.MinCacheSize {
+					return fmt.Errorf("%s is less than the smallest cache, %dMiB", strings.TrimSpace(v), server.MinCacheSize>>20)
+				}
+				c.CacheSize = n
+				return nil
+			}},
 		{name: "replicaset-id", typ: "name", usage: "replicaset to join (default: placed by the leader, r<N>)",
 			apply: func(c *server.InstanceConfig, v string) error { return setName(&c.ReplicasetID, v) }},
 		{name: "failure-domain", typ: "k=v,...", repeatable: true, usage: "failure-domain pairs, e.g. dc=msk,rack=3; repeatable",

@@ -43,7 +43,7 @@ func TestRunConfigDefaults(t *testing.T) {
 	}
 	want := server.InstanceConfig{
 		ClusterID: "demo", Listen: "127.0.0.1:3301", Advertise: "127.0.0.1:3301",
-		Peers: []string{"127.0.0.1:3301"}, DataDir: ".", InitReplicationFactor: 1, InitBucketCount: 3000,
+		Peers: []string{"127.0.0.1:3301"}, DataDir: ".", CacheSize: server.DefaultCacheSize, InitReplicationFactor: 1, InitBucketCount: 3000,
 		AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
 		LogLevel: "info", LogFormat: "text",
 	}
@@ -69,6 +69,7 @@ cluster-id: c-file
 listen: 127.0.0.1:4001
 peer: [127.0.0.1:4001, "127.0.0.1:4002"]
 data-dir: /var/lib/file
+cache-size: 1GiB
 replicaset-id: r-file
 failure-domain: {dc: msk, rack: "3"}
 init-replication-factor: 3
@@ -80,7 +81,7 @@ log-format: json
 `
 	full := server.InstanceConfig{
 		InstanceID: "i-file", ClusterID: "c-file", Listen: "127.0.0.1:4001", Advertise: "127.0.0.1:4001",
-		Peers: []string{"127.0.0.1:4001", "127.0.0.1:4002"}, DataDir: "/var/lib/file", ReplicasetID: "r-file",
+		Peers: []string{"127.0.0.1:4001", "127.0.0.1:4002"}, DataDir: "/var/lib/file", CacheSize: 1 << 30, ReplicasetID: "r-file",
 		FailureDomain: map[string]string{"dc": "msk", "rack": "3"}, InitReplicationFactor: 3, InitBucketCount: 3000,
 		HTTPListen: "127.0.0.1:8001", AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 7 * time.Second,
 		LogLevel: "debug", LogFormat: "json",
@@ -105,7 +106,9 @@ log-format: json
 		{"env beats file", []string{"--config", "/etc/sk.yaml"}, map[string]string{
 			"SHARDKIT_INSTANCE_ID": "i-env", "SHARDKIT_PEER": "127.0.0.1:5001,127.0.0.1:5002",
 			"SHARDKIT_FAILURE_DOMAIN": "dc=spb", "SHARDKIT_SHUTDOWN_TIMEOUT": "1m", "SHARDKIT_LOG_LEVEL": "WARN",
+			"SHARDKIT_CACHE_SIZE": "96MiB",
 		}, with(func(c *server.InstanceConfig) {
+			c.CacheSize = 96 << 20
 			c.InstanceID = "i-env"
 			c.Peers = []string{"127.0.0.1:5001", "127.0.0.1:5002"}
 			c.FailureDomain = map[string]string{"dc": "spb"}
@@ -125,12 +128,12 @@ log-format: json
 			})},
 		{"empty env var is unset", []string{"--config", "/etc/sk.yaml"}, map[string]string{"SHARDKIT_INSTANCE_ID": ""}, full},
 		{"advertise defaults to listen, peers to advertise", []string{"--listen", "[::1]:4100"}, nil, server.InstanceConfig{
-			ClusterID: "demo", Listen: "[::1]:4100", Advertise: "[::1]:4100", Peers: []string{"[::1]:4100"}, DataDir: ".",
+			ClusterID: "demo", Listen: "[::1]:4100", Advertise: "[::1]:4100", Peers: []string{"[::1]:4100"}, DataDir: ".", CacheSize: server.DefaultCacheSize,
 			InitReplicationFactor: 1, InitBucketCount: 3000, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
 			LogLevel: "info", LogFormat: "text",
 		}},
 		{"listen on all interfaces with an advertise address", []string{"--listen", ":4100", "--advertise", "host.example:4100"}, nil, server.InstanceConfig{
-			ClusterID: "demo", Listen: ":4100", Advertise: "host.example:4100", Peers: []string{"host.example:4100"}, DataDir: ".",
+			ClusterID: "demo", Listen: ":4100", Advertise: "host.example:4100", Peers: []string{"host.example:4100"}, DataDir: ".", CacheSize: server.DefaultCacheSize,
 			InitReplicationFactor: 1, InitBucketCount: 3000, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
 			LogLevel: "info", LogFormat: "text",
 		}},
@@ -213,6 +216,9 @@ func TestRunConfigRefusals(t *testing.T) {
 		{"advertise from listen without host", []string{"--listen", ":3301"}, nil, "", []string{"advertise", `":3301"`, "--advertise"}},
 		{"peer empty item", []string{"--peer", "127.0.0.1:1,,127.0.0.1:2"}, nil, "", []string{"--peer", "empty address"}},
 		{"peer not host:port", []string{"--peer", "localhost"}, nil, "", []string{"--peer", `"localhost"`}},
+		{"cache size not a size", []string{"--cache-size", "lots"}, nil, "", []string{"--cache-size", `"lots"`, "MiB"}},
+		{"cache size too small", []string{"--cache-size", "1MiB"}, nil, "", []string{"--cache-size", "smallest cache, 8MiB"}},
+		{"cache size negative", nil, map[string]string{"SHARDKIT_CACHE_SIZE": "-1GiB"}, "", []string{"SHARDKIT_CACHE_SIZE", "non-negative"}},
 		{"duration", []string{"--shutdown-timeout", "soon"}, nil, "", []string{"--shutdown-timeout", `"soon"`, "duration"}},
 		{"duration zero", []string{"--auto-offline-timeout", "0s"}, nil, "", []string{"--auto-offline-timeout", "positive"}},
 		{"instance id", []string{"--instance-id", "i 1"}, nil, "", []string{"--instance-id", `"i 1"`}},

@@ -28,6 +28,9 @@ type InstanceConfig struct {
 	Peers []string `yaml:"peer"`
 	// DataDir holds the instance's database (default ".").
 	DataDir string `yaml:"data-dir"`
+	// CacheSize is the database's block cache in bytes (default
+	// DefaultCacheSize). Memory is taken as blocks are read, up to this.
+	CacheSize int64 `yaml:"cache-size"`
 	// ReplicasetID places the instance; empty: the leader assigns r<N>.
 	ReplicasetID string `yaml:"replicaset-id"`
 	// FailureDomain is k=v pairs (e.g. dc=msk,rack=3).
@@ -70,6 +73,16 @@ type InstanceConfig struct {
 	Listener net.Listener `yaml:"-"`
 }
 
+// DefaultCacheSize is the database's block cache when --cache-size is not
+// given. A replicated write reads the tuple it replaces; a cache smaller
+// than the data that is written and read again makes each such read a
+// file read (docs/benchmarks.md, "Block cache"). The memory is taken only
+// as blocks are read, so an instance with less data uses less.
+const DefaultCacheSize = 512 << 20
+
+// MinCacheSize is the smallest --cache-size accepted.
+const MinCacheSize = 8 << 20
+
 // Defaults fills unset fields with their defaults.
 func (c *InstanceConfig) Defaults() {
 	if c.ClusterID == "" {
@@ -86,6 +99,9 @@ func (c *InstanceConfig) Defaults() {
 	}
 	if c.DataDir == "" {
 		c.DataDir = "."
+	}
+	if c.CacheSize == 0 {
+		c.CacheSize = DefaultCacheSize
 	}
 	if c.InitReplicationFactor == 0 {
 		c.InitReplicationFactor = 1

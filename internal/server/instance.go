@@ -40,7 +40,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
 	}
 	storageErrs := make(chan error, 1) // corruption found by Pebble's background work
-	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, OnCorruption: func(err error) {
+	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, CacheBytes: cfg.CacheSize, OnCorruption: func(err error) {
 		select {
 		case storageErrs <- err:
 		default:
