@@ -60,7 +60,7 @@ func runSettings() []runSetting {
 				c.DataDir = v
 				return nil
 			}},
-		{name: "cache-size", typ: "size", def: "512MiB", usage: "the database's block cache, e.g. 256MiB or 2GiB; memory is taken as data is read, up to this; give it the data that is written and read again (docs/operations.md, \"Sizing the cache\")",
+		{name: "cache-size", typ: "size", def: "512MiB", usage: "memory for caching data, e.g. 256MiB or 2GiB: a quarter is the row cache, the rest the block cache; memory is taken as data is read, up to this; give it the data that is written and read again (docs/operations.md, \"Sizing the cache\")",
 			apply: func(c *server.InstanceConfig, v string) error {
 				n, err := parseSize(v)
 				if err != nil {

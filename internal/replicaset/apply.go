@@ -59,21 +59,50 @@ func (a *applier) get(key []byte) []byte {
 	return v
 }
 
+// getTuple is get for a tuple key, through the row cache.
+func (a *applier) getTuple(key []byte) []byte {
+	if a.err != nil {
+		return nil
+	}
+	b, _ := a.sm.k.tupleBucket(key)
+	if v, ok := a.sm.rows.lookup(b, key); ok {
+		return v
+	}
+	v := a.get(key)
+	if a.err == nil {
+		a.sm.rows.stageRead(b, key, v)
+	}
+	return v
+}
+
+// set, del and delRange write into the apply batch; what they do to
+// tuple keys is staged in the row cache too (rowcache.go). A value given
+// to set must not change afterwards.
 func (a *applier) set(key, value []byte) {
 	if a.err == nil {
 		a.err = a.b.Set(key, value, nil)
+		if _, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
+			a.sm.rows.stage(key, value)
+		}
 	}
 }
 
 func (a *applier) del(key []byte) {
 	if a.err == nil {
 		a.err = a.b.Delete(key, nil)
+		if _, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
+			a.sm.rows.stage(key, nil)
+		}
 	}
 }
 
 func (a *applier) delRange(prefix []byte) {
 	if a.err == nil {
-		a.err = a.b.DeleteRange(prefix, storage.PrefixEnd(prefix), nil)
+		end := storage.PrefixEnd(prefix)
+		a.err = a.b.DeleteRange(prefix, end, nil)
+		if a.err == nil {
+			a.sm.rows.stageRange(a.sm.k, prefix, end)
+		}
 	}
 }
 
@@ -217,7 +246,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 func (a *applier) read(ov *overlay, key []byte) (version uint64, t []byte, found bool) {
 	v, ok := ov.vals[string(key)]
 	if !ok {
-		v = a.get(key)
+		v = a.getTuple(key)
 	}
 	if v == nil {
 		return 0, nil, false

@@ -31,14 +31,17 @@ import (
 // sm=replicaset-replace/expiring is the same in the steady state, where
 // every Apply also forgets the request ids that left the window;
 // sm=replicaset-replace/no-request-id is a write without a request id (no
-// lookup, nothing remembered), which shows what the ids cost.
+// lookup, nothing remembered), which shows what the ids cost;
+// sm=replicaset-replace/no-row-cache is the first without the row cache
+// (rowcache.go): every write reads the tuple it replaces from Pebble.
 //
 //	go test -run '^$' -bench BenchmarkApply -benchtime 100000x ./internal/replicaset/
 func BenchmarkApply(b *testing.B) {
 	b.Run("sm=kvsm-put", benchKVSM)
-	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow, true) })
-	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond, true) })
-	b.Run("sm=replicaset-replace/no-request-id", func(b *testing.B) { benchReplace(b, RequestIDWindow, false) })
+	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, DefaultRowCacheBytes) })
+	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond, true, DefaultRowCacheBytes) })
+	b.Run("sm=replicaset-replace/no-request-id", func(b *testing.B) { benchReplace(b, RequestIDWindow, false, DefaultRowCacheBytes) })
+	b.Run("sm=replicaset-replace/no-row-cache", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, 0) })
 }
 
 const (
@@ -116,7 +119,7 @@ func benchKVSM(b *testing.B) {
 	flush()
 }
 
-func benchReplace(b *testing.B, window time.Duration, withIDs bool) {
+func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int64) {
 	b.Helper()
 	db := benchDB(b)
 	sm, err := New(db, 7)
@@ -124,6 +127,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool) {
 		b.Fatal(err)
 	}
 	sm.window = window
+	sm.SetRowCacheBytes(rowCache)
 	def := &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
 		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
 	}}

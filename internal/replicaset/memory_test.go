@@ -254,7 +254,10 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		}
 		cmds = append(cmds, c)
 	}
-	run := func(maxRun int, reopenEvery int, seed uint64) (string, []string) {
+	// rowCache sizes the row cache (0: none); every dropEvery-th run is
+	// first applied into a batch that is dropped (ApplyDone(false)), as
+	// when a commit fails, then applied again.
+	run := func(maxRun int, reopenEvery int, seed uint64, rowCache int64, dropEvery int) (string, []string) {
 		db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
 		if err != nil {
 			t.Fatal(err)
@@ -264,6 +267,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		sm.SetRowCacheBytes(rowCache)
 		r := mrand.New(mrand.NewPCG(seed, 1))
 		var results []string
 		var dump bytes.Buffer
@@ -278,6 +282,14 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 					t.Fatal(err)
 				}
 				entries = append(entries, multiraft.Entry{Index: uint64(i + j + 1), Term: 1, Cmd: data})
+			}
+			if dropEvery > 0 && runs%dropEvery == dropEvery-1 {
+				if _, err := sm.Apply(b, entries); err != nil {
+					t.Fatal(err)
+				}
+				_ = b.Close()
+				sm.ApplyDone(false)
+				b = db.NewIndexedBatch()
 			}
 			out, err := sm.Apply(b, entries)
 			if err != nil {
@@ -295,6 +307,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 				if sm, err = New(db, 7); err != nil {
 					t.Fatal(err)
 				}
+				sm.SetRowCacheBytes(rowCache)
 			}
 			if i%250 == 0 || i == len(cmds) {
 				fmt.Fprintf(&dump, "after entry %d:\n", i)
@@ -308,15 +321,29 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		}
 		return dump.String(), results
 	}
-	want, wantResults := run(1, 0, 1)
-	for _, c := range []struct{ maxRun, reopen int }{{64, 0}, {7, 0}, {32, 5}} {
-		got, results := run(c.maxRun, c.reopen, uint64(c.maxRun))
+	// The reference: one entry per run, no row cache.
+	want, wantResults := run(1, 0, 1, 0, 0)
+	for _, c := range []struct {
+		maxRun, reopen int
+		rowCache       int64
+		drop           int
+	}{
+		{1, 0, DefaultRowCacheBytes, 0},
+		{64, 0, DefaultRowCacheBytes, 0},
+		{7, 0, 0, 0},
+		{32, 5, DefaultRowCacheBytes, 0},
+		{16, 0, DefaultRowCacheBytes, 3}, // dropped batches
+		{16, 7, 2 << 10, 4},              // a cache of a few rows: evicting all the time
+		{1, 0, 300, 0},                   // a cache smaller than one row
+	} {
+		what := fmt.Sprintf("runs of up to %d entries (reopen every %d, row cache %d bytes, a dropped batch every %d runs)", c.maxRun, c.reopen, c.rowCache, c.drop)
+		got, results := run(c.maxRun, c.reopen, uint64(c.maxRun), c.rowCache, c.drop)
 		if got != want {
-			t.Fatalf("runs of up to %d entries (reopen every %d): the database differs from one entry per run", c.maxRun, c.reopen)
+			t.Fatalf("%s: the database differs from one entry per run without a row cache", what)
 		}
 		for i := range results {
 			if results[i] != wantResults[i] {
-				t.Fatalf("runs of up to %d entries (reopen every %d): entry %d answered %s, want %s", c.maxRun, c.reopen, i+1, results[i], wantResults[i])
+				t.Fatalf("%s: entry %d answered %s, want %s", what, i+1, results[i], wantResults[i])
 			}
 		}
 	}

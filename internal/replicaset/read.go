@@ -27,10 +27,31 @@ type Stored struct {
 
 // Get reads the tuple of space sp with the encoded primary key key in
 // bucket b.
+// A read of the state machine's own database goes through the row cache
+// (rowcache.go); one of a snapshot or a batch does not.
 func (sm *SM) Get(r pebble.Reader, b uint32, sp *Space, key []byte) (Stored, bool, error) {
-	v, err := get(r, sm.k.tuple(b, sp.ID, key))
-	if err != nil || v == nil {
-		return Stored{}, false, err
+	tk := sm.k.tuple(b, sp.ID, key)
+	var v []byte
+	if db, ok := r.(*pebble.DB); ok && db == sm.db {
+		cached, hit, seq := sm.rows.read(b, tk)
+		if hit {
+			v = cached
+		} else {
+			var err error
+			if v, err = get(r, tk); err != nil {
+				return Stored{}, false, err
+			}
+			sm.rows.fill(b, tk, v, seq)
+			v = bytes.Clone(v) // the cache keeps the one it filled
+		}
+	} else {
+		var err error
+		if v, err = get(r, tk); err != nil {
+			return Stored{}, false, err
+		}
+	}
+	if v == nil {
+		return Stored{}, false, nil
 	}
 	ver, t, err := decodeStored(v)
 	if err != nil {

@@ -53,7 +53,8 @@ type SM struct {
 	changedCounts  map[uint64]struct{}    // counts changed in this Apply call (countKey)
 	copies         map[uint32]*copyCursor // receiving buckets this member saw start receiving (moves.go)
 	notifyOnCommit bool
-	reloadErr      error // a reload after a dropped batch failed: Apply fails
+	reloadErr      error     // a reload after a dropped batch failed: Apply fails
+	rows           *rowCache // what the apply path read and wrote lately (rowcache.go)
 
 	// pub is the bucket records as committed, for readers.
 	pubMu sync.RWMutex
@@ -85,12 +86,17 @@ var (
 // New returns the state machine of replicaset group g over db, with the
 // schema it has applied before (if any).
 func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
-	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{})}
+	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}),
+		rows: newRowCache(DefaultRowCacheBytes)}
 	if err := sm.load(db); err != nil {
 		return nil, err
 	}
 	return sm, nil
 }
+
+// SetRowCacheBytes sizes the row cache of the apply path (0: none). Call
+// it before the group applies anything, as New's caller.
+func (sm *SM) SetRowCacheBytes(n int64) { sm.rows = newRowCache(n) }
 
 // Group returns the group's id.
 func (sm *SM) Group() multiraft.GroupID { return sm.group }
@@ -116,6 +122,7 @@ func (sm *SM) notify() {
 // load reads the applied schema and clock, and what the state machine
 // keeps in memory.
 func (sm *SM) load(r pebble.Reader) error {
+	sm.rows.reset()
 	s := emptySchema()
 	if v, err := get(r, sm.k.schema()); err != nil {
 		return err

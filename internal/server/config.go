@@ -28,8 +28,10 @@ type InstanceConfig struct {
 	Peers []string `yaml:"peer"`
 	// DataDir holds the instance's database (default ".").
 	DataDir string `yaml:"data-dir"`
-	// CacheSize is the database's block cache in bytes (default
-	// DefaultCacheSize). Memory is taken as blocks are read, up to this.
+	// CacheSize is the memory for caching data, in bytes (default
+	// DefaultCacheSize): a quarter is the row cache of the replicaset's
+	// writes, the rest the database's block cache. Memory is taken as
+	// data is read and written, up to this.
 	CacheSize int64 `yaml:"cache-size"`
 	// ReplicasetID places the instance; empty: the leader assigns r<N>.
 	ReplicasetID string `yaml:"replicaset-id"`
@@ -79,6 +81,11 @@ type InstanceConfig struct {
 // file read (docs/benchmarks.md, "Block cache"). The memory is taken only
 // as blocks are read, so an instance with less data uses less.
 const DefaultCacheSize = 512 << 20
+
+// RowCacheShare: 1/RowCacheShare of CacheSize is the replicaset state
+// machine's row cache (the tuples its writes read lately), the rest the
+// database's block cache.
+const RowCacheShare = 4
 
 // MinCacheSize is the smallest --cache-size accepted.
 const MinCacheSize = 8 << 20

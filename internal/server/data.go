@@ -55,6 +55,8 @@ type dataLayer struct {
 	procs *proc.Registry
 	fp    *failpoint.Points
 	log   *slog.Logger
+	// rowCacheBytes sizes the replicaset state machine's row cache.
+	rowCacheBytes int64
 
 	mu      sync.Mutex
 	storage *replicaset.Storage
@@ -79,8 +81,8 @@ func (z *moverZero) Leads() bool {
 
 // newDataLayer makes the data layer; attach gives it the node once made
 // (the node's config needs the data layer's factory first).
-func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *failpoint.Points, log *slog.Logger) *dataLayer {
-	return &dataLayer{ctx: ctx, db: db, procs: procs, fp: fp, log: log}
+func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *failpoint.Points, rowCacheBytes int64, log *slog.Logger) *dataLayer {
+	return &dataLayer{ctx: ctx, db: db, procs: procs, fp: fp, rowCacheBytes: rowCacheBytes, log: log}
 }
 
 func (d *dataLayer) attach(node *cluster.Node) {
@@ -116,6 +118,7 @@ func (d *dataLayer) newSM(g multiraft.GroupID) (multiraft.StateMachine, error) {
 		return nil, err
 	}
 	sm.SetFailpoints(d.fp)
+	sm.SetRowCacheBytes(d.rowCacheBytes)
 	return sm, nil
 }
 

@@ -40,7 +40,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
 	}
 	storageErrs := make(chan error, 1) // corruption found by Pebble's background work
-	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, CacheBytes: cfg.CacheSize, OnCorruption: func(err error) {
+	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, CacheBytes: cfg.CacheSize - cfg.CacheSize/RowCacheShare, OnCorruption: func(err error) {
 		select {
 		case storageErrs <- err:
 		default:
@@ -67,7 +67,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	fp := &failpoint.Points{}
 	dataCtx, stopData := context.WithCancel(ctx)
-	data := newDataLayer(dataCtx, db, procs, fp, log)
+	data := newDataLayer(dataCtx, db, procs, fp, cfg.CacheSize/RowCacheShare, log)
 	defer func() {
 		stopData()
 		data.wait()
