@@ -87,6 +87,16 @@ func (a *applier) set(key, value []byte) {
 	}
 }
 
+// setUncached is set without staging the row in the row cache: for a
+// bulk load into a bucket whose cached rows the batch dropped
+// (rowCache.dropBucket), which keeps any row of it from being cached
+// until the batch is committed.
+func (a *applier) setUncached(key, value []byte) {
+	if a.err == nil {
+		a.err = a.b.Set(key, value, nil)
+	}
+}
+
 func (a *applier) del(key []byte) {
 	if a.err == nil {
 		a.err = a.b.Delete(key, nil)

@@ -191,6 +191,15 @@ func (c *rowCache) stageRange(k keys, from, to []byte) {
 	}
 }
 
+// dropBucket drops bucket b's rows from the cache as of this batch: a
+// range deletion of its tuples, as far as the cache is concerned.
+func (c *rowCache) dropBucket(k keys, b uint32) {
+	if c.on() && !c.dirty[b] {
+		from := k.bucketTuples(b)
+		c.stageRange(k, from, storage.PrefixEnd(from))
+	}
+}
+
 // commit makes the committed batch's rows the cache's.
 func (c *rowCache) commit(k keys) {
 	if !c.on() {

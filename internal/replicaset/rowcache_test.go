@@ -172,3 +172,29 @@ func TestARowCacheFillAfterACommitIsRefused(t *testing.T) {
 		t.Fatal("a row survived a deletion of every tuple")
 	}
 }
+
+// The copy into a receiving bucket keeps its rows out of the row cache,
+// and no row cached before it (a reader's "no such key") survives it.
+func TestTheCopyLeavesNoStaleRowInTheCache(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	const bucket = 9
+	sp := f.sm.Schema().ByID(1)
+	f.setBucket(bucket, rspb.BucketState_STATE_SENDING, 2, "rs2")
+	f.setBucket(bucket, rspb.BucketState_STATE_GARBAGE, 2, "rs2")
+	f.setBucket(bucket, rspb.BucketState_STATE_RECEIVING, 3, "rs2")
+	tp := offer(bucket, "k", 5)
+	k := key(t, tp[0], tp[1])
+	if _, found, err := f.sm.Get(f.db, bucket, sp, k); err != nil || found {
+		t.Fatalf("before the copy: found %v, err %v", found, err)
+	}
+	if _, hit, _ := f.sm.rows.read(bucket, f.sm.k.tuple(bucket, 1, k)); !hit {
+		t.Fatal("the reader's miss was not cached: the test tests nothing")
+	}
+	f.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: bucket, Generation: 3, Last: true,
+		Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: k, Version: 77, Tuple: enc(tp)}}}}})
+	st, found, err := f.sm.Get(f.db, bucket, sp, k)
+	if err != nil || !found || st.Version != 77 {
+		t.Fatalf("after the copy: %+v, found %v, err %v; want the copied tuple (version 77)", st, found, err)
+	}
+}
