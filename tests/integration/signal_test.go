@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"os"
+	"os/signal"
 	"strings"
 	"syscall"
 	"testing"
@@ -26,6 +28,15 @@ func (inst *instance) hangup(t *testing.T, group bool) {
 // without a word: a crash. It now stops the instance gracefully, as
 // SIGTERM does, and both processes say so.
 func TestSIGHUPStopsGracefully(t *testing.T) {
+	if signal.Ignored(syscall.SIGHUP) {
+		// The tests run under nohup (or another parent that ignores
+		// SIGHUP): the instances would inherit that and, as documented,
+		// not take SIGHUP as a stop signal. Caught here, it is back to
+		// the default in the processes this test starts.
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGHUP)
+		defer signal.Stop(ch)
+	}
 	c := newCluster(t, 3)
 	c.startAll()
 	st := c.waitOnline(3)
