@@ -19,6 +19,7 @@ import (
 	"github.com/anishathalye/porcupine"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -326,6 +327,7 @@ func (r *run) finalState(ctx context.Context) {
 		if err == nil {
 			if n != present {
 				t.Errorf("Count(%s) = %d, but %d keys are present (k0 and %d of k1..k%d)", spaceName, n, present, present-1, r.cfg.traffic.keys)
+				r.countDiagnosis(ctx, final)
 			}
 			break
 		}
@@ -334,6 +336,31 @@ func (r *run) finalState(ctx context.Context) {
 			break
 		}
 		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// countDiagnosis logs, after a Count that disagrees with the keys
+// present, what each replicaset counts and in which bucket each present
+// key is, so that the instance logs' "bucket state" lines name the
+// replicaset and the moves of the bucket whose count is off.
+func (r *run) countDiagnosis(ctx context.Context, final map[uint64]output) {
+	t := r.t
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	res, err := r.c.admin.MapCall(cctx, "count", tuple.Tuple{tuple.String(spaceName)}, client.RW)
+	for _, rr := range res {
+		t.Logf("count diagnosis: replicaset %s counts %v (err %v)", rr.Replicaset, rr.Result, rr.Err)
+	}
+	if err != nil {
+		t.Logf("count diagnosis: map-call count: %v", err)
+	}
+	sp := r.c.admin.Space(spaceName)
+	for k := uint64(0); k <= uint64(r.cfg.traffic.keys); k++ {
+		if k > 0 && !final[k].Found {
+			continue
+		}
+		b, err := sp.Bucket(cctx, tuple.Uint(k))
+		t.Logf("count diagnosis: k%d is present, in bucket %d (err %v)", k, b, err)
 	}
 }
 
