@@ -25,7 +25,7 @@ func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*cluster
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if err := n.g0.Load().ReadIndex(ctx); err != nil {
-		return nil, statusError(err)
+		return nil, StatusError(err)
 	}
 	st := n.meta.State()
 	inst := st.Instance(req.GetInstanceId())
@@ -45,7 +45,7 @@ func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*cluster
 			}
 			if !req.GetLoseBuckets() { // the state machine checks it again
 				if err := st.CheckExpelKeepsBuckets(inst); err != nil {
-					return nil, statusError(err)
+					return nil, StatusError(err)
 				}
 			}
 		}

@@ -71,7 +71,7 @@ func (n *Node) joined(resp *clusterv1.RaftJoinResponse) (*Identity, error) {
 // RaftJoin implements ClusterService (on the leader; others forward).
 func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*clusterv1.RaftJoinResponse, error) {
 	if err := quickJoinCheck(n.meta.State(), req); err != nil {
-		return nil, statusError(err)
+		return nil, StatusError(err)
 	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_Join{Join: &metapb.Join{Request: metaJoinRequest(req)}}})
 	if err != nil {
@@ -85,7 +85,7 @@ func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*c
 	id := multiraft.NodeID(inst.GetRaftId())
 	if !slices.Contains(st.Voters, id) && !slices.Contains(st.Learners, id) {
 		if _, err := g0.AddLearner(ctx, id); err != nil {
-			return nil, statusError(fmt.Errorf("add %s as a learner of group 0: %w", inst.GetInstanceId(), err))
+			return nil, StatusError(fmt.Errorf("add %s as a learner of group 0: %w", inst.GetInstanceId(), err))
 		}
 		st = g0.Status()
 	}

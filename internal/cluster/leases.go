@@ -49,7 +49,7 @@ func (n *Node) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequ
 // GetLease implements ClusterService: a linearizable read on the leader.
 func (n *Node) GetLease(ctx context.Context, req *clusterv1.GetLeaseRequest) (*clusterv1.GetLeaseResponse, error) {
 	if err := n.g0.Load().ReadIndex(ctx); err != nil {
-		return nil, statusError(err)
+		return nil, StatusError(err)
 	}
 	l := n.meta.State().Leases[req.GetName()]
 	if l == nil {

@@ -39,8 +39,9 @@ func (n *Node) proposeMeta(ctx context.Context, c *metapb.Command) (meta.Result,
 	return res, nil
 }
 
-// statusError maps a refusal or an engine error to a gRPC status.
-func statusError(err error) error {
+// StatusError maps a group-0 refusal or an engine error to the gRPC
+// status the node answers with (the mover's tests answer as it does).
+func StatusError(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -85,10 +86,10 @@ func (n *Node) Propose(ctx context.Context, c *metapb.Command) (meta.Result, err
 func (n *Node) metaCall(ctx context.Context, c *metapb.Command) (meta.Result, error) {
 	res, err := n.proposeMeta(ctx, c)
 	if err != nil {
-		return res, statusError(err)
+		return res, StatusError(err)
 	}
 	if res.Err != nil {
-		return res, statusError(res.Err)
+		return res, StatusError(res.Err)
 	}
 	return res, nil
 }

@@ -23,7 +23,7 @@ func TestRefusalCodes(t *testing.T) {
 		{meta.CodeExpelled, codes.PermissionDenied},
 		{meta.CodeUnavailable, codes.Unavailable},
 	} {
-		err := statusError(&meta.Refusal{Code: tc.code, Msg: "why"})
+		err := StatusError(&meta.Refusal{Code: tc.code, Msg: "why"})
 		if got := status.Code(err); got != tc.want || status.Convert(err).Message() != "why" {
 			t.Errorf("refusal code %d: %v, want %v with the message", tc.code, err, tc.want)
 		}

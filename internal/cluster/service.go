@@ -177,7 +177,7 @@ func (n *Node) GroupAdmin(ctx context.Context, req *clusterv1.GroupAdminRequest)
 		return nil, status.Errorf(codes.InvalidArgument, "unknown group admin action %v", req.GetAction())
 	}
 	if err != nil {
-		return nil, statusError(err)
+		return nil, StatusError(err)
 	}
 	st = g.Status()
 	for _, v := range st.Voters {

@@ -56,7 +56,7 @@ func (n *Node) ListUsers(ctx context.Context, _ *clusterv1.ListUsersRequest) (*c
 		return nil, n.errNotRunning()
 	}
 	if err := g0.ReadIndex(ctx); err != nil {
-		return nil, statusError(err)
+		return nil, StatusError(err)
 	}
 	resp := &clusterv1.ListUsersResponse{Users: []*clusterv1.User{{Name: meta.RootUser, Role: clusterv1.Role_ROLE_ADMIN}}}
 	for _, u := range n.meta.State().SortedUsers() {

@@ -31,9 +31,11 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 	"google.golang.org/protobuf/proto"
 
+	node "github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
 )
@@ -113,7 +115,7 @@ func (z *fakeZero) Propose(ctx context.Context, c *metapb.Command) (meta.Result,
 		}
 	}
 	if res.Err != nil {
-		return res, refusalStatus(res.Err)
+		return res, node.StatusError(res.Err) // as the cluster node answers
 	}
 	return res, nil
 }
@@ -132,29 +134,6 @@ func (z *fakeZero) takeProposals() []*metapb.Command {
 	out := z.proposed
 	z.proposed = nil
 	return out
-}
-
-// refusalStatus maps a group-0 refusal to a gRPC status as the cluster
-// node does (internal/cluster, statusError).
-func refusalStatus(err error) error {
-	var ref *meta.Refusal
-	if !errors.As(err, &ref) {
-		return status.Error(codes.Internal, err.Error())
-	}
-	code := codes.FailedPrecondition
-	switch ref.Code {
-	case meta.CodeInvalid:
-		code = codes.InvalidArgument
-	case meta.CodeNotFound:
-		code = codes.NotFound
-	case meta.CodeAlreadyExists:
-		code = codes.AlreadyExists
-	case meta.CodeExpelled:
-		code = codes.PermissionDenied
-	case meta.CodeUnavailable:
-		code = codes.Unavailable
-	}
-	return status.Error(code, ref.Msg)
 }
 
 // rsCall describes a call to a fake replicaset for its hooks: the method,
@@ -289,53 +268,28 @@ func describe(r *rspb.BucketState) string {
 	return fmt.Sprintf("%s(%d)", stateName(r.GetState()), r.GetGeneration())
 }
 
-// setBucket applies one step as internal/replicaset's setBucket does.
+// setBucket applies one step by internal/replicaset's rule (CheckStep).
 func (f *fakeRS) setBucket(call rsCall, s *rspb.SetBucket) *rspb.SetBucketResult {
-	b, g := s.GetBucket(), s.GetGeneration()
+	b := s.GetBucket()
 	cur := f.records[b]
-	want := &rspb.BucketState{State: s.GetState(), Generation: g, Peer: s.GetPeer()}
-	if cur.GetState() == want.GetState() && cur.GetGeneration() == g {
-		return &rspb.SetBucketResult{Record: cur} // a repeated step
+	want := &rspb.BucketState{State: s.GetState(), Generation: s.GetGeneration(), Peer: s.GetPeer()}
+	repeated, why := replicaset.CheckStep(cur, s)
+	if repeated {
+		return &rspb.SetBucketResult{Record: cur}
 	}
-	refuse := func(why string) *rspb.SetBucketResult {
+	if why == "" {
+		why = f.refusal(call, b)
+	}
+	if why != "" {
 		return &rspb.SetBucketResult{Record: cur, Refused: fmt.Sprintf("bucket %d on %s: %s -> %s refused: %s", b, f.id, describe(cur), describe(want), why)}
 	}
-	if why := f.refusal(call, b); why != "" {
-		return refuse(why)
-	}
-	if cur != nil && s.GetFrom() != rspb.BucketState_STATE_UNSPECIFIED && cur.GetState() != s.GetFrom() {
-		return refuse("the record is not " + stateName(s.GetFrom()))
-	}
 	var deleted map[uint32]uint64
-	switch want.GetState() {
-	case rspb.BucketState_STATE_SENDING:
-		if cur.GetState() != rspb.BucketState_STATE_ACTIVE || g <= cur.GetGeneration() {
-			return refuse("only an active bucket is sent, at a higher generation")
-		}
-	case rspb.BucketState_STATE_RECEIVING:
-		if cur != nil && (cur.GetState() != rspb.BucketState_STATE_GARBAGE || g <= cur.GetGeneration()) {
-			return refuse("only a bucket this replicaset does not hold is received")
-		}
-	case rspb.BucketState_STATE_ACTIVE:
-		switch {
-		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration() && !cur.GetCopied():
-			return refuse("the copy is not complete")
-		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration():
-		case cur.GetState() == rspb.BucketState_STATE_SENDING && g == cur.GetGeneration():
-		default:
-			return refuse("not receiving or sending at that generation")
-		}
-	case rspb.BucketState_STATE_GARBAGE:
-		if (cur.GetState() != rspb.BucketState_STATE_SENDING && cur.GetState() != rspb.BucketState_STATE_RECEIVING) || g != cur.GetGeneration() {
-			return refuse("only a bucket being sent (or an aborted receive) becomes garbage")
-		}
+	if want.GetState() == rspb.BucketState_STATE_GARBAGE {
 		deleted = map[uint32]uint64{}
 		for _, t := range f.tuples[b] {
 			deleted[t.GetSpaceId()]++
 		}
 		delete(f.tuples, b)
-	default:
-		return refuse("unknown state")
 	}
 	f.records[b] = want
 	f.change(b, describe(want))

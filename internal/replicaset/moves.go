@@ -52,46 +52,67 @@ func describeRecord(st *rspb.BucketState) string {
 	return fmt.Sprintf("%s(generation %d, peer %q)", stateNames[st.GetState()], st.GetGeneration(), st.GetPeer())
 }
 
+// CheckStep says what a bucket step does to the record cur (nil: none):
+// repeated when the record is already at the step's state and generation
+// (a no-op), else why it is refused ("" when allowed). It is the rule
+// every replicaset applies, and the one the mover's tests' fake
+// replicaset follows.
+func CheckStep(cur *rspb.BucketState, c *rspb.SetBucket) (repeated bool, refused string) {
+	g := c.GetGeneration()
+	if cur.GetState() == c.GetState() && cur.GetGeneration() == g {
+		return true, ""
+	}
+	if cur != nil && c.GetFrom() != rspb.BucketState_STATE_UNSPECIFIED && cur.GetState() != c.GetFrom() {
+		return false, "the record is not " + stateNames[c.GetFrom()]
+	}
+	switch c.GetState() {
+	case rspb.BucketState_STATE_SENDING:
+		if cur.GetState() != rspb.BucketState_STATE_ACTIVE || g <= cur.GetGeneration() {
+			return false, "only an active bucket is sent, at a higher generation"
+		}
+	case rspb.BucketState_STATE_RECEIVING:
+		// Leftovers of an earlier stay are gone with its GARBAGE step.
+		if cur != nil && (cur.GetState() != rspb.BucketState_STATE_GARBAGE || g <= cur.GetGeneration()) {
+			return false, "only a bucket this replicaset does not hold (or gave away at a lower generation) is received"
+		}
+	case rspb.BucketState_STATE_ACTIVE:
+		switch {
+		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration() && !cur.GetCopied():
+			return false, "the copy from " + cur.GetPeer() + " is not complete"
+		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration():
+		case cur.GetState() == rspb.BucketState_STATE_SENDING && g == cur.GetGeneration():
+			// An aborted send: the destination never served the bucket.
+		default:
+			return false, "a bucket becomes active only when its receive completes or its send is aborted, at that generation"
+		}
+	case rspb.BucketState_STATE_GARBAGE:
+		if (cur.GetState() != rspb.BucketState_STATE_SENDING && cur.GetState() != rspb.BucketState_STATE_RECEIVING) || g != cur.GetGeneration() {
+			return false, "only a bucket being sent (or an aborted receive) becomes garbage, at its generation"
+		}
+	default:
+		return false, "unknown state"
+	}
+	return false, ""
+}
+
 func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 	b := c.GetBucket()
 	cur := a.bucket(b)
 	want := &rspb.BucketState{State: c.GetState(), Generation: c.GetGeneration(), Peer: c.GetPeer()}
-	if cur.GetState() == want.GetState() && cur.GetGeneration() == want.GetGeneration() {
-		return &SetBucketOutcome{Record: cur} // a repeated step
-	}
-	var deleted map[uint32]uint64
-	refuse := func(why string) *SetBucketOutcome {
+	repeated, why := CheckStep(cur, c)
+	switch {
+	case repeated:
+		return &SetBucketOutcome{Record: cur}
+	case why != "":
 		return &SetBucketOutcome{Record: cur, Refused: fmt.Errorf("bucket %d: %s -> %s refused: %s", b, describeRecord(cur), describeRecord(want), why)}
 	}
-	if cur != nil && c.GetFrom() != rspb.BucketState_STATE_UNSPECIFIED && cur.GetState() != c.GetFrom() {
-		return refuse("the record is not " + stateNames[c.GetFrom()])
-	}
-	g := c.GetGeneration()
+	var deleted map[uint32]uint64
 	switch want.GetState() {
-	case rspb.BucketState_STATE_SENDING:
-		if cur.GetState() != rspb.BucketState_STATE_ACTIVE || g <= cur.GetGeneration() {
-			return refuse("only an active bucket is sent, at a higher generation")
-		}
-	case rspb.BucketState_STATE_RECEIVING:
-		if cur != nil && (cur.GetState() != rspb.BucketState_STATE_GARBAGE || g <= cur.GetGeneration()) {
-			return refuse("only a bucket this replicaset does not hold (or gave away at a lower generation) is received")
-		}
-		// Leftovers of an earlier stay here are gone with its GARBAGE step.
 	case rspb.BucketState_STATE_ACTIVE:
-		switch {
-		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration() && !cur.GetCopied():
-			return refuse("the copy from " + cur.GetPeer() + " is not complete")
-		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration():
+		if cur.GetState() == rspb.BucketState_STATE_RECEIVING {
 			a.delRange(a.sm.k.bucketTombstones(b)) // the copy is complete
-		case cur.GetState() == rspb.BucketState_STATE_SENDING && g == cur.GetGeneration():
-			// An aborted send: the destination never served the bucket.
-		default:
-			return refuse("a bucket becomes active only when its receive completes or its send is aborted, at that generation")
 		}
 	case rspb.BucketState_STATE_GARBAGE:
-		if (cur.GetState() != rspb.BucketState_STATE_SENDING && cur.GetState() != rspb.BucketState_STATE_RECEIVING) || g != cur.GetGeneration() {
-			return refuse("only a bucket being sent (or an aborted receive) becomes garbage, at its generation")
-		}
 		deleted = map[uint32]uint64{}
 		for sp, n := range a.sm.counts[b] {
 			deleted[sp] = uint64(n)
@@ -100,8 +121,6 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 		a.delRange(a.sm.k.bucketTombstones(b))
 		a.delRange(a.sm.k.bucketCounts(b))
 		a.countsDeleted(b, 0, true)
-	default:
-		return refuse("unknown state")
 	}
 	a.putBucket(b, want)
 	if a.err != nil {
