@@ -81,8 +81,8 @@ func (a *applier) getTuple(key []byte) []byte {
 func (a *applier) set(key, value []byte) {
 	if a.err == nil {
 		a.err = a.b.Set(key, value, nil)
-		if _, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
-			a.sm.rows.stage(key, value)
+		if b, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
+			a.sm.rows.stage(b, key, value)
 		}
 	}
 }
@@ -100,8 +100,8 @@ func (a *applier) setUncached(key, value []byte) {
 func (a *applier) del(key []byte) {
 	if a.err == nil {
 		a.err = a.b.Delete(key, nil)
-		if _, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
-			a.sm.rows.stage(key, nil)
+		if b, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
+			a.sm.rows.stage(b, key, nil)
 		}
 	}
 }

@@ -180,7 +180,7 @@ func (sm *SM) ApplyDone(committed bool) {
 		sm.reloadErr = sm.load(sm.db) // Apply returns it, if any
 		return
 	}
-	sm.rows.commit(sm.k)
+	sm.rows.commit()
 	if len(sm.changedBuckets) > 0 {
 		sm.pubMu.Lock()
 		for b := range sm.changedBuckets {

@@ -41,8 +41,9 @@ func (sm *SM) Get(r pebble.Reader, b uint32, sp *Space, key []byte) (Stored, boo
 			if v, err = get(r, tk); err != nil {
 				return Stored{}, false, err
 			}
-			sm.rows.fill(b, tk, v, seq)
-			v = bytes.Clone(v) // the cache keeps the one it filled
+			if sm.rows.fill(b, tk, v, seq) {
+				v = bytes.Clone(v) // the cache keeps the one it filled
+			}
 		}
 	} else {
 		var err error

@@ -3,6 +3,7 @@ package replicaset
 import (
 	"bytes"
 	"encoding/binary"
+	"strings"
 	"sync"
 
 	"github.com/shardkit/shardkit/internal/storage"
@@ -50,28 +51,27 @@ type rowCache struct {
 	size int64
 	rows map[string]cachedRow
 	gen  map[uint32]uint32 // per bucket; a row of another generation is stale
-	// allGen is bumped by a range deletion wider than one bucket.
-	allGen uint32
 	// seq is bumped by every commit and reset: a reader fills a row only
 	// if seq did not change since before its database read.
 	seq uint64
 
 	// What the batch being applied wrote or read, until ApplyDone; only
 	// the applying goroutine uses these.
-	pending  map[string][]byte
-	dirty    map[uint32]bool
+	pending map[string]cachedRow // gen: the row's bucket
+	dirty   map[uint32]bool
+	// dirtyAll: a range deletion wider than one bucket's tuples (none
+	// today); the commit empties the cache.
 	dirtyAll bool
 }
 
 type cachedRow struct {
-	v      []byte // the stored encoding; nil: no tuple at this key
-	gen    uint32
-	allGen uint32
+	v   []byte // the stored encoding; nil: no tuple at this key
+	gen uint32 // in rows: the bucket's generation; in pending: the bucket
 }
 
 func newRowCache(max int64) *rowCache {
 	return &rowCache{max: max, rows: map[string]cachedRow{}, gen: map[uint32]uint32{},
-		pending: map[string][]byte{}, dirty: map[uint32]bool{}}
+		pending: map[string]cachedRow{}, dirty: map[uint32]bool{}}
 }
 
 func (c *rowCache) on() bool { return c.max > 0 }
@@ -92,8 +92,8 @@ func (c *rowCache) lookup(b uint32, key []byte) ([]byte, bool) {
 	if !c.on() {
 		return nil, false
 	}
-	if v, ok := c.pending[string(key)]; ok {
-		return v, true
+	if p, ok := c.pending[string(key)]; ok {
+		return p.v, true
 	}
 	if c.dirtyAll || c.dirty[b] {
 		return nil, false
@@ -108,7 +108,7 @@ func (c *rowCache) committed(b uint32, key []byte) (v []byte, ok bool, seq uint6
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	r, ok := c.rows[string(key)]
-	if !ok || r.gen != c.gen[b] || r.allGen != c.allGen {
+	if !ok || r.gen != c.gen[b] {
 		return nil, false, c.seq // a stale row stays until overwritten or evicted
 	}
 	return r.v, true, c.seq
@@ -128,40 +128,42 @@ func (c *rowCache) read(b uint32, key []byte) ([]byte, bool, uint64) {
 }
 
 // fill adds what a reader read from the database after a miss at seq, if
-// no commit came since and there is room. v must not change afterwards.
-func (c *rowCache) fill(b uint32, key []byte, v []byte, seq uint64) {
+// no commit came since and there is room, and reports whether it kept v
+// (which must not change afterwards, then).
+func (c *rowCache) fill(b uint32, key []byte, v []byte, seq uint64) bool {
 	if !c.on() {
-		return
+		return false
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.seq != seq || c.size > c.max {
-		return
+		return false
 	}
 	if old, ok := c.rows[string(key)]; ok {
-		if old.gen == c.gen[b] && old.allGen == c.allGen {
-			return // an up-to-date row is there already
+		if old.gen == c.gen[b] {
+			return false // an up-to-date row is there already
 		}
 		c.size -= rowSize(string(key), old.v)
 	}
-	c.rows[string(key)] = cachedRow{v: v, gen: c.gen[b], allGen: c.allGen}
+	c.rows[string(key)] = cachedRow{v: v, gen: c.gen[b]}
 	c.size += rowSize(string(key), v)
+	return true
 }
 
-// stage records what the batch wrote at, or read from, a tuple key of
-// bucket b (nil: no tuple). A value read is staged only from a clean
-// bucket: then the batch has not changed the key and the read is what the
-// database holds.
-func (c *rowCache) stage(key []byte, v []byte) {
+// stage records what the batch wrote at a tuple key of bucket b (nil:
+// no tuple).
+func (c *rowCache) stage(b uint32, key []byte, v []byte) {
 	if c.on() {
-		c.pending[string(key)] = v
+		c.pending[string(key)] = cachedRow{v: v, gen: b}
 	}
 }
 
-// stageRead is stage for a value read from the batch.
+// stageRead records what the batch read at a tuple key of bucket b, only
+// from a clean bucket: then the batch has not changed the key and the read
+// is what the database holds.
 func (c *rowCache) stageRead(b uint32, key []byte, v []byte) {
 	if c.on() && !c.dirtyAll && !c.dirty[b] {
-		c.pending[string(key)] = v
+		c.pending[string(key)] = cachedRow{v: v, gen: b}
 	}
 }
 
@@ -184,8 +186,9 @@ func (c *rowCache) stageRange(k keys, from, to []byte) {
 		return
 	}
 	c.dirty[b] = true
+	prefix := string(from)
 	for key := range c.pending {
-		if kb, _ := k.tupleBucket([]byte(key)); kb == b && bytes.HasPrefix([]byte(key), from) {
+		if strings.HasPrefix(key, prefix) {
 			delete(c.pending, key)
 		}
 	}
@@ -201,7 +204,7 @@ func (c *rowCache) dropBucket(k keys, b uint32) {
 }
 
 // commit makes the committed batch's rows the cache's.
-func (c *rowCache) commit(k keys) {
+func (c *rowCache) commit() {
 	if !c.on() {
 		return
 	}
@@ -209,20 +212,20 @@ func (c *rowCache) commit(k keys) {
 	defer c.mu.Unlock()
 	c.seq++
 	if c.dirtyAll {
-		c.allGen++
 		c.dirtyAll = false
+		clear(c.rows)
+		c.size = 0
 	}
 	for b := range c.dirty {
 		c.gen[b]++
 	}
 	clear(c.dirty)
-	for key, v := range c.pending {
-		b, _ := k.tupleBucket([]byte(key))
+	for key, p := range c.pending {
 		if old, ok := c.rows[key]; ok {
 			c.size -= rowSize(key, old.v)
 		}
-		c.rows[key] = cachedRow{v: v, gen: c.gen[b], allGen: c.allGen}
-		c.size += rowSize(key, v)
+		c.rows[key] = cachedRow{v: p.v, gen: c.gen[p.gen]}
+		c.size += rowSize(key, p.v)
 	}
 	clear(c.pending)
 	if c.size > c.max {

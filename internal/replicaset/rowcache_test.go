@@ -132,8 +132,8 @@ func TestARowCacheFillAfterACommitIsRefused(t *testing.T) {
 	if hit {
 		t.Fatal("hit in an empty cache")
 	}
-	c.stage(key, []byte("new"))
-	c.commit(k)
+	c.stage(9, key, []byte("new"))
+	c.commit()
 	c.fill(9, key, []byte("old"), seq)
 	if v, hit, _ := c.read(9, key); !hit || string(v) != "new" {
 		t.Fatalf("after a commit and a late fill: %q, %v; want the commit's row", v, hit)
@@ -142,7 +142,7 @@ func TestARowCacheFillAfterACommitIsRefused(t *testing.T) {
 	// it is refused, one after it is kept.
 	_, _, seq = c.read(9, key)
 	c.stageRange(k, k.bucketTuples(9), storage.PrefixEnd(k.bucketTuples(9)))
-	c.commit(k)
+	c.commit()
 	if _, hit, _ := c.read(9, key); hit {
 		t.Fatal("a row of a cleaned-up bucket is still a hit")
 	}
@@ -157,17 +157,17 @@ func TestARowCacheFillAfterACommitIsRefused(t *testing.T) {
 	}
 	// Other buckets' rows and other kinds of keys are untouched by it.
 	other := k.tuple(10, 1, []byte("k"))
-	c.stage(other, []byte("x"))
-	c.commit(k)
+	c.stage(10, other, []byte("x"))
+	c.commit()
 	c.stageRange(k, k.bucketCounts(10), storage.PrefixEnd(k.bucketCounts(10)))
 	c.stageRange(k, k.bucketTuples(9), storage.PrefixEnd(k.bucketTuples(9)))
-	c.commit(k)
+	c.commit()
 	if v, hit, _ := c.read(10, other); !hit || string(v) != "x" {
 		t.Fatalf("bucket 10's row after deletions elsewhere: %q, %v", v, hit)
 	}
 	// A deletion wider than one bucket outdates everything.
 	c.stageRange(k, k.sub(storage.DataTuple, 0), storage.PrefixEnd(k.sub(storage.DataTuple, 0)))
-	c.commit(k)
+	c.commit()
 	if _, hit, _ := c.read(10, other); hit {
 		t.Fatal("a row survived a deletion of every tuple")
 	}
