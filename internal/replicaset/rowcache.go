@@ -29,7 +29,8 @@ const rowOverhead = 64
 //
 //   - The apply path (the group's applying goroutine) stages what a batch
 //     writes and reads (every write of a tuple key goes through the
-//     applier's set, del and delRange) and makes it the cache's only at
+//     applier's set, del and delRange, but for a move's copy, which
+//     drops the bucket instead: dropBucket) and makes it the cache's only at
 //     ApplyDone(true), after the batch is committed and before the engine
 //     answers the proposals and the reads waiting for it. A staged row is
 //     what the batch sees, whatever the cache holds; a range deletion of a
