@@ -2,11 +2,15 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/proc"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -110,20 +114,39 @@ func (c *Client) Spaces(ctx context.Context) ([]SpaceDef, error) {
 	return out, nil
 }
 
-// Count returns how many tuples a space holds in the cluster: the
-// built-in count on every replicaset's leader, each bucket counted once.
+// Count returns how many tuples a space holds in the cluster, each bucket
+// counted once: the built-in count_buckets on every replicaset's leader,
+// summed. A bucket that moves while the replicasets are counted would be
+// counted by neither or by both; Count sees it (proc.SumActiveCounts) and
+// counts again, after a pause that grows from 20 ms to 500 ms, until ctx
+// ends (then an ErrUnavailable error).
 func (c *Client) Count(ctx context.Context, space string) (uint64, error) {
-	res, err := c.MapCall(ctx, "count", tuple.Tuple{tuple.String(space)}, RW)
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	for _, r := range res {
-		if len(r.Result) != 1 {
-			return 0, &Error{Op: "count " + space, Msg: "replicaset " + r.Replicaset + " sent a bad count", kind: ErrInternal}
+	wait := 20 * time.Millisecond
+	for {
+		res, err := c.MapCall(ctx, "count_buckets", tuple.Tuple{tuple.String(space)}, RW)
+		if err != nil {
+			return 0, err
 		}
-		v, _ := r.Result[0].AsUint()
-		n += v
+		rt := c.routingFor(ctx) // for the bucket count
+		if rt == nil {
+			return 0, &Error{Op: "count " + space, Code: codes.Unavailable, Msg: "no instance sent the routing table (the bucket count)", kind: ErrUnavailable}
+		}
+		results := make([]tuple.Tuple, len(res))
+		for i, r := range res {
+			results[i] = r.Result
+		}
+		n, err := proc.SumActiveCounts(results, rt.bucketCount)
+		if !errors.Is(err, proc.ErrCountInFlux) {
+			if err != nil {
+				return 0, &Error{Op: "count " + space, Msg: err.Error(), kind: ErrInternal}
+			}
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, &Error{Op: "count " + space, Code: codes.Unavailable, Msg: err.Error() + " (buckets kept moving until the deadline)", kind: ErrUnavailable}
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 500*time.Millisecond)
 	}
-	return n, nil
 }

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"sync"
 
+	"github.com/shardkit/shardkit/sharding"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -104,11 +105,26 @@ type Context interface {
 	Range(space string, bucket uint32, after []tuple.Value, limit int) (ts []Versioned, more bool, err error)
 	// Count counts the tuples of a space in the buckets active here.
 	Count(space string) (uint64, error)
+	// CountActive counts the tuples of a space in the buckets held here
+	// (active, or receiving: R5's curr), and which buckets those are,
+	// all read at one instant.
+	CountActive(ctx context.Context, space string) (ActiveCount, error)
 	// Buckets lists the buckets active here.
 	Buckets() ([]uint32, error)
 	// Write applies ops, all on keys of one bucket held here, atomically:
 	// all or none. Only rw procedures may write.
 	Write(ctx context.Context, ops ...Op) ([]Result, error)
+}
+
+// ActiveCount is a count of a space's tuples in the buckets a replicaset
+// holds (active, or receiving from the source that froze them), with those buckets' number and digest
+// (sharding.BucketDigest summed), all read at one instant: summed over the
+// replicasets, the buckets and the digest say whether every bucket was
+// counted exactly once (SumActiveCounts).
+type ActiveCount struct {
+	Tuples  uint64
+	Buckets uint64
+	Digest  uint64
 }
 
 // ErrReadOnly: an ro procedure tried to write.
@@ -181,23 +197,35 @@ func (r *Registry) List() []Procedure {
 //   - count(space) ro: the number of tuples of a space in the replicaset's
 //     active buckets ([count]); map-call sums to the cluster's count, each
 //     bucket counted once;
+//   - count_buckets(space) ro: [tuples, buckets, digest], the
+//     replicaset's ActiveCount; what a cluster-wide count sums
+//     (SumActiveCounts), since a plain sum of count is off by a moving
+//     bucket's tuples;
 //   - echo(args...) ro: its arguments, unchanged;
 //   - buckets() ro: the number of buckets active on the replicaset.
 func Builtins() []Procedure {
 	return []Procedure{
 		{Name: "count", Mode: RO, Doc: "count(space): tuples of a space in this replicaset's active buckets", Func: func(_ context.Context, c Context, args tuple.Tuple) (tuple.Tuple, error) {
-			if len(args) != 1 {
-				return nil, fmt.Errorf("count takes one argument, the space name; got %d", len(args))
-			}
-			name, ok := args[0].AsString()
-			if !ok {
-				return nil, fmt.Errorf("count: the space name must be a string, got %s", args[0])
+			name, err := spaceArg("count", args)
+			if err != nil {
+				return nil, err
 			}
 			n, err := c.Count(name)
 			if err != nil {
 				return nil, err
 			}
 			return tuple.Tuple{tuple.Uint(n)}, nil
+		}},
+		{Name: "count_buckets", Mode: RO, Doc: "count_buckets(space): [tuples, buckets, digest] of the buckets this replicaset holds, read at one instant", Func: func(ctx context.Context, c Context, args tuple.Tuple) (tuple.Tuple, error) {
+			name, err := spaceArg("count_buckets", args)
+			if err != nil {
+				return nil, err
+			}
+			ac, err := c.CountActive(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			return tuple.Tuple{tuple.Uint(ac.Tuples), tuple.Uint(ac.Buckets), tuple.Uint(ac.Digest)}, nil
 		}},
 		{Name: "echo", Mode: RO, Doc: "echo(args...): its arguments", Func: func(_ context.Context, _ Context, args tuple.Tuple) (tuple.Tuple, error) {
 			return slices.Clone(args), nil
@@ -210,4 +238,48 @@ func Builtins() []Procedure {
 			return tuple.Tuple{tuple.Uint(uint64(len(bs)))}, nil
 		}},
 	}
+}
+
+// spaceArg is the one argument of count and count_buckets: a space name.
+func spaceArg(proc string, args tuple.Tuple) (string, error) {
+	if len(args) != 1 {
+		return "", fmt.Errorf("%s takes one argument, the space name; got %d", proc, len(args))
+	}
+	name, ok := args[0].AsString()
+	if !ok {
+		return "", fmt.Errorf("%s: the space name must be a string, got %s", proc, args[0])
+	}
+	return name, nil
+}
+
+// ErrCountInFlux: the counts of a cluster-wide count did not cover every
+// bucket exactly once (a bucket moved while they were read: it was
+// counted by neither replicaset or by both). Counting again after the
+// move gives the right number.
+var ErrCountInFlux = errors.New("proc: a bucket moved while the replicasets were counted")
+
+// SumActiveCounts sums the count_buckets results of every replicaset of a
+// cluster of bucketCount buckets. It returns ErrCountInFlux (with the sum
+// so far) unless the results cover every bucket exactly once.
+func SumActiveCounts(results []tuple.Tuple, bucketCount uint32) (uint64, error) {
+	var tuples, buckets, digest uint64
+	for i, r := range results {
+		if len(r) != 3 {
+			return 0, fmt.Errorf("proc: count_buckets result %d has %d values, want 3 (tuples, buckets, digest)", i+1, len(r))
+		}
+		var v [3]uint64
+		for j := range v {
+			var ok bool
+			if v[j], ok = r[j].AsUint(); !ok {
+				return 0, fmt.Errorf("proc: count_buckets result %d: value %d is %s, want an unsigned integer", i+1, j+1, r[j])
+			}
+		}
+		tuples += v[0]
+		buckets += v[1]
+		digest += v[2]
+	}
+	if buckets != uint64(bucketCount) || digest != sharding.AllBucketsDigest(bucketCount) {
+		return tuples, fmt.Errorf("%w: %d buckets counted, of %d (each once when no bucket moves); count again", ErrCountInFlux, buckets, bucketCount)
+	}
+	return tuples, nil
 }

@@ -62,3 +62,26 @@ func BucketOfEncoded(encodedKey []byte, count uint32) uint32 {
 	}
 	return 1 + crc32.Checksum(encodedKey, crc32.MakeTable(crc32.Castagnoli))%count
 }
+
+// Bucket set digests tell whether a collection of bucket sets, read
+// apart (one per replicaset, at different instants), covers every bucket
+// exactly once: a set's digest is the sum, mod 2^64, of its buckets'
+// BucketDigest, so disjoint sets' digests add up to their union's, and a
+// bucket counted twice or not at all changes the sum (BucketDigest is a
+// bijection, so one bucket in place of another always does; a
+// combination of misses and doubles that cancels out has odds of about
+// 2^-64). Count checks the per-replicaset counts it sums with it: a
+// bucket moving while they were read is counted by neither side, or by
+// both.
+
+// BucketDigest is bucket b's share of a bucket set's digest.
+func BucketDigest(b uint32) uint64 { return mix64(uint64(b) ^ 0x9e3779b97f4a7c15) }
+
+// AllBucketsDigest is the digest of the buckets 1..count, each once.
+func AllBucketsDigest(count uint32) uint64 {
+	var d uint64
+	for b := uint32(1); b <= count; b++ {
+		d += BucketDigest(b)
+	}
+	return d
+}

@@ -146,3 +146,43 @@ func ExampleBucketOf() {
 	// 1277
 	// true
 }
+
+func TestBucketDigestsFindAMissedOrDoubledBucket(t *testing.T) {
+	t.Parallel()
+	const count = DefaultBucketCount
+	all := AllBucketsDigest(count)
+	if all != AllBucketsDigest(count) || all == AllBucketsDigest(count-1) {
+		t.Fatalf("AllBucketsDigest is not a function of the count")
+	}
+	// Three replicasets holding disjoint thirds: the sum is all's.
+	var parts [3]uint64
+	for b := uint32(1); b <= count; b++ {
+		parts[b%3] += BucketDigest(b)
+	}
+	if got := parts[0] + parts[1] + parts[2]; got != all {
+		t.Fatalf("disjoint sets sum to %x, want %x", got, all)
+	}
+	whole := parts[0] + parts[1] + parts[2]
+	for _, c := range []struct {
+		name string
+		sum  uint64
+	}{
+		{"bucket 7 missed", whole - BucketDigest(7)},
+		{"bucket 7 doubled", whole + BucketDigest(7)},
+		{"bucket 7 doubled, bucket 8 missed", whole + BucketDigest(7) - BucketDigest(8)},
+		{"bucket 1 doubled, bucket 3000 missed", whole + BucketDigest(1) - BucketDigest(count)},
+	} {
+		if c.sum == all {
+			t.Errorf("%s: the digest does not change", c.name)
+		}
+	}
+	// A bijection: no two buckets share a digest.
+	seen := map[uint64]uint32{}
+	for b := uint32(0); b <= 100000; b++ {
+		d := BucketDigest(b)
+		if o, ok := seen[d]; ok {
+			t.Fatalf("buckets %d and %d share digest %x", o, b, d)
+		}
+		seen[d] = b
+	}
+}

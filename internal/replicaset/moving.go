@@ -4,11 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"maps"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // Reads of a bucket moving here (R5): what this replicaset has, else what
@@ -118,4 +124,73 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 		out = append(out, next)
 	}
 	return out, more || resp.GetMore() || i < len(local) || j < len(src), nil
+}
+
+// CountActive counts space sp's tuples in the buckets this replicaset
+// holds, at one instant of its state (a snapshot), for a cluster-wide
+// count (proc.SumActiveCounts): the active buckets and the receiving ones.
+// A receiving bucket whose copy is under way counts what this replicaset
+// has, plus every tuple of the source that it has neither a tuple nor a
+// tombstone of (the merge a read makes). A receiving bucket whose source
+// answers that it no longer sends it (the move ended after the snapshot)
+// is left out: the cluster-wide sum shows the miss, and counts again.
+func (s *Storage) CountActive(ctx context.Context, sp *Space) (proc.ActiveCount, error) {
+	snap := s.cfg.DB.NewSnapshot()
+	defer snap.Close()
+	hc, err := s.sm.countHeld(snap, sp.ID)
+	if err != nil {
+		return proc.ActiveCount{}, status.Error(codes.Internal, err.Error())
+	}
+	ac := proc.ActiveCount{Tuples: hc.tuples, Buckets: hc.buckets, Digest: hc.digest}
+	for _, b := range slices.Sorted(maps.Keys(hc.copying)) {
+		n, err := s.countCopying(ctx, snap, b, hc.copying[b], sp)
+		if errors.Is(err, errSourceDone) {
+			continue
+		}
+		if err != nil {
+			return proc.ActiveCount{}, err
+		}
+		ac.Tuples += n
+		ac.Buckets++
+		ac.Digest += sharding.BucketDigest(b)
+	}
+	return ac, nil
+}
+
+// countCopying counts the tuples of space sp in bucket b, receiving here
+// (st) with its copy under way, as snap and the source hold them.
+func (s *Storage) countCopying(ctx context.Context, snap pebble.Reader, b uint32, st *rspb.BucketState, sp *Space) (uint64, error) {
+	n, err := s.sm.storedCount(snap, b, sp.ID)
+	if err != nil {
+		return 0, status.Error(codes.Internal, err.Error())
+	}
+	var after []byte
+	for {
+		var resp *rspb.LookupRangeResponse
+		err := s.onLeaderOf(ctx, st.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+			var err error
+			resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: st.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: MaxRangeLimit})
+			return err
+		})
+		if err != nil {
+			return 0, sourceError(b, st.GetPeer(), err)
+		}
+		for _, t := range resp.GetTuples() {
+			local, err := get(snap, s.sm.k.tuple(b, sp.ID, t.GetKey()))
+			if err == nil && local == nil {
+				local, err = get(snap, s.sm.k.tombstone(b, sp.ID, t.GetKey()))
+			}
+			if err != nil {
+				return 0, status.Error(codes.Internal, err.Error())
+			}
+			if local == nil {
+				n++
+			}
+		}
+		ts := resp.GetTuples()
+		if !resp.GetMore() || len(ts) == 0 {
+			return n, nil
+		}
+		after = ts[len(ts)-1].GetKey()
+	}
 }

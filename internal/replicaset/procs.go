@@ -158,6 +158,14 @@ func (c *procContext) Count(space string) (uint64, error) {
 	return c.s.sm.Count(c.s.cfg.DB, sp.ID)
 }
 
+func (c *procContext) CountActive(ctx context.Context, space string) (proc.ActiveCount, error) {
+	sp, err := c.space(space)
+	if err != nil {
+		return proc.ActiveCount{}, err
+	}
+	return c.s.CountActive(ctx, sp)
+}
+
 func (c *procContext) Buckets() ([]uint32, error) {
 	all, _, err := c.s.sm.Buckets(c.s.cfg.DB)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // Reads of the replicaset's data. They read whatever r holds: the
@@ -135,6 +136,65 @@ func (sm *SM) Buckets(r pebble.Reader) (map[uint32]*rspb.BucketState, BucketCoun
 		}
 	}
 	return out, c, nil
+}
+
+// heldCount is what countHeld reads of a replicaset at one instant.
+type heldCount struct {
+	// tuples and the held buckets' number and digest (sharding.BucketDigest
+	// summed): the active buckets and the receiving ones whose copy is
+	// complete (their stored count is then the whole bucket's).
+	tuples, buckets, digest uint64
+	// copying are the receiving buckets whose copy is under way, with
+	// their records; their stored counts are not in tuples.
+	copying map[uint32]*rspb.BucketState
+}
+
+// countHeld reads, from r (a snapshot, so that records and counts are of
+// one instant), how many tuples of space id the buckets this replicaset
+// holds have: those active here, and those receiving (this replicaset is
+// their curr, R5; their source, frozen, counts them no more).
+func (sm *SM) countHeld(r pebble.Reader, space uint32) (heldCount, error) {
+	buckets, _, err := sm.Buckets(r)
+	if err != nil {
+		return heldCount{}, err
+	}
+	hc := heldCount{copying: map[uint32]*rspb.BucketState{}}
+	for b, st := range buckets {
+		switch st.GetState() {
+		case rspb.BucketState_STATE_RECEIVING:
+			if !st.GetCopied() {
+				hc.copying[b] = st
+				continue
+			}
+		case rspb.BucketState_STATE_ACTIVE:
+		default:
+			continue
+		}
+		hc.buckets++
+		hc.digest += sharding.BucketDigest(b)
+	}
+	err = scan(r, sm.k.counts(), func(k, v []byte) error {
+		if len(k) < 8 || len(v) != 8 || binary.BigEndian.Uint32(k[len(k)-4:]) != space {
+			return nil
+		}
+		b := binary.BigEndian.Uint32(k[len(k)-8:])
+		switch st := buckets[b]; {
+		case st.GetState() == rspb.BucketState_STATE_ACTIVE,
+			st.GetState() == rspb.BucketState_STATE_RECEIVING && st.GetCopied():
+			hc.tuples += binary.BigEndian.Uint64(v)
+		}
+		return nil
+	})
+	return hc, err
+}
+
+// storedCount returns bucket b's stored count of space id as r holds it.
+func (sm *SM) storedCount(r pebble.Reader, b, space uint32) (uint64, error) {
+	v, err := get(r, sm.k.count(b, space))
+	if err != nil || len(v) != 8 {
+		return 0, err
+	}
+	return binary.BigEndian.Uint64(v), nil
 }
 
 // Count returns how many tuples of space id the replicaset's active

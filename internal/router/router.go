@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -681,31 +682,55 @@ func (r *Router) DropSpace(ctx context.Context, req *datav1.DropSpaceRequest) (*
 	return &datav1.DropSpaceResponse{Tuples: n}, nil
 }
 
-// Count returns the number of tuples of a space in the cluster (the
-// built-in count on every replicaset, summed; each bucket counted once).
+// Count returns the number of tuples of a space in the cluster: the
+// built-in count_buckets on every replicaset, summed, each bucket counted
+// once. A bucket that moved while the replicasets were counted is
+// counted by neither or by both (proc.ErrCountInFlux): Count counts again,
+// after a pause that grows from countRetryWait, until ctx ends.
 func (r *Router) Count(ctx context.Context, space string) (uint64, error) {
-	resp, err := r.MapCall(ctx, &datav1.MapCallRequest{Procedure: "count", Args: tuple.AppendTuple(nil, tuple.Tuple{tuple.String(space)}), Mode: datav1.Mode_MODE_RW})
-	if err != nil {
-		return 0, err
-	}
-	var n uint64
-	var failed []string
-	for _, res := range resp.GetResults() {
-		if res.GetError() != "" {
-			failed = append(failed, res.GetReplicasetId()+": "+res.GetError())
-			continue
+	args := tuple.AppendTuple(nil, tuple.Tuple{tuple.String(space)})
+	wait := countRetryWait
+	for {
+		resp, err := r.MapCall(ctx, &datav1.MapCallRequest{Procedure: "count_buckets", Args: args, Mode: datav1.Mode_MODE_RW})
+		if err != nil {
+			return 0, err
 		}
-		t, err := tuple.DecodeTuple(res.GetResult())
-		if err != nil || len(t) != 1 {
-			failed = append(failed, res.GetReplicasetId()+": a bad count result")
-			continue
+		results := make([]tuple.Tuple, 0, len(resp.GetResults()))
+		var failed []string
+		for _, res := range resp.GetResults() {
+			if res.GetError() != "" {
+				failed = append(failed, res.GetReplicasetId()+": "+res.GetError())
+				continue
+			}
+			t, err := tuple.DecodeTuple(res.GetResult())
+			if err != nil {
+				failed = append(failed, res.GetReplicasetId()+": a bad count result: "+err.Error())
+				continue
+			}
+			results = append(results, t)
 		}
-		c, _ := t[0].AsUint()
-		n += c
+		if len(failed) > 0 {
+			slices.Sort(failed)
+			return 0, status.Errorf(codes.Unavailable, "counting failed on %d replicasets: %v", len(failed), failed)
+		}
+		n, err := proc.SumActiveCounts(results, r.cfg.Topology.BucketCount())
+		if !errors.Is(err, proc.ErrCountInFlux) {
+			if err != nil {
+				return 0, status.Error(codes.Internal, err.Error())
+			}
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, status.Errorf(codes.Unavailable, "count %s: %v (buckets kept moving until the deadline)", space, err)
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, countRetryMaxWait)
 	}
-	if len(failed) > 0 {
-		slices.Sort(failed)
-		return n, status.Errorf(codes.Unavailable, "counting failed on %d replicasets: %v", len(failed), failed)
-	}
-	return n, nil
 }
+
+// The pauses of Count between counts that a moving bucket spoiled.
+const (
+	countRetryWait    = 20 * time.Millisecond
+	countRetryMaxWait = 500 * time.Millisecond
+)

@@ -191,6 +191,37 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	if r, _, err := c.Space("r").Select(ctx, []tuple.Value{tuple.Uint(7)}, client.RW); err != nil || !r.Found {
 		t.Fatalf("a row during the reshard: %+v, %v", r, err)
 	}
+	// Between start and copy the switched buckets are receiving on r2 with
+	// nothing copied: Count merges r1's frozen rows with r2's own and its
+	// tombstones (a plain sum of the active buckets' counts would miss
+	// every switched bucket). One row of a switched bucket is deleted (a
+	// tombstone on r2), one is added (on r2 only).
+	switchedBucket := map[uint32]bool{}
+	for _, m := range started.GetMoves() {
+		switchedBucket[m.GetBucket()] = true
+	}
+	inSwitched := func(from uint64) uint64 {
+		t.Helper()
+		for k := from; ; k++ {
+			b, err := c.Space("r").Bucket(ctx, tuple.Uint(k))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if switchedBucket[b] {
+				return k
+			}
+		}
+	}
+	gone, added := inSwitched(0), inSwitched(rows)
+	if r, err := c.Space("r").Delete(ctx, []tuple.Value{tuple.Uint(gone)}); err != nil || !r.Found {
+		t.Fatalf("delete k%d during the reshard: %+v, %v", gone, r, err)
+	}
+	if _, err := c.Space("r").Insert(ctx, tuple.Tuple{tuple.Uint(added)}); err != nil {
+		t.Fatalf("insert k%d during the reshard: %v", added, err)
+	}
+	if n, err := c.Count(ctx, "r"); err != nil || n != rows {
+		t.Fatalf("count %d, %v between start and copy, want %d", n, err, rows)
+	}
 	// Finishing before the copy is refused: it would lose the rows.
 	if _, err := c.Sharding().Reshard(ctx, datav1.ReshardStep_RESHARD_STEP_FINISH); err == nil {
 		t.Fatal("finish before copy was allowed")
@@ -201,7 +232,10 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	}
 	step(datav1.ReshardStep_RESHARD_STEP_FINISH)
 	cleaned := step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
-	if cleaned.GetCounts()[0].GetCount() != copied.GetCounts()[0].GetCount() {
+	if n, err := c.Count(ctx, "r"); err != nil || n != rows {
+		t.Fatalf("count %d, %v after the cleanup, want %d", n, err, rows)
+	}
+	if cleaned.GetCounts()[0].GetCount() != copied.GetCounts()[0].GetCount()+1 { // the deleted row was not copied
 		t.Fatalf("cleanup deleted %v, copy copied %v", cleaned.GetCounts(), copied.GetCounts())
 	}
 	held, problems := auditBuckets(ctx, t, map[string]string{"r1": addrs[0], "r2": addrs[1]}, buckets)
