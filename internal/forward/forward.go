@@ -40,9 +40,11 @@ type Route func(ctx context.Context, method string, req any) (Decision, error)
 type Dial func(addr string) (grpc.ClientConnInterface, error)
 
 // Forwarded reports whether the call was forwarded to this instance.
+// It looks the one header up without copying the call's metadata
+// (metadata.FromIncomingContext copies all of it: 3% of a leader's CPU in
+// a read load, where every item of a Multi asks).
 func Forwarded(ctx context.Context) bool {
-	md, ok := metadata.FromIncomingContext(ctx)
-	return ok && len(md.Get(MarkerHeader)) > 0
+	return len(metadata.ValueFromIncomingContext(ctx, MarkerHeader)) > 0
 }
 
 // Forwarder applies a Route to calls: in a gRPC server (Interceptor) and to

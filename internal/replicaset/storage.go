@@ -505,13 +505,21 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 // readAt checks that this member may serve a read in mode, and makes an
 // rw read linearizable (a read index on the leader).
 func (s *Storage) readAt(ctx context.Context, mode datav1.Mode, bucket uint32) (*datav1.ReadInfo, error) {
+	return s.readAfter(ctx, mode, bucket, false)
+}
+
+// readAfter is readAt for a caller that may have made the read index
+// already (indexed: after the read arrived, on this member as leader).
+func (s *Storage) readAfter(ctx context.Context, mode datav1.Mode, bucket uint32, indexed bool) (*datav1.ReadInfo, error) {
 	leader := mode != datav1.Mode_MODE_RO
 	if leader {
 		if !s.IsLeader() {
 			return nil, s.notLeader(bucket)
 		}
-		if err := s.g.ReadIndex(ctx); err != nil {
-			return nil, engineError(err)
+		if !indexed {
+			if err := s.g.ReadIndex(ctx); err != nil {
+				return nil, engineError(err)
+			}
 		}
 	}
 	st, err := s.sm.BucketStateOf(s.cfg.DB, bucket)
@@ -537,6 +545,35 @@ func (s *Storage) readAt(ctx context.Context, mode datav1.Mode, bucket uint32) (
 
 // Get reads one tuple.
 func (s *Storage) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetResponse, error) {
+	return s.get(ctx, req, false)
+}
+
+// GetMany reads several tuples, one after another, with one read index
+// for all those in mode rw (made after all of them arrived, so each is
+// linearizable, as Get's own read index makes it): the per-read cost of a
+// read index (a goroutine waiting for the round) is paid once. errs[i] is
+// reqs[i]'s failure, as Get would answer it.
+func (s *Storage) GetMany(ctx context.Context, reqs []*datav1.GetRequest) (resps []*datav1.GetResponse, errs []error) {
+	resps, errs = make([]*datav1.GetResponse, len(reqs)), make([]error, len(reqs))
+	indexed := false
+	var indexErr error
+	for i, req := range reqs {
+		rw := req.GetMode() != datav1.Mode_MODE_RO
+		if rw && !indexed && indexErr == nil && s.IsLeader() {
+			if indexErr = s.g.ReadIndex(ctx); indexErr == nil {
+				indexed = true
+			}
+		}
+		if rw && indexErr != nil {
+			errs[i] = engineError(indexErr)
+			continue
+		}
+		resps[i], errs[i] = s.get(ctx, req, indexed)
+	}
+	return resps, errs
+}
+
+func (s *Storage) get(ctx context.Context, req *datav1.GetRequest, indexed bool) (*datav1.GetResponse, error) {
 	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
 	if err != nil {
 		return nil, err
@@ -549,7 +586,7 @@ func (s *Storage) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetR
 	if err != nil {
 		return nil, err
 	}
-	info, err := s.readAt(ctx, req.GetMode(), b)
+	info, err := s.readAfter(ctx, req.GetMode(), b, indexed)
 	if err != nil {
 		return nil, err
 	}

@@ -34,7 +34,7 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 		return err
 	})
 	// The instance that does not hold key 1's bucket, once both serve.
-	var elsewhere string
+	var elsewhere, holderAddr string
 	pollOK(t, "two replicasets", func() error {
 		rt, err := dataClient(t, addrs[0]).GetRouting(ctx, &datav1.GetRoutingRequest{})
 		if err != nil {
@@ -58,6 +58,7 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 				if rs.GetLeaderAddress() == "" {
 					return status.Error(codes.Unavailable, "no leader yet")
 				}
+				holderAddr = rs.GetLeaderAddress()
 				for _, a := range addrs {
 					if a != rs.GetLeaderAddress() {
 						elsewhere = a
@@ -139,5 +140,50 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 	}
 	if _, err := dc.Multi(ctx, big); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "at most 256 items") {
 		t.Errorf("a Multi over the limit: %v, want InvalidArgument naming the limit", err)
+	}
+
+	// Sent to an instance that holds some of the keys: the reads it serves
+	// itself share one read index (Local.GetMany), the others are
+	// forwarded; every answer is the unary call's.
+	const n = 20
+	for k := uint64(3); k <= n; k++ {
+		if _, err := c.Space("m").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.String(strings.Repeat("v", int(k)))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reads := &datav1.MultiRequest{}
+	for k := uint64(1); k <= n+2; k++ { // n+1, n+2: no row
+		reads.Items = append(reads.Items, get("m", k))
+	}
+	ro := get("m", 5)
+	ro.GetGet().Mode = datav1.Mode_MODE_RO
+	reads.Items = append(reads.Items, get("nope", 1), ro, write(datav1.OpKind_OP_KIND_REPLACE, row(n+10, "w"))) // a key nobody reads here
+	for _, at := range []string{holderAddr, elsewhere} {
+		resp, err := dataClient(t, at).Multi(ctx, reads)
+		if err != nil {
+			t.Fatalf("Multi of reads at %s: %v", at, err)
+		}
+		rs := resp.GetResults()
+		for k := uint64(1); k <= n+2; k++ {
+			g := rs[k-1].GetGet()
+			unary, uerr := dataClient(t, at).Get(ctx, reads.GetItems()[k-1].GetGet())
+			switch {
+			case g == nil:
+				t.Errorf("at %s: k%d: %v", at, k, rs[k-1])
+			case uerr != nil || g.GetFound() != unary.GetFound() || string(g.GetTuple()) != string(unary.GetTuple()) || g.GetVersion() != unary.GetVersion():
+				t.Errorf("at %s: k%d in a Multi %v, unary %v (%v)", at, k, g, unary, uerr)
+			case k > n && g.GetFound(), k >= 3 && k <= n && string(g.GetTuple()) != string(row(k, strings.Repeat("v", int(k)))):
+				t.Errorf("at %s: k%d: %v", at, k, g)
+			}
+		}
+		if st := status.FromProto(rs[n+2].GetError()); st.Code() != codes.NotFound {
+			t.Errorf("at %s: a read of a missing space: %v", at, rs[n+2])
+		}
+		if g := rs[n+3].GetGet(); g == nil || string(g.GetTuple()) != string(row(5, "vvvvv")) {
+			t.Errorf("at %s: an ro read: %v", at, rs[n+3])
+		}
+		if w := rs[n+4].GetWrite(); w == nil {
+			t.Errorf("at %s: the write: %v", at, rs[n+4])
+		}
 	}
 }
