@@ -34,6 +34,9 @@ const (
 	// envReplicasets: replicasets of three instances (default 1); with 2
 	// or more, the keys' buckets also move between them at random.
 	envReplicasets = "SHARDKIT_ROBUSTNESS_REPLICASETS"
+	// envShared=1: the clients share one client.Client, which pipelines
+	// their calls into Multi calls.
+	envShared = "SHARDKIT_ROBUSTNESS_SHARED"
 )
 
 const defaultDuration = 40 * time.Second
@@ -65,6 +68,7 @@ func configFromEnv(t *testing.T) runConfig {
 			recover: 2 * time.Minute, termTimeout: 40 * time.Second,
 		},
 	}
+	cfg.traffic.shared = os.Getenv(envShared) == "1"
 	if v := os.Getenv(envDuration); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -216,9 +220,17 @@ func (r *run) traffic(ctx context.Context) bool {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	clientErrs := make(chan error, r.cfg.traffic.clients)
+	var shared *client.Client
+	if r.cfg.traffic.shared {
+		var err error
+		if shared, err = client.New(ctx, client.Config{Peers: r.c.addrs, Timeout: r.cfg.traffic.attemptTimeout}); err != nil {
+			t.Fatalf("the shared client: %v", err)
+		}
+		defer shared.Close()
+	}
 	for id := range r.cfg.traffic.clients {
 		wg.Go(func() {
-			if err := runClient(id, r.cfg.seed, r.cfg.traffic, r.c.addrs, r.c.names(), r.h, stop); err != nil {
+			if err := runClient(id, r.cfg.seed, r.cfg.traffic, r.c.addrs, r.c.names(), r.h, shared, stop); err != nil {
 				clientErrs <- err
 			}
 		})

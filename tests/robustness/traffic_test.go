@@ -39,6 +39,11 @@ type trafficConfig struct {
 	shortTimeout              time.Duration
 	// pause between two operations of one client, at most (random).
 	pause time.Duration
+	// shared: all the clients share one client.Client, which pipelines
+	// their concurrent calls into Multi calls (the instances then serve
+	// several operations of different clients in one call); the report
+	// then has no per-operation attempts.
+	shared bool
 }
 
 // rotate returns addrs starting at the i-th, so that clients ask the
@@ -49,15 +54,19 @@ func rotate(addrs []string, i int) []string {
 }
 
 // runClient runs one client until stop is closed: its own client.Client
-// that knows every instance, random operations on random keys, each
-// recorded in h. It returns an error only when the client cannot be made.
-func runClient(id int, seed uint64, cfg trafficConfig, peers []string, names map[string]string, h *history, stop <-chan struct{}) error {
-	tr := &tracer{h: h, names: names}
-	c, err := newTracedClient(peers, id, cfg.attemptTimeout, tr)
-	if err != nil {
-		return err
+// that knows every instance (or shared, when not nil), random operations
+// on random keys, each recorded in h. It returns an error only when the
+// client cannot be made.
+func runClient(id int, seed uint64, cfg trafficConfig, peers []string, names map[string]string, h *history, shared *client.Client, stop <-chan struct{}) error {
+	tr := &tracer{h: h, names: names} // a shared client's calls are traced by nobody
+	c := shared
+	if c == nil {
+		var err error
+		if c, err = newTracedClient(peers, id, cfg.attemptTimeout, tr); err != nil {
+			return err
+		}
+		defer c.Close()
 	}
-	defer c.Close()
 	sp := c.Space(spaceName)
 	rng := rand.New(rand.NewPCG(seed, uint64(id)+1))
 	known := map[uint64]uint64{} // key -> the version this client last saw
