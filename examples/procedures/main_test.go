@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -174,7 +175,7 @@ func TestExampleBinary(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"call", "--list"}, "top_prices  ro"},
+		{[]string{"call", "--list"}, "top_prices(space, n)"},
 		{[]string{"call", "--peer", addr, "top_prices", `["products", 2]`}, "[3,120.0,4,45.5]\n"},
 		{[]string{"map-call", "--peer", addr, "--mode", "ro", "top_prices", `["products", 1]`}, "{\"replicaset\":\"r1\",\"result\":[3,120.0]}\n"},
 		{[]string{"call", "--peer", addr, "bump", `["products", 2]`}, "[2,\"lamp\",30.0,3]\n"},
@@ -185,6 +186,10 @@ func TestExampleBinary(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil || !strings.Contains(stdout.String(), tc.want) {
 			t.Errorf("shardkit-procs %s: %v, stdout %q, stderr %q; want %q", strings.Join(tc.args, " "), err, stdout.String(), stderr.String(), tc.want)
+		}
+		// The table's columns are as wide as the longest name.
+		if tc.args[1] == "--list" && !regexp.MustCompile(`(?m)^top_prices +ro +top_prices\(`).MatchString(stdout.String()) {
+			t.Errorf("shardkit-procs call --list: stdout %q; want a row top_prices, ro, its doc", stdout.String())
 		}
 	}
 }
