@@ -88,7 +88,7 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 	if err := s.g.ReadIndex(ctx); err != nil {
 		return nil, engineError(err)
 	}
-	if err := s.frozen(req.GetBucket()); err != nil {
+	if err := s.frozen(req.GetBucket(), 0); err != nil {
 		return nil, err
 	}
 	resp := &rspb.LookupResponse{}
@@ -111,14 +111,18 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 }
 
 // frozen refuses reads for a destination unless this replicaset is
-// sending the bucket (it is frozen: its data is final).
-func (s *Storage) frozen(bucket uint32) error {
+// sending the bucket (it is frozen: its data is final), at generation
+// unless that is 0.
+func (s *Storage) frozen(bucket uint32, generation uint64) error {
 	st, err := s.sm.BucketStateOf(s.cfg.DB, bucket)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	if st.GetState() != rspb.BucketState_STATE_SENDING {
 		return status.Errorf(codes.FailedPrecondition, "bucket %d is %s on %s, not being sent", bucket, describeRecord(st), s.cfg.ReplicasetID)
+	}
+	if generation != 0 && st.GetGeneration() != generation {
+		return status.Errorf(codes.FailedPrecondition, "bucket %d is %s on %s, not being sent at generation %d", bucket, describeRecord(st), s.cfg.ReplicasetID, generation)
 	}
 	return nil
 }
@@ -132,7 +136,7 @@ func (b *BucketService) LookupRange(ctx context.Context, req *rspb.LookupRangeRe
 	if err := s.g.ReadIndex(ctx); err != nil {
 		return nil, engineError(err)
 	}
-	if err := s.frozen(req.GetBucket()); err != nil {
+	if err := s.frozen(req.GetBucket(), req.GetGeneration()); err != nil {
 		return nil, err
 	}
 	limit := int(req.GetLimit())

@@ -169,7 +169,8 @@ func (s *Storage) countCopying(ctx context.Context, snap pebble.Reader, b uint32
 		var resp *rspb.LookupRangeResponse
 		err := s.onLeaderOf(ctx, st.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
 			var err error
-			resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: st.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: MaxRangeLimit})
+			resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: st.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: MaxRangeLimit,
+				Generation: st.GetGeneration()}) // not a later move's source: the snapshot is of this one
 			return err
 		})
 		if err != nil {

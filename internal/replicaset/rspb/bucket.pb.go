@@ -183,8 +183,11 @@ type LookupRangeRequest struct {
 	Bucket       uint32                 `protobuf:"varint,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	SpaceId      uint32                 `protobuf:"varint,3,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
 	// The key encoding; empty: from the first.
-	After         []byte `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
-	Limit         uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	After []byte `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
+	Limit uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	// The move's generation the reader knows (0: any): the source answers
+	// only while it sends the bucket at that generation.
+	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -250,6 +253,13 @@ func (x *LookupRangeRequest) GetAfter() []byte {
 func (x *LookupRangeRequest) GetLimit() uint32 {
 	if x != nil {
 		return x.Limit
+	}
+	return 0
+}
+
+func (x *LookupRangeRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
 	}
 	return 0
 }
@@ -987,13 +997,16 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x125\n" +
 	"\x04keys\x18\x03 \x03(\v2!.shardkit.replicaset.v1.LookupKeyR\x04keys\"H\n" +
 	"\x0eLookupResponse\x126\n" +
-	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\"\x98\x01\n" +
+	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\"\xb8\x01\n" +
 	"\x12LookupRangeRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x19\n" +
 	"\bspace_id\x18\x03 \x01(\rR\aspaceId\x12\x14\n" +
 	"\x05after\x18\x04 \x01(\fR\x05after\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\rR\x05limit\"f\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x06 \x01(\x04R\n" +
+	"generation\"f\n" +
 	"\x13LookupRangeResponse\x12;\n" +
 	"\x06tuples\x18\x01 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\"5\n" +
