@@ -37,7 +37,8 @@ import (
 //	          6. group 0: COPY -> CLEANUP
 //	CLEANUP:  7. source: SENDING -> GARBAGE     (its tuples deleted)
 //	          8. group 0: the moves are forgotten (FinishMove)
-//	ABORTING: destination -> GARBAGE, source SENDING -> ACTIVE, forgotten.
+//	ABORTING: destination -> GARBAGE, source -> ACTIVE, at the move's
+//	          generation (fences against a PREPARE step applied late), forgotten.
 
 // MaxBatch bounds the moves one driver steps together.
 const MaxBatch = 1024
@@ -228,12 +229,17 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 		_, ferr := m.finishes(ctx, garbage)
 		return errors.Join(err, ferr)
 	case metapb.Move_PHASE_ABORTING:
-		// Undo what PREPARE may have done; a step with nothing to undo is
-		// refused, which is fine.
-		if _, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_RECEIVING, nil); err != nil && !isRefused(err) {
+		// Undo what PREPARE may have done, and fence what it has not done
+		// yet: a PREPARE step whose call timed out can still be in its
+		// replicaset's log and be applied after the abort. The destination
+		// takes GARBAGE at the move's generation whatever it holds of the
+		// move (a RECEIVING of it that comes later is refused), the source
+		// ACTIVE at it (a late SENDING is refused). A step refused (the
+		// bucket is elsewhere in its life) is fine.
+		if _, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_UNSPECIFIED, nil); err != nil && !isRefused(err) {
 			return err
 		}
-		if _, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_SENDING, nil); err != nil && !isRefused(err) {
+		if _, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_UNSPECIFIED, nil); err != nil && !isRefused(err) {
 			return err
 		}
 		_, err := m.finishes(ctx, mvs)

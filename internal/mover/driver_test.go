@@ -78,8 +78,11 @@ func TestDriverAbortsABucketRefusedAtTheFreeze(t *testing.T) {
 	if r := c.rs["r1"].record(3); r.GetState() != rspb.BucketState_STATE_ACTIVE || r.GetGeneration() != 7 || c.rs["r1"].count(3) != len(seedTuples(3)) {
 		t.Errorf("bucket 3 on the source: %s with %d tuples; want ACTIVE(7), untouched", describe(r), c.rs["r1"].count(3))
 	}
-	if r := c.rs["r2"].record(3); r != nil {
-		t.Errorf("bucket 3 on the destination: %s, want no record", describe(r))
+	// The destination, never prepared, gets the abort's fence: GARBAGE at
+	// the move's generation, so that a RECEIVING of it applied late is
+	// refused.
+	if r := c.rs["r2"].record(3); r.GetState() != rspb.BucketState_STATE_GARBAGE || r.GetGeneration() != 2 || c.rs["r2"].count(3) != 0 {
+		t.Errorf("bucket 3 on the destination: %s with %d tuples, want GARBAGE(2) and none", describe(r), c.rs["r2"].count(3))
 	}
 	phases := phasesProposed(c.zero.takeProposals())
 	if !slices.Equal(phases[3], []metapb.Move_Phase{metapb.Move_PHASE_ABORTING}) {
@@ -417,5 +420,71 @@ func TestDriverResumesAnAbortUnderANewLeader(t *testing.T) {
 		if h := c.rs["r1"].history(b); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
 			t.Errorf("bucket %d on the source: changes %v", b, h)
 		}
+	}
+}
+
+// A PREPARE step whose call failed can still be in its replicaset's log
+// and be applied after the move was aborted (its leader was stopped with
+// the entry proposed; the next leader commits it). The abort fences both
+// sides at the move's generation, so the late step is refused: the
+// destination never holds a RECEIVING record of an aborted move (which
+// refused every later move of the bucket there), the source never a
+// SENDING one (a bucket frozen for good). A robustness run with moves
+// and kill -9 found the destination's case (2026-11-23).
+func TestDriverAbortFencesAPrepareStepAppliedLate(t *testing.T) {
+	t.Parallel()
+	for _, side := range []string{"destination", "source"} {
+		t.Run(side, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t, 20, 1, 1)
+			c.start("r2", 1, 2)
+			rsID, state := "r2", rspb.BucketState_STATE_RECEIVING
+			if side == "source" {
+				rsID, state = "r1", rspb.BucketState_STATE_SENDING
+			}
+			var late []*rspb.SetBucket
+			var asked atomic.Int64
+			c.rs[rsID].setIntercept(func(_ context.Context, call rsCall) error {
+				if call.applied || call.state != state {
+					return nil
+				}
+				if asked.Add(1) == 1 {
+					c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds()) // the switch timeout passes
+				}
+				return unavailable
+			})
+			c.driveAll(c.mover(time.Minute))
+			c.checkStayed("r1", "r2", 2, 1, 2)
+			// What the failed call asked for, as its log would still hold
+			// it, applied now.
+			for _, b := range []uint32{1, 2} {
+				peer := "r1"
+				if side == "source" {
+					peer = "r2"
+				}
+				late = append(late, &rspb.SetBucket{Bucket: b, State: state, Generation: 2, Peer: peer})
+			}
+			c.rs[rsID].setIntercept(nil)
+			resp, err := c.rs[rsID].SetBuckets(t.Context(), &rspb.SetBucketsRequest{ReplicasetId: rsID, Steps: late})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, r := range resp.GetResults() {
+				if r.GetRefused() == "" {
+					t.Errorf("bucket %d: the late %s step was applied after the abort: %s", late[i].GetBucket(), stateName(state), describe(r.GetRecord()))
+				}
+			}
+			for _, b := range []uint32{1, 2} {
+				src, dst := c.rs["r1"].record(b), c.rs["r2"].record(b)
+				if src.GetState() != rspb.BucketState_STATE_ACTIVE || dst.GetState() != rspb.BucketState_STATE_GARBAGE || dst.GetGeneration() != 2 {
+					t.Errorf("bucket %d: source %s, destination %s; want ACTIVE and the fence GARBAGE(2)", b, describe(src), describe(dst))
+				}
+			}
+			// The next move of the bucket goes through.
+			c.zero.takeProposals()
+			c.start("r2", 1)
+			c.driveAll(c.mover(time.Minute))
+			c.checkMoved("r1", "r2", 3, 1)
+		})
 	}
 }

@@ -82,11 +82,21 @@ func CheckStep(cur *rspb.BucketState, c *rspb.SetBucket) (repeated bool, refused
 		case cur.GetState() == rspb.BucketState_STATE_RECEIVING && g == cur.GetGeneration():
 		case cur.GetState() == rspb.BucketState_STATE_SENDING && g == cur.GetGeneration():
 			// An aborted send: the destination never served the bucket.
+		case cur.GetState() == rspb.BucketState_STATE_ACTIVE && g > cur.GetGeneration():
+			// An aborted send whose SENDING step was not applied (yet): the
+			// record takes the move's generation, so that the step, if it
+			// is still in the log, is refused when it comes (a fence).
 		default:
 			return false, "a bucket becomes active only when its receive completes or its send is aborted, at that generation"
 		}
 	case rspb.BucketState_STATE_GARBAGE:
-		if (cur.GetState() != rspb.BucketState_STATE_SENDING && cur.GetState() != rspb.BucketState_STATE_RECEIVING) || g != cur.GetGeneration() {
+		switch {
+		case (cur.GetState() == rspb.BucketState_STATE_SENDING || cur.GetState() == rspb.BucketState_STATE_RECEIVING) && g == cur.GetGeneration():
+		case cur == nil, cur.GetState() == rspb.BucketState_STATE_GARBAGE && g > cur.GetGeneration():
+			// An aborted receive whose RECEIVING step was not applied
+			// (yet): a record of the move's generation, so that the step,
+			// if it is still in the log, is refused when it comes (a fence).
+		default:
 			return false, "only a bucket being sent (or an aborted receive) becomes garbage, at its generation"
 		}
 	default:

@@ -277,3 +277,46 @@ func TestTheCopySkipsLookupsOnlyWhenNothingCanBeThere(t *testing.T) {
 		t.Fatalf("after a load: copied %d, want 0", o.Copied)
 	}
 }
+
+// An abort fences a replicaset the PREPARE step has not reached: the
+// record takes the move's generation, so the step, applied late, is
+// refused; a fence never lands on a bucket the replicaset holds.
+func TestCheckStepFencesAnAbortedMove(t *testing.T) {
+	t.Parallel()
+	rec := func(s rspb.BucketState_State, g uint64) *rspb.BucketState {
+		return &rspb.BucketState{State: s, Generation: g}
+	}
+	const (
+		active    = rspb.BucketState_STATE_ACTIVE
+		sending   = rspb.BucketState_STATE_SENDING
+		receiving = rspb.BucketState_STATE_RECEIVING
+		garbage   = rspb.BucketState_STATE_GARBAGE
+	)
+	for _, c := range []struct {
+		name    string
+		cur     *rspb.BucketState
+		step    rspb.BucketState_State
+		g       uint64
+		allowed bool
+	}{
+		{"destination never reached: fence", nil, garbage, 4, true},
+		{"destination gave it away before: fence", rec(garbage, 3), garbage, 4, true},
+		{"destination prepared: undo", rec(receiving, 4), garbage, 4, true},
+		{"a late RECEIVING after the fence", rec(garbage, 4), receiving, 4, false},
+		{"the next move's RECEIVING after the fence", rec(garbage, 4), receiving, 5, true},
+		{"no fence over a held bucket", rec(active, 3), garbage, 4, false},
+		{"no fence over a newer receive", rec(receiving, 5), garbage, 4, false},
+		{"no fence below a newer garbage", rec(garbage, 5), garbage, 4, false},
+		{"source never reached: fence", rec(active, 3), active, 4, true},
+		{"source prepared: undo", rec(sending, 4), active, 4, true},
+		{"a late SENDING after the fence", rec(active, 4), sending, 4, false},
+		{"the next move's SENDING after the fence", rec(active, 4), sending, 5, true},
+		{"no fence over a newer send", rec(sending, 5), active, 4, false},
+		{"no fence on a bucket not held", rec(garbage, 3), active, 4, false},
+	} {
+		repeated, why := CheckStep(c.cur, &rspb.SetBucket{Bucket: 1, State: c.step, Generation: c.g})
+		if repeated || (why == "") != c.allowed {
+			t.Errorf("%s: %s -> %s(%d): repeated %v, refused %q; want allowed %v", c.name, describeRecord(c.cur), stateNames[c.step], c.g, repeated, why, c.allowed)
+		}
+	}
+}

@@ -390,6 +390,10 @@ func (*Command_CopyChunks) isCommand_Op() {}
 //	SENDING(g)          -> GARBAGE(g)         the source deletes the bucket's data
 //	SENDING(g)          -> ACTIVE(g)          abort before the switch (the destination never served it)
 //	RECEIVING(g)        -> GARBAGE(g)         abort on the destination (its data deleted)
+//	none or GARBAGE(<g) -> GARBAGE(g)         abort on a destination the RECEIVING step has not
+//	                                          reached (yet): it is refused if it comes later
+//	ACTIVE(<g)          -> ACTIVE(g)          abort on a source the SENDING step has not reached
+//	                                          (yet): likewise
 type SetBucket struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Bucket     uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
