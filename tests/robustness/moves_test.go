@@ -127,6 +127,7 @@ func (r *run) auditBuckets(ctx context.Context) {
 		return
 	}
 	holder := map[uint32]string{}
+	problems := 0
 	for _, rs := range routing.GetReplicasets() {
 		var resp *rspb.BucketsResponse
 		for _, m := range rs.GetMembers() {
@@ -152,6 +153,7 @@ func (r *run) auditBuckets(ctx context.Context) {
 			}
 			if holder[b] != "" {
 				t.Errorf("audit: bucket %d is held by %s and %s", b, holder[b], rs.GetReplicasetId())
+				problems++
 			}
 			holder[b] = rs.GetReplicasetId()
 		}
@@ -159,7 +161,10 @@ func (r *run) auditBuckets(ctx context.Context) {
 	for b := uint32(1); b <= routing.GetBucketCount(); b++ {
 		if holder[b] == "" {
 			t.Errorf("audit: bucket %d is held by no replicaset", b)
+			problems++
 		}
 	}
-	t.Logf("audit: %d buckets, each held by exactly one of %d replicasets", routing.GetBucketCount(), len(routing.GetReplicasets()))
+	if problems == 0 {
+		t.Logf("audit: %d buckets, each held by exactly one of %d replicasets", routing.GetBucketCount(), len(routing.GetReplicasets()))
+	}
 }
