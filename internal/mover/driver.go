@@ -37,7 +37,7 @@ import (
 //	          6. group 0: COPY -> CLEANUP
 //	CLEANUP:  7. source: SENDING -> GARBAGE     (its tuples deleted)
 //	          8. group 0: the moves are forgotten (FinishMove)
-//	ABORTING: destination -> GARBAGE, source -> ACTIVE, at the move's
+//	ABORTING: source -> ACTIVE, destination -> GARBAGE, at the move's
 //	          generation (fences against a PREPARE step applied late), forgotten.
 
 // MaxBatch bounds the moves one driver steps together.
@@ -231,15 +231,19 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 	case metapb.Move_PHASE_ABORTING:
 		// Undo what PREPARE may have done, and fence what it has not done
 		// yet: a PREPARE step whose call timed out can still be in its
-		// replicaset's log and be applied after the abort. The destination
-		// takes GARBAGE at the move's generation whatever it holds of the
-		// move (a RECEIVING of it that comes later is refused), the source
-		// ACTIVE at it (a late SENDING is refused). A step refused (the
-		// bucket is elsewhere in its life) is fine.
-		if _, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_UNSPECIFIED, nil); err != nil && !isRefused(err) {
+		// replicaset's log and be applied after the abort. The source
+		// takes ACTIVE at the move's generation (a SENDING of it that
+		// comes later is refused), the destination GARBAGE at it whatever
+		// it holds of the move (a late RECEIVING is refused). The source
+		// goes first: the bucket takes writes again even while the
+		// destination does not answer (the switch never happened, so no
+		// router sends it anything, and a receiving bucket serves nothing
+		// without its source frozen). A step refused (the bucket is
+		// elsewhere in its life) is fine.
+		if _, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_UNSPECIFIED, nil); err != nil && !isRefused(err) {
 			return err
 		}
-		if _, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_ACTIVE, "", rspb.BucketState_STATE_UNSPECIFIED, nil); err != nil && !isRefused(err) {
+		if _, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_GARBAGE, "", rspb.BucketState_STATE_UNSPECIFIED, nil); err != nil && !isRefused(err) {
 			return err
 		}
 		_, err := m.finishes(ctx, mvs)

@@ -488,3 +488,44 @@ func TestDriverAbortFencesAPrepareStepAppliedLate(t *testing.T) {
 		})
 	}
 }
+
+// An abort gives the bucket back to its source before it fences the
+// destination: a destination that does not answer keeps the move in
+// ABORTING, not the bucket frozen.
+func TestDriverAbortUnfreezesTheSourceWhileTheDestinationIsDown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2)
+	var asked, fenceAsked atomic.Int64
+	var unfrozen atomic.Bool
+	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.applied {
+			return nil
+		}
+		switch call.state {
+		case rspb.BucketState_STATE_RECEIVING:
+			if asked.Add(1) == 1 {
+				c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds()) // the switch timeout passes
+			}
+			return unavailable
+		case rspb.BucketState_STATE_GARBAGE:
+			if fenceAsked.Add(1) < 3 {
+				if r := c.rs["r1"].record(1); r.GetState() == rspb.BucketState_STATE_ACTIVE {
+					unfrozen.Store(true)
+				}
+				return unavailable
+			}
+		}
+		return nil
+	})
+	c.driveAll(c.mover(time.Minute))
+	if !unfrozen.Load() {
+		t.Error("the source stayed frozen while the destination did not answer the abort")
+	}
+	c.checkStayed("r1", "r2", 2, 1, 2)
+	for _, b := range []uint32{1, 2} {
+		if r := c.rs["r2"].record(b); r.GetState() != rspb.BucketState_STATE_GARBAGE || r.GetGeneration() != 2 {
+			t.Errorf("bucket %d on the destination: %s, want the fence GARBAGE(2)", b, describe(r))
+		}
+	}
+}
