@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -115,38 +114,30 @@ func (c *Client) Spaces(ctx context.Context) ([]SpaceDef, error) {
 }
 
 // Count returns how many tuples a space holds in the cluster, each bucket
-// counted once: the built-in count_buckets on every replicaset's leader,
-// summed. A bucket that moves while the replicasets are counted would be
-// counted by neither or by both; Count sees it (proc.SumActiveCounts) and
-// counts again, after a pause that grows from 20 ms to 500 ms, until ctx
-// ends (then an ErrUnavailable error).
+// counted once (proc.CountCluster: the built-in count_buckets on every
+// replicaset's leader, summed, counted again while a bucket moved between
+// two replicasets' counts, until ctx ends; then an ErrUnavailable error).
 func (c *Client) Count(ctx context.Context, space string) (uint64, error) {
-	wait := 20 * time.Millisecond
-	for {
+	rt := c.routingFor(ctx)
+	if rt == nil {
+		return 0, &Error{Op: "count " + space, Code: codes.Unavailable, Msg: "no instance sent the routing table (the bucket count)", kind: ErrUnavailable}
+	}
+	n, err := proc.CountCluster(ctx, rt.bucketCount, func(ctx context.Context) ([]tuple.Tuple, error) {
 		res, err := c.MapCall(ctx, "count_buckets", tuple.Tuple{tuple.String(space)}, RW)
 		if err != nil {
-			return 0, err
-		}
-		rt := c.routingFor(ctx) // for the bucket count
-		if rt == nil {
-			return 0, &Error{Op: "count " + space, Code: codes.Unavailable, Msg: "no instance sent the routing table (the bucket count)", kind: ErrUnavailable}
+			return nil, err
 		}
 		results := make([]tuple.Tuple, len(res))
 		for i, r := range res {
 			results[i] = r.Result
 		}
-		n, err := proc.SumActiveCounts(results, rt.bucketCount)
-		if !errors.Is(err, proc.ErrCountInFlux) {
-			if err != nil {
-				return 0, &Error{Op: "count " + space, Msg: err.Error(), kind: ErrInternal}
-			}
-			return n, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, &Error{Op: "count " + space, Code: codes.Unavailable, Msg: err.Error() + " (buckets kept moving until the deadline)", kind: ErrUnavailable}
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, 500*time.Millisecond)
+		return results, nil
+	})
+	switch {
+	case errors.Is(err, proc.ErrCountInFlux):
+		return 0, &Error{Op: "count " + space, Code: codes.Unavailable, Msg: err.Error(), kind: ErrUnavailable}
+	case errors.Is(err, proc.ErrBadCount):
+		return 0, &Error{Op: "count " + space, Msg: err.Error(), kind: ErrInternal}
 	}
+	return n, err
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/shardkit/shardkit/sharding"
 	"github.com/shardkit/shardkit/tuple"
@@ -105,10 +106,10 @@ type Context interface {
 	Range(space string, bucket uint32, after []tuple.Value, limit int) (ts []Versioned, more bool, err error)
 	// Count counts the tuples of a space in the buckets active here.
 	Count(space string) (uint64, error)
-	// CountActive counts the tuples of a space in the buckets held here
+	// CountHeld counts the tuples of a space in the buckets held here
 	// (active, or receiving: R5's curr), and which buckets those are,
 	// all read at one instant.
-	CountActive(ctx context.Context, space string) (ActiveCount, error)
+	CountHeld(ctx context.Context, space string) (HeldCount, error)
 	// Buckets lists the buckets active here.
 	Buckets() ([]uint32, error)
 	// Write applies ops, all on keys of one bucket held here, atomically:
@@ -116,12 +117,13 @@ type Context interface {
 	Write(ctx context.Context, ops ...Op) ([]Result, error)
 }
 
-// ActiveCount is a count of a space's tuples in the buckets a replicaset
-// holds (active, or receiving from the source that froze them), with those buckets' number and digest
-// (sharding.BucketDigest summed), all read at one instant: summed over the
-// replicasets, the buckets and the digest say whether every bucket was
-// counted exactly once (SumActiveCounts).
-type ActiveCount struct {
+// HeldCount is a count of a space's tuples in the buckets a replicaset
+// holds (active, or receiving from the source that froze them), with
+// those buckets' number and digest (sharding.BucketDigest summed), all
+// read at one instant: summed over the replicasets, the buckets and the
+// digest say whether every bucket was counted exactly once
+// (SumHeldCounts).
+type HeldCount struct {
 	Tuples  uint64
 	Buckets uint64
 	Digest  uint64
@@ -198,8 +200,8 @@ func (r *Registry) List() []Procedure {
 //     active buckets ([count]); map-call sums to the cluster's count, each
 //     bucket counted once;
 //   - count_buckets(space) ro: [tuples, buckets, digest], the
-//     replicaset's ActiveCount; what a cluster-wide count sums
-//     (SumActiveCounts), since a plain sum of count is off by a moving
+//     replicaset's HeldCount; what a cluster-wide count sums
+//     (CountCluster), since a plain sum of count is off by a moving
 //     bucket's tuples;
 //   - echo(args...) ro: its arguments, unchanged;
 //   - buckets() ro: the number of buckets active on the replicaset.
@@ -221,7 +223,7 @@ func Builtins() []Procedure {
 			if err != nil {
 				return nil, err
 			}
-			ac, err := c.CountActive(ctx, name)
+			ac, err := c.CountHeld(ctx, name)
 			if err != nil {
 				return nil, err
 			}
@@ -258,20 +260,24 @@ func spaceArg(proc string, args tuple.Tuple) (string, error) {
 // move gives the right number.
 var ErrCountInFlux = errors.New("proc: a bucket moved while the replicasets were counted")
 
-// SumActiveCounts sums the count_buckets results of every replicaset of a
+// ErrBadCount: a replicaset's count_buckets result is not three unsigned
+// integers.
+var ErrBadCount = errors.New("proc: a bad count_buckets result")
+
+// SumHeldCounts sums the count_buckets results of every replicaset of a
 // cluster of bucketCount buckets. It returns ErrCountInFlux (with the sum
 // so far) unless the results cover every bucket exactly once.
-func SumActiveCounts(results []tuple.Tuple, bucketCount uint32) (uint64, error) {
+func SumHeldCounts(results []tuple.Tuple, bucketCount uint32) (uint64, error) {
 	var tuples, buckets, digest uint64
 	for i, r := range results {
 		if len(r) != 3 {
-			return 0, fmt.Errorf("proc: count_buckets result %d has %d values, want 3 (tuples, buckets, digest)", i+1, len(r))
+			return 0, fmt.Errorf("%w: result %d has %d values, want 3 (tuples, buckets, digest)", ErrBadCount, i+1, len(r))
 		}
 		var v [3]uint64
 		for j := range v {
 			var ok bool
 			if v[j], ok = r[j].AsUint(); !ok {
-				return 0, fmt.Errorf("proc: count_buckets result %d: value %d is %s, want an unsigned integer", i+1, j+1, r[j])
+				return 0, fmt.Errorf("%w: result %d: value %d is %s, want an unsigned integer", ErrBadCount, i+1, j+1, r[j])
 			}
 		}
 		tuples += v[0]
@@ -282,4 +288,40 @@ func SumActiveCounts(results []tuple.Tuple, bucketCount uint32) (uint64, error) 
 		return tuples, fmt.Errorf("%w: %d buckets counted, of %d (each once when no bucket moves); count again", ErrCountInFlux, buckets, bucketCount)
 	}
 	return tuples, nil
+}
+
+// The pauses of CountCluster between counts that a moving bucket spoiled:
+// the first, doubled up to the last.
+const (
+	CountRetryWait    = 20 * time.Millisecond
+	CountRetryMaxWait = 500 * time.Millisecond
+)
+
+// CountCluster counts a space's tuples in a cluster of bucketCount
+// buckets, each bucket once: countAll runs count_buckets on every
+// replicaset (a map-call) and CountCluster sums the results
+// (SumHeldCounts), counting again while a bucket moved between two
+// replicasets' counts, after a pause from CountRetryWait doubling to
+// CountRetryMaxWait, until ctx ends. Its errors: countAll's as they are,
+// ErrBadCount, and ErrCountInFlux when ctx ended with buckets still moving.
+func CountCluster(ctx context.Context, bucketCount uint32, countAll func(context.Context) ([]tuple.Tuple, error)) (uint64, error) {
+	wait := CountRetryWait
+	for {
+		results, err := countAll(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n, err := SumHeldCounts(results, bucketCount)
+		if !errors.Is(err, ErrCountInFlux) {
+			return n, err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return 0, fmt.Errorf("%w (buckets kept moving until the deadline: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+		wait = min(2*wait, CountRetryMaxWait)
+	}
 }

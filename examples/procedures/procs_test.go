@@ -42,8 +42,8 @@ func (f *fakeContext) Range(space string, bucket uint32, after []tuple.Value, li
 
 func (f *fakeContext) Count(string) (uint64, error) { return 0, errors.New("not used") }
 
-func (f *fakeContext) CountActive(context.Context, string) (proc.ActiveCount, error) {
-	return proc.ActiveCount{}, errors.New("not used")
+func (f *fakeContext) CountHeld(context.Context, string) (proc.HeldCount, error) {
+	return proc.HeldCount{}, errors.New("not used")
 }
 
 func (f *fakeContext) Buckets() ([]uint32, error) {

@@ -126,29 +126,29 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 	return out, more || resp.GetMore() || i < len(local) || j < len(src), nil
 }
 
-// CountActive counts space sp's tuples in the buckets this replicaset
+// CountHeld counts space sp's tuples in the buckets this replicaset
 // holds, at one instant of its state (a snapshot), for a cluster-wide
-// count (proc.SumActiveCounts): the active buckets and the receiving ones.
+// count (proc.SumHeldCounts): the active buckets and the receiving ones.
 // A receiving bucket whose copy is under way counts what this replicaset
 // has, plus every tuple of the source that it has neither a tuple nor a
 // tombstone of (the merge a read makes). A receiving bucket whose source
 // answers that it no longer sends it (the move ended after the snapshot)
 // is left out: the cluster-wide sum shows the miss, and counts again.
-func (s *Storage) CountActive(ctx context.Context, sp *Space) (proc.ActiveCount, error) {
+func (s *Storage) CountHeld(ctx context.Context, sp *Space) (proc.HeldCount, error) {
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
-	hc, err := s.sm.countHeld(snap, sp.ID)
+	hc, err := s.sm.localCount(snap, sp.ID)
 	if err != nil {
-		return proc.ActiveCount{}, status.Error(codes.Internal, err.Error())
+		return proc.HeldCount{}, status.Error(codes.Internal, err.Error())
 	}
-	ac := proc.ActiveCount{Tuples: hc.tuples, Buckets: hc.buckets, Digest: hc.digest}
+	ac := proc.HeldCount{Tuples: hc.tuples, Buckets: hc.buckets, Digest: hc.digest}
 	for _, b := range slices.Sorted(maps.Keys(hc.copying)) {
 		n, err := s.countCopying(ctx, snap, b, hc.copying[b], sp)
 		if errors.Is(err, errSourceDone) {
 			continue
 		}
 		if err != nil {
-			return proc.ActiveCount{}, err
+			return proc.HeldCount{}, err
 		}
 		ac.Tuples += n
 		ac.Buckets++

@@ -158,12 +158,12 @@ func (c *procContext) Count(space string) (uint64, error) {
 	return c.s.sm.Count(c.s.cfg.DB, sp.ID)
 }
 
-func (c *procContext) CountActive(ctx context.Context, space string) (proc.ActiveCount, error) {
+func (c *procContext) CountHeld(ctx context.Context, space string) (proc.HeldCount, error) {
 	sp, err := c.space(space)
 	if err != nil {
-		return proc.ActiveCount{}, err
+		return proc.HeldCount{}, err
 	}
-	return c.s.CountActive(ctx, sp)
+	return c.s.CountHeld(ctx, sp)
 }
 
 func (c *procContext) Buckets() ([]uint32, error) {

@@ -138,8 +138,8 @@ func (sm *SM) Buckets(r pebble.Reader) (map[uint32]*rspb.BucketState, BucketCoun
 	return out, c, nil
 }
 
-// heldCount is what countHeld reads of a replicaset at one instant.
-type heldCount struct {
+// localCounts is what SM.localCount reads of a replicaset at one instant.
+type localCounts struct {
 	// tuples and the held buckets' number and digest (sharding.BucketDigest
 	// summed): the active buckets and the receiving ones whose copy is
 	// complete (their stored count is then the whole bucket's).
@@ -149,16 +149,16 @@ type heldCount struct {
 	copying map[uint32]*rspb.BucketState
 }
 
-// countHeld reads, from r (a snapshot, so that records and counts are of
+// localCount reads, from r (a snapshot, so that records and counts are of
 // one instant), how many tuples of space id the buckets this replicaset
 // holds have: those active here, and those receiving (this replicaset is
 // their curr, R5; their source, frozen, counts them no more).
-func (sm *SM) countHeld(r pebble.Reader, space uint32) (heldCount, error) {
+func (sm *SM) localCount(r pebble.Reader, space uint32) (localCounts, error) {
 	buckets, _, err := sm.Buckets(r)
 	if err != nil {
-		return heldCount{}, err
+		return localCounts{}, err
 	}
-	hc := heldCount{copying: map[uint32]*rspb.BucketState{}}
+	hc := localCounts{copying: map[uint32]*rspb.BucketState{}}
 	for b, st := range buckets {
 		switch st.GetState() {
 		case rspb.BucketState_STATE_RECEIVING:

@@ -465,19 +465,27 @@ func (r *Router) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.W
 
 // Get implements DataService.
 func (r *Router) Get(ctx context.Context, req *datav1.GetRequest) (*datav1.GetResponse, error) {
-	b := req.GetBucket()
-	if b == 0 {
-		var err error
-		if b, err = r.bucketOfKey(req.GetSpace(), req.GetKey()); err != nil {
-			return nil, err
+	if err := r.placeGet(req); err != nil {
+		return nil, err
+	}
+	b, rw := req.GetBucket(), req.GetMode() != datav1.Mode_MODE_RO
+	return route(ctx, r, "get", r.cfg.Topology.ReplicasetOf(b), b, rw, req, Local.Get, datav1.DataServiceClient.Get)
+}
+
+// placeGet fills in a read's bucket (from its key) and schema version
+// when the caller left them out.
+func (r *Router) placeGet(req *datav1.GetRequest) error {
+	if req.GetBucket() == 0 {
+		b, err := r.bucketOfKey(req.GetSpace(), req.GetKey())
+		if err != nil {
+			return err
 		}
 		req.Bucket = b
 	}
 	if req.GetSchemaVersion() == 0 {
 		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
 	}
-	rw := req.GetMode() != datav1.Mode_MODE_RO
-	return route(ctx, r, "get", r.cfg.Topology.ReplicasetOf(b), b, rw, req, Local.Get, datav1.DataServiceClient.Get)
+	return nil
 }
 
 // Multi implements DataService: each item is served as the unary Write
@@ -540,16 +548,9 @@ func (r *Router) getLocally(ctx context.Context, items []*datav1.MultiItem, out 
 			rest = append(rest, i)
 			continue
 		}
-		if g.GetBucket() == 0 {
-			b, err := r.bucketOfKey(g.GetSpace(), g.GetKey())
-			if err != nil {
-				rest = append(rest, i)
-				continue
-			}
-			g.Bucket = b
-		}
-		if g.GetSchemaVersion() == 0 {
-			g.SchemaVersion = r.cfg.Topology.SchemaVersion()
+		if err := r.placeGet(g); err != nil {
+			rest = append(rest, i) // Get answers the same refusal
+			continue
 		}
 		rsID := r.cfg.Topology.ReplicasetOf(g.GetBucket())
 		if t, err := r.pick(rsID, g.GetMode() != datav1.Mode_MODE_RO); rsID == "" || err != nil || t.local != l {
@@ -741,18 +742,16 @@ func (r *Router) DropSpace(ctx context.Context, req *datav1.DropSpaceRequest) (*
 	return &datav1.DropSpaceResponse{Tuples: n}, nil
 }
 
-// Count returns the number of tuples of a space in the cluster: the
-// built-in count_buckets on every replicaset, summed, each bucket counted
-// once. A bucket that moved while the replicasets were counted is
-// counted by neither or by both (proc.ErrCountInFlux): Count counts again,
-// after a pause that grows from countRetryWait, until ctx ends.
+// Count returns the number of tuples of a space in the cluster, each
+// bucket counted once (proc.CountCluster: the built-in count_buckets on
+// every replicaset, summed, counted again while a bucket moved between
+// two replicasets' counts).
 func (r *Router) Count(ctx context.Context, space string) (uint64, error) {
 	args := tuple.AppendTuple(nil, tuple.Tuple{tuple.String(space)})
-	wait := countRetryWait
-	for {
+	n, err := proc.CountCluster(ctx, r.cfg.Topology.BucketCount(), func(ctx context.Context) ([]tuple.Tuple, error) {
 		resp, err := r.MapCall(ctx, &datav1.MapCallRequest{Procedure: "count_buckets", Args: args, Mode: datav1.Mode_MODE_RW})
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		results := make([]tuple.Tuple, 0, len(resp.GetResults()))
 		var failed []string
@@ -770,26 +769,15 @@ func (r *Router) Count(ctx context.Context, space string) (uint64, error) {
 		}
 		if len(failed) > 0 {
 			slices.Sort(failed)
-			return 0, status.Errorf(codes.Unavailable, "counting failed on %d replicasets: %v", len(failed), failed)
+			return nil, status.Errorf(codes.Unavailable, "counting failed on %d replicasets: %v", len(failed), failed)
 		}
-		n, err := proc.SumActiveCounts(results, r.cfg.Topology.BucketCount())
-		if !errors.Is(err, proc.ErrCountInFlux) {
-			if err != nil {
-				return 0, status.Error(codes.Internal, err.Error())
-			}
-			return n, nil
-		}
-		select {
-		case <-ctx.Done():
-			return 0, status.Errorf(codes.Unavailable, "count %s: %v (buckets kept moving until the deadline)", space, err)
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, countRetryMaxWait)
+		return results, nil
+	})
+	switch {
+	case errors.Is(err, proc.ErrCountInFlux):
+		return 0, status.Errorf(codes.Unavailable, "count %s: %v", space, err)
+	case errors.Is(err, proc.ErrBadCount):
+		return 0, status.Errorf(codes.Internal, "count %s: %v", space, err)
 	}
+	return n, err
 }
-
-// The pauses of Count between counts that a moving bucket spoiled.
-const (
-	countRetryWait    = 20 * time.Millisecond
-	countRetryMaxWait = 500 * time.Millisecond
-)

@@ -359,12 +359,12 @@ func (r *run) countDiagnosis(ctx context.Context, final map[uint64]output) {
 	t := r.t
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	res, err := r.c.admin.MapCall(cctx, "count", tuple.Tuple{tuple.String(spaceName)}, client.RW)
+	res, err := r.c.admin.MapCall(cctx, "count_buckets", tuple.Tuple{tuple.String(spaceName)}, client.RW) // [tuples, buckets held, their digest]
 	for _, rr := range res {
 		t.Logf("count diagnosis: replicaset %s counts %v (err %v)", rr.Replicaset, rr.Result, rr.Err)
 	}
 	if err != nil {
-		t.Logf("count diagnosis: map-call count: %v", err)
+		t.Logf("count diagnosis: map-call count_buckets: %v", err)
 	}
 	sp := r.c.admin.Space(spaceName)
 	for k := uint64(0); k <= uint64(r.cfg.traffic.keys); k++ {
