@@ -53,6 +53,9 @@
 #   MAX_SENDING, MAX_RECEIVING  when set, `shardkit rebalance config
 #               --max-sending/--max-receiving` before the scale out (the
 #               defaults are 100 and 100, mover.DefaultMaxSending/Receiving)
+#   COPY_RATE   when set, `shardkit rebalance config --copy-rate` before the
+#               scale out: bytes of tuples per second a replicaset copies in,
+#               e.g. 4MiB (default: no limit)
 #   MOVE_TIMEOUT  seconds from the scale out until balanced, else it fails [1200]
 #   LOG_LEVEL   the instances' --log-level [debug]; the per-bucket figures need debug
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-moves-<UTC time>.jsonl]
@@ -78,6 +81,7 @@ IDLE_RUNS=${IDLE_RUNS:-3}
 LEAD_IN=${LEAD_IN:-5}
 MAX_SENDING=${MAX_SENDING:-}
 MAX_RECEIVING=${MAX_RECEIVING:-}
+COPY_RATE=${COPY_RATE:-}
 MOVE_TIMEOUT=${MOVE_TIMEOUT:-1200}
 LOG_LEVEL=${LOG_LEVEL:-debug}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -389,10 +393,11 @@ done
 
 # ---------------------------------------------------------------- scale out under load
 
-if [[ -n $MAX_SENDING || -n $MAX_RECEIVING ]]; then
+if [[ -n $MAX_SENDING || -n $MAX_RECEIVING || -n $COPY_RATE ]]; then
   cfg=()
   if [[ -n $MAX_SENDING ]]; then cfg+=(--max-sending "$MAX_SENDING"); fi
   if [[ -n $MAX_RECEIVING ]]; then cfg+=(--max-receiving "$MAX_RECEIVING"); fi
+  if [[ -n $COPY_RATE ]]; then cfg+=(--copy-rate "$COPY_RATE"); fi
   timeout 30 "$SK" rebalance config "${cfg[@]}" --peer "$SK_PEERS" >"$WORK/logs/rebalance-config.log" 2>&1 ||
     fail_log "rebalance config" "$WORK/logs/rebalance-config.log" "failed"
   log "rebalancer: ${cfg[*]}"

@@ -15,6 +15,7 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/mover"
 )
 
 // The operator's commands on bucket placement: rebalance, replicaset,
@@ -109,8 +110,8 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 	if s.GetDisabled() {
 		state = "off"
 	}
-	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset); max disbalance %s\n",
-		state, percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), percent(st.GetMaxDisbalancePercent()))
+	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset, copy rate %s); max disbalance %s\n",
+		state, percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), percent(st.GetMaxDisbalancePercent()))
 	done := st.GetBucketCount() - st.GetBucketsToMove()
 	fmt.Fprintf(w, "moves in progress: %d; buckets still to move: %d (%d of %d in place)\n", len(st.GetMoves()), st.GetBucketsToMove(), done, st.GetBucketCount())
 	return nil
@@ -127,13 +128,31 @@ func newRebalanceConfigCmd() *cobra.Command {
 	var enable, disable bool
 	var threshold float64
 	var maxSend, maxRecv uint32
+	var rateFlag string
 	cmd := &cobra.Command{
-		Use:   "config [--enable|--disable] [--threshold PERCENT] [--max-sending N] [--max-receiving N]",
+		Use:   "config [--enable|--disable] [--threshold PERCENT] [--max-sending N] [--max-receiving N] [--copy-rate BYTES]",
 		Short: "Change the rebalancer's settings (unset flags keep theirs)",
-		Args:  cobra.NoArgs,
+		Long: `Change the rebalancer's settings; flags not given keep their values.
+
+--max-sending and --max-receiving bound the buckets one replicaset sends
+and receives at once (each replicaset enforces them on its own moves,
+manual ones too). --copy-rate bounds the bytes of tuples (key and tuple)
+one replicaset copies in per second while it receives buckets, e.g. 4MiB;
+0 removes the limit (the default). A bucket's copy runs after its switch,
+so the rate never lengthens the time writes to a bucket are refused; it
+trades the speed of a rebalance for the latency of the clients' calls on
+the same machines (docs/data.md, "Growing and shrinking").`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if enable && disable {
 				return errors.New("give --enable or --disable, not both")
+			}
+			var rateBytes int64
+			if cmd.Flags().Changed("copy-rate") {
+				var err error
+				if rateBytes, err = parseSize(rateFlag); err != nil {
+					return fmt.Errorf("--copy-rate: %w", err)
+				}
 			}
 			cl, err := f.client(cmd.Context())
 			if err != nil {
@@ -160,11 +179,14 @@ func newRebalanceConfigCmd() *cobra.Command {
 			if fl.Changed("max-receiving") {
 				s.MaxReceiving = maxRecv
 			}
+			if fl.Changed("copy-rate") {
+				s.CopyBytesPerS = uint64(rateBytes)
+			}
 			if err := cl.Sharding().SetRebalancer(ctx, s); err != nil {
 				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rebalancer: disabled=%v threshold=%s max-sending=%d max-receiving=%d\n",
-				s.GetDisabled(), percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving())
+			fmt.Fprintf(cmd.OutOrStdout(), "rebalancer: disabled=%v threshold=%s max-sending=%d max-receiving=%d copy-rate=%s\n",
+				s.GetDisabled(), percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()))
 			return nil
 		},
 	}
@@ -172,9 +194,32 @@ func newRebalanceConfigCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&enable, "enable", false, "let the rebalancer move buckets")
 	cmd.Flags().BoolVar(&disable, "disable", false, "stop the rebalancer (moves in progress finish; manual moves still run)")
 	cmd.Flags().Float64Var(&threshold, "threshold", 1, "act when a replicaset's disbalance exceeds this many percent")
-	cmd.Flags().Uint32Var(&maxSend, "max-sending", 4, "buckets one replicaset sends at once")
-	cmd.Flags().Uint32Var(&maxRecv, "max-receiving", 8, "buckets one replicaset receives at once")
+	cmd.Flags().Uint32Var(&maxSend, "max-sending", mover.DefaultMaxSending, "buckets one replicaset sends at once")
+	cmd.Flags().Uint32Var(&maxRecv, "max-receiving", mover.DefaultMaxReceiving, "buckets one replicaset receives at once")
+	cmd.Flags().StringVar(&rateFlag, "copy-rate", "0", "bytes of tuples one replicaset copies in per second while it receives buckets (e.g. 4MiB; 0: no limit)")
 	return cmd
+}
+
+// copyRate shows a copy rate setting.
+func copyRate(bytesPerS uint64) string {
+	if bytesPerS == 0 {
+		return "unlimited"
+	}
+	return sizeString(bytesPerS) + "/s"
+}
+
+// sizeString shows a byte count the way parseSize reads it back: in the
+// largest binary unit that divides it, or in bytes.
+func sizeString(n uint64) string {
+	for _, u := range []struct {
+		name  string
+		bytes uint64
+	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n >= u.bytes && n%u.bytes == 0 {
+			return fmt.Sprintf("%d%s", n/u.bytes, u.name)
+		}
+	}
+	return fmt.Sprintf("%dB", n)
 }
 
 func newReplicasetCmd() *cobra.Command {

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -62,7 +63,8 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 	resp := &datav1.RebalanceStatusResponse{
 		BucketCount: st.Props.GetBucketCount(),
 		Settings: &datav1.RebalancerSettings{Disabled: disabled, ThresholdPercent: threshold,
-			MaxSending: uint32(maxSend), MaxReceiving: uint32(maxRecv)},
+			MaxSending: uint32(maxSend), MaxReceiving: uint32(maxRecv),
+			CopyBytesPerS: st.Props.GetRebalancer().GetCopyBytesPerS()},
 		MaxDisbalancePercent: p.MaxDisbalance,
 	}
 	pinned := map[string]int{}
@@ -149,12 +151,12 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 		return nil, status.Errorf(codes.InvalidArgument, "threshold %v%% is outside [0, 100]", t)
 	}
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
-		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving()}
+		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS()}
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
 		return nil, err
 	}
 	s.m.log.Info("rebalancer settings", "disabled", r.GetDisabled(), "threshold_centi_percent", r.GetThresholdCentiPercent(),
-		"max_sending", r.GetMaxSending(), "max_receiving", r.GetMaxReceiving())
+		"max_sending", r.GetMaxSending(), "max_receiving", r.GetMaxReceiving(), "copy_bytes_per_s", r.GetCopyBytesPerS())
 	return &datav1.SetRebalancerResponse{}, nil
 }
 
@@ -226,11 +228,9 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		return nil, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%d buckets switched); copy, finish and clean it up first", n)
 	}
 	// The rebalancer stays out of the way until the cleanup.
-	r := st.Props.GetRebalancer()
-	if r == nil {
-		r = &metapb.Rebalancer{}
-	} else {
-		r = &metapb.Rebalancer{ThresholdCentiPercent: r.GetThresholdCentiPercent(), MaxSending: r.GetMaxSending(), MaxReceiving: r.GetMaxReceiving()}
+	r := &metapb.Rebalancer{}
+	if cur := st.Props.GetRebalancer(); cur != nil {
+		r = proto.CloneOf(cur) // every other setting stays
 	}
 	r.Disabled = true
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
@@ -377,8 +377,8 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 		}
 	}
 	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetDisabled() && len(s.operatorMoves(metapb.Move_PHASE_COPY)) == 0 {
-		r := st.Props.GetRebalancer()
-		on := &metapb.Rebalancer{ThresholdCentiPercent: r.GetThresholdCentiPercent(), MaxSending: r.GetMaxSending(), MaxReceiving: r.GetMaxReceiving()}
+		on := proto.CloneOf(st.Props.GetRebalancer()) // every other setting stays
+		on.Disabled = false
 		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: on}}}); err != nil {
 			return nil, err
 		}

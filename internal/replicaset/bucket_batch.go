@@ -195,8 +195,14 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			if len(pending) == 0 {
 				return
 			}
-			chunks := pending
+			chunks, size := pending, pendingSize
 			pending, pendingSize = nil, 0
+			if err := s.copyPace.wait(ctx, size); err != nil {
+				mu.Lock()
+				failed = cmp.Or(failed, err)
+				mu.Unlock()
+				return
+			}
 			slots <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-slots }()

@@ -75,6 +75,10 @@ type StorageConfig struct {
 	// MaxSending and MaxReceiving are the quotas without Quotas (defaults
 	// 100 and 100, the rebalancer's).
 	MaxSending, MaxReceiving int
+	// CopyRate returns how many bytes of tuples per second this
+	// replicaset copies in while it receives buckets (the rebalancer's
+	// copy rate, read before each chunk); nil or 0: no limit.
+	CopyRate func() uint64
 	// Now tells the time (default time.Now): it stamps proposals.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -95,6 +99,8 @@ type Storage struct {
 
 	// Buckets being sent and received now, against the quotas.
 	sending, receiving quota
+	// The pace of the copy in (CopyRate).
+	copyPace copyPace
 }
 
 // quota counts buckets in flight against a limit read at each take.
@@ -145,6 +151,7 @@ func NewStorage(cfg StorageConfig) *Storage {
 	}
 	return &Storage{
 		cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID),
+		copyPace: copyPace{rate: cfg.CopyRate},
 	}
 }
 

@@ -144,6 +144,10 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 			_, maxSending, maxReceiving, _ := mover.Settings(d.node.Meta().State().Props.GetRebalancer())
 			return maxSending, maxReceiving
 		},
+		// And so is the pace of the copy in (rebalance config --copy-rate).
+		CopyRate: func() uint64 {
+			return d.node.Meta().State().Props.GetRebalancer().GetCopyBytesPerS()
+		},
 		Logger: d.log,
 	})
 	d.mu.Lock()

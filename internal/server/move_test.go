@@ -145,6 +145,7 @@ func twoInstances(ctx context.Context, t *testing.T, timeout time.Duration) (add
 // The seed's procedure (R14) by an operator: plan, start (switch), copy,
 // finish (drop prev), cleanup; then a drain by weight 0.
 func TestReshardStepByStepThenDrain(t *testing.T) {
+	const copyRate = 64 << 20
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
 	addrs, startSecond, c := twoInstances(ctx, t, 10*time.Minute)
@@ -152,7 +153,8 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "r", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}},
 			PrimaryKey: []string{"k"}}, true)
 		if err == nil {
-			err = c.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: true})
+			// The copies below run paced (a rate they never reach here).
+			err = c.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: true, CopyBytesPerS: copyRate})
 		}
 		return err
 	})
@@ -237,6 +239,10 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	}
 	if cleaned.GetCounts()[0].GetCount() != copied.GetCounts()[0].GetCount()+1 { // the deleted row was not copied
 		t.Fatalf("cleanup deleted %v, copy copied %v", cleaned.GetCounts(), copied.GetCounts())
+	}
+	// The cleanup turned the rebalancer on again and kept its other settings.
+	if st, err := c.Sharding().Status(ctx); err != nil || st.GetSettings().GetDisabled() || st.GetSettings().GetCopyBytesPerS() != copyRate {
+		t.Fatalf("rebalancer settings after the cleanup: %v, %v; want on, with the copy rate %d", st.GetSettings(), err, copyRate)
 	}
 	held, problems := auditBuckets(ctx, t, map[string]string{"r1": addrs[0], "r2": addrs[1]}, buckets)
 	if len(problems) > 0 || held["r2"] != switched {

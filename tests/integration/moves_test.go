@@ -187,6 +187,18 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 	createSpace(t, cl)
 	ld := startLoad(t, cl, 300, 4)
 
+	// The scale out runs with the copy paced (at a rate these few rows
+	// never reach); a rate that is not a size is refused and says so.
+	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--copy-rate", "64MiB", "--peer", c.peers[0]); code != 0 || !strings.Contains(out, "copy-rate=64MiB") {
+		t.Fatalf("rebalance config --copy-rate 64MiB: exit %d: %s %s", code, out, errs)
+	}
+	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--copy-rate", "fast", "--peer", c.peers[0]); code == 0 || !strings.Contains(errs, "--copy-rate") {
+		t.Fatalf("rebalance config --copy-rate fast: exit %d: %s %s; want a refusal naming --copy-rate", code, out, errs)
+	}
+	if out, errs, code := shardkit(30*time.Second, "rebalance", "status", "--peer", c.peers[0]); code != 0 || !strings.Contains(out, "copy rate 64MiB/s") {
+		t.Fatalf("rebalance status after --copy-rate 64MiB: exit %d: %s %s", code, out, errs)
+	}
+
 	for range 3 {
 		c.add().start(t)
 	}

@@ -2265,10 +2265,14 @@ type RebalancerSettings struct {
 	Disabled bool                   `protobuf:"varint,1,opt,name=disabled,proto3" json:"disabled,omitempty"`
 	// Percent (default 1).
 	ThresholdPercent float64 `protobuf:"fixed64,2,opt,name=threshold_percent,json=thresholdPercent,proto3" json:"threshold_percent,omitempty"`
-	MaxSending       uint32  `protobuf:"varint,3,opt,name=max_sending,json=maxSending,proto3" json:"max_sending,omitempty"`
-	MaxReceiving     uint32  `protobuf:"varint,4,opt,name=max_receiving,json=maxReceiving,proto3" json:"max_receiving,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Buckets one replicaset sends and receives at once.
+	MaxSending   uint32 `protobuf:"varint,3,opt,name=max_sending,json=maxSending,proto3" json:"max_sending,omitempty"`
+	MaxReceiving uint32 `protobuf:"varint,4,opt,name=max_receiving,json=maxReceiving,proto3" json:"max_receiving,omitempty"`
+	// Bytes of tuples (key and tuple) one replicaset copies in per second
+	// while it receives buckets; 0: no limit.
+	CopyBytesPerS uint64 `protobuf:"varint,5,opt,name=copy_bytes_per_s,json=copyBytesPerS,proto3" json:"copy_bytes_per_s,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RebalancerSettings) Reset() {
@@ -2325,6 +2329,13 @@ func (x *RebalancerSettings) GetMaxSending() uint32 {
 func (x *RebalancerSettings) GetMaxReceiving() uint32 {
 	if x != nil {
 		return x.MaxReceiving
+	}
+	return 0
+}
+
+func (x *RebalancerSettings) GetCopyBytesPerS() uint64 {
+	if x != nil {
+		return x.CopyBytesPerS
 	}
 	return 0
 }
@@ -3700,13 +3711,14 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
 	"\x15CODE_CONDITION_FAILED\x10\x02\x12\x16\n" +
 	"\x12CODE_NO_SUCH_SPACE\x10\x03\x12\x10\n" +
-	"\fCODE_INVALID\x10\x04\"\xa3\x01\n" +
+	"\fCODE_INVALID\x10\x04\"\xcc\x01\n" +
 	"\x12RebalancerSettings\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12+\n" +
 	"\x11threshold_percent\x18\x02 \x01(\x01R\x10thresholdPercent\x12\x1f\n" +
 	"\vmax_sending\x18\x03 \x01(\rR\n" +
 	"maxSending\x12#\n" +
-	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\"\xb7\x02\n" +
+	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
+	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\"\xb7\x02\n" +
 	"\x11ReplicasetBalance\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x16\n" +

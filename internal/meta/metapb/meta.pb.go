@@ -667,10 +667,13 @@ type Rebalancer struct {
 	// Act when a replicaset's disbalance exceeds this, in hundredths of a
 	// percent (default 100 = 1%).
 	ThresholdCentiPercent uint32 `protobuf:"varint,2,opt,name=threshold_centi_percent,json=thresholdCentiPercent,proto3" json:"threshold_centi_percent,omitempty"`
-	// Concurrent sends of one replicaset (default 4).
+	// Buckets one replicaset sends at once (0: the default, 100).
 	MaxSending uint32 `protobuf:"varint,3,opt,name=max_sending,json=maxSending,proto3" json:"max_sending,omitempty"`
-	// Concurrent receives of one replicaset (default 8).
-	MaxReceiving  uint32 `protobuf:"varint,4,opt,name=max_receiving,json=maxReceiving,proto3" json:"max_receiving,omitempty"`
+	// Buckets one replicaset receives at once (0: the default, 100).
+	MaxReceiving uint32 `protobuf:"varint,4,opt,name=max_receiving,json=maxReceiving,proto3" json:"max_receiving,omitempty"`
+	// Bytes of tuples (key and tuple) one replicaset copies in per second
+	// while it receives buckets; 0: no limit.
+	CopyBytesPerS uint64 `protobuf:"varint,5,opt,name=copy_bytes_per_s,json=copyBytesPerS,proto3" json:"copy_bytes_per_s,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +732,13 @@ func (x *Rebalancer) GetMaxSending() uint32 {
 func (x *Rebalancer) GetMaxReceiving() uint32 {
 	if x != nil {
 		return x.MaxReceiving
+	}
+	return 0
+}
+
+func (x *Rebalancer) GetCopyBytesPerS() uint64 {
+	if x != nil {
+		return x.CopyBytesPerS
 	}
 	return 0
 }
@@ -2994,14 +3004,15 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x1bbucket_bootstrap_replicaset\x18\r \x01(\tR\x19bucketBootstrapReplicaset\x12<\n" +
 	"\n" +
 	"rebalancer\x18\x0e \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
-	"rebalancer\"\xa6\x01\n" +
+	"rebalancer\"\xcf\x01\n" +
 	"\n" +
 	"Rebalancer\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x126\n" +
 	"\x17threshold_centi_percent\x18\x02 \x01(\rR\x15thresholdCentiPercent\x12\x1f\n" +
 	"\vmax_sending\x18\x03 \x01(\rR\n" +
 	"maxSending\x12#\n" +
-	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\"\xdc\x02\n" +
+	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
+	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\"\xdc\x02\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +

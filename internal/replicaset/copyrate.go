@@ -1,0 +1,74 @@
+package replicaset
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"golang.org/x/time/rate"
+)
+
+// copyPace paces the copy of moved buckets into this replicaset: the
+// bytes of tuples (key and tuple) its ReceiveBuckets calls propose per
+// second, all of them together (StorageConfig.CopyRate, the rebalancer's
+// copy rate; `shardkit rebalance config --copy-rate`). A copy competes with
+// the clients' writes for the same cores and disks; the pace is how an
+// operator trades a rebalance's speed for the clients' latency while it
+// runs. It counts bytes proposed, not bytes streamed: the stream waits
+// while a chunk waits (gRPC's flow control holds the source back).
+//
+// The rate is read before each chunk, so a change applies to the copies
+// under way. Zero means no limit.
+type copyPace struct {
+	rate func() uint64 // bytes per second; nil or 0: no limit
+
+	mu   sync.Mutex
+	lim  *rate.Limiter
+	last uint64 // the rate lim was set to
+}
+
+// copyBurst is how many bytes the pace lets through at once: an eighth of
+// a second's worth, and at least a whole chunk (MaxChunkBytes), so that a
+// chunk waits once rather than in pieces.
+func copyBurst(bytesPerS uint64) int {
+	return int(max(bytesPerS/8, MaxChunkBytes))
+}
+
+// limiter returns the limiter for the rate now, nil when there is no limit.
+func (p *copyPace) limiter() *rate.Limiter {
+	var r uint64
+	if p.rate != nil {
+		r = p.rate()
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if r == 0 {
+		p.lim, p.last = nil, 0
+		return nil
+	}
+	switch {
+	case p.lim == nil:
+		p.lim = rate.NewLimiter(rate.Limit(r), copyBurst(r))
+	case r != p.last:
+		p.lim.SetLimit(rate.Limit(r))
+		p.lim.SetBurst(copyBurst(r))
+	}
+	p.last = r
+	return p.lim
+}
+
+// wait returns when n more bytes may be copied, or with ctx's error.
+func (p *copyPace) wait(ctx context.Context, n int) error {
+	lim := p.limiter()
+	if lim == nil {
+		return nil
+	}
+	for n > 0 {
+		k := min(n, lim.Burst())
+		if err := lim.WaitN(ctx, k); err != nil {
+			return fmt.Errorf("waiting for the copy rate (%d bytes/s): %w", p.last, err)
+		}
+		n -= k
+	}
+	return nil
+}
