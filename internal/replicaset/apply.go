@@ -199,7 +199,12 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	switch st.GetState() {
 	case rspb.BucketState_STATE_ACTIVE:
 	case rspb.BucketState_STATE_RECEIVING:
-		receiving = true
+		// Until its copy is complete the bucket is half here: a key's
+		// tuple may still be on the source (prev). Once it is complete,
+		// this replicaset holds all of it (the source is frozen; a key
+		// deleted here during the copy has no tuple here and was not
+		// copied back), so a write needs no prev and leaves no tombstone.
+		receiving = !st.GetCopied()
 		if cc := sm.copies[bucket]; cc != nil {
 			cc.written = true // the copy looks up every key from now on
 		}

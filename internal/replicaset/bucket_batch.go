@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -183,14 +184,24 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			return err
 		}
 		// The chunks' entries are proposed while the stream goes on, up to
-		// CopyPipeline at once. A bucket is marked copied (its last chunk)
-		// only in one entry after all of its chunks' entries are applied,
-		// so "copied" always means every tuple is here.
+		// CopyPipeline at once. A bucket is marked copied (its last chunk,
+		// without tuples) only in an entry proposed after every entry with
+		// its tuples was applied, so "copied" always means every tuple is
+		// here: entries proposed concurrently may be logged in any order,
+		// one proposed after another was applied may not. The marks ride
+		// on the next chunks' entry (or one entry at the end), so that a
+		// bucket leaves its prev window (every write asking the source)
+		// as soon as it is whole, not when the whole batch is.
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, CopyPipeline)
 		var pending []*rspb.CopyChunk
 		pendingSize := 0
-		var whole []*rspb.CopyChunk // the last chunks, without tuples
+		// Under mu: per bucket, the entries with its tuples proposed and
+		// not yet applied; the marks of buckets whose last chunk arrived,
+		// waiting for those entries; the marks free to go.
+		inflight := map[uint32]int{}
+		waiting := map[uint32]*rspb.CopyChunk{}
+		var ready []*rspb.CopyChunk
 		flush := func() {
 			if len(pending) == 0 {
 				return
@@ -204,12 +215,33 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				return
 			}
 			slots <- struct{}{}
+			mu.Lock()
+			for _, c := range chunks {
+				inflight[c.GetBucket()]++
+			}
+			if failed == nil { // after a failure no bucket is marked: the stream is asked again
+				chunks = append(chunks, ready...) // marks of buckets whose tuples are all applied
+				ready = nil
+			}
+			mu.Unlock()
 			wg.Go(func() {
 				defer func() { <-slots }()
-				if err := apply(ctx, chunks); err != nil {
-					mu.Lock()
+				err := apply(ctx, chunks)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
 					failed = cmp.Or(failed, err)
-					mu.Unlock()
+					return // its buckets' marks wait for a retry of the stream
+				}
+				for _, c := range chunks {
+					b := c.GetBucket()
+					if len(c.GetTuples()) == 0 {
+						continue // a mark
+					}
+					if inflight[b]--; inflight[b] == 0 && waiting[b] != nil {
+						ready = append(ready, waiting[b])
+						delete(waiting, b)
+					}
 				}
 			})
 		}
@@ -244,16 +276,25 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				if _, ok := index[ch.GetBucket()]; !ok {
 					continue // not asked for (a confused source): ignored
 				}
+				var mark *rspb.CopyChunk
 				if ch.GetLast() {
-					whole = append(whole, &rspb.CopyChunk{Bucket: ch.GetBucket(), Generation: ch.GetGeneration(), Last: true})
+					mark = &rspb.CopyChunk{Bucket: ch.GetBucket(), Generation: ch.GetGeneration(), Last: true}
 					ch.Last = false
 				}
-				if len(ch.GetTuples()) == 0 {
-					continue
+				if len(ch.GetTuples()) > 0 {
+					pending = append(pending, ch)
+					for _, t := range ch.GetTuples() {
+						pendingSize += len(t.GetKey()) + len(t.GetTuple())
+					}
 				}
-				pending = append(pending, ch)
-				for _, t := range ch.GetTuples() {
-					pendingSize += len(t.GetKey()) + len(t.GetTuple())
+				if mark != nil {
+					mu.Lock()
+					if inflight[mark.GetBucket()] == 0 && !slices.ContainsFunc(pending, func(c *rspb.CopyChunk) bool { return c.GetBucket() == mark.GetBucket() }) {
+						ready = append(ready, mark)
+					} else {
+						waiting[mark.GetBucket()] = mark
+					}
+					mu.Unlock()
 				}
 				if pendingSize >= MaxChunkBytes || tupleCount(pending) >= CopyChunkTuples {
 					flush()
@@ -264,10 +305,15 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if err := settle(); err != nil {
 			return err
 		}
-		if len(whole) == 0 {
+		// Every entry is applied now: the marks still held go in one.
+		marks := ready
+		for _, m := range waiting {
+			marks = append(marks, m)
+		}
+		if len(marks) == 0 {
 			return nil
 		}
-		return apply(ctx, whole)
+		return apply(ctx, marks)
 	})
 	if err != nil {
 		return nil, err

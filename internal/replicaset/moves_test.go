@@ -116,11 +116,19 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: 2, Last: true}}})[0].(*CopyOutcome); out.Refused != nil {
 		t.Fatalf("the last chunk: %+v", out)
 	}
+	// Copied whole, still receiving: dst holds all of the bucket, so a
+	// write needs no prev and sees what dst holds (a duplicate of a, a
+	// new e; b stays deleted).
+	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 5))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "duplicate key")
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "e", 1))}})
+	if r := dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: kb}}}).GetResults()[0]; r.GetFound() {
+		t.Fatal("a delete after the copy found the tuple deleted during the move")
+	}
 	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); !o.Changed {
 		t.Fatalf("ACTIVE: %+v", o)
 	}
-	if n, _ := dst.sm.Count(dst.db, 1); n != 3 {
-		t.Fatalf("dst count %d, want 3 (a, c, d)", n)
+	if n, _ := dst.sm.Count(dst.db, 1); n != 4 {
+		t.Fatalf("dst count %d, want 4 (a, c, d, e)", n)
 	}
 	if o := src.setBucket(b, rspb.BucketState_STATE_GARBAGE, 2, ""); !o.Changed || o.Deleted[1] != 3 {
 		t.Fatalf("GARBAGE: %+v, want 3 tuples of space 1 deleted", o)

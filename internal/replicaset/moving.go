@@ -20,7 +20,8 @@ import (
 // Reads of a bucket moving here (R5): what this replicaset has, else what
 // the source has, unless the key was deleted here during the move (a
 // tombstone). The source is frozen, so reading it after this member's own
-// read keeps the read linearizable.
+// read keeps the read linearizable. Once the copy is complete (the
+// record's copied mark) the bucket is all here and the source is not asked.
 
 // getMoving reads one key of bucket b, falling back to the source while b
 // is receiving.
@@ -51,6 +52,15 @@ func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *Space, key []
 	}
 	if rec.GetState() != rspb.BucketState_STATE_RECEIVING {
 		return Stored{}, false, nil
+	}
+	if rec.GetCopied() {
+		// The copy is complete: this replicaset holds the whole bucket
+		// now, but it may have completed after the read above; read again.
+		st, found, err := s.sm.Get(s.cfg.DB, b, sp, key)
+		if err != nil {
+			return Stored{}, false, status.Error(codes.Internal, err.Error())
+		}
+		return st, found, nil
 	}
 	if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID, key)); err != nil || tomb != nil {
 		return Stored{}, false, err
@@ -88,6 +98,14 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 		return nil, false, status.Error(codes.Internal, err.Error())
 	}
 	if rec.GetState() != rspb.BucketState_STATE_RECEIVING {
+		return local, more, nil
+	}
+	if rec.GetCopied() {
+		// All here now, perhaps only since the read above: read again.
+		local, more, err := s.sm.Range(s.cfg.DB, b, sp, after, limit)
+		if err != nil {
+			return nil, false, status.Error(codes.Internal, err.Error())
+		}
 		return local, more, nil
 	}
 	var resp *rspb.LookupRangeResponse

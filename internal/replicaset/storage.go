@@ -381,7 +381,7 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutc
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		if st.GetState() == rspb.BucketState_STATE_RECEIVING {
+		if st.GetState() == rspb.BucketState_STATE_RECEIVING && !st.GetCopied() {
 			if err := s.prevFacts(ctx, st, batch); err != nil {
 				if !errors.Is(err, errSourceDone) {
 					return nil, err
