@@ -50,12 +50,20 @@ type Config struct {
 	// an instance that does not answer); DefaultAttempts when zero. The
 	// call's context bounds it too.
 	Attempts int
-	// DisablePipelining turns off client pipelining: each write and point
-	// read is then its own unary call. With it on (the default), calls
-	// made concurrently on this Client to the same instance share Multi
-	// calls when more than PipelineDepth of them are under way; each
-	// still gets its own answer and error, exactly as alone.
+	// DisablePipelining turns off client pipelining: each point read is
+	// then its own unary call. With it on (the default), point reads made
+	// concurrently on this Client to the same instance share Multi calls
+	// when more than PipelineDepth of them are under way (the instance
+	// reads them after one read index); each still gets its own answer
+	// and error, exactly as alone.
 	DisablePipelining bool
+	// PipelineWrites lets writes into the pipeline too (when it is on).
+	// Off by default: a write is its own Raft proposal either way, so a
+	// Multi saves it only its RPC, and waiting for a free slot of the
+	// pipeline costs it more (64 concurrent writers on 16 Clients did
+	// 9-31% more writes a second with writes unpipelined; at 256, 2-5%;
+	// docs/benchmarks.md, "Writes out of the pipeline").
+	PipelineWrites bool
 	// PipelineDepth is how many calls (unary or Multi) the pipeline has
 	// under way to one instance at a time (DefaultPipelineDepth when
 	// zero). Smaller: larger Multis, fewer RPCs, a call may wait for one

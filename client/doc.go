@@ -15,8 +15,10 @@
 // the cluster's own calls (Status, Expel) on Client, leases with fencing
 // tickets on Client.Leases. The data layer's calls are added the same way.
 //
-// Pipelining: calls made concurrently on one Client to the same instance
-// share RPCs. Writes and point reads beyond Config.PipelineDepth under way to an
+// Pipelining: point reads made concurrently on one Client to the same
+// instance share RPCs (writes too with Config.PipelineWrites; off by
+// default, since each write is its own Raft proposal anyway and waiting
+// for a slot only delays it). Those beyond Config.PipelineDepth under way to an
 // address queue, and the next free slot sends all that wait (up to
 // datav1.MaxMultiItems) as one DataService.Multi; the instance serves each
 // item as its own call, and each caller gets its own answer or error, with

@@ -16,16 +16,17 @@ import (
 
 // DefaultPipelineDepth is Config.PipelineDepth's default: how many calls
 // a Client has under way to one instance address at a time through its
-// pipe (pipelining, Config.DisablePipelining). Writes and point reads
-// beyond that wait in the address's queue, and the next free slot sends
-// everything queued (up to datav1.MaxMultiItems) as one Multi call.
+// pipe (pipelining, Config.DisablePipelining). Point reads (and writes,
+// with Config.PipelineWrites) beyond that wait in the address's queue, and
+// the next free slot sends everything queued (up to datav1.MaxMultiItems)
+// as one Multi call.
 const DefaultPipelineDepth = 2
 
 // pipe is one instance address's pipeline. It is a DataServiceClient whose
-// Write and Get coalesce concurrent calls into Multi calls ("natural
-// batching": no timer; a call that finds a free slot and nobody queued
-// goes out at once, as the unary call it is); every other method is the
-// unary call.
+// Get (and Write, when writes is set) coalesces concurrent calls into Multi
+// calls ("natural batching": no timer; a call that finds a free slot and
+// nobody queued goes out at once, as the unary call it is); every other
+// method is the unary call.
 //
 // A call that finds all the pipe's slots (Config.PipelineDepth) busy queues its item and waits
 // for its own answer, or for its own context to end. When a slot frees,
@@ -52,7 +53,8 @@ const DefaultPipelineDepth = 2
 type pipe struct {
 	datav1.DataServiceClient
 
-	depth int // slots: calls under way at once
+	depth  int  // slots: calls under way at once
+	writes bool // writes go through the pipe too (Config.PipelineWrites)
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -84,8 +86,8 @@ type outcome struct {
 	err error // the whole call's failure (transport, context)
 }
 
-func newPipe(dc datav1.DataServiceClient, depth int) *pipe {
-	return &pipe{DataServiceClient: dc, depth: depth}
+func newPipe(dc datav1.DataServiceClient, depth int, writes bool) *pipe {
+	return &pipe{DataServiceClient: dc, depth: depth, writes: writes}
 }
 
 // dataClient returns the DataServiceClient a data call on addr uses: the
@@ -98,7 +100,7 @@ func (c *Client) dataClient(addr string, conn *grpc.ClientConn) datav1.DataServi
 	defer c.mu.Unlock()
 	p := c.pipes[addr]
 	if p == nil {
-		p = newPipe(datav1.NewDataServiceClient(conn), c.cfg.PipelineDepth)
+		p = newPipe(datav1.NewDataServiceClient(conn), c.cfg.PipelineDepth, c.cfg.PipelineWrites)
 		c.pipes[addr] = p
 	}
 	return p
@@ -115,9 +117,10 @@ func (p *pipe) pipelined(ctx context.Context, opts []grpc.CallOption) bool {
 	return !md
 }
 
-// Write implements DataServiceClient through the pipe.
+// Write implements DataServiceClient: through the pipe when the Client
+// pipelines writes (Config.PipelineWrites), else as the unary call.
 func (p *pipe) Write(ctx context.Context, req *datav1.WriteRequest, opts ...grpc.CallOption) (*datav1.WriteResponse, error) {
-	if !p.pipelined(ctx, opts) {
+	if !p.writes || !p.pipelined(ctx, opts) {
 		return p.DataServiceClient.Write(ctx, req, opts...)
 	}
 	res, err := p.call(ctx, &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: req}})

@@ -244,7 +244,7 @@ func fillThenQueue(ctx context.Context, t *testing.T, c *Client, f *fakeData, qu
 func TestPipelineGivesEachCallerItsOwnAnswer(t *testing.T) {
 	t.Parallel()
 	f := serveData(t, &fakeData{})
-	c := newPipeClient(t, Config{Timeout: 10 * time.Second}, f.addr)
+	c := newPipeClient(t, Config{Timeout: 10 * time.Second, PipelineWrites: true}, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const n = 100
@@ -312,7 +312,7 @@ func TestPipelineARefusalOrRedirectIsThatItemsAlone(t *testing.T) {
 		}
 		return &datav1.GetResponse{Found: true, Tuple: req.GetKey(), Info: &datav1.ReadInfo{Leader: true}}, nil
 	}
-	c := newPipeClient(t, Config{Timeout: 10 * time.Second}, f.addr)
+	c := newPipeClient(t, Config{Timeout: 10 * time.Second, PipelineWrites: true}, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var insertErr, okErr, redirectedErr, getErr error
@@ -356,7 +356,7 @@ func TestPipelineARefusalOrRedirectIsThatItemsAlone(t *testing.T) {
 func TestPipelineACallerWhoseContextEndsStopsWaiting(t *testing.T) {
 	t.Parallel()
 	f := serveData(t, &fakeData{})
-	c := newPipeClient(t, Config{Timeout: 10 * time.Second}, f.addr)
+	c := newPipeClient(t, Config{Timeout: 10 * time.Second, PipelineWrites: true}, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 
@@ -433,7 +433,7 @@ func TestPipelineABrokenConnectionIsOutcomeUnknownForWrites(t *testing.T) {
 		return nil, ctx.Err()
 	}
 	// One attempt: the error is the Multi's own, not a retry's.
-	c := newPipeClient(t, Config{Timeout: 10 * time.Second, Attempts: 1}, f.addr)
+	c := newPipeClient(t, Config{Timeout: 10 * time.Second, Attempts: 1, PipelineWrites: true}, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	errs := make(chan error, 3)
@@ -459,7 +459,7 @@ func TestPipelineABrokenConnectionIsOutcomeUnknownForWrites(t *testing.T) {
 func TestPipelineFallsBackToUnaryCallsWithoutMulti(t *testing.T) {
 	t.Parallel()
 	f := serveData(t, &fakeData{noMulti: true})
-	c := newPipeClient(t, Config{Timeout: 10 * time.Second}, f.addr)
+	c := newPipeClient(t, Config{Timeout: 10 * time.Second, PipelineWrites: true}, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	round := func() {
@@ -511,8 +511,23 @@ func TestPipelineFallsBackToUnaryCallsWithoutMulti(t *testing.T) {
 
 func TestPipeliningCanBeTurnedOff(t *testing.T) {
 	t.Parallel()
+	writesAllReachTheServer(t, Config{DisablePipelining: true, PipelineWrites: true})
+}
+
+// Writes stay out of the pipeline unless the Client asks for them.
+func TestPipelineLeavesWritesOutByDefault(t *testing.T) {
+	t.Parallel()
+	writesAllReachTheServer(t, Config{})
+}
+
+// writesAllReachTheServer makes more concurrent writes than a pipe has
+// slots on a Client with cfg and checks that they reach the server
+// together, none queued, as unary calls.
+func writesAllReachTheServer(t *testing.T, cfg Config) {
+	t.Helper()
 	f := serveData(t, &fakeData{})
-	c := newPipeClient(t, Config{Timeout: 10 * time.Second, DisablePipelining: true}, f.addr)
+	cfg.Timeout = 10 * time.Second
+	c := newPipeClient(t, cfg, f.addr)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	const n = 3 * DefaultPipelineDepth
@@ -534,7 +549,7 @@ func TestPipeliningCanBeTurnedOff(t *testing.T) {
 	}
 	close(gate)
 	wg.Wait()
-	if f.multis.Load() != 0 {
-		t.Errorf("%d Multis with pipelining off", f.multis.Load())
+	if m, w := f.multis.Load(), f.unaryWrites.Load(); m != 0 || w != n {
+		t.Errorf("%d Multis and %d unary writes, want 0 and %d", m, w, n)
 	}
 }

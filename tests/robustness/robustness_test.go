@@ -35,7 +35,7 @@ const (
 	// or more, the keys' buckets also move between them at random.
 	envReplicasets = "SHARDKIT_ROBUSTNESS_REPLICASETS"
 	// envShared=1: the clients share one client.Client, which pipelines
-	// their calls into Multi calls.
+	// their calls, writes too, into Multi calls.
 	envShared = "SHARDKIT_ROBUSTNESS_SHARED"
 )
 
@@ -223,7 +223,9 @@ func (r *run) traffic(ctx context.Context) bool {
 	var shared *client.Client
 	if r.cfg.traffic.shared {
 		var err error
-		if shared, err = client.New(ctx, client.Config{Peers: r.c.addrs, Timeout: r.cfg.traffic.attemptTimeout}); err != nil {
+		// Writes too: the Multi calls then carry writes, CAS and reads
+		// of several clients together under the faults.
+		if shared, err = client.New(ctx, client.Config{Peers: r.c.addrs, Timeout: r.cfg.traffic.attemptTimeout, PipelineWrites: true}); err != nil {
 			t.Fatalf("the shared client: %v", err)
 		}
 		defer shared.Close()
