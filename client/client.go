@@ -67,7 +67,9 @@ type Config struct {
 	// PipelineDepth is how many calls (unary or Multi) the pipeline has
 	// under way to one instance at a time (DefaultPipelineDepth when
 	// zero). Smaller: larger Multis, fewer RPCs, a call may wait for one
-	// in flight to end; larger: more RPCs in parallel.
+	// in flight to end; larger: more RPCs in parallel. 1 suits tens of
+	// goroutines per Client on a CPU-bound host; with a few it makes them
+	// take turns (docs/benchmarks.md, "Writes out of the pipeline").
 	PipelineDepth int
 }
 
