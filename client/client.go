@@ -64,6 +64,17 @@ type Config struct {
 	// 9-31% more writes a second with writes unpipelined; at 256, 2-5%;
 	// docs/benchmarks.md, "Writes out of the pipeline").
 	PipelineWrites bool
+	// DisableStream sends writes and point reads as the pipeline does
+	// without a stream (a unary call each, point reads batched in Multi
+	// calls). With it off (the default, and pipelining on), they go on one
+	// gRPC stream per instance (DataService.Stream): each call an item of
+	// the stream, answered by its id, the calls made together sent
+	// together, none of a unary call's per-call HTTP/2 stream, headers
+	// and handler set-up; each still gets its own answer and error,
+	// exactly as alone. An instance without Stream gets the pipeline's
+	// calls (docs/data.md, "Pipelining"; docs/benchmarks.md, "A data
+	// stream per connection").
+	DisableStream bool
 	// PipelineDepth is how many calls (unary or Multi) the pipeline has
 	// under way to one instance at a time (DefaultPipelineDepth when
 	// zero). Smaller: larger Multis, fewer RPCs, a call may wait for one

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -136,26 +137,80 @@ func TestABatchAcrossSpacesIsAtomic(t *testing.T) {
 }
 
 // A write whose answer is lost is retried with the same request id: it is
-// applied once, and the retry gets the first answer.
+// applied once, and the retry gets the first answer. As a unary call (the
+// answer lost past its deadline) and on the data stream (the stream broken
+// by the answer).
 func TestARetriedWriteIsAppliedOnce(t *testing.T) {
-	var dropped atomic.Int32
-	drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err == nil && strings.HasSuffix(method, "/Write") && dropped.Add(1) == 1 {
-			return status.Error(codes.DeadlineExceeded, "injected: the answer was lost")
+	t.Run("unary", func(t *testing.T) {
+		var dropped atomic.Int32
+		drop := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			err := invoker(ctx, method, req, reply, cc, opts...)
+			if err == nil && strings.HasSuffix(method, "/Write") && dropped.Add(1) == 1 {
+				return status.Error(codes.DeadlineExceeded, "injected: the answer was lost")
+			}
+			return err
 		}
+		c, err := client.New(t.Context(), client.Config{Peers: []string{clusterAddr}, DisableStream: true,
+			DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(drop)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		insertOnce(t, c, "retry_offers", func() int32 { return dropped.Load() })
+	})
+	t.Run("stream", func(t *testing.T) {
+		var writes atomic.Int32
+		breakAtWrite := func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+			s, err := streamer(ctx, desc, cc, method, opts...)
+			if err != nil || !strings.HasSuffix(method, "/Stream") {
+				return s, err
+			}
+			return &lossyStream{ClientStream: s, writes: &writes}, nil
+		}
+		c, err := client.New(t.Context(), client.Config{Peers: []string{clusterAddr},
+			DialOptions: []grpc.DialOption{grpc.WithStreamInterceptor(breakAtWrite)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		insertOnce(t, c, "retry_stream_offers", func() int32 { return writes.Load() })
+	})
+}
+
+// lossyStream is a data stream that breaks at the first answer to a
+// write it receives, as a connection lost after the instance applied it.
+type lossyStream struct {
+	grpc.ClientStream
+	writes *atomic.Int32
+}
+
+func (s *lossyStream) RecvMsg(m any) error {
+	if err := s.ClientStream.RecvMsg(m); err != nil {
 		return err
 	}
-	c := dataClient(t, grpc.WithUnaryInterceptor(drop))
-	s := offersSpace(t, c, "retry_offers")
+	if resp, ok := m.(*datav1.StreamResponse); ok {
+		for _, r := range resp.GetReplies() {
+			if r.GetResult().GetWrite() != nil && s.writes.Add(1) == 1 {
+				return status.Error(codes.Unavailable, "injected: the stream broke with the answer")
+			}
+		}
+	}
+	return nil
+}
+
+// insertOnce inserts one row whose first answer sent() says is lost, and
+// checks it was applied once and the retry got the first answer.
+func insertOnce(t *testing.T, c *client.Client, space string, sent func() int32) {
+	t.Helper()
+	s := offersSpace(t, c, space)
 	r, err := s.Insert(t.Context(), offer(3, "once", 1))
 	if err != nil {
 		t.Fatalf("an insert whose first answer was lost: %v (a retry that applied it again would be a duplicate key)", err)
 	}
-	if dropped.Load() < 2 || !r.Tuple.Equal(offer(3, "once", 1)) {
-		t.Fatalf("writes sent %d, result %+v", dropped.Load(), r)
+	if sent() < 2 || !r.Tuple.Equal(offer(3, "once", 1)) {
+		t.Fatalf("writes answered %d, result %+v", sent(), r)
 	}
-	if n, err := c.Count(t.Context(), "retry_offers"); err != nil || n != 1 {
+	if n, err := c.Count(t.Context(), space); err != nil || n != 1 {
 		t.Fatalf("count %d, %v, want 1", n, err)
 	}
 }

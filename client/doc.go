@@ -15,16 +15,19 @@
 // the cluster's own calls (Status, Expel) on Client, leases with fencing
 // tickets on Client.Leases. The data layer's calls are added the same way.
 //
-// Pipelining: point reads made concurrently on one Client to the same
-// instance share RPCs (writes too with Config.PipelineWrites; off by
-// default, since each write is its own Raft proposal anyway and waiting
-// for a slot only delays it). Those beyond Config.PipelineDepth under way to an
-// address queue, and the next free slot sends all that wait (up to
-// datav1.MaxMultiItems) as one DataService.Multi; the instance serves each
-// item as its own call, and each caller gets its own answer or error, with
-// its own context, exactly as alone. There is no timer: a call that finds a
-// free slot goes out at once, as its unary call. An instance without Multi
-// gets unary calls from then on. Config.DisablePipelining turns it off.
+// Pipelining: the writes and point reads made on one Client to the same
+// instance go on one DataService.Stream, each a message with an id,
+// those made together sent together, each answered by its id; each
+// caller gets its own answer or error, with its own context, exactly as
+// alone (a broken stream is a broken connection: a write's outcome is
+// unknown, and it is retried with its request id). With
+// Config.DisableStream, point reads beyond Config.PipelineDepth under way
+// to an address queue, and the next free slot sends all that wait (up to
+// datav1.MaxMultiItems) as one DataService.Multi (writes too with
+// Config.PipelineWrites). There is no timer: a call made alone goes out
+// at once. An instance without Stream gets the Multi pipeline, one without
+// Multi unary calls, from then on. Config.DisablePipelining turns it all
+// off.
 //
 // It must never import shardkit's internal packages: it speaks only the
 // public API in api/, so that it can be vendored and versioned on its own.

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +54,9 @@ const DefaultPipelineDepth = 2
 type pipe struct {
 	datav1.DataServiceClient
 
-	depth  int  // slots: calls under way at once
-	writes bool // writes go through the pipe too (Config.PipelineWrites)
+	depth  int         // slots: calls under way at once
+	writes bool        // writes go through the pipe too (Config.PipelineWrites)
+	stream *dataStream // writes and point reads go on a data stream (unless Config.DisableStream)
 
 	mu       sync.Mutex
 	queue    []*pending
@@ -101,6 +103,9 @@ func (c *Client) dataClient(addr string, conn *grpc.ClientConn) datav1.DataServi
 	p := c.pipes[addr]
 	if p == nil {
 		p = newPipe(datav1.NewDataServiceClient(conn), c.cfg.PipelineDepth, c.cfg.PipelineWrites)
+		if !c.cfg.DisableStream {
+			p.stream = &dataStream{dc: p.DataServiceClient}
+		}
 		c.pipes[addr] = p
 	}
 	return p
@@ -117,13 +122,19 @@ func (p *pipe) pipelined(ctx context.Context, opts []grpc.CallOption) bool {
 	return !md
 }
 
-// Write implements DataServiceClient: through the pipe when the Client
-// pipelines writes (Config.PipelineWrites), else as the unary call.
+// Write implements DataServiceClient: on the data stream (unless Config.DisableStream),
+// through the pipe when the Client pipelines writes
+// (Config.PipelineWrites), else as the unary call.
 func (p *pipe) Write(ctx context.Context, req *datav1.WriteRequest, opts ...grpc.CallOption) (*datav1.WriteResponse, error) {
-	if !p.writes || !p.pipelined(ctx, opts) {
+	item := &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: req}}
+	res, ok, err := p.streamed(ctx, opts, item)
+	switch {
+	case ok:
+	case !p.writes || !p.pipelined(ctx, opts):
 		return p.DataServiceClient.Write(ctx, req, opts...)
+	default:
+		res, err = p.call(ctx, item)
 	}
-	res, err := p.call(ctx, &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: req}})
 	if err == nil {
 		err = itemError(res)
 	}
@@ -136,12 +147,17 @@ func (p *pipe) Write(ctx context.Context, req *datav1.WriteRequest, opts ...grpc
 	return nil, status.Error(codes.Internal, "the instance answered a write with another call's result")
 }
 
-// Get implements DataServiceClient through the pipe.
+// Get implements DataServiceClient on the data stream (unless Config.DisableStream) or
+// through the pipe.
 func (p *pipe) Get(ctx context.Context, req *datav1.GetRequest, opts ...grpc.CallOption) (*datav1.GetResponse, error) {
 	if !p.pipelined(ctx, opts) {
 		return p.DataServiceClient.Get(ctx, req, opts...)
 	}
-	res, err := p.call(ctx, &datav1.MultiItem{Op: &datav1.MultiItem_Get{Get: req}})
+	item := &datav1.MultiItem{Op: &datav1.MultiItem_Get{Get: req}}
+	res, ok, err := p.streamed(ctx, opts, item)
+	if !ok {
+		res, err = p.call(ctx, item)
+	}
 	if err == nil {
 		err = itemError(res)
 	}
@@ -152,6 +168,20 @@ func (p *pipe) Get(ctx context.Context, req *datav1.GetRequest, opts ...grpc.Cal
 		return g, nil
 	}
 	return nil, status.Error(codes.Internal, "the instance answered a get with another call's result")
+}
+
+// streamed runs item on the address's data stream when the Client uses
+// one (unless Config.DisableStream) and the instance has it; ok is false when the item
+// must go another way.
+func (p *pipe) streamed(ctx context.Context, opts []grpc.CallOption, item *datav1.MultiItem) (res *datav1.MultiResult, ok bool, err error) {
+	if p.stream == nil || p.stream.unimplemented.Load() || !p.pipelined(ctx, opts) {
+		return nil, false, nil
+	}
+	res, err = p.stream.call(ctx, item)
+	if errors.Is(err, errStreamUnimplemented) {
+		return nil, false, nil
+	}
+	return res, true, err
 }
 
 // itemError is the error an item's result carries (nil when none).

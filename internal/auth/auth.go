@@ -164,6 +164,14 @@ func itemMethod(it *datav1.MultiItem) (string, any) {
 	return datav1.DataService_Get_FullMethodName, it.GetGet()
 }
 
+// AuthorizeItem checks one call of a data Stream as its own unary call:
+// the refusal that call would get, or nil.
+func (a *Authorizer) AuthorizeItem(ctx context.Context, it *datav1.MultiItem) error {
+	m, r := itemMethod(it)
+	_, err := a.Authorize(ctx, m, r)
+	return err
+}
+
 // authorizeMulti checks each item of a Multi as its own unary call: it
 // serves the items the caller may do (through handler, in one Multi) and
 // answers each of the others with the refusal its unary call would get.

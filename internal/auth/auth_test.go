@@ -280,3 +280,52 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestStreamCallsAreCheckedPerItem: a data Stream is open to readers, and
+// each of its calls is checked as its unary call would be (the router
+// answers a refused call with AuthorizeItem's error).
+func TestStreamCallsAreCheckedPerItem(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"rita", "walt", "nobody"} {
+		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := certs.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]auth.Role{"rita": auth.Reader, "walt": auth.Writer}
+	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
+	get := &datav1.MultiItem{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "a"}}}
+	write := &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Bucket: 7}}}
+	for _, c := range []struct {
+		user              string
+		stream, get, item string // "" allowed, else a part of the refusal
+	}{
+		{user: "rita", item: `user "rita" (role reader) may not call /shardkit.data.v1.DataService/Write: it needs role writer`},
+		{user: "walt"},
+		{user: "nobody", stream: `the cluster has no user "nobody"`, get: `the cluster has no user "nobody"`, item: `the cluster has no user "nobody"`},
+	} {
+		ctx := ctxWith(chainOf(t, dir, "client."+c.user+".crt"), nil)
+		for _, check := range []struct {
+			what, want string
+			err        error
+		}{
+			{"the stream", c.stream, func() error { _, err := a.Authorize(ctx, datav1.DataService_Stream_FullMethodName, nil); return err }()},
+			{"a get", c.get, a.AuthorizeItem(ctx, get)},
+			{"a write", c.item, a.AuthorizeItem(ctx, write)},
+		} {
+			switch {
+			case check.want == "" && check.err != nil:
+				t.Errorf("%s: %s refused: %v", c.user, check.what, check.err)
+			case check.want != "" && (status.Code(check.err) != codes.PermissionDenied || !strings.Contains(check.err.Error(), check.want)):
+				t.Errorf("%s: %s: %v, want PermissionDenied naming %q", c.user, check.what, check.err, check.want)
+			}
+		}
+	}
+}

@@ -78,6 +78,7 @@ var rules = map[string]Role{
 	datav1.DataService_DropSpace_FullMethodName:   Admin,
 	datav1.DataService_ListSpaces_FullMethodName:  Reader,
 	datav1.DataService_Multi_FullMethodName:       ByItems,
+	datav1.DataService_Stream_FullMethodName:      ByItems,
 
 	// Sharding: looking is reading; changing is an admin's.
 	datav1.ShardingService_RebalanceStatus_FullMethodName: Reader,

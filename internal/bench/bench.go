@@ -100,6 +100,9 @@ type Config struct {
 	// PipelineWrites is client.Config.PipelineWrites: writes into the
 	// pipeline too.
 	PipelineWrites bool
+	// NoStream is client.Config.DisableStream: writes and point reads as
+	// the pipeline sends them without a data stream.
+	NoStream bool
 	// Progress, when not nil, gets a line every ProgressEvery (default 1 s)
 	// while the timed part runs; Log gets the preload's and the first
 	// error's lines (discarded when nil).
@@ -165,17 +168,20 @@ type Result struct {
 	// (0 when pipelining is off).
 	PipelineDepth int `json:"pipeline_depth"`
 	// PipelineWrites: writes went through the pipeline too.
-	PipelineWrites bool    `json:"pipeline_writes"`
-	Keys           int     `json:"keys"`
-	ValueSize      int     `json:"value_size"`
-	Ops            int64   `json:"ops"`
-	OpsPerS        float64 `json:"ops_per_s"`
-	Errors         int64   `json:"errors"`
-	P50Ms          float64 `json:"p50_ms"`
-	P99Ms          float64 `json:"p99_ms"`
-	P999Ms         float64 `json:"p999_ms"`
-	MaxMs          float64 `json:"max_ms"`
-	DurationS      float64 `json:"duration_s"`
+	PipelineWrites bool `json:"pipeline_writes"`
+	// Stream: the clients sent writes and point reads on one data stream
+	// per instance.
+	Stream    bool    `json:"stream"`
+	Keys      int     `json:"keys"`
+	ValueSize int     `json:"value_size"`
+	Ops       int64   `json:"ops"`
+	OpsPerS   float64 `json:"ops_per_s"`
+	Errors    int64   `json:"errors"`
+	P50Ms     float64 `json:"p50_ms"`
+	P99Ms     float64 `json:"p99_ms"`
+	P999Ms    float64 `json:"p999_ms"`
+	MaxMs     float64 `json:"max_ms"`
+	DurationS float64 `json:"duration_s"`
 	// Reads and Writes split Ops by kind (mixed shows both).
 	Reads  int64 `json:"reads"`
 	Writes int64 `json:"writes"`
@@ -216,7 +222,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}()
 	for range conns {
 		ccfg := client.Config{Peers: cfg.Peers, Timeout: cfg.Timeout, DisablePipelining: cfg.NoPipelining, PipelineDepth: cfg.PipelineDepth,
-			PipelineWrites: cfg.PipelineWrites}
+			PipelineWrites: cfg.PipelineWrites, DisableStream: cfg.NoStream}
 		if cfg.ClientConfig != nil {
 			cfg.ClientConfig(&ccfg)
 		}
@@ -237,7 +243,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	res := Result{System: "shardkit", Workload: cfg.Workload, Space: cfg.Space, Clients: cfg.Clients, Conns: conns,
 		Pipelining: !cfg.NoPipelining, PipelineDepth: pipelineDepth(cfg), PipelineWrites: !cfg.NoPipelining && cfg.PipelineWrites,
-		Keys: cfg.Keys, ValueSize: cfg.ValueSize}
+		Stream: !cfg.NoPipelining && !cfg.NoStream,
+		Keys:   cfg.Keys, ValueSize: cfg.ValueSize}
 	if cfg.Preload && (cfg.Workload == Get || cfg.Workload == Mixed) {
 		start := time.Now()
 		n, err := preload(ctx, clients, cfg)

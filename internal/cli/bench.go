@@ -22,6 +22,7 @@ type benchOptions struct {
 	progress   bool
 	cpuprofile string
 	pipelining bool
+	stream     bool
 	sec        securityFlags
 }
 
@@ -47,9 +48,10 @@ Without --space it uses the space "bench" (key unsigned, the primary key;
 value bytes), made when missing; a named space is made with that definition
 when missing and must have it when it exists. The clients share --conns
 connections (one client per connection); each call has a --timeout deadline.
-With --pipelining (the default) a client's concurrent point reads to one
-instance share Multi calls (client pipelining; writes too with
---pipeline-writes); --pipelining=false makes each call its own RPC.
+With --pipelining (the default) a client's writes and point reads to one
+instance go on one data stream (--stream=false: the point reads share Multi
+calls instead, writes too with --pipeline-writes); --pipelining=false makes
+each call its own RPC.
 Progress goes to stderr once a second when stderr is a terminal, or always
 with --progress. The load shape matches bench/etcd's etcd-bench, for
 scripts/bench-vs-etcd.sh.`,
@@ -79,9 +81,10 @@ scripts/bench-vs-etcd.sh.`,
 	f.DurationVar(&o.cfg.Timeout, "timeout", bench.DefaultTimeout, "deadline of each call")
 	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed: write every key before the timed part (untimed)")
 	f.DurationVar(&o.cfg.Settle, "settle", bench.DefaultSettle, "pause between the preload and the timed part")
-	f.BoolVar(&o.pipelining, "pipelining", true, "coalesce concurrent point reads to one instance into Multi calls (client pipelining); false: one RPC per call")
+	f.BoolVar(&o.pipelining, "pipelining", true, "client pipelining: calls made together to one instance go together (a data stream, or Multi calls); false: one RPC per call")
 	f.IntVar(&o.cfg.PipelineDepth, "pipeline-depth", client.DefaultPipelineDepth, "pipelining: calls under way at once per instance, per connection")
 	f.BoolVar(&o.cfg.PipelineWrites, "pipeline-writes", false, "pipelining: writes into the pipeline too (client.Config.PipelineWrites); by default only point reads")
+	f.BoolVar(&o.stream, "stream", true, "pipelining: writes and point reads on one data stream per instance (false: client.Config.DisableStream)")
 	f.StringVar(&o.format, "format", "text", "text or json (one JSON object)")
 	f.BoolVar(&o.progress, "progress", false, "progress on stderr once a second even when it is not a terminal")
 	f.StringVar(&o.cpuprofile, "cpuprofile", "", "write the load generator's CPU profile of the whole run to this file")
@@ -100,6 +103,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	cfg := o.cfg
 	cfg.Peers = peers
 	cfg.NoPipelining = !o.pipelining
+	cfg.NoStream = !o.stream
 	creds, err := o.sec.credentials()
 	if err != nil {
 		return err

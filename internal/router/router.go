@@ -106,6 +106,10 @@ type Config struct {
 	// Attempts bounds how many places one call is tried at (default 4).
 	Attempts int
 	Logger   *slog.Logger
+	// AuthorizeItem checks one call of a Stream as its own unary call
+	// would be checked (nil: every call is allowed); a refused call is
+	// answered with the error.
+	AuthorizeItem func(ctx context.Context, item *datav1.MultiItem) error
 }
 
 // Router serves DataService.

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/forward"
@@ -85,12 +86,14 @@ func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *
 	return &dataLayer{ctx: ctx, db: db, procs: procs, fp: fp, rowCacheBytes: rowCacheBytes, log: log}
 }
 
-func (d *dataLayer) attach(node *cluster.Node) {
+// attach gives the data layer the node, and authz (nil: no security) the
+// router checks each call of a data Stream with.
+func (d *dataLayer) attach(node *cluster.Node, authz *auth.Authorizer) {
 	d.node = node
 	d.mover = mover.New(mover.Config{Zero: &moverZero{node: node}, Dial: node.DialPeer, Failpoints: d.fp, Logger: d.log})
 	d.wg.Go(func() { d.mover.Run(d.ctx) })
 	topo := &topology{node: node}
-	d.router = router.New(router.Config{
+	cfg := router.Config{
 		Topology: topo,
 		Local: func() router.Local {
 			if s := d.local(); s != nil {
@@ -102,7 +105,11 @@ func (d *dataLayer) attach(node *cluster.Node) {
 		Dial:   node.DialPeer,
 		Procs:  d.procs,
 		Logger: d.log,
-	})
+	}
+	if authz != nil {
+		cfg.AuthorizeItem = authz.AuthorizeItem
+	}
+	d.router = router.New(cfg)
 }
 
 func (d *dataLayer) local() *replicaset.Storage {

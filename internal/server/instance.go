@@ -97,16 +97,18 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		Credentials:           sec.peer,
 	}, db, metrics)
 	nodePtr.Store(node)
-	data.attach(node)
+	var authz *auth.Authorizer
+	if sec.secure() {
+		authz = sec.authorizer(node, procs, log)
+	}
+	data.attach(node, authz)
 
 	// Calls only another instance can serve are forwarded there (at most
 	// one hop) before their handler runs here.
 	fwd := forward.New(routeCall(node), node.DialPeer)
 	unary := []grpc.UnaryServerInterceptor{rpc.unary, fwd.Interceptor()}
-	var authz *auth.Authorizer
-	if sec.secure() {
+	if authz != nil {
 		// Every call is checked before it is forwarded or served.
-		authz = sec.authorizer(node, procs, log)
 		unary = []grpc.UnaryServerInterceptor{rpc.unary, authz.Unary(), fwd.Interceptor()}
 	}
 	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(unary...))

@@ -186,4 +186,60 @@ func TestMultiAnswersEachItemAsItsUnaryCall(t *testing.T) {
 			t.Errorf("at %s: the write: %v", at, rs[n+4])
 		}
 	}
+
+	// The same calls on a data Stream, in two requests, at either
+	// instance: each answered by its id with what the Multi answered
+	// (the write's version and the applied index aside: the write is
+	// another one).
+	for _, at := range []string{holderAddr, elsewhere} {
+		want, err := dataClient(t, at).Multi(ctx, reads)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := dataClient(t, at).Stream(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		items := reads.GetItems()
+		for _, part := range [][2]int{{0, 10}, {10, len(items)}} {
+			req := &datav1.StreamRequest{}
+			for i := part[0]; i < part[1]; i++ {
+				req.Calls = append(req.Calls, &datav1.StreamCall{Id: uint64(i) + 100, Item: items[i], TimeoutMs: 10_000})
+			}
+			if err := st.Send(req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := map[uint64]*datav1.MultiResult{}
+		for len(got) < len(items) {
+			resp, err := st.Recv()
+			if err != nil {
+				t.Fatalf("at %s: Stream: %v after %d replies", at, err, len(got))
+			}
+			for _, r := range resp.GetReplies() {
+				if _, dup := got[r.GetId()]; dup {
+					t.Errorf("at %s: call %d answered twice", at, r.GetId())
+				}
+				got[r.GetId()] = r.GetResult()
+			}
+		}
+		_ = st.CloseSend()
+		for i, w := range want.GetResults() {
+			g := got[uint64(i)+100]
+			if ww := w.GetWrite(); ww != nil {
+				if g.GetWrite() == nil || len(g.GetWrite().GetResults()) != 1 {
+					t.Errorf("at %s: the write on the stream: %v", at, g)
+				}
+				continue
+			}
+			for _, r := range []*datav1.MultiResult{g, w} {
+				if info := r.GetGet().GetInfo(); info != nil {
+					info.AppliedIndex = 0 // the write between them moved it
+				}
+			}
+			if !proto.Equal(g, w) {
+				t.Errorf("at %s: call %d on the stream %v, in a Multi %v", at, i+1, g, w)
+			}
+		}
+	}
 }

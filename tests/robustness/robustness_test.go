@@ -68,7 +68,13 @@ func configFromEnv(t *testing.T) runConfig {
 			recover: 2 * time.Minute, termTimeout: 40 * time.Second,
 		},
 	}
-	cfg.traffic.shared = os.Getenv(envShared) == "1"
+	switch v := os.Getenv(envShared); v {
+	case "", "0":
+	case "1", "multi":
+		cfg.traffic.shared, cfg.traffic.sharedMulti = true, v == "multi"
+	default:
+		t.Fatalf("%s=%q: want 1 (one client, its data stream) or multi (one client, its Multi pipeline)", envShared, v)
+	}
 	if v := os.Getenv(envDuration); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -223,9 +229,14 @@ func (r *run) traffic(ctx context.Context) bool {
 	var shared *client.Client
 	if r.cfg.traffic.shared {
 		var err error
-		// Writes too: the Multi calls then carry writes, CAS and reads
+		// The data stream (the default) or, with "multi", the Multi
+		// pipeline with writes too: either carries writes, CAS and reads
 		// of several clients together under the faults.
-		if shared, err = client.New(ctx, client.Config{Peers: r.c.addrs, Timeout: r.cfg.traffic.attemptTimeout, PipelineWrites: true}); err != nil {
+		cfg := client.Config{Peers: r.c.addrs, Timeout: r.cfg.traffic.attemptTimeout}
+		if r.cfg.traffic.sharedMulti {
+			cfg.DisableStream, cfg.PipelineWrites = true, true
+		}
+		if shared, err = client.New(ctx, cfg); err != nil {
 			t.Fatalf("the shared client: %v", err)
 		}
 		defer shared.Close()

@@ -39,11 +39,13 @@ type trafficConfig struct {
 	shortTimeout              time.Duration
 	// pause between two operations of one client, at most (random).
 	pause time.Duration
-	// shared: all the clients share one client.Client, which pipelines
-	// their concurrent calls into Multi calls (the instances then serve
-	// several operations of different clients in one call); the report
-	// then has no per-operation attempts.
-	shared bool
+	// shared: all the clients share one client.Client, which sends their
+	// concurrent calls together on its data stream, or in Multi calls
+	// with sharedMulti (the instances then serve several operations of
+	// different clients together); the report then has no per-operation
+	// attempts.
+	shared      bool
+	sharedMulti bool // the shared client uses the Multi pipeline, not its data stream
 }
 
 // rotate returns addrs starting at the i-th, so that clients ask the

@@ -3555,6 +3555,210 @@ func (x *MultiResponse) GetResults() []*MultiResult {
 	return nil
 }
 
+// StreamCall is one call on a Stream.
+type StreamCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The caller's id for the call, echoed in its reply.
+	Id   uint64     `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Item *MultiItem `protobuf:"bytes,2,opt,name=item,proto3" json:"item,omitempty"`
+	// How long the caller waits for it, in milliseconds; 0: no bound.
+	TimeoutMs     uint32 `protobuf:"varint,3,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamCall) Reset() {
+	*x = StreamCall{}
+	mi := &file_api_data_v1_data_proto_msgTypes[52]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamCall) ProtoMessage() {}
+
+func (x *StreamCall) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[52]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamCall.ProtoReflect.Descriptor instead.
+func (*StreamCall) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{52}
+}
+
+func (x *StreamCall) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamCall) GetItem() *MultiItem {
+	if x != nil {
+		return x.Item
+	}
+	return nil
+}
+
+func (x *StreamCall) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+type StreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Calls         []*StreamCall          `protobuf:"bytes,1,rep,name=calls,proto3" json:"calls,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamRequest) Reset() {
+	*x = StreamRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamRequest) ProtoMessage() {}
+
+func (x *StreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
+func (*StreamRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *StreamRequest) GetCalls() []*StreamCall {
+	if x != nil {
+		return x.Calls
+	}
+	return nil
+}
+
+// StreamReply is one call's answer on a Stream.
+type StreamReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result        *MultiResult           `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamReply) Reset() {
+	*x = StreamReply{}
+	mi := &file_api_data_v1_data_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamReply) ProtoMessage() {}
+
+func (x *StreamReply) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
+func (*StreamReply) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *StreamReply) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *StreamReply) GetResult() *MultiResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type StreamResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*StreamReply         `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StreamResponse) Reset() {
+	*x = StreamResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StreamResponse) ProtoMessage() {}
+
+func (x *StreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
+func (*StreamResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *StreamResponse) GetReplies() []*StreamReply {
+	if x != nil {
+		return x.Replies
+	}
+	return nil
+}
+
 var File_api_data_v1_data_proto protoreflect.FileDescriptor
 
 const file_api_data_v1_data_proto_rawDesc = "" +
@@ -3792,7 +3996,20 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\v2\x12.google.rpc.StatusH\x00R\x05errorB\b\n" +
 	"\x06result\"H\n" +
 	"\rMultiResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.shardkit.data.v1.MultiResultR\aresults*6\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.shardkit.data.v1.MultiResultR\aresults\"l\n" +
+	"\n" +
+	"StreamCall\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12/\n" +
+	"\x04item\x18\x02 \x01(\v2\x1b.shardkit.data.v1.MultiItemR\x04item\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x03 \x01(\rR\ttimeoutMs\"C\n" +
+	"\rStreamRequest\x122\n" +
+	"\x05calls\x18\x01 \x03(\v2\x1c.shardkit.data.v1.StreamCallR\x05calls\"T\n" +
+	"\vStreamReply\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x125\n" +
+	"\x06result\x18\x02 \x01(\v2\x1d.shardkit.data.v1.MultiResultR\x06result\"I\n" +
+	"\x0eStreamResponse\x127\n" +
+	"\areplies\x18\x01 \x03(\v2\x1d.shardkit.data.v1.StreamReplyR\areplies*6\n" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aMODE_RW\x10\x01\x12\v\n" +
@@ -3810,7 +4027,7 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12RESHARD_STEP_START\x10\x02\x12\x15\n" +
 	"\x11RESHARD_STEP_COPY\x10\x03\x12\x17\n" +
 	"\x13RESHARD_STEP_FINISH\x10\x04\x12\x18\n" +
-	"\x14RESHARD_STEP_CLEANUP\x10\x052\xaa\x06\n" +
+	"\x14RESHARD_STEP_CLEANUP\x10\x052\xfb\x06\n" +
 	"\vDataService\x12H\n" +
 	"\x05Write\x12\x1e.shardkit.data.v1.WriteRequest\x1a\x1f.shardkit.data.v1.WriteResponse\x12B\n" +
 	"\x03Get\x12\x1c.shardkit.data.v1.GetRequest\x1a\x1d.shardkit.data.v1.GetResponse\x12H\n" +
@@ -3823,7 +4040,8 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\tDropSpace\x12\".shardkit.data.v1.DropSpaceRequest\x1a#.shardkit.data.v1.DropSpaceResponse\x12W\n" +
 	"\n" +
 	"ListSpaces\x12#.shardkit.data.v1.ListSpacesRequest\x1a$.shardkit.data.v1.ListSpacesResponse\x12H\n" +
-	"\x05Multi\x12\x1e.shardkit.data.v1.MultiRequest\x1a\x1f.shardkit.data.v1.MultiResponse2\x86\x05\n" +
+	"\x05Multi\x12\x1e.shardkit.data.v1.MultiRequest\x1a\x1f.shardkit.data.v1.MultiResponse\x12O\n" +
+	"\x06Stream\x12\x1f.shardkit.data.v1.StreamRequest\x1a .shardkit.data.v1.StreamResponse(\x010\x012\x86\x05\n" +
 	"\x0fShardingService\x12f\n" +
 	"\x0fRebalanceStatus\x12(.shardkit.data.v1.RebalanceStatusRequest\x1a).shardkit.data.v1.RebalanceStatusResponse\x12T\n" +
 	"\tSetWeight\x12\".shardkit.data.v1.SetWeightRequest\x1a#.shardkit.data.v1.SetWeightResponse\x12T\n" +
@@ -3847,7 +4065,7 @@ func file_api_data_v1_data_proto_rawDescGZIP() []byte {
 }
 
 var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 53)
+var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_api_data_v1_data_proto_goTypes = []any{
 	(Mode)(0),                       // 0: shardkit.data.v1.Mode
 	(OpKind)(0),                     // 1: shardkit.data.v1.OpKind
@@ -3906,8 +4124,12 @@ var file_api_data_v1_data_proto_goTypes = []any{
 	(*MultiRequest)(nil),            // 54: shardkit.data.v1.MultiRequest
 	(*MultiResult)(nil),             // 55: shardkit.data.v1.MultiResult
 	(*MultiResponse)(nil),           // 56: shardkit.data.v1.MultiResponse
-	nil,                             // 57: shardkit.data.v1.Member.FailureDomainEntry
-	(*status.Status)(nil),           // 58: google.rpc.Status
+	(*StreamCall)(nil),              // 57: shardkit.data.v1.StreamCall
+	(*StreamRequest)(nil),           // 58: shardkit.data.v1.StreamRequest
+	(*StreamReply)(nil),             // 59: shardkit.data.v1.StreamReply
+	(*StreamResponse)(nil),          // 60: shardkit.data.v1.StreamResponse
+	nil,                             // 61: shardkit.data.v1.Member.FailureDomainEntry
+	(*status.Status)(nil),           // 62: google.rpc.Status
 }
 var file_api_data_v1_data_proto_depIdxs = []int32{
 	5,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
@@ -3922,7 +4144,7 @@ var file_api_data_v1_data_proto_depIdxs = []int32{
 	0,  // 9: shardkit.data.v1.CallRequest.mode:type_name -> shardkit.data.v1.Mode
 	0,  // 10: shardkit.data.v1.MapCallRequest.mode:type_name -> shardkit.data.v1.Mode
 	20, // 11: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
-	57, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
+	61, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
 	24, // 13: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
 	23, // 14: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
 	25, // 15: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
@@ -3945,47 +4167,53 @@ var file_api_data_v1_data_proto_depIdxs = []int32{
 	53, // 32: shardkit.data.v1.MultiRequest.items:type_name -> shardkit.data.v1.MultiItem
 	10, // 33: shardkit.data.v1.MultiResult.write:type_name -> shardkit.data.v1.WriteResponse
 	13, // 34: shardkit.data.v1.MultiResult.get:type_name -> shardkit.data.v1.GetResponse
-	58, // 35: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
+	62, // 35: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
 	55, // 36: shardkit.data.v1.MultiResponse.results:type_name -> shardkit.data.v1.MultiResult
-	8,  // 37: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
-	12, // 38: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
-	14, // 39: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
-	17, // 40: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
-	19, // 41: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
-	22, // 42: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
-	27, // 43: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
-	29, // 44: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
-	31, // 45: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
-	54, // 46: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
-	38, // 47: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
-	40, // 48: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
-	42, // 49: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
-	44, // 50: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
-	46, // 51: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
-	48, // 52: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
-	50, // 53: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
-	10, // 54: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
-	13, // 55: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
-	16, // 56: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
-	18, // 57: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
-	21, // 58: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
-	26, // 59: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
-	28, // 60: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
-	30, // 61: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
-	32, // 62: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
-	56, // 63: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
-	39, // 64: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
-	41, // 65: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
-	43, // 66: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
-	45, // 67: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
-	47, // 68: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
-	49, // 69: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
-	52, // 70: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
-	54, // [54:71] is the sub-list for method output_type
-	37, // [37:54] is the sub-list for method input_type
-	37, // [37:37] is the sub-list for extension type_name
-	37, // [37:37] is the sub-list for extension extendee
-	0,  // [0:37] is the sub-list for field type_name
+	53, // 37: shardkit.data.v1.StreamCall.item:type_name -> shardkit.data.v1.MultiItem
+	57, // 38: shardkit.data.v1.StreamRequest.calls:type_name -> shardkit.data.v1.StreamCall
+	55, // 39: shardkit.data.v1.StreamReply.result:type_name -> shardkit.data.v1.MultiResult
+	59, // 40: shardkit.data.v1.StreamResponse.replies:type_name -> shardkit.data.v1.StreamReply
+	8,  // 41: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
+	12, // 42: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
+	14, // 43: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
+	17, // 44: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
+	19, // 45: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
+	22, // 46: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
+	27, // 47: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
+	29, // 48: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
+	31, // 49: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
+	54, // 50: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
+	58, // 51: shardkit.data.v1.DataService.Stream:input_type -> shardkit.data.v1.StreamRequest
+	38, // 52: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
+	40, // 53: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
+	42, // 54: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
+	44, // 55: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
+	46, // 56: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
+	48, // 57: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
+	50, // 58: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
+	10, // 59: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
+	13, // 60: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
+	16, // 61: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
+	18, // 62: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
+	21, // 63: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
+	26, // 64: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
+	28, // 65: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
+	30, // 66: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
+	32, // 67: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
+	56, // 68: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
+	60, // 69: shardkit.data.v1.DataService.Stream:output_type -> shardkit.data.v1.StreamResponse
+	39, // 70: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
+	41, // 71: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
+	43, // 72: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
+	45, // 73: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
+	47, // 74: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
+	49, // 75: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
+	52, // 76: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
+	59, // [59:77] is the sub-list for method output_type
+	41, // [41:59] is the sub-list for method input_type
+	41, // [41:41] is the sub-list for extension type_name
+	41, // [41:41] is the sub-list for extension extendee
+	0,  // [0:41] is the sub-list for field type_name
 }
 
 func init() { file_api_data_v1_data_proto_init() }
@@ -4009,7 +4237,7 @@ func file_api_data_v1_data_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_data_v1_data_proto_rawDesc), len(file_api_data_v1_data_proto_rawDesc)),
 			NumEnums:      5,
-			NumMessages:   53,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

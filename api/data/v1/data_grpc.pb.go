@@ -29,6 +29,7 @@ const (
 	DataService_DropSpace_FullMethodName   = "/shardkit.data.v1.DataService/DropSpace"
 	DataService_ListSpaces_FullMethodName  = "/shardkit.data.v1.DataService/ListSpaces"
 	DataService_Multi_FullMethodName       = "/shardkit.data.v1.DataService/Multi"
+	DataService_Stream_FullMethodName      = "/shardkit.data.v1.DataService/Stream"
 )
 
 // DataServiceClient is the client API for DataService service.
@@ -81,6 +82,10 @@ type DataServiceClient interface {
 	// answers each with its own result or error, in the items' order. At
 	// most MaxMultiItems (api/data/v1, 256) items; more is InvalidArgument.
 	Multi(ctx context.Context, in *MultiRequest, opts ...grpc.CallOption) (*MultiResponse, error)
+	// Stream carries many Write and Get calls on one gRPC stream (the Go
+	// client's pipelining): each request's calls are served as one Multi,
+	// each answered by its id, in any order.
+	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
 }
 
 type dataServiceClient struct {
@@ -191,6 +196,19 @@ func (c *dataServiceClient) Multi(ctx context.Context, in *MultiRequest, opts ..
 	return out, nil
 }
 
+func (c *dataServiceClient) Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DataService_ServiceDesc.Streams[0], DataService_Stream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[StreamRequest, StreamResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
+
 // DataServiceServer is the server API for DataService service.
 // All implementations must embed UnimplementedDataServiceServer
 // for forward compatibility.
@@ -241,6 +259,10 @@ type DataServiceServer interface {
 	// answers each with its own result or error, in the items' order. At
 	// most MaxMultiItems (api/data/v1, 256) items; more is InvalidArgument.
 	Multi(context.Context, *MultiRequest) (*MultiResponse, error)
+	// Stream carries many Write and Get calls on one gRPC stream (the Go
+	// client's pipelining): each request's calls are served as one Multi,
+	// each answered by its id, in any order.
+	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }
 
@@ -280,6 +302,9 @@ func (UnimplementedDataServiceServer) ListSpaces(context.Context, *ListSpacesReq
 }
 func (UnimplementedDataServiceServer) Multi(context.Context, *MultiRequest) (*MultiResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Multi not implemented")
+}
+func (UnimplementedDataServiceServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
+	return status.Error(codes.Unimplemented, "method Stream not implemented")
 }
 func (UnimplementedDataServiceServer) mustEmbedUnimplementedDataServiceServer() {}
 func (UnimplementedDataServiceServer) testEmbeddedByValue()                     {}
@@ -482,6 +507,13 @@ func _DataService_Multi_Handler(srv interface{}, ctx context.Context, dec func(i
 	return interceptor(ctx, in, info, handler)
 }
 
+func _DataService_Stream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(DataServiceServer).Stream(&grpc.GenericServerStream[StreamRequest, StreamResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
+
 // DataService_ServiceDesc is the grpc.ServiceDesc for DataService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -530,7 +562,14 @@ var DataService_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _DataService_Multi_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Stream",
+			Handler:       _DataService_Stream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+	},
 	Metadata: "api/data/v1/data.proto",
 }
 

@@ -36,3 +36,11 @@ func ResultOf(resp any, err error) *MultiResult {
 	}
 	return &MultiResult{Result: &MultiResult_Error{Error: status.New(codes.Internal, "no answer for this item").Proto()}}
 }
+
+// CheckStream checks one request of a Stream: at most MaxMultiItems calls.
+func CheckStream(req *StreamRequest) error {
+	if n := len(req.GetCalls()); n > MaxMultiItems {
+		return status.Errorf(codes.InvalidArgument, "a Stream request carries at most %d calls (MaxMultiItems), got %d", MaxMultiItems, n)
+	}
+	return nil
+}
