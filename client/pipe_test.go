@@ -73,6 +73,14 @@ func (l *trackingListener) breakAll() {
 
 func serveData(t *testing.T, f *fakeData) *fakeData {
 	t.Helper()
+	serveAs(t, f, f)
+	return f
+}
+
+// serveAs serves srv (f, or f with more methods) on a new port, which it
+// gives to f.
+func serveAs(t *testing.T, f *fakeData, srv datav1.DataServiceServer) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -80,10 +88,9 @@ func serveData(t *testing.T, f *fakeData) *fakeData {
 	f.lis = &trackingListener{Listener: lis}
 	f.addr = lis.Addr().String()
 	s := grpc.NewServer()
-	datav1.RegisterDataServiceServer(s, f)
+	datav1.RegisterDataServiceServer(s, srv)
 	go s.Serve(f.lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(s.Stop)
-	return f
 }
 
 func (f *fakeData) GetRouting(context.Context, *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -14,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -34,16 +32,7 @@ type streamData struct {
 
 func serveStreamData(t *testing.T, f *streamData) *streamData {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.lis = &trackingListener{Listener: lis}
-	f.addr = lis.Addr().String()
-	s := grpc.NewServer()
-	datav1.RegisterDataServiceServer(s, f)
-	go s.Serve(f.lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(s.Stop)
+	serveAs(t, f.fakeData, f)
 	return f
 }
 

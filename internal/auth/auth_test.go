@@ -166,21 +166,7 @@ func TestAuthorize(t *testing.T) {
 // unary call's refusal, and the handler serves the others.
 func TestMultiIsCheckedPerItem(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"rita", "walt", "nobody"} {
-		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ca, err := certs.LoadCA(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles := map[string]auth.Role{"rita": auth.Reader, "walt": auth.Writer}
-	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
+	a, dir := readerAndWriter(t)
 	req := &datav1.MultiRequest{Items: []*datav1.MultiItem{
 		{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "a"}}},
 		{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Bucket: 7}}},
@@ -286,21 +272,7 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 // answers a refused call with AuthorizeItem's error).
 func TestStreamCallsAreCheckedPerItem(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, u := range []string{"rita", "walt", "nobody"} {
-		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ca, err := certs.LoadCA(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	roles := map[string]auth.Role{"rita": auth.Reader, "walt": auth.Writer}
-	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
+	a, dir := readerAndWriter(t)
 	get := &datav1.MultiItem{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "a"}}}
 	write := &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Bucket: 7}}}
 	for _, c := range []struct {
@@ -328,4 +300,26 @@ func TestStreamCallsAreCheckedPerItem(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readerAndWriter is an authorizer whose cluster has users rita (reader)
+// and walt (writer), and the directory of their certificates and of
+// nobody's (a user the cluster does not have).
+func readerAndWriter(t *testing.T) (*auth.Authorizer, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range []string{"rita", "walt", "nobody"} {
+		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ca, err := certs.LoadCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := map[string]auth.Role{"rita": auth.Reader, "walt": auth.Writer}
+	return auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }}), dir
 }
