@@ -110,6 +110,11 @@ type Config struct {
 	// would be checked (nil: every call is allowed); a refused call is
 	// answered with the error.
 	AuthorizeItem func(ctx context.Context, item *datav1.MultiItem) error
+	// ObserveCall, when set, is told of each call of a Stream served: the
+	// unary method it stands for, the code of its answer, and how long it
+	// took from its request's arrival (the calls of a request end
+	// together).
+	ObserveCall func(method string, code codes.Code, took time.Duration)
 }
 
 // Router serves DataService.

@@ -2,7 +2,12 @@ package router
 
 import (
 	"context"
+	"errors"
+	"io"
+	"sync"
 	"time"
+
+	"google.golang.org/grpc/codes"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 )
@@ -18,39 +23,25 @@ const StreamWindow = 64
 // and per-item access checks, Config.AuthorizeItem), concurrently with
 // the requests after it, within the latest of their timeouts; each call
 // is answered by its id as soon as its request's calls are all served,
-// and the answers ready together go in one response. The stream ends
-// with the first error of either direction.
+// and the answers ready together go in one response. Each call is
+// reported to Config.ObserveCall as its unary method. The stream ends with
+// the first error of either direction; when the client closes its side,
+// the calls it sent are answered first.
 func (r *Router) Stream(ss datav1.DataService_StreamServer) error {
 	ctx := ss.Context()
 	out := make(chan *datav1.StreamReply, StreamWindow)
-	sendErr := make(chan error, 1)
-	go func() {
-		for {
-			var rep *datav1.StreamReply
-			select {
-			case rep = <-out:
-			case <-ctx.Done():
-				return
-			}
-			resp := &datav1.StreamResponse{Replies: []*datav1.StreamReply{rep}}
-		more:
-			for len(resp.Replies) < datav1.MaxMultiItems {
-				select {
-				case rep = <-out:
-					resp.Replies = append(resp.Replies, rep)
-				default:
-					break more
-				}
-			}
-			if err := ss.Send(resp); err != nil {
-				sendErr <- err
-				return
-			}
-		}
-	}()
+	sent := make(chan error, 1) // the sender's end: nil once out is closed and sent
+	go func() { sent <- sendReplies(ctx, ss, out) }()
 	window := make(chan struct{}, StreamWindow)
+	var serving sync.WaitGroup
 	for {
 		req, err := ss.Recv()
+		if errors.Is(err, io.EOF) {
+			// The client sends no more: answer what it sent, then end.
+			serving.Wait()
+			close(out)
+			return <-sent
+		}
 		if err != nil {
 			return err
 		}
@@ -58,22 +49,59 @@ func (r *Router) Stream(ss datav1.DataService_StreamServer) error {
 			return err
 		}
 		select {
-		case err := <-sendErr:
+		case err := <-sent:
 			return err
 		case window <- struct{}{}:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		go func() {
+		serving.Go(func() {
 			defer func() { <-window }()
 			r.serveStreamCalls(ctx, req.GetCalls(), out)
-		}()
+		})
+	}
+}
+
+// sendReplies sends the replies of out, those ready together in one
+// response, until out is closed (nil) or sending fails.
+func sendReplies(ctx context.Context, ss datav1.DataService_StreamServer, out <-chan *datav1.StreamReply) error {
+	for {
+		var rep *datav1.StreamReply
+		open := true
+		select {
+		case rep, open = <-out:
+			if !open {
+				return nil
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		resp := &datav1.StreamResponse{Replies: []*datav1.StreamReply{rep}}
+	more:
+		for len(resp.Replies) < datav1.MaxMultiItems {
+			select {
+			case rep, open = <-out:
+				if !open {
+					break more
+				}
+				resp.Replies = append(resp.Replies, rep)
+			default:
+				break more
+			}
+		}
+		if err := ss.Send(resp); err != nil {
+			return err
+		}
+		if !open {
+			return nil
+		}
 	}
 }
 
 // serveStreamCalls serves one Stream request's calls and queues their
 // replies.
 func (r *Router) serveStreamCalls(ctx context.Context, calls []*datav1.StreamCall, out chan<- *datav1.StreamReply) {
+	start := time.Now()
 	replies := make([]*datav1.StreamReply, len(calls))
 	items := make([]*datav1.MultiItem, 0, len(calls))
 	served := make([]int, 0, len(calls))
@@ -107,6 +135,16 @@ func (r *Router) serveStreamCalls(ctx context.Context, calls []*datav1.StreamCal
 			} else {
 				replies[i].Result = resp.GetResults()[j]
 			}
+		}
+	}
+	if r.cfg.ObserveCall != nil {
+		took := time.Since(start)
+		for i, rep := range replies {
+			method := datav1.DataService_Get_FullMethodName
+			if calls[i].GetItem().GetWrite() != nil {
+				method = datav1.DataService_Write_FullMethodName
+			}
+			r.cfg.ObserveCall(method, codes.Code(rep.GetResult().GetError().GetCode()), took)
 		}
 	}
 	for _, rep := range replies {

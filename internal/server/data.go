@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
@@ -86,9 +87,10 @@ func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *
 	return &dataLayer{ctx: ctx, db: db, procs: procs, fp: fp, rowCacheBytes: rowCacheBytes, log: log}
 }
 
-// attach gives the data layer the node, and authz (nil: no security) the
-// router checks each call of a data Stream with.
-func (d *dataLayer) attach(node *cluster.Node, authz *auth.Authorizer) {
+// attach gives the data layer the node, authz (nil: no security) the
+// router checks each call of a data Stream with, and observe, which it
+// tells of each such call (the RPC latency metric).
+func (d *dataLayer) attach(node *cluster.Node, authz *auth.Authorizer, observe func(string, codes.Code, time.Duration)) {
 	d.node = node
 	d.mover = mover.New(mover.Config{Zero: &moverZero{node: node}, Dial: node.DialPeer, Failpoints: d.fp, Logger: d.log})
 	d.wg.Go(func() { d.mover.Run(d.ctx) })
@@ -101,10 +103,11 @@ func (d *dataLayer) attach(node *cluster.Node, authz *auth.Authorizer) {
 			}
 			return nil
 		},
-		DDL:    &ddl{node: node},
-		Dial:   node.DialPeer,
-		Procs:  d.procs,
-		Logger: d.log,
+		DDL:         &ddl{node: node},
+		Dial:        node.DialPeer,
+		Procs:       d.procs,
+		Logger:      d.log,
+		ObserveCall: observe,
 	}
 	if authz != nil {
 		cfg.AuthorizeItem = authz.AuthorizeItem

@@ -101,7 +101,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	if sec.secure() {
 		authz = sec.authorizer(node, procs, log)
 	}
-	data.attach(node, authz)
+	data.attach(node, authz, rpc.call)
 
 	// Calls only another instance can serve are forwarded there (at most
 	// one hop) before their handler runs here.
