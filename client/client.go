@@ -50,14 +50,16 @@ type Config struct {
 	// an instance that does not answer); DefaultAttempts when zero. The
 	// call's context bounds it too.
 	Attempts int
-	// DisablePipelining turns off client pipelining: each point read is
-	// then its own unary call. With it on (the default), point reads made
-	// concurrently on this Client to the same instance share Multi calls
-	// when more than PipelineDepth of them are under way (the instance
-	// reads them after one read index); each still gets its own answer
-	// and error, exactly as alone.
+	// DisablePipelining turns off client pipelining: each write and point
+	// read is then its own unary call. With it on (the default), they go
+	// on one data stream per instance (DisableStream below), or, without
+	// the stream, point reads made concurrently on this Client to the same
+	// instance share Multi calls when more than PipelineDepth of them are
+	// under way; each still gets its own answer and error, exactly as
+	// alone.
 	DisablePipelining bool
-	// PipelineWrites lets writes into the pipeline too (when it is on).
+	// PipelineWrites lets writes into the Multi pipeline too (when it is
+	// on, and the data stream is not used: DisableStream).
 	// Off by default: a write is its own Raft proposal either way, so a
 	// Multi saves it only its RPC, and waiting for a free slot of the
 	// pipeline costs it more (64 concurrent writers on 16 Clients did
@@ -75,7 +77,8 @@ type Config struct {
 	// calls (docs/data.md, "Pipelining"; docs/benchmarks.md, "A data
 	// stream per connection").
 	DisableStream bool
-	// PipelineDepth is how many calls (unary or Multi) the pipeline has
+	// PipelineDepth is how many calls (unary or Multi) the Multi pipeline
+	// (without the data stream: DisableStream) has
 	// under way to one instance at a time (DefaultPipelineDepth when
 	// zero). Smaller: larger Multis, fewer RPCs, a call may wait for one
 	// in flight to end; larger: more RPCs in parallel. 1 suits tens of

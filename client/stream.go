@@ -34,9 +34,10 @@ import (
 type dataStream struct {
 	dc datav1.DataServiceClient
 
-	mu     sync.Mutex
-	cur    *streamConn
-	nextID uint64
+	mu  sync.Mutex
+	cur *streamConn
+
+	nextID atomic.Uint64
 
 	unimplemented atomic.Bool
 }
@@ -174,7 +175,7 @@ func (d *dataStream) call(ctx context.Context, item *datav1.MultiItem) (*datav1.
 	if err != nil {
 		return nil, err
 	}
-	call := &datav1.StreamCall{Item: item}
+	call := &datav1.StreamCall{Id: d.nextID.Add(1), Item: item}
 	if dl, ok := ctx.Deadline(); ok {
 		call.TimeoutMs = uint32(min(max(1, time.Until(dl).Milliseconds()), 1<<31))
 	}
@@ -185,10 +186,6 @@ func (d *dataStream) call(ctx context.Context, item *datav1.MultiItem) (*datav1.
 		c.mu.Unlock()
 		return nil, err
 	}
-	d.mu.Lock()
-	d.nextID++
-	call.Id = d.nextID
-	d.mu.Unlock()
 	c.waiting[call.Id] = ch
 	c.queue = append(c.queue, call)
 	c.mu.Unlock()

@@ -74,8 +74,8 @@ func (f *streamData) Stream(ss datav1.DataService_StreamServer) error {
 	}
 }
 
-// Concurrent calls on one Client go on one stream, fewer requests than
-// calls, and each caller gets its own answer (the fake answers in reverse
+// Concurrent calls on one Client go on one stream, and each caller gets
+// its own answer (the fake answers in reverse
 // order, and refuses odd keys), with no unary call and no Multi.
 func TestStreamGivesEachCallerItsOwnAnswer(t *testing.T) {
 	t.Parallel()

@@ -164,59 +164,14 @@ func itemMethod(it *datav1.MultiItem) (string, any) {
 	return datav1.DataService_Get_FullMethodName, it.GetGet()
 }
 
-// AuthorizeItem checks one call of a data Stream as its own unary call:
-// the refusal that call would get, or nil.
+// AuthorizeItem checks one item of a Multi, or call of a data Stream, as
+// its own unary call: the refusal that call would get, or nil. The router
+// calls it for each (router.Config.AuthorizeItem); the interceptor checks
+// only that the caller may read (ByItems).
 func (a *Authorizer) AuthorizeItem(ctx context.Context, it *datav1.MultiItem) error {
 	m, r := itemMethod(it)
 	_, err := a.Authorize(ctx, m, r)
 	return err
-}
-
-// authorizeMulti checks each item of a Multi as its own unary call: it
-// serves the items the caller may do (through handler, in one Multi) and
-// answers each of the others with the refusal its unary call would get.
-// A caller that cannot be identified is refused as a whole.
-func (a *Authorizer) authorizeMulti(ctx context.Context, req *datav1.MultiRequest, handler grpc.UnaryHandler) (any, error) {
-	ctx, err := a.Authorize(ctx, datav1.DataService_Multi_FullMethodName, req)
-	if err != nil {
-		return nil, err
-	}
-	if err := datav1.CheckMulti(req); err != nil {
-		return nil, err
-	}
-	items := req.GetItems()
-	refused := make([]error, len(items))
-	allowed := make([]*datav1.MultiItem, 0, len(items))
-	for i, it := range items {
-		m, r := itemMethod(it)
-		if _, refused[i] = a.Authorize(ctx, m, r); refused[i] == nil {
-			allowed = append(allowed, it)
-		}
-	}
-	if len(allowed) == len(items) {
-		return handler(ctx, req)
-	}
-	var served []*datav1.MultiResult
-	if len(allowed) > 0 {
-		resp, err := handler(ctx, &datav1.MultiRequest{Items: allowed})
-		if err != nil {
-			return nil, err
-		}
-		mr, ok := resp.(*datav1.MultiResponse)
-		if !ok || len(mr.GetResults()) != len(allowed) {
-			return nil, status.Errorf(codes.Internal, "Multi: %d results for %d items", len(mr.GetResults()), len(allowed))
-		}
-		served = mr.GetResults()
-	}
-	out := &datav1.MultiResponse{Results: make([]*datav1.MultiResult, len(items))}
-	for i := range items {
-		if refused[i] != nil {
-			out.Results[i] = datav1.ResultOf(nil, refused[i])
-			continue
-		}
-		out.Results[i], served = served[0], served[1:]
-	}
-	return out, nil
 }
 
 // Need returns the role a call of method with req needs; false when no
@@ -225,7 +180,7 @@ func (a *Authorizer) Need(method string, req any) (Role, bool) {
 	need, ok := rules[method]
 	if need == ByItems {
 		// The call as a whole: what every item needs at least. Each item
-		// is then checked as its own call (authorizeMulti).
+		// is then checked as its own call (AuthorizeItem, by the router).
 		return Reader, ok
 	}
 	if !ok || need != ByProcedure {
@@ -266,9 +221,6 @@ func (a *Authorizer) check(c Caller, method string, req any) error {
 // Unary is the unary server interceptor.
 func (a *Authorizer) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if m, ok := req.(*datav1.MultiRequest); ok && info.FullMethod == datav1.DataService_Multi_FullMethodName {
-			return a.authorizeMulti(ctx, m, handler)
-		}
 		ctx, err := a.Authorize(ctx, info.FullMethod, req)
 		if err != nil {
 			return nil, err

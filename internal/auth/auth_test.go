@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
@@ -161,73 +160,6 @@ func TestAuthorize(t *testing.T) {
 	}
 }
 
-// TestMultiIsCheckedPerItem: a Multi's items are checked as their unary
-// calls would be; an item the caller may not do is refused alone, with its
-// unary call's refusal, and the handler serves the others.
-func TestMultiIsCheckedPerItem(t *testing.T) {
-	t.Parallel()
-	a, dir := readerAndWriter(t)
-	req := &datav1.MultiRequest{Items: []*datav1.MultiItem{
-		{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "a"}}},
-		{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Bucket: 7}}},
-		{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "b"}}},
-	}}
-	// The handler answers each item it gets with a result naming it.
-	var served []string
-	handler := func(_ context.Context, r any) (any, error) {
-		served = served[:0]
-		out := &datav1.MultiResponse{}
-		for _, it := range r.(*datav1.MultiRequest).GetItems() {
-			if g := it.GetGet(); g != nil {
-				served = append(served, "get "+g.GetSpace())
-				out.Results = append(out.Results, datav1.ResultOf(&datav1.GetResponse{Found: true, Tuple: []byte(g.GetSpace())}, nil))
-			} else {
-				served = append(served, "write")
-				out.Results = append(out.Results, datav1.ResultOf(&datav1.WriteResponse{}, nil))
-			}
-		}
-		return out, nil
-	}
-	info := &grpc.UnaryServerInfo{FullMethod: datav1.DataService_Multi_FullMethodName}
-	call := func(user string) (*datav1.MultiResponse, error) {
-		resp, err := a.Unary()(ctxWith(chainOf(t, dir, "client."+user+".crt"), nil), req, info, handler)
-		if err != nil {
-			return nil, err
-		}
-		return resp.(*datav1.MultiResponse), nil
-	}
-
-	resp, err := call("rita")
-	if err != nil {
-		t.Fatalf("reader's Multi: %v", err)
-	}
-	if got := strings.Join(served, ", "); got != "get a, get b" {
-		t.Errorf("reader's Multi: the handler served %q, want the two gets", got)
-	}
-	if len(resp.GetResults()) != 3 || string(resp.GetResults()[0].GetGet().GetTuple()) != "a" || string(resp.GetResults()[2].GetGet().GetTuple()) != "b" {
-		t.Fatalf("reader's Multi: results %v, want the gets' answers in places 1 and 3", resp.GetResults())
-	}
-	st := status.FromProto(resp.GetResults()[1].GetError())
-	if st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), `user "rita" (role reader) may not call /shardkit.data.v1.DataService/Write: it needs role writer`) {
-		t.Errorf("reader's write item: %v, want the unary Write's refusal", st)
-	}
-
-	if _, err := call("walt"); err != nil {
-		t.Fatalf("writer's Multi: %v", err)
-	}
-	if got := strings.Join(served, ", "); got != "get a, write, get b" {
-		t.Errorf("writer's Multi: the handler served %q, want all three", got)
-	}
-
-	served = nil
-	if _, err := call("nobody"); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `no user "nobody"`) {
-		t.Errorf("unknown user's Multi: %v, want PermissionDenied as a whole", err)
-	}
-	if len(served) != 0 {
-		t.Errorf("unknown user's Multi: the handler served %v", served)
-	}
-}
-
 // The HTTP guard lets a reader read and only an admin (or an instance)
 // change: a reader must not reach a test build's failpoints.
 func TestHTTPChangesNeedAdmin(t *testing.T) {
@@ -267,10 +199,10 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 	}
 }
 
-// TestStreamCallsAreCheckedPerItem: a data Stream is open to readers, and
-// each of its calls is checked as its unary call would be (the router
-// answers a refused call with AuthorizeItem's error).
-func TestStreamCallsAreCheckedPerItem(t *testing.T) {
+// TestItemsAreCheckedAsTheirUnaryCalls: a Multi and a data Stream are
+// open to readers, and each of their items is checked as its unary call
+// would be (the router answers a refused item with AuthorizeItem's error).
+func TestItemsAreCheckedAsTheirUnaryCalls(t *testing.T) {
 	t.Parallel()
 	a, dir := readerAndWriter(t)
 	get := &datav1.MultiItem{Op: &datav1.MultiItem_Get{Get: &datav1.GetRequest{Space: "a"}}}
@@ -289,6 +221,10 @@ func TestStreamCallsAreCheckedPerItem(t *testing.T) {
 			err        error
 		}{
 			{"the stream", c.stream, func() error { _, err := a.Authorize(ctx, datav1.DataService_Stream_FullMethodName, nil); return err }()},
+			{"a Multi", c.stream, func() error {
+				_, err := a.Authorize(ctx, datav1.DataService_Multi_FullMethodName, &datav1.MultiRequest{Items: []*datav1.MultiItem{get, write}})
+				return err
+			}()},
 			{"a get", c.get, a.AuthorizeItem(ctx, get)},
 			{"a write", c.item, a.AuthorizeItem(ctx, write)},
 		} {

@@ -38,11 +38,12 @@ func (r Role) String() string {
 // declared mode (ro: reader, rw: writer).
 const ByProcedure Role = -1
 
-// ByItems marks Multi: each item is checked as its own unary call would be
-// (a write item needs a writer, a get a reader), and an item the caller
-// may not do is refused alone, with the PermissionDenied its unary call
-// would get; the others are served. The Multi as a whole needs a reader
-// (the least any item needs).
+// ByItems marks Multi and Stream: the call as a whole needs a reader (the
+// least any item needs); each item is then checked as its own unary call
+// would be (Authorizer.AuthorizeItem, called by the router: a write item
+// needs a writer, a get a reader), and an item the caller may not do is
+// refused alone, with the PermissionDenied its unary call would get; the
+// others are served.
 const ByItems Role = -2
 
 // rules is the role each gRPC method needs: the one table. TestRulesCover

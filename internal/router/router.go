@@ -106,9 +106,9 @@ type Config struct {
 	// Attempts bounds how many places one call is tried at (default 4).
 	Attempts int
 	Logger   *slog.Logger
-	// AuthorizeItem checks one call of a Stream as its own unary call
-	// would be checked (nil: every call is allowed); a refused call is
-	// answered with the error.
+	// AuthorizeItem checks one item of a Multi (or call of a Stream) as
+	// its own unary call would be checked (nil: every item is allowed); a
+	// refused item is answered with the error.
 	AuthorizeItem func(ctx context.Context, item *datav1.MultiItem) error
 	// ObserveCall, when set, is told of each call of a Stream served: the
 	// unary method it stands for, the code of its answer, and how long it
@@ -501,14 +501,24 @@ func (r *Router) placeGet(req *datav1.GetRequest) error {
 // or Get would be (Write and Get below: the same routing, forwarding and
 // redirects), all of them concurrently (the replicaset's Raft group
 // batches concurrent proposals into one append), and answered with its
-// own result or full error status. Access checks are per item too (the
-// authorizer's interceptor, internal/auth).
+// own result or full error status. Access checks are per item too
+// (Config.AuthorizeItem: an item refused is answered with its refusal and
+// not served); Stream's calls go through here.
 func (r *Router) Multi(ctx context.Context, req *datav1.MultiRequest) (*datav1.MultiResponse, error) {
 	if err := datav1.CheckMulti(req); err != nil {
 		return nil, err
 	}
 	items := req.GetItems()
 	out := &datav1.MultiResponse{Results: make([]*datav1.MultiResult, len(items))}
+	refused := 0
+	if r.cfg.AuthorizeItem != nil {
+		for i, it := range items {
+			if err := r.cfg.AuthorizeItem(ctx, it); err != nil {
+				out.Results[i] = datav1.ResultOf(nil, err)
+				refused++
+			}
+		}
+	}
 	serve := func(i int) {
 		switch op := items[i].GetOp().(type) {
 		case *datav1.MultiItem_Write:
@@ -521,7 +531,10 @@ func (r *Router) Multi(ctx context.Context, req *datav1.MultiRequest) (*datav1.M
 			out.Results[i] = datav1.ResultOf(nil, status.Errorf(codes.InvalidArgument, "Multi item %d is neither a write nor a get", i+1))
 		}
 	}
-	if len(items) == 1 {
+	switch {
+	case refused == len(items):
+		return out, nil
+	case len(items) == 1:
 		serve(0)
 		return out, nil
 	}
@@ -552,6 +565,9 @@ func (r *Router) getLocally(ctx context.Context, items []*datav1.MultiItem, out 
 	var idx []int
 	var reqs []*datav1.GetRequest
 	for i, it := range items {
+		if out.Results[i] != nil {
+			continue // refused by its access check
+		}
 		g := it.GetGet()
 		if g == nil || l == nil {
 			rest = append(rest, i)

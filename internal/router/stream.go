@@ -20,7 +20,7 @@ const StreamWindow = 64
 // gRPC stream instead of a unary call each (the Go client's pipelining,
 // client.Config.DisableStream). The calls of each request are served together
 // as one Multi would serve them (the same routing, forwarding, redirects
-// and per-item access checks, Config.AuthorizeItem), concurrently with
+// and per-item access checks), concurrently with
 // the requests after it, within the latest of their timeouts; each call
 // is answered by its id as soon as its request's calls are all served,
 // and the answers ready together go in one response. Each call is
@@ -102,39 +102,28 @@ func sendReplies(ctx context.Context, ss datav1.DataService_StreamServer, out <-
 // replies.
 func (r *Router) serveStreamCalls(ctx context.Context, calls []*datav1.StreamCall, out chan<- *datav1.StreamReply) {
 	start := time.Now()
-	replies := make([]*datav1.StreamReply, len(calls))
-	items := make([]*datav1.MultiItem, 0, len(calls))
-	served := make([]int, 0, len(calls))
+	items := make([]*datav1.MultiItem, len(calls))
 	var latest uint32
 	bounded := true
 	for i, c := range calls {
-		replies[i] = &datav1.StreamReply{Id: c.GetId()}
-		if r.cfg.AuthorizeItem != nil {
-			if err := r.cfg.AuthorizeItem(ctx, c.GetItem()); err != nil {
-				replies[i].Result = datav1.ResultOf(nil, err)
-				continue
-			}
-		}
-		items, served = append(items, c.GetItem()), append(served, i)
-		if c.GetTimeoutMs() == 0 {
-			bounded = false
-		}
+		items[i] = c.GetItem()
+		bounded = bounded && c.GetTimeoutMs() > 0
 		latest = max(latest, c.GetTimeoutMs())
 	}
-	if len(items) > 0 {
-		mctx := ctx
-		if bounded {
-			var cancel context.CancelFunc
-			mctx, cancel = context.WithTimeout(ctx, time.Duration(latest)*time.Millisecond)
-			defer cancel()
-		}
-		resp, err := r.Multi(mctx, &datav1.MultiRequest{Items: items})
-		for j, i := range served {
-			if err != nil {
-				replies[i].Result = datav1.ResultOf(nil, err)
-			} else {
-				replies[i].Result = resp.GetResults()[j]
-			}
+	mctx := ctx
+	if bounded {
+		var cancel context.CancelFunc
+		mctx, cancel = context.WithTimeout(ctx, time.Duration(latest)*time.Millisecond)
+		defer cancel()
+	}
+	resp, err := r.Multi(mctx, &datav1.MultiRequest{Items: items})
+	replies := make([]*datav1.StreamReply, len(calls))
+	for i, c := range calls {
+		replies[i] = &datav1.StreamReply{Id: c.GetId()}
+		if err != nil {
+			replies[i].Result = datav1.ResultOf(nil, err)
+		} else {
+			replies[i].Result = resp.GetResults()[i]
 		}
 	}
 	if r.cfg.ObserveCall != nil {

@@ -132,3 +132,54 @@ func TestStreamRefusesARequestOverTheLimit(t *testing.T) {
 		t.Errorf("a request of %d calls: %v, want InvalidArgument naming the limit", len(big.Calls), err)
 	}
 }
+
+// A Multi's items are checked one by one: one refused alone is answered
+// with its refusal and never served, and the others are.
+func TestMultiChecksEachItem(t *testing.T) {
+	var mu sync.Mutex
+	var calls []string
+	r := New(Config{
+		Topology: &fakeTopology{holder: "r2"},
+		Dial: func(addr string) (grpc.ClientConnInterface, error) {
+			return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return nil }}, nil
+		},
+		AuthorizeItem: func(_ context.Context, it *datav1.MultiItem) error {
+			if it.GetWrite().GetBucket() == 6 {
+				return status.Error(codes.PermissionDenied, "user may not write bucket 6")
+			}
+			return nil
+		},
+	})
+	write := func(bucket uint32) *datav1.MultiItem {
+		return &datav1.MultiItem{Op: &datav1.MultiItem_Write{Write: &datav1.WriteRequest{Bucket: bucket}}}
+	}
+	for _, tc := range []struct {
+		items []*datav1.MultiItem
+		want  []codes.Code
+	}{
+		{[]*datav1.MultiItem{write(6)}, []codes.Code{codes.PermissionDenied}},
+		{[]*datav1.MultiItem{write(5), write(6), write(5)}, []codes.Code{codes.OK, codes.PermissionDenied, codes.OK}},
+	} {
+		mu.Lock()
+		calls = nil
+		mu.Unlock()
+		resp, err := r.Multi(t.Context(), &datav1.MultiRequest{Items: tc.items})
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := 0
+		for i, res := range resp.GetResults() {
+			if c := codes.Code(res.GetError().GetCode()); c != tc.want[i] {
+				t.Errorf("%d items: item %d: %v, want %v", len(tc.items), i+1, res, tc.want[i])
+			}
+			if tc.want[i] == codes.OK {
+				served++
+			}
+		}
+		mu.Lock()
+		if len(calls) != served {
+			t.Errorf("%d items: %d forwarded, want %d (the refused one never)", len(tc.items), len(calls), served)
+		}
+		mu.Unlock()
+	}
+}
