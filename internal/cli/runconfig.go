@@ -118,6 +118,15 @@ func runSettings() []runSetting {
 				c.HTTPOpenHealth = b
 				return nil
 			}},
+		{name: "lease-reads", typ: "bool", def: "true", usage: "a replicaset or group-0 leader answers linearizable reads under a time-bounded lease instead of a heartbeat round per read index; it trusts the members' clocks to run at rates within 10% of each other (docs/operations.md, \"Lease reads\")",
+			apply: func(c *server.InstanceConfig, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.DisableLeaseReads = !b
+				return nil
+			}},
 		{name: "auto-offline-timeout", typ: "duration", def: "30s", usage: "the leader marks an instance Offline after this long without a successful RPC",
 			apply: func(c *server.InstanceConfig, v string) error {
 				d, err := parsePositiveDuration(v)

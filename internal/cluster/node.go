@@ -45,7 +45,10 @@ type Config struct {
 	DataDir            string
 	AutoOfflineTimeout time.Duration
 	ShutdownTimeout    time.Duration
-	Logger             *slog.Logger
+	// DisableLeaseReads turns the raft host's lease reads off
+	// (multiraft.Config.LeaseReads): every read index is a heartbeat round.
+	DisableLeaseReads bool
+	Logger            *slog.Logger
 	// Credentials secure every connection to another instance (cluster
 	// calls and the raft transport), through client.DialOptions; nil means
 	// plaintext.
@@ -316,6 +319,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 		SnapshotDir: filepath.Join(n.cfg.DataDir, "snapshots"),
 		Transport:   tr,
 		Logger:      n.log,
+		LeaseReads:  !n.cfg.DisableLeaseReads,
 		OnFatal: func(err error) {
 			select {
 			case n.fatal <- err:

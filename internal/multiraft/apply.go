@@ -87,6 +87,7 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 				return fmt.Errorf("group %d entry %d: %w", g.id, last.Index, err)
 			}
 			cs = g.rn.ApplyConfChange(cc)
+			g.voidLease() // the quorum that confirmed it may be no quorum now (5)
 			results = append(results, appliedResult{id: id, index: last.Index, value: proto.CloneOf(cs)})
 			g.log.Info("configuration changed", "index", last.Index, "voters", cs.GetVoters(),
 				"learners", cs.GetLearners(), "outgoing", cs.GetVotersOutgoing())
@@ -239,6 +240,7 @@ func (g *group) takeReadStates(rss []raft.ReadState) {
 		id := binary.BigEndian.Uint64(rs.RequestCtx)
 		if r := g.pendingReads[id]; r != nil {
 			delete(g.pendingReads, id)
+			g.extendLease(r)
 			r.index = rs.Index
 			g.readyReads = append(g.readyReads, r)
 			for _, x := range r.riders {

@@ -25,9 +25,11 @@
 //
 // For the groups of one round, in this order:
 //
-//  1. Feed raft: step inbound messages, report snapshot outcomes and
-//     unreachable peers, propose queued commands and conf changes, ask for
-//     read indexes, tick. Then take each group's Ready.
+//  1. Feed raft: step inbound messages (but no vote request while the
+//     member holds its vote, "Lease reads" step 6), report snapshot
+//     outcomes and unreachable peers, propose queued commands and conf
+//     changes, ask for read indexes (or, under a leader's lease, take the
+//     commit index for them), tick. Then take each group's Ready.
 //  2. Leaders send their messages now. A leader may replicate entries
 //     before they are durable on its own disk (Raft thesis 10.2.1): it
 //     counts itself in the quorum only once its own append is acknowledged,
@@ -101,6 +103,55 @@
 // the state machine from the file and then records the applied state and
 // deletes the marker. A crash in between finds the marker at the next open
 // and restores again.
+//
+// # Lease reads
+//
+// Group.ReadIndex returns once this member has applied everything
+// committed when it was called. Without a lease (Config.LeaseReads off)
+// each round's reads share one raft read index: the leader sends a
+// heartbeat round and waits for a quorum's answers before it knows its
+// commit index is the latest. With Config.LeaseReads a leader skips that
+// round while it holds a lease (lease.go; its comments cite these steps):
+//
+//  1. A leader that asks raft for a read index notes the time T it asked
+//     (Config.Clock). When raft confirms it (a quorum answered the
+//     heartbeats sent at or after T), the leader holds a lease until
+//     T + d, d = (ElectionTicks-2) × TickInterval × 0.9, in the term it
+//     asked in.
+//  2. Under the lease a read waits for the leader's commit index, with no
+//     round. Raft confirms a read index only once the leader has
+//     committed an entry of its own term, so that index covers every
+//     write any leader acknowledged.
+//  3. A read in the second half of the lease also sends a read index
+//     (at most one per quarter of a lease) whose confirmation extends it:
+//     a steady read load never waits for a round.
+//  4. A leader that sends MsgTimeoutNow (a leadership transfer) holds no
+//     lease for the rest of that term, even if the transfer fails: its
+//     receiver may campaign at any later moment of the term, and voters
+//     grant a transfer's campaign even within a lease.
+//  5. An applied conf change ends the lease: the quorum that confirmed it
+//     may be none of the new configuration. A read index sent before the
+//     change extends nothing.
+//  6. A member answers no vote request for ElectionTicks ticks after it
+//     opens a group it had state for (a restart) or joins one: before the
+//     restart it may have promised a leader its vote, and it remembers
+//     nothing of it. A fresh bootstrap promised nobody anything.
+//
+// Why no other leader is elected before T + d: every member of the quorum
+// of step 1 took a heartbeat of this leader at or after T, and from then
+// (raft's CheckQuorum lease, which this engine always enables) grants no
+// vote until it has counted ElectionTicks ticks without hearing from the
+// leader (6 covers a member that restarts meanwhile). Ticks come no faster
+// than TickInterval, but a late tick may come right before the next one,
+// so that takes at least (ElectionTicks-2) × TickInterval; the 10% is for
+// clocks that run at different rates. Any quorum that elects another
+// leader holds one of those members. So the assumptions are those of every
+// lease: members' clocks do not run more than 10% apart in rate, and the
+// lease's clock does not stop while the others' run (CLOCK_BOOTTIME goes
+// on through a suspend; a virtual machine paused by its host without its
+// clock being told is outside it). A leader that stops (SIGSTOP, a long
+// pause) and resumes reads its clock again before it serves a read, and
+// finds the lease over. Read indexes on followers always go to the leader.
 //
 // # Log compaction
 //

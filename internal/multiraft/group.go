@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -63,6 +64,10 @@ type group struct {
 	spooled      []string                // snapshot spool files stepped into raft
 	restored     uint64                  // snapshots restored since the group was opened
 	failure      error                   // set when the group stopped for good
+	lease        leaseState              // lease.go
+	// voteHoldTicks counts down the ticks, from opening, during which
+	// this member answers no vote request (lease.go, holdsVote).
+	voteHoldTicks int
 
 	// Waiters for proposals, guarded by wmu (not mu, so that a caller whose
 	// context ends can leave without waiting for a round).
@@ -101,6 +106,11 @@ type readRequest struct {
 	index uint64
 	ticks int
 	done  chan error // buffered
+	// sentAt, term and epoch are set when a leader asks raft for this
+	// read index with lease reads on: the answer extends its lease.
+	sentAt time.Duration
+	term   uint64
+	epoch  uint64
 	// riders are reads queued in the same round, answered by this one's
 	// read index (one heartbeat round serves them all).
 	riders []*readRequest
@@ -170,6 +180,11 @@ func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
 	found, err := g.store.load()
 	if err != nil {
 		return nil, err
+	}
+	if found || len(gc.Members) == 0 {
+		// A restart (or a joiner, which knows no better) may have promised
+		// a leader its vote; a fresh bootstrap promised nobody anything.
+		g.voteHoldTicks = h.cfg.ElectionTicks
 	}
 	if !found && len(gc.Members) > 0 {
 		if err := g.bootstrap(gc.Members); err != nil {

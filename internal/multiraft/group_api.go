@@ -273,6 +273,12 @@ type Status struct {
 	// SnapshotsRestored counts snapshots this member restored since the
 	// group was opened here.
 	SnapshotsRestored uint64
+	// ReadIndexes counts the read index rounds this member asked raft for,
+	// and LeaseReads the ReadIndex calls it answered under its lease
+	// (Config.LeaseReads), since the group was opened here.
+	ReadIndexes, LeaseReads uint64
+	// LeaseRemaining is what is left of this leader's lease (0: none).
+	LeaseRemaining time.Duration
 	// Peers is filled on the leader only: its view of every member.
 	Peers []PeerStatus
 }
@@ -306,6 +312,11 @@ func (G *Group) Status() Status {
 		LeadTransferee: NodeID(rs.LeadTransferee),
 
 		SnapshotsRestored: g.restored,
+		ReadIndexes:       g.lease.readIndexes,
+		LeaseReads:        g.lease.served,
+	}
+	if rs.RaftState == raft.StateLeader && g.lease.term == rs.GetTerm() {
+		st.LeaseRemaining = max(0, g.lease.until-g.host.now())
 	}
 	for id := range rs.Config.Voters[0] {
 		st.Voters = append(st.Voters, NodeID(id))

@@ -37,6 +37,24 @@ type testNode struct {
 	incarnation int
 	fatal       atomic.Pointer[error] // set when the host stopped on a storage failure (or failpoint)
 	diskFull    atomic.Bool           // every write to fs fails with ENOSPC (fulldisk_test.go)
+	// leaseReads counts the reads its groups served under a lease in the
+	// incarnations before this one (see leaseReads).
+	leaseReads uint64
+}
+
+// leaseReadsOf counts the reads gid served under a lease on every node,
+// over all their incarnations.
+func (c *cluster) leaseReadsOf(gid multiraft.GroupID) uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var n uint64
+	for _, node := range c.nodes {
+		n += node.leaseReads
+		if g := node.groups[gid]; node.alive && g != nil {
+			n += g.Status().LeaseReads
+		}
+	}
+	return n
 }
 
 // cluster drives the hosts of a test in lock step with the network: one
@@ -53,6 +71,8 @@ type cluster struct {
 	members map[multiraft.GroupID][]multiraft.NodeID // initial members
 	step    uint64
 	crashes int
+	// now is step, for the hosts' lease clock (stepClock), read without mu.
+	now atomic.Uint64
 
 	stopDriver chan struct{}
 	driverDone chan struct{}
@@ -108,6 +128,9 @@ func (c *cluster) openNode(n *testNode) {
 	if c.tweak != nil {
 		c.tweak(&cfg)
 	}
+	if cfg.LeaseReads && cfg.Clock == nil {
+		cfg.TickInterval, cfg.Clock = testTick, c.stepClock // leases counted in the hosts' ticks
+	}
 	h, err := multiraft.NewHost(cfg)
 	if err != nil {
 		c.t.Fatalf("node %d: %v", n.id, err)
@@ -161,6 +184,7 @@ func (c *cluster) runStep() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.step++
+	c.now.Store(c.step)
 	worked := c.net.Deliver() > 0
 	for _, id := range c.ids() {
 		n := c.nodes[id]
@@ -175,6 +199,17 @@ func (c *cluster) runStep() bool {
 		}
 	}
 	return worked
+}
+
+// testTick is the nominal Config.TickInterval of the harness's hosts.
+const testTick = 100 * time.Millisecond
+
+// stepClock is a lease clock (Config.Clock) for the harness: it advances a
+// tick's worth every ticksEvery steps, as the hosts tick, so a lease is
+// measured in the ticks the other members count (messages are delayed in
+// steps too).
+func (c *cluster) stepClock() time.Duration {
+	return time.Duration(c.now.Load()) * testTick / time.Duration(c.ticksEvery)
 }
 
 func (c *cluster) ids() []multiraft.NodeID {
@@ -235,6 +270,9 @@ func (c *cluster) crashLocked(id multiraft.NodeID) {
 		return
 	}
 	c.net.Unregister(id)
+	for _, g := range n.groups {
+		n.leaseReads += g.Status().LeaseReads
+	}
 	n.host.Stop()
 	// What survives a crash: everything synced, and a random part of what
 	// was written but not synced (Pebble recovers its log up to the first

@@ -100,19 +100,24 @@ func TestLinearizableUnderFaults(t *testing.T) {
 	t.Parallel()
 	seeds := envInt("SHARDKIT_LINEARIZABILITY_SEEDS", 3)
 	seconds := envInt("SHARDKIT_LINEARIZABILITY_SECONDS", 3)
-	for seed := 1; seed <= seeds; seed++ {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			t.Parallel()
-			runLinearizability(t, uint64(seed), time.Duration(seconds)*time.Second)
-		})
+	for _, leases := range []bool{false, true} {
+		for seed := 1; seed <= seeds; seed++ {
+			t.Run(fmt.Sprintf("leases=%v/seed=%d", leases, seed), func(t *testing.T) {
+				t.Parallel()
+				runLinearizability(t, uint64(seed), time.Duration(seconds)*time.Second, leases)
+			})
+		}
 	}
 }
 
-func runLinearizability(t *testing.T, seed uint64, dur time.Duration) {
+// runLinearizability runs the test once; with leases the reads are served
+// under the leader's lease (Config.LeaseReads) wherever it holds one.
+func runLinearizability(t *testing.T, seed uint64, dur time.Duration, leases bool) {
 	t.Helper()
 	c := newCluster(t, seed, 3, func(cfg *multiraft.Config) {
 		cfg.LogCompactionThreshold = 200 // snapshots happen too
 		cfg.LogCompactionKeep = 20
+		cfg.LeaseReads = leases
 	})
 	c.addGroup(g1, 1, 2, 3)
 	c.start()
@@ -155,7 +160,12 @@ func runLinearizability(t *testing.T, seed uint64, dur time.Duration) {
 			known++
 		}
 	}
-	t.Logf("seed %d: %d operations (%d with known outcome, %d checked), faults: %v", seed, len(h.ops), known, len(ops), faults)
+	leased := c.leaseReadsOf(g1)
+	t.Logf("seed %d: %d operations (%d with known outcome, %d checked), reads under a lease %d, faults: %v",
+		seed, len(h.ops), known, len(ops), leased, faults)
+	if leases && leased == 0 {
+		t.Fatal("lease reads on, and no read was served under a lease: the test checked none")
+	}
 	if known < 20 {
 		t.Fatalf("only %d operations completed: the test checked too little", known)
 	}

@@ -84,6 +84,9 @@ func (g *group) handleInputs(f schedFlags) {
 	g.inMu.Unlock()
 
 	for _, m := range inbox {
+		if g.holdsVote(m) {
+			continue
+		}
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			g.spooled = append(g.spooled, string(m.GetSnapshot().GetData()))
 		}
@@ -120,12 +123,21 @@ func (g *group) handleInputs(f schedFlags) {
 		}
 	}
 	if len(reads) > 0 {
-		// One read index for every read of the round: any index raft
-		// confirms now is one they may all wait for.
-		lead := reads[0]
-		lead.riders = append(lead.riders, reads[1:]...)
-		g.pendingReads[lead.id] = lead
-		g.rn.ReadIndex(readCtx(lead.id))
+		if index, ok := g.leaseIndex(); ok {
+			// Under a lease the commit index is the read index.
+			for _, r := range reads {
+				r.index = index
+			}
+			g.lease.served += uint64(len(reads))
+			g.readyReads = append(g.readyReads, reads...)
+			g.answerReads() // those applied already: this round may have no Ready
+		} else {
+			// One read index for every read of the round: any index raft
+			// confirms now is one they may all wait for.
+			lead := reads[0]
+			lead.riders = append(lead.riders, reads[1:]...)
+			g.sendReadIndex(lead)
+		}
 	}
 	for _, to := range transfers {
 		g.rn.TransferLeader(uint64(to))
@@ -133,6 +145,9 @@ func (g *group) handleInputs(f schedFlags) {
 	if f&flagTick != 0 {
 		g.rn.Tick()
 		g.retryReads()
+		if g.voteHoldTicks > 0 {
+			g.voteHoldTicks--
+		}
 	}
 }
 
@@ -301,6 +316,7 @@ func (h *Host) send(g *group, msgs []*raftpb.Message) error {
 	}
 	out := make([]OutboundMessage, 0, len(msgs))
 	for _, m := range msgs {
+		g.noteOutgoing(m)
 		if m.GetType() == raftpb.MessageType_MsgSnap {
 			h.snaps.send(g, m)
 			continue

@@ -59,6 +59,10 @@ type InstanceConfig struct {
 	// HTTPOpenHealth lets /health/* answer without a client certificate on
 	// a secure instance (for load balancers' probes).
 	HTTPOpenHealth bool `yaml:"http-open-health"`
+	// DisableLeaseReads makes every leader confirm its leadership with a
+	// heartbeat round for each read index (--lease-reads=false) instead of
+	// answering under its lease (multiraft.Config.LeaseReads).
+	DisableLeaseReads bool `yaml:"-"`
 	// LogLevel and LogFormat (text or json) configure the log on stderr.
 	LogLevel  string `yaml:"log-level"`
 	LogFormat string `yaml:"log-format"`

@@ -89,6 +89,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		DataDir:               cfg.DataDir,
 		AutoOfflineTimeout:    cfg.AutoOfflineTimeout,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
+		DisableLeaseReads:     cfg.DisableLeaseReads,
 		Logger:                log,
 		NewReplicasetSM:       data.newSM,
 		OnReplicasetGroup:     data.opened,
