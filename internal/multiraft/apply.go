@@ -241,10 +241,10 @@ func (g *group) takeReadStates(rss []raft.ReadState) {
 		if r := g.pendingReads[id]; r != nil {
 			delete(g.pendingReads, id)
 			g.extendLease(r)
-			r.index = rs.Index
+			r.index = g.readFloor(rs.Index)
 			g.readyReads = append(g.readyReads, r)
 			for _, x := range r.riders {
-				x.index = rs.Index
+				x.index = r.index
 				g.readyReads = append(g.readyReads, x)
 			}
 			r.riders = nil

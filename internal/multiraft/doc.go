@@ -26,7 +26,7 @@
 // For the groups of one round, in this order:
 //
 //  1. Feed raft: step inbound messages (but no vote request while the
-//     member holds its vote, "Lease reads" step 6), report snapshot
+//     member refuses votes, "Lease reads" step 6), report snapshot
 //     outcomes and unreachable peers, propose queued commands and conf
 //     changes, ask for read indexes (or, under a leader's lease, take the
 //     commit index for them), tick. Then take each group's Ready.
@@ -119,9 +119,12 @@
 //     T + d, d = (ElectionTicks-2) × TickInterval × 0.9, in the term it
 //     asked in.
 //  2. Under the lease a read waits for the leader's commit index, with no
-//     round. Raft confirms a read index only once the leader has
-//     committed an entry of its own term, so that index covers every
-//     write any leader acknowledged.
+//     round. A lease is taken only once the leader has committed its
+//     term's first entry, so that index covers every write any leader
+//     acknowledged. (Every read of a leader waits for that entry too:
+//     raft confirms the read index of a one-voter group at once, with a
+//     commit index that a restart may have set back, as it is written
+//     without a sync.)
 //  3. A read in the second half of the lease also sends a read index
 //     (at most one per quarter of a lease) whose confirmation extends it:
 //     a steady read load never waits for a round.
@@ -132,26 +135,32 @@
 //  5. An applied conf change ends the lease: the quorum that confirmed it
 //     may be none of the new configuration. A read index sent before the
 //     change extends nothing.
-//  6. A member answers no vote request for ElectionTicks ticks after it
-//     opens a group it had state for (a restart) or joins one: before the
-//     restart it may have promised a leader its vote, and it remembers
-//     nothing of it. A fresh bootstrap promised nobody anything.
+//  6. Every member, whatever its LeaseReads, answers no vote request
+//     (but a transfer's) for g = (ElectionTicks-1) × TickInterval after
+//     it last stepped a heartbeat, an append or a snapshot, and after it
+//     opened a group it had state for (a restart: it may have promised a
+//     leader before, and remembers nothing of it) or joins one. A fresh
+//     bootstrap promised nobody anything.
 //
 // Why no other leader is elected before T + d: every member of the quorum
-// of step 1 took a heartbeat of this leader at or after T, and from then
-// (raft's CheckQuorum lease, which this engine always enables) grants no
-// vote until it has counted ElectionTicks ticks without hearing from the
-// leader (6 covers a member that restarts meanwhile). Ticks come no faster
-// than TickInterval, but a late tick may come right before the next one,
-// so that takes at least (ElectionTicks-2) × TickInterval; the 10% is for
-// clocks that run at different rates. Any quorum that elects another
-// leader holds one of those members. So the assumptions are those of every
-// lease: members' clocks do not run more than 10% apart in rate, and the
-// lease's clock does not stop while the others' run (CLOCK_BOOTTIME goes
-// on through a suspend; a virtual machine paused by its host without its
-// clock being told is outside it). A leader that stops (SIGSTOP, a long
-// pause) and resumes reads its clock again before it serves a read, and
-// finds the lease over. Read indexes on followers always go to the leader.
+// of step 1 stepped a heartbeat of this leader at or after T, so by 6 it
+// grants no vote before T + g by its own clock, even if it restarts
+// meanwhile; any quorum that elects another leader holds one of them. The
+// refusal is measured on the clock, not in raft's ticks: raft's own check
+// (CheckQuorum's lease, which this engine always enables) counts ticks,
+// and a tick that fired before the heartbeat may be counted after it (the
+// ticker's buffer, a tick flag still pending). d is g less a tick, less
+// 10%: the assumptions are that the members' clocks run at rates within
+// 10% of each other, that all hosts of a group have the same ElectionTicks
+// and TickInterval, and that the lease's clock does not stop while the
+// others' run (CLOCK_BOOTTIME goes on through a suspend; a virtual
+// machine paused by its host without its clock being told is outside
+// it). A leader that stops (SIGSTOP, a long pause) and resumes reads its
+// clock again before it serves a read, and finds the lease over. Read
+// indexes on followers always go to the leader. Elections go on as
+// before: a member campaigns after ElectionTicks to 2×ElectionTicks ticks
+// without a leader, nearly always past g; a campaign that comes sooner is
+// refused and tried again.
 //
 // # Log compaction
 //

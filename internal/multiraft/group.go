@@ -65,9 +65,12 @@ type group struct {
 	restored     uint64                  // snapshots restored since the group was opened
 	failure      error                   // set when the group stopped for good
 	lease        leaseState              // lease.go
-	// voteHoldTicks counts down the ticks, from opening, during which
-	// this member answers no vote request (lease.go, holdsVote).
-	voteHoldTicks int
+	// votesFrom is when (Config.Clock) this member may answer vote
+	// requests again (lease.go, holdsVote).
+	votesFrom time.Duration
+	// termStart is, while this member leads, the index of its term's
+	// first entry: no read is answered below it (readFloor).
+	termStart uint64
 
 	// Waiters for proposals, guarded by wmu (not mu, so that a caller whose
 	// context ends can leave without waiting for a round).
@@ -184,7 +187,7 @@ func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
 	if found || len(gc.Members) == 0 {
 		// A restart (or a joiner, which knows no better) may have promised
 		// a leader its vote; a fresh bootstrap promised nobody anything.
-		g.voteHoldTicks = h.cfg.ElectionTicks
+		g.heardLeader(h.now())
 	}
 	if !found && len(gc.Members) > 0 {
 		if err := g.bootstrap(gc.Members); err != nil {

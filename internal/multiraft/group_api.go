@@ -194,15 +194,6 @@ func (G *Group) TransferLeadership(ctx context.Context, to NodeID) error {
 	}
 }
 
-// Campaign makes this member start an election now.
-func (G *Group) Campaign() {
-	g := G.g
-	g.inMu.Lock()
-	g.campaign = true
-	g.inMu.Unlock()
-	g.host.sched.enqueue(g, flagInput)
-}
-
 // Leader returns the leader this member knows of (0 if none).
 func (G *Group) Leader() NodeID { return NodeID(G.g.leader.Load()) }
 
@@ -315,7 +306,7 @@ func (G *Group) Status() Status {
 		ReadIndexes:       g.lease.readIndexes,
 		LeaseReads:        g.lease.served,
 	}
-	if rs.RaftState == raft.StateLeader && g.lease.term == rs.GetTerm() {
+	if rs.RaftState == raft.StateLeader && g.lease.term == rs.GetTerm() && rs.LeadTransferee == 0 {
 		st.LeaseRemaining = max(0, g.lease.until-g.host.now())
 	}
 	for id := range rs.Config.Voters[0] {

@@ -71,6 +71,9 @@ type cluster struct {
 	members map[multiraft.GroupID][]multiraft.NodeID // initial members
 	step    uint64
 	crashes int
+	// loseUnsynced makes every crash lose all that was written without a
+	// sync (by default crashes keep none, half or all of it, in turn).
+	loseUnsynced bool
 	// now is step, for the hosts' lease clock (stepClock), read without mu.
 	now atomic.Uint64
 
@@ -128,8 +131,10 @@ func (c *cluster) openNode(n *testNode) {
 	if c.tweak != nil {
 		c.tweak(&cfg)
 	}
-	if cfg.LeaseReads && cfg.Clock == nil {
-		cfg.TickInterval, cfg.Clock = testTick, c.stepClock // leases counted in the hosts' ticks
+	if cfg.Clock == nil {
+		// Leases and vote refusals (doc.go, "Lease reads") measured in the
+		// hosts' ticks.
+		cfg.TickInterval, cfg.Clock = testTick, c.stepClock
 	}
 	h, err := multiraft.NewHost(cfg)
 	if err != nil {
@@ -279,6 +284,9 @@ func (c *cluster) crashLocked(id multiraft.NodeID) {
 	// missing piece, so a prefix of the unsynced writes).
 	c.crashes++
 	cfg := vfs.CrashCloneCfg{UnsyncedDataPercent: []int{0, 50, 100}[c.crashes%3]}
+	if c.loseUnsynced {
+		cfg.UnsyncedDataPercent = 0
+	}
 	if cfg.UnsyncedDataPercent > 0 {
 		cfg.RNG = rand.New(rand.NewPCG(uint64(c.crashes), 7))
 	}

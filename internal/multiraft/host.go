@@ -44,14 +44,16 @@ type Config struct {
 	// LeaseReads lets a leader answer Group.ReadIndex from a lease instead
 	// of a heartbeat round per read index (the package documentation,
 	// "Lease reads"): after a quorum confirmed its leadership at time T it
-	// serves reads alone until T + (ElectionTicks-2) ticks - 10%. It
-	// assumes that no member's clock runs more than 10% fast against
-	// another's, and that ticks come no faster than TickInterval (with
-	// ManualTicks, give a Clock that advances TickInterval a tick). Needs
+	// serves reads alone until T + (ElectionTicks-2) ticks - 10%, while
+	// every member refuses votes for ElectionTicks-1 ticks after it last
+	// heard from a leader (whatever this setting). It assumes that the
+	// members' clocks run at rates within 10% of each other and that all
+	// hosts of a group have the same ElectionTicks and TickInterval. Needs
 	// ElectionTicks >= 4; fewer leaves it off.
 	LeaseReads bool
 	// Clock is the lease's clock: a monotonic reading that goes on while
-	// the machine is suspended (default: CLOCK_BOOTTIME on Linux).
+	// the machine is suspended (default: CLOCK_BOOTTIME on Linux). Tests
+	// that tick by hand give one that advances TickInterval a tick.
 	Clock func() time.Duration
 
 	// Workers is the size of the worker pool (default 2). ManualProcessing
@@ -157,6 +159,7 @@ type Host struct {
 	nextID atomic.Uint64 // proposal and read ids
 
 	leaseDur time.Duration        // cfg.leaseDuration(): 0 when lease reads are off
+	voteGap  time.Duration        // cfg.voteGap()
 	now      func() time.Duration // cfg.Clock
 
 	ctx     context.Context
@@ -195,7 +198,7 @@ func NewHost(cfg Config) (*Host, error) {
 		cancel: cancel,
 		now:    cfg.Clock,
 	}
-	h.leaseDur = cfg.leaseDuration()
+	h.leaseDur, h.voteGap = cfg.leaseDuration(), cfg.voteGap()
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	h.nextID.Store(binary.BigEndian.Uint64(seed[:]) >> 1)

@@ -1,6 +1,7 @@
 package multiraft
 
 import (
+	"bytes"
 	"time"
 
 	"go.etcd.io/raft/v3"
@@ -84,6 +85,9 @@ func (g *group) extendLease(r *readRequest) {
 	if st.RaftState != raft.StateLeader || st.GetTerm() != r.term || r.epoch != g.lease.epoch || r.term == g.lease.noTerm {
 		return
 	}
+	if st.GetCommit() < g.termStart {
+		return // (2) not before an entry of this term is committed
+	}
 	if g.lease.term != r.term {
 		g.lease.term, g.lease.until = r.term, 0
 	}
@@ -108,13 +112,57 @@ func (g *group) noteOutgoing(m *raftpb.Message) {
 }
 
 // holdsVote reports whether m is a vote request this member must not
-// answer yet: for an election timeout after the group opened here it
-// grants no vote (6), because it may have promised a leader, before it
-// restarted, not to vote for anyone else until that leader's lease ended.
-func (g *group) holdsVote(m *raftpb.Message) bool {
-	if g.voteHoldTicks <= 0 {
+// answer now (6): one that arrives within Config.voteGap of this member
+// last hearing from a leader (a heartbeat, an append or a snapshot), or of
+// opening the group (a restart forgets the leader it heard). A transfer's
+// campaign is answered: the leader that started it gave up its lease (4).
+func (g *group) holdsVote(m *raftpb.Message, now time.Duration) bool {
+	t := m.GetType()
+	if t != raftpb.MessageType_MsgVote && t != raftpb.MessageType_MsgPreVote {
 		return false
 	}
-	t := m.GetType()
-	return t == raftpb.MessageType_MsgVote || t == raftpb.MessageType_MsgPreVote
+	return now < g.votesFrom && !bytes.Equal(m.GetContext(), campaignTransfer)
+}
+
+// campaignTransfer is the context raft gives the votes of a campaign that
+// MsgTimeoutNow started (raft's unexported campaignTransfer).
+var campaignTransfer = []byte("CampaignTransfer")
+
+// heardLeader notes that this member stepped a message only a leader sends
+// (6): it answers no vote request for the next voteGap.
+func (g *group) heardLeader(now time.Duration) {
+	g.votesFrom = max(g.votesFrom, now+g.host.voteGap)
+}
+
+// voteGap is how long a member refuses vote requests after it last heard
+// from a leader, or after it opened a group (6): one tick less than an
+// election timeout, which raft's own elections wait at least.
+func (c *Config) voteGap() time.Duration {
+	return time.Duration(c.ElectionTicks-1) * c.TickInterval
+}
+
+// noteTermStart records, as this member becomes leader, the index of the
+// empty entry raft appends to open its term (in the Ready that says so).
+func (g *group) noteTermStart(ents []*raftpb.Entry) {
+	term := g.rn.BasicStatus().GetTerm()
+	for _, e := range ents {
+		if e.GetTerm() == term {
+			g.termStart = e.GetIndex()
+			return
+		}
+	}
+	g.log.Error("raft made this member leader without an entry of its term in the same Ready", "term", term)
+}
+
+// readFloor is the index a read confirmed at index waits for. A leader
+// waits at least for its term's first entry: raft confirms a read index
+// of a group with one voter at once, with the commit index it knows, and
+// after a restart that may lag what was committed (and acknowledged)
+// before: the commit index is written without a sync. Entries of the term
+// commit only with every entry before them.
+func (g *group) readFloor(index uint64) uint64 {
+	if g.soft.RaftState == raft.StateLeader {
+		return max(index, g.termStart)
+	}
+	return index
 }

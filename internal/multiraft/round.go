@@ -83,8 +83,12 @@ func (g *group) handleInputs(f schedFlags) {
 	g.transfers, g.snapRep, g.unreach, g.campaign = nil, nil, nil, false
 	g.inMu.Unlock()
 
+	var now time.Duration
+	if len(inbox) > 0 {
+		now = g.host.now()
+	}
 	for _, m := range inbox {
-		if g.holdsVote(m) {
+		if g.holdsVote(m, now) {
 			continue
 		}
 		if m.GetType() == raftpb.MessageType_MsgSnap {
@@ -96,6 +100,7 @@ func (g *group) handleInputs(f schedFlags) {
 		}
 		switch m.GetType() {
 		case raftpb.MessageType_MsgApp, raftpb.MessageType_MsgHeartbeat, raftpb.MessageType_MsgSnap:
+			g.heardLeader(now)
 			if m.GetFrom() == g.leader.Load() {
 				g.leaderContact.Store(time.Now().UnixNano())
 			}
@@ -145,9 +150,6 @@ func (g *group) handleInputs(f schedFlags) {
 	if f&flagTick != 0 {
 		g.rn.Tick()
 		g.retryReads()
-		if g.voteHoldTicks > 0 {
-			g.voteHoldTicks--
-		}
 	}
 }
 
@@ -186,6 +188,9 @@ func (h *Host) handleReadies(work []roundWork) error {
 		w := &work[i]
 		if w.rd.SoftState != nil {
 			w.g.soft = *w.rd.SoftState
+			if w.g.soft.RaftState == raft.StateLeader {
+				w.g.noteTermStart(w.rd.Entries)
+			}
 		}
 		w.leader = w.g.soft.RaftState == raft.StateLeader
 		if w.leader {
