@@ -56,12 +56,15 @@ var (
 	descCommit  = prometheus.NewDesc("shardkit_raft_commit_index", "Raft commit index of a group on this instance.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("shardkit_raft_applied_index", "Raft applied index of a group on this instance.", []string{"group"}, nil)
 	descGrades  = prometheus.NewDesc("shardkit_instances", "Instances of the cluster by current grade.", []string{"grade"}, nil)
+	descIndexes = prometheus.NewDesc("shardkit_raft_read_indexes_total", "Read index rounds this instance asked raft for in a group (since the group was opened here).", []string{"group"}, nil)
+	descLeased  = prometheus.NewDesc("shardkit_raft_lease_reads_total", "Linearizable reads this instance answered under its leader lease in a group, with no read index round (since the group was opened here).", []string{"group"}, nil)
+	descLease   = prometheus.NewDesc("shardkit_raft_lease_remaining_seconds", "What is left of this instance's leader lease in a group (0: none).", []string{"group"}, nil)
 )
 
 type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTerm, descRole, descCommit, descApplied, descGrades} {
+	for _, d := range []*prometheus.Desc{descTerm, descRole, descCommit, descApplied, descGrades, descIndexes, descLeased, descLease} {
 		ch <- d
 	}
 }
@@ -78,6 +81,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRole, prometheus.GaugeValue, 1, label, st.Role)
 		ch <- prometheus.MustNewConstMetric(descCommit, prometheus.GaugeValue, float64(st.Commit), label)
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(st.Applied), label)
+		ch <- prometheus.MustNewConstMetric(descIndexes, prometheus.CounterValue, float64(st.ReadIndexes), label)
+		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.CounterValue, float64(st.LeaseReads), label)
+		ch <- prometheus.MustNewConstMetric(descLease, prometheus.GaugeValue, st.LeaseRemaining.Seconds(), label)
 	}
 	if g := n.g0.Load(); g != nil {
 		emit(GroupMeta, g)
