@@ -3,6 +3,7 @@ package replicaset
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -383,4 +384,13 @@ func FuzzApplyNeverPanics(f *testing.F) {
 		_ = b.Close()
 		fx.sm.ApplyDone(false)
 	})
+}
+
+// A refusal of a write names its operation as before opWhat made the
+// name lazily: "op N (kind in space S)".
+func TestARefusalNamesTheOperation(t *testing.T) {
+	what := opWhat{n: 2, kind: rspb.OpKind_OP_KIND_REPLACE, space: "offers"}
+	if got, want := fmt.Sprintf("%s: the tuple: bad", what), "op 2 (replace in space offers): the tuple: bad"; got != want {
+		t.Fatalf("refusal %q, want %q", got, want)
+	}
 }
