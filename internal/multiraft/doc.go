@@ -128,8 +128,9 @@
 //  3. A read in the second half of the lease also sends a read index
 //     (at most one per quarter of a lease) whose confirmation extends it:
 //     a steady read load never waits for a round.
-//  4. A leader that sends MsgTimeoutNow (a leadership transfer) holds no
-//     lease for the rest of that term, even if the transfer fails: its
+//  4. A leader serves no read under its lease while a leadership transfer
+//     is under way, and one that sends MsgTimeoutNow holds no lease for
+//     the rest of that term, even if the transfer fails: its
 //     receiver may campaign at any later moment of the term, and voters
 //     grant a transfer's campaign even within a lease.
 //  5. An applied conf change ends the lease: the quorum that confirmed it

@@ -38,20 +38,22 @@ type testNode struct {
 	fatal       atomic.Pointer[error] // set when the host stopped on a storage failure (or failpoint)
 	diskFull    atomic.Bool           // every write to fs fails with ENOSPC (fulldisk_test.go)
 	// leaseReads counts the reads its groups served under a lease in the
-	// incarnations before this one (see leaseReads).
+	// incarnations before this one (see cluster.leaseReads).
 	leaseReads uint64
 }
 
-// leaseReadsOf counts the reads gid served under a lease on every node,
-// over all their incarnations.
-func (c *cluster) leaseReadsOf(gid multiraft.GroupID) uint64 {
+// leaseReads counts the reads every group served under a lease on every
+// node, over all their incarnations.
+func (c *cluster) leaseReads() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var n uint64
 	for _, node := range c.nodes {
 		n += node.leaseReads
-		if g := node.groups[gid]; node.alive && g != nil {
-			n += g.Status().LeaseReads
+		for _, g := range node.groups {
+			if node.alive {
+				n += g.Status().LeaseReads
+			}
 		}
 	}
 	return n
@@ -71,9 +73,6 @@ type cluster struct {
 	members map[multiraft.GroupID][]multiraft.NodeID // initial members
 	step    uint64
 	crashes int
-	// loseUnsynced makes every crash lose all that was written without a
-	// sync (by default crashes keep none, half or all of it, in turn).
-	loseUnsynced bool
 	// now is step, for the hosts' lease clock (stepClock), read without mu.
 	now atomic.Uint64
 
@@ -284,9 +283,6 @@ func (c *cluster) crashLocked(id multiraft.NodeID) {
 	// missing piece, so a prefix of the unsynced writes).
 	c.crashes++
 	cfg := vfs.CrashCloneCfg{UnsyncedDataPercent: []int{0, 50, 100}[c.crashes%3]}
-	if c.loseUnsynced {
-		cfg.UnsyncedDataPercent = 0
-	}
 	if cfg.UnsyncedDataPercent > 0 {
 		cfg.RNG = rand.New(rand.NewPCG(uint64(c.crashes), 7))
 	}

@@ -47,8 +47,10 @@ func (g *group) leaseIndex() (uint64, bool) {
 	if d == 0 || g.lease.term == 0 {
 		return 0, false
 	}
+	// A transfer under way: no lease reads until it ends (4). After a
+	// MsgTimeoutNow the lease is void for the term (noteOutgoing).
 	st := g.rn.BasicStatus()
-	if st.RaftState != raft.StateLeader || st.GetTerm() != g.lease.term || st.GetTerm() == g.lease.noTerm || st.LeadTransferee != 0 {
+	if st.RaftState != raft.StateLeader || st.GetTerm() != g.lease.term || st.LeadTransferee != 0 {
 		return 0, false
 	}
 	now := g.host.now()

@@ -224,8 +224,9 @@ func TestLeaseEndsBeforeAnotherLeaderIsElected(t *testing.T) {
 
 // TestLeaseEndsWhenLeadershipIsHandedOver: once a leader sends
 // MsgTimeoutNow its transferee may campaign at any time in this term, and
-// the voters grant that campaign even within a lease; so the leader holds
-// no lease for the rest of the term, even when the transfer fails.
+// the voters grant that campaign even within a lease; so the leader serves
+// no read under its lease while the transfer is under way, and holds no
+// lease for the rest of the term, even when the transfer fails.
 func TestLeaseEndsWhenLeadershipIsHandedOver(t *testing.T) {
 	c := leaseCluster(t, 3)
 	lead := c.establishLease(t)
@@ -237,13 +238,14 @@ func TestLeaseEndsWhenLeadershipIsHandedOver(t *testing.T) {
 	if !c.stepUntilSettled(200, func() bool { return c.group(lead, g1).Status().LeadTransferee == to }) {
 		t.Fatal("the transfer never started")
 	}
-	c.stepUntil(20, func() bool { return false })
+	during := c.group(lead, g1).Status()
+	c.readIndexStepping(t, lead) // well inside the lease taken just before
 	st := c.group(lead, g1).Status()
-	if st.Role != "leader" {
-		t.Fatalf("the leader %d stepped down: %+v", lead, st)
+	if st.Role != "leader" || st.LeadTransferee != to {
+		t.Fatalf("the leader %d is no longer handing over: %+v", lead, st)
 	}
-	if st.LeaseRemaining != 0 {
-		t.Fatalf("the leader %d holds a lease (%v) while handing over", lead, st.LeaseRemaining)
+	if st.LeaseReads != during.LeaseReads {
+		t.Fatalf("the leader %d served a read under its lease while handing over", lead)
 	}
 	// Let the transfer time out; the leader leads on in the same term (the
 	// transferee campaigns in a higher one, but nobody hears it).

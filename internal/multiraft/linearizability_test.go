@@ -160,7 +160,7 @@ func runLinearizability(t *testing.T, seed uint64, dur time.Duration, leases boo
 			known++
 		}
 	}
-	leased := c.leaseReadsOf(g1)
+	leased := c.leaseReads()
 	t.Logf("seed %d: %d operations (%d with known outcome, %d checked), reads under a lease %d, faults: %v",
 		seed, len(h.ops), known, len(ops), leased, faults)
 	if leases && leased == 0 {
