@@ -27,8 +27,8 @@
 //
 //  1. Feed raft: step inbound messages (but no vote request while the
 //     member refuses votes, "Lease reads" step 6), report snapshot
-//     outcomes and unreachable peers, propose queued commands and conf
-//     changes, ask for read indexes (or, under a leader's lease, take the
+//     outcomes and unreachable peers, propose queued commands (unless a
+//     leader holds them back, "Proposal batching") and conf changes, ask for read indexes (or, under a leader's lease, take the
 //     commit index for them), tick. Then take each group's Ready.
 //  2. Leaders send their messages now. A leader may replicate entries
 //     before they are durable on its own disk (Raft thesis 10.2.1): it
@@ -90,6 +90,27 @@
 // replaced in this host's log, ends with ErrOutcomeUnknown: a replaced
 // entry can still be committed, by a leader elected from the members that
 // hold it.
+//
+// # Proposal batching
+//
+// Every round a leader appends costs an fsync on it and on each follower,
+// a message each way and the wake-ups of the goroutines involved,
+// whatever it carries. Proposals that arrive one by one would each pay for
+// a round, so a leader keeps at most one batch of proposals in flight, as
+// TCP's Nagle algorithm keeps one small segment:
+//
+//  1. Only a leader of a group with more than one voter holds proposals.
+//  2. It holds the queued proposals while its log has entries beyond its
+//     commit index (they were appended and are not yet committed); those
+//     that arrive meanwhile do not wake the worker. The round that steps
+//     the answers committing them appends every held proposal together.
+//  3. A tick appends them whatever is in flight, so that a proposal waits
+//     one tick at most (with no quorum, for instance).
+//  4. So does a queue of 256 proposals, or of MaxSizePerMsg bytes.
+//
+// A proposal that finds nothing in flight is appended at once, so a single
+// writer's latency is unchanged; under load the batches grow to what
+// arrives during one commit. Config.DisableProposalBatching turns this off.
 //
 // # Snapshots
 //

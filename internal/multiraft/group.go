@@ -46,6 +46,8 @@ type group struct {
 	inMu      sync.Mutex
 	inbox     []*raftpb.Message
 	props     []*proposal
+	propBytes int  // the size of props' commands
+	holding   bool // the worker holds props back ("Proposal batching"): a new one need not wake it
 	confs     []*proposal
 	reads     []*readRequest
 	transfers []NodeID
@@ -317,7 +319,7 @@ func (g *group) closed() error {
 
 func (g *group) failWaiters(err error) {
 	g.inMu.Lock()
-	g.props, g.confs = nil, nil
+	g.props, g.propBytes, g.holding, g.confs = nil, 0, false, nil
 	g.inMu.Unlock()
 	g.wmu.Lock()
 	for id, p := range g.waiters {

@@ -55,8 +55,18 @@ func (g *group) submit(ctx context.Context, p *proposal, queue *[]*proposal) (an
 		return nil, err
 	}
 	*queue = append(*queue, p)
+	wake := true
+	if queue == &g.props {
+		g.propBytes += len(p.data)
+		// A held proposal is taken when the worker next runs the group
+		// (the commit it waits for, or a tick, brings it back), unless it
+		// makes the queue long enough to go at once.
+		wake = !g.holding || g.heldEnough()
+	}
 	g.inMu.Unlock()
-	g.host.sched.enqueue(g, flagInput)
+	if wake {
+		g.host.sched.enqueue(g, flagInput)
+	}
 	select {
 	case r := <-p.done:
 		return r.value, r.err

@@ -64,6 +64,12 @@ type Config struct {
 	// round, sharing one fsync (default 64).
 	MaxGroupsPerRound int
 
+	// DisableProposalBatching makes a leader append the proposals of every
+	// round at once, instead of holding them back while entries it
+	// appended before are not yet committed ("Proposal batching" in the
+	// package documentation).
+	DisableProposalBatching bool
+
 	// MaxSizePerMsg (default 1 MiB), MaxInflightMsgs (default 256) and
 	// MaxUncommittedBytes (default 64 MiB) are Raft's flow control.
 	MaxSizePerMsg       uint64

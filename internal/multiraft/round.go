@@ -77,9 +77,9 @@ func (g *group) feed(f schedFlags) (rd raft.Ready, ok bool, err error) {
 // handleInputs feeds raft what arrived since the last round.
 func (g *group) handleInputs(f schedFlags) {
 	g.inMu.Lock()
-	inbox, props, confs, reads := g.inbox, g.props, g.confs, g.reads
+	inbox, confs, reads := g.inbox, g.confs, g.reads
 	transfers, snapRep, unreach, campaign := g.transfers, g.snapRep, g.unreach, g.campaign
-	g.inbox, g.props, g.confs, g.reads = nil, nil, nil, nil
+	g.inbox, g.confs, g.reads = nil, nil, nil
 	g.transfers, g.snapRep, g.unreach, g.campaign = nil, nil, nil, false
 	g.inMu.Unlock()
 
@@ -117,7 +117,7 @@ func (g *group) handleInputs(f schedFlags) {
 			g.log.Debug("campaign refused", "err", err)
 		}
 	}
-	for _, p := range props {
+	for _, p := range g.takeProposals(f) {
 		if err := g.rn.Propose(p.data); err != nil {
 			g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: %w", ErrProposalDropped, g.id, err)})
 		}
@@ -151,6 +151,38 @@ func (g *group) handleInputs(f schedFlags) {
 		g.rn.Tick()
 		g.retryReads()
 	}
+}
+
+// takeProposals returns the queued proposals to append in this round:
+// all of them, or none while a leader holds them back until what it
+// appended before is committed ("Proposal batching" in the package
+// documentation). It runs after the round's messages are stepped, so a
+// commit they bring releases the proposals in the same round.
+func (g *group) takeProposals(f schedFlags) []*proposal {
+	hold := !g.host.cfg.DisableProposalBatching &&
+		f&flagTick == 0 && // (3) a tick takes them whatever is in flight
+		g.soft.RaftState == raft.StateLeader && // (1)
+		len(g.store.applied.ConfState.GetVoters()) > 1 &&
+		g.store.lastIndex > g.rn.BasicStatus().GetCommit() // (2) entries in flight (every round persists what it appends)
+	g.inMu.Lock()
+	defer g.inMu.Unlock()
+	if hold && !g.heldEnough() { // (4)
+		g.holding = true
+		return nil
+	}
+	props := g.props
+	g.props, g.propBytes, g.holding = nil, 0, false
+	return props
+}
+
+// maxHeldProposals is how many proposals a leader holds back at most
+// ("Proposal batching", 4).
+const maxHeldProposals = 256
+
+// heldEnough reports whether the queued proposals are enough to append
+// without waiting any longer. Called with inMu held.
+func (g *group) heldEnough() bool {
+	return len(g.props) >= maxHeldProposals || uint64(g.propBytes) >= g.host.cfg.MaxSizePerMsg
 }
 
 // retryReads re-sends read requests that got no answer for an election

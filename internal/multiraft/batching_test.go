@@ -1,0 +1,83 @@
+package multiraft_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/multiraft"
+)
+
+// TestALeaderHoldsProposalsWhileEntriesAreInFlight steps a cluster by hand
+// through "Proposal batching" (doc.go): with the followers' answers cut, a
+// leader appends a first proposal (nothing was in flight), holds the next
+// ones while it is uncommitted, appends them together at a tick, or at
+// once when enough are queued; healed, everything commits. With
+// Config.DisableProposalBatching every proposal is appended when it comes,
+// which shows that the rule, not the cut, held them.
+func TestALeaderHoldsProposalsWhileEntriesAreInFlight(t *testing.T) {
+	for _, disabled := range []bool{false, true} {
+		t.Run(fmt.Sprintf("disabled=%v", disabled), func(t *testing.T) {
+			c := newCluster(t, 1, 3, func(cfg *multiraft.Config) { cfg.DisableProposalBatching = disabled })
+			c.addGroup(g1, 1, 2, 3)
+			var lead multiraft.NodeID
+			if !c.stepUntil(5000, func() bool { lead, _ = c.leaderOf(g1, 0, 1, 2, 3); return lead != 0 }) {
+				t.Fatal("no leader")
+			}
+			c.proposeStepping(t, lead, put("x", "1")) // the term's first entry is committed too
+			leader := c.group(lead, g1)
+			c.ticksEvery = 1 << 40 // no tick from here on: a tick releases held proposals (3)
+			for _, f := range []multiraft.NodeID{1, 2, 3} {
+				if f != lead {
+					c.net.Cut(f, lead) // the followers' answers are lost: nothing commits
+				}
+			}
+			base := leader.Status().LastIndex
+			last := func() uint64 { return leader.Status().LastIndex - base }
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			propose := func(k string) <-chan error {
+				return async(func() error { _, err := c.propose(ctx, lead, g1, put(k, "v")); return err })
+			}
+
+			var done []<-chan error
+			done = append(done, propose("a"))
+			if !c.stepUntilSettled(100, func() bool { return last() == 1 }) {
+				t.Fatalf("the first proposal was not appended: %d new entries", last())
+			}
+			done = append(done, propose("b"), propose("c"))
+			if disabled {
+				if !c.stepUntilSettled(100, func() bool { return last() == 3 }) {
+					t.Fatalf("batching off: %d new entries, want 3", last())
+				}
+			} else {
+				c.stepUntilSettled(20, func() bool { return last() != 1 })
+				if n := last(); n != 1 {
+					t.Fatalf("%d new entries while the first is uncommitted, want 1 (b and c held)", n)
+				}
+				// (3) A tick appends them, together, commit or not.
+				c.nodes[lead].host.Tick()
+				c.runStep()
+				if n := last(); n != 3 {
+					t.Fatalf("%d new entries after a tick, want 3", n)
+				}
+				// (4) Enough queued proposals go at once.
+				for i := range 256 {
+					done = append(done, propose(fmt.Sprintf("k%d", i)))
+				}
+				if !c.stepUntilSettled(1000, func() bool { return last() == 3+256 }) {
+					t.Fatalf("%d new entries with 256 queued, want %d", last(), 3+256)
+				}
+			}
+
+			c.net.Heal()
+			c.ticksEvery = 4 // the lost answers are sent again at heartbeats
+			for i, ch := range done {
+				c.stepUntilDone(t, fmt.Sprintf("proposal %d", i), 5000, ch)
+			}
+			if st := leader.Status(); st.Commit != st.LastIndex {
+				t.Fatalf("commit %d, last index %d after the heal", st.Commit, st.LastIndex)
+			}
+		})
+	}
+}
