@@ -68,6 +68,9 @@ func (a *applier) getTuple(key []byte) []byte {
 	if v, ok := a.sm.rows.lookup(b, key); ok {
 		return v
 	}
+	if a.sm.filters.absent(a, b, key) {
+		return nil
+	}
 	v := a.get(key)
 	if a.err == nil {
 		a.sm.rows.stageRead(b, key, v)
@@ -80,8 +83,12 @@ func (a *applier) getTuple(key []byte) []byte {
 // to set must not change afterwards.
 func (a *applier) set(key, value []byte) {
 	if a.err == nil {
+		b, tuple := a.sm.k.tupleBucket(key)
+		if tuple {
+			a.sm.filters.add(b, key)
+		}
 		a.err = a.b.Set(key, value, nil)
-		if b, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
+		if tuple && a.err == nil {
 			a.sm.rows.stage(b, key, value)
 		}
 	}
@@ -93,6 +100,9 @@ func (a *applier) set(key, value []byte) {
 // until the batch is committed.
 func (a *applier) setUncached(key, value []byte) {
 	if a.err == nil {
+		if b, ok := a.sm.k.tupleBucket(key); ok {
+			a.sm.filters.add(b, key)
+		}
 		a.err = a.b.Set(key, value, nil)
 	}
 }
@@ -109,6 +119,7 @@ func (a *applier) del(key []byte) {
 func (a *applier) delRange(prefix []byte) {
 	if a.err == nil {
 		end := storage.PrefixEnd(prefix)
+		a.sm.filters.dropRange(a.sm.k, prefix, end)
 		a.err = a.b.DeleteRange(prefix, end, nil)
 		if a.err == nil {
 			a.sm.rows.stageRange(a.sm.k, prefix, end)

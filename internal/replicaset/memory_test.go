@@ -254,10 +254,18 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		}
 		cmds = append(cmds, c)
 	}
-	// rowCache sizes the row cache (0: none); every dropEvery-th run is
-	// first applied into a batch that is dropped (ApplyDone(false)), as
-	// when a commit fails, then applied again.
-	run := func(maxRun int, reopenEvery int, seed uint64, rowCache int64, dropEvery int) (string, []string) {
+	// rowCache sizes the row cache (0: none), filters the key filters (0:
+	// none; filterKeys, if not 0, is the largest bucket they cover); every
+	// dropEvery-th run is first applied into a batch that is dropped
+	// (ApplyDone(false)), as when a commit fails, then applied again.
+	run := func(maxRun int, reopenEvery int, seed uint64, rowCache int64, dropEvery int, filters, filterKeys int64) (string, []string) {
+		setup := func(sm *SM) {
+			sm.SetRowCacheBytes(rowCache)
+			sm.SetKeyFilterBytes(filters)
+			if filterKeys > 0 {
+				sm.filters.maxKeys = filterKeys
+			}
+		}
 		db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
 		if err != nil {
 			t.Fatal(err)
@@ -267,7 +275,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sm.SetRowCacheBytes(rowCache)
+		setup(sm)
 		r := mrand.New(mrand.NewPCG(seed, 1))
 		var results []string
 		var dump bytes.Buffer
@@ -307,7 +315,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 				if sm, err = New(db, 7); err != nil {
 					t.Fatal(err)
 				}
-				sm.SetRowCacheBytes(rowCache)
+				setup(sm)
 			}
 			if i%250 == 0 || i == len(cmds) {
 				fmt.Fprintf(&dump, "after entry %d:\n", i)
@@ -321,23 +329,29 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		}
 		return dump.String(), results
 	}
-	// The reference: one entry per run, no row cache.
-	want, wantResults := run(1, 0, 1, 0, 0)
+	// The reference: one entry per run, no row cache, no key filters.
+	want, wantResults := run(1, 0, 1, 0, 0, 0, 0)
+	const filters = DefaultKeyFilterBytes
 	for _, c := range []struct {
-		maxRun, reopen int
-		rowCache       int64
-		drop           int
+		maxRun, reopen      int
+		rowCache            int64
+		drop                int
+		filters, filterKeys int64
 	}{
-		{1, 0, DefaultRowCacheBytes, 0},
-		{64, 0, DefaultRowCacheBytes, 0},
-		{7, 0, 0, 0},
-		{32, 5, DefaultRowCacheBytes, 0},
-		{16, 0, DefaultRowCacheBytes, 3}, // dropped batches
-		{16, 7, 2 << 10, 4},              // a cache of a few rows: evicting all the time
-		{1, 0, 300, 0},                   // a cache smaller than one row
+		{1, 0, DefaultRowCacheBytes, 0, 0, 0},
+		{64, 0, DefaultRowCacheBytes, 0, filters, 0},
+		{7, 0, 0, 0, 0, 0},
+		{7, 0, 0, 0, filters, 0}, // filters alone: every look they pass reads the database
+		{32, 5, DefaultRowCacheBytes, 0, filters, 0},
+		{16, 0, DefaultRowCacheBytes, 3, filters, 0}, // dropped batches
+		{16, 7, 2 << 10, 4, filters, 0},              // a cache of a few rows: evicting all the time
+		{1, 0, 300, 0, 0, 0},                         // a cache smaller than one row
+		{3, 0, 0, 2, 100, 0},                         // filter memory for one bucket at a time
+		{5, 0, 0, 0, filters, 6},                     // buckets of more than 6 tuples have none
 	} {
-		what := fmt.Sprintf("runs of up to %d entries (reopen every %d, row cache %d bytes, a dropped batch every %d runs)", c.maxRun, c.reopen, c.rowCache, c.drop)
-		got, results := run(c.maxRun, c.reopen, uint64(c.maxRun), c.rowCache, c.drop)
+		what := fmt.Sprintf("runs of up to %d entries (reopen every %d, row cache %d bytes, a dropped batch every %d runs, key filters %d bytes for buckets of up to %d tuples)",
+			c.maxRun, c.reopen, c.rowCache, c.drop, c.filters, c.filterKeys)
+		got, results := run(c.maxRun, c.reopen, uint64(c.maxRun), c.rowCache, c.drop, c.filters, c.filterKeys)
 		if got != want {
 			t.Fatalf("%s: the database differs from one entry per run without a row cache", what)
 		}

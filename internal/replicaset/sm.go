@@ -53,8 +53,9 @@ type SM struct {
 	changedCounts  map[uint64]struct{}    // counts changed in this Apply call (countKey)
 	copies         map[uint32]*copyCursor // receiving buckets this member saw start receiving (moves.go)
 	notifyOnCommit bool
-	reloadErr      error     // a reload after a dropped batch failed: Apply fails
-	rows           *rowCache // what the apply path read and wrote lately (rowcache.go)
+	reloadErr      error       // a reload after a dropped batch failed: Apply fails
+	rows           *rowCache   // what the apply path read and wrote lately (rowcache.go)
+	filters        *keyFilters // which tuple keys buckets may hold (keyfilter.go)
 
 	// pub is the bucket records as committed, for readers.
 	pubMu sync.RWMutex
@@ -87,7 +88,7 @@ var (
 // schema it has applied before (if any).
 func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
 	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}),
-		rows: newRowCache(DefaultRowCacheBytes)}
+		rows: newRowCache(DefaultRowCacheBytes), filters: newKeyFilters(DefaultKeyFilterBytes)}
 	if err := sm.load(db); err != nil {
 		return nil, err
 	}
@@ -97,6 +98,10 @@ func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
 // SetRowCacheBytes sizes the row cache of the apply path (0: none). Call
 // it before the group applies anything, as New's caller.
 func (sm *SM) SetRowCacheBytes(n int64) { sm.rows = newRowCache(n) }
+
+// SetKeyFilterBytes sizes the key filters of the apply path (0: none).
+// Call it before the group applies anything, as New's caller.
+func (sm *SM) SetKeyFilterBytes(n int64) { sm.filters = newKeyFilters(n) }
 
 // Group returns the group's id.
 func (sm *SM) Group() multiraft.GroupID { return sm.group }
@@ -123,6 +128,7 @@ func (sm *SM) notify() {
 // keeps in memory.
 func (sm *SM) load(r pebble.Reader) error {
 	sm.rows.reset()
+	sm.filters.reset()
 	s := emptySchema()
 	if v, err := get(r, sm.k.schema()); err != nil {
 		return err

@@ -1,0 +1,207 @@
+package replicaset
+
+import (
+	"bytes"
+	"hash/maphash"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// keyFilters keeps, for the buckets it can afford, a Bloom filter of the
+// tuple keys the bucket may hold, so that a write's look at a key that is
+// not there (an insert of a new key, a replace that makes one) answers
+// "no tuple" without searching the database. Pebble's lookup of an absent
+// key walks the skiplist of every memtable, which costs 10–20 µs on this
+// project's machines once a memtable holds a few hundred thousand entries
+// (a fifth of a replicated write's CPU, on each of the three replicas;
+// docs/benchmarks.md, "A filter of each bucket's keys").
+//
+// The filters are the applying goroutine's alone, in memory only, and
+// never change what a batch sees or does: a key a filter says may be
+// there is read from the database, as without filters. What makes them
+// safe is one invariant:
+//
+//	for a bucket with a filter, every tuple key stored in the database or
+//	written by the batch being applied is in the filter.
+//
+// It holds because:
+//
+//  1. A filter is built by scanning the bucket's tuple keys through the
+//     apply batch (which shows the database with the batch's writes).
+//  2. set and setUncached add their key to the bucket's filter before
+//     writing it. A deleted key stays in (a false positive until the next
+//     build); so does a key of a batch that is dropped.
+//  3. load (opening, a restored snapshot, a dropped batch) drops them all:
+//     a restored database holds keys no filter saw.
+//
+// A range deletion of tuple keys (a bucket sent away, a space dropped)
+// drops the filters of the buckets it touches: not for safety (a filter
+// holding keys that are gone only answers "maybe" for them) but to give
+// their memory back; a later look builds new ones.
+//
+// A filter is built the first time a look at its bucket misses the row
+// cache, if the bucket holds at most maxFilterKeys tuples (the counts are
+// in memory) and the filters stay within their budget; sized for twice the
+// keys it starts with, it is built again once as many new keys were added
+// as it was sized for. A bucket too large for one is looked at in the
+// database, as before, and tried again once it has halved.
+type keyFilters struct {
+	seed    maphash.Seed
+	budget  int64 // bytes of filter bits, all buckets
+	maxKeys int64 // the most tuples of a bucket with a filter (maxFilterKeys)
+	size    int64
+	buckets map[uint32]*keyFilter
+	tooBig  map[uint32]int64 // bucket → its tuple count when found too big
+}
+
+// maxFilterKeys bounds the tuples of a bucket that gets a filter: building
+// one scans them all, inside the apply of one batch.
+const maxFilterKeys = 1 << 14
+
+// DefaultKeyFilterBytes is the memory of the key filters of a state
+// machine (SetKeyFilterBytes changes it): at about 20 bits per key,
+// 8 MiB covers 3 million tuples.
+const DefaultKeyFilterBytes = 8 << 20
+
+const (
+	filterBitsPerKey = 10 // per key of its capacity, which is twice its keys at a build
+	filterHashes     = 7
+)
+
+type keyFilter struct {
+	bits  []uint64
+	nbits uint64
+	cap   int // keys it was sized for
+	added int // keys added since the build
+}
+
+func newKeyFilters(budget int64) *keyFilters {
+	return &keyFilters{seed: maphash.MakeSeed(), budget: budget, maxKeys: maxFilterKeys,
+		buckets: map[uint32]*keyFilter{}, tooBig: map[uint32]int64{}}
+}
+
+// absent reports whether tuple key (of bucket b) is surely not stored:
+// through a's batch, building b's filter first if it has none and may.
+func (fs *keyFilters) absent(a *applier, b uint32, key []byte) bool {
+	if fs.budget <= 0 {
+		return false
+	}
+	f := fs.buckets[b]
+	if f == nil || f.added >= f.cap {
+		if f = fs.build(a, b); f == nil {
+			return false
+		}
+	}
+	return !f.mayContain(fs.hash(key))
+}
+
+// add puts a tuple key of bucket b into b's filter, if it has one (2).
+// Only a key the filter did not hold counts towards its capacity, so
+// writes over the same keys do not fill it.
+func (fs *keyFilters) add(b uint32, key []byte) {
+	if f := fs.buckets[b]; f != nil {
+		if h := fs.hash(key); !f.mayContain(h) {
+			f.insert(h)
+			f.added++
+		}
+	}
+}
+
+// dropRange drops the filters of the buckets whose tuple keys a range
+// deletion [from, to) may touch.
+func (fs *keyFilters) dropRange(k keys, from, to []byte) {
+	if len(fs.buckets) == 0 {
+		return
+	}
+	if b, ok := k.tupleBucket(from); ok && bytes.Equal(to, storage.PrefixEnd(from)) {
+		fs.drop(b)
+		return
+	}
+	tuples := k.sub(storage.DataTuple, 0)
+	if bytes.Compare(to, tuples) <= 0 || bytes.Compare(from, storage.PrefixEnd(tuples)) >= 0 {
+		return // no tuple key
+	}
+	fs.reset()
+}
+
+func (fs *keyFilters) drop(b uint32) {
+	if f := fs.buckets[b]; f != nil {
+		fs.size -= int64(len(f.bits) * 8)
+		delete(fs.buckets, b)
+	}
+}
+
+// reset drops every filter (3).
+func (fs *keyFilters) reset() {
+	clear(fs.buckets)
+	clear(fs.tooBig)
+	fs.size = 0
+}
+
+// build makes bucket b's filter from its tuple keys (1), or returns nil
+// when the bucket is too large or the budget is spent.
+func (fs *keyFilters) build(a *applier, b uint32) *keyFilter {
+	if a.err != nil {
+		return nil
+	}
+	var n int64
+	for _, c := range a.sm.counts[b] {
+		n += c
+	}
+	if was, ok := fs.tooBig[b]; ok && n > was/2 {
+		return nil
+	}
+	delete(fs.tooBig, b)
+	fs.drop(b)
+	if n > fs.maxKeys {
+		fs.tooBig[b] = n
+		return nil
+	}
+	capacity := max(2*int(n), 64)
+	words := (capacity*filterBitsPerKey + 63) / 64
+	if fs.size+int64(words*8) > fs.budget {
+		return nil
+	}
+	f := &keyFilter{bits: make([]uint64, words), nbits: uint64(words * 64), cap: capacity}
+	prefix := a.sm.k.bucketTuples(b)
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		f.insert(fs.hash(it.Key()))
+	}
+	if err := it.Close(); err != nil {
+		a.err = err
+		return nil
+	}
+	fs.buckets[b] = f
+	fs.size += int64(words * 8)
+	return f
+}
+
+func (fs *keyFilters) hash(key []byte) uint64 { return maphash.Bytes(fs.seed, key) }
+
+// insert and mayContain probe filterHashes bits derived from one 64-bit
+// hash (Kirsch and Mitzenmacher's double hashing).
+func (f *keyFilter) insert(h uint64) {
+	h1, h2 := h, h>>32|h<<32
+	for i := uint64(0); i < filterHashes; i++ {
+		bit := (h1 + i*h2) % f.nbits
+		f.bits[bit/64] |= 1 << (bit % 64)
+	}
+}
+
+func (f *keyFilter) mayContain(h uint64) bool {
+	h1, h2 := h, h>>32|h<<32
+	for i := uint64(0); i < filterHashes; i++ {
+		bit := (h1 + i*h2) % f.nbits
+		if f.bits[bit/64]&(1<<(bit%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
