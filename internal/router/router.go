@@ -125,6 +125,8 @@ type Router struct {
 
 	mu      sync.Mutex
 	leaders map[string]string // replicaset -> leader address learned from answers
+
+	workers *workers // the goroutines of stream requests and Multi items (workers.go)
 }
 
 var _ datav1.DataServiceServer = (*Router)(nil)
@@ -137,7 +139,7 @@ func New(cfg Config) *Router {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}}
+	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}, workers: newWorkers()}
 }
 
 func (r *Router) local() Local {
@@ -544,8 +546,12 @@ func (r *Router) Multi(ctx context.Context, req *datav1.MultiRequest) (*datav1.M
 		return out, nil
 	}
 	var wg sync.WaitGroup
+	wg.Add(len(rest))
 	for _, i := range rest {
-		wg.Go(func() { serve(i) })
+		r.workers.Go(func() {
+			defer wg.Done()
+			serve(i)
+		})
 	}
 	wg.Wait()
 	return out, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"sync"
 	"time"
 
@@ -55,7 +56,9 @@ func (r *Router) Stream(ss datav1.DataService_StreamServer) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		serving.Go(func() {
+		serving.Add(1)
+		r.workers.Go(func() {
+			defer serving.Done()
 			defer func() { <-window }()
 			r.serveStreamCalls(ctx, req.GetCalls(), out)
 		})
@@ -76,6 +79,11 @@ func sendReplies(ctx context.Context, ss datav1.DataService_StreamServer, out <-
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+		// Yield once before sending: the calls answered by the same apply
+		// as this one (their goroutines were woken together) queue their
+		// replies meanwhile, and they go in one response instead of one
+		// each (docs/benchmarks.md, "Fewer, fuller messages").
+		runtime.Gosched()
 		resp := &datav1.StreamResponse{Replies: []*datav1.StreamReply{rep}}
 	more:
 		for len(resp.Replies) < datav1.MaxMultiItems {
