@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
 )
@@ -46,6 +47,10 @@ func TestALeaderHoldsProposalsWhileEntriesAreInFlight(t *testing.T) {
 				t.Fatalf("the first proposal was not appended: %d new entries", last())
 			}
 			done = append(done, propose("b"), propose("c"))
+			if !c.settle(func() bool { return leader.QueuedProposals() == 2 || last() == 3 }) {
+				// settle waits 50 short sleeps at most: wait on.
+				waitFor(t, 10*time.Second, "b and c queued", func() bool { return leader.QueuedProposals() == 2 || last() == 3 })
+			}
 			if disabled {
 				if !c.stepUntilSettled(100, func() bool { return last() == 3 }) {
 					t.Fatalf("batching off: %d new entries, want 3", last())
@@ -62,9 +67,15 @@ func TestALeaderHoldsProposalsWhileEntriesAreInFlight(t *testing.T) {
 					t.Fatalf("%d new entries after a tick, want 3", n)
 				}
 				// (4) Enough queued proposals go at once.
-				for i := range 256 {
+				for i := range 255 {
 					done = append(done, propose(fmt.Sprintf("k%d", i)))
 				}
+				waitFor(t, 10*time.Second, "255 proposals queued", func() bool { return leader.QueuedProposals() == 255 })
+				c.stepUntilSettled(20, func() bool { return last() != 3 })
+				if n := last(); n != 3 {
+					t.Fatalf("%d new entries with 255 proposals queued, want 3 (held)", n)
+				}
+				done = append(done, propose("k255"))
 				if !c.stepUntilSettled(1000, func() bool { return last() == 3+256 }) {
 					t.Fatalf("%d new entries with 256 queued, want %d", last(), 3+256)
 				}

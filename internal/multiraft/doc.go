@@ -99,18 +99,23 @@
 // a round, so a leader keeps at most one batch of proposals in flight, as
 // TCP's Nagle algorithm keeps one small segment:
 //
-//  1. Only a leader of a group with more than one voter holds proposals.
-//  2. It holds the queued proposals while its log has entries beyond its
-//     commit index (they were appended and are not yet committed); those
-//     that arrive meanwhile do not wake the worker. The round that steps
-//     the answers committing them appends every held proposal together.
+//  1. Only a leader (as of the messages its round just stepped) of a group
+//     with more than one voter holds proposals.
+//  2. It holds the queued proposals while the last batch it appended is
+//     not committed (its commit index is below that batch's last entry;
+//     nothing is in flight at the start of a term); those that arrive
+//     meanwhile do not wake the worker. The round that steps the answers
+//     committing the batch appends every held proposal together, in one
+//     MsgProp (one per MaxSizePerMsg), so raft sends each follower one
+//     MsgApp for all of them.
 //  3. A tick appends them whatever is in flight, so that a proposal waits
 //     one tick at most (with no quorum, for instance).
 //  4. So does a queue of 256 proposals, or of MaxSizePerMsg bytes.
 //
 // A proposal that finds nothing in flight is appended at once, so a single
 // writer's latency is unchanged; under load the batches grow to what
-// arrives during one commit. Config.DisableProposalBatching turns this off.
+// arrives during one commit. Config.DisableProposalBatching turns the
+// holding off (the proposals of one round still go in one MsgProp).
 //
 // # Snapshots
 //

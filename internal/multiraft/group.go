@@ -59,6 +59,8 @@ type group struct {
 	// Raft state, guarded by mu: the worker holds it for a whole round.
 	mu           sync.Mutex
 	rn           *raft.RawNode
+	batchEnd     uint64 // the last entry of the proposals this member appended last ("Proposal batching", 2)
+	released     bool   // this round handed raft proposals (proposeAll)
 	store        *logStore
 	soft         raft.SoftState
 	pendingReads map[uint64]*readRequest // sent to raft, no read state yet

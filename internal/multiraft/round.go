@@ -117,11 +117,7 @@ func (g *group) handleInputs(f schedFlags) {
 			g.log.Debug("campaign refused", "err", err)
 		}
 	}
-	for _, p := range g.takeProposals(f) {
-		if err := g.rn.Propose(p.data); err != nil {
-			g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: %w", ErrProposalDropped, g.id, err)})
-		}
-	}
+	g.proposeAll(g.takeProposals(f))
 	for _, p := range confs {
 		if err := g.rn.ProposeConfChange(p.cc); err != nil {
 			g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: conf change: %w", ErrProposalDropped, g.id, err)})
@@ -159,11 +155,13 @@ func (g *group) handleInputs(f schedFlags) {
 // documentation). It runs after the round's messages are stepped, so a
 // commit they bring releases the proposals in the same round.
 func (g *group) takeProposals(f schedFlags) []*proposal {
-	hold := !g.host.cfg.DisableProposalBatching &&
-		f&flagTick == 0 && // (3) a tick takes them whatever is in flight
-		g.soft.RaftState == raft.StateLeader && // (1)
-		len(g.store.applied.ConfState.GetVoters()) > 1 &&
-		g.store.lastIndex > g.rn.BasicStatus().GetCommit() // (2) entries in flight (every round persists what it appends)
+	var hold bool
+	if !g.host.cfg.DisableProposalBatching && f&flagTick == 0 { // (3) a tick takes them whatever is in flight
+		st := g.rn.BasicStatus()                   // the role as of the messages just stepped
+		hold = st.RaftState == raft.StateLeader && // (1)
+			len(g.store.applied.ConfState.GetVoters()) > 1 &&
+			st.GetCommit() < g.batchEnd // (2) its last batch is in flight
+	}
 	g.inMu.Lock()
 	defer g.inMu.Unlock()
 	if hold && !g.heldEnough() { // (4)
@@ -173,6 +171,36 @@ func (g *group) takeProposals(f schedFlags) []*proposal {
 	props := g.props
 	g.props, g.propBytes, g.holding = nil, 0, false
 	return props
+}
+
+// proposeAll hands raft the proposals in as few messages as MaxSizePerMsg
+// allows: raft appends the entries of one MsgProp together and sends each
+// follower one MsgApp for them (a Propose each would be an append and a
+// MsgApp per follower each, and an answer to each). batchEnd becomes the
+// index of the last entry of this round's Ready (handleReadies, 5), for
+// takeProposals.
+func (g *group) proposeAll(props []*proposal) {
+	for len(props) > 0 {
+		n, size := 0, uint64(0)
+		for n < len(props) && (n == 0 || size+uint64(len(props[n].data)) <= g.host.cfg.MaxSizePerMsg) {
+			size += uint64(len(props[n].data))
+			n++
+		}
+		batch := props[:n]
+		props = props[n:]
+		ents := make([]*raftpb.Entry, n)
+		for i, p := range batch {
+			ents[i] = &raftpb.Entry{Data: p.data}
+		}
+		err := g.rn.Step(&raftpb.Message{Type: raftpb.MessageType_MsgProp.Enum(), From: new(uint64(g.host.cfg.NodeID)), Entries: ents})
+		if err != nil {
+			for _, p := range batch {
+				g.complete(p, proposalResult{err: fmt.Errorf("%w: group %d: %w", ErrProposalDropped, g.id, err)})
+			}
+			continue
+		}
+		g.released = true
+	}
 }
 
 // maxHeldProposals is how many proposals a leader holds back at most
@@ -222,6 +250,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 			w.g.soft = *w.rd.SoftState
 			if w.g.soft.RaftState == raft.StateLeader {
 				w.g.noteTermStart(w.rd.Entries)
+				w.g.batchEnd = 0 // nothing of this term in flight yet
 			}
 		}
 		w.leader = w.g.soft.RaftState == raft.StateLeader
@@ -306,6 +335,12 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 		w.g.store.commitAppend(w.rd.Entries)
 		w.g.assignIndexes(w.rd.Entries)
+		if w.g.released {
+			if n := len(w.rd.Entries); n > 0 && w.leader {
+				w.g.batchEnd = w.rd.Entries[n-1].GetIndex()
+			}
+			w.g.released = false
+		}
 	}
 
 	// 6. Followers (and candidates) send only after their state is durable.
