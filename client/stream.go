@@ -115,7 +115,7 @@ func (c *streamConn) send(d *dataStream) {
 		// Yield once before taking the queue: the callers woken with this
 		// goroutine (by one response that answered several of them) queue
 		// their next calls meanwhile, and they go in one request instead
-		// of one each (docs/benchmarks.md, "Fewer, fuller messages").
+		// of one each (docs/benchmarks.md, "Fuller rounds, fuller messages").
 		runtime.Gosched()
 		for {
 			c.mu.Lock()

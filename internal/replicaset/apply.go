@@ -64,7 +64,10 @@ func (a *applier) getTuple(key []byte) []byte {
 	if a.err != nil {
 		return nil
 	}
-	b, _ := a.sm.k.tupleBucket(key)
+	b, ok := a.sm.k.tupleBucket(key)
+	if !ok {
+		return a.get(key)
+	}
 	if v, ok := a.sm.rows.lookup(b, key); ok {
 		return v
 	}

@@ -16,7 +16,7 @@ import (
 // key walks the skiplist of every memtable, which costs 10–20 µs on this
 // project's machines once a memtable holds a few hundred thousand entries
 // (a fifth of a replicated write's CPU, on each of the three replicas;
-// docs/benchmarks.md, "A filter of each bucket's keys").
+// docs/benchmarks.md, "Fuller rounds, fuller messages").
 //
 // The filters are the applying goroutine's alone, in memory only, and
 // never change what a batch sees or does: a key a filter says may be
@@ -51,6 +51,7 @@ type keyFilters struct {
 	seed    maphash.Seed
 	budget  int64 // bytes of filter bits, all buckets
 	maxKeys int64 // the most tuples of a bucket with a filter (maxFilterKeys)
+	minCap  int   // the fewest keys a filter is sized for (minFilterKeys)
 	size    int64
 	buckets map[uint32]*keyFilter
 	tooBig  map[uint32]int64 // bucket → its tuple count when found too big
@@ -59,6 +60,9 @@ type keyFilters struct {
 // maxFilterKeys bounds the tuples of a bucket that gets a filter: building
 // one scans them all, inside the apply of one batch.
 const maxFilterKeys = 1 << 14
+
+// minFilterKeys is the fewest keys a filter is sized for.
+const minFilterKeys = 64
 
 // DefaultKeyFilterBytes is the memory of the key filters of a state
 // machine (SetKeyFilterBytes changes it): at about 20 bits per key,
@@ -78,7 +82,7 @@ type keyFilter struct {
 }
 
 func newKeyFilters(budget int64) *keyFilters {
-	return &keyFilters{seed: maphash.MakeSeed(), budget: budget, maxKeys: maxFilterKeys,
+	return &keyFilters{seed: maphash.MakeSeed(), budget: budget, maxKeys: maxFilterKeys, minCap: minFilterKeys,
 		buckets: map[uint32]*keyFilter{}, tooBig: map[uint32]int64{}}
 }
 
@@ -159,7 +163,7 @@ func (fs *keyFilters) build(a *applier, b uint32) *keyFilter {
 		fs.tooBig[b] = n
 		return nil
 	}
-	capacity := max(2*int(n), 64)
+	capacity := max(2*int(n), fs.minCap)
 	words := (capacity*filterBitsPerKey + 63) / 64
 	if fs.size+int64(words*8) > fs.budget {
 		return nil

@@ -255,15 +255,19 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		cmds = append(cmds, c)
 	}
 	// rowCache sizes the row cache (0: none), filters the key filters (0:
-	// none; filterKeys, if not 0, is the largest bucket they cover); every
+	// none; filterKeys, if more than 1, is the largest bucket they cover,
+	// and 1 sizes them for a key or two instead); every
 	// dropEvery-th run is first applied into a batch that is dropped
 	// (ApplyDone(false)), as when a commit fails, then applied again.
 	run := func(maxRun int, reopenEvery int, seed uint64, rowCache int64, dropEvery int, filters, filterKeys int64) (string, []string) {
 		setup := func(sm *SM) {
 			sm.SetRowCacheBytes(rowCache)
 			sm.SetKeyFilterBytes(filters)
-			if filterKeys > 0 {
+			if filterKeys > 1 {
 				sm.filters.maxKeys = filterKeys
+			}
+			if filterKeys == 1 {
+				sm.filters.minCap = 1 // filters fill after a new key or two: rebuilt all the time
 			}
 		}
 		db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
@@ -348,8 +352,9 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		{1, 0, 300, 0, 0, 0},                         // a cache smaller than one row
 		{3, 0, 0, 2, 100, 0},                         // filter memory for one bucket at a time
 		{5, 0, 0, 0, filters, 6},                     // buckets of more than 6 tuples have none
+		{9, 0, 0, 3, filters, 1},                     // filters sized for a key or two, rebuilt as they fill
 	} {
-		what := fmt.Sprintf("runs of up to %d entries (reopen every %d, row cache %d bytes, a dropped batch every %d runs, key filters %d bytes for buckets of up to %d tuples)",
+		what := fmt.Sprintf("runs of up to %d entries (reopen every %d, row cache %d bytes, a dropped batch every %d runs, key filters %d bytes, filter setting %d)",
 			c.maxRun, c.reopen, c.rowCache, c.drop, c.filters, c.filterKeys)
 		got, results := run(c.maxRun, c.reopen, uint64(c.maxRun), c.rowCache, c.drop, c.filters, c.filterKeys)
 		if got != want {

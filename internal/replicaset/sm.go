@@ -292,6 +292,10 @@ func (sm *SM) Snapshot(ctx context.Context, r pebble.Reader, w io.Writer) error 
 
 // Restore implements multiraft.StateMachine.
 func (sm *SM) Restore(ctx context.Context, db *pebble.DB, r io.Reader) error {
+	// What the apply path knows of the old state goes first: a restore
+	// that fails half way leaves rows no filter saw (load does it again).
+	sm.rows.reset()
+	sm.filters.reset()
 	if err := storage.RestorePrefixSnapshot(ctx, db, sm.k.prefix, r); err != nil {
 		return err
 	}

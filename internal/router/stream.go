@@ -82,7 +82,7 @@ func sendReplies(ctx context.Context, ss datav1.DataService_StreamServer, out <-
 		// Yield once before sending: the calls answered by the same apply
 		// as this one (their goroutines were woken together) queue their
 		// replies meanwhile, and they go in one response instead of one
-		// each (docs/benchmarks.md, "Fewer, fuller messages").
+		// each (docs/benchmarks.md, "Fuller rounds, fuller messages").
 		runtime.Gosched()
 		resp := &datav1.StreamResponse{Replies: []*datav1.StreamReply{rep}}
 	more:

@@ -10,7 +10,7 @@ import (
 // new goroutine each. A new goroutine starts with an 8 KiB stack, and a
 // write's path (routing, the proposal's protobuf encoding) outgrows it: the
 // stack copies were 6% of a leader's CPU under a write load
-// (docs/benchmarks.md, "Fewer, fuller messages"). A worker keeps the stack
+// (docs/benchmarks.md, "Fuller rounds, fuller messages"). A worker keeps the stack
 // it grew (until the garbage collector shrinks an idle one).
 type workers struct {
 	idle    chan func() // unbuffered: a send succeeds only when a worker waits
@@ -37,6 +37,7 @@ func (w *workers) work(f func()) {
 	defer t.Stop()
 	for {
 		f()
+		f = nil // what the call kept alive is not kept while the worker waits
 		t.Reset(workerIdle)
 		select {
 		case f = <-w.idle:
