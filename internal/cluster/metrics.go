@@ -59,12 +59,14 @@ var (
 	descIndexes = prometheus.NewDesc("shardkit_raft_read_indexes_total", "Read index rounds this instance asked raft for in a group (since the group was opened here).", []string{"group"}, nil)
 	descLeased  = prometheus.NewDesc("shardkit_raft_lease_reads_total", "Linearizable reads this instance answered under its leader lease in a group, with no read index round (since the group was opened here).", []string{"group"}, nil)
 	descLease   = prometheus.NewDesc("shardkit_raft_lease_remaining_seconds", "What is left of this instance's leader lease in a group (0: none).", []string{"group"}, nil)
+	descBatches = prometheus.NewDesc("shardkit_raft_proposal_batches_total", "Batches of proposals this instance handed raft in a group, one append each (since the group was opened here).", []string{"group"}, nil)
+	descProps   = prometheus.NewDesc("shardkit_raft_proposals_total", "Proposals this instance handed raft in a group, in those batches (since the group was opened here).", []string{"group"}, nil)
 )
 
 type collector struct{ m *Metrics }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descTerm, descRole, descCommit, descApplied, descGrades, descIndexes, descLeased, descLease} {
+	for _, d := range []*prometheus.Desc{descTerm, descRole, descCommit, descApplied, descGrades, descIndexes, descLeased, descLease, descBatches, descProps} {
 		ch <- d
 	}
 }
@@ -84,6 +86,8 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descIndexes, prometheus.CounterValue, float64(st.ReadIndexes), label)
 		ch <- prometheus.MustNewConstMetric(descLeased, prometheus.CounterValue, float64(st.LeaseReads), label)
 		ch <- prometheus.MustNewConstMetric(descLease, prometheus.GaugeValue, st.LeaseRemaining.Seconds(), label)
+		ch <- prometheus.MustNewConstMetric(descBatches, prometheus.CounterValue, float64(st.ProposalBatches), label)
+		ch <- prometheus.MustNewConstMetric(descProps, prometheus.CounterValue, float64(st.Proposals), label)
 	}
 	if g := n.g0.Load(); g != nil {
 		emit(GroupMeta, g)

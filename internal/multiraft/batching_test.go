@@ -61,10 +61,15 @@ func TestALeaderHoldsProposalsWhileEntriesAreInFlight(t *testing.T) {
 					t.Fatalf("%d new entries while the first is uncommitted, want 1 (b and c held)", n)
 				}
 				// (3) A tick appends them, together, commit or not.
+				st0 := leader.Status()
 				c.nodes[lead].host.Tick()
 				c.runStep()
 				if n := last(); n != 3 {
 					t.Fatalf("%d new entries after a tick, want 3", n)
+				}
+				if st := leader.Status(); st.ProposalBatches != st0.ProposalBatches+1 || st.Proposals != st0.Proposals+2 {
+					t.Fatalf("after the tick: %d batches, %d proposals; want %d and %d (b and c in one)",
+						st.ProposalBatches, st.Proposals, st0.ProposalBatches+1, st0.Proposals+2)
 				}
 				// (4) Enough queued proposals go at once.
 				for i := range 255 {

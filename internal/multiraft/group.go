@@ -61,6 +61,8 @@ type group struct {
 	rn           *raft.RawNode
 	batchEnd     uint64 // the last entry of the proposals this member appended last ("Proposal batching", 2)
 	released     bool   // this round handed raft proposals (proposeAll)
+	batches      uint64 // Status.ProposalBatches
+	batched      uint64 // Status.Proposals
 	store        *logStore
 	soft         raft.SoftState
 	pendingReads map[uint64]*readRequest // sent to raft, no read state yet

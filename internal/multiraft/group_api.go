@@ -278,6 +278,10 @@ type Status struct {
 	// and LeaseReads the ReadIndex calls it answered under its lease
 	// (Config.LeaseReads), since the group was opened here.
 	ReadIndexes, LeaseReads uint64
+	// ProposalBatches counts the batches of proposals this member handed
+	// raft (one MsgProp each, "Proposal batching"), and Proposals the
+	// proposals in them, since the group was opened here.
+	ProposalBatches, Proposals uint64
 	// LeaseRemaining is what is left of this leader's lease (0: none).
 	LeaseRemaining time.Duration
 	// Peers is filled on the leader only: its view of every member.
@@ -315,6 +319,8 @@ func (G *Group) Status() Status {
 		SnapshotsRestored: g.restored,
 		ReadIndexes:       g.lease.readIndexes,
 		LeaseReads:        g.lease.served,
+		ProposalBatches:   g.batches,
+		Proposals:         g.batched,
 	}
 	if rs.RaftState == raft.StateLeader && g.lease.term == rs.GetTerm() && rs.LeadTransferee == 0 {
 		st.LeaseRemaining = max(0, g.lease.until-g.host.now())

@@ -200,6 +200,8 @@ func (g *group) proposeAll(props []*proposal) {
 			continue
 		}
 		g.released = true
+		g.batches++
+		g.batched += uint64(n)
 	}
 }
 
