@@ -28,8 +28,9 @@
 //  1. Feed raft: step inbound messages (but no vote request while the
 //     member refuses votes, "Lease reads" step 6), report snapshot
 //     outcomes and unreachable peers, propose queued commands (unless a
-//     leader holds them back, "Proposal batching") and conf changes, ask for read indexes (or, under a leader's lease, take the
-//     commit index for them), tick. Then take each group's Ready.
+//     leader holds them back, "Proposal batching") and conf changes, ask
+//     for read indexes (or, under a leader's lease, take the commit index
+//     for them), tick. Then take each group's Ready.
 //  2. Leaders send their messages now. A leader may replicate entries
 //     before they are durable on its own disk (Raft thesis 10.2.1): it
 //     counts itself in the quorum only once its own append is acknowledged,

@@ -65,9 +65,9 @@ type Config struct {
 	MaxGroupsPerRound int
 
 	// DisableProposalBatching makes a leader append the proposals of every
-	// round at once, instead of holding them back while entries it
-	// appended before are not yet committed ("Proposal batching" in the
-	// package documentation).
+	// round at once, instead of holding them back while the last batch it
+	// appended is not yet committed ("Proposal batching" in the package
+	// documentation).
 	DisableProposalBatching bool
 
 	// MaxSizePerMsg (default 1 MiB), MaxInflightMsgs (default 256) and

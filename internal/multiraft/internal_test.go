@@ -131,24 +131,36 @@ func (*fatalSM) Apply(*pebble.Batch, []Entry) ([]any, error) {
 
 func newTestHost(t *testing.T, onFatal func(error)) *Host {
 	t.Helper()
-	fs := vfs.NewMem()
+	db, h := startTestHost(t, vfs.NewMem(), func(c *Config) { c.OnFatal = onFatal })
+	t.Cleanup(func() { _ = db.Close() })
+	t.Cleanup(h.Stop)
+	return h
+}
+
+// startTestHost opens the database on fs and starts a host of node 1 on it
+// that the test steps by hand (tweak changes its Config); the caller stops
+// the host and closes the database.
+func startTestHost(t *testing.T, fs vfs.FS, tweak func(*Config)) (*pebble.DB, *Host) {
+	t.Helper()
 	db, err := storage.Open("db", storage.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = db.Close() })
-	h, err := NewHost(Config{
+	cfg := Config{
 		NodeID: 1, DB: db, FS: fs, SnapshotDir: "snap", Transport: nopTransport{},
-		ManualProcessing: true, ManualTicks: true, OnFatal: onFatal,
-	})
+		ManualProcessing: true, ManualTicks: true,
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	h, err := NewHost(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := h.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Stop)
-	return h
+	return db, h
 }
 
 // Pebble's fatal failure in any write of a round, here a state machine's,

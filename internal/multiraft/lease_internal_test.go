@@ -8,8 +8,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-
-	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // lastSM keeps the last command applied under one key.
@@ -40,20 +38,7 @@ func TestASoleVoterReadWaitsForItsTermsFirstEntry(t *testing.T) {
 	for _, leases := range []bool{false, true} {
 		fs := vfs.NewCrashableMem()
 		open := func(fs vfs.FS) (*pebble.DB, *Host, *Group) {
-			db, err := storage.Open("db", storage.Options{FS: fs})
-			if err != nil {
-				t.Fatal(err)
-			}
-			h, err := NewHost(Config{
-				NodeID: 1, DB: db, FS: fs, SnapshotDir: "snap", Transport: nopTransport{},
-				ManualProcessing: true, ManualTicks: true, LeaseReads: leases,
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := h.Start(); err != nil {
-				t.Fatal(err)
-			}
+			db, h := startTestHost(t, fs, func(c *Config) { c.LeaseReads = leases })
 			G, err := h.OpenGroup(GroupConfig{ID: 1, Members: []NodeID{1}, StateMachine: &lastSM{}})
 			if err != nil {
 				t.Fatal(err)

@@ -15,8 +15,8 @@ import (
 // "no tuple" without searching the database. Pebble's lookup of an absent
 // key walks the skiplist of every memtable, which costs 10–20 µs on this
 // project's machines once a memtable holds a few hundred thousand entries
-// (a fifth of a replicated write's CPU, on each of the three replicas;
-// docs/benchmarks.md, "Fuller rounds, fuller messages").
+// (15% of all the CPU of a 64-client replace load, on the three replicas
+// together; docs/benchmarks.md, "Fuller rounds, fuller messages").
 //
 // The filters are the applying goroutine's alone, in memory only, and
 // never change what a batch sees or does: a key a filter says may be

@@ -431,8 +431,6 @@ func newRequestID() []byte {
 	return id
 }
 
-// prepare checks the ops of a write against the schema and turns them
-// into a batch for one bucket (bucket, or the first key's when 0).
 // opWhat names an operation of a write in a refusal; it is formatted
 // only when one is made (a Sprintf per operation was 0.7% of a leader's
 // CPU in a write load).
@@ -446,6 +444,8 @@ func (w opWhat) String() string {
 	return fmt.Sprintf("op %d (%s in space %s)", w.n, opName(w.kind), w.space)
 }
 
+// prepare checks the ops of a write against the schema and turns them
+// into a batch for one bucket (bucket, or the first key's when 0).
 func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Batch, error) {
 	if len(ops) == 0 {
 		return nil, status.Error(codes.InvalidArgument, "a write needs at least one operation")

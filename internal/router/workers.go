@@ -10,8 +10,8 @@ import (
 // new goroutine each. A new goroutine starts with an 8 KiB stack, and a
 // write's path (routing, the proposal's protobuf encoding) outgrows it: the
 // stack copies were 6% of a leader's CPU under a write load
-// (docs/benchmarks.md, "Fuller rounds, fuller messages"). A worker keeps the stack
-// it grew (until the garbage collector shrinks an idle one).
+// (docs/benchmarks.md, "Fuller rounds, fuller messages"). A worker keeps
+// the stack it grew (until the garbage collector shrinks an idle one).
 type workers struct {
 	idle    chan func() // unbuffered: a send succeeds only when a worker waits
 	started atomic.Int64
