@@ -24,6 +24,8 @@
 #      until nothing is left to move, then lets the load run end;
 #   5. counts the rows per replicaset (`shardkit map-call count`): the rows
 #      on the new replicaset are the tuples moved, and the sum must be ROWS;
+#      then AFTER_RUNS runs of the same load on the balanced cluster (the
+#      p99 of the new layout without moves);
 #   6. reads the move times from the instances' debug logs: the move window
 #      (the first "rebalancer: moving a bucket" to the last "bucket moved",
 #      both on the group-0 leader) and, per bucket, how long it refused
@@ -38,7 +40,11 @@
 # window. Write p99 "during the moves" is over the load runs that overlap the
 # window from the start of instances 4-6 to balanced: the median and the
 # largest of their p99s (the p99 of all of their calls together is at most
-# the largest). Errors are the bench's failed calls in those runs. The
+# the largest). A run that overlaps the window counts whole, calls made
+# before and after the moves too, so CHUNK must be short next to the window:
+# the moves take 3-20 s, and runs of 10 s (the default until 2026-11-25)
+# halved the p99 of a 7 s window (docs/benchmarks.md, "Shorter load runs").
+# Errors are the bench's failed calls in those runs. The
 # longest single successful write (the bench's max_ms) bounds from above how
 # long any write waited on a bucket, as seen by a client.
 #
@@ -47,8 +53,9 @@
 #   VALUE_SIZE  bytes per value [100]
 #   CLIENTS     concurrent calls of the load [64]
 #   CONNS       client connections shared by the clients [16]
-#   CHUNK       length of each load run: Ns or Nm [10s]
-#   IDLE_RUNS   load runs before the scale out (the idle p99) [3]
+#   CHUNK       length of each load run: Ns or Nm [3s]
+#   IDLE_RUNS   load runs before the scale out (the idle p99) [5]
+#   AFTER_RUNS  load runs once balanced (two replicasets, no moves) [IDLE_RUNS]
 #   LEAD_IN     seconds of load before instances 4-6 start [5]
 #   MAX_SENDING, MAX_RECEIVING  when set, `shardkit rebalance config
 #               --max-sending/--max-receiving` before the scale out (the
@@ -76,8 +83,9 @@ ROWS=${ROWS:-300000}
 VALUE_SIZE=${VALUE_SIZE:-100}
 CLIENTS=${CLIENTS:-64}
 CONNS=${CONNS:-16}
-CHUNK=${CHUNK:-10s}
-IDLE_RUNS=${IDLE_RUNS:-3}
+CHUNK=${CHUNK:-3s}
+IDLE_RUNS=${IDLE_RUNS:-5}
+AFTER_RUNS=${AFTER_RUNS:-$IDLE_RUNS}
 LEAD_IN=${LEAD_IN:-5}
 MAX_SENDING=${MAX_SENDING:-}
 MAX_RECEIVING=${MAX_RECEIVING:-}
@@ -99,7 +107,7 @@ die() {
 
 # ---------------------------------------------------------------- settings
 
-for v in ROWS VALUE_SIZE CLIENTS CONNS IDLE_RUNS LEAD_IN MOVE_TIMEOUT; do
+for v in ROWS VALUE_SIZE CLIENTS CONNS IDLE_RUNS AFTER_RUNS LEAD_IN MOVE_TIMEOUT; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: '${!v}' is not a number"
 done
 ((ROWS >= 3000)) || die "ROWS: $ROWS is fewer than the 3000 buckets"
@@ -461,6 +469,19 @@ TOTAL_ROWS=$(awk '{ s += $2 } END { print s + 0 }' <<<"$COUNTS")
 [[ -n $MOVED_ROWS ]] || die "no count for the new replicaset $RS_NEW: $COUNTS"
 if ((TOTAL_ROWS != ROWS)); then log "warning: the replicasets hold $TOTAL_ROWS rows in all, not $ROWS"; fi
 
+# The same load on the balanced cluster: what the load does on two
+# replicasets (six instances on the same cores) without moves, to tell the
+# moves' cost from the new layout's.
+AFTER_P99S='' AFTER_OPS='' AFTER_ERRS=0
+for ((i = 1; i <= AFTER_RUNS; i++)); do
+  check_alive
+  bench_run "after-$i" --workload replace --keys "$ROWS" --duration "$CHUNK"
+  log "balanced run $i/$AFTER_RUNS: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
+  AFTER_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
+  AFTER_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
+  AFTER_ERRS=$((AFTER_ERRS + $(jget "$BENCH_JSON" errors)))
+done
+
 # ---------------------------------------------------------------- the logs
 
 # Log times (time=2026-01-02T03:04:05.678Z) as epoch seconds; every line
@@ -587,12 +608,15 @@ stats() { tr ' ' '\n' <<<"$1" | awk 'NF { v[++n] = $1 + 0 } END {
 read -r IDLE_P99 IDLE_P99_MAX _ < <(stats "$IDLE_P99S")
 read -r _ IDLE_MAX _ < <(stats "$IDLE_MAXS")
 read -r IDLE_OPS_MED _ _ < <(stats "$IDLE_OPS")
+read -r AFTER_P99 _ _ < <(stats "$AFTER_P99S")
+read -r AFTER_OPS_MED _ _ < <(stats "$AFTER_OPS")
 read -r MOVE_P99 MOVE_P99_MAX _ < <(stats "$P99S")
 read -r _ MOVE_MAX _ < <(stats "$MAXS")
 read -r MOVE_OPS_MED _ MOVE_OPS_MIN < <(stats "$OPS_S")
 read -r _ LOAD_MAX LOAD_MIN < <(stats "$IDLE_LOADS $RUN_LOADS $LOADS")
 P99_RATIO=$(awk -v a="$MOVE_P99" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 P99_RATIO_MAX=$(awk -v a="$MOVE_P99_MAX" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+P99_RATIO_AFTER=$(awk -v a="$MOVE_P99" -v b="$AFTER_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 
 SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"settings":{}'
 {
@@ -602,6 +626,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '"idle_p99_ms":%s,"moves_p99_ms_median":%s,"moves_p99_ms_max":%s,"p99_ratio":%s,"p99_ratio_max":%s,' "$IDLE_P99" "$MOVE_P99" "$MOVE_P99_MAX" "$P99_RATIO" "$P99_RATIO_MAX"
   printf '"idle_max_ms":%s,"moves_max_ms":%s,"idle_errors":%s,"moves_errors":%s,"moves_ops":%s,' "$IDLE_MAX" "$MOVE_MAX" "$IDLE_ERRS" "$ERRS" "$OPS"
   printf '"idle_ops_per_s":%s,"moves_ops_per_s_median":%s,' "$IDLE_OPS_MED" "$MOVE_OPS_MED"
+  printf '"after_p99_ms":%s,"after_ops_per_s":%s,"after_errors":%s,"p99_ratio_after":%s,' "${AFTER_P99:-0}" "${AFTER_OPS_MED:-0}" "$AFTER_ERRS" "$P99_RATIO_AFTER"
   printf '"move_step_mean_ms":%s,' "$PHASES"
   printf '"refused_windows":%s,"refused_p50_s":%s,"refused_p99_s":%s,"refused_max_s":%s,"refused_max_bucket":%s,' "$N_WINDOWS" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '"load1_min":%s,"load1_max":%s,"nproc":%s,"started_at":"%s"}\n' "$LOAD_MIN" "$LOAD_MAX" "$(nproc)" "$STAMP"
@@ -623,10 +648,13 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '%-44s %s ms (median of %s runs; largest %s ms)\n' "write p99, during the moves" "$MOVE_P99" "$(wc -w <<<"$RUNS_IN")" "$MOVE_P99_MAX"
   printf '%-44s %s (largest run: %s)  (target <= 2)\n' "p99 ratio, moves / idle" "$P99_RATIO" "$P99_RATIO_MAX"
   printf '%-44s %s / %s ops/s (median; slowest run during: %s)\n' "write throughput, idle / during" "$IDLE_OPS_MED" "$MOVE_OPS_MED" "$MOVE_OPS_MIN"
+  if ((AFTER_RUNS > 0)); then
+    printf '%-44s %s ms, %s ops/s (median of %s runs); moves / balanced p99 %s\n' "write p99, balanced (after the moves)" "$AFTER_P99" "$AFTER_OPS_MED" "$AFTER_RUNS" "$P99_RATIO_AFTER"
+  fi
   printf '%-44s %s ms idle, %s ms during the moves\n' "longest successful write" "$IDLE_MAX" "$MOVE_MAX"
   printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
-  printf '%-44s %s during the moves (%s calls), %s idle  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS"
+  printf '%-44s %s during the moves (%s calls), %s idle, %s balanced  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS" "$AFTER_ERRS"
   if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "first error" "$FIRST_ERROR"; fi
   echo
   echo "results: $RESULTS"
