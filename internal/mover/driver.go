@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -359,50 +360,66 @@ func summarize(why []string) string {
 }
 
 // receive has the destination copy the moves' buckets from the source,
-// at most its receive quota at a time. It returns the moves copied (now
-// or before) and an error naming those that were not; copied, when not
+// as concurrent streams of at most CopyStreamBuckets buckets, together at
+// most the smaller quota. It returns the moves copied (now or before), in
+// bucket order, and an error naming those that were not; copied, when not
 // nil, adds up the tuples inserted, by space.
 func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move, copied map[uint32]uint64) ([]*metapb.Move, error) {
 	from, to := mvs[0].GetFrom(), mvs[0].GetTo()
 	_, maxSend, maxRecv, _ := Settings(m.cfg.Zero.State().Props.GetRebalancer())
-	var done []*metapb.Move
-	var errs []error
-	for part := range slices.Chunk(mvs, max(1, min(maxSend, maxRecv))) {
-		req := &rspb.ReceiveBucketsRequest{ReplicasetId: to, From: from}
-		for _, mv := range part {
-			req.Buckets = append(req.Buckets, &rspb.BucketGeneration{Bucket: mv.GetBucket(), Generation: mv.GetGeneration()})
-		}
-		var resp *rspb.ReceiveBucketsResponse
-		err := m.onLeader(ctx, to, func(ctx context.Context, c rspb.BucketServiceClient) error {
-			var err error
-			resp, err = c.ReceiveBuckets(ctx, req)
-			return err
-		})
-		if err != nil {
-			errs = append(errs, fmt.Errorf("copy of buckets %s: %w", describeBuckets(part), err))
-			continue
-		}
-		var why []string
-		for i, r := range resp.GetResults() {
-			if i >= len(part) {
-				break
+	var (
+		mu   sync.Mutex
+		done []*metapb.Move
+		errs []error
+		wg   sync.WaitGroup
+	)
+	quota := max(1, min(maxSend, maxRecv))
+	size := min(quota, CopyStreamBuckets)
+	streams := make(chan struct{}, max(1, quota/size))
+	for part := range slices.Chunk(mvs, size) {
+		streams <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-streams }()
+			req := &rspb.ReceiveBucketsRequest{ReplicasetId: to, From: from}
+			for _, mv := range part {
+				req.Buckets = append(req.Buckets, &rspb.BucketGeneration{Bucket: mv.GetBucket(), Generation: mv.GetGeneration()})
 			}
-			if r.GetRefused() != "" {
-				why = append(why, r.GetRefused())
-				continue
+			var resp *rspb.ReceiveBucketsResponse
+			err := m.onLeader(ctx, to, func(ctx context.Context, c rspb.BucketServiceClient) error {
+				var err error
+				resp, err = c.ReceiveBuckets(ctx, req)
+				return err
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("copy of buckets %s: %w", describeBuckets(part), err))
+				return
 			}
-			done = append(done, part[i])
-			if copied != nil {
-				for sp, n := range r.GetCopiedBySpace() {
-					copied[sp] += n
+			var why []string
+			for i, r := range resp.GetResults() {
+				if i >= len(part) {
+					break
 				}
+				if r.GetRefused() != "" {
+					why = append(why, r.GetRefused())
+					continue
+				}
+				done = append(done, part[i])
+				if copied != nil {
+					for sp, n := range r.GetCopiedBySpace() {
+						copied[sp] += n
+					}
+				}
+				m.log.Debug("bucket copied", "bucket", r.GetBucket(), "to", to, "sent", r.GetSent(), "copied", r.GetCopied())
 			}
-			m.log.Debug("bucket copied", "bucket", r.GetBucket(), "to", to, "sent", r.GetSent(), "copied", r.GetCopied())
-		}
-		if len(why) > 0 {
-			errs = append(errs, fmt.Errorf("copy: %s refused %d of %d buckets: %s", to, len(why), len(part), summarize(why)))
-		}
+			if len(why) > 0 {
+				errs = append(errs, fmt.Errorf("copy: %s refused %d of %d buckets: %s", to, len(why), len(part), summarize(why)))
+			}
+		})
 	}
+	wg.Wait()
+	slices.SortFunc(done, func(a, b *metapb.Move) int { return cmp.Compare(a.GetBucket(), b.GetBucket()) })
 	return done, errors.Join(errs...)
 }
 

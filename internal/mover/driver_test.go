@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,6 +56,59 @@ func TestDriverMovesABatchThroughEveryPhase(t *testing.T) {
 	}
 	if c.rs["r2"].insertedCount() != int(seedCounts(moved...)[1]+seedCounts(moved...)[2]) {
 		t.Errorf("%d tuples inserted on the destination, want %v", c.rs["r2"].insertedCount(), seedCounts(moved...))
+	}
+}
+
+// A batch larger than CopyStreamBuckets is copied as concurrent streams
+// of at most that many buckets, within the quotas, and every bucket is
+// moved as in a batch copied by one stream.
+func TestDriverCopiesALargeBatchAsConcurrentStreams(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 200, 1, 1)
+	c.setRebalancer(&metapb.Rebalancer{MaxSending: 3 * CopyStreamBuckets, MaxReceiving: 3 * CopyStreamBuckets})
+	moved := span(1, 3*CopyStreamBuckets)
+	c.start("r2", moved...)
+	var (
+		mu       sync.Mutex
+		inflight int
+		most     int
+		sizes    []int
+		all      = make(chan struct{})
+	)
+	c.rs["r2"].setIntercept(func(ctx context.Context, call rsCall) error {
+		if call.method != "ReceiveBuckets" || call.applied {
+			return nil
+		}
+		mu.Lock()
+		inflight++
+		most = max(most, inflight)
+		sizes = append(sizes, len(call.buckets))
+		if inflight == 3 {
+			close(all)
+		}
+		mu.Unlock()
+		select { // the three streams wait for each other (or not long, if they come one by one)
+		case <-all:
+		case <-time.After(2 * time.Second):
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		inflight--
+		mu.Unlock()
+		return nil
+	})
+	c.driveAll(c.mover(0))
+
+	c.checkMoved("r1", "r2", 2, moved...)
+	mu.Lock()
+	defer mu.Unlock()
+	if most != 3 {
+		t.Errorf("at most %d copy streams at once (sizes %v), want 3", most, sizes)
+	}
+	for _, n := range sizes {
+		if n > CopyStreamBuckets {
+			t.Errorf("a copy stream of %d buckets, want at most %d (sizes %v)", n, CopyStreamBuckets, sizes)
+		}
 	}
 }
 

@@ -32,10 +32,25 @@ const (
 	// bucket_send_timeout.
 	DefaultSwitchTimeout = 2 * time.Second
 	// BatchSize is how many moves of one route the rebalancer starts in a
-	// round at most: a large rebalance runs as several batches in flight
-	// (one copying while the next prepares), each driven together.
+	// round at most, or a third of the smaller of the send and receive
+	// quotas when that is more (batchSize): a large rebalance runs as
+	// about three batches in flight (one copying while the next prepares),
+	// each driven together. A batch's steps before its switch are one
+	// entry each, whatever its size, so that a bucket's writes are refused
+	// for about as long with quotas of 1,500 as with 100; many batches of
+	// 50 each switching on its own queued their steps behind each other's
+	// copies and froze buckets for up to 1.3 s (docs/benchmarks.md,
+	// "Larger batches, the same copy streams").
 	BatchSize = 50
+	// CopyStreamBuckets is how many buckets of a batch one copy stream
+	// (ReceiveBuckets) carries: a batch's copy runs as concurrent streams
+	// of at most this many buckets.
+	CopyStreamBuckets = 50
 )
+
+// batchSize is how many moves of a route a round starts at most, for the
+// quotas maxSend and maxRecv (BatchSize).
+func batchSize(maxSend, maxRecv int) int { return max(BatchSize, min(maxSend, maxRecv)/3) }
 
 // Zero is what the mover needs of group 0 (the server adapts the cluster
 // node and internal/meta).
@@ -251,7 +266,7 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	var steps []*metapb.Command
 	var routes []sharding.Route
 	for _, r := range p.Routes {
-		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To], BatchSize)
+		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To], batchSize(maxSend, maxRecv))
 		for b := uint32(1); room > 0 && int(b) <= len(st.Buckets); b++ {
 			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
 				continue

@@ -273,18 +273,23 @@ func TestRebalancerRespectsTheThreshold(t *testing.T) {
 	}
 }
 
-// A round starts at most BatchSize moves per route.
+// A round starts at most a batch of moves per route: BatchSize, or a
+// third of the smaller quota when that is more.
 func TestRebalancerStartsAtMostABatchPerRoute(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 600, 1, 1, 1)
-	c.setRebalancer(&metapb.Rebalancer{MaxSending: 1000, MaxReceiving: 1000})
-	m := c.mover(0)
-	got := counts(c.rebalanceRound(m))
-	if want := map[string]int{"r2": BatchSize, "r3": BatchSize}; !maps.Equal(got, want) {
-		t.Fatalf("first round: started %v, want %v", got, want)
-	}
-	if got := counts(c.rebalanceRound(m)); !maps.Equal(got, map[string]int{"r2": BatchSize, "r3": BatchSize}) {
-		t.Errorf("second round: started %v", got)
+	for _, tc := range []struct {
+		quota, batch int
+	}{
+		{quota: 120, batch: BatchSize}, // a third is 40
+		{quota: 450, batch: 150},
+	} {
+		c := newCluster(t, 600, 1, 1, 1) // r2 and r3 are 200 short each
+		c.setRebalancer(&metapb.Rebalancer{MaxSending: uint32(tc.quota), MaxReceiving: uint32(tc.quota)})
+		m := c.mover(0)
+		got := counts(c.rebalanceRound(m))
+		if want := map[string]int{"r2": tc.batch, "r3": tc.batch}; !maps.Equal(got, want) {
+			t.Fatalf("quotas %d, first round: started %v, want %v", tc.quota, got, want)
+		}
 	}
 }
 
