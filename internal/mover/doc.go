@@ -12,7 +12,11 @@
 // The driver steps moves in batches (driver.go): the moves of one route
 // in the same phase take each step together, one log entry and one RPC
 // for all of them, each bucket's step still checked and answered on its
-// own, so a batch costs about what one move costs. The driver remembers
+// own, so a batch costs about what one move costs; only the copy is split,
+// into concurrent streams of at most CopyStreamBuckets buckets. The
+// rebalancer starts batches of up to a third of the smaller quota (at
+// least BatchSize), so a large rebalance switches in a few entries and
+// copies over many streams. The driver remembers
 // nothing: a new group-0 leader reads the moves in progress from group 0
 // and resumes each from its recorded phase, every step being idempotent
 // (a repeated step is a no-op at apply). Writes to a
