@@ -388,10 +388,16 @@ log "rows per replicaset: $(tr '\n' ' ' <<<"$COUNTS")"
 RS_OLD=$(awk 'NR == 1 { print $1 }' <<<"$COUNTS")
 
 IDLE_P99S='' IDLE_MAXS='' IDLE_ERRS=0 IDLE_OPS='' IDLE_LOADS=''
-for ((i = 1; i <= IDLE_RUNS; i++)); do
+# steady_run TAG LABEL I N: run I of N of the replace load with no moves
+# (idle, or balanced after them), its JSON in BENCH_JSON, logged.
+steady_run() {
   check_alive
-  bench_run "idle-$i" --workload replace --keys "$ROWS" --duration "$CHUNK"
-  log "idle run $i/$IDLE_RUNS: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
+  bench_run "$1-$3" --workload replace --keys "$ROWS" --duration "$CHUNK"
+  log "$2 run $3/$4: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
+}
+
+for ((i = 1; i <= IDLE_RUNS; i++)); do
+  steady_run idle idle "$i" "$IDLE_RUNS"
   IDLE_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
   IDLE_MAXS+=" $(jget "$BENCH_JSON" max_ms)"
   IDLE_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
@@ -474,9 +480,7 @@ if ((TOTAL_ROWS != ROWS)); then log "warning: the replicasets hold $TOTAL_ROWS r
 # moves' cost from the new layout's.
 AFTER_P99S='' AFTER_OPS='' AFTER_ERRS=0
 for ((i = 1; i <= AFTER_RUNS; i++)); do
-  check_alive
-  bench_run "after-$i" --workload replace --keys "$ROWS" --duration "$CHUNK"
-  log "balanced run $i/$AFTER_RUNS: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
+  steady_run after balanced "$i" "$AFTER_RUNS"
   AFTER_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
   AFTER_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
   AFTER_ERRS=$((AFTER_ERRS + $(jget "$BENCH_JSON" errors)))
