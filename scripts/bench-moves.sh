@@ -621,6 +621,7 @@ read -r _ LOAD_MAX LOAD_MIN < <(stats "$IDLE_LOADS $RUN_LOADS $LOADS")
 P99_RATIO=$(awk -v a="$MOVE_P99" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 P99_RATIO_MAX=$(awk -v a="$MOVE_P99_MAX" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 P99_RATIO_AFTER=$(awk -v a="$MOVE_P99" -v b="$AFTER_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+P99_RATIO_AFTER_MAX=$(awk -v a="$MOVE_P99_MAX" -v b="$AFTER_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
 
 SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"settings":{}'
 {
@@ -630,7 +631,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '"idle_p99_ms":%s,"moves_p99_ms_median":%s,"moves_p99_ms_max":%s,"p99_ratio":%s,"p99_ratio_max":%s,' "$IDLE_P99" "$MOVE_P99" "$MOVE_P99_MAX" "$P99_RATIO" "$P99_RATIO_MAX"
   printf '"idle_max_ms":%s,"moves_max_ms":%s,"idle_errors":%s,"moves_errors":%s,"moves_ops":%s,' "$IDLE_MAX" "$MOVE_MAX" "$IDLE_ERRS" "$ERRS" "$OPS"
   printf '"idle_ops_per_s":%s,"moves_ops_per_s_median":%s,' "$IDLE_OPS_MED" "$MOVE_OPS_MED"
-  printf '"after_p99_ms":%s,"after_ops_per_s":%s,"after_errors":%s,"p99_ratio_after":%s,' "${AFTER_P99:-0}" "${AFTER_OPS_MED:-0}" "$AFTER_ERRS" "$P99_RATIO_AFTER"
+  printf '"after_p99_ms":%s,"after_ops_per_s":%s,"after_errors":%s,"p99_ratio_after":%s,"p99_ratio_after_max":%s,' "${AFTER_P99:-0}" "${AFTER_OPS_MED:-0}" "$AFTER_ERRS" "$P99_RATIO_AFTER" "$P99_RATIO_AFTER_MAX"
   printf '"move_step_mean_ms":%s,' "$PHASES"
   printf '"refused_windows":%s,"refused_p50_s":%s,"refused_p99_s":%s,"refused_max_s":%s,"refused_max_bucket":%s,' "$N_WINDOWS" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '"load1_min":%s,"load1_max":%s,"nproc":%s,"started_at":"%s"}\n' "$LOAD_MIN" "$LOAD_MAX" "$(nproc)" "$STAMP"
@@ -653,7 +654,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '%-44s %s (largest run: %s)  (target <= 2)\n' "p99 ratio, moves / idle" "$P99_RATIO" "$P99_RATIO_MAX"
   printf '%-44s %s / %s ops/s (median; slowest run during: %s)\n' "write throughput, idle / during" "$IDLE_OPS_MED" "$MOVE_OPS_MED" "$MOVE_OPS_MIN"
   if ((AFTER_RUNS > 0)); then
-    printf '%-44s %s ms, %s ops/s (median of %s runs); moves / balanced p99 %s\n' "write p99, balanced (after the moves)" "$AFTER_P99" "$AFTER_OPS_MED" "$AFTER_RUNS" "$P99_RATIO_AFTER"
+    printf '%-44s %s ms, %s ops/s (median of %s runs); moves / balanced p99 %s (largest run: %s)\n' "write p99, balanced (after the moves)" "$AFTER_P99" "$AFTER_OPS_MED" "$AFTER_RUNS" "$P99_RATIO_AFTER" "$P99_RATIO_AFTER_MAX"
   fi
   printf '%-44s %s ms idle, %s ms during the moves\n' "longest successful write" "$IDLE_MAX" "$MOVE_MAX"
   printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"

@@ -60,55 +60,70 @@ func TestDriverMovesABatchThroughEveryPhase(t *testing.T) {
 }
 
 // A batch larger than CopyStreamBuckets is copied as concurrent streams
-// of at most that many buckets, within the quotas, and every bucket is
-// moved as in a batch copied by one stream.
+// of at most that many buckets, as many at once as the quotas hold, and
+// every bucket is moved as in a batch copied by one stream.
 func TestDriverCopiesALargeBatchAsConcurrentStreams(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 200, 1, 1)
-	c.setRebalancer(&metapb.Rebalancer{MaxSending: 3 * CopyStreamBuckets, MaxReceiving: 3 * CopyStreamBuckets})
-	moved := span(1, 3*CopyStreamBuckets)
-	c.start("r2", moved...)
-	var (
-		mu       sync.Mutex
-		inflight int
-		most     int
-		sizes    []int
-		all      = make(chan struct{})
-	)
-	c.rs["r2"].setIntercept(func(ctx context.Context, call rsCall) error {
-		if call.method != "ReceiveBuckets" || call.applied {
+	for _, tc := range []struct {
+		quota, streams int
+	}{
+		{quota: 3 * CopyStreamBuckets, streams: 3},
+		{quota: 2 * CopyStreamBuckets, streams: 2}, // the third stream waits for a slot
+	} {
+		c := newCluster(t, 200, 1, 1)
+		c.setRebalancer(&metapb.Rebalancer{MaxSending: uint32(tc.quota), MaxReceiving: uint32(tc.quota)})
+		moved := span(1, 3*CopyStreamBuckets)
+		c.start("r2", moved...)
+		var (
+			mu       sync.Mutex
+			inflight int
+			most     int
+			sizes    []int
+			all      = make(chan struct{}) // closed when tc.streams streams are in
+			release  = make(chan struct{}) // closed a while after all
+		)
+		go func() {
+			select { // long enough for a stream over the quota to come in too
+			case <-all:
+				time.Sleep(300 * time.Millisecond)
+			case <-time.After(2 * time.Second): // they came one by one: fail
+			}
+			close(release)
+		}()
+		c.rs["r2"].setIntercept(func(ctx context.Context, call rsCall) error {
+			if call.method != "ReceiveBuckets" || call.applied {
+				return nil
+			}
+			mu.Lock()
+			inflight++
+			most = max(most, inflight)
+			sizes = append(sizes, len(call.buckets))
+			if inflight == tc.streams {
+				close(all)
+			}
+			mu.Unlock()
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			mu.Lock()
+			inflight--
+			mu.Unlock()
 			return nil
-		}
-		mu.Lock()
-		inflight++
-		most = max(most, inflight)
-		sizes = append(sizes, len(call.buckets))
-		if inflight == 3 {
-			close(all)
-		}
-		mu.Unlock()
-		select { // the three streams wait for each other (or not long, if they come one by one)
-		case <-all:
-		case <-time.After(2 * time.Second):
-		case <-ctx.Done():
-		}
-		mu.Lock()
-		inflight--
-		mu.Unlock()
-		return nil
-	})
-	c.driveAll(c.mover(0))
+		})
+		c.driveAll(c.mover(0))
 
-	c.checkMoved("r1", "r2", 2, moved...)
-	mu.Lock()
-	defer mu.Unlock()
-	if most != 3 {
-		t.Errorf("at most %d copy streams at once (sizes %v), want 3", most, sizes)
-	}
-	for _, n := range sizes {
-		if n > CopyStreamBuckets {
-			t.Errorf("a copy stream of %d buckets, want at most %d (sizes %v)", n, CopyStreamBuckets, sizes)
+		c.checkMoved("r1", "r2", 2, moved...)
+		mu.Lock()
+		if most != tc.streams {
+			t.Errorf("quotas %d: at most %d copy streams at once (sizes %v), want %d", tc.quota, most, sizes, tc.streams)
 		}
+		for _, n := range sizes {
+			if n > CopyStreamBuckets {
+				t.Errorf("quotas %d: a copy stream of %d buckets, want at most %d (sizes %v)", tc.quota, n, CopyStreamBuckets, sizes)
+			}
+		}
+		mu.Unlock()
 	}
 }
 

@@ -94,6 +94,34 @@ func TestALeaderHoldsProposalsWhileEntriesAreInFlight(t *testing.T) {
 			if st := leader.Status(); st.Commit != st.LastIndex {
 				t.Fatalf("commit %d, last index %d after the heal", st.Commit, st.LastIndex)
 			}
+			if disabled {
+				return
+			}
+			// (2) The commit of the batch in flight releases what was held,
+			// in the round that learns of it: no tick needed.
+			c.ticksEvery = 1 << 40
+			base = leader.Status().LastIndex
+			d := propose("d")
+			waitFor(t, 10*time.Second, "d queued", func() bool { return leader.QueuedProposals() == 1 })
+			if !c.stepUntil(10, func() bool { return last() == 1 }) { // appended, its MsgApps not yet delivered
+				t.Fatalf("d was not appended: %d new entries", last())
+			}
+			e, f := propose("e"), propose("f")
+			waitFor(t, 10*time.Second, "e and f queued", func() bool { return leader.QueuedProposals() == 2 })
+			st0 := leader.Status()
+			if st0.Commit >= base+1 {
+				t.Fatalf("d committed (commit %d) before e and f were queued: nothing was in flight", st0.Commit)
+			}
+			if !c.stepUntilSettled(100, func() bool { return last() == 3 }) {
+				t.Fatalf("%d new entries after d's commit with no tick, want 3 (e and f released)", last())
+			}
+			if st := leader.Status(); st.ProposalBatches != st0.ProposalBatches+1 || st.Proposals != st0.Proposals+2 {
+				t.Fatalf("after d's commit: %d batches, %d proposals; want %d and %d (e and f in one)",
+					st.ProposalBatches, st.Proposals, st0.ProposalBatches+1, st0.Proposals+2)
+			}
+			for i, ch := range []<-chan error{d, e, f} {
+				c.stepUntilDone(t, fmt.Sprintf("proposal %c", "def"[i]), 1000, ch)
+			}
 		})
 	}
 }

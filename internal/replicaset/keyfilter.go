@@ -44,8 +44,8 @@ import (
 // A filter is built the first time a look at its bucket misses the row
 // cache, if the bucket holds at most maxFilterKeys tuples (the counts are
 // in memory) and the filters stay within their budget; sized for twice the
-// keys it starts with, it is built again once as many new keys were added
-// as it was sized for. A bucket too large for one is looked at in the
+// keys it starts with (20 bits a key), it is built again once it holds as
+// many keys as it was sized for (10 bits a key). A bucket too large for one is looked at in the
 // database, as before, and tried again once it has halved.
 type keyFilters struct {
 	seed    maphash.Seed
@@ -65,8 +65,8 @@ const maxFilterKeys = 1 << 14
 const minFilterKeys = 64
 
 // DefaultKeyFilterBytes is the memory of the key filters of a state
-// machine (SetKeyFilterBytes changes it): at about 20 bits per key,
-// 8 MiB covers 3 million tuples.
+// machine (SetKeyFilterBytes changes it): at 10–20 bits per key, 8 MiB
+// covers 3–6 million tuples.
 const DefaultKeyFilterBytes = 8 << 20
 
 const (
@@ -78,7 +78,7 @@ type keyFilter struct {
 	bits  []uint64
 	nbits uint64
 	cap   int // keys it was sized for
-	added int // keys added since the build
+	keys  int // keys in it: those it was built from and those added since
 }
 
 func newKeyFilters(budget int64) *keyFilters {
@@ -93,7 +93,7 @@ func (fs *keyFilters) absent(a *applier, b uint32, key []byte) bool {
 		return false
 	}
 	f := fs.buckets[b]
-	if f == nil || f.added >= f.cap {
+	if f == nil || f.keys >= f.cap {
 		if f = fs.build(a, b); f == nil {
 			return false
 		}
@@ -108,7 +108,7 @@ func (fs *keyFilters) add(b uint32, key []byte) {
 	if f := fs.buckets[b]; f != nil {
 		if h := fs.hash(key); !f.mayContain(h) {
 			f.insert(h)
-			f.added++
+			f.keys++
 		}
 	}
 }
@@ -177,6 +177,7 @@ func (fs *keyFilters) build(a *applier, b uint32) *keyFilter {
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		f.insert(fs.hash(it.Key()))
+		f.keys++
 	}
 	if err := it.Close(); err != nil {
 		a.err = err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
@@ -88,4 +89,39 @@ func TestACopiedTupleIsFound(t *testing.T) {
 	if n, _ := dst.sm.Count(dst.db, 1); n != 2 {
 		t.Fatalf("count %d after the copy, want 2 (x and a)", n)
 	}
+}
+
+// A batch that is dropped (its commit failed) takes the filters with it:
+// one built inside it from the batch's view (a key deleted there) would
+// say "absent" of a key the database still holds (keyfilter.go, 3).
+func TestADroppedBatchDropsTheFiltersItBuilt(t *testing.T) {
+	f := filtered(t)
+	f.setup()
+	f.sm.filters.minCap = 1 // a filter of one key is full at two: built again at the third
+	f.ok(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "a", 1))}})
+	k := key(t, offer(4, "a", 1)[0], offer(4, "a", 1)[1])
+	b := f.db.NewIndexedBatch()
+	var entries []multiraft.Entry
+	for _, c := range []*rspb.Batch{
+		{Bucket: 4, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: k}}}, // builds the filter: {a}
+		{Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "b", 1))}},                          // {a, b}: full
+		{Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "c", 1))}},                          // built again from the batch: {b}, then c
+	} {
+		data, err := Encode(&rspb.Command{NowUnixMs: f.now, Op: &rspb.Command_Batch{Batch: c}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.index++
+		entries = append(entries, multiraft.Entry{Index: f.index, Term: 1, Cmd: data})
+	}
+	if _, err := f.sm.Apply(b, entries); err != nil {
+		t.Fatal(err)
+	}
+	if f.sm.filters.buckets[4] == nil || !f.sm.filters.absent(&applier{sm: f.sm, b: b}, 4, f.sm.k.tuple(4, 1, k)) {
+		t.Fatal("the batch did not rebuild bucket 4's filter without a: the test sets up nothing")
+	}
+	_ = b.Close()
+	f.sm.ApplyDone(false)
+	// a is still stored: inserting it again is refused.
+	f.refused(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "a", 2))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
 }
