@@ -59,7 +59,7 @@ var (
 	descIndexes = prometheus.NewDesc("shardkit_raft_read_indexes_total", "Read index rounds this instance asked raft for in a group (since the group was opened here).", []string{"group"}, nil)
 	descLeased  = prometheus.NewDesc("shardkit_raft_lease_reads_total", "Linearizable reads this instance answered under its leader lease in a group, with no read index round (since the group was opened here).", []string{"group"}, nil)
 	descLease   = prometheus.NewDesc("shardkit_raft_lease_remaining_seconds", "What is left of this instance's leader lease in a group (0: none).", []string{"group"}, nil)
-	descBatches = prometheus.NewDesc("shardkit_raft_proposal_batches_total", "Batches of proposals this instance handed raft in a group, one append each (since the group was opened here).", []string{"group"}, nil)
+	descBatches = prometheus.NewDesc("shardkit_raft_proposal_batches_total", "Batches of proposals this instance handed raft in a group: appended as one on a leader, forwarded as one by a follower (since the group was opened here).", []string{"group"}, nil)
 	descProps   = prometheus.NewDesc("shardkit_raft_proposals_total", "Proposals this instance handed raft in a group, in those batches (since the group was opened here).", []string{"group"}, nil)
 )
 

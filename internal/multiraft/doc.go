@@ -116,7 +116,8 @@
 // A proposal that finds nothing in flight is appended at once, so a single
 // writer's latency is unchanged; under load the batches grow to what
 // arrives during one commit. Config.DisableProposalBatching turns the
-// holding off (the proposals of one round still go in one MsgProp).
+// holding off (the proposals of one round still go as one MsgProp per
+// MaxSizePerMsg bytes).
 //
 // # Snapshots
 //
