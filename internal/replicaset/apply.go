@@ -219,6 +219,10 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		// deleted here during the copy has no tuple here and was not
 		// copied back), so a write needs no prev and leaves no tombstone.
 		receiving = !st.GetCopied()
+		if g := c.GetPrevGeneration(); receiving && g != 0 && g != st.GetGeneration() {
+			return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_NEEDS_PREV, 0,
+				"bucket %d is receiving from %s at generation %d; the batch's prev facts are of generation %d", bucket, st.GetPeer(), st.GetGeneration(), g)}
+		}
 		if cc := sm.copies[bucket]; cc != nil {
 			cc.written = true // the copy looks up every key from now on
 		}

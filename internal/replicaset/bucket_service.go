@@ -85,10 +85,7 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 	if err != nil {
 		return nil, err
 	}
-	if err := s.g.ReadIndex(ctx); err != nil {
-		return nil, engineError(err)
-	}
-	if err := s.frozen(req.GetBucket(), 0); err != nil {
+	if err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration()); err != nil {
 		return nil, err
 	}
 	resp := &rspb.LookupResponse{}
@@ -108,6 +105,26 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 		resp.Facts = append(resp.Facts, f)
 	}
 	return resp, nil
+}
+
+// readFrozen makes this member's state of a bucket being sent safe to read
+// for its destination, or refuses. A member that has applied the freeze
+// (SENDING) at the destination's generation holds the bucket's final data:
+// every write to it precedes the freeze in the log, none follows it (apply
+// refuses them), and generations only grow, so no later move's freeze
+// looks the same. It reads its own state then, with no ReadIndex: a
+// source leader busy with the copy and its own writes answers at once.
+// Without a generation (0), or before this member has applied the freeze,
+// it reads the index first (it may lag: a new leader, or the freeze just
+// committed), then checks again.
+func (s *Storage) readFrozen(ctx context.Context, bucket uint32, generation uint64) error {
+	if generation != 0 && s.frozen(bucket, generation) == nil {
+		return nil
+	}
+	if err := s.g.ReadIndex(ctx); err != nil {
+		return engineError(err)
+	}
+	return s.frozen(bucket, generation)
 }
 
 // frozen refuses reads for a destination unless this replicaset is
@@ -133,10 +150,7 @@ func (b *BucketService) LookupRange(ctx context.Context, req *rspb.LookupRangeRe
 	if err != nil {
 		return nil, err
 	}
-	if err := s.g.ReadIndex(ctx); err != nil {
-		return nil, engineError(err)
-	}
-	if err := s.frozen(req.GetBucket(), req.GetGeneration()); err != nil {
+	if err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration()); err != nil {
 		return nil, err
 	}
 	limit := int(req.GetLimit())

@@ -77,7 +77,12 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 		t.Fatalf("RECEIVING: %+v", o)
 	}
 	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}}, rspb.Refusal_CODE_NEEDS_PREV, "needs the source's tuple")
-	del := dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: kb, Prev: prevOf(src, b, kb)}}}).GetResults()[0]
+	// Prev facts of another move's source (a batch made before the bucket
+	// left and came back) are refused (had the delete applied, the one
+	// below would find its tombstone); the facts of this move's are not.
+	stale := &rspb.Batch{Bucket: b, PrevGeneration: 1, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: kb, Prev: prevOf(src, b, kb)}}}
+	dst.refused(stale, rspb.Refusal_CODE_NEEDS_PREV, "receiving from src at generation 2; the batch's prev facts are of generation 1")
+	del := dst.ok(&rspb.Batch{Bucket: b, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: kb, Prev: prevOf(src, b, kb)}}}).GetResults()[0]
 	if !del.GetFound() {
 		t.Fatal("R9: delete of a tuple only the source holds did not find it")
 	}

@@ -111,7 +111,8 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 	var resp *rspb.LookupRangeResponse
 	err = s.onLeaderOf(ctx, rec.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
 		var err error
-		resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: uint32(limit)})
+		resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: uint32(limit),
+			Generation: rec.GetGeneration()})
 		return err
 	})
 	if err != nil {

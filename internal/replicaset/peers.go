@@ -32,9 +32,10 @@ func sourceError(b uint32, src string, err error) error {
 }
 
 // prevFacts reads, on the source of a receiving bucket, what it holds for
-// the batch's keys.
+// the batch's keys, and marks the batch with the move's generation (the
+// facts are of that move's source; apply refuses them at any other).
 func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rspb.Batch) error {
-	req := &rspb.LookupRequest{ReplicasetId: st.GetPeer(), Bucket: batch.GetBucket()}
+	req := &rspb.LookupRequest{ReplicasetId: st.GetPeer(), Bucket: batch.GetBucket(), Generation: st.GetGeneration()}
 	for _, op := range batch.GetOps() {
 		req.Keys = append(req.Keys, &rspb.LookupKey{SpaceId: op.GetSpaceId(), Key: op.GetKey()})
 	}
@@ -53,5 +54,6 @@ func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rs
 	for i, op := range batch.GetOps() {
 		op.Prev = resp.GetFacts()[i]
 	}
+	batch.PrevGeneration = st.GetGeneration()
 	return nil
 }

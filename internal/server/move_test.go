@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
@@ -142,6 +145,51 @@ func twoInstances(ctx context.Context, t *testing.T, timeout time.Duration) (add
 	return addrs, func() { start(1) }, c
 }
 
+// lookupFrozen asks r1, the frozen source of k's switched bucket, for k
+// as the destination does (BucketService.Lookup): at the move's
+// generation it answers from its own state (k is there: deleted on r2
+// only); at any other generation it refuses, naming it.
+func lookupFrozen(ctx context.Context, t *testing.T, c *client.Client, r1 string, k uint64) {
+	t.Helper()
+	b, err := c.Space("r").Bucket(ctx, tuple.Uint(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defs, err := c.Spaces(ctx)
+	if err != nil || len(defs) != 1 {
+		t.Fatalf("spaces %v, %v", defs, err)
+	}
+	key, err := tuple.AppendKey(nil, tuple.Uint(k))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(r1, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	bs := rspb.NewBucketServiceClient(conn)
+	all, err := bs.Buckets(ctx, &rspb.BucketsRequest{ReplicasetId: "r1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := all.GetBuckets()[b]
+	if rec.GetState() != rspb.BucketState_STATE_SENDING {
+		t.Fatalf("bucket %d of k%d on r1: %v, want SENDING", b, k, rec)
+	}
+	req := &rspb.LookupRequest{ReplicasetId: "r1", Bucket: b, Generation: rec.GetGeneration(),
+		Keys: []*rspb.LookupKey{{SpaceId: defs[0].ID, Key: key}}}
+	resp, err := bs.Lookup(ctx, req)
+	if err != nil || len(resp.GetFacts()) != 1 || !resp.GetFacts()[0].GetFound() {
+		t.Fatalf("lookup of k%d on its frozen source at generation %d: %v, %v", k, rec.GetGeneration(), resp, err)
+	}
+	req.Generation++
+	want := fmt.Sprintf("not being sent at generation %d", req.Generation)
+	if _, err := bs.Lookup(ctx, req); status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), want) {
+		t.Fatalf("lookup at another generation: %v, want FailedPrecondition %q", err, want)
+	}
+}
+
 // The seed's procedure (R14) by an operator: plan, start (switch), copy,
 // finish (drop prev), cleanup; then a drain by weight 0.
 func TestReshardStepByStepThenDrain(t *testing.T) {
@@ -224,6 +272,7 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	if n, err := c.Count(ctx, "r"); err != nil || n != rows {
 		t.Fatalf("count %d, %v between start and copy, want %d", n, err, rows)
 	}
+	lookupFrozen(ctx, t, c, addrs[0], gone)
 	// Finishing before the copy is refused: it would lose the rows.
 	if _, err := c.Sharding().Reshard(ctx, datav1.ReshardStep_RESHARD_STEP_FINISH); err == nil {
 		t.Fatal("finish before copy was allowed")

@@ -74,10 +74,15 @@ func (x *LookupKey) GetKey() []byte {
 }
 
 type LookupRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	ReplicasetId  string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
-	Bucket        uint32                 `protobuf:"varint,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	Keys          []*LookupKey           `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Bucket       uint32                 `protobuf:"varint,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Keys         []*LookupKey           `protobuf:"bytes,3,rep,name=keys,proto3" json:"keys,omitempty"`
+	// The move's generation the reader knows (0: any): the source answers
+	// only while it sends the bucket at that generation, and then from its
+	// own state, with no ReadIndex (a member that applied the freeze at that
+	// generation holds the bucket's final data).
+	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -133,6 +138,13 @@ func (x *LookupRequest) GetKeys() []*LookupKey {
 	return nil
 }
 
+func (x *LookupRequest) GetGeneration() uint64 {
+	if x != nil {
+		return x.Generation
+	}
+	return 0
+}
+
 type LookupResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Facts         []*PrevFact            `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
@@ -186,7 +198,8 @@ type LookupRangeRequest struct {
 	After []byte `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"`
 	Limit uint32 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
 	// The move's generation the reader knows (0: any): the source answers
-	// only while it sends the bucket at that generation.
+	// only while it sends the bucket at that generation, with no ReadIndex
+	// when it does (see LookupRequest.generation).
 	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -991,11 +1004,14 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"8\n" +
 	"\tLookupKey\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"\x83\x01\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\xa3\x01\n" +
 	"\rLookupRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x125\n" +
-	"\x04keys\x18\x03 \x03(\v2!.shardkit.replicaset.v1.LookupKeyR\x04keys\"H\n" +
+	"\x04keys\x18\x03 \x03(\v2!.shardkit.replicaset.v1.LookupKeyR\x04keys\x12\x1e\n" +
+	"\n" +
+	"generation\x18\x04 \x01(\x04R\n" +
+	"generation\"H\n" +
 	"\x0eLookupResponse\x126\n" +
 	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\"\xb8\x01\n" +
 	"\x12LookupRangeRequest\x12#\n" +

@@ -1131,8 +1131,14 @@ type Batch struct {
 	SchemaVersion uint64 `protobuf:"varint,2,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	Bucket        uint32 `protobuf:"varint,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	Ops           []*Op  `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// For a bucket receiving here: the generation of the move whose source
+	// answered the ops' prev facts. A batch whose generation is not the
+	// bucket's receiving generation at apply is refused (CODE_NEEDS_PREV:
+	// the facts are of another move). 0: not checked (batches written
+	// before 2026-11-26).
+	PrevGeneration uint64 `protobuf:"varint,5,opt,name=prev_generation,json=prevGeneration,proto3" json:"prev_generation,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
@@ -1191,6 +1197,13 @@ func (x *Batch) GetOps() []*Op {
 		return x.Ops
 	}
 	return nil
+}
+
+func (x *Batch) GetPrevGeneration() uint64 {
+	if x != nil {
+		return x.PrevGeneration
+	}
+	return 0
 }
 
 type OpResult struct {
@@ -1537,13 +1550,14 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\n" +
 	"if_version\x18\x06 \x01(\x04H\x00R\tifVersion\x88\x01\x01\x124\n" +
 	"\x04prev\x18\a \x01(\v2 .shardkit.replicaset.v1.PrevFactR\x04prevB\r\n" +
-	"\v_if_version\"\x93\x01\n" +
+	"\v_if_version\"\xbc\x01\n" +
 	"\x05Batch\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12%\n" +
 	"\x0eschema_version\x18\x02 \x01(\x04R\rschemaVersion\x12\x16\n" +
 	"\x06bucket\x18\x03 \x01(\rR\x06bucket\x12,\n" +
-	"\x03ops\x18\x04 \x03(\v2\x1a.shardkit.replicaset.v1.OpR\x03ops\"P\n" +
+	"\x03ops\x18\x04 \x03(\v2\x1a.shardkit.replicaset.v1.OpR\x03ops\x12'\n" +
+	"\x0fprev_generation\x18\x05 \x01(\x04R\x0eprevGeneration\"P\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05tuple\x18\x02 \x01(\fR\x05tuple\x12\x18\n" +
