@@ -17,6 +17,9 @@ type Metrics struct {
 	node          func() *Node
 	governorSteps *prometheus.CounterVec
 	governorTime  *prometheus.HistogramVec
+	persistTime   *prometheus.HistogramVec
+	persistBytes  prometheus.Histogram
+	applyTime     *prometheus.HistogramVec
 }
 
 // NewMetrics registers the cluster metrics on reg; node returns the running
@@ -33,9 +36,37 @@ func NewMetrics(reg prometheus.Registerer, node func() *Node) *Metrics {
 			Help:    "Duration of one governor activity, by step.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 		}, []string{"step"}),
+		persistTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardkit_raft_persist_seconds",
+			Help:    "Duration of one raft round's write of new entries and hard states to disk (one Pebble commit for every group of the round; sync=\"true\": with an fsync, the one a write's latency waits for).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"sync"}),
+		persistBytes: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "shardkit_raft_persist_bytes",
+			Help:    "Size of one raft round's write to disk (entries and hard states of every group of the round).",
+			Buckets: prometheus.ExponentialBuckets(256, 4, 10),
+		}),
+		applyTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "shardkit_raft_apply_seconds",
+			Help:    "Duration of one application of a group's committed entries to its state machine (a round applies each group's in one or two goes; a write waits for every entry before it).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}, []string{"group"}),
 	}
-	reg.MustRegister(m.governorSteps, m.governorTime, &collector{m: m})
+	reg.MustRegister(m.governorSteps, m.governorTime, m.persistTime, m.persistBytes, m.applyTime, &collector{m: m})
 	return m
+}
+
+var _ multiraft.RoundObserver = (*Metrics)(nil)
+
+// ObservePersist implements multiraft.RoundObserver.
+func (m *Metrics) ObservePersist(d time.Duration, synced bool, bytes int) {
+	m.persistTime.WithLabelValues(strconv.FormatBool(synced)).Observe(d.Seconds())
+	m.persistBytes.Observe(float64(bytes))
+}
+
+// ObserveApply implements multiraft.RoundObserver.
+func (m *Metrics) ObserveApply(g multiraft.GroupID, _ int, d time.Duration) {
+	m.applyTime.WithLabelValues(groupLabel(g)).Observe(d.Seconds())
 }
 
 func (m *Metrics) governorStep(step string, took time.Duration, err error) {

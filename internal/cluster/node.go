@@ -320,6 +320,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 		Transport:   tr,
 		Logger:      n.log,
 		LeaseReads:  !n.cfg.DisableLeaseReads,
+		Observer:    n.roundObserver(),
 		OnFatal: func(err error) {
 			select {
 			case n.fatal <- err:
@@ -642,4 +643,13 @@ func (n *Node) shutdown() {
 		case <-ch:
 		}
 	}
+}
+
+// roundObserver is the metrics as the raft host's observer (nil without
+// metrics: a nil *Metrics in the interface would be called).
+func (n *Node) roundObserver() multiraft.RoundObserver {
+	if n.metrics == nil {
+		return nil
+	}
+	return n.metrics
 }

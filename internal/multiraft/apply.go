@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
@@ -28,6 +29,9 @@ type appliedResult struct {
 func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
+	}
+	if o := g.host.cfg.Observer; o != nil {
+		defer func(start time.Time) { o.ObserveApply(g.id, len(ents), time.Since(start)) }(time.Now())
 	}
 	b := g.host.db.NewIndexedBatch()
 	defer b.Close()

@@ -100,6 +100,23 @@ type Config struct {
 	// Failpoints are test hooks at the durability boundaries. They do
 	// nothing unless the binary is built with the "failpoints" tag.
 	Failpoints *Failpoints
+
+	// Observer, when set, is told what each round's persist and each
+	// group's apply took (RoundObserver). It is called on the round's
+	// worker, so it must be quick (a histogram's Observe).
+	Observer RoundObserver
+}
+
+// RoundObserver is told what the durable steps of a round cost: a slow
+// replicated write waits either for the disk (the persist) or for the
+// state machines (the apply), and these tell which.
+type RoundObserver interface {
+	// ObservePersist: step 4, the one Pebble commit of a round's entries
+	// and hard states (synced: with an fsync), of bytes bytes.
+	ObservePersist(d time.Duration, synced bool, bytes int)
+	// ObserveApply: a group's committed entries applied in one go (step 3
+	// or 7), entries of them.
+	ObserveApply(g GroupID, entries int, d time.Duration)
 }
 
 func (c *Config) setDefaults() error {

@@ -320,8 +320,12 @@ func (h *Host) handleReadies(work []roundWork) error {
 		if sync {
 			opts = pebble.Sync
 		}
+		start, size := time.Now(), b.Len()
 		if err := b.Commit(opts); err != nil {
 			return fmt.Errorf("persist raft state: %w", err)
+		}
+		if o := h.cfg.Observer; o != nil {
+			o.ObservePersist(time.Since(start), sync, size)
 		}
 	}
 	if err := h.cfg.Failpoints.Eval(FailpointAfterSave); err != nil {
