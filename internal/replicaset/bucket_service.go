@@ -85,12 +85,14 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 	if err != nil {
 		return nil, err
 	}
-	if err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration()); err != nil {
+	snap, err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration())
+	if err != nil {
 		return nil, err
 	}
+	defer snap.Close()
 	resp := &rspb.LookupResponse{}
 	for _, k := range req.GetKeys() {
-		v, err := get(s.cfg.DB, s.sm.k.tuple(req.GetBucket(), k.GetSpaceId(), k.GetKey()))
+		v, err := get(snap, s.sm.k.tuple(req.GetBucket(), k.GetSpaceId(), k.GetKey()))
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
@@ -107,8 +109,11 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 	return resp, nil
 }
 
-// readFrozen makes this member's state of a bucket being sent safe to read
-// for its destination, or refuses. A member that has applied the freeze
+// readFrozen returns a snapshot of this member's state in which the
+// bucket is being sent (frozen), for its destination to read, or refuses.
+// The record and the tuples come from the one snapshot, so a cleanup
+// applied meanwhile (GARBAGE, the tuples deleted) cannot empty a read that
+// found the bucket frozen. A member that has applied the freeze
 // (SENDING) at the destination's generation holds the bucket's final data:
 // every write to it precedes the freeze in the log, none follows it (apply
 // refuses them), and generations only grow, so no later move's freeze
@@ -117,21 +122,30 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 // Without a generation (0), or before this member has applied the freeze,
 // it reads the index first (it may lag: a new leader, or the freeze just
 // committed), then checks again.
-func (s *Storage) readFrozen(ctx context.Context, bucket uint32, generation uint64) error {
-	if generation != 0 && s.frozen(bucket, generation) == nil {
-		return nil
+func (s *Storage) readFrozen(ctx context.Context, bucket uint32, generation uint64) (*pebble.Snapshot, error) {
+	if generation != 0 {
+		snap := s.cfg.DB.NewSnapshot()
+		if s.frozen(snap, bucket, generation) == nil {
+			return snap, nil
+		}
+		_ = snap.Close()
 	}
 	if err := s.g.ReadIndex(ctx); err != nil {
-		return engineError(err)
+		return nil, engineError(err)
 	}
-	return s.frozen(bucket, generation)
+	snap := s.cfg.DB.NewSnapshot()
+	if err := s.frozen(snap, bucket, generation); err != nil {
+		_ = snap.Close()
+		return nil, err
+	}
+	return snap, nil
 }
 
-// frozen refuses reads for a destination unless this replicaset is
-// sending the bucket (it is frozen: its data is final), at generation
+// frozen refuses reads for a destination unless this replicaset is (as r
+// has it) sending the bucket (it is frozen: its data is final), at generation
 // unless that is 0.
-func (s *Storage) frozen(bucket uint32, generation uint64) error {
-	st, err := s.sm.BucketStateOf(s.cfg.DB, bucket)
+func (s *Storage) frozen(r pebble.Reader, bucket uint32, generation uint64) error {
+	st, err := s.sm.BucketStateOf(r, bucket)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
@@ -150,14 +164,16 @@ func (b *BucketService) LookupRange(ctx context.Context, req *rspb.LookupRangeRe
 	if err != nil {
 		return nil, err
 	}
-	if err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration()); err != nil {
+	snap, err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration())
+	if err != nil {
 		return nil, err
 	}
+	defer snap.Close()
 	limit := int(req.GetLimit())
 	if limit <= 0 || limit > MaxRangeLimit {
 		limit = MaxRangeLimit
 	}
-	ts, more, err := s.sm.Range(s.cfg.DB, req.GetBucket(), &Space{ID: req.GetSpaceId()}, req.GetAfter(), limit)
+	ts, more, err := s.sm.Range(snap, req.GetBucket(), &Space{ID: req.GetSpaceId()}, req.GetAfter(), limit)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
