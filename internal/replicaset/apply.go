@@ -224,7 +224,12 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 				"bucket %d is receiving from %s at generation %d; the batch's prev facts are of generation %d", bucket, st.GetPeer(), st.GetGeneration(), g)}
 		}
 		if cc := sm.copies[bucket]; cc != nil {
-			cc.written = true // the copy looks up every key from now on
+			// The copy looks these keys up from now on (a batch refused
+			// below leaves them to a lookup that finds nothing: harmless).
+			prefix := len(sm.k.bucketTuples(bucket))
+			for _, op := range c.GetOps() {
+				cc.wrote(sm.k.tuple(bucket, op.GetSpaceId(), op.GetKey())[prefix:])
+			}
 		}
 	case rspb.BucketState_STATE_SENDING:
 		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_BUCKET_MOVING, 0, "bucket %d is being sent to %s; writes go there", bucket, st.GetPeer())}

@@ -198,3 +198,92 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 	}
 	flush()
 }
+
+// BenchmarkApplyCopy measures what the copy of a moving bucket costs its
+// destination's state machine per tuple: CopyChunks entries of 1,000
+// tuples (CopyChunkTuples), ten buckets of 100 tuples each (300,000 rows
+// in 3,000 buckets, as scripts/bench-moves.sh loads), 100-byte values,
+// applied one entry a run as the receive proposes them, into buckets that
+// are receiving and were not written meanwhile (the copy's cursor skips
+// the lookups) or were (written: every key is looked up first).
+//
+//	go test -run '^$' -bench BenchmarkApplyCopy -benchtime 200000x ./internal/replicaset/
+func BenchmarkApplyCopy(b *testing.B) {
+	b.Run("fresh", func(b *testing.B) { benchCopy(b, false) })
+	b.Run("written", func(b *testing.B) { benchCopy(b, true) })
+}
+
+func benchCopy(b *testing.B, written bool) {
+	b.Helper()
+	db := benchDB(b)
+	sm, err := New(db, 7)
+	if err != nil {
+		b.Fatal(err)
+	}
+	def := &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
+		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
+	}}
+	const perBucket, perChunk = 100, 10 // tuples a bucket, buckets an entry
+	buckets := uint32(b.N/perBucket + 1)
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli()
+	index := uint64(10)
+	apply := func(cmds ...*rspb.Command) {
+		var run []multiraft.Entry
+		for _, c := range cmds {
+			c.NowUnixMs = now
+			data, err := Encode(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			index++
+			run = append(run, multiraft.Entry{Index: index, Term: 1, Cmd: data})
+		}
+		applyRun(b, db, sm, run)
+	}
+	apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{def}}}})
+	var steps []*rspb.Command
+	for bk := uint32(1); bk <= buckets; bk++ {
+		steps = append(steps, &rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: bk, State: rspb.BucketState_STATE_RECEIVING, Generation: 2, Peer: "r1"}}})
+	}
+	apply(steps...)
+	if written {
+		// One write in each bucket (its prev fact: not found) turns its
+		// copy's lookups on.
+		var ws []*rspb.Command
+		for bk := uint32(1); bk <= buckets; bk++ {
+			kb, _ := tuple.AppendKey(nil, tuple.Uint(uint64(1)<<40+uint64(bk)))
+			ws = append(ws, &rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: bk, SchemaVersion: 1, PrevGeneration: 2, Ops: []*rspb.Op{{
+				Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: kb, Prev: &rspb.PrevFact{},
+				Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(uint64(1)<<40 + uint64(bk)), tuple.Bytes(nil)}),
+			}}}}})
+		}
+		apply(ws...)
+	}
+	// The entries are made before the clock starts: the receive makes
+	// them, not the applier. Keys ascend within a bucket, as the source
+	// streams them.
+	val := make([]byte, 100)
+	var entries []*rspb.Command
+	k := uint64(0)
+	for first := uint32(1); first <= buckets; first += perChunk {
+		cc := &rspb.CopyChunks{}
+		for bk := first; bk < first+perChunk && bk <= buckets; bk++ {
+			ch := &rspb.CopyChunk{Bucket: bk, Generation: 2}
+			for range perBucket {
+				kb, _ := tuple.AppendKey(nil, tuple.Uint(k))
+				ch.Tuples = append(ch.Tuples, &rspb.CopiedTuple{SpaceId: 1, Key: kb, Version: k + 1,
+					Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.Bytes(val)})})
+				k++
+			}
+			cc.Chunks = append(cc.Chunks, ch)
+		}
+		entries = append(entries, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})
+	}
+	b.ResetTimer()
+	for _, e := range entries {
+		apply(e)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(k), "ns/tuple")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -270,8 +271,9 @@ func TestTheCopySkipsLookupsOnlyWhenNothingCanBeThere(t *testing.T) {
 	// A delete of e (not copied yet) during the copy: the copy must not bring it back.
 	ke := key(t, tuple.Uint(1), tuple.String("e"))
 	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: ke, Prev: prevOf(src, b, ke)}}})
-	if !dst.sm.copies[b].written {
-		t.Fatal("a write during the copy did not mark the cursor")
+	tk := dst.sm.k.tuple(b, 1, ke)
+	if _, ok := dst.sm.copies[b].written[string(tk[len(dst.sm.k.bucketTuples(b)):])]; !ok {
+		t.Fatal("a write during the copy did not mark its key in the cursor")
 	}
 	if o := dst.copyChunk(b, 2, all[4]); o.Copied != 0 {
 		t.Fatalf("the copy resurrected a deleted tuple: copied %d", o.Copied)
@@ -288,6 +290,42 @@ func TestTheCopySkipsLookupsOnlyWhenNothingCanBeThere(t *testing.T) {
 	}
 	if o := dst.copyChunk(b, 2, all...); o.Copied != 0 {
 		t.Fatalf("after a load: copied %d, want 0", o.Copied)
+	}
+}
+
+// The cursor lets the copy skip the lookup of a key above every key it
+// copied that no write touched, and of no other; past copyWrittenKeys
+// written keys it looks every key up.
+func TestTheCopyCursorSkipsOnlyUntouchedKeysAboveIt(t *testing.T) {
+	t.Parallel()
+	var none *copyCursor
+	if none.absent([]byte("a")) {
+		t.Fatal("no cursor (a member that loaded its state) skipped a lookup")
+	}
+	cc := &copyCursor{}
+	cc.wrote([]byte("k5"))
+	for _, c := range []struct {
+		key  string
+		want bool
+	}{
+		{"k3", true},  // above everything copied, untouched
+		{"k2", false}, // below a copied key: perhaps copied before
+		{"k5", false}, // written during the copy
+		{"k6", true},
+		{"k6", false}, // copied just now
+	} {
+		if got := cc.absent([]byte(c.key)); got != c.want {
+			t.Fatalf("absent(%s) = %v, want %v", c.key, got, c.want)
+		}
+	}
+	for i := range copyWrittenKeys {
+		cc.wrote(fmt.Appendf(nil, "w%05d", i))
+	}
+	if cc.absent([]byte("z")) {
+		t.Fatal("past copyWrittenKeys written keys the copy skipped a lookup")
+	}
+	if cc.written != nil || !cc.many {
+		t.Fatalf("the cursor keeps %d written keys past its bound", len(cc.written))
 	}
 }
 
