@@ -85,6 +85,26 @@ func applyRun(b *testing.B, db *pebble.DB, sm multiraft.StateMachine, entries []
 	_ = batch.Close()
 }
 
+// benchSpace is the space `shardkit bench` creates: an unsigned key and
+// a bytes value.
+func benchSpace() *rspb.Space {
+	return &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
+		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
+	}}
+}
+
+// benchEntry encodes c, stamped now, as the log's next entry.
+func benchEntry(b *testing.B, index *uint64, now int64, c *rspb.Command) multiraft.Entry {
+	b.Helper()
+	c.NowUnixMs = now
+	data, err := Encode(c)
+	if err != nil {
+		b.Fatal(err)
+	}
+	*index++
+	return multiraft.Entry{Index: *index, Term: 1, Cmd: data}
+}
+
 func benchKVSM(b *testing.B) {
 	db := benchDB(b)
 	sm := kvsm.New(7)
@@ -128,9 +148,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 	}
 	sm.window = window
 	sm.SetRowCacheBytes(rowCache)
-	def := &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
-		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
-	}}
+	def := benchSpace()
 	sp, err := CompileSpace(def)
 	if err != nil {
 		b.Fatal(err)
@@ -147,13 +165,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 		}
 	}
 	add := func(c *rspb.Command) {
-		c.NowUnixMs = now
-		data, err := Encode(c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		index++
-		run = append(run, multiraft.Entry{Index: index, Term: 1, Cmd: data})
+		run = append(run, benchEntry(b, &index, now, c))
 		if len(run) == benchRun {
 			flush()
 		}
@@ -220,9 +232,7 @@ func benchCopy(b *testing.B, written bool) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	def := &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
-		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
-	}}
+	def := benchSpace()
 	const perBucket, perChunk = 100, 10 // tuples a bucket, buckets an entry
 	buckets := uint32(b.N/perBucket + 1)
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli()
@@ -230,13 +240,7 @@ func benchCopy(b *testing.B, written bool) {
 	apply := func(cmds ...*rspb.Command) {
 		var run []multiraft.Entry
 		for _, c := range cmds {
-			c.NowUnixMs = now
-			data, err := Encode(c)
-			if err != nil {
-				b.Fatal(err)
-			}
-			index++
-			run = append(run, multiraft.Entry{Index: index, Term: 1, Cmd: data})
+			run = append(run, benchEntry(b, &index, now, c))
 		}
 		applyRun(b, db, sm, run)
 	}
