@@ -65,7 +65,7 @@ func (m *Metrics) ObservePersist(d time.Duration, synced bool, bytes int) {
 }
 
 // ObserveApply implements multiraft.RoundObserver.
-func (m *Metrics) ObserveApply(g multiraft.GroupID, _ int, d time.Duration) {
+func (m *Metrics) ObserveApply(g multiraft.GroupID, d time.Duration) {
 	m.applyTime.WithLabelValues(groupLabel(g)).Observe(d.Seconds())
 }
 

@@ -31,7 +31,7 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 		return nil
 	}
 	if o := g.host.cfg.Observer; o != nil {
-		defer func(start time.Time) { o.ObserveApply(g.id, len(ents), time.Since(start)) }(time.Now())
+		defer func(start time.Time) { o.ObserveApply(g.id, time.Since(start)) }(time.Now())
 	}
 	b := g.host.db.NewIndexedBatch()
 	defer b.Close()

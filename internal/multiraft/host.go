@@ -115,8 +115,8 @@ type RoundObserver interface {
 	// and hard states (synced: with an fsync), of bytes bytes.
 	ObservePersist(d time.Duration, synced bool, bytes int)
 	// ObserveApply: a group's committed entries applied in one go (step 3
-	// or 7), entries of them.
-	ObserveApply(g GroupID, entries int, d time.Duration)
+	// or 7).
+	ObserveApply(g GroupID, d time.Duration)
 }
 
 func (c *Config) setDefaults() error {
