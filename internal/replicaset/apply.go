@@ -226,9 +226,8 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		if cc := sm.copies[bucket]; cc != nil {
 			// The copy looks these keys up from now on (a batch refused
 			// below leaves them to a lookup that finds nothing: harmless).
-			prefix := len(sm.k.bucketTuples(bucket))
 			for _, op := range c.GetOps() {
-				cc.wrote(sm.k.tuple(bucket, op.GetSpaceId(), op.GetKey())[prefix:])
+				cc.wrote(sm.k.tuple(bucket, op.GetSpaceId(), op.GetKey()))
 			}
 		}
 	case rspb.BucketState_STATE_SENDING:

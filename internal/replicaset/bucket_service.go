@@ -121,17 +121,12 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 // source leader busy with the copy and its own writes answers at once.
 // Without a generation (0), or before this member has applied the freeze,
 // it reads the index first (it may lag: a new leader, or the freeze just
-// committed), then checks again.
+// committed). Either way the snapshot is checked.
 func (s *Storage) readFrozen(ctx context.Context, bucket uint32, generation uint64) (*pebble.Snapshot, error) {
-	if generation != 0 {
-		snap := s.cfg.DB.NewSnapshot()
-		if s.frozen(snap, bucket, generation) == nil {
-			return snap, nil
+	if generation == 0 || s.frozen(s.cfg.DB, bucket, generation) != nil {
+		if err := s.g.ReadIndex(ctx); err != nil {
+			return nil, engineError(err)
 		}
-		_ = snap.Close()
-	}
-	if err := s.g.ReadIndex(ctx); err != nil {
-		return nil, engineError(err)
 	}
 	snap := s.cfg.DB.NewSnapshot()
 	if err := s.frozen(snap, bucket, generation); err != nil {

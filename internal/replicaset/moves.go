@@ -156,15 +156,15 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 // from disk has no cursor and looks up every key; the entries' effects are
 // the same on every member either way.
 type copyCursor struct {
-	written map[string]struct{} // space id + key encoding of the keys written
+	written map[string]struct{} // tuple keys written
 	many    bool                // more than copyWrittenKeys: every key is looked up
-	high    []byte              // the largest space id + key encoding copied
+	high    []byte              // the largest tuple key copied
 }
 
 // copyWrittenKeys bounds the keys a copy cursor remembers as written.
 const copyWrittenKeys = 4096
 
-// wrote remembers that a write touched the key (space id + key encoding).
+// wrote remembers that a write touched the tuple key.
 func (cc *copyCursor) wrote(k []byte) {
 	switch {
 	case cc.many:
@@ -178,8 +178,8 @@ func (cc *copyCursor) wrote(k []byte) {
 	}
 }
 
-// absent reports whether the copy may insert the key (space id + key
-// encoding) without looking it up, and remembers it as copied.
+// absent reports whether the copy may insert the tuple key without
+// looking it up, and remembers it as copied.
 func (cc *copyCursor) absent(k []byte) bool {
 	if cc == nil {
 		return false
@@ -205,7 +205,6 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	counts := map[uint32]int64{}
 	bySpace := map[uint32]uint64{}
 	cc := a.sm.copies[b]
-	prefix := len(a.sm.k.bucketTuples(b))
 	// The copy is a bulk load: its rows stay out of the row cache (caching
 	// them cost a third of the copy's time), and the bucket's cached rows
 	// are dropped instead, so that none says a copied key is absent.
@@ -215,7 +214,7 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 			continue // the space was dropped meanwhile
 		}
 		tk := a.sm.k.tuple(b, t.GetSpaceId(), t.GetKey())
-		if !cc.absent(tk[prefix:]) && (a.get(tk) != nil || a.get(a.sm.k.tombstone(b, t.GetSpaceId(), t.GetKey())) != nil) {
+		if !cc.absent(tk) && (a.get(tk) != nil || a.get(a.sm.k.tombstone(b, t.GetSpaceId(), t.GetKey())) != nil) {
 			continue
 		}
 		a.setUncached(tk, encodeStored(t.GetVersion(), t.GetTuple()))

@@ -1,11 +1,16 @@
 package replicaset
 
 import (
+	"context"
 	"errors"
+	"strings"
 	"testing"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
 // A source that refuses a lookup because it no longer sends the bucket
@@ -21,5 +26,61 @@ func TestSourceErrorTellsADoneMoveApart(t *testing.T) {
 	down := sourceError(48, "r1", status.Error(codes.Unavailable, "no leader of replicaset r1 answered"))
 	if errors.Is(down, errSourceDone) || status.Code(down) != codes.Unavailable {
 		t.Fatalf("an unreachable source: %v (code %v), want Unavailable, not errSourceDone", down, status.Code(down))
+	}
+}
+
+// sourceZero places replicaset r1's leader at "src".
+type sourceZero struct{ GroupZero }
+
+func (sourceZero) Replicaset(string) (string, []string) { return "src", nil }
+
+// lookupConn is a source's BucketService answering Lookup: every key found
+// at version 7; it keeps the last request.
+type lookupConn struct{ got *rspb.LookupRequest }
+
+func (c *lookupConn) Invoke(_ context.Context, method string, args, reply any, _ ...grpc.CallOption) error {
+	req, ok := args.(*rspb.LookupRequest)
+	if !ok || !strings.HasSuffix(method, "/Lookup") {
+		return status.Errorf(codes.Unimplemented, "%s", method)
+	}
+	c.got = req
+	resp := reply.(*rspb.LookupResponse)
+	for range req.GetKeys() {
+		resp.Facts = append(resp.Facts, &rspb.PrevFact{Found: true, Version: 7})
+	}
+	return nil
+}
+
+func (c *lookupConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grpc.CallOption) (grpc.ClientStream, error) {
+	return nil, status.Error(codes.Unimplemented, "no streams")
+}
+
+// A write to a receiving bucket asks its source at the move's generation
+// (so that a frozen source may answer without a read index) and carries
+// that generation with the facts (so that apply refuses them at any
+// other): both halves of the rule in TestABucketMovesWithPrevSemantics.
+func TestPrevFactsAreOfTheMovesGeneration(t *testing.T) {
+	conn := &lookupConn{}
+	s := &Storage{cfg: StorageConfig{Zero: sourceZero{}, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+		if addr != "src" {
+			return nil, errors.New("dialled " + addr)
+		}
+		return conn, nil
+	}}}
+	rec := &rspb.BucketState{State: rspb.BucketState_STATE_RECEIVING, Generation: 5, Peer: "r1"}
+	batch := &rspb.Batch{Bucket: 9, Ops: []*rspb.Op{{SpaceId: 1, Key: []byte("a")}, {SpaceId: 1, Key: []byte("b")}}}
+	if err := s.prevFacts(t.Context(), rec, batch); err != nil {
+		t.Fatal(err)
+	}
+	if g := conn.got.GetGeneration(); g != 5 || conn.got.GetReplicasetId() != "r1" || conn.got.GetBucket() != 9 || len(conn.got.GetKeys()) != 2 {
+		t.Fatalf("lookup asked %v, want r1's bucket 9 at generation 5, two keys", conn.got)
+	}
+	if batch.GetPrevGeneration() != 5 {
+		t.Fatalf("the batch's prev facts are marked generation %d, want 5", batch.GetPrevGeneration())
+	}
+	for i, op := range batch.GetOps() {
+		if op.GetPrev().GetVersion() != 7 {
+			t.Fatalf("op %d: prev %v, want the source's fact", i, op.GetPrev())
+		}
 	}
 }
