@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
@@ -39,17 +40,28 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return &RefusedError{Err: fmt.Errorf("cannot create data dir %s: %w", cfg.DataDir, err)}
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	var dbPtr atomic.Pointer[pebble.DB]
+	storageMetrics := newStorageMetrics(reg, dbPtr.Load)
 	storageErrs := make(chan error, 1) // corruption found by Pebble's background work
-	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{Logger: log, CacheBytes: cfg.CacheSize - cfg.CacheSize/RowCacheShare, OnCorruption: func(err error) {
-		select {
-		case storageErrs <- err:
-		default:
-		}
-	}})
+	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{
+		Logger:       log,
+		CacheBytes:   cfg.CacheSize - cfg.CacheSize/RowCacheShare,
+		OnWriteStall: storageMetrics.writeStall,
+		OnCorruption: func(err error) {
+			select {
+			case storageErrs <- err:
+			default:
+			}
+		},
+	})
 	if err != nil {
 		return cluster.OpenRefusal(cfg.DataDir, cfg.InstanceID, err)
 	}
 	defer db.Close()
+	dbPtr.Store(db)
+	defer dbPtr.Store(nil) // a scrape after the close must not read it
 
 	lis := cfg.Listener
 	if lis == nil {
@@ -57,8 +69,6 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 			return &RefusedError{Err: fmt.Errorf("cannot listen on --listen %s: %w", cfg.Listen, err)}
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	procs := cfg.Procedures
 	if procs == nil {
 		if procs, err = proc.NewRegistry(proc.Builtins()...); err != nil {

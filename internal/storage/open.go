@@ -3,6 +3,7 @@ package storage
 import (
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -24,6 +25,12 @@ type Options struct {
 	// its background work (which nobody else hears of). It must not block.
 	// Nil: corruption is only logged.
 	OnCorruption func(error)
+	// OnWriteStall is told of every write stall when it ends: why Pebble
+	// held the writes back (too many memtables waiting to be flushed, or
+	// too many files in level 0 waiting to be compacted) and for how long.
+	// Every commit of the database waited meanwhile. It must not block.
+	// Nil: stalls are only logged, at debug level.
+	OnWriteStall func(reason string, took time.Duration)
 }
 
 // Open opens (creating if needed) the Pebble database in dir.
@@ -64,11 +71,26 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 	return db, nil
 }
 
-// corruptionListener hands corruption to Options.OnCorruption and keeps
-// Pebble's other background errors in the log.
+// corruptionListener hands corruption to Options.OnCorruption, stalls to
+// Options.OnWriteStall, and keeps Pebble's other background errors in the
+// log.
 func corruptionListener(o Options) *pebble.EventListener {
 	log := o.Logger.With("component", "pebble")
+	// Pebble pairs every WriteStallBegin with a WriteStallEnd, one stall at
+	// a time, under its commit mutex.
+	var stallReason string
+	var stallSince time.Time
 	return &pebble.EventListener{
+		WriteStallBegin: func(info pebble.WriteStallBeginInfo) {
+			stallReason, stallSince = info.Reason, time.Now()
+		},
+		WriteStallEnd: func() {
+			took := time.Since(stallSince)
+			log.Debug("write stall", "reason", stallReason, "took", took)
+			if o.OnWriteStall != nil {
+				o.OnWriteStall(stallReason, took)
+			}
+		},
 		DataCorruption: func(info pebble.DataCorruptionInfo) {
 			err := &CorruptionError{Path: info.Path, Err: info.Details}
 			log.Debug("corruption found", "err", err)

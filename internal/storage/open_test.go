@@ -1,7 +1,10 @@
 package storage
 
 import (
+	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -31,5 +34,65 @@ func TestOpenWriteReopen(t *testing.T) {
 	defer c.Close()
 	if string(v) != "v" {
 		t.Fatalf("got %q after reopen, want %q", v, "v")
+	}
+}
+
+// gatedFS holds the creation of every table file (a flush's output) until
+// its gate is opened, so that memtables queue up behind a flush.
+type gatedFS struct {
+	vfs.FS
+	gate chan struct{}
+}
+
+func (g gatedFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if strings.HasSuffix(name, ".sst") {
+		<-g.gate
+	}
+	return g.FS.Create(name, c)
+}
+
+func TestAWriteStallIsReportedWithItsReasonAndLength(t *testing.T) {
+	fs := gatedFS{FS: vfs.NewMem(), gate: make(chan struct{})}
+	type stall struct {
+		reason string
+		took   time.Duration
+	}
+	stalls := make(chan stall, 16)
+	db, err := Open("db", Options{FS: fs, MemTableBytes: 256 << 10, OnWriteStall: func(reason string, took time.Duration) {
+		stalls <- stall{reason, took}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		v := make([]byte, 32<<10)
+		for i := range 64 { // 2 MiB: more than the memtables a flush may keep waiting
+			if err := db.Set(fmt.Appendf(nil, "k%03d", i), v, pebble.NoSync); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	select {
+	case err := <-wrote:
+		t.Fatalf("64 writes of 32 KiB into 256 KiB memtables finished (err %v) with every flush held back: no stall", err)
+	case <-time.After(200 * time.Millisecond): // the writes are held, as they should be
+	}
+	close(fs.gate)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-stalls:
+		if s.reason != "memtable count limit reached" || s.took <= 0 {
+			t.Fatalf("stall reported as (%q, %v), want the memtable limit and a positive length", s.reason, s.took)
+		}
+	default:
+		t.Fatal("the writes were held back, but no stall was reported")
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
