@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -268,10 +269,14 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 		}
 		if !id.Node {
 			// Reading needs role reader; anything else (the failpoints of
-			// test builds change an instance) needs admin.
+			// test builds change an instance) needs admin, and so do the
+			// runtime profiles (they show the instance's insides).
 			need, what := Reader, "read"
-			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			switch {
+			case r.Method != http.MethodGet && r.Method != http.MethodHead:
 				need, what = Admin, "change"
+			case strings.HasPrefix(r.URL.Path, "/debug/pprof/"):
+				need = Admin
 			}
 			have, known := a.cfg.UserRole(id.User)
 			if !known || have < need {

@@ -161,7 +161,8 @@ func TestAuthorize(t *testing.T) {
 }
 
 // The HTTP guard lets a reader read and only an admin (or an instance)
-// change: a reader must not reach a test build's failpoints.
+// change or read the runtime profiles: a reader must not reach a test
+// build's failpoints, nor an instance's insides.
 func TestHTTPChangesNeedAdmin(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -181,15 +182,18 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
 	h := a.HTTP(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }), nil)
 	for _, tc := range []struct {
-		user, method string
-		code         int
+		user, method, path string
+		code               int
 	}{
-		{"rita", http.MethodGet, http.StatusNoContent},
-		{"rita", http.MethodPut, http.StatusForbidden},
-		{"rita", http.MethodDelete, http.StatusForbidden},
-		{"ada", http.MethodPut, http.StatusNoContent},
+		{"rita", http.MethodGet, "/debug/failpoints/f", http.StatusNoContent},
+		{"rita", http.MethodPut, "/debug/failpoints/f", http.StatusForbidden},
+		{"rita", http.MethodDelete, "/debug/failpoints/f", http.StatusForbidden},
+		{"ada", http.MethodPut, "/debug/failpoints/f", http.StatusNoContent},
+		{"rita", http.MethodGet, "/metrics", http.StatusNoContent},
+		{"rita", http.MethodGet, "/debug/pprof/heap", http.StatusForbidden},
+		{"ada", http.MethodGet, "/debug/pprof/heap", http.StatusNoContent},
 	} {
-		req := httptest.NewRequest(tc.method, "https://x/debug/failpoints/f", nil)
+		req := httptest.NewRequest(tc.method, "https://x"+tc.path, nil)
 		req.TLS = &tls.ConnectionState{PeerCertificates: chainOf(t, dir, "client."+tc.user+".crt")}
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)

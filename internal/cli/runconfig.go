@@ -118,6 +118,15 @@ func runSettings() []runSetting {
 				c.HTTPOpenHealth = b
 				return nil
 			}},
+		{name: "enable-pprof", typ: "bool", def: "false", usage: "serve Go's runtime profiles at /debug/pprof/ on --http-listen (CPU, heap, goroutines, execution trace: go tool pprof|trace URL); with --certs-dir only to users of role admin",
+			apply: func(c *server.InstanceConfig, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.EnablePprof = b
+				return nil
+			}},
 		{name: "lease-reads", typ: "bool", def: "true", usage: "a replicaset or group-0 leader answers linearizable reads under a time-bounded lease instead of a heartbeat round per read index; it trusts the members' clocks to run at rates within 10% of each other (docs/operations.md, \"Lease reads\")",
 			apply: func(c *server.InstanceConfig, v string) error {
 				b, err := strconv.ParseBool(v)

@@ -59,6 +59,10 @@ type InstanceConfig struct {
 	// HTTPOpenHealth lets /health/* answer without a client certificate on
 	// a secure instance (for load balancers' probes).
 	HTTPOpenHealth bool `yaml:"http-open-health"`
+	// EnablePprof serves Go's runtime profiles at /debug/pprof/ on
+	// HTTPListen (CPU, heap, goroutines, the execution trace); on a secure
+	// instance only to users of role admin.
+	EnablePprof bool `yaml:"enable-pprof"`
 	// DisableLeaseReads makes every leader confirm its leadership with a
 	// heartbeat round for each read index (--lease-reads=false) instead of
 	// answering under its lease (multiraft.Config.LeaseReads).

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/pprof"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,10 +15,11 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 )
 
-// newHTTPHandler serves /health/live, /health/ready, /metrics and the JSON
+// newHTTPHandler serves /health/live, /health/ready, /metrics, the JSON
 // API /api/v1/cluster (the status, as `shardkit status --format json`;
-// ?all=1 includes expelled instances).
-func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry) http.Handler {
+// ?all=1 includes expelled instances) and, with profiles, Go's runtime
+// profiles at /debug/pprof/ (--enable-pprof).
+func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry, profiles bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
@@ -39,6 +41,15 @@ func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, statusview.FromProto(resp, all))
 	})
+	if profiles {
+		// As net/http/pprof registers them on the default mux, which this
+		// server does not use.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return mux
 }
 

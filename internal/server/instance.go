@@ -132,7 +132,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	defer stopGRPC(srv, log)
 
 	if cfg.HTTPListen != "" {
-		hs, err := startHTTP(cfg.HTTPListen, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg), fp), authz, cfg.HTTPOpenHealth), sec)
+		hs, err := startHTTP(cfg.HTTPListen, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg, cfg.EnablePprof), fp), authz, cfg.HTTPOpenHealth), sec)
 		if err != nil {
 			return &RefusedError{Err: err}
 		}
