@@ -11,19 +11,24 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/certs"
 )
 
 // DialOptions returns the options every connection to a shardkit instance
 // is made with: creds secures the transport; nil means plaintext, for a
-// cluster started without certificates. This is the one place that
-// decides it, for the CLI, the libraries, and the instances' connections
-// to each other.
+// cluster started without certificates. Messages are encoded by
+// api/rpccodec (protobuf without reflection). This is the one place
+// that decides it, for the CLI, the libraries, and the instances'
+// connections to each other.
 func DialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
 	if creds == nil {
 		creds = insecure.NewCredentials()
 	}
-	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+	return []grpc.DialOption{
+		grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpccodec.Codec{})),
+	}
 }
 
 // Dial makes a connection to one instance at addr (host:port) with

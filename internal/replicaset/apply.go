@@ -195,7 +195,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 				return nil
 			}
 			res := &rspb.BatchResult{}
-			if err := proto.Unmarshal(v, res); err != nil {
+			if err := res.UnmarshalVT(v); err != nil {
 				a.err = fmt.Errorf("replicaset: stored result of a request: %w", err)
 				return nil
 			}
@@ -266,7 +266,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		a.addCount(bucket, sp, ov.count[sp])
 	}
 	if len(id) > 0 {
-		v, err := proto.Marshal(res)
+		v, err := res.MarshalVT()
 		if err != nil {
 			a.err = err
 			return nil

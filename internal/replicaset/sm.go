@@ -197,7 +197,7 @@ func scan(r pebble.Reader, prefix []byte, fn func(k, v []byte) error) error {
 }
 
 // Encode marshals a command for Group.Propose.
-func Encode(c *rspb.Command) ([]byte, error) { return proto.Marshal(c) }
+func Encode(c *rspb.Command) ([]byte, error) { return c.MarshalVT() }
 
 // Apply implements multiraft.StateMachine.
 func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
@@ -212,7 +212,7 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			out[i] = nil // an empty entry (a new leader's first) does nothing
 			continue
 		}
-		if err := proto.Unmarshal(e.Cmd, cmd); err != nil {
+		if err := cmd.UnmarshalVT(e.Cmd); err != nil {
 			out[i] = fmt.Errorf("%w at index %d: %w", ErrBadCommand, e.Index, err)
 			continue
 		}

@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/failpoint"
@@ -122,7 +123,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		// Every call is checked before it is forwarded or served.
 		unary = []grpc.UnaryServerInterceptor{rpc.unary, authz.Unary(), fwd.Interceptor()}
 	}
-	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(unary...))
+	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ForceServerCodecV2(rpccodec.Codec{}))
 	opts = append(opts, sec.serverOptions(authz)...)
 	srv := grpc.NewServer(opts...)
 	node.Register(srv)
