@@ -70,6 +70,9 @@ type Topology interface {
 	Self() Member
 	// Refresh catches this instance's view up with group 0's leader.
 	Refresh(ctx context.Context) error
+	// Changed returns a channel closed at the next change of this
+	// instance's view of group 0.
+	Changed() <-chan struct{}
 }
 
 // Local is this instance's storage of its replicaset (nil when it has
@@ -105,7 +108,11 @@ type Config struct {
 	Procs *proc.Registry
 	// Attempts bounds how many places one call is tried at (default 4).
 	Attempts int
-	Logger   *slog.Logger
+	// MoveBackoff is how long a call that finds its bucket in its move's
+	// switch waits before it asks again (default 10ms, doubling up to
+	// 200ms), unless group 0 places the bucket elsewhere first.
+	MoveBackoff time.Duration
+	Logger      *slog.Logger
 	// AuthorizeItem checks one item of a Multi (or call of a Stream) as
 	// its own unary call would be checked (nil: every item is allowed); a
 	// refused item is answered with the error.
@@ -135,6 +142,9 @@ var _ datav1.DataServiceServer = (*Router)(nil)
 func New(cfg Config) *Router {
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = 4
+	}
+	if cfg.MoveBackoff <= 0 {
+		cfg.MoveBackoff = 10 * time.Millisecond
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -262,7 +272,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 	// by the mover's switch timeout): wait it out rather than fail, up to
 	// MoveWait, without spending attempts.
 	moveDeadline := time.Now().Add(MoveWait)
-	moveBackoff := 10 * time.Millisecond
+	moveBackoff := r.cfg.MoveBackoff
 	for attempt := 0; attempt < r.cfg.Attempts; attempt++ {
 		if rsID == "" {
 			return zero, status.Errorf(codes.Unavailable, "bucket %d is not assigned to a replicaset yet (are the buckets bootstrapped? `shardkit status`); retry", bucket)
@@ -315,10 +325,11 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 					rsID = next
 					continue
 				}
-				if sleep(ctx, moveBackoff) {
+				var done bool
+				if rsID, done = r.waitSwitch(ctx, bucket, rsID, moveBackoff); done {
 					return zero, err
 				}
-				moveBackoff = min(2*moveBackoff, 200*time.Millisecond)
+				moveBackoff = max(moveBackoff, min(2*moveBackoff, 200*time.Millisecond))
 				continue
 			}
 			if rd.GetLeaderAddress() != "" && rd.GetLeaderAddress() != t.addr {
@@ -341,10 +352,11 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			}
 			if next == rsID && time.Now().Before(moveDeadline) {
 				attempt-- // the switch is under way: wait, do not count it
-				if sleep(ctx, moveBackoff) {
+				var done bool
+				if rsID, done = r.waitSwitch(ctx, bucket, rsID, moveBackoff); done {
 					return zero, err
 				}
-				moveBackoff = min(2*moveBackoff, 200*time.Millisecond)
+				moveBackoff = max(moveBackoff, min(2*moveBackoff, 200*time.Millisecond))
 				continue
 			}
 			rsID = next
@@ -354,6 +366,30 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 	}
 	r.log.Debug("giving up after redirects", "call", what, "replicaset", rsID, "err", last)
 	return zero, last
+}
+
+// waitSwitch waits, during a bucket's move, until this instance's view of
+// group 0 places bucket elsewhere than rsID (the switch is done: it
+// returns that replicaset, to go there at once), or for d (the backoff of
+// a switch that ends otherwise, as an aborted move does: it returns
+// rsID), or until ctx ends (done). Other changes of group 0 wake it only
+// to look again.
+func (r *Router) waitSwitch(ctx context.Context, bucket uint32, rsID string, d time.Duration) (next string, done bool) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		changed := r.cfg.Topology.Changed() // before the look: no change is missed between them
+		if next := r.cfg.Topology.ReplicasetOf(bucket); bucket != 0 && next != "" && next != rsID {
+			return next, false
+		}
+		select {
+		case <-ctx.Done():
+			return rsID, true
+		case <-timer.C:
+			return rsID, false
+		case <-changed:
+		}
+	}
 }
 
 // redirectFor is the answer to a forwarded call this instance cannot serve.

@@ -2,8 +2,10 @@ package router
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -18,6 +20,27 @@ type fakeTopology struct {
 	Topology // methods the tests do not reach panic
 	mu       sync.Mutex
 	holder   string
+	changed  chan struct{} // closed by move
+}
+
+// move places every bucket on rsID, as a switch applied in group 0 does.
+func (f *fakeTopology) move(rsID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.holder = rsID
+	if f.changed != nil {
+		close(f.changed)
+	}
+	f.changed = make(chan struct{})
+}
+
+func (f *fakeTopology) Changed() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.changed == nil {
+		f.changed = make(chan struct{})
+	}
+	return f.changed
 }
 
 func (f *fakeTopology) ReplicasetOf(uint32) string {
@@ -107,5 +130,73 @@ func TestANotLeaderAnswerAboutAnotherReplicasetIsNotOurLeader(t *testing.T) {
 	defer r.mu.Unlock()
 	if r.leaders["r2"] == "r1-leader" || r.leaders["r1"] != "r1-leader" {
 		t.Fatalf("leaders learned: %v", r.leaders)
+	}
+}
+
+func movingOn(rsID string) error {
+	st, _ := status.New(codes.Unavailable, "bucket 5 is moving from "+rsID).
+		WithDetails(&datav1.Redirect{Reason: datav1.Redirect_REASON_BUCKET_MOVING, Bucket: 5, ReplicasetId: rsID})
+	return st.Err()
+}
+
+// A write that finds its bucket in its move's switch waits for group 0 to
+// place the bucket on its new replicaset and goes there at once; other
+// changes of group 0 only make it look again. (Its backoff is an hour
+// here: only the switch can end the wait.) A switch that ends with the
+// bucket where it was (an aborted move) is retried after the backoff.
+func TestAWriteWaitsOutASwitchUntilGroupZeroMovesTheBucket(t *testing.T) {
+	for _, aborted := range []bool{false, true} {
+		topo := &fakeTopology{holder: "r1"}
+		var mu sync.Mutex
+		var calls []string
+		refused := make(chan struct{}, 1)
+		moving := 3 // an aborted move: r1 refuses three times, then serves again
+		backoff := time.Hour
+		if aborted {
+			backoff = 0 // the default
+		}
+		r := New(Config{Topology: topo, Attempts: 3, MoveBackoff: backoff, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+			return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error {
+				if addr != "r1-leader" {
+					return nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if aborted && moving == 0 {
+					return nil
+				}
+				moving--
+				select {
+				case refused <- struct{}{}:
+				default:
+				}
+				return movingOn("r1")
+			}}, nil
+		}})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		done := make(chan error, 1)
+		go func() {
+			_, err := r.Write(ctx, &datav1.WriteRequest{Bucket: 5})
+			done <- err
+		}()
+		<-refused
+		if !aborted {
+			topo.move("r1") // a change of group 0 that leaves the bucket where it is
+			topo.move("r2") // the switch
+		}
+		err := <-done
+		cancel()
+		if err != nil {
+			t.Fatalf("aborted=%v: write: %v (calls %v)", aborted, err, calls)
+		}
+		mu.Lock()
+		want := []string{"r1-leader", "r2-leader"}
+		if aborted {
+			want = []string{"r1-leader", "r1-leader", "r1-leader", "r1-leader"}
+		}
+		if !slices.Equal(calls, want) {
+			t.Errorf("aborted=%v: calls %v, want %v", aborted, calls, want)
+		}
+		mu.Unlock()
 	}
 }

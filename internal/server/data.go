@@ -268,6 +268,8 @@ func (t *topology) Self() router.Member {
 	return router.Member{InstanceID: inst.GetInstanceId(), Address: inst.GetAddress(), FailureDomain: inst.GetFailureDomain()}
 }
 
+func (t *topology) Changed() <-chan struct{} { return t.node.Meta().Changed() }
+
 func (t *topology) Refresh(ctx context.Context) error {
 	g0 := t.node.Group0()
 	if g0 == nil {
