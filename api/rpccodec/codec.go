@@ -56,15 +56,21 @@ func (Codec) Marshal(v any) (mem.BufferSlice, error) {
 func (Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
+	var err error
 	if m, ok := v.(vtMessage); ok {
 		m.Reset()
-		return m.UnmarshalVT(buf.ReadOnlyData())
+		err = m.UnmarshalVT(buf.ReadOnlyData())
+	} else {
+		pm := messageOf(v)
+		if pm == nil {
+			return fmt.Errorf("rpccodec: cannot unmarshal into %T: not a protobuf message", v)
+		}
+		err = proto.Unmarshal(buf.ReadOnlyData(), pm)
 	}
-	pm := messageOf(v)
-	if pm == nil {
-		return fmt.Errorf("rpccodec: cannot unmarshal into %T: not a protobuf message", v)
+	if err != nil {
+		return fmt.Errorf("rpccodec: decoding %T: %w", v, err)
 	}
-	return proto.Unmarshal(buf.ReadOnlyData(), pm)
+	return nil
 }
 
 func marshalProto(v any) (mem.BufferSlice, error) {

@@ -109,8 +109,9 @@ type Config struct {
 	// Attempts bounds how many places one call is tried at (default 4).
 	Attempts int
 	// MoveBackoff is how long a call that finds its bucket in its move's
-	// switch waits before it asks again (default 10ms, doubling up to
-	// 200ms), unless group 0 places the bucket elsewhere first.
+	// switch waits before it asks again, unless group 0 places the bucket
+	// elsewhere first (default 10ms; it doubles up to 200ms, or stays as
+	// set when larger). The whole wait is bounded by MoveWait.
 	MoveBackoff time.Duration
 	Logger      *slog.Logger
 	// AuthorizeItem checks one item of a Multi (or call of a Stream) as
@@ -353,7 +354,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			if next == rsID && time.Now().Before(moveDeadline) {
 				attempt-- // the switch is under way: wait, do not count it
 				var done bool
-				if rsID, done = r.waitSwitch(ctx, bucket, rsID, moveBackoff); done {
+				if rsID, done = r.waitSwitch(ctx, bucket, rsID, min(moveBackoff, time.Until(moveDeadline))); done {
 					return zero, err
 				}
 				moveBackoff = max(moveBackoff, min(2*moveBackoff, 200*time.Millisecond))

@@ -21,6 +21,7 @@ type fakeTopology struct {
 	mu       sync.Mutex
 	holder   string
 	changed  chan struct{} // closed by move
+	looked   chan struct{} // when set, told of every call of Changed
 }
 
 // move places every bucket on rsID, as a switch applied in group 0 does.
@@ -39,6 +40,9 @@ func (f *fakeTopology) Changed() <-chan struct{} {
 	defer f.mu.Unlock()
 	if f.changed == nil {
 		f.changed = make(chan struct{})
+	}
+	if f.looked != nil {
+		f.looked <- struct{}{}
 	}
 	return f.changed
 }
@@ -142,14 +146,14 @@ func movingOn(rsID string) error {
 // A write that finds its bucket in its move's switch waits for group 0 to
 // place the bucket on its new replicaset and goes there at once; other
 // changes of group 0 only make it look again. (Its backoff is an hour
-// here: only the switch can end the wait.) A switch that ends with the
-// bucket where it was (an aborted move) is retried after the backoff.
+// here, so only a change can end the wait before MoveWait.) A switch that
+// ends with the bucket where it was (an aborted move) is retried after the
+// backoff.
 func TestAWriteWaitsOutASwitchUntilGroupZeroMovesTheBucket(t *testing.T) {
 	for _, aborted := range []bool{false, true} {
-		topo := &fakeTopology{holder: "r1"}
+		topo := &fakeTopology{holder: "r1", looked: make(chan struct{}, 16)}
 		var mu sync.Mutex
 		var calls []string
-		refused := make(chan struct{}, 1)
 		moving := 3 // an aborted move: r1 refuses three times, then serves again
 		backoff := time.Hour
 		if aborted {
@@ -166,10 +170,6 @@ func TestAWriteWaitsOutASwitchUntilGroupZeroMovesTheBucket(t *testing.T) {
 					return nil
 				}
 				moving--
-				select {
-				case refused <- struct{}{}:
-				default:
-				}
 				return movingOn("r1")
 			}}, nil
 		}})
@@ -179,9 +179,19 @@ func TestAWriteWaitsOutASwitchUntilGroupZeroMovesTheBucket(t *testing.T) {
 			_, err := r.Write(ctx, &datav1.WriteRequest{Bucket: 5})
 			done <- err
 		}()
-		<-refused
+		waitLook := func(what string) {
+			select {
+			case <-topo.looked:
+			case err := <-done:
+				t.Fatalf("aborted=%v: the write ended (%v, calls %v) before it %s", aborted, err, calls, what)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("aborted=%v: the write did not wait on group 0's changes before it %s (calls %v)", aborted, what, calls)
+			}
+		}
 		if !aborted {
+			waitLook("waited for the switch")
 			topo.move("r1") // a change of group 0 that leaves the bucket where it is
+			waitLook("looked again")
 			topo.move("r2") // the switch
 		}
 		err := <-done

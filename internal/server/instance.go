@@ -141,7 +141,10 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 			sctx, cancel := context.WithTimeout(context.Background(), stopBound)
 			defer cancel()
 			if err := hs.Shutdown(sctx); err != nil {
+				// A long profile or trace (--enable-pprof) may still run:
+				// its connection goes, and with it its request's context.
 				log.Warn("HTTP server did not stop gracefully in time; closing it", "bound", stopBound, "err", err)
+				_ = hs.Close()
 			}
 		}()
 	}

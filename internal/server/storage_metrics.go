@@ -5,6 +5,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 // storageMetrics tells an operator how the instance's Pebble database keeps
@@ -61,9 +63,9 @@ func (m *storageMetrics) Collect(ch chan<- prometheus.Metric) {
 	if db == nil {
 		return
 	}
-	pm := db.Metrics()
-	ch <- prometheus.MustNewConstMetric(m.descL0, prometheus.GaugeValue, float64(pm.Levels[0].Sublevels))
-	ch <- prometheus.MustNewConstMetric(m.descMem, prometheus.GaugeValue, float64(pm.MemTable.Count))
-	ch <- prometheus.MustNewConstMetric(m.descDebt, prometheus.GaugeValue, float64(pm.Compact.EstimatedDebt))
-	ch <- prometheus.MustNewConstMetric(m.descCompac, prometheus.GaugeValue, float64(pm.Compact.NumInProgress))
+	g := storage.ReadGauges(db)
+	ch <- prometheus.MustNewConstMetric(m.descL0, prometheus.GaugeValue, float64(g.L0Sublevels))
+	ch <- prometheus.MustNewConstMetric(m.descMem, prometheus.GaugeValue, float64(g.Memtables))
+	ch <- prometheus.MustNewConstMetric(m.descDebt, prometheus.GaugeValue, float64(g.CompactionDebt))
+	ch <- prometheus.MustNewConstMetric(m.descCompac, prometheus.GaugeValue, float64(g.Compactions))
 }

@@ -121,3 +121,28 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 	p.l.Error(fe.Msg)
 	panic(fe)
 }
+
+// Gauges are what leads up to a write stall (Options.OnWriteStall), as
+// Pebble has them now.
+type Gauges struct {
+	// L0Sublevels: writes stall at 12 (Pebble's L0StopWritesThreshold).
+	L0Sublevels int64
+	// Memtables: the one being written and those waiting to be flushed.
+	Memtables int64
+	// CompactionDebt is the bytes Pebble estimates it must compact to
+	// bring its levels into shape.
+	CompactionDebt uint64
+	// Compactions under way.
+	Compactions int64
+}
+
+// ReadGauges reads the gauges of an open database.
+func ReadGauges(db *pebble.DB) Gauges {
+	m := db.Metrics()
+	return Gauges{
+		L0Sublevels:    int64(m.Levels[0].Sublevels),
+		Memtables:      m.MemTable.Count,
+		CompactionDebt: m.Compact.EstimatedDebt,
+		Compactions:    m.Compact.NumInProgress,
+	}
+}

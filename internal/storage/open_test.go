@@ -80,6 +80,9 @@ func TestAWriteStallIsReportedWithItsReasonAndLength(t *testing.T) {
 		t.Fatalf("64 writes of 32 KiB into 256 KiB memtables finished (err %v) with every flush held back: no stall", err)
 	case <-time.After(200 * time.Millisecond): // the writes are held, as they should be
 	}
+	if g := ReadGauges(db); g.Memtables < 2 {
+		t.Fatalf("gauges %+v while the writes are held: want the memtables waiting for the flush counted", g)
+	}
 	close(fs.gate)
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
