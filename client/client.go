@@ -50,6 +50,12 @@ type Config struct {
 	// an instance that does not answer); DefaultAttempts when zero. The
 	// call's context bounds it too.
 	Attempts int
+	// RetryBackoff is the first wait before a data call is tried again
+	// (DefaultRetryBackoff when zero); it doubles at each try, up to
+	// MaxRetryBackoff (or stays as set when larger). A redirect to where
+	// the routing table, just refreshed, now places the bucket is followed
+	// at once, without a wait.
+	RetryBackoff time.Duration
 	// DisablePipelining turns off client pipelining: each write and point
 	// read is then its own unary call. With it on (the default), they go
 	// on one data stream per instance (DisableStream below), or, without
@@ -90,6 +96,13 @@ type Config struct {
 // DefaultAttempts is Config.Attempts's default.
 const DefaultAttempts = 8
 
+// DefaultRetryBackoff is Config.RetryBackoff's default, and
+// MaxRetryBackoff the longest wait it doubles to.
+const (
+	DefaultRetryBackoff = 10 * time.Millisecond
+	MaxRetryBackoff     = 500 * time.Millisecond
+)
+
 // Client talks to one cluster. Make it with New; it is safe for
 // concurrent use; Close it when done.
 type Client struct {
@@ -129,6 +142,9 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.Attempts <= 0 {
 		cfg.Attempts = DefaultAttempts
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
 	}
 	if cfg.PipelineDepth <= 0 {
 		cfg.PipelineDepth = DefaultPipelineDepth

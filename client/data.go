@@ -20,7 +20,8 @@ import (
 func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempotent bool,
 	call func(ctx context.Context, dc datav1.DataServiceClient) error,
 ) error {
-	backoff := 10 * time.Millisecond
+	backoff := c.cfg.RetryBackoff
+	grow := func() { backoff = max(backoff, min(2*backoff, MaxRetryBackoff)) }
 	// unknown is the first attempt of a write whose outcome is unknown:
 	// a write retried under the same request id is applied at most once,
 	// but if the call gives up, it must not say "nothing was done".
@@ -68,12 +69,18 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 				}
 				c.learnLeader(firstOf(rd.GetReplicasetId(), rs), "")
 			default:
-				_, _ = c.refresh(ctx)
+				// The bucket may have moved on: when the table, refreshed,
+				// places it elsewhere, go there now.
+				if rt, err := c.refresh(ctx); err == nil && rs != "" {
+					if now, _ := c.addressFor(rt, b, rw); now != "" && now != rs {
+						continue
+					}
+				}
 			}
 			if sleepCtx(ctx, backoff) {
 				return giveUp(last)
 			}
-			backoff = min(2*backoff, 500*time.Millisecond)
+			grow()
 			continue
 		}
 		e := newError(op, addr, err, idempotent)
@@ -95,7 +102,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		if sleepCtx(ctx, backoff) {
 			return giveUp(last)
 		}
-		backoff = min(2*backoff, 500*time.Millisecond)
+		grow()
 	}
 	if last == nil {
 		return newError(op, "", context.DeadlineExceeded, idempotent)
