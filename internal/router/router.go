@@ -330,7 +330,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 				if rsID, done = r.waitSwitch(ctx, bucket, rsID, moveBackoff); done {
 					return zero, err
 				}
-				moveBackoff = max(moveBackoff, min(2*moveBackoff, 200*time.Millisecond))
+				moveBackoff = longerMoveBackoff(moveBackoff)
 				continue
 			}
 			if rd.GetLeaderAddress() != "" && rd.GetLeaderAddress() != t.addr {
@@ -357,7 +357,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 				if rsID, done = r.waitSwitch(ctx, bucket, rsID, min(moveBackoff, time.Until(moveDeadline))); done {
 					return zero, err
 				}
-				moveBackoff = max(moveBackoff, min(2*moveBackoff, 200*time.Millisecond))
+				moveBackoff = longerMoveBackoff(moveBackoff)
 				continue
 			}
 			rsID = next
@@ -367,6 +367,11 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 	}
 	r.log.Debug("giving up after redirects", "call", what, "replicaset", rsID, "err", last)
 	return zero, last
+}
+
+// longerMoveBackoff is the next wait of Config.MoveBackoff's doubling.
+func longerMoveBackoff(d time.Duration) time.Duration {
+	return max(d, min(2*d, 200*time.Millisecond))
 }
 
 // waitSwitch waits, during a bucket's move, until this instance's view of

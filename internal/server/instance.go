@@ -11,7 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
@@ -43,8 +42,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	var dbPtr atomic.Pointer[pebble.DB]
-	storageMetrics := newStorageMetrics(reg, dbPtr.Load)
+	storageMetrics := newStorageMetrics(reg)
 	storageErrs := make(chan error, 1) // corruption found by Pebble's background work
 	db, err := storage.Open(filepath.Join(cfg.DataDir, "db"), storage.Options{
 		Logger:       log,
@@ -60,9 +58,8 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	if err != nil {
 		return cluster.OpenRefusal(cfg.DataDir, cfg.InstanceID, err)
 	}
-	defer db.Close()
-	dbPtr.Store(db)
-	defer dbPtr.Store(nil) // a scrape after the close must not read it
+	defer db.Close() // after the HTTP server stops (deferred below): no scrape reads it closed
+	storageMetrics.watchDB(reg, db)
 
 	lis := cfg.Listener
 	if lis == nil {

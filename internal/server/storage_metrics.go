@@ -11,19 +11,21 @@ import (
 
 // storageMetrics tells an operator how the instance's Pebble database keeps
 // up with its writes: the stalls in which every commit (a round's fsync, a
-// state machine's apply) waited for a flush or a compaction, and the gauges
-// that lead up to them, read from Pebble when scraped.
+// state machine's apply) waited for a flush or a compaction (registered
+// before the database opens: Open takes writeStall), and the gauges that
+// lead up to them, read from Pebble when scraped (registered by
+// watchDB once it is open).
 type storageMetrics struct {
 	stalls     *prometheus.CounterVec
 	stallTime  *prometheus.CounterVec
-	db         func() *pebble.DB // nil until the database is open
+	db         *pebble.DB
 	descL0     *prometheus.Desc
 	descMem    *prometheus.Desc
 	descDebt   *prometheus.Desc
 	descCompac *prometheus.Desc
 }
 
-func newStorageMetrics(reg prometheus.Registerer, db func() *pebble.DB) *storageMetrics {
+func newStorageMetrics(reg prometheus.Registerer) *storageMetrics {
 	m := &storageMetrics{
 		stalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "shardkit_storage_write_stalls_total",
@@ -33,14 +35,19 @@ func newStorageMetrics(reg prometheus.Registerer, db func() *pebble.DB) *storage
 			Name: "shardkit_storage_write_stall_seconds_total",
 			Help: "Time this instance's database held every commit back in write stalls, by reason.",
 		}, []string{"reason"}),
-		db:         db,
 		descL0:     prometheus.NewDesc("shardkit_storage_l0_sublevels", "Sublevels of level 0 of this instance's database (writes stall at 12).", nil, nil),
 		descMem:    prometheus.NewDesc("shardkit_storage_memtables", "Memtables of this instance's database, the one being written and those waiting to be flushed.", nil, nil),
 		descDebt:   prometheus.NewDesc("shardkit_storage_compaction_debt_bytes", "Bytes this instance's database estimates it must compact to bring its levels into shape.", nil, nil),
 		descCompac: prometheus.NewDesc("shardkit_storage_compactions_running", "Compactions of this instance's database under way.", nil, nil),
 	}
-	reg.MustRegister(m.stalls, m.stallTime, m)
+	reg.MustRegister(m.stalls, m.stallTime)
 	return m
+}
+
+// watchDB registers the gauges of the open database db.
+func (m *storageMetrics) watchDB(reg prometheus.Registerer, db *pebble.DB) {
+	m.db = db
+	reg.MustRegister(m)
 }
 
 // writeStall is storage.Options.OnWriteStall.
@@ -59,11 +66,7 @@ func (m *storageMetrics) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect implements prometheus.Collector.
 func (m *storageMetrics) Collect(ch chan<- prometheus.Metric) {
-	db := m.db()
-	if db == nil {
-		return
-	}
-	g := storage.ReadGauges(db)
+	g := storage.ReadGauges(m.db)
 	ch <- prometheus.MustNewConstMetric(m.descL0, prometheus.GaugeValue, float64(g.L0Sublevels))
 	ch <- prometheus.MustNewConstMetric(m.descMem, prometheus.GaugeValue, float64(g.Memtables))
 	ch <- prometheus.MustNewConstMetric(m.descDebt, prometheus.GaugeValue, float64(g.CompactionDebt))
