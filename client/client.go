@@ -273,7 +273,7 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		if err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(ctx, timeout)
+		actx, cancel := attemptContext(ctx, timeout)
 		var hdr metadata.MD
 		err = call(actx, conn, grpc.Header(&hdr))
 		attemptExpired := actx.Err() != nil

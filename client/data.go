@@ -43,7 +43,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		if err != nil {
 			return err
 		}
-		actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+		actx, cancel := attemptContext(ctx, c.cfg.Timeout)
 		err = call(actx, c.dataClient(addr, conn))
 		expired := actx.Err() != nil
 		cancel()
@@ -117,6 +117,19 @@ func firstOf(a, b string) string {
 	}
 	return b
 }
+
+// attemptContext bounds one attempt by timeout: ctx itself when its own
+// deadline comes first (the usual case of a caller with a per-call
+// deadline: no second timer, no child context to register with ctx), else
+// a child of ctx with the attempt's deadline.
+func attemptContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= timeout {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, timeout)
+}
+
+func noCancel() {}
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)

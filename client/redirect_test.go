@@ -62,3 +62,35 @@ func TestAWriteFollowsAMovedBucketWithoutWaiting(t *testing.T) {
 		t.Fatalf("writes on rs1 %d, on rs2 %d; want one each", n1, n2)
 	}
 }
+
+// An attempt is bounded by Config.Timeout: by the caller's own context
+// when its deadline comes first (nothing derived), by a child with the
+// attempt's deadline otherwise.
+func TestAnAttemptTakesTheEarlierOfTheCallersDeadlineAndTheTimeout(t *testing.T) {
+	const timeout = time.Minute
+	soon, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	actx, stop := attemptContext(soon, timeout)
+	stop()
+	if actx != soon {
+		t.Fatal("a caller's deadline before the attempt's timeout: the attempt should run under the caller's context")
+	}
+	if soon.Err() != nil {
+		t.Fatal("stopping an attempt that runs under the caller's context cancelled the caller's context")
+	}
+	for name, parent := range map[string]context.Context{"no deadline": context.Background(), "a later deadline": func() context.Context {
+		late, cancel := context.WithTimeout(context.Background(), time.Hour)
+		t.Cleanup(cancel)
+		return late
+	}()} {
+		actx, stop := attemptContext(parent, timeout)
+		dl, ok := actx.Deadline()
+		if !ok || time.Until(dl) > timeout {
+			t.Fatalf("%s: the attempt's deadline is %v (set %v), want within %v", name, time.Until(dl), ok, timeout)
+		}
+		stop()
+		if actx.Err() == nil {
+			t.Fatalf("%s: stopping the attempt left its context running", name)
+		}
+	}
+}

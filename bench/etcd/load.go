@@ -261,6 +261,11 @@ func bench(ctx context.Context, cfg config, stderr io.Writer) (result, error) {
 
 func work(ctx context.Context, cfg config, c *clientv3.Client, w int, deadline time.Time, done *atomic.Int64) workerResult {
 	r := workerResult{hist: newHist(cfg)}
+	// Each call's deadline is a child of this worker's own context, not of
+	// the run's, which every worker shares (one lock and one set of
+	// children for all the calls in flight).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	val := value(cfg.valueSize, rand.New(rand.NewPCG(uint64(w), 3)))
 	for i := 0; ctx.Err() == nil; i++ {
 		t0 := time.Now()

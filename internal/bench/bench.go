@@ -517,6 +517,11 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, deadline tim
 	issued, done, failed *atomic.Int64,
 ) worker {
 	r := worker{hist: newHist(cfg.Timeout)}
+	// Each call's deadline is a child of this worker's own context, not of
+	// the run's, which every worker shares (one lock and one set of
+	// children for all the calls in flight).
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	rng := rand.New(rand.NewPCG(uint64(w), 3))
 	val := value(cfg.ValueSize, rng)
 	sp := c.Space(cfg.Space)

@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -166,19 +167,80 @@ func (sm *SM) BucketStateOf(r pebble.Reader, b uint32) (*rspb.BucketState, error
 	return st, nil
 }
 
-// overlay holds one batch's writes until every op has succeeded.
+// overlay holds one batch's writes until every op has succeeded. Most
+// batches write one or two keys: they are kept in write order in a slice
+// and found by a scan; past overlayScan keys a map indexes them.
 type overlay struct {
-	vals  map[string][]byte // nil value: deleted
-	order []string
-	count map[uint32]int64 // space -> change of its tuple count in the bucket
+	writes []overlayWrite
+	index  map[string]int // key -> its place in writes, once there are more than overlayScan
+	counts []spaceCount   // the change of each space's tuple count in the bucket
 }
 
-func (o *overlay) put(k []byte, v []byte) {
-	ks := string(k)
-	if _, ok := o.vals[ks]; !ok {
-		o.order = append(o.order, ks)
+type overlayWrite struct {
+	key []byte
+	val []byte // nil: deleted
+}
+
+type spaceCount struct {
+	space uint32
+	delta int64
+}
+
+const overlayScan = 8
+
+// get returns what the batch wrote at k (nil: deleted) and whether it did.
+func (o *overlay) get(k []byte) ([]byte, bool) {
+	if o.index != nil {
+		i, ok := o.index[string(k)]
+		if !ok {
+			return nil, false
+		}
+		return o.writes[i].val, true
 	}
-	o.vals[ks] = v
+	for i := range o.writes {
+		if bytes.Equal(o.writes[i].key, k) {
+			return o.writes[i].val, true
+		}
+	}
+	return nil, false
+}
+
+// put records a write of v (nil: a deletion) at k, which the overlay
+// keeps: it must not change afterwards.
+func (o *overlay) put(k []byte, v []byte) {
+	if o.index != nil {
+		if i, ok := o.index[string(k)]; ok {
+			o.writes[i].val = v
+			return
+		}
+		o.index[string(k)] = len(o.writes)
+		o.writes = append(o.writes, overlayWrite{key: k, val: v})
+		return
+	}
+	for i := range o.writes {
+		if bytes.Equal(o.writes[i].key, k) {
+			o.writes[i].val = v
+			return
+		}
+	}
+	o.writes = append(o.writes, overlayWrite{key: k, val: v})
+	if len(o.writes) > overlayScan {
+		o.index = make(map[string]int, 2*len(o.writes))
+		for i, w := range o.writes {
+			o.index[string(w.key)] = i
+		}
+	}
+}
+
+// count adds d to space sp's change of tuple count.
+func (o *overlay) count(sp uint32, d int64) {
+	for i := range o.counts {
+		if o.counts[i].space == sp {
+			o.counts[i].delta += d
+			return
+		}
+	}
+	o.counts = append(o.counts, spaceCount{space: sp, delta: d})
 }
 
 func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
@@ -235,8 +297,8 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	default:
 		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_WRONG_BUCKET, 0, "bucket %d is %s on this replicaset", bucket, bucketStateName(st))}
 	}
-	ov := &overlay{vals: map[string][]byte{}, count: map[uint32]int64{}}
-	res := &rspb.BatchResult{Index: a.index}
+	ov := &overlay{}
+	res := &rspb.BatchResult{Index: a.index, Results: make([]*rspb.OpResult, 0, len(c.GetOps()))}
 	for i, op := range c.GetOps() {
 		if receiving && op.GetPrev() == nil {
 			return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_NEEDS_PREV, i, "bucket %d is receiving from %s: op %d needs the source's tuple", bucket, st.GetPeer(), i+1)}
@@ -250,20 +312,16 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		}
 		res.Results = append(res.Results, r)
 	}
-	for _, k := range ov.order {
-		if v := ov.vals[k]; v == nil {
-			a.del([]byte(k))
+	for _, w := range ov.writes {
+		if w.val == nil {
+			a.del(w.key)
 		} else {
-			a.set([]byte(k), v)
+			a.set(w.key, w.val)
 		}
 	}
-	spaces := make([]uint32, 0, len(ov.count))
-	for sp := range ov.count {
-		spaces = append(spaces, sp)
-	}
-	slices.Sort(spaces)
-	for _, sp := range spaces {
-		a.addCount(bucket, sp, ov.count[sp])
+	slices.SortFunc(ov.counts, func(x, y spaceCount) int { return cmp.Compare(x.space, y.space) })
+	for _, sc := range ov.counts {
+		a.addCount(bucket, sc.space, sc.delta)
 	}
 	if len(id) > 0 {
 		v, err := res.MarshalVT()
@@ -273,7 +331,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		}
 		a.set(sm.k.requestID(a.now, id), v)
 		if a.err == nil {
-			sm.reqs.add(string(id), a.now)
+			sm.reqs.add(id, a.now)
 		}
 	}
 	return &BatchOutcome{Result: res}
@@ -281,7 +339,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 
 // read returns the tuple stored at key, as the batch so far leaves it.
 func (a *applier) read(ov *overlay, key []byte) (version uint64, t []byte, found bool) {
-	v, ok := ov.vals[string(key)]
+	v, ok := ov.get(key)
 	if !ok {
 		v = a.getTuple(key)
 	}
@@ -315,7 +373,7 @@ func (a *applier) look(ov *overlay, bucket uint32, sp *Space, op *rspb.Op, recei
 		return c
 	}
 	tk := a.sm.k.tombstone(bucket, sp.ID, op.GetKey())
-	if v, ok := ov.vals[string(tk)]; ok {
+	if v, ok := ov.get(tk); ok {
 		c.tomb = v != nil
 	} else {
 		c.tomb = a.get(tk) != nil
@@ -333,7 +391,7 @@ func (a *applier) put(ov *overlay, bucket uint32, sp *Space, key []byte, stored 
 		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), nil)
 	}
 	if !c.local {
-		ov.count[sp.ID]++
+		ov.count(sp.ID, 1)
 	}
 }
 
@@ -342,7 +400,7 @@ func (a *applier) put(ov *overlay, bucket uint32, sp *Space, key []byte, stored 
 func (a *applier) remove(ov *overlay, bucket uint32, sp *Space, key []byte, c current, receiving bool) {
 	if c.local {
 		ov.put(a.sm.k.tuple(bucket, sp.ID, key), nil)
-		ov.count[sp.ID]--
+		ov.count(sp.ID, -1)
 	}
 	if receiving {
 		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), binary.BigEndian.AppendUint64(nil, a.version()))

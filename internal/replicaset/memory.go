@@ -26,32 +26,52 @@ import (
 // ApplyDone once the batch is committed, or dropped).
 
 // requestWindow holds the request ids written within the window, with the
-// leader-stamped time (ms) of their write.
+// leader-stamped time (ms) of their write. Ids of 16 bytes (every id the
+// data service takes) are keyed by value, without a string each; ids of
+// any other length (none are proposed today) by string.
 type requestWindow struct {
-	at    map[string]int64
+	at    map[requestKey]int64
+	other map[string]int64
 	order []stampedID // in time order: the clock of the log never goes back
 	head  int         // order[:head] have left the window
 }
 
+type requestKey [16]byte
+
 type stampedID struct {
-	ms int64
-	id string
+	ms    int64
+	key   requestKey
+	other string // the id when it is not 16 bytes long
 }
 
 func (w *requestWindow) reset() {
-	w.at = map[string]int64{}
+	w.at = map[requestKey]int64{}
+	w.other = map[string]int64{}
 	w.order = nil
 	w.head = 0
 }
 
-func (w *requestWindow) add(id string, ms int64) {
-	w.at[id] = ms
-	w.order = append(w.order, stampedID{ms: ms, id: id})
+func (w *requestWindow) add(id []byte, ms int64) {
+	if len(id) == len(requestKey{}) {
+		k := requestKey(id)
+		w.at[k] = ms
+		w.order = append(w.order, stampedID{ms: ms, key: k})
+		return
+	}
+	s := string(id)
+	w.other[s] = ms
+	w.order = append(w.order, stampedID{ms: ms, other: s})
 }
 
 // lookup returns when id was written, if that was at cutoff or later.
 func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
-	ms, ok := w.at[string(id)]
+	var ms int64
+	var ok bool
+	if len(id) == len(requestKey{}) {
+		ms, ok = w.at[requestKey(id)]
+	} else {
+		ms, ok = w.other[string(id)]
+	}
 	return ms, ok && ms >= cutoff
 }
 
@@ -59,8 +79,12 @@ func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
 func (w *requestWindow) forget(cutoff int64) {
 	for w.head < len(w.order) && w.order[w.head].ms < cutoff {
 		s := w.order[w.head]
-		if w.at[s.id] == s.ms {
-			delete(w.at, s.id)
+		if s.other == "" {
+			if w.at[s.key] == s.ms {
+				delete(w.at, s.key)
+			}
+		} else if w.other[s.other] == s.ms {
+			delete(w.other, s.other)
 		}
 		w.order[w.head] = stampedID{}
 		w.head++
@@ -155,7 +179,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 			_ = it.Close()
 			return fmt.Errorf("replicaset: request id key %x", k)
 		}
-		sm.reqs.add(string(k[len(prefix)+8:]), int64(binary.BigEndian.Uint64(k[len(prefix):])))
+		sm.reqs.add(k[len(prefix)+8:], int64(binary.BigEndian.Uint64(k[len(prefix):])))
 	}
 	if err := it.Close(); err != nil {
 		return err

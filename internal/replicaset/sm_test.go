@@ -394,3 +394,86 @@ func TestARefusalNamesTheOperation(t *testing.T) {
 		t.Fatalf("refusal %q, want %q", got, want)
 	}
 }
+
+// A batch longer than the overlay's scan (overlayScan) sees its own
+// writes as a short one does: inserts, then updates and deletes of the
+// same keys in the same batch, and the counts of what is left.
+func TestALongBatchSeesItsOwnWrites(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	const n = 3 * overlayScan
+	var batch []*rspb.Op
+	for i := range n {
+		batch = append(batch, insertOp(t, offer(1, fmt.Sprint("k", i), 1)))
+	}
+	add := func(i int) *rspb.Op {
+		return &rspb.Op{Kind: rspb.OpKind_OP_KIND_UPDATE, SpaceId: 1, Key: key(t, tuple.Uint(1), tuple.String(fmt.Sprint("k", i))),
+			Ops: ops(t, tuple.Op{Code: tuple.OpAdd, Field: tuple.FieldRef{Name: "price"}, Arg: tuple.Double(float64(i))})}
+	}
+	del := func(i int) *rspb.Op {
+		return &rspb.Op{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: key(t, tuple.Uint(1), tuple.String(fmt.Sprint("k", i)))}
+	}
+	for i := 0; i < n; i += 2 {
+		batch = append(batch, add(i))
+	}
+	for i := 1; i < n; i += 4 {
+		batch = append(batch, del(i))
+	}
+	// A key inserted again after its deletion, in the same batch.
+	batch = append(batch, insertOp(t, offer(1, "k1", 7)))
+	r := f.ok(&rspb.Batch{Bucket: 3, Ops: batch})
+	if len(r.GetResults()) != len(batch) {
+		t.Fatalf("%d results for %d ops", len(r.GetResults()), len(batch))
+	}
+	want := 0
+	for i := range n {
+		got, found, err := f.sm.Get(f.db, 3, f.sm.Schema().ByID(1), key(t, tuple.Uint(1), tuple.String(fmt.Sprint("k", i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var exp tuple.Tuple
+		switch {
+		case i == 1:
+			exp = offer(1, "k1", 7)
+		case i%4 == 1:
+			exp = nil
+		case i%2 == 0:
+			exp = offer(1, fmt.Sprint("k", i), float64(1+i))
+		default:
+			exp = offer(1, fmt.Sprint("k", i), 1)
+		}
+		if exp == nil {
+			if found {
+				t.Fatalf("k%d: deleted in the batch, found %v", i, got)
+			}
+			continue
+		}
+		want++
+		dt, err := tuple.DecodeTuple(got.Tuple)
+		if !found || err != nil || !dt.Equal(exp) {
+			t.Fatalf("k%d: got %v (found %v, %v), want %v", i, dt, found, err, exp)
+		}
+	}
+	if c, _ := f.sm.Count(f.db, 1); c != uint64(want) {
+		t.Fatalf("count %d, want %d", c, want)
+	}
+}
+
+// A request id of another length than 16 bytes (the data service takes
+// only 16; a log may hold others) is remembered as well.
+func TestARequestIDOfAnotherLengthIsRememberedToo(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	for _, id := range [][]byte{[]byte("short"), bytes.Repeat([]byte{9}, 40)} {
+		b := &rspb.Batch{RequestId: id, Bucket: 5, Ops: []*rspb.Op{insertOp(t, offer(uint64(len(id)), "d", 1))}}
+		first := f.batch(b)
+		again := f.batch(proto.CloneOf(b))
+		if first.Duplicate || !again.Duplicate || again.Result.GetIndex() != first.Result.GetIndex() {
+			t.Fatalf("id of %d bytes: first %+v, retry %+v", len(id), first, again)
+		}
+		f.reopen()
+		if again := f.batch(proto.CloneOf(b)); !again.Duplicate {
+			t.Fatalf("id of %d bytes: forgotten after a reopen: %+v", len(id), again)
+		}
+	}
+}
