@@ -28,39 +28,44 @@ import (
 // requestWindow holds the request ids written within the window, with the
 // leader-stamped time (ms) of their write. Ids of 16 bytes (every id the
 // data service takes) are keyed by value, without a string each; ids of
-// any other length (none are proposed today) by string.
+// any other length (none are proposed today) by string, in a queue of
+// their own.
 type requestWindow struct {
 	at    map[requestKey]int64
+	order idQueue[requestKey]
 	other map[string]int64
-	order []stampedID // in time order: the clock of the log never goes back
-	head  int         // order[:head] have left the window
+	odd   idQueue[string]
 }
 
 type requestKey [16]byte
 
-type stampedID struct {
-	ms    int64
-	key   requestKey
-	other string // the id when it is not 16 bytes long
+// idQueue is a window's ids in time order (the clock of the log never
+// goes back); q[head:] are still in it.
+type idQueue[K comparable] struct {
+	q    []stampedID[K]
+	head int
+}
+
+type stampedID[K comparable] struct {
+	ms int64
+	id K
 }
 
 func (w *requestWindow) reset() {
-	w.at = map[requestKey]int64{}
-	w.other = map[string]int64{}
-	w.order = nil
-	w.head = 0
+	w.at, w.order = map[requestKey]int64{}, idQueue[requestKey]{}
+	w.other, w.odd = map[string]int64{}, idQueue[string]{}
 }
 
 func (w *requestWindow) add(id []byte, ms int64) {
 	if len(id) == len(requestKey{}) {
 		k := requestKey(id)
 		w.at[k] = ms
-		w.order = append(w.order, stampedID{ms: ms, key: k})
+		w.order.q = append(w.order.q, stampedID[requestKey]{ms: ms, id: k})
 		return
 	}
 	s := string(id)
 	w.other[s] = ms
-	w.order = append(w.order, stampedID{ms: ms, other: s})
+	w.odd.q = append(w.odd.q, stampedID[string]{ms: ms, id: s})
 }
 
 // lookup returns when id was written, if that was at cutoff or later.
@@ -77,23 +82,26 @@ func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
 
 // forget drops the ids written before cutoff: O(ids dropped).
 func (w *requestWindow) forget(cutoff int64) {
-	for w.head < len(w.order) && w.order[w.head].ms < cutoff {
-		s := w.order[w.head]
-		if s.other == "" {
-			if w.at[s.key] == s.ms {
-				delete(w.at, s.key)
-			}
-		} else if w.other[s.other] == s.ms {
-			delete(w.other, s.other)
+	w.order.forget(w.at, cutoff)
+	w.odd.forget(w.other, cutoff)
+}
+
+// forget drops from q, and from at unless written again since, the ids
+// written before cutoff.
+func (q *idQueue[K]) forget(at map[K]int64, cutoff int64) {
+	for q.head < len(q.q) && q.q[q.head].ms < cutoff {
+		s := q.q[q.head]
+		if at[s.id] == s.ms {
+			delete(at, s.id)
 		}
-		w.order[w.head] = stampedID{}
-		w.head++
+		q.q[q.head] = stampedID[K]{}
+		q.head++
 	}
-	if w.head > 1024 && 2*w.head > len(w.order) {
-		n := copy(w.order, w.order[w.head:]) // in place: the capacity stays
-		clear(w.order[n:])
-		w.order = w.order[:n]
-		w.head = 0
+	if q.head > 1024 && 2*q.head > len(q.q) {
+		n := copy(q.q, q.q[q.head:]) // in place: the capacity stays
+		clear(q.q[n:])
+		q.q = q.q[:n]
+		q.head = 0
 	}
 }
 
@@ -175,9 +183,9 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	}
 	for ok := it.First(); ok; ok = it.Next() {
 		k := it.Key()
-		if len(k) < len(prefix)+8 {
+		if len(k) <= len(prefix)+8 {
 			_ = it.Close()
-			return fmt.Errorf("replicaset: request id key %x", k)
+			return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
 		}
 		sm.reqs.add(k[len(prefix)+8:], int64(binary.BigEndian.Uint64(k[len(prefix):])))
 	}

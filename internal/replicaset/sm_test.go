@@ -475,5 +475,15 @@ func TestARequestIDOfAnotherLengthIsRememberedToo(t *testing.T) {
 		if again := f.batch(proto.CloneOf(b)); !again.Duplicate {
 			t.Fatalf("id of %d bytes: forgotten after a reopen: %+v", len(id), again)
 		}
+		// And forgotten once the window has passed: the same insert is
+		// a duplicate key then, not a duplicate request.
+		f.now += RequestIDWindow.Milliseconds() + 1
+		f.apply(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 1}}}) // any entry moves the clock
+		if late := f.batch(proto.CloneOf(b)); late.Duplicate || late.Result.GetRefusal().GetCode() != rspb.Refusal_CODE_DUPLICATE_KEY {
+			t.Fatalf("id of %d bytes: a retry after the window: %+v", len(id), late)
+		}
+		if n := len(f.sm.reqs.other); n != 0 {
+			t.Fatalf("id of %d bytes: %d ids of another length still in memory after the window", len(id), n)
+		}
 	}
 }
