@@ -358,6 +358,7 @@ func (a *applier) read(ov *overlay, key []byte) (version uint64, t []byte, found
 // (for a receiving bucket) on its source unless a tombstone says the key
 // was deleted here during the move.
 type current struct {
+	key     []byte // the tuple's key on this replicaset (keys.tuple)
 	version uint64
 	tuple   []byte
 	found   bool
@@ -368,7 +369,7 @@ type current struct {
 func (a *applier) look(ov *overlay, bucket uint32, sp *Space, op *rspb.Op, receiving bool) current {
 	key := a.sm.k.tuple(bucket, sp.ID, op.GetKey())
 	ver, t, found := a.read(ov, key)
-	c := current{version: ver, tuple: t, found: found, local: found}
+	c := current{key: key, version: ver, tuple: t, found: found, local: found}
 	if found || !receiving {
 		return c
 	}
@@ -384,9 +385,10 @@ func (a *applier) look(ov *overlay, bucket uint32, sp *Space, op *rspb.Op, recei
 	return c
 }
 
-// put writes a tuple at key over what c says is there.
+// put writes a tuple at key (c.key is its tuple key here) over what c
+// says is there.
 func (a *applier) put(ov *overlay, bucket uint32, sp *Space, key []byte, stored []byte, c current) {
-	ov.put(a.sm.k.tuple(bucket, sp.ID, key), stored)
+	ov.put(c.key, stored)
 	if c.tomb {
 		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), nil)
 	}
@@ -399,7 +401,7 @@ func (a *applier) put(ov *overlay, bucket uint32, sp *Space, key []byte, stored 
 // the copy from bringing it back.
 func (a *applier) remove(ov *overlay, bucket uint32, sp *Space, key []byte, c current, receiving bool) {
 	if c.local {
-		ov.put(a.sm.k.tuple(bucket, sp.ID, key), nil)
+		ov.put(c.key, nil)
 		ov.count(sp.ID, -1)
 	}
 	if receiving {
