@@ -40,7 +40,13 @@ func groupKey(g GroupID, suffix string) []byte {
 }
 
 func logKey(g GroupID, index uint64) []byte {
-	k := make([]byte, 0, len(keyPrefix)+8+len(suffixLog)+8)
+	return appendLogKey(make([]byte, 0, logKeyLen), g, index)
+}
+
+// logKeyLen is the length of every log entry's key.
+const logKeyLen = len(keyPrefix) + 8 + len(suffixLog) + 8
+
+func appendLogKey(k []byte, g GroupID, index uint64) []byte {
 	k = append(k, keyPrefix...)
 	k = binary.BigEndian.AppendUint64(k, uint64(g))
 	k = append(k, suffixLog...)

@@ -240,11 +240,15 @@ func (s *logStore) stageAppend(b *pebble.Batch, ents []*raftpb.Entry) error {
 		return nil
 	}
 	for _, e := range ents {
-		v, err := proto.Marshal(e)
-		if err != nil {
-			return err
+		// Encoded in place in the batch (entry_codec.go): no buffer of
+		// its own, no reflection.
+		n := entrySize(e)
+		op := b.SetDeferred(logKeyLen, n)
+		appendLogKey(op.Key[:0], s.group, e.GetIndex())
+		if v := appendEntry(op.Value[:0], e); len(v) != n {
+			return fmt.Errorf("group %d entry %d: encoded in %d bytes, %d expected", s.group, e.GetIndex(), len(v), n)
 		}
-		if err := b.Set(logKey(s.group, e.GetIndex()), v, nil); err != nil {
+		if err := op.Finish(); err != nil {
 			return err
 		}
 	}
