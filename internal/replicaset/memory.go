@@ -26,10 +26,10 @@ import (
 // ApplyDone once the batch is committed, or dropped).
 
 // requestWindow holds the request ids written within the window, with the
-// leader-stamped time (ms) of their write. Ids of 16 bytes (every id the
-// data service takes) are keyed by value, without a string each; ids of
-// any other length (none are proposed today) by string, in a queue of
-// their own.
+// leader-stamped time (ms) of their write. Ids of requestIDLen bytes
+// (every id the data service takes) are keyed by value, without a string
+// each; ids of any other length (none are proposed today) by string, in a
+// queue of their own.
 type requestWindow struct {
 	at    map[requestKey]int64
 	order idQueue[requestKey]
@@ -37,7 +37,11 @@ type requestWindow struct {
 	odd   idQueue[string]
 }
 
-type requestKey [16]byte
+// requestIDLen is the length of every request id the data service takes
+// and every id a procedure's write derives.
+const requestIDLen = 16
+
+type requestKey [requestIDLen]byte
 
 // idQueue is a window's ids in time order (the clock of the log never
 // goes back); q[head:] are still in it.
@@ -57,7 +61,7 @@ func (w *requestWindow) reset() {
 }
 
 func (w *requestWindow) add(id []byte, ms int64) {
-	if len(id) == len(requestKey{}) {
+	if len(id) == requestIDLen {
 		k := requestKey(id)
 		w.at[k] = ms
 		w.order.q = append(w.order.q, stampedID[requestKey]{ms: ms, id: k})
@@ -72,7 +76,7 @@ func (w *requestWindow) add(id []byte, ms int64) {
 func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
 	var ms int64
 	var ok bool
-	if len(id) == len(requestKey{}) {
+	if len(id) == requestIDLen {
 		ms, ok = w.at[requestKey(id)]
 	} else {
 		ms, ok = w.other[string(id)]

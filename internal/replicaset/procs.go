@@ -207,7 +207,7 @@ func (c *procContext) Write(ctx context.Context, ops ...proc.Op) ([]proc.Result,
 	h := sha256.New()
 	h.Write(c.reqID)
 	_ = binary.Write(h, binary.BigEndian, n)
-	batch.RequestId = h.Sum(nil)[:16]
+	batch.RequestId = h.Sum(nil)[:requestIDLen]
 	batch.SchemaVersion = c.schema.Version
 	out, err := c.s.writeBatch(ctx, batch)
 	if err != nil {

@@ -336,8 +336,8 @@ func (s *Storage) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.
 	batch.RequestId = req.GetRequestId()
 	if len(batch.RequestId) == 0 {
 		batch.RequestId = newRequestID()
-	} else if len(batch.RequestId) != 16 {
-		return nil, status.Errorf(codes.InvalidArgument, "request_id has %d bytes, want 16", len(batch.RequestId))
+	} else if len(batch.RequestId) != requestIDLen {
+		return nil, status.Errorf(codes.InvalidArgument, "request_id has %d bytes, want %d", len(batch.RequestId), requestIDLen)
 	}
 	out, err := s.writeBatch(ctx, batch)
 	if err != nil {
@@ -426,7 +426,7 @@ func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutc
 }
 
 func newRequestID() []byte {
-	id := make([]byte, 16)
+	id := make([]byte, requestIDLen)
 	_, _ = rand.Read(id)
 	return id
 }
