@@ -51,6 +51,10 @@
 //     answer read requests whose index is applied, call Advance, and
 //     compact the log if enough of it has been applied.
 //
+// A round that takes SlowRoundDebug or longer is logged ("slow raft
+// round", at warn from SlowRound) with what steps 4 and 3+7 took and
+// carried, and Config.Observer sees every persist and apply.
+//
 // A failure to persist stops the host (Config.OnFatal): raft has already
 // taken the Ready, so the round cannot be retried, and nothing that was not
 // persisted has been acknowledged to anyone. A restart recovers. This

@@ -1,8 +1,10 @@
 package multiraft
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -245,6 +247,8 @@ func (h *Host) handleReadiesRecovering(work []roundWork) (err error) {
 // handleReadies persists, sends and applies the Readies of one round, in
 // the order the package documentation states.
 func (h *Host) handleReadies(work []roundWork) error {
+	t := roundTimer{start: time.Now()}
+	defer t.report(h, work)
 	// 2. A leader may send before its own entries are durable.
 	for i := range work {
 		w := &work[i]
@@ -282,7 +286,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 		for n < len(ents) && ents[n].GetIndex() <= durable {
 			n++
 		}
-		if err := w.g.applyCommitted(ents[:n]); err != nil {
+		if err := t.apply(w.g, ents[:n]); err != nil {
 			return err
 		}
 		w.rd.CommittedEntries = ents[n:]
@@ -324,8 +328,9 @@ func (h *Host) handleReadies(work []roundWork) error {
 		if err := b.Commit(opts); err != nil {
 			return fmt.Errorf("persist raft state: %w", err)
 		}
+		t.persist, t.persistBytes, t.synced = time.Since(start), size, sync
 		if o := h.cfg.Observer; o != nil {
-			o.ObservePersist(time.Since(start), sync, size)
+			o.ObservePersist(t.persist, sync, size)
 		}
 	}
 	if err := h.cfg.Failpoints.Eval(FailpointAfterSave); err != nil {
@@ -369,7 +374,7 @@ func (h *Host) handleReadies(work []roundWork) error {
 				return err
 			}
 		}
-		if err := w.g.applyCommitted(w.rd.CommittedEntries); err != nil {
+		if err := t.apply(w.g, w.rd.CommittedEntries); err != nil {
 			return err
 		}
 		w.g.takeReadStates(w.rd.ReadStates)
@@ -423,4 +428,63 @@ func (g *group) publish() {
 	if changed {
 		g.changed()
 	}
+}
+
+// Rounds that take longer than these are logged with where their time
+// went (the persist, each group's apply): at debug from SlowRoundDebug, at
+// warn from SlowRound. A write waits for at least one round on the leader
+// and one on a follower, so a slow round is a slow write.
+const (
+	SlowRoundDebug = 100 * time.Millisecond
+	SlowRound      = time.Second
+)
+
+// roundTimer notes what a round's durable steps took, for the slow-round log.
+type roundTimer struct {
+	start        time.Time
+	persist      time.Duration
+	persistBytes int
+	synced       bool
+	applied      int           // entries
+	appliedBytes int           // their data
+	applying     time.Duration // all groups, steps 3 and 7
+}
+
+// apply applies a group's committed entries and notes what it took.
+func (t *roundTimer) apply(g *group, ents []*raftpb.Entry) error {
+	if len(ents) == 0 {
+		return nil
+	}
+	start := time.Now()
+	err := g.applyCommitted(ents)
+	t.applying += time.Since(start)
+	t.applied += len(ents)
+	for _, e := range ents {
+		t.appliedBytes += len(e.GetData())
+	}
+	return err
+}
+
+// report logs the round if it was slow.
+func (t *roundTimer) report(h *Host, work []roundWork) {
+	took := time.Since(t.start)
+	if took < SlowRoundDebug {
+		return
+	}
+	level := slog.LevelDebug
+	if took >= SlowRound {
+		level = slog.LevelWarn
+	}
+	appended, appendedBytes := 0, 0
+	for _, w := range work {
+		appended += len(w.rd.Entries)
+		for _, e := range w.rd.Entries {
+			appendedBytes += len(e.GetData())
+		}
+	}
+	h.log.Log(context.Background(), level, "slow raft round", "took", took, "groups", len(work),
+		"appended", appended, "appended_bytes", appendedBytes,
+		"persist", t.persist, "persist_bytes", t.persistBytes, "synced", t.synced,
+		"applied", t.applied, "applied_bytes", t.appliedBytes, "applying", t.applying,
+		"other", took-t.persist-t.applying)
 }
