@@ -3,6 +3,7 @@ package replicaset
 import (
 	"context"
 	"encoding/binary"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
@@ -85,11 +86,17 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	snap, err := s.readFrozen(ctx, req.GetBucket(), req.GetGeneration())
 	if err != nil {
 		return nil, err
 	}
 	defer snap.Close()
+	defer func() {
+		if took := time.Since(start); took >= SlowWrite {
+			s.log.Warn("slow lookup for a moving bucket's destination", "bucket", req.GetBucket(), "took", took, "keys", len(req.GetKeys()))
+		}
+	}()
 	resp := &rspb.LookupResponse{}
 	for _, k := range req.GetKeys() {
 		v, err := get(snap, s.sm.k.tuple(req.GetBucket(), k.GetSpaceId(), k.GetKey()))

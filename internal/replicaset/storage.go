@@ -369,20 +369,36 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
+// SlowWrite is how long a write on the leader may take before it is
+// logged as slow (at warn, with the time spent asking a moving bucket's
+// source and the rest: proposing, committing and applying it).
+const SlowWrite = 500 * time.Millisecond
+
 // errNeedsPrev: the bucket started receiving after the batch was made.
 var errNeedsPrev = errors.New("replicaset: the batch needs the source's facts")
 
 // writeBatch proposes a batch: for a bucket moving here, with what its
 // source holds for each key (the seed's prev semantics), fetched again if
 // the bucket started moving meanwhile.
-func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
+func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *BatchOutcome, err error) {
+	start := time.Now()
+	var lookups time.Duration // asking the source for prev facts
+	defer func() {
+		if took := time.Since(start); took >= SlowWrite {
+			s.log.Warn("slow write", "bucket", batch.GetBucket(), "took", took, "source_lookups", lookups,
+				"log", took-lookups, "ops", len(batch.GetOps()), "err", err)
+		}
+	}()
 	for attempt := 0; ; attempt++ {
 		st, err := s.sm.BucketStateOf(s.cfg.DB, batch.GetBucket())
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 		if st.GetState() == rspb.BucketState_STATE_RECEIVING && !st.GetCopied() {
-			if err := s.prevFacts(ctx, st, batch); err != nil {
+			t := time.Now()
+			err := s.prevFacts(ctx, st, batch)
+			lookups += time.Since(t)
+			if err != nil {
 				if !errors.Is(err, errSourceDone) {
 					return nil, err
 				}
