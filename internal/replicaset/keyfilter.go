@@ -6,6 +6,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
@@ -43,7 +44,12 @@ import (
 //
 // A filter is built the first time a look at its bucket misses the row
 // cache, if the bucket holds at most maxFilterKeys tuples (the counts are
-// in memory) and the filters stay within their budget; sized for twice the
+// in memory), is not being copied in (a receiving bucket whose copy is not
+// complete: the copy adds its keys in thousands, so a filter sized for the
+// keys there so far filled at once and every write to the bucket scanned
+// it again, a Pebble iterator through the apply batch each time: a fifth
+// of a destination's apply during a rebalance, docs/benchmarks.md, "Where
+// a destination's rounds went"), and the filters stay within their budget; sized for twice the
 // keys it starts with (20 bits a key), it is built again once it holds as
 // many keys as it was sized for (10 bits a key). A bucket too large for one is looked at in the
 // database, as before, and tried again once it has halved.
@@ -55,7 +61,21 @@ type keyFilters struct {
 	size    int64
 	buckets map[uint32]*keyFilter
 	tooBig  map[uint32]int64 // bucket → its tuple count when found too big
+
+	scanBudget int // keys the builds of one Apply may scan (filterScanBudget)
+	scanned    int // keys the builds of this Apply scanned
 }
+
+// filterScanBudget bounds the tuple keys that builds scan within one
+// Apply (one raft round's entries on this member), all buckets together;
+// the first build of an Apply always runs. A build reads its bucket
+// through a Pebble iterator, 10-20 µs a key on a loaded machine: when a
+// rebalance had just brought 1,500 buckets, the first write to each built
+// its filter, and a round of 35 small writes took 80 ms to apply
+// (docs/benchmarks.md, "Where a destination's rounds went"). A bucket whose
+// build waits uses its full filter meanwhile (a full filter still holds
+// every key, it only lets more absent ones through), or the database.
+const filterScanBudget = 1024
 
 // maxFilterKeys bounds the tuples of a bucket that gets a filter: building
 // one scans them all, inside the apply of one batch.
@@ -83,8 +103,11 @@ type keyFilter struct {
 
 func newKeyFilters(budget int64) *keyFilters {
 	return &keyFilters{seed: maphash.MakeSeed(), budget: budget, maxKeys: maxFilterKeys, minCap: minFilterKeys,
-		buckets: map[uint32]*keyFilter{}, tooBig: map[uint32]int64{}}
+		buckets: map[uint32]*keyFilter{}, tooBig: map[uint32]int64{}, scanBudget: filterScanBudget}
 }
+
+// startApply begins the scan budget of an Apply.
+func (fs *keyFilters) startApply() { fs.scanned = 0 }
 
 // absent reports whether tuple key (of bucket b) is surely not stored:
 // through a's batch, building b's filter first if it has none and may.
@@ -94,7 +117,9 @@ func (fs *keyFilters) absent(a *applier, b uint32, key []byte) bool {
 	}
 	f := fs.buckets[b]
 	if f == nil || f.keys >= f.cap {
-		if f = fs.build(a, b); f == nil {
+		if nf := fs.build(a, b); nf != nil {
+			f = nf
+		} else if f = fs.buckets[b]; f == nil { // kept only when the build waits for the budget
 			return false
 		}
 	}
@@ -150,12 +175,19 @@ func (fs *keyFilters) build(a *applier, b uint32) *keyFilter {
 	if a.err != nil {
 		return nil
 	}
+	if st := a.bucket(b); st.GetState() == rspb.BucketState_STATE_RECEIVING && !st.GetCopied() {
+		fs.drop(b) // one built before the copy began would be refilled the same way
+		return nil
+	}
 	var n int64
 	for _, c := range a.sm.counts[b] {
 		n += c
 	}
 	if was, ok := fs.tooBig[b]; ok && n > was/2 {
 		return nil
+	}
+	if fs.scanned > 0 && fs.scanned+int(n) > fs.scanBudget {
+		return nil // this Apply has scanned its share: the full filter, if any, serves meanwhile
 	}
 	delete(fs.tooBig, b)
 	fs.drop(b)
@@ -179,6 +211,7 @@ func (fs *keyFilters) build(a *applier, b uint32) *keyFilter {
 		f.insert(fs.hash(it.Key()))
 		f.keys++
 	}
+	fs.scanned += max(f.keys, 1)
 	if err := it.Close(); err != nil {
 		a.err = err
 		return nil

@@ -7,6 +7,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // A filter holds every key put in it, and few others.
@@ -64,30 +65,53 @@ func TestARestoredMemberFindsTheTuplesOfItsSnapshot(t *testing.T) {
 	g.ok(&rspb.Batch{Bucket: 7, Ops: []*rspb.Op{insertOp(t, offer(7, "a", 2))}}) // not in the snapshot
 }
 
-// A tuple a move's copy brings is found by the next write: the copy adds
-// it to the bucket's filter (keyfilter.go, 2). Activating the bucket
-// deletes its tombstones, not its tuples: the filter stays.
-func TestACopiedTupleIsFound(t *testing.T) {
+// A receiving bucket gets no key filter while its copy runs (the copy
+// adds keys in thousands: a filter sized for the keys there so far would
+// fill at once and every write would scan the bucket to build it again);
+// a tuple the copy brings is found all the same, and once the copy is
+// complete the next look builds a filter that holds the copied tuples.
+func TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete(t *testing.T) {
 	dst := filtered(t)
 	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
 	const b = 5
 	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
-	// A look at the bucket while it receives builds its filter.
-	op := insertOp(t, offer(1, "x", 1))
-	op.Prev = &rspb.PrevFact{} // not on the source
-	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{op}})
-	if dst.sm.filters.buckets[b] == nil {
-		t.Fatal("no filter of the receiving bucket after a look at it")
+	notOnSource := func(tp tuple.Tuple) *rspb.Op {
+		op := insertOp(t, tp)
+		op.Prev = &rspb.PrevFact{}
+		return op
 	}
-	tp := offer(1, "a", 1)
-	dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: 2, Last: true,
-		Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 9, Tuple: enc(tp)}}}}})
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{notOnSource(offer(1, "x", 1))}})
+	if dst.sm.filters.buckets[b] != nil {
+		t.Fatal("a write built a filter of the bucket while its copy runs")
+	}
+	copied := func(tp tuple.Tuple, last bool) {
+		t.Helper()
+		o, _ := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: 2, Last: last,
+			Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 9, Tuple: enc(tp)}}}}})[0].(*CopyOutcome)
+		if o == nil || o.Refused != nil || o.Copied != 1 {
+			t.Fatalf("copy of %v: %+v", tp, o)
+		}
+	}
+	copied(offer(1, "a", 1), false)
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{notOnSource(offer(1, "y", 1))}})
+	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{notOnSource(offer(1, "a", 2))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
+	if dst.sm.filters.buckets[b] != nil {
+		t.Fatal("a write built a filter of the bucket while its copy runs")
+	}
+	copied(offer(1, "c", 1), true) // the last chunk: the copy is complete
+	dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "z", 1))}})
+	if dst.sm.filters.buckets[b] == nil {
+		t.Fatal("no filter of the bucket after a write once its copy is complete")
+	}
+	for _, k := range []string{"a", "c", "x", "y", "z"} {
+		dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, k, 2))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
+	}
 	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); !o.Changed {
 		t.Fatalf("ACTIVE: %+v", o)
 	}
-	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 2))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
-	if n, _ := dst.sm.Count(dst.db, 1); n != 2 {
-		t.Fatalf("count %d after the copy, want 2 (x and a)", n)
+	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "c", 3))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
+	if n, _ := dst.sm.Count(dst.db, 1); n != 5 {
+		t.Fatalf("count %d after the copy, want 5 (a, c, x, y, z)", n)
 	}
 }
 
@@ -124,4 +148,52 @@ func TestADroppedBatchDropsTheFiltersItBuilt(t *testing.T) {
 	f.sm.ApplyDone(false)
 	// a is still stored: inserting it again is refused.
 	f.refused(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "a", 2))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
+}
+
+// The filter builds of one Apply scan at most the scan budget's keys, the
+// first build always running: a bucket whose build waits reads the
+// database meanwhile, and one whose filter is full goes on using it (it
+// still holds every key); the next Apply builds on.
+func TestFilterBuildsOfOneApplyStayWithinTheScanBudget(t *testing.T) {
+	f := filtered(t)
+	f.setup()
+	ins := func(b uint32, id string, price float64) *rspb.Command {
+		return &rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(uint64(b), id, price))}}}}
+	}
+	for b := uint32(1); b <= 3; b++ {
+		f.apply(ins(b, "a", 1), ins(b, "b", 1))
+	}
+	f.sm.filters.reset()
+	f.sm.filters.scanBudget = 3
+	// Bucket 1's build scans 2 keys; bucket 2's would make it 4: buckets 2
+	// and 3 are read in the database, which still refuses duplicates.
+	out := f.apply(ins(1, "c", 1), ins(2, "a", 2), ins(2, "c", 1), ins(3, "b", 2), ins(3, "c", 1))
+	for i, want := range []rspb.Refusal_Code{0, rspb.Refusal_CODE_DUPLICATE_KEY, 0, rspb.Refusal_CODE_DUPLICATE_KEY, 0} {
+		o, ok := out[i].(*BatchOutcome)
+		if !ok {
+			t.Fatalf("write %d: %T", i+1, out[i])
+		}
+		if got := o.Result.GetRefusal().GetCode(); got != want {
+			t.Fatalf("write %d: refusal %v, want %v", i+1, got, want)
+		}
+	}
+	if f.sm.filters.buckets[1] == nil {
+		t.Fatal("the first build of the Apply did not run")
+	}
+	if f.sm.filters.buckets[2] != nil || f.sm.filters.buckets[3] != nil {
+		t.Fatal("builds ran past the scan budget")
+	}
+	// A full filter serves while the budget is spent, and holds every key.
+	f.sm.filters.buckets[1].keys = f.sm.filters.buckets[1].cap
+	full := f.sm.filters.buckets[1]
+	f.apply(ins(2, "d", 1), ins(1, "d", 1))
+	if f.sm.filters.buckets[2] == nil {
+		t.Fatal("the next Apply did not build the filter that waited")
+	}
+	if f.sm.filters.buckets[1] != full {
+		t.Fatal("bucket 1's full filter was rebuilt past the scan budget")
+	}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		f.refused(&rspb.Batch{Bucket: 1, Ops: []*rspb.Op{insertOp(t, offer(1, id, 2))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "")
+	}
 }

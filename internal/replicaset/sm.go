@@ -206,6 +206,7 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 	}
 	out := make([]any, len(entries))
 	notify := false
+	sm.filters.startApply()
 	for i, e := range entries {
 		cmd := &rspb.Command{}
 		if len(e.Cmd) == 0 {
