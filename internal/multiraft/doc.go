@@ -35,10 +35,15 @@
 //     before they are durable on its own disk (Raft thesis 10.2.1): it
 //     counts itself in the quorum only once its own append is acknowledged,
 //     which in this engine means after step 4.
-//  3. Apply the committed entries that are already durable in this
-//     member's log: stored by an earlier round, and below the first index
-//     this Ready rewrites (not for a Ready that carries a snapshot). They
-//     need not wait for this round's fsync.
+//  3. A leader applies the committed entries that are already durable in
+//     its log: stored by an earlier round, and below the first index this
+//     Ready rewrites (not for a Ready that carries a snapshot). They need
+//     not wait for this round's fsync, and the clients waiting for them
+//     are the leader's. A follower applies all of its committed entries in
+//     step 7, after step 6 has sent its acknowledgements: the leader
+//     commits the new entries (clients' writes) on those, and an apply of
+//     megabytes (a bucket copy's chunks) before them held every write
+//     back by as long.
 //  4. Write every group's snapshot marker, new entries (deleting any
 //     stored suffix they replace) and hard state into ONE Pebble batch and
 //     commit it with one fsync if any Ready needs it (MustSync, or a

@@ -267,12 +267,13 @@ func (h *Host) handleReadies(work []roundWork) error {
 		}
 	}
 
-	// 3. Committed entries already durable in this member's log are applied
+	// 3. A leader applies the committed entries already durable in its log
 	// now, without waiting for this round's fsync (which only concerns newer
-	// entries). The rest are applied after it.
+	// entries). The rest are applied after it; a follower's all are, once
+	// it has sent its acknowledgements (step 6).
 	for i := range work {
 		w := &work[i]
-		if s := w.rd.Snapshot; s != nil && !raft.IsEmptySnap(s) {
+		if s := w.rd.Snapshot; (s != nil && !raft.IsEmptySnap(s)) || !w.leader {
 			continue
 		}
 		// Durable means: stored by an earlier round, and not about to be
