@@ -72,6 +72,10 @@
 #               below the ephemeral range (32768-60999 here), so that no outgoing
 #               connection holds an instance's port when s4-s6 start minutes later
 #   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
+#   PROFILE     when set to N, the instances run with --enable-pprof and, from
+#               s4-s6's start, every instance's CPU is profiled for N seconds
+#               into WORKDIR/profiles/sK.pprof (the moves start ~1 s after s4-s6;
+#               read with `go tool pprof -top BIN FILE`); implies KEEP_WORKDIR
 #
 # Everything it started is stopped on exit, by pid; nothing else is.
 set -euo pipefail
@@ -98,6 +102,8 @@ WORKDIR_PARENT=${WORKDIR_PARENT:-/var/tmp}
 SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-24400}
 SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-24420}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
+PROFILE=${PROFILE:-}
+if [[ -n $PROFILE ]]; then KEEP_WORKDIR=1; fi
 
 log() { printf 'bench-moves: %s\n' "$(date -u +%H:%M:%S) $*" >&2; }
 die() {
@@ -107,7 +113,7 @@ die() {
 
 # ---------------------------------------------------------------- settings
 
-for v in ROWS VALUE_SIZE CLIENTS CONNS IDLE_RUNS AFTER_RUNS LEAD_IN MOVE_TIMEOUT; do
+for v in ROWS VALUE_SIZE CLIENTS CONNS IDLE_RUNS AFTER_RUNS LEAD_IN MOVE_TIMEOUT ${PROFILE:+PROFILE}; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: '${!v}' is not a number"
 done
 ((ROWS >= 3000)) || die "ROWS: $ROWS is fewer than the 3000 buckets"
@@ -260,7 +266,7 @@ start_instance() {
     --http-listen "127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))" \
     --peer "$SK_PEERS" --data-dir "$WORK/shardkit/s$n" \
     --init-replication-factor 3 --shutdown-timeout 5s --log-level "$LOG_LEVEL" \
-    </dev/null >"$WORK/logs/shardkit-s$n.log" 2>&1 &
+    ${PROFILE:+--enable-pprof} </dev/null >"$WORK/logs/shardkit-s$n.log" 2>&1 &
   SK_PIDS+=($!)
 }
 
@@ -387,6 +393,25 @@ counts
 log "rows per replicaset: $(tr '\n' ' ' <<<"$COUNTS")"
 RS_OLD=$(awk 'NR == 1 { print $1 }' <<<"$COUNTS")
 
+# persist_totals FIRST LAST: the seconds and the count of the synced raft
+# persists (shardkit_raft_persist_seconds{sync="true"}: a round's write
+# with its fsync) of instances FIRST..LAST together, from their /metrics.
+persist_totals() {
+  local n
+  for ((n = $1; n <= $2; n++)); do
+    curl -sS --max-time 5 "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/metrics" 2>/dev/null || true
+  done | awk '/^shardkit_raft_persist_seconds_(sum|count)\{sync="true"\}/ { if ($1 ~ /_sum/) s += $2; else c += $2 }
+    END { printf "%.6f %d\n", s, c }'
+}
+
+# persist_mean BEFORE AFTER SECONDS: "M ms, R/s": the mean synced persist
+# between two persist_totals, and how many a second over SECONDS.
+persist_mean() {
+  awk -v b="$1" -v a="$2" -v t="$3" 'BEGIN { split(b, x, " "); split(a, y, " "); n = y[2] - x[2]
+    if (n <= 0 || t <= 0) { print "n/a"; exit }
+    printf "%.2f ms, %.0f/s\n", 1000 * (y[1] - x[1]) / n, n / t }'
+}
+
 IDLE_P99S='' IDLE_MAXS='' IDLE_ERRS=0 IDLE_OPS='' IDLE_LOADS=''
 # steady_run TAG LABEL I N: run I of N of the replace load with no moves
 # (idle, or balanced after them), its JSON in BENCH_JSON, logged.
@@ -396,6 +421,7 @@ steady_run() {
   log "$2 run $3/$4: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
 }
 
+IDLE_PERSIST0=$(persist_totals 1 3) IDLE_T0=$EPOCHREALTIME
 for ((i = 1; i <= IDLE_RUNS; i++)); do
   steady_run idle idle "$i" "$IDLE_RUNS"
   IDLE_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
@@ -404,6 +430,7 @@ for ((i = 1; i <= IDLE_RUNS; i++)); do
   IDLE_LOADS+=" $(jget "$BENCH_JSON" load1)"
   IDLE_ERRS=$((IDLE_ERRS + $(jget "$BENCH_JSON" errors)))
 done
+IDLE_PERSIST=$(persist_mean "$IDLE_PERSIST0" "$(persist_totals 1 3)" "$(awk -v a="$IDLE_T0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')")
 
 # ---------------------------------------------------------------- scale out under load
 
@@ -425,6 +452,15 @@ sleep "$LEAD_IN"
 T_SCALE=$EPOCHREALTIME
 for n in 4 5 6; do start_instance "$n"; done
 log "instances s4 s5 s6 started (supervisor pids ${SK_PIDS[*]:3})"
+if [[ -n $PROFILE ]]; then
+  mkdir -p "$WORK/profiles"
+  for n in 1 2 3 4 5 6; do
+    curl -sS --retry 50 --retry-connrefused --retry-delay 0 --max-time $((PROFILE + 30)) \
+      -o "$WORK/profiles/s$n.pprof" "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/debug/pprof/profile?seconds=$PROFILE" \
+      >"$WORK/logs/profile-s$n.log" 2>&1 &
+  done
+  log "profiling every instance's CPU for ${PROFILE}s into $WORK/profiles"
+fi
 
 # Poll until a second replicaset holds buckets and nothing is left to move.
 T_BALANCED='' POLLS=0 LOADS='' RS_NEW='' last_line=''
@@ -479,12 +515,14 @@ if ((TOTAL_ROWS != ROWS)); then log "warning: the replicasets hold $TOTAL_ROWS r
 # replicasets (six instances on the same cores) without moves, to tell the
 # moves' cost from the new layout's.
 AFTER_P99S='' AFTER_OPS='' AFTER_ERRS=0
+AFTER_PERSIST0=$(persist_totals 1 6) AFTER_T0=$EPOCHREALTIME
 for ((i = 1; i <= AFTER_RUNS; i++)); do
   steady_run after balanced "$i" "$AFTER_RUNS"
   AFTER_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
   AFTER_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
   AFTER_ERRS=$((AFTER_ERRS + $(jget "$BENCH_JSON" errors)))
 done
+AFTER_PERSIST=$(persist_mean "$AFTER_PERSIST0" "$(persist_totals 1 6)" "$(awk -v a="$AFTER_T0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')")
 
 # ---------------------------------------------------------------- the logs
 
@@ -657,6 +695,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
     printf '%-44s %s ms, %s ops/s (median of %s runs); moves / balanced p99 %s (largest run: %s)\n' "write p99, balanced (after the moves)" "$AFTER_P99" "$AFTER_OPS_MED" "$AFTER_RUNS" "$P99_RATIO_AFTER" "$P99_RATIO_AFTER_MAX"
   fi
   printf '%-44s %s ms idle, %s ms during the moves\n' "longest successful write" "$IDLE_MAX" "$MOVE_MAX"
+  printf '%-44s idle %s (3 instances); balanced %s (6)\n' "raft write with fsync, mean (/metrics)" "$IDLE_PERSIST" "${AFTER_PERSIST:-n/a}"
   printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
   printf '%-44s %s during the moves (%s calls), %s idle, %s balanced  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS" "$AFTER_ERRS"
