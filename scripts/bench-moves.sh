@@ -34,7 +34,10 @@
 #      switch; from then the destination takes the bucket's writes), and
 #      the mean time of each step of a move (where a move's time goes);
 #   7. prints a summary and appends every bench run's JSON line and one
-#      summary line to the results file.
+#      summary line to the results file. The summary also gives, for the
+#      idle and the balanced runs, the mean synced raft persist (from each
+#      instance's /metrics) and the servers' CPU per write (/proc): what
+#      the doubled cluster costs on the same machine with no move running.
 #
 # Tuples moved per second = rows on the new replicaset at the end / the move
 # window. Write p99 "during the moves" is over the load runs that overlap the
@@ -412,7 +415,25 @@ persist_mean() {
     printf "%.2f ms, %.0f/s\n", 1000 * (y[1] - x[1]) / n, n / t }'
 }
 
-IDLE_P99S='' IDLE_MAXS='' IDLE_ERRS=0 IDLE_OPS='' IDLE_LOADS=''
+# server_ticks FIRST LAST: user+system CPU (clock ticks) of instances
+# FIRST..LAST so far: their supervisors and the supervisors' children.
+server_ticks() {
+  local n pid
+  for ((n = $1; n <= $2; n++)); do
+    pid=${SK_PIDS[n - 1]}
+    for p in "$pid" $(ps --ppid "$pid" -o pid= 2>/dev/null); do
+      cat "/proc/$p/stat" 2>/dev/null || true
+    done
+  done | awk '{ sub(/^.*\) /, ""); t += $12 + $13 } END { print t + 0 }'
+}
+
+# cpu_per_op TICKS0 TICKS1 OPS: server CPU-µs per operation.
+cpu_per_op() {
+  awk -v a="$1" -v b="$2" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN { if (n <= 0) { print "n/a"; exit }
+    printf "%.0f\n", (b - a) / hz * 1e6 / n }'
+}
+
+IDLE_P99S='' IDLE_MAXS='' IDLE_ERRS=0 IDLE_OPS='' IDLE_LOADS='' IDLE_N=0
 # steady_run TAG LABEL I N: run I of N of the replace load with no moves
 # (idle, or balanced after them), its JSON in BENCH_JSON, logged.
 steady_run() {
@@ -421,7 +442,7 @@ steady_run() {
   log "$2 run $3/$4: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
 }
 
-IDLE_PERSIST0=$(persist_totals 1 3) IDLE_T0=$EPOCHREALTIME
+IDLE_PERSIST0=$(persist_totals 1 3) IDLE_T0=$EPOCHREALTIME IDLE_TICKS0=$(server_ticks 1 3)
 for ((i = 1; i <= IDLE_RUNS; i++)); do
   steady_run idle idle "$i" "$IDLE_RUNS"
   IDLE_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
@@ -429,7 +450,9 @@ for ((i = 1; i <= IDLE_RUNS; i++)); do
   IDLE_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
   IDLE_LOADS+=" $(jget "$BENCH_JSON" load1)"
   IDLE_ERRS=$((IDLE_ERRS + $(jget "$BENCH_JSON" errors)))
+  IDLE_N=$((IDLE_N + $(jget "$BENCH_JSON" ops)))
 done
+IDLE_CPU=$(cpu_per_op "$IDLE_TICKS0" "$(server_ticks 1 3)" "$IDLE_N")
 IDLE_PERSIST=$(persist_mean "$IDLE_PERSIST0" "$(persist_totals 1 3)" "$(awk -v a="$IDLE_T0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')")
 
 # ---------------------------------------------------------------- scale out under load
@@ -515,13 +538,15 @@ if ((TOTAL_ROWS != ROWS)); then log "warning: the replicasets hold $TOTAL_ROWS r
 # replicasets (six instances on the same cores) without moves, to tell the
 # moves' cost from the new layout's.
 AFTER_P99S='' AFTER_OPS='' AFTER_ERRS=0
-AFTER_PERSIST0=$(persist_totals 1 6) AFTER_T0=$EPOCHREALTIME
+AFTER_PERSIST0=$(persist_totals 1 6) AFTER_T0=$EPOCHREALTIME AFTER_TICKS0=$(server_ticks 1 6) AFTER_N=0
 for ((i = 1; i <= AFTER_RUNS; i++)); do
   steady_run after balanced "$i" "$AFTER_RUNS"
   AFTER_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
   AFTER_OPS+=" $(jget "$BENCH_JSON" ops_per_s)"
   AFTER_ERRS=$((AFTER_ERRS + $(jget "$BENCH_JSON" errors)))
+  AFTER_N=$((AFTER_N + $(jget "$BENCH_JSON" ops)))
 done
+AFTER_CPU=$(cpu_per_op "$AFTER_TICKS0" "$(server_ticks 1 6)" "$AFTER_N")
 AFTER_PERSIST=$(persist_mean "$AFTER_PERSIST0" "$(persist_totals 1 6)" "$(awk -v a="$AFTER_T0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')")
 
 # ---------------------------------------------------------------- the logs
@@ -696,6 +721,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   fi
   printf '%-44s %s ms idle, %s ms during the moves\n' "longest successful write" "$IDLE_MAX" "$MOVE_MAX"
   printf '%-44s idle %s (3 instances); balanced %s (6)\n' "raft write with fsync, mean (/metrics)" "$IDLE_PERSIST" "${AFTER_PERSIST:-n/a}"
+  printf '%-44s idle %s, balanced %s (the instances, whole runs)\n' "server CPU-µs per write" "$IDLE_CPU" "${AFTER_CPU:-n/a}"
   printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
   printf '%-44s %s during the moves (%s calls), %s idle, %s balanced  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS" "$AFTER_ERRS"
