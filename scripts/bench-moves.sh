@@ -139,7 +139,7 @@ SK_PEERS=$(
 # ---------------------------------------------------------------- cleanup
 
 WORK='' FAILED=1 STARTED=0
-SK_PIDS=() LOAD_PID=''
+SK_PIDS=() LOAD_PID='' PROFILE_PIDS=()
 
 # ours PID: PID runs and is one of ours (its command line names our work dir).
 ours() {
@@ -202,6 +202,9 @@ cleanup() {
     log "stopping the instances this run started (supervisor pids ${SK_PIDS[*]})"
     stop_servers "${SK_PIDS[@]}"
   fi
+  for p in "${PROFILE_PIDS[@]}"; do # a profile's curl still running (its pid, checked, not reused)
+    if grep -qa "$WORK/profiles" "/proc/$p/cmdline" 2>/dev/null; then kill "$p" 2>/dev/null || true; fi
+  done
   wait 2>/dev/null || true
   if [[ -n $WORK && -d $WORK ]]; then
     if ((FAILED == 0 || STARTED == 0)) && [[ ${KEEP_WORKDIR:-} != 1 ]]; then
@@ -478,9 +481,10 @@ log "instances s4 s5 s6 started (supervisor pids ${SK_PIDS[*]:3})"
 if [[ -n $PROFILE ]]; then
   mkdir -p "$WORK/profiles"
   for n in 1 2 3 4 5 6; do
-    curl -sS --retry 50 --retry-connrefused --retry-delay 0 --max-time $((PROFILE + 30)) \
+    curl -sS --retry 30 --retry-connrefused --retry-delay 1 --retry-max-time 30 --max-time $((PROFILE + 30)) \
       -o "$WORK/profiles/s$n.pprof" "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/debug/pprof/profile?seconds=$PROFILE" \
       >"$WORK/logs/profile-s$n.log" 2>&1 &
+    PROFILE_PIDS+=($!)
   done
   log "profiling every instance's CPU for ${PROFILE}s into $WORK/profiles"
 fi

@@ -67,7 +67,8 @@ type keyFilters struct {
 }
 
 // filterScanBudget bounds the tuple keys that builds scan within one
-// Apply (one raft round's entries on this member), all buckets together;
+// Apply (one run of a raft round's committed entries on this member; a
+// round has one or two), all buckets together;
 // the first build of an Apply always runs. A build reads its bucket
 // through a Pebble iterator, 10-20 µs a key on a loaded machine: when a
 // rebalance had just brought 1,500 buckets, the first write to each built

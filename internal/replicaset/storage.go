@@ -371,7 +371,8 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 
 // SlowWrite is how long a write on the leader may take before it is
 // logged as slow (at warn, with the time spent asking a moving bucket's
-// source and the rest: proposing, committing and applying it).
+// source and the rest: proposing, committing and applying it, and the
+// waits of its retries).
 const SlowWrite = 500 * time.Millisecond
 
 // errNeedsPrev: the bucket started receiving after the batch was made.
