@@ -8,6 +8,9 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // DefaultTable is the lease table's name unless SQLOptions.Table says
@@ -92,10 +95,8 @@ func (s *SQLStore) Init(ctx context.Context, dc string, ranges []Range) error {
 	if err := CheckPartition(ranges); err != nil {
 		return err
 	}
-	for _, stmt := range s.q.create {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("lease: create table: %w", err)
-		}
+	if err := s.createTable(ctx); err != nil {
+		return err
 	}
 	tx, err := s.begin(ctx)
 	if err != nil {
@@ -122,6 +123,67 @@ func (s *SQLStore) Init(ctx context.Context, dc string, ranges []Range) error {
 		return fmt.Errorf("lease: commit shards of dc %q: %w", dc, err)
 	}
 	return nil
+}
+
+// createTable creates the lease table if it is not there. On SQLite the
+// statements run in one transaction, which OpenSQL's DSN begins IMMEDIATE
+// (waiting for other writers under the busy timeout): run alone, a CREATE
+// TABLE reads the schema first and fails at once with SQLITE_BUSY when
+// another connection writes before it upgrades (stores of one new file
+// initialised together). Elsewhere they run as before (MySQL commits DDL
+// implicitly anyway).
+func (s *SQLStore) createTable(ctx context.Context) error {
+	if s.dialect != SQLite {
+		for _, stmt := range s.q.create {
+			if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("lease: create table: %w", err)
+			}
+		}
+		return nil
+	}
+	// A new file's first connections can still be refused at once while
+	// one of them turns it to WAL mode (no busy handler runs then): such
+	// a refusal is retried for up to about a second.
+	for attempt := 0; ; attempt++ {
+		err := s.createTableTx(ctx)
+		if err == nil || !sqliteBusy(err) || attempt >= sqliteBusyRetries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(sqliteBusyWait):
+		}
+	}
+}
+
+// How often, and how far apart, createTable retries SQLITE_BUSY on SQLite.
+const (
+	sqliteBusyRetries = 50
+	sqliteBusyWait    = 20 * time.Millisecond
+)
+
+func (s *SQLStore) createTableTx(ctx context.Context) error {
+	tx, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	for _, stmt := range s.q.create {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("lease: create table: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("lease: create table: commit: %w", err)
+	}
+	return nil
+}
+
+// sqliteBusy reports whether err is SQLite's SQLITE_BUSY (any extended code).
+func sqliteBusy(err error) bool {
+	var e *sqlite.Error
+	return errors.As(err, &e) && e.Code()&0xff == sqlite3.SQLITE_BUSY
 }
 
 func sameRanges(rows []Row, ranges []Range) bool {

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -76,5 +77,31 @@ func TestOpenExistingRefusesAMissingSQLiteFile(t *testing.T) {
 	defer s.Close()
 	if rows, err := s.Rows(t.Context(), "dc1"); err != nil || len(rows) != 1 {
 		t.Fatalf("Rows = %v, %v", rows, err)
+	}
+}
+
+// Stores of one new SQLite file made and initialised at once (the servers
+// of a dc starting together) all succeed: the table is created in an
+// immediate transaction, which waits for the other writers, where a
+// plain CREATE TABLE could fail at once with SQLITE_BUSY when another
+// connection wrote between its read and its write.
+func TestConcurrentInitsOfOneSQLiteFileSucceed(t *testing.T) {
+	t.Parallel()
+	for round := range 5 {
+		dsn := filepath.Join(t.TempDir(), fmt.Sprintf("leases-%d.db", round))
+		const n = 8
+		stores := make([]lease.Store, n)
+		for i := range stores {
+			stores[i] = sqlFactory("sqlite", dsn)(t)
+		}
+		errs := make(chan error, n)
+		for _, s := range stores {
+			go func() { errs <- s.Init(t.Context(), "dc1", []lease.Range{{Begin: 0, End: 0}}) }()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Fatalf("round %d: Init: %v", round, err)
+			}
+		}
 	}
 }
