@@ -421,7 +421,7 @@ persist_mean() {
 # server_ticks FIRST LAST: user+system CPU (clock ticks) of instances
 # FIRST..LAST so far: their supervisors and the supervisors' children.
 server_ticks() {
-  local n pid
+  local n pid p
   for ((n = $1; n <= $2; n++)); do
     pid=${SK_PIDS[n - 1]}
     for p in "$pid" $(ps --ppid "$pid" -o pid= 2>/dev/null); do

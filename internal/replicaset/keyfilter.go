@@ -44,15 +44,16 @@ import (
 //
 // A filter is built the first time a look at its bucket misses the row
 // cache, if the bucket holds at most maxFilterKeys tuples (the counts are
-// in memory), is not being copied in (a receiving bucket whose copy is not
-// complete: the copy adds its keys in thousands, so a filter sized for the
-// keys there so far filled at once and every write to the bucket scanned
-// it again, a Pebble iterator through the apply batch each time: a fifth
-// of a destination's apply during a rebalance, docs/benchmarks.md, "Where
-// a destination's rounds went"), and the filters stay within their budget; sized for twice the
-// keys it starts with (20 bits a key), it is built again once it holds as
-// many keys as it was sized for (10 bits a key). A bucket too large for one is looked at in the
-// database, as before, and tried again once it has halved.
+// in memory), is not being copied in, and the filters stay within their
+// budget. Sized for twice the keys it starts with (20 bits a key), it is
+// built again once it holds as many keys as it was sized for (10 bits a
+// key). A bucket too large for one is looked at in the database, as
+// before, and tried again once it has halved. A bucket being copied in (a
+// receiving bucket whose copy is not complete) gets none: the copy adds
+// its keys in thousands, so a filter sized for the keys there so far
+// filled at once and every write rebuilt it, a Pebble iterator through
+// the apply batch each time (a fifth of a destination's apply during a
+// rebalance; docs/benchmarks.md, "Where a destination's rounds went").
 type keyFilters struct {
 	seed    maphash.Seed
 	budget  int64 // bytes of filter bits, all buckets
@@ -68,14 +69,14 @@ type keyFilters struct {
 
 // filterScanBudget bounds the tuple keys that builds scan within one
 // Apply (one run of a raft round's committed entries on this member; a
-// round has one or two), all buckets together;
-// the first build of an Apply always runs. A build reads its bucket
-// through a Pebble iterator, 10-20 µs a key on a loaded machine: when a
-// rebalance had just brought 1,500 buckets, the first write to each built
-// its filter, and a round of 35 small writes took 80 ms to apply
-// (docs/benchmarks.md, "Where a destination's rounds went"). A bucket whose
-// build waits uses its full filter meanwhile (a full filter still holds
-// every key, it only lets more absent ones through), or the database.
+// round has one or two), all buckets together; the first build of an
+// Apply always runs. A build reads its bucket through a Pebble iterator,
+// 10-20 µs a key on a loaded machine: when a rebalance had just brought
+// 1,500 buckets, the first write to each built its filter, and a round of
+// 35 small writes took 83 ms to apply (docs/benchmarks.md, "Where a
+// destination's rounds went"). A bucket whose build waits uses its full
+// filter meanwhile (a full filter still holds every key, it only lets more
+// absent ones through), or the database.
 const filterScanBudget = 1024
 
 // maxFilterKeys bounds the tuples of a bucket that gets a filter: building
