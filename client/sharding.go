@@ -4,6 +4,8 @@ import (
 	"context"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 )
@@ -22,13 +24,29 @@ func (s Sharding) call(ctx context.Context, op string, idempotent bool, f func(c
 }
 
 // Status returns the rebalancer's view: targets, actual counts, moves.
+// An instance that cannot confirm its view of group 0 with the leader
+// answers from its own view, marked Stale; Status then asks the Client's
+// other instances, and returns a stale answer (the first) only when none
+// of them gives a confirmed one.
 func (s Sharding) Status(ctx context.Context) (*datav1.RebalanceStatusResponse, error) {
-	var resp *datav1.RebalanceStatusResponse
+	var resp, stale *datav1.RebalanceStatusResponse
 	err := s.call(ctx, "rebalance status", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
-		var err error
-		resp, err = c.RebalanceStatus(ctx, &datav1.RebalanceStatusRequest{}, opts...)
-		return err
+		r, err := c.RebalanceStatus(ctx, &datav1.RebalanceStatusRequest{}, opts...)
+		if err != nil {
+			return err
+		}
+		if r.GetStale() {
+			if stale == nil {
+				stale = r
+			}
+			return status.Error(codes.Unavailable, r.GetStaleReason())
+		}
+		resp = r
+		return nil
 	})
+	if resp == nil && stale != nil {
+		return stale, nil
+	}
 	return resp, err
 }
 

@@ -38,7 +38,12 @@ func newRebalanceStatusCmd() *cobra.Command {
 its weight asks for (the target), its disbalance in percent, and the moves in
 progress. The rebalancer acts when the largest disbalance exceeds its
 threshold (default 1%) and then moves buckets until every replicaset has its
-target. --watch redraws it every second until the buckets are balanced.`,
+target. --watch redraws it every second until the buckets are balanced.
+
+The answer comes from the asked instance's view of group 0, confirmed with
+group 0's leader first. When no instance given by --peer can confirm its
+view (group 0 has no leader, or they cannot reach it), the last known view
+is shown, marked not confirmed, and the command exits with status 3.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
@@ -63,7 +68,10 @@ target. --watch redraws it every second until the buckets are balanced.`,
 				} else if err := writeBalance(cmd.OutOrStdout(), st); err != nil {
 					return err
 				}
-				if !watch || (len(st.GetMoves()) == 0 && st.GetBucketsToMove() == 0) {
+				if !watch || (!st.GetStale() && len(st.GetMoves()) == 0 && st.GetBucketsToMove() == 0) {
+					if st.GetStale() {
+						return &ExitError{Code: exitNoQuorum, Err: fmt.Errorf("rebalance status: not confirmed with group 0's leader (%s); shown is the last known view, which may be behind", st.GetStaleReason())}
+					}
 					return nil
 				}
 				select {
@@ -114,6 +122,9 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		state, percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), percent(st.GetMaxDisbalancePercent()))
 	done := st.GetBucketCount() - st.GetBucketsToMove()
 	fmt.Fprintf(w, "moves in progress: %d; buckets still to move: %d (%d of %d in place)\n", len(st.GetMoves()), st.GetBucketsToMove(), done, st.GetBucketCount())
+	if st.GetStale() {
+		fmt.Fprintf(w, "NOT CONFIRMED: %s; this is the answering instance's last known view, which may be behind\n", st.GetStaleReason())
+	}
 	return nil
 }
 
@@ -164,6 +175,11 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 			st, err := cl.Sharding().Status(ctx)
 			if err != nil {
 				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
+			}
+			if st.GetStale() {
+				// The settings not given are written back as read: from a
+				// stale view, that could undo a change made since.
+				return fmt.Errorf("rebalance config: could not read the current settings: %s; try again, or another --peer", st.GetStaleReason())
 			}
 			s := st.GetSettings()
 			fl := cmd.Flags()
@@ -373,11 +389,11 @@ func (f *clusterFlags) waitMove(cmd *cobra.Command, b uint32) error {
 					mv = m
 				}
 			}
-			if mv == nil {
+			if mv == nil && !st.GetStale() { // a stale view may not have the move yet, or still
 				fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: done\n", b)
 				return nil
 			}
-			if mv.GetPhase() != last {
+			if mv != nil && mv.GetPhase() != last {
 				fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: %s\n", b, mv.GetPhase())
 				last = mv.GetPhase()
 			}

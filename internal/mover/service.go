@@ -47,11 +47,21 @@ func sortedMoves(st *meta.State) []*metapb.Move {
 	return out
 }
 
+// statusRefreshTimeout bounds how long RebalanceStatus waits to confirm
+// this instance's view of group 0 with the leader before it answers from
+// the view it has, marked stale.
+const statusRefreshTimeout = 2 * time.Second
+
 // RebalanceStatus implements ShardingService.
 func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatusRequest) (*datav1.RebalanceStatusResponse, error) {
+	var staleReason string
 	if s.refresh != nil {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_ = s.refresh(rctx) // without a leader: answer from what this instance has
+		rctx, cancel := context.WithTimeout(ctx, statusRefreshTimeout)
+		if err := s.refresh(rctx); err != nil {
+			// Without a leader: answer from what this instance has, and
+			// say that it is not confirmed.
+			staleReason = fmt.Sprintf("this instance could not confirm its view of group 0 with the leader within %v: %v", statusRefreshTimeout, err)
+		}
 		cancel()
 	}
 	st := s.m.cfg.Zero.State()
@@ -66,6 +76,8 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 			MaxSending: uint32(maxSend), MaxReceiving: uint32(maxRecv),
 			CopyBytesPerS: st.Props.GetRebalancer().GetCopyBytesPerS()},
 		MaxDisbalancePercent: p.MaxDisbalance,
+		Stale:                staleReason != "",
+		StaleReason:          staleReason,
 	}
 	pinned := map[string]int{}
 	for b := range st.Pinned {

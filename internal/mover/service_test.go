@@ -2,6 +2,7 @@ package mover
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -100,6 +101,29 @@ func TestRebalanceStatus(t *testing.T) {
 	}
 	if r2 := got.GetReplicasets()[1]; r2.GetAvailable() {
 		t.Errorf("r2 with its instance Offline: %v", r2)
+	}
+}
+
+// An instance that cannot confirm its view of group 0 still answers, from
+// the view it has, and says that the answer is stale and why.
+func TestRebalanceStatusWithoutALeaderIsMarkedStale(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 10, 1, 1)
+	s := NewService(c.mover(0), func(context.Context) error { return errors.New("no leader of group 0 at term 7") })
+	got, err := s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.GetStale() || !strings.Contains(got.GetStaleReason(), "no leader of group 0 at term 7") ||
+		!strings.Contains(got.GetStaleReason(), "could not confirm") {
+		t.Errorf("stale %v, reason %q: want stale, saying why", got.GetStale(), got.GetStaleReason())
+	}
+	if got.GetBucketCount() != 10 || len(got.GetReplicasets()) != 2 || got.GetReplicasets()[0].GetBuckets() != 10 {
+		t.Errorf("the stale answer lost the instance's view: %v", got)
+	}
+	s = NewService(c.mover(0), func(context.Context) error { return nil })
+	if got, err = s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{}); err != nil || got.GetStale() || got.GetStaleReason() != "" {
+		t.Errorf("confirmed view: stale %v (%q), err %v", got.GetStale(), got.GetStaleReason(), err)
 	}
 }
 

@@ -105,7 +105,7 @@ func (r *run) auditBuckets(ctx context.Context) {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		st, err := r.c.admin.Sharding().Status(sctx)
 		cancel()
-		if err == nil && len(st.GetMoves()) == 0 {
+		if err == nil && !st.GetStale() && len(st.GetMoves()) == 0 { // a stale view may miss moves
 			break
 		}
 		if time.Now().After(deadline) {

@@ -2606,6 +2606,14 @@ type RebalanceStatusResponse struct {
 	MaxDisbalancePercent float64                `protobuf:"fixed64,5,opt,name=max_disbalance_percent,json=maxDisbalancePercent,proto3" json:"max_disbalance_percent,omitempty"`
 	// Buckets that still must move for every replicaset to reach its target.
 	BucketsToMove uint32 `protobuf:"varint,6,opt,name=buckets_to_move,json=bucketsToMove,proto3" json:"buckets_to_move,omitempty"`
+	// True when the answering instance could not confirm its view of group 0
+	// with group 0's leader in time (it has no leader, or cannot reach it):
+	// the answer is that instance's last known view and may be behind. The
+	// Go client then asks its other instances and returns a stale answer
+	// only when none of them gives a confirmed one.
+	Stale bool `protobuf:"varint,7,opt,name=stale,proto3" json:"stale,omitempty"`
+	// Why the view could not be confirmed, when stale.
+	StaleReason   string `protobuf:"bytes,8,opt,name=stale_reason,json=staleReason,proto3" json:"stale_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2680,6 +2688,20 @@ func (x *RebalanceStatusResponse) GetBucketsToMove() uint32 {
 		return x.BucketsToMove
 	}
 	return 0
+}
+
+func (x *RebalanceStatusResponse) GetStale() bool {
+	if x != nil {
+		return x.Stale
+	}
+	return false
+}
+
+func (x *RebalanceStatusResponse) GetStaleReason() string {
+	if x != nil {
+		return x.StaleReason
+	}
+	return ""
 }
 
 type SetWeightRequest struct {
@@ -3946,14 +3968,16 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x06age_ms\x18\x06 \x01(\x03R\x05ageMs\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12\x1a\n" +
 	"\boperator\x18\b \x01(\bR\boperator\"\x18\n" +
-	"\x16RebalanceStatusRequest\"\xd5\x02\n" +
+	"\x16RebalanceStatusRequest\"\x8e\x03\n" +
 	"\x17RebalanceStatusResponse\x12!\n" +
 	"\fbucket_count\x18\x01 \x01(\rR\vbucketCount\x12E\n" +
 	"\vreplicasets\x18\x02 \x03(\v2#.shardkit.data.v1.ReplicasetBalanceR\vreplicasets\x120\n" +
 	"\x05moves\x18\x03 \x03(\v2\x1a.shardkit.data.v1.MoveInfoR\x05moves\x12@\n" +
 	"\bsettings\x18\x04 \x01(\v2$.shardkit.data.v1.RebalancerSettingsR\bsettings\x124\n" +
 	"\x16max_disbalance_percent\x18\x05 \x01(\x01R\x14maxDisbalancePercent\x12&\n" +
-	"\x0fbuckets_to_move\x18\x06 \x01(\rR\rbucketsToMove\"O\n" +
+	"\x0fbuckets_to_move\x18\x06 \x01(\rR\rbucketsToMove\x12\x14\n" +
+	"\x05stale\x18\a \x01(\bR\x05stale\x12!\n" +
+	"\fstale_reason\x18\b \x01(\tR\vstaleReason\"O\n" +
 	"\x10SetWeightRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\"\x13\n" +
