@@ -22,6 +22,8 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 ) error {
 	backoff := c.cfg.RetryBackoff
 	grow := func() { backoff = max(backoff, min(2*backoff, MaxRetryBackoff)) }
+	moveBackoff := c.cfg.RetryBackoff
+	var movingSince time.Time // the first refusal of a switching bucket
 	// unknown is the first attempt of a write whose outcome is unknown:
 	// a write retried under the same request id is applied at most once,
 	// but if the call gives up, it must not say "nothing was done".
@@ -75,6 +77,19 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 					if now, _ := c.addressFor(rt, b, rw); now != "" && now != rs {
 						continue
 					}
+				}
+			}
+			if rd.GetReason() == datav1.Redirect_REASON_BUCKET_MOVING {
+				if movingSince.IsZero() {
+					movingSince = time.Now()
+				}
+				if time.Since(movingSince) < c.cfg.MoveWait {
+					attempt-- // waiting out a switch is not a failed try: MoveWait bounds it
+					if sleepCtx(ctx, moveBackoff) {
+						return giveUp(last)
+					}
+					moveBackoff = max(moveBackoff, min(2*moveBackoff, MaxMoveRetryBackoff))
+					continue
 				}
 			}
 			if sleepCtx(ctx, backoff) {

@@ -2,11 +2,13 @@ package client
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/sharding"
@@ -51,6 +53,7 @@ func compileSpace(d *datav1.Space) (*spaceInfo, bool) {
 // routing is the client's copy of the cluster's routing table.
 type routing struct {
 	fetched     time.Time
+	readFrom    time.Time // when its read began (refresh)
 	bucketCount uint32
 	buckets     []string // buckets[b] is bucket b's replicaset ("" unknown)
 	leaders     map[string]string
@@ -90,6 +93,18 @@ func newRouting(r *datav1.GetRoutingResponse) *routing {
 type router struct {
 	mu sync.Mutex
 	rt *routing
+	// flight is the routing read under way, if any (refresh).
+	flight *routingFlight
+}
+
+// routingFlight is one read of the routing table, shared by the callers of
+// refresh that it is fresh enough for.
+type routingFlight struct {
+	started time.Time
+	waiting int           // callers waiting for it but its owner (under router.mu)
+	done    chan struct{} // closed when rt and err are set
+	rt      *routing
+	err     error
 }
 
 func (c *Client) table() *routing {
@@ -98,8 +113,64 @@ func (c *Client) table() *routing {
 	return c.rt.rt
 }
 
-// refresh reads the routing table from any instance.
+// refresh returns a routing table read from an instance after refresh was
+// called (a caller refreshes because of something it has just seen, such
+// as a redirect: an older read may not show it). Concurrent callers share
+// one read: during a mass move every call to a moving bucket refreshes,
+// and each read costs the instance a table of every bucket. A caller that
+// finds a read under way that began before it waits for that one to end
+// and shares (or starts) the next.
 func (c *Client) refresh(ctx context.Context) (*routing, error) {
+	asked := time.Now()
+	for {
+		c.rt.mu.Lock()
+		if rt := c.rt.rt; rt != nil && !rt.readFrom.Before(asked) {
+			c.rt.mu.Unlock() // read by a flight that began after this call, and ended
+			return rt, nil
+		}
+		f := c.rt.flight
+		if f == nil {
+			f = &routingFlight{started: time.Now(), done: make(chan struct{})}
+			c.rt.flight = f
+			c.rt.mu.Unlock()
+			f.rt, f.err = c.readRouting(ctx)
+			c.rt.mu.Lock()
+			if f.err == nil {
+				f.rt.readFrom = f.started
+				c.rt.rt = f.rt
+			}
+			c.rt.flight = nil
+			c.rt.mu.Unlock()
+			close(f.done)
+			return f.rt, f.err
+		}
+		f.waiting++
+		c.rt.mu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		// A read that began before this call, or that ended with its own
+		// caller's deadline rather than an answer, is not this caller's.
+		if !f.started.Before(asked) && (f.err == nil || !isContextError(f.err)) {
+			return f.rt, f.err
+		}
+	}
+}
+
+// isContextError reports whether err is a context's cancellation or
+// deadline, as a call returns it.
+func isContextError(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	var e *Error
+	return errors.As(err, &e) && (e.Code == codes.Canceled || e.Code == codes.DeadlineExceeded)
+}
+
+// readRouting reads the routing table from any instance.
+func (c *Client) readRouting(ctx context.Context) (*routing, error) {
 	var resp *datav1.GetRoutingResponse
 	err := c.invoke(ctx, "get routing", callOptions{idempotent: true}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
 		var err error
@@ -109,11 +180,7 @@ func (c *Client) refresh(ctx context.Context) (*routing, error) {
 	if err != nil {
 		return nil, err
 	}
-	rt := newRouting(resp)
-	c.rt.mu.Lock()
-	c.rt.rt = rt
-	c.rt.mu.Unlock()
-	return rt, nil
+	return newRouting(resp), nil
 }
 
 // routingFor returns a routing table no older than RoutingRefresh (nil

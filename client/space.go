@@ -303,6 +303,10 @@ func (b *Batch) do(ctx context.Context, what string) ([]Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n := len(resp.GetResults()); n != len(b.ops) {
+		// Callers index the results by op: a short answer would panic them.
+		return nil, &Error{Op: what, Msg: fmt.Sprintf("the cluster answered %d results to a write of %d ops", n, len(b.ops)), kind: ErrInternal}
+	}
 	out := make([]Result, len(resp.GetResults()))
 	for i, r := range resp.GetResults() {
 		out[i] = Result{Found: r.GetFound(), Version: r.GetVersion()}

@@ -1,0 +1,146 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// refuseMoving makes f's unary writes refuse as a bucket switching over
+// while refusing() says so.
+func refuseMoving(f *fakeData, refusing func() bool) {
+	f.write = func(_ context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+		if refusing() {
+			st, _ := status.New(codes.Unavailable, "bucket 3 is sending (replicaset rs1)").
+				WithDetails(&datav1.Redirect{Reason: datav1.Redirect_REASON_BUCKET_MOVING, Bucket: 3})
+			return nil, st.Err()
+		}
+		return &datav1.WriteResponse{Results: []*datav1.OpResult{{Tuple: req.GetOps()[0].GetTuple(), Version: 1}}}, nil
+	}
+}
+
+// An answer with fewer results than the write had ops is the cluster's
+// error, not a panic of the caller indexing them.
+func TestAShortWriteAnswerIsAnError(t *testing.T) {
+	f := &fakeData{noMulti: true}
+	f.write = func(context.Context, *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+		return &datav1.WriteResponse{}, nil
+	}
+	serveData(t, f)
+	c := newPipeClient(t, Config{DisablePipelining: true}, f.addr)
+	_, err := c.Space(pipeSpace).Replace(t.Context(), tuple.Tuple{tuple.Uint(1), tuple.String("v")})
+	if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "0 results to a write of 1 ops") {
+		t.Fatalf("a write answered with no result: %v, want an internal error saying so", err)
+	}
+}
+
+// A write to a bucket that is switching over waits it out, however many
+// tries that takes, up to Config.MoveWait: those tries do not count
+// against Config.Attempts (here 2).
+func TestAWriteWaitsOutASwitchBeyondItsAttempts(t *testing.T) {
+	f := &fakeData{noMulti: true}
+	var refusals atomic.Int64
+	refuseMoving(f, func() bool { return refusals.Add(1) <= 12 })
+	serveData(t, f)
+	c := newPipeClient(t, Config{Attempts: 2, RetryBackoff: time.Millisecond, DisablePipelining: true}, f.addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.String("v")}); err != nil {
+		t.Fatalf("replace: %v", err)
+	}
+	if n := f.unaryWrites.Load(); n != 13 {
+		t.Fatalf("%d tries, want 13 (12 refused as moving, then served)", n)
+	}
+
+	// A switch that does not end: the call gives up once MoveWait has
+	// passed and its Attempts are spent, saying what it met.
+	g := &fakeData{noMulti: true}
+	refuseMoving(g, func() bool { return true })
+	serveData(t, g)
+	c = newPipeClient(t, Config{Attempts: 2, RetryBackoff: time.Millisecond, MoveWait: 50 * time.Millisecond, DisablePipelining: true}, g.addr)
+	_, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.String("v")})
+	var e *Error
+	if !errors.As(err, &e) || e.Code != codes.Unavailable || e.Msg == "" || ctx.Err() != nil {
+		t.Fatalf("a switch that never ends: %v, want the bucket's refusal", err)
+	}
+	if n := g.unaryWrites.Load(); n < 3 {
+		t.Fatalf("%d tries, want more than Attempts (2): the wait for the switch came first", n)
+	}
+}
+
+// gatedRouting is a fakeData whose GetRouting waits at a gate and counts.
+type gatedRouting struct {
+	*fakeData
+	gate  chan struct{}
+	reads atomic.Int64
+}
+
+func (g *gatedRouting) GetRouting(ctx context.Context, req *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
+	g.reads.Add(1)
+	<-g.gate
+	return g.fakeData.GetRouting(ctx, req)
+}
+
+// Concurrent refreshes of the routing table share reads: callers that
+// come while a read is under way wait for it and share the next one (it
+// began before them, so it might not show what sent them to refresh).
+func TestConcurrentRefreshesShareOneRead(t *testing.T) {
+	f := &fakeData{}
+	g := &gatedRouting{fakeData: f, gate: make(chan struct{})}
+	serveAs(t, f, g)
+	c := newPipeClient(t, Config{}, f.addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	first := make(chan error, 1)
+	go func() { _, err := c.refresh(ctx); first <- err }()
+	for g.reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 50)
+	for range 50 {
+		wg.Go(func() {
+			rt, err := c.refresh(ctx)
+			if err == nil && rt == nil {
+				err = errors.New("no table and no error")
+			}
+			errs <- err
+		})
+	}
+	// Every caller waits for the first read (none can be served before
+	// the gate opens); then all of them share the second.
+	for {
+		c.rt.mu.Lock()
+		n := c.rt.flight.waiting
+		c.rt.mu.Unlock()
+		if n == 50 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(g.gate)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := g.reads.Load(); n != 2 {
+		t.Fatalf("%d routing reads for 51 refreshes, want 2 (the first, and one shared by the 50 that came during it)", n)
+	}
+}
