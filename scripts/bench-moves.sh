@@ -26,7 +26,15 @@
 #      on the new replicaset are the tuples moved, and the sum must be ROWS;
 #      then AFTER_RUNS runs of the same load on the balanced cluster (the
 #      p99 of the new layout without moves);
-#   6. reads the move times from the instances' debug logs: the move window
+#   5b. the drain (DRAIN=1): the same load again, and after LEAD_IN seconds
+#      the new replicaset's weight is set to 0 (`shardkit replicaset weight
+#      RS 0`): its 1500 buckets move back while the load runs, polled as in
+#      4 until it holds none. Its idle is the balanced runs of 5: the same
+#      six instances and raft groups, so its p99 ratio is the moves' own
+#      cost, which the scale out's ratio against idle mixes with the cost of
+#      doubling the cluster on the same cores;
+#   6. reads the move times from the instances' debug logs (for the scale
+#      out and the drain apart, by time): the move window
 #      (the first "rebalancer: moving a bucket" to the last "bucket moved",
 #      both on the group-0 leader) and, per bucket, how long it refused
 #      writes: from its source leader's "bucket state" line recording
@@ -59,7 +67,8 @@
 #   CHUNK       length of each load run: Ns or Nm [3s]
 #   IDLE_RUNS   load runs before the scale out (the idle p99) [5]
 #   AFTER_RUNS  load runs once balanced (two replicasets, no moves) [IDLE_RUNS]
-#   LEAD_IN     seconds of load before instances 4-6 start [5]
+#   LEAD_IN     seconds of load before instances 4-6 start, and before the drain [5]
+#   DRAIN       1: drain the new replicaset after the balanced runs (5b); 0: stop there [1]
 #   MAX_SENDING, MAX_RECEIVING  when set, `shardkit rebalance config
 #               --max-sending/--max-receiving` before the scale out (the
 #               defaults are 100 and 100, mover.DefaultMaxSending/Receiving)
@@ -77,7 +86,8 @@
 #   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
 #   PROFILE     when set to N, the instances run with --enable-pprof and, from
 #               s4-s6's start, every instance's CPU is profiled for N seconds
-#               into WORKDIR/profiles/sK.pprof (the moves start ~1 s after s4-s6;
+#               into WORKDIR/profiles/sK.pprof, and from the drain's weight
+#               change into sK-drain.pprof (the moves start ~1 s after s4-s6;
 #               read with `go tool pprof -top BIN FILE`); implies KEEP_WORKDIR
 #
 # Everything it started is stopped on exit, by pid; nothing else is.
@@ -94,6 +104,7 @@ CHUNK=${CHUNK:-3s}
 IDLE_RUNS=${IDLE_RUNS:-5}
 AFTER_RUNS=${AFTER_RUNS:-$IDLE_RUNS}
 LEAD_IN=${LEAD_IN:-5}
+DRAIN=${DRAIN:-1}
 MAX_SENDING=${MAX_SENDING:-}
 MAX_RECEIVING=${MAX_RECEIVING:-}
 COPY_RATE=${COPY_RATE:-}
@@ -124,6 +135,8 @@ done
 for v in MAX_SENDING MAX_RECEIVING; do
   [[ -z ${!v} || ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v: '${!v}' is not a positive number"
 done
+[[ $DRAIN =~ ^[01]$ ]] || die "DRAIN: '$DRAIN' is not 0 or 1"
+((DRAIN == 0 || AFTER_RUNS >= 1)) || die "DRAIN=1 needs AFTER_RUNS >= 1: the balanced runs are the drain's idle"
 [[ $CHUNK =~ ^[1-9][0-9]*(s|m)$ ]] || die "CHUNK: '$CHUNK' is not like 10s or 1m"
 [[ $LOG_LEVEL =~ ^(debug|info|warn|error)$ ]] || die "LOG_LEVEL: '$LOG_LEVEL' is not debug, info, warn or error"
 
@@ -316,11 +329,11 @@ bench_run() {
   printf '%s\n' "$BENCH_JSON" >>"$RESULTS"
 }
 
-# load_loop: back-to-back replace runs of CHUNK until $WORK/stop-load
-# exists; each run's JSON in runs/move-I.json, and "I START END RC" (epoch
-# seconds) in runs/move-runs.
+# load_loop PREFIX: back-to-back replace runs of CHUNK until
+# $WORK/stop-load exists; each run's JSON in runs/PREFIX-I.json, and
+# "I START END RC LOAD1" (epoch seconds) in runs/PREFIX-runs.
 load_loop() {
-  local i=0 t0 t1 rc
+  local prefix=$1 i=0 t0 t1 rc
   trap - EXIT
   trap 'exit 143' TERM
   while [[ ! -e $WORK/stop-load ]]; do
@@ -328,11 +341,11 @@ load_loop() {
     t0=$EPOCHREALTIME rc=0
     "$SK" bench --peer "$SK_PEERS" --workload replace --keys "$ROWS" --duration "$CHUNK" --clients "$CLIENTS" \
       --conns "$CONNS" --value-size "$VALUE_SIZE" --timeout 5s --format json --progress \
-      </dev/null >"$WORK/runs/move-$i.json" 2>"$WORK/logs/move-$i.stderr" &
+      </dev/null >"$WORK/runs/$prefix-$i.json" 2>"$WORK/logs/$prefix-$i.stderr" &
     echo "$!" >"$WORK/load.pid"
     wait "$!" || rc=$?
     t1=$EPOCHREALTIME
-    printf '%s %s %s %s %s\n' "$i" "$t0" "$t1" "$rc" "$(loadavg)" >>"$WORK/runs/move-runs"
+    printf '%s %s %s %s %s\n' "$i" "$t0" "$t1" "$rc" "$(loadavg)" >>"$WORK/runs/$prefix-runs"
   done
 }
 
@@ -470,65 +483,96 @@ if [[ -n $MAX_SENDING || -n $MAX_RECEIVING || -n $COPY_RATE ]]; then
   log "rebalancer: ${cfg[*]}"
 fi
 
-rm -f "$WORK/stop-load"
-load_loop &
-LOAD_PID=$!
+# start_load PREFIX: the replace load (load_loop PREFIX) in the background.
+start_load() {
+  rm -f "$WORK/stop-load"
+  load_loop "$1" &
+  LOAD_PID=$!
+}
+
+# end_load: let the current load run end, and wait for the loop.
+end_load() {
+  touch "$WORK/stop-load"
+  wait "$LOAD_PID" || die "the load loop failed"
+  LOAD_PID=''
+}
+
+# wait_moves WHAT PREFIX: poll `shardkit rebalance status` every second
+# (a status not confirmed with group 0's leader exits 3 and is skipped)
+# until nothing is left to move and, for WHAT=scale, a second replicaset
+# (RS_NEW, found here) holds buckets, for WHAT=drain, RS_NEW holds none.
+# Sets T_DONE (when) and ST (that status, compact JSON). PREFIX names the
+# load loop's files.
+T_DONE='' ST='' POLLS=0 LOADS='' RS_NEW=''
+wait_moves() {
+  local what=$1 prefix=$2 now r rss moving to_move held line last_line='' deadline=$((SECONDS + MOVE_TIMEOUT))
+  while :; do
+    check_alive
+    kill -0 "$LOAD_PID" 2>/dev/null || die "the load loop ended early; see $WORK/logs/$prefix-*.stderr"
+    now=$EPOCHREALTIME
+    ST=$(timeout 15 "$SK" rebalance status --peer "$SK_PEERS" --format json --timeout 5s 2>/dev/null | tr -d ' \t\n') || ST=''
+    if [[ -n $ST ]]; then
+      POLLS=$((POLLS + 1))
+      LOADS+=" $(loadavg)"
+      printf '%s %s\n' "$now" "$ST" >>"$WORK/runs/rebalance-status"
+      if [[ $what == scale ]]; then
+        mapfile -t rss < <(grep -o '"replicaset_id":"[^"]*"' <<<"$ST" | cut -d'"' -f4)
+        RS_NEW=''
+        for r in "${rss[@]}"; do
+          if [[ $r != "$RS_OLD" ]]; then RS_NEW=$r; fi
+        done
+      fi
+      moving=0
+      if [[ $ST == *'"moves":['* ]]; then moving=1; fi
+      to_move=$(jget "$ST" buckets_to_move)
+      to_move=${to_move:-0}
+      if [[ -n $RS_NEW ]]; then
+        held=$(rs_field "$ST" "$RS_NEW" buckets)
+        line="$RS_OLD $(rs_field "$ST" "$RS_OLD" buckets), $RS_NEW $held (target $(rs_field "$ST" "$RS_NEW" target)); to move $to_move"
+        if [[ $line != "$last_line" ]] && ((POLLS % 10 == 0 || to_move == 0)); then
+          log "    $line; load average $(loadavg)"
+          last_line=$line
+        fi
+        if ((moving == 0 && to_move == 0)); then
+          if { [[ $what == scale ]] && ((held > 0)); } || { [[ $what == drain ]] && ((held == 0)); }; then
+            T_DONE=$now
+            return
+          fi
+        fi
+      fi
+    fi
+    ((SECONDS < deadline)) || die "the $what did not end within ${MOVE_TIMEOUT}s; see $WORK/runs/rebalance-status"
+    sleep 1
+  done
+}
+
+# start_profiles SUFFIX: with PROFILE set, every instance's CPU profiled for
+# PROFILE seconds from now, into profiles/sN$SUFFIX.pprof, in the background.
+start_profiles() {
+  local n
+  [[ -n $PROFILE ]] || return 0
+  mkdir -p "$WORK/profiles"
+  for n in 1 2 3 4 5 6; do
+    curl -sS --retry 30 --retry-connrefused --retry-delay 1 --retry-max-time 30 --max-time $((PROFILE + 30)) \
+      -o "$WORK/profiles/s$n$1.pprof" "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/debug/pprof/profile?seconds=$PROFILE" \
+      >"$WORK/logs/profile-s$n$1.log" 2>&1 &
+    PROFILE_PIDS+=($!)
+  done
+  log "profiling every instance's CPU for ${PROFILE}s into $WORK/profiles/sN$1.pprof"
+}
+
+start_load move
 log "replace load started (runs of $CHUNK, $CLIENTS clients); starting instances s4 s5 s6 in ${LEAD_IN}s"
 sleep "$LEAD_IN"
 T_SCALE=$EPOCHREALTIME
 for n in 4 5 6; do start_instance "$n"; done
 log "instances s4 s5 s6 started (supervisor pids ${SK_PIDS[*]:3})"
-if [[ -n $PROFILE ]]; then
-  mkdir -p "$WORK/profiles"
-  for n in 1 2 3 4 5 6; do
-    curl -sS --retry 30 --retry-connrefused --retry-delay 1 --retry-max-time 30 --max-time $((PROFILE + 30)) \
-      -o "$WORK/profiles/s$n.pprof" "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/debug/pprof/profile?seconds=$PROFILE" \
-      >"$WORK/logs/profile-s$n.log" 2>&1 &
-    PROFILE_PIDS+=($!)
-  done
-  log "profiling every instance's CPU for ${PROFILE}s into $WORK/profiles"
-fi
+start_profiles ""
 
-# Poll until a second replicaset holds buckets and nothing is left to move.
-T_BALANCED='' POLLS=0 LOADS='' RS_NEW='' last_line=''
-deadline=$((SECONDS + MOVE_TIMEOUT))
-while :; do
-  check_alive
-  kill -0 "$LOAD_PID" 2>/dev/null || die "the load loop ended early; see $WORK/logs/move-*.stderr"
-  now=$EPOCHREALTIME
-  st=$(timeout 15 "$SK" rebalance status --peer "$SK_PEERS" --format json --timeout 5s 2>/dev/null | tr -d ' \t\n') || st=''
-  if [[ -n $st ]]; then
-    POLLS=$((POLLS + 1))
-    LOADS+=" $(loadavg)"
-    printf '%s %s\n' "$now" "$st" >>"$WORK/runs/rebalance-status"
-    mapfile -t rss < <(grep -o '"replicaset_id":"[^"]*"' <<<"$st" | cut -d'"' -f4)
-    RS_NEW=''
-    for r in "${rss[@]}"; do
-      if [[ $r != "$RS_OLD" ]]; then RS_NEW=$r; fi
-    done
-    moving=0
-    if [[ $st == *'"moves":['* ]]; then moving=1; fi
-    to_move=$(jget "$st" buckets_to_move)
-    to_move=${to_move:-0}
-    if [[ -n $RS_NEW ]]; then
-      line="$RS_OLD $(rs_field "$st" "$RS_OLD" buckets), $RS_NEW $(rs_field "$st" "$RS_NEW" buckets) (target $(rs_field "$st" "$RS_NEW" target)); to move $to_move"
-      if [[ $line != "$last_line" ]] && ((POLLS % 10 == 0 || to_move == 0)); then
-        log "    $line; load average $(loadavg)"
-        last_line=$line
-      fi
-      if ((moving == 0 && to_move == 0)) && (($(rs_field "$st" "$RS_NEW" buckets) > 0)); then
-        T_BALANCED=$now
-        break
-      fi
-    fi
-  fi
-  ((SECONDS < deadline)) || die "not balanced within ${MOVE_TIMEOUT}s of the scale out; see $WORK/runs/rebalance-status"
-  sleep 1
-done
+wait_moves scale move
+T_BALANCED=$T_DONE ST_SCALE=$ST
 log "balanced: $(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }') s after the scale out; letting the current load run end"
-touch "$WORK/stop-load"
-wait "$LOAD_PID" || die "the load loop failed"
-LOAD_PID=''
+end_load
 timeout 15 "$SK" rebalance status --peer "$SK_PEERS" >"$WORK/logs/rebalance-status-final.log" 2>&1 || true
 
 counts
@@ -552,6 +596,34 @@ for ((i = 1; i <= AFTER_RUNS; i++)); do
 done
 AFTER_CPU=$(cpu_per_op "$AFTER_TICKS0" "$(server_ticks 1 6)" "$AFTER_N")
 AFTER_PERSIST=$(persist_mean "$AFTER_PERSIST0" "$(persist_totals 1 6)" "$(awk -v a="$AFTER_T0" -v b="$EPOCHREALTIME" 'BEGIN { print b - a }')")
+
+# ---------------------------------------------------------------- drain under load
+
+# The drain: RS_NEW's weight set to 0 under the same load, and its buckets
+# move back to RS_OLD. The balanced runs just before are its idle: the same
+# six instances and the same two raft groups, so its p99 ratio is the
+# moves' own cost, without the scale out's change of cluster size.
+if ((DRAIN == 1)); then
+  start_load drain
+  log "replace load started; setting $RS_NEW's weight to 0 in ${LEAD_IN}s"
+  sleep "$LEAD_IN"
+  T_DRAIN=$EPOCHREALTIME
+  timeout 30 "$SK" replicaset weight "$RS_NEW" 0 --peer "$SK_PEERS" >"$WORK/logs/drain-weight.log" 2>&1 ||
+    fail_log "replicaset weight $RS_NEW 0" "$WORK/logs/drain-weight.log" "failed"
+  start_profiles -drain
+  wait_moves drain drain
+  T_DRAINED=$T_DONE
+  log "drained: $(awk -v a="$T_DRAIN" -v b="$T_DRAINED" 'BEGIN { printf "%.1f", b - a }') s after the weight change; letting the current load run end"
+  end_load
+  counts
+  log "rows per replicaset: $(tr '\n' ' ' <<<"$COUNTS")"
+  D_LEFT=$(awk -v r="$RS_NEW" '$1 == r { print $2 }' <<<"$COUNTS")
+  D_LEFT=${D_LEFT:-0} # a replicaset with no bucket is not called
+  D_ROWS=$(awk -v r="$RS_OLD" '$1 == r { print $2 }' <<<"$COUNTS")
+  if ((D_LEFT != 0 || ${D_ROWS:-0} != ROWS)); then
+    log "warning: after the drain $RS_OLD holds ${D_ROWS:-no} rows and $RS_NEW $D_LEFT, not $ROWS and 0"
+  fi
+fi
 
 # ---------------------------------------------------------------- the logs
 
@@ -578,104 +650,123 @@ logs_times() {
 }
 logs_times >"$WORK/runs/log-times"
 
-# Per bucket: the source leader's SENDING line, then group 0's PHASE_COPY
-# line; the move window: first "moving a bucket" to last "bucket moved".
-awk '
-  function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
-  / msg="rebalancer: moving a bucket"/ { if (first == "") first = $1; starts++ }
-  / msg="bucket moved"/ { last = $1; moved++ }
-  / msg="aborting a bucket move"/ { aborted++ }
-  / msg="bucket state"/ && /record="SENDING/ { b = field("bucket"); sending[b] = $1 }
-  / msg="bucket move"/ && / phase=PHASE_COPY/ {
-    b = field("bucket")
-    if (b in sending) { w = $1 - sending[b]; printf "window %s %.3f\n", b, w; delete sending[b] }
-  }
-  END { printf "moves %s %s %d %d %d\n", first == "" ? "-" : first, last == "" ? "-" : last, starts, moved, aborted + 0 }
-' "$WORK/runs/log-times" >"$WORK/runs/log-moves"
-read -r _ T_FIRST T_LAST N_STARTED N_MOVED N_ABORTED < <(grep '^moves ' "$WORK/runs/log-moves")
-# The mean time of each step of a move, over the buckets whose every step
-# is in the logs (in ms): where a move's time goes.
-PHASES=$(awk '
-  function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
-  function at(i) { b = field("bucket"); if (!((b, i) in t)) t[b, i] = $1 }
-  / msg="rebalancer: moving a bucket"/ { b = field("bucket"); all[b] = 1; t[b, 0] = $1 }
-  / msg="bucket state"/ && /record="SENDING/ { at(1) }
-  / msg="bucket state"/ && /record="RECEIVING/ { at(2) }
-  / msg="bucket move"/ && / phase=PHASE_COPY/ { at(3) }
-  / msg="bucket state"/ && /record="ACTIVE/ { at(4) }
-  / msg="bucket move"/ && / phase=PHASE_CLEANUP/ { at(5) }
-  / msg="bucket state"/ && /record="GARBAGE/ { at(6) }
-  / msg="bucket moved"/ { at(7) }
-  END {
-    split("prepare_to_sending sending_to_receiving receiving_to_switch copy_to_active active_to_cleanup cleanup_to_garbage garbage_to_finished", nm, " ")
-    for (b in all) {
-      ok = 1
-      for (i = 0; i <= 7; i++) if (!((b, i) in t)) ok = 0
-      if (!ok) continue
-      n++; tot += t[b, 7] - t[b, 0]
-      for (i = 1; i <= 7; i++) s[i] += t[b, i] - t[b, i - 1]
+# analyse_moves NAME FROM TO: the moves of the log lines from FROM to TO
+# (epoch seconds; the polls' times, TO widened by 2 s for the last log
+# lines) into runs/log-times-NAME. Sets T_FIRST T_LAST (the move window:
+# the first "moving a bucket" to the last "bucket moved", both on group 0's
+# leader), MOVE_WINDOW_SRC, N_STARTED N_MOVED N_ABORTED, PHASES (the mean
+# time of each step of a move, over the buckets whose every step is in the
+# logs, in ms: where a move's time goes) and, per bucket, how long it
+# refused writes (its source leader's SENDING line to group 0's PHASE_COPY
+# line): N_WINDOWS WIN_P50 WIN_P99 WIN_MAX WIN_MAX_B.
+analyse_moves() {
+  local name=$1 from=$2 to=$3 lt=$WORK/runs/log-times-$1
+  awk -v a="$from" -v b="$to" '$1 >= a && $1 <= b + 2' "$WORK/runs/log-times" >"$lt"
+  awk '
+    function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
+    / msg="rebalancer: moving a bucket"/ { if (first == "") first = $1; starts++ }
+    / msg="bucket moved"/ { last = $1; moved++ }
+    / msg="aborting a bucket move"/ { aborted++ }
+    / msg="bucket state"/ && /record="SENDING/ { b = field("bucket"); sending[b] = $1 }
+    / msg="bucket move"/ && / phase=PHASE_COPY/ {
+      b = field("bucket")
+      if (b in sending) { w = $1 - sending[b]; printf "window %s %.3f\n", b, w; delete sending[b] }
     }
-    if (n == 0) { print "{}"; exit }
-    printf "{\"buckets\":%d,\"move_total\":%.0f", n, 1000 * tot / n
-    for (i = 1; i <= 7; i++) printf ",\"%s\":%.0f", nm[i], 1000 * s[i] / n
-    print "}"
-  }' "$WORK/runs/log-times")
-grep '^window ' "$WORK/runs/log-moves" | awk '{ print $3, $2 }' | sort -n >"$WORK/runs/windows"
-N_WINDOWS=$(wc -l <"$WORK/runs/windows")
-if ((N_WINDOWS > 0)); then
-  read -r WIN_P50 WIN_P99 WIN_MAX WIN_MAX_B < <(awk '{ v[NR] = $1; b[NR] = $2 }
-    END { i50 = int(NR * 0.5 + 0.999); i99 = int(NR * 0.99 + 0.999); printf "%.3f %.3f %.3f %s\n", v[i50], v[i99], v[NR], b[NR] }' "$WORK/runs/windows")
-else
-  WIN_P50=null WIN_P99=null WIN_MAX=null WIN_MAX_B=null
-  log "warning: no SENDING / PHASE_COPY pairs in the logs (LOG_LEVEL=$LOG_LEVEL; debug is needed)"
-fi
-if [[ $T_FIRST == - || $T_LAST == - ]]; then
-  # No debug lines: the polls' window (coarser: from the scale out).
-  T_FIRST=$T_SCALE T_LAST=$T_BALANCED
-  MOVE_WINDOW_SRC=polls
-else
-  MOVE_WINDOW_SRC=logs
-fi
-MOVE_S=$(awk -v a="$T_FIRST" -v b="$T_LAST" 'BEGIN { printf "%.1f", b - a }')
+    END { printf "moves %s %s %d %d %d\n", first == "" ? "-" : first, last == "" ? "-" : last, starts, moved, aborted + 0 }
+  ' "$lt" >"$WORK/runs/log-moves-$name"
+  read -r _ T_FIRST T_LAST N_STARTED N_MOVED N_ABORTED < <(grep '^moves ' "$WORK/runs/log-moves-$name")
+  PHASES=$(awk '
+    function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
+    function at(i) { b = field("bucket"); if (!((b, i) in t)) t[b, i] = $1 }
+    / msg="rebalancer: moving a bucket"/ { b = field("bucket"); all[b] = 1; t[b, 0] = $1 }
+    / msg="bucket state"/ && /record="SENDING/ { at(1) }
+    / msg="bucket state"/ && /record="RECEIVING/ { at(2) }
+    / msg="bucket move"/ && / phase=PHASE_COPY/ { at(3) }
+    / msg="bucket state"/ && /record="ACTIVE/ { at(4) }
+    / msg="bucket move"/ && / phase=PHASE_CLEANUP/ { at(5) }
+    / msg="bucket state"/ && /record="GARBAGE/ { at(6) }
+    / msg="bucket moved"/ { at(7) }
+    END {
+      split("prepare_to_sending sending_to_receiving receiving_to_switch copy_to_active active_to_cleanup cleanup_to_garbage garbage_to_finished", nm, " ")
+      for (b in all) {
+        ok = 1
+        for (i = 0; i <= 7; i++) if (!((b, i) in t)) ok = 0
+        if (!ok) continue
+        n++; tot += t[b, 7] - t[b, 0]
+        for (i = 1; i <= 7; i++) s[i] += t[b, i] - t[b, i - 1]
+      }
+      if (n == 0) { print "{}"; exit }
+      printf "{\"buckets\":%d,\"move_total\":%.0f", n, 1000 * tot / n
+      for (i = 1; i <= 7; i++) printf ",\"%s\":%.0f", nm[i], 1000 * s[i] / n
+      print "}"
+    }' "$lt")
+  grep '^window ' "$WORK/runs/log-moves-$name" | awk '{ print $3, $2 }' | sort -n >"$WORK/runs/windows-$name"
+  N_WINDOWS=$(wc -l <"$WORK/runs/windows-$name")
+  if ((N_WINDOWS > 0)); then
+    read -r WIN_P50 WIN_P99 WIN_MAX WIN_MAX_B < <(awk '{ v[NR] = $1; b[NR] = $2 }
+      END { i50 = int(NR * 0.5 + 0.999); i99 = int(NR * 0.99 + 0.999); printf "%.3f %.3f %.3f %s\n", v[i50], v[i99], v[NR], b[NR] }' "$WORK/runs/windows-$name")
+  else
+    WIN_P50=null WIN_P99=null WIN_MAX=null WIN_MAX_B=null
+    log "warning: $name: no SENDING / PHASE_COPY pairs in the logs (LOG_LEVEL=$LOG_LEVEL; debug is needed)"
+  fi
+  if [[ $T_FIRST == - || $T_LAST == - ]]; then
+    # No debug lines: the polls' window (coarser: from the scale out or the weight change).
+    T_FIRST=$from T_LAST=$to
+    MOVE_WINDOW_SRC=polls
+  else
+    MOVE_WINDOW_SRC=logs
+  fi
+  MOVE_S=$(awk -v a="$T_FIRST" -v b="$T_LAST" 'BEGIN { printf "%.1f", b - a }')
+}
+analyse_moves scale "$T_SCALE" "$T_BALANCED"
 RATE=$(awk -v n="$MOVED_ROWS" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
 SCALE_S=$(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }')
-BUCKETS_NEW=$(rs_field "$st" "$RS_NEW" buckets)
+BUCKETS_NEW=$(rs_field "$ST_SCALE" "$RS_NEW" buckets)
 
 # ---------------------------------------------------------------- the load under the moves
 
-# The runs whose timed part (its last duration_s before it ended) overlaps
-# [scale out, balanced].
-RUNS_IN='' P99S='' MAXS='' OPS_S='' ERRS=0 OPS=0 RUN_LOADS='' FIRST_ERROR=''
-while read -r i t0 t1 rc l1; do
-  f=$WORK/runs/move-$i.json
-  if ((rc != 0)); then
-    # The run stopped at the end (the stop file came during its set-up) or failed.
-    log "warning: load run $i exited with status $rc; see $WORK/logs/move-$i.stderr"
-    continue
-  fi
-  j=$(one_json "$f")
-  dur=$(jget "$j" duration_s)
-  in=$(awk -v s="$t1" -v d="$dur" -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { print ((s - d < b && s > a) ? 1 : 0) }')
-  j="{\"bench\":\"moves\",\"phase\":\"move-$i\",\"during_moves\":$([[ $in == 1 ]] && echo true || echo false),${j#\{}"
-  j="${j%\}},\"load1\":$l1,\"ended_at_epoch\":$t1}"
-  printf '%s\n' "$j" >>"$RESULTS"
-  if [[ $in == 1 ]]; then
-    RUNS_IN+=" $i"
-    P99S+=" $(jget "$j" p99_ms)"
-    MAXS+=" $(jget "$j" max_ms)"
-    OPS_S+=" $(jget "$j" ops_per_s)"
-    RUN_LOADS+=" $l1"
-    ERRS=$((ERRS + $(jget "$j" errors)))
-    OPS=$((OPS + $(jget "$j" ops)))
-    if [[ -z $FIRST_ERROR ]]; then FIRST_ERROR=$(jget "$j" first_error); fi
-  fi
-done <"$WORK/runs/move-runs"
-[[ -n $RUNS_IN ]] || die "no load run overlaps the moves"
+# load_during PREFIX FROM TO: the load loop PREFIX's runs whose timed part
+# (its last duration_s before it ended) overlaps [FROM, TO] (epoch
+# seconds); every run's JSON goes to RESULTS, marked during_moves or not.
+# Sets RUNS_IN P99S MAXS OPS_S RUN_LOADS (lists), ERRS OPS FIRST_ERROR.
+load_during() {
+  local prefix=$1 from=$2 to=$3 i t0 t1 rc l1 f j dur in
+  RUNS_IN='' P99S='' MAXS='' OPS_S='' ERRS=0 OPS=0 RUN_LOADS='' FIRST_ERROR=''
+  while read -r i t0 t1 rc l1; do
+    f=$WORK/runs/$prefix-$i.json
+    if ((rc != 0)); then
+      # The run stopped at the end (the stop file came during its set-up) or failed.
+      log "warning: load run $prefix-$i exited with status $rc; see $WORK/logs/$prefix-$i.stderr"
+      continue
+    fi
+    j=$(one_json "$f")
+    dur=$(jget "$j" duration_s)
+    in=$(awk -v s="$t1" -v d="$dur" -v a="$from" -v b="$to" 'BEGIN { print ((s - d < b && s > a) ? 1 : 0) }')
+    j="{\"bench\":\"moves\",\"phase\":\"$prefix-$i\",\"during_moves\":$([[ $in == 1 ]] && echo true || echo false),${j#\{}"
+    j="${j%\}},\"load1\":$l1,\"ended_at_epoch\":$t1}"
+    printf '%s\n' "$j" >>"$RESULTS"
+    if [[ $in == 1 ]]; then
+      RUNS_IN+=" $i"
+      P99S+=" $(jget "$j" p99_ms)"
+      MAXS+=" $(jget "$j" max_ms)"
+      OPS_S+=" $(jget "$j" ops_per_s)"
+      RUN_LOADS+=" $l1"
+      ERRS=$((ERRS + $(jget "$j" errors)))
+      OPS=$((OPS + $(jget "$j" ops)))
+      if [[ -z $FIRST_ERROR ]]; then FIRST_ERROR=$(jget "$j" first_error); fi
+    fi
+  done <"$WORK/runs/$prefix-runs"
+  [[ -n $RUNS_IN ]] || die "no load run of $prefix overlaps its moves"
+}
+load_during move "$T_SCALE" "$T_BALANCED"
 
 # stats LIST: "median max" of the numbers.
 stats() { tr ' ' '\n' <<<"$1" | awk 'NF { v[++n] = $1 + 0 } END {
   for (i = 2; i <= n; i++) for (j = i; j > 1 && v[j - 1] > v[j]; j--) { t = v[j]; v[j] = v[j - 1]; v[j - 1] = t }
   printf "%s %s %s\n", n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, v[n], v[1] }'; }
+# ratio A B: A / B to two places (0 when B is 0).
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }
+
 read -r IDLE_P99 IDLE_P99_MAX _ < <(stats "$IDLE_P99S")
 read -r _ IDLE_MAX _ < <(stats "$IDLE_MAXS")
 read -r IDLE_OPS_MED _ _ < <(stats "$IDLE_OPS")
@@ -685,12 +776,59 @@ read -r MOVE_P99 MOVE_P99_MAX _ < <(stats "$P99S")
 read -r _ MOVE_MAX _ < <(stats "$MAXS")
 read -r MOVE_OPS_MED _ MOVE_OPS_MIN < <(stats "$OPS_S")
 read -r _ LOAD_MAX LOAD_MIN < <(stats "$IDLE_LOADS $RUN_LOADS $LOADS")
-P99_RATIO=$(awk -v a="$MOVE_P99" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-P99_RATIO_MAX=$(awk -v a="$MOVE_P99_MAX" -v b="$IDLE_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-P99_RATIO_AFTER=$(awk -v a="$MOVE_P99" -v b="$AFTER_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
-P99_RATIO_AFTER_MAX=$(awk -v a="$MOVE_P99_MAX" -v b="$AFTER_P99" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+P99_RATIO=$(ratio "$MOVE_P99" "$IDLE_P99")
+P99_RATIO_MAX=$(ratio "$MOVE_P99_MAX" "$IDLE_P99")
+P99_RATIO_AFTER=$(ratio "$MOVE_P99" "$AFTER_P99")
+P99_RATIO_AFTER_MAX=$(ratio "$MOVE_P99_MAX" "$AFTER_P99")
 
-SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"settings":{}'
+# drain_report: the drain, measured as the scale out is, against the
+# balanced runs (its idle). Run in a subshell: analyse_moves and
+# load_during set the globals the scale out's summary reads. Prints the
+# summary's drain fields (JSON, one line), the load averages of its runs
+# (one line), then the drain's lines of the text summary.
+drain_report() {
+  trap - EXIT # a subshell: the cleanup is the main shell's
+  local D_TUPLES D_RATE D_SECS D_P99 D_P99_MAX D_MAX D_OPS_MED D_OPS_MIN D_RATIO D_RATIO_MAX D_JSON
+  analyse_moves drain "$T_DRAIN" "$T_DRAINED"
+  load_during drain "$T_DRAIN" "$T_DRAINED"
+  D_TUPLES=$((MOVED_ROWS - D_LEFT))
+  D_RATE=$(awk -v n="$D_TUPLES" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+  D_SECS=$(awk -v a="$T_DRAIN" -v b="$T_DRAINED" 'BEGIN { printf "%.1f", b - a }')
+  read -r D_P99 D_P99_MAX _ < <(stats "$P99S")
+  read -r _ D_MAX _ < <(stats "$MAXS")
+  read -r D_OPS_MED _ D_OPS_MIN < <(stats "$OPS_S")
+  D_RATIO=$(ratio "$D_P99" "$AFTER_P99") D_RATIO_MAX=$(ratio "$D_P99_MAX" "$AFTER_P99")
+  D_JSON=$(printf '"drain_buckets_moved":%s,"drain_moves_aborted":%s,"drain_tuples_moved":%s,"drain_rows_left":%s,"drain_move_s":%s,"drain_s":%s,"drain_tuples_per_s":%s,' \
+    "$N_MOVED" "$N_ABORTED" "$D_TUPLES" "$D_LEFT" "$MOVE_S" "$D_SECS" "$D_RATE")
+  D_JSON+=$(printf '"drain_p99_ms_median":%s,"drain_p99_ms_max":%s,"drain_p99_ratio_balanced":%s,"drain_p99_ratio_balanced_max":%s,"drain_max_ms":%s,"drain_errors":%s,"drain_ops":%s,"drain_ops_per_s_median":%s,' \
+    "$D_P99" "$D_P99_MAX" "$D_RATIO" "$D_RATIO_MAX" "$D_MAX" "$ERRS" "$OPS" "$D_OPS_MED")
+  D_JSON+=$(printf '"drain_move_step_mean_ms":%s,"drain_refused_windows":%s,"drain_refused_p99_s":%s,"drain_refused_max_s":%s,' "$PHASES" "$N_WINDOWS" "$WIN_P99" "$WIN_MAX")
+  printf '%s\n%s\n' "$D_JSON" "$RUN_LOADS"
+  {
+    echo
+    printf '%-44s %s (moves started %s, finished %s, aborted %s)\n' "drain: buckets moved $RS_NEW -> $RS_OLD" "$N_MOVED" "$N_STARTED" "$N_MOVED" "$N_ABORTED"
+    printf '%-44s %s (rows left on %s: %s)\n' "drain: tuples moved" "$D_TUPLES" "$RS_NEW" "$D_LEFT"
+    printf '%-44s %s s (from the %s); weight 0 to drained %s s\n' "drain: move window" "$MOVE_S" "$MOVE_WINDOW_SRC" "$D_SECS"
+    printf '%-44s %s  (target >= 50000)\n' "drain: tuples moved per second" "$D_RATE"
+    printf '%-44s %s ms (median of %s runs; largest %s ms)\n' "drain: write p99 during the moves" "$D_P99" "$(wc -w <<<"$RUNS_IN")" "$D_P99_MAX"
+    printf '%-44s %s (largest run: %s)  (target <= 2; the same six instances idle)\n' "drain: p99 ratio, moves / balanced" "$D_RATIO" "$D_RATIO_MAX"
+    printf '%-44s %s / %s ops/s (median; slowest run during: %s)\n' "drain: write throughput, balanced / during" "$AFTER_OPS_MED" "$D_OPS_MED" "$D_OPS_MIN"
+    printf '%-44s %s ms\n' "drain: longest successful write" "$D_MAX"
+    printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "drain: writes refused, logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
+    printf '%-44s %s\n' "drain: mean time of a move's steps, ms" "$PHASES"
+    printf '%-44s %s during the drain (%s calls)  (target 0)\n' "drain: client errors" "$ERRS" "$OPS"
+    if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "drain: first error" "$FIRST_ERROR"; fi
+  }
+}
+D_JSON='' D_TEXT=''
+if ((DRAIN == 1)); then
+  D_OUT=$(drain_report)
+  D_JSON=$(sed -n 1p <<<"$D_OUT")
+  read -r _ LOAD_MAX LOAD_MIN < <(stats "$IDLE_LOADS $RUN_LOADS $LOADS $(sed -n 2p <<<"$D_OUT")")
+  D_TEXT=$(sed -n '3,$p' <<<"$D_OUT")
+fi
+
+SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$ST_SCALE" | head -n1) || SETTINGS='"settings":{}'
 {
   printf '{"bench":"moves","phase":"summary","rows":%s,"value_size":%s,"clients":%s,"chunk":"%s",' "$ROWS" "$VALUE_SIZE" "$CLIENTS" "$CHUNK"
   printf '%s,"from":"%s","to":"%s","buckets_moved":%s,"moves_started":%s,"moves_finished":%s,"moves_aborted":%s,' "$SETTINGS" "$RS_OLD" "$RS_NEW" "$BUCKETS_NEW" "$N_STARTED" "$N_MOVED" "$N_ABORTED"
@@ -701,6 +839,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '"after_p99_ms":%s,"after_ops_per_s":%s,"after_errors":%s,"p99_ratio_after":%s,"p99_ratio_after_max":%s,' "${AFTER_P99:-0}" "${AFTER_OPS_MED:-0}" "$AFTER_ERRS" "$P99_RATIO_AFTER" "$P99_RATIO_AFTER_MAX"
   printf '"move_step_mean_ms":%s,' "$PHASES"
   printf '"refused_windows":%s,"refused_p50_s":%s,"refused_p99_s":%s,"refused_max_s":%s,"refused_max_bucket":%s,' "$N_WINDOWS" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
+  printf '%s' "$D_JSON"
   printf '"load1_min":%s,"load1_max":%s,"nproc":%s,"started_at":"%s"}\n' "$LOAD_MIN" "$LOAD_MAX" "$(nproc)" "$STAMP"
 } >>"$RESULTS"
 
@@ -730,6 +869,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$st" | head -n1) || SETTINGS='"setti
   printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
   printf '%-44s %s during the moves (%s calls), %s idle, %s balanced  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS" "$AFTER_ERRS"
   if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "first error" "$FIRST_ERROR"; fi
+  if [[ -n $D_TEXT ]]; then printf '%s\n' "$D_TEXT"; fi
   echo
   echo "results: $RESULTS"
 }

@@ -61,12 +61,19 @@ func (f *fakeCluster) lastExpelReq() *clusterv1.ExpelRequest {
 // serve starts f on a loopback port and returns its address.
 func (f *fakeCluster) serve(t *testing.T) string {
 	t.Helper()
+	return serveGRPC(t, func(s *grpc.Server) { clusterv1.RegisterClusterServiceServer(s, f) })
+}
+
+// serveGRPC starts a gRPC server with what register puts on it, on a
+// loopback port, stopped when the test ends; it returns the address.
+func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	clusterv1.RegisterClusterServiceServer(srv, f)
+	register(srv)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -146,20 +153,7 @@ func sampleStatus() *clusterv1.GetStatusResponse {
 // serveWithout starts a server whose ClusterService implements nothing.
 func (f *fakeCluster) serveWithout(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	clusterv1.RegisterClusterServiceServer(srv, &clusterv1.UnimplementedClusterServiceServer{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
+	return serveGRPC(t, func(s *grpc.Server) {
+		clusterv1.RegisterClusterServiceServer(s, &clusterv1.UnimplementedClusterServiceServer{})
 	})
-	return lis.Addr().String()
 }

@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -41,22 +40,7 @@ func (f *fakeSharding) RebalanceStatus(context.Context, *datav1.RebalanceStatusR
 
 func (f *fakeSharding) serve(t *testing.T) string {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	datav1.RegisterShardingServiceServer(srv, f)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(lis)
-	}()
-	t.Cleanup(func() {
-		srv.Stop()
-		<-done
-	})
-	return lis.Addr().String()
+	return serveGRPC(t, func(s *grpc.Server) { datav1.RegisterShardingServiceServer(s, f) })
 }
 
 func balance(stale bool) *datav1.RebalanceStatusResponse {
