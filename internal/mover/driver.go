@@ -318,6 +318,8 @@ func (m *Mover) setBuckets(ctx context.Context, rsID string, mvs []*metapb.Move,
 		steps[i] = &rspb.SetBucket{Bucket: mv.GetBucket(), State: state, Generation: mv.GetGeneration(), Peer: peer, From: from}
 	}
 	var resp *rspb.SetBucketsResponse
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StepTimeout)
+	defer cancel()
 	err := m.onLeader(ctx, rsID, func(ctx context.Context, c rspb.BucketServiceClient) error {
 		var err error
 		resp, err = c.SetBuckets(ctx, &rspb.SetBucketsRequest{ReplicasetId: rsID, Steps: steps})
@@ -453,6 +455,8 @@ func (m *Mover) finishes(ctx context.Context, mvs []*metapb.Move) ([]*metapb.Mov
 }
 
 func (m *Mover) moveSteps(ctx context.Context, mvs []*metapb.Move, steps []*metapb.Command, done func(*metapb.Move)) ([]*metapb.Move, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.StepTimeout)
+	defer cancel()
 	res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
 	if err != nil {
 		return nil, fmt.Errorf("group 0: moves of buckets %s: %w", describeBuckets(mvs), err)

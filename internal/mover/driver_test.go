@@ -2,6 +2,7 @@ package mover
 
 import (
 	"context"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -231,6 +232,37 @@ func TestDriverAbortsAMoveStuckPastTheSwitchTimeout(t *testing.T) {
 	c.checkStayed("r1", "r2", 2, 1, 2)
 	if r := c.rs["r1"].record(1); r.GetGeneration() != 2 {
 		t.Errorf("bucket 1 on the source: %s, want ACTIVE(2) (frozen, then taken back)", describe(r))
+	}
+}
+
+// A step call that never answers (its instance stopped and came back with
+// the answer lost, say) is given up after StepTimeout and the step taken
+// again, in any phase: here the abort's fence of the source. It used to
+// hold the move in ABORTING for as long as the driver led group 0 (a
+// robustness run, 2026-11-26).
+func TestDriverRetriesAStepCallThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2)
+	var hung atomic.Int64
+	c.rs["r1"].setIntercept(func(ctx context.Context, call rsCall) error {
+		switch {
+		case call.applied || call.method != "SetBuckets":
+		case call.state == rspb.BucketState_STATE_SENDING:
+			return unavailable // the freeze fails: past the switch timeout, an abort
+		case call.state == rspb.BucketState_STATE_ACTIVE && hung.Add(1) == 1:
+			<-ctx.Done() // the abort's first fence never answers
+			return ctx.Err()
+		}
+		return nil
+	})
+	m := New(Config{Zero: c.zero, Dial: c.dial, SwitchTimeout: switchTimeoutForTest, StepTimeout: 100 * time.Millisecond,
+		Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Now: time.Now})
+	c.driveAll(m)
+	c.checkStayed("r1", "r2", 2, 1, 2)
+	if n := hung.Load(); n < 2 {
+		t.Errorf("the source's fence was asked %d times, want it asked again after the call that hung", n)
 	}
 }
 

@@ -31,6 +31,13 @@ const (
 	// its source freezing it to the switch), like vshard's
 	// bucket_send_timeout.
 	DefaultSwitchTimeout = 2 * time.Second
+	// DefaultStepTimeout bounds each call of a move's step that changes a
+	// bucket's record on a replicaset or a move's phase in group 0 (not
+	// the copy, whose length is the data's): a call that gets no answer
+	// in time (its instance stopped and came back, its answer lost) is
+	// given up and the step retried, instead of holding the move, in
+	// whatever phase, for as long as the driver leads.
+	DefaultStepTimeout = 10 * time.Second
 	// BatchSize is how many moves of one route the rebalancer starts in a
 	// round at most, or a third of the smaller of the send and receive
 	// quotas when that is more (batchSize): a large rebalance runs as
@@ -71,6 +78,8 @@ type Config struct {
 	Dial func(addr string) (grpc.ClientConnInterface, error)
 	// SwitchTimeout: DefaultSwitchTimeout when zero.
 	SwitchTimeout time.Duration
+	// StepTimeout: DefaultStepTimeout when zero.
+	StepTimeout time.Duration
 	// Interval is how often the rebalancer looks when nothing changes
 	// (default 1s).
 	Interval time.Duration
@@ -115,6 +124,9 @@ type Mover struct {
 func New(cfg Config) *Mover {
 	if cfg.SwitchTimeout <= 0 {
 		cfg.SwitchTimeout = DefaultSwitchTimeout
+	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = DefaultStepTimeout
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
