@@ -59,10 +59,11 @@ type Config struct {
 	// MoveWait bounds how long a data call waits out a bucket whose move
 	// is switching over (refused with REASON_BUCKET_MOVING; the switch is
 	// bounded by the mover's switch timeout, 2 s by default): DefaultMoveWait
-	// when zero. Those tries do not count against Attempts; they come
-	// RetryBackoff apart, doubling to MaxMoveRetryBackoff at most, and
-	// each asks for the routing table, which places the bucket on its new
-	// replicaset as soon as the switch is done.
+	// when zero. Those tries do not count against Attempts (after MoveWait
+	// they do again); they come RetryBackoff apart, doubling to
+	// MaxMoveRetryBackoff (staying as set when larger), and each asks for
+	// the routing table, which places the bucket on its new replicaset as
+	// soon as the switch is done.
 	MoveWait time.Duration
 	// DisablePipelining turns off client pipelining: each write and point
 	// read is then its own unary call. With it on (the default), they go

@@ -39,8 +39,8 @@ func TestAShortWriteAnswerIsAnError(t *testing.T) {
 	serveData(t, f)
 	c := newPipeClient(t, Config{DisablePipelining: true}, f.addr)
 	_, err := c.Space(pipeSpace).Replace(t.Context(), tuple.Tuple{tuple.Uint(1), tuple.String("v")})
-	if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), "0 results to a write of 1 ops") {
-		t.Fatalf("a write answered with no result: %v, want an internal error saying so", err)
+	if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "0 results to a write of 1 ops") {
+		t.Fatalf("a write answered with no result: %v, want an outcome-unknown error saying so", err)
 	}
 }
 
@@ -78,17 +78,85 @@ func TestAWriteWaitsOutASwitchBeyondItsAttempts(t *testing.T) {
 	}
 }
 
-// gatedRouting is a fakeData whose GetRouting waits at a gate and counts.
+// gatedRouting is a fakeData whose GetRouting waits at a gate (or for
+// its caller to give up) and counts; with fail set it then refuses.
 type gatedRouting struct {
 	*fakeData
 	gate  chan struct{}
+	fail  bool
 	reads atomic.Int64
 }
 
 func (g *gatedRouting) GetRouting(ctx context.Context, req *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
 	g.reads.Add(1)
-	<-g.gate
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if g.fail {
+		return nil, status.Error(codes.Unavailable, "no routing here")
+	}
 	return g.fakeData.GetRouting(ctx, req)
+}
+
+// waitJoined waits until n callers wait for c's routing read under way.
+func waitJoined(c *Client, n int) {
+	for {
+		c.rt.mu.Lock()
+		f := c.rt.flight
+		j := 0
+		if f != nil {
+			j = f.joined
+		}
+		c.rt.mu.Unlock()
+		if j >= n {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A shared read that fails is every sharer's answer (one read, not one
+// each); one its owner gave up (its context ended) is nobody's: a caller
+// waiting for it reads again.
+func TestASharedRoutingReadFailsOnceOrIsReadAgain(t *testing.T) {
+	f := &fakeData{}
+	g := &gatedRouting{fakeData: f, gate: make(chan struct{}), fail: true}
+	serveAs(t, f, g)
+	c := newPipeClient(t, Config{}, f.addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+
+	// The owner gives up: the two callers that waited share a new read.
+	owner, stop := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() { _, err := c.refresh(owner); first <- err }()
+	for g.reads.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() { _, err := c.refresh(ctx); errs <- err }()
+	}
+	waitJoined(c, 2)
+	stop()
+	if err := <-first; err == nil {
+		t.Fatal("the owner's read succeeded after its context ended")
+	}
+	for g.reads.Load() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	waitJoined(c, 1) // the other caller waits for the second read
+	close(g.gate)    // which answers: it fails
+	for range 2 {
+		if err := <-errs; !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "no routing here") {
+			t.Fatalf("a caller of the failed shared read: %v, want its failure", err)
+		}
+	}
+	if n := g.reads.Load(); n != 2 {
+		t.Fatalf("%d routing reads, want 2 (the abandoned one, and one shared by the two that waited)", n)
+	}
 }
 
 // Concurrent refreshes of the routing table share reads: callers that
@@ -120,15 +188,7 @@ func TestConcurrentRefreshesShareOneRead(t *testing.T) {
 	}
 	// Every caller waits for the first read (none can be served before
 	// the gate opens); then all of them share the second.
-	for {
-		c.rt.mu.Lock()
-		n := c.rt.flight.waiting
-		c.rt.mu.Unlock()
-		if n == 50 {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitJoined(c, 50)
 	close(g.gate)
 	if err := <-first; err != nil {
 		t.Fatal(err)

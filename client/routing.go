@@ -2,13 +2,11 @@ package client
 
 import (
 	"context"
-	"errors"
 	"math/rand/v2"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/sharding"
@@ -101,10 +99,13 @@ type router struct {
 // refresh that it is fresh enough for.
 type routingFlight struct {
 	started time.Time
-	waiting int           // callers waiting for it but its owner (under router.mu)
-	done    chan struct{} // closed when rt and err are set
+	joined  int           // callers that waited for it, its owner aside (under router.mu; for tests)
+	done    chan struct{} // closed when rt, err and abandoned are set
 	rt      *routing
 	err     error
+	// abandoned: the read ended because its owner's context did, which
+	// says nothing of the cluster: the callers waiting for it read again.
+	abandoned bool
 }
 
 func (c *Client) table() *routing {
@@ -134,6 +135,7 @@ func (c *Client) refresh(ctx context.Context) (*routing, error) {
 			c.rt.flight = f
 			c.rt.mu.Unlock()
 			f.rt, f.err = c.readRouting(ctx)
+			f.abandoned = f.err != nil && ctx.Err() != nil
 			c.rt.mu.Lock()
 			if f.err == nil {
 				f.rt.readFrom = f.started
@@ -144,29 +146,19 @@ func (c *Client) refresh(ctx context.Context) (*routing, error) {
 			close(f.done)
 			return f.rt, f.err
 		}
-		f.waiting++
+		f.joined++
 		c.rt.mu.Unlock()
 		select {
 		case <-f.done:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, newError("get routing", "", ctx.Err(), true)
 		}
-		// A read that began before this call, or that ended with its own
-		// caller's deadline rather than an answer, is not this caller's.
-		if !f.started.Before(asked) && (f.err == nil || !isContextError(f.err)) {
+		// A read that began before this call, or that its owner gave up,
+		// is not this caller's answer.
+		if !f.started.Before(asked) && !f.abandoned {
 			return f.rt, f.err
 		}
 	}
-}
-
-// isContextError reports whether err is a context's cancellation or
-// deadline, as a call returns it.
-func isContextError(err error) bool {
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return true
-	}
-	var e *Error
-	return errors.As(err, &e) && (e.Code == codes.Canceled || e.Code == codes.DeadlineExceeded)
 }
 
 // readRouting reads the routing table from any instance.

@@ -44,8 +44,8 @@ func (s Sharding) Status(ctx context.Context) (*datav1.RebalanceStatusResponse, 
 		resp = r
 		return nil
 	})
-	if resp == nil && stale != nil {
-		return stale, nil
+	if resp == nil && stale != nil && IsRetryable(err) {
+		return stale, nil // no instance confirmed: the best there is
 	}
 	return resp, err
 }

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 
+	"google.golang.org/grpc/codes"
+
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -305,7 +307,9 @@ func (b *Batch) do(ctx context.Context, what string) ([]Result, error) {
 	}
 	if n := len(resp.GetResults()); n != len(b.ops) {
 		// Callers index the results by op: a short answer would panic them.
-		return nil, &Error{Op: what, Msg: fmt.Sprintf("the cluster answered %d results to a write of %d ops", n, len(b.ops)), kind: ErrInternal}
+		// The cluster answered success, so the write may well be applied.
+		return nil, &Error{Op: what, Code: codes.Internal, kind: ErrOutcomeUnknown,
+			Msg: fmt.Sprintf("the cluster answered %d results to a write of %d ops; the write may have been applied", n, len(b.ops))}
 	}
 	out := make([]Result, len(resp.GetResults()))
 	for i, r := range resp.GetResults() {

@@ -553,7 +553,7 @@ start_profiles() {
   [[ -n $PROFILE ]] || return 0
   mkdir -p "$WORK/profiles"
   for n in 1 2 3 4 5 6; do
-    curl -sS --retry 30 --retry-connrefused --retry-delay 1 --retry-max-time 30 --max-time $((PROFILE + 30)) \
+    curl -fsS --retry 30 --retry-connrefused --retry-delay 1 --retry-max-time 30 --max-time $((PROFILE + 30)) \
       -o "$WORK/profiles/s$n$1.pprof" "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/debug/pprof/profile?seconds=$PROFILE" \
       >"$WORK/logs/profile-s$n$1.log" 2>&1 &
     PROFILE_PIDS+=($!)
@@ -610,6 +610,8 @@ if ((DRAIN == 1)); then
   T_DRAIN=$EPOCHREALTIME
   timeout 30 "$SK" replicaset weight "$RS_NEW" 0 --peer "$SK_PEERS" >"$WORK/logs/drain-weight.log" 2>&1 ||
     fail_log "replicaset weight $RS_NEW 0" "$WORK/logs/drain-weight.log" "failed"
+  # One CPU profile at a time per process: the scale out's must be done.
+  for p in "${PROFILE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   start_profiles -drain
   wait_moves drain drain
   T_DRAINED=$T_DONE
@@ -788,6 +790,7 @@ P99_RATIO_AFTER_MAX=$(ratio "$MOVE_P99_MAX" "$AFTER_P99")
 # (one line), then the drain's lines of the text summary.
 drain_report() {
   trap - EXIT # a subshell: the cleanup is the main shell's
+  set -e      # bash does not keep -e in a command substitution
   local D_TUPLES D_RATE D_SECS D_P99 D_P99_MAX D_MAX D_OPS_MED D_OPS_MIN D_RATIO D_RATIO_MAX D_JSON
   analyse_moves drain "$T_DRAIN" "$T_DRAINED"
   load_during drain "$T_DRAIN" "$T_DRAINED"
@@ -822,7 +825,7 @@ drain_report() {
 }
 D_JSON='' D_TEXT=''
 if ((DRAIN == 1)); then
-  D_OUT=$(drain_report)
+  D_OUT=$(drain_report) || die "the drain's figures could not be read; see $WORK/runs"
   D_JSON=$(sed -n 1p <<<"$D_OUT")
   read -r _ LOAD_MAX LOAD_MIN < <(stats "$IDLE_LOADS $RUN_LOADS $LOADS $(sed -n 2p <<<"$D_OUT")")
   D_TEXT=$(sed -n '3,$p' <<<"$D_OUT")

@@ -22,9 +22,10 @@
 // (a repeated step is a no-op at apply). Writes to a
 // bucket are refused only between SENDING and the switch, bounded by
 // Config.SwitchTimeout: past it the move is aborted (PREPARE -> ABORTING),
-// which group 0 allows only before the switch. Every call of a step but
-// the copy is bounded by Config.StepTimeout, so that a lost answer makes
-// the step run again rather than hold its moves.
+// which group 0 allows only before the switch. Every call of a started
+// move's steps but the copy (a replicaset's SetBuckets, group 0's move
+// steps) is bounded by Config.StepTimeout, so that a lost answer makes the
+// step run again rather than hold its moves.
 //
 // It owns these decisions and steps. It reaches replicasets only over RPC
 // (rspb.BucketService on their leaders), never their storage, and never

@@ -60,7 +60,7 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 		if err := s.refresh(rctx); err != nil {
 			// Without a leader: answer from what this instance has, and
 			// say that it is not confirmed.
-			staleReason = fmt.Sprintf("this instance could not confirm its view of group 0 with the leader within %v: %v", statusRefreshTimeout, err)
+			staleReason = fmt.Sprintf("this instance could not confirm its view of group 0 with the leader (waited at most %v): %v", statusRefreshTimeout, err)
 		}
 		cancel()
 	}

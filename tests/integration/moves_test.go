@@ -189,13 +189,13 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 
 	// The scale out runs with the copy paced (at a rate these few rows
 	// never reach); a rate that is not a size is refused and says so.
-	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--copy-rate", "64MiB", "--peer", c.peers[0]); code != 0 || !strings.Contains(out, "copy-rate=64MiB") {
+	if out, errs, code := shardkitConfirmed(30*time.Second, "rebalance", "config", "--copy-rate", "64MiB", "--peer", c.peers[0]); code != 0 || !strings.Contains(out, "copy-rate=64MiB") {
 		t.Fatalf("rebalance config --copy-rate 64MiB: exit %d: %s %s", code, out, errs)
 	}
 	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--copy-rate", "fast", "--peer", c.peers[0]); code == 0 || !strings.Contains(errs, "--copy-rate") {
 		t.Fatalf("rebalance config --copy-rate fast: exit %d: %s %s; want a refusal naming --copy-rate", code, out, errs)
 	}
-	if out, errs, code := shardkit(30*time.Second, "rebalance", "status", "--peer", c.peers[0]); code != 0 || !strings.Contains(out, "copy rate 64MiB/s") {
+	if out, errs, code := shardkitConfirmed(30*time.Second, "rebalance", "status", "--peer", c.peers[0]); code != 0 || !strings.Contains(out, "copy rate 64MiB/s") {
 		t.Fatalf("rebalance status after --copy-rate 64MiB: exit %d: %s %s", code, out, errs)
 	}
 
@@ -267,7 +267,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	c := newCluster(t, 2, "--init-replication-factor", "2")
 	c.startAll()
 	c.waitOnline(2)
-	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--disable", "--peer", c.peers[0]); code != 0 {
+	if out, errs, code := shardkitConfirmed(30*time.Second, "rebalance", "config", "--disable", "--peer", c.peers[0]); code != 0 {
 		t.Fatalf("rebalance config: %s %s", out, errs)
 	}
 	c.add("--init-replication-factor", "2").start(t)
@@ -413,13 +413,29 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	}
 }
 
+// shardkitConfirmed runs a shardkit command again, for up to a minute,
+// while its answer is not confirmed with group 0's leader: exit 3 (a
+// status from an instance that could not reach the leader in time) or
+// rebalance config's refusal of settings read from such a view.
+func shardkitConfirmed(timeout time.Duration, args ...string) (stdout, stderr string, code int) {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		stdout, stderr, code = shardkit(timeout, args...)
+		unconfirmed := code == 3 || strings.Contains(stderr, "could not read the current settings")
+		if !unconfirmed || time.Now().After(deadline) {
+			return stdout, stderr, code
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
 // stopRebalancer turns the rebalancer off and waits until no bucket move
 // is in flight: for tests of expel and damage, whose replicasets must not
 // have buckets arriving or leaving under them.
 func (c *cluster) stopRebalancer(t *testing.T) {
 	t.Helper()
 	peers := strings.Join(c.peers, ",")
-	if out, errs, code := shardkit(30*time.Second, "rebalance", "config", "--disable", "--peer", peers); code != 0 {
+	if out, errs, code := shardkitConfirmed(30*time.Second, "rebalance", "config", "--disable", "--peer", peers); code != 0 {
 		t.Fatalf("rebalance config --disable: %s %s", out, errs)
 	}
 	c.waitStatus("no bucket move in flight", 2*time.Minute, func(*statusJSON) bool {
