@@ -48,16 +48,23 @@ func (f *fake) GetLease(ctx context.Context, r *clusterv1.GetLeaseRequest) (*clu
 
 func serve(t *testing.T, f *fake) *fake {
 	t.Helper()
+	f.addr = serveGRPC(t, func(s *grpc.Server) { clusterv1.RegisterClusterServiceServer(s, f) })
+	return f
+}
+
+// serveGRPC starts a gRPC server with what register puts on it, on a
+// loopback port, stopped when the test ends; it returns the address.
+func serveGRPC(t *testing.T, register func(*grpc.Server)) string {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.addr = lis.Addr().String()
 	s := grpc.NewServer()
-	clusterv1.RegisterClusterServiceServer(s, f)
+	register(s)
 	go s.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(s.Stop)
-	return f
+	return lis.Addr().String()
 }
 
 // deadAddr is an address nobody listens on.

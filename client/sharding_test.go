@@ -2,7 +2,6 @@ package client_test
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,15 +26,8 @@ func (f *fakeSharding) RebalanceStatus(context.Context, *datav1.RebalanceStatusR
 
 func serveSharding(t *testing.T, resp *datav1.RebalanceStatusResponse) *fakeSharding {
 	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := &fakeSharding{addr: lis.Addr().String(), resp: resp}
-	s := grpc.NewServer()
-	datav1.RegisterShardingServiceServer(s, f)
-	go s.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(s.Stop)
+	f := &fakeSharding{resp: resp}
+	f.addr = serveGRPC(t, func(s *grpc.Server) { datav1.RegisterShardingServiceServer(s, f) })
 	return f
 }
 

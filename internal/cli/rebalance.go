@@ -179,7 +179,7 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 			if st.GetStale() {
 				// The settings not given are written back as read: from a
 				// stale view, that could undo a change made since.
-				return fmt.Errorf("rebalance config: could not read the current settings: %s; try again, or another --peer", st.GetStaleReason())
+				return &ExitError{Code: exitNoQuorum, Err: fmt.Errorf("rebalance config: could not read the current settings: %s; nothing was changed; try again, or another --peer", st.GetStaleReason())}
 			}
 			s := st.GetSettings()
 			fl := cmd.Flags()

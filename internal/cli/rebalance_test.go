@@ -99,7 +99,7 @@ func TestRebalanceStatusNotConfirmed(t *testing.T) {
 	code, _, errOut = runMain(t, "rebalance", "config", "--max-sending", "5", "--peer", cfg.serve(t))
 	cfg.mu.Lock()
 	defer cfg.mu.Unlock()
-	if code == 0 || cfg.sets != 0 || !strings.Contains(errOut, "could not read the current settings: no leader of group 0") {
+	if code != exitNoQuorum || cfg.sets != 0 || !strings.Contains(errOut, "could not read the current settings: no leader of group 0") {
 		t.Errorf("config on a stale view: exit %d, %d sets, stderr %q", code, cfg.sets, errOut)
 	}
 }
