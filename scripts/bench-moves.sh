@@ -658,7 +658,9 @@ logs_times >"$WORK/runs/log-times"
 # the first "moving a bucket" to the last "bucket moved", both on group 0's
 # leader), MOVE_WINDOW_SRC, N_STARTED N_MOVED N_ABORTED, PHASES (the mean
 # time of each step of a move, over the buckets whose every step is in the
-# logs, in ms: where a move's time goes) and, per bucket, how long it
+# logs, in ms: where a move's time goes; the destination's RECEIVING comes
+# before the source's SENDING since the builds of 2026-11-26, so a build
+# before those shows a negative receiving_to_sending) and, per bucket, how long it
 # refused writes (its source leader's SENDING line to group 0's PHASE_COPY
 # line): N_WINDOWS WIN_P50 WIN_P99 WIN_MAX WIN_MAX_B.
 analyse_moves() {
@@ -681,15 +683,15 @@ analyse_moves() {
     function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
     function at(i) { b = field("bucket"); if (!((b, i) in t)) t[b, i] = $1 }
     / msg="rebalancer: moving a bucket"/ { b = field("bucket"); all[b] = 1; t[b, 0] = $1 }
-    / msg="bucket state"/ && /record="SENDING/ { at(1) }
-    / msg="bucket state"/ && /record="RECEIVING/ { at(2) }
+    / msg="bucket state"/ && /record="RECEIVING/ { at(1) }
+    / msg="bucket state"/ && /record="SENDING/ { at(2) }
     / msg="bucket move"/ && / phase=PHASE_COPY/ { at(3) }
     / msg="bucket state"/ && /record="ACTIVE/ { at(4) }
     / msg="bucket move"/ && / phase=PHASE_CLEANUP/ { at(5) }
     / msg="bucket state"/ && /record="GARBAGE/ { at(6) }
     / msg="bucket moved"/ { at(7) }
     END {
-      split("prepare_to_sending sending_to_receiving receiving_to_switch copy_to_active active_to_cleanup cleanup_to_garbage garbage_to_finished", nm, " ")
+      split("prepare_to_receiving receiving_to_sending sending_to_switch copy_to_active active_to_cleanup cleanup_to_garbage garbage_to_finished", nm, " ")
       for (b in all) {
         ok = 1
         for (i = 0; i <= 7; i++) if (!((b, i) in t)) ok = 0

@@ -4,8 +4,8 @@
 // each move through its phases, on the group-0 leader only.
 //
 // A move is recorded in group 0 first (StartMove), and every step after is
-// an entry in some Raft log: the source freezes the bucket (SENDING), the
-// destination prepares (RECEIVING), group 0 switches the bucket to the
+// an entry in some Raft log: the destination prepares (RECEIVING), the
+// source freezes the bucket (SENDING), group 0 switches the bucket to the
 // destination (PREPARE -> COPY: routers follow), the destination copies
 // the source's tuples and becomes ACTIVE, group 0 marks the cleanup, the
 // source deletes the bucket's data (GARBAGE), group 0 forgets the move.
@@ -20,7 +20,8 @@
 // nothing: a new group-0 leader reads the moves in progress from group 0
 // and resumes each from its recorded phase, every step being idempotent
 // (a repeated step is a no-op at apply). Writes to a
-// bucket are refused only between SENDING and the switch, bounded by
+// bucket are refused only between SENDING and the switch (two consensus
+// steps: the destination prepared before the source froze), bounded by
 // Config.SwitchTimeout: past it the move is aborted (PREPARE -> ABORTING),
 // which group 0 allows only before the switch. Every call of a started
 // move's steps but the copy (a replicaset's SetBuckets, group 0's move

@@ -29,9 +29,9 @@ import (
 // The steps of a batch, in order (each durable before the next; a crash
 // anywhere resumes from the phases recorded in group 0):
 //
-//	PREPARE:  1. source: ACTIVE -> SENDING      (SetBuckets)
-//	          2. destination: -> RECEIVING      (SetBuckets)
-//	          3. group 0: PREPARE -> COPY       (MoveSteps; the switch)
+//	PREPARE:  1. destination: -> RECEIVING      (SetBuckets)
+//	          2. source: ACTIVE -> SENDING      (SetBuckets; writes refused from here)
+//	          3. group 0: PREPARE -> COPY       (MoveSteps; the switch, writes go to the destination)
 //	          (past Config.SwitchTimeout, or refused at 1 or 2: PREPARE -> ABORTING)
 //	COPY:     4. destination copies from source (ReceiveBuckets, one stream)
 //	          5. destination: RECEIVING -> ACTIVE
@@ -262,29 +262,40 @@ func startedAt(mvs []*metapb.Move) time.Time {
 	return time.UnixMilli(ms)
 }
 
-// prepare freezes the buckets on the source and prepares the destination.
-// It returns the moves ready to switch and those refused by either (to be
-// aborted); an error when the steps could not be done (nothing to abort).
+// prepare readies the destination, then freezes the buckets on the
+// source. It returns the moves ready to switch and those refused by either
+// (to be aborted); an error when the steps could not be done (nothing to
+// abort).
+//
+// The destination goes first so that a bucket refuses writes (from its
+// source's SENDING to group 0's switch) for two consensus steps, not
+// three: the destination's RECEIVING is recorded while the source still
+// serves the bucket. That is safe because a receiving bucket serves
+// nothing without its source frozen: every write to it needs the
+// source's prev facts, every read of a key it lacks and its copy read
+// the source, and the source answers them only while it sends the bucket
+// at the move's generation (Storage.readFrozen, SendBuckets); before the
+// switch no router sends the destination anything anyway.
 func (m *Mover) prepare(ctx context.Context, mvs []*metapb.Move) (ready, refused []*metapb.Move, err error) {
 	from, to := mvs[0].GetFrom(), mvs[0].GetTo()
-	sending, err := m.setBuckets(ctx, from, mvs, rspb.BucketState_STATE_SENDING, to, rspb.BucketState_STATE_ACTIVE, nil)
+	receiving, err := m.setBuckets(ctx, to, mvs, rspb.BucketState_STATE_RECEIVING, from, rspb.BucketState_STATE_UNSPECIFIED, nil)
 	if err != nil && !isRefused(err) {
 		return nil, nil, err
 	}
-	refused = without(mvs, sending)
-	if len(sending) == 0 {
+	refused = without(mvs, receiving)
+	if len(receiving) == 0 {
 		return nil, refused, nil
 	}
-	if err := m.cfg.Failpoints.Eval(FailpointSourceSending); err != nil {
+	if err := m.cfg.Failpoints.Eval(FailpointDestinationReceiving); err != nil {
 		return nil, nil, err
 	}
-	ready, err = m.setBuckets(ctx, to, sending, rspb.BucketState_STATE_RECEIVING, from, rspb.BucketState_STATE_UNSPECIFIED, nil)
+	ready, err = m.setBuckets(ctx, from, receiving, rspb.BucketState_STATE_SENDING, to, rspb.BucketState_STATE_ACTIVE, nil)
 	if err != nil && !isRefused(err) {
 		return nil, nil, err
 	}
-	refused = append(refused, without(sending, ready)...)
+	refused = append(refused, without(receiving, ready)...)
 	if len(ready) > 0 {
-		if err := m.cfg.Failpoints.Eval(FailpointDestinationReceiving); err != nil {
+		if err := m.cfg.Failpoints.Eval(FailpointSourceSending); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -46,7 +46,7 @@ func TestDriverMovesABatchThroughEveryPhase(t *testing.T) {
 			t.Errorf("bucket %d on the destination: changes %v", b, h)
 		}
 	}
-	// Source SENDING, destination RECEIVING, copy, destination ACTIVE,
+	// Destination RECEIVING, source SENDING, copy, destination ACTIVE,
 	// source GARBAGE: five replicaset calls for the batch.
 	if n := calls.Load(); n != 5 {
 		t.Errorf("%d replicaset calls for a batch of %d moves, want 5", n, len(moved))
@@ -166,7 +166,8 @@ func TestDriverAbortsABucketRefusedAtTheFreeze(t *testing.T) {
 }
 
 // A bucket the destination refuses to prepare is aborted on its own too,
-// and the source takes it back (SENDING -> ACTIVE at the move's generation).
+// and the source never freezes it (the destination is prepared first): it
+// only takes the move's generation, the abort's fence.
 func TestDriverAbortsABucketRefusedByTheDestination(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 20, 1, 1)
@@ -180,8 +181,13 @@ func TestDriverAbortsABucketRefusedByTheDestination(t *testing.T) {
 	c.driveAll(c.mover(0))
 	c.checkMoved("r1", "r2", 2, 1, 3)
 	c.checkStayed("r1", "r2", 2, 2)
-	if h := c.rs["r1"].history(2); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
-		t.Errorf("bucket 2 on the source: changes %v, want frozen then taken back", h)
+	if h := c.rs["r1"].history(2); !slices.Equal(h, []string{"ACTIVE(2)"}) {
+		t.Errorf("bucket 2 on the source: changes %v, want never frozen, only fenced at the move's generation", h)
+	}
+	for _, b := range []uint32{1, 3} {
+		if h := c.rs["r2"].history(b); len(h) == 0 || h[0] != "RECEIVING(2)" {
+			t.Errorf("bucket %d on the destination: changes %v, want RECEIVING first", b, h)
+		}
 	}
 }
 
@@ -453,17 +459,18 @@ func TestDriverRetriesAFailureBeforeTheSwitch(t *testing.T) {
 	}
 }
 
-// A destination that keeps failing fast (not a hang the switch timeout's
-// context cuts short) holds the source's buckets frozen only until the
-// moves are older than the switch timeout (by Config.Now): then they are
-// aborted and the source takes them back.
+// A source whose answers keep getting lost after it froze the buckets
+// (failing fast: not a hang the switch timeout's context cuts short)
+// holds them frozen only until the moves are older than the switch
+// timeout (by Config.Now): then they are aborted and the source takes
+// them back.
 func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 20, 1, 1)
 	c.start("r2", 1, 2)
 	var asked atomic.Int64
-	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
-		if call.applied || call.state != rspb.BucketState_STATE_RECEIVING {
+	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
+		if !call.applied || call.state != rspb.BucketState_STATE_SENDING {
 			return nil
 		}
 		if asked.Add(1) == 3 {
@@ -473,7 +480,7 @@ func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
 	})
 	c.driveAll(c.mover(time.Minute))
 	if n := asked.Load(); n != 3 {
-		t.Errorf("the destination was asked %d times, want 3: retried within the switch timeout, aborted past it", n)
+		t.Errorf("the source was asked %d times, want 3: retried within the switch timeout, aborted past it", n)
 	}
 	c.checkStayed("r1", "r2", 2, 1, 2)
 	if h := c.rs["r1"].history(1); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
@@ -488,11 +495,15 @@ func TestDriverResumesAnAbortUnderANewLeader(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 10, 1, 1)
 	c.start("r2", 3, 4)
-	c.rs["r2"].setRefuse(func(call rsCall, b uint32) string {
-		if call.state == rspb.BucketState_STATE_RECEIVING {
-			return "test: no room"
+	// The source freezes the buckets, its answer is lost, and the switch
+	// timeout passes: the old leader records the abort and loses group 0.
+	var lost atomic.Bool
+	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
+		if !call.applied || call.state != rspb.BucketState_STATE_SENDING || !lost.CompareAndSwap(false, true) {
+			return nil
 		}
-		return ""
+		c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds())
+		return unavailable
 	})
 	c.zero.setAfter(func(cmd *metapb.Command, _ meta.Result) error {
 		for _, s := range cmd.GetMoveSteps().GetSteps() {
@@ -513,7 +524,7 @@ func TestDriverResumesAnAbortUnderANewLeader(t *testing.T) {
 		}
 	}
 	c.zero.setAfter(nil)
-	c.rs["r2"].setRefuse(nil)
+	c.rs["r1"].setIntercept(nil)
 	c.zero.leads.Store(true)
 	c.driveAll(c.mover(0))
 	c.checkStayed("r1", "r2", 2, 3, 4)

@@ -92,8 +92,8 @@ type Config struct {
 // Failpoints of the driver, each after a step is durable (a kill there
 // leaves the move for the next group-0 leader to resume).
 const (
-	FailpointSourceSending        = "mover/after-source-sending"
 	FailpointDestinationReceiving = "mover/after-destination-receiving"
+	FailpointSourceSending        = "mover/after-source-sending"
 	FailpointSwitched             = "mover/after-switch"
 	FailpointCopied               = "mover/after-copy"
 	FailpointDestinationActive    = "mover/after-destination-active"
@@ -102,7 +102,7 @@ const (
 )
 
 // Steps lists the driver's failpoints in the order a move passes them.
-var Steps = []string{FailpointSourceSending, FailpointDestinationReceiving, FailpointSwitched, FailpointCopied,
+var Steps = []string{FailpointDestinationReceiving, FailpointSourceSending, FailpointSwitched, FailpointCopied,
 	FailpointDestinationActive, FailpointCleanupMarked, FailpointSourceGarbage}
 
 // Mover runs the rebalancer and drives moves while this instance leads

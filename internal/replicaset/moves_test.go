@@ -1,9 +1,13 @@
 package replicaset
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
@@ -369,5 +373,48 @@ func TestCheckStepFencesAnAbortedMove(t *testing.T) {
 		if repeated || (why == "") != c.allowed {
 			t.Errorf("%s: %s -> %s(%d): repeated %v, refused %q; want allowed %v", c.name, describeRecord(c.cur), stateNames[c.step], c.g, repeated, why, c.allowed)
 		}
+	}
+}
+
+// The mover prepares the destination before it freezes the source (so
+// that a bucket refuses writes for two consensus steps, not three). That
+// is safe because a receiving bucket serves nothing until its source is
+// frozen at the move's generation: every write to it needs the source's
+// prev facts, and the source gives them (and its tuples, to reads and to
+// the copy) only while it sends the bucket at that generation.
+func TestADestinationPreparedBeforeItsSourceFreezesServesNothing(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	const b = 5
+	src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
+	if o := dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src"); !o.Changed {
+		t.Fatalf("RECEIVING: %+v", o)
+	}
+	// A write without the source's facts is refused at apply.
+	dst.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}}, rspb.Refusal_CODE_NEEDS_PREV, "needs the source's tuple")
+	// The source, still active, gives no facts and no tuples for the move.
+	s := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "src"}}
+	err := s.frozen(src.db, b, 2)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "not being sent") {
+		t.Fatalf("the active source asked for generation 2: %v, want FailedPrecondition, not being sent", err)
+	}
+	if !errors.Is(sourceError(b, "src", err), errSourceDone) {
+		t.Fatal("the destination takes an active source's refusal for an error of its own, not a move to read again")
+	}
+	// It still takes writes of its own; once it freezes, the destination
+	// may read it at the move's generation (and at no other).
+	src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "b", 1))}})
+	if o := src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst"); !o.Changed {
+		t.Fatalf("SENDING: %+v", o)
+	}
+	if err := s.frozen(src.db, b, 2); err != nil {
+		t.Fatalf("the frozen source asked for generation 2: %v", err)
+	}
+	if err := s.frozen(src.db, b, 3); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("the frozen source asked for generation 3: %v, want FailedPrecondition", err)
+	}
+	if n := len(src.chunk(b)); n != 2 {
+		t.Fatalf("the frozen source holds %d tuples of the bucket, want 2 (both written before it froze)", n)
 	}
 }

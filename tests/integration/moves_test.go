@@ -297,7 +297,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	rsSteps := []struct {
 		state string
 		rs    string
-	}{{"STATE_SENDING", src}, {"STATE_RECEIVING", dst}, {"STATE_ACTIVE", dst}, {"STATE_GARBAGE", src}}
+	}{{"STATE_RECEIVING", dst}, {"STATE_SENDING", src}, {"STATE_ACTIVE", dst}, {"STATE_GARBAGE", src}}
 	all := os.Getenv("SHARDKIT_MOVE_FAILPOINTS_ALL") != ""
 	for i, s := range rsSteps {
 		fp := replicaset.FailpointAppliedSetBucket + "/" + s.state

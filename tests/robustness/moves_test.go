@@ -98,8 +98,9 @@ func (r *run) holderOf(ctx context.Context, b uint32) (string, []string, error) 
 func (r *run) auditBuckets(ctx context.Context) {
 	t := r.t
 	// Moves still under way (resumed after the last fault) end first: a
-	// bucket between its source's SENDING and its destination's
-	// RECEIVING is held by neither, as it should be.
+	// bucket between its destination's RECEIVING and the switch is on
+	// both records (active on its source, receiving on its destination,
+	// which serves nothing of it until the source freezes), as it should be.
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)

@@ -140,9 +140,10 @@ type Move_Phase int32
 
 const (
 	Move_PHASE_UNSPECIFIED Move_Phase = 0
-	// The source freezes the bucket and the destination prepares to
-	// receive; routers still send to the source (which refuses writes:
-	// the only time writes are refused, bounded by the switch timeout).
+	// The destination prepares to receive, then the source freezes the
+	// bucket; routers still send to the source (which refuses writes once
+	// frozen: the only time writes are refused, bounded by the switch
+	// timeout).
 	Move_PHASE_PREPARE Move_Phase = 1
 	// Routers send to the destination (curr), which serves with prev
 	// semantics while the source's tuples are copied.
