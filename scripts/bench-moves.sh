@@ -75,6 +75,10 @@
 #   COPY_RATE   when set, `shardkit rebalance config --copy-rate` before the
 #               scale out: bytes of tuples per second a replicaset copies in,
 #               e.g. 4MiB (default: no limit)
+#   RATE        when set, every load run is paced at RATE writes a second in all
+#               (`shardkit bench --rate`: latency from each call's scheduled
+#               start), the latency of a given load rather than of a saturated
+#               cluster; default: a closed loop of CLIENTS calls
 #   MOVE_TIMEOUT  seconds from the scale out until balanced, else it fails [1200]
 #   LOG_LEVEL   the instances' --log-level [debug]; the per-bucket figures need debug
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-moves-<UTC time>.jsonl]
@@ -108,6 +112,7 @@ DRAIN=${DRAIN:-1}
 MAX_SENDING=${MAX_SENDING:-}
 MAX_RECEIVING=${MAX_RECEIVING:-}
 COPY_RATE=${COPY_RATE:-}
+RATE=${RATE:-}
 MOVE_TIMEOUT=${MOVE_TIMEOUT:-1200}
 LOG_LEVEL=${LOG_LEVEL:-debug}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
@@ -118,6 +123,8 @@ SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-24420}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 PROFILE=${PROFILE:-}
 if [[ -n $PROFILE ]]; then KEEP_WORKDIR=1; fi
+LOAD_ARGS=()
+if [[ -n $RATE ]]; then LOAD_ARGS=(--rate "$RATE"); fi
 
 log() { printf 'bench-moves: %s\n' "$(date -u +%H:%M:%S) $*" >&2; }
 die() {
@@ -340,7 +347,7 @@ load_loop() {
     i=$((i + 1))
     t0=$EPOCHREALTIME rc=0
     "$SK" bench --peer "$SK_PEERS" --workload replace --keys "$ROWS" --duration "$CHUNK" --clients "$CLIENTS" \
-      --conns "$CONNS" --value-size "$VALUE_SIZE" --timeout 5s --format json --progress \
+      --conns "$CONNS" --value-size "$VALUE_SIZE" --timeout 5s --format json --progress "${LOAD_ARGS[@]}" \
       </dev/null >"$WORK/runs/$prefix-$i.json" 2>"$WORK/logs/$prefix-$i.stderr" &
     echo "$!" >"$WORK/load.pid"
     wait "$!" || rc=$?
@@ -454,7 +461,7 @@ IDLE_P99S='' IDLE_MAXS='' IDLE_ERRS=0 IDLE_OPS='' IDLE_LOADS='' IDLE_N=0
 # (idle, or balanced after them), its JSON in BENCH_JSON, logged.
 steady_run() {
   check_alive
-  bench_run "$1-$3" --workload replace --keys "$ROWS" --duration "$CHUNK"
+  bench_run "$1-$3" --workload replace --keys "$ROWS" --duration "$CHUNK" "${LOAD_ARGS[@]}"
   log "$2 run $3/$4: $(jget "$BENCH_JSON" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$BENCH_JSON" p99_ms) ms, max $(jget "$BENCH_JSON" max_ms) ms, errors $(jget "$BENCH_JSON" errors) (load average $(jget "$BENCH_JSON" load1))"
 }
 

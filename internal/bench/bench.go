@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -81,6 +82,16 @@ type Config struct {
 	Duration time.Duration
 	// Clients is how many calls are in flight at once.
 	Clients int
+	// Rate, when positive, paces the calls: Rate operations a second in
+	// all, each client starting one every Clients/Rate seconds on a fixed
+	// schedule (the clients' schedules staggered), and a call's latency
+	// counted from when the schedule had it start, not from when it did,
+	// so that a call delayed by the one before it counts its wait (no
+	// coordinated omission, as wrk2 measures). A cluster slower than the
+	// rate falls behind and the latencies show it. 0: each client starts
+	// its next call as soon as the last ends (a closed loop, as fast as
+	// the cluster answers).
+	Rate float64
 	// Conns is how many client.Client (each its own connections) the
 	// clients share; at most Clients.
 	Conns     int
@@ -150,6 +161,11 @@ func (c Config) Check() error {
 		return fmt.Errorf("timeout %v: want a positive duration", c.Timeout)
 	case c.Settle < 0:
 		return fmt.Errorf("settle %v: want 0 or more", c.Settle)
+	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return fmt.Errorf("rate %v: want 0 (no pacing) or a positive number of operations a second", c.Rate)
+	case c.Rate > 0 && time.Duration(float64(c.Clients)/c.Rate*float64(time.Second)) < time.Microsecond:
+		return fmt.Errorf("rate %v with %d clients: each client would start a call every %v; give at most %d operations a second per client",
+			c.Rate, c.Clients, time.Duration(float64(c.Clients)/c.Rate*float64(time.Second)), int(time.Second/time.Microsecond))
 	}
 	return nil
 }
@@ -162,6 +178,8 @@ type Result struct {
 	Space    string `json:"space"`
 	Clients  int    `json:"clients"`
 	Conns    int    `json:"conns"`
+	// Rate is the paced rate asked for (Config.Rate; 0: a closed loop).
+	Rate float64 `json:"rate"`
 	// Pipelining: the clients coalesced concurrent calls into Multi calls.
 	Pipelining bool `json:"pipelining"`
 	// PipelineDepth is the pipeline's slots per instance, per client
@@ -241,7 +259,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		return Result{}, err
 	}
 
-	res := Result{System: "shardkit", Workload: cfg.Workload, Space: cfg.Space, Clients: cfg.Clients, Conns: conns,
+	res := Result{System: "shardkit", Workload: cfg.Workload, Space: cfg.Space, Clients: cfg.Clients, Conns: conns, Rate: cfg.Rate,
 		Pipelining: !cfg.NoPipelining, PipelineDepth: pipelineDepth(cfg), PipelineWrites: !cfg.NoPipelining && cfg.PipelineWrites,
 		Stream: !cfg.NoPipelining && !cfg.NoStream,
 		Keys:   cfg.Keys, ValueSize: cfg.ValueSize}
@@ -491,7 +509,7 @@ func timed(ctx context.Context, clients []*client.Client, cfg Config) timedResul
 	var wg sync.WaitGroup
 	for w := range cfg.Clients {
 		wg.Go(func() {
-			workers[w] = work(ctx, cfg, clients[w%len(clients)], w, deadline, &issued, &done, &failed)
+			workers[w] = work(ctx, cfg, clients[w%len(clients)], w, newPacer(cfg, w, start), deadline, &issued, &done, &failed)
 		})
 	}
 	wg.Wait()
@@ -511,9 +529,55 @@ func timed(ctx context.Context, clients []*client.Client, cfg Config) timedResul
 	return out
 }
 
+// pacer is one client's schedule under Config.Rate: the n-th call is due
+// at first + n*every. A nil pacer: no schedule (a closed loop).
+type pacer struct {
+	next, first time.Time
+	every       time.Duration
+	n           int64
+}
+
+// newPacer returns client w's schedule, its first call offset by its
+// share of one interval (the clients spread over it), or nil without a
+// rate.
+func newPacer(cfg Config, w int, start time.Time) *pacer {
+	if cfg.Rate <= 0 {
+		return nil
+	}
+	every := time.Duration(float64(cfg.Clients) / cfg.Rate * float64(time.Second))
+	first := start.Add(every * time.Duration(w) / time.Duration(cfg.Clients))
+	return &pacer{next: first, first: first, every: every}
+}
+
+// due returns when the next call is due, and moves the schedule on.
+func (p *pacer) due() time.Time {
+	t := p.next
+	p.n++
+	p.next = p.first.Add(time.Duration(p.n) * p.every)
+	return t
+}
+
+// waitUntil sleeps until t (at once when it has passed); false when ctx
+// ended first.
+func waitUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-timer.C:
+		return true
+	}
+}
+
 // work is one client's loop: it takes the next operation while the count
-// or the duration allows, and records each successful call's latency.
-func work(ctx context.Context, cfg Config, c *client.Client, w int, deadline time.Time,
+// or the duration allows (at its time on the schedule, when paced), and
+// records each successful call's latency (from that time, when paced).
+func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer, deadline time.Time,
 	issued, done, failed *atomic.Int64,
 ) worker {
 	r := worker{hist: newHist(cfg.Timeout)}
@@ -529,6 +593,17 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, deadline tim
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		if !deadline.IsZero() && !t0.Before(deadline) {
+			break
+		}
+		if pace != nil {
+			// Due at t0: past the deadline it is not made; late (the
+			// call before ran long), it starts at once and counts its
+			// wait.
+			if t0 = pace.due(); !deadline.IsZero() && !t0.Before(deadline) {
+				break
+			}
+		}
+		if pace != nil && !waitUntil(ctx, t0) {
 			break
 		}
 		var k uint64

@@ -72,6 +72,9 @@ func TestWorkloadsCountsAddUp(t *testing.T) {
 	for _, wl := range []string{bench.Replace, bench.Get, bench.Mixed} {
 		cfg := config(addr, wl)
 		cfg.Count = 200
+		if wl == bench.Replace {
+			cfg.Rate = 2000 // paced: the same count, made on a schedule
+		}
 		cfg.Keys = 400 // 100 more than inserted: get and mixed preload them
 		cfg.Settle = time.Millisecond
 		res, err := bench.Run(ctx, cfg)
@@ -83,7 +86,7 @@ func TestWorkloadsCountsAddUp(t *testing.T) {
 		}
 		switch wl {
 		case bench.Replace:
-			if res.Writes != 200 || res.PreloadRows != 0 {
+			if res.Writes != 200 || res.PreloadRows != 0 || res.Rate != 2000 {
 				t.Fatalf("replace: %+v", res)
 			}
 		case bench.Get:
@@ -177,6 +180,8 @@ func TestConfigCheck(t *testing.T) {
 		"no conns":         func(c *bench.Config) { c.Conns = 0 },
 		"no timeout":       func(c *bench.Config) { c.Timeout = 0 },
 		"negative value":   func(c *bench.Config) { c.ValueSize = -1 },
+		"negative rate":    func(c *bench.Config) { c.Rate = -1 },
+		"rate too high":    func(c *bench.Config) { c.Rate = 1e9 },
 	} {
 		c := ok
 		mut(&c)

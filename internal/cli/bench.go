@@ -52,11 +52,18 @@ With --pipelining (the default) a client's writes and point reads to one
 instance go on one data stream (--stream=false: the point reads share Multi
 calls instead, writes too with --pipeline-writes); --pipelining=false makes
 each call its own RPC.
+With --rate N the calls are paced: N operations a second in all, each client
+on a fixed schedule, and a call's latency is counted from when the schedule
+had it start (a call held up by a slow one before it counts its wait, as
+wrk2 measures): the latency of a given load, not of as much load as the
+cluster takes. Without --rate each client calls again as soon as it is
+answered (a closed loop: the latencies of a saturated cluster).
 Progress goes to stderr once a second when stderr is a terminal, or always
 with --progress. The load shape matches bench/etcd's etcd-bench, for
 scripts/bench-vs-etcd.sh.`,
 		Example: `  shardkit bench --peer 127.0.0.1:3301 --workload replace --clients 64 --duration 10s
-  shardkit bench --peer 127.0.0.1:3301 --workload insert --keys 100000 --count 100000 --clients 64 --format json`,
+  shardkit bench --peer 127.0.0.1:3301 --workload insert --keys 100000 --count 100000 --clients 64 --format json
+  shardkit bench --peer 127.0.0.1:3301 --workload replace --clients 64 --rate 5000 --duration 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("count") && cmd.Flags().Changed("duration") {
@@ -76,6 +83,7 @@ scripts/bench-vs-etcd.sh.`,
 	f.Int64Var(&o.cfg.Count, "count", 0, "operations to run in all (instead of --duration)")
 	f.DurationVar(&o.cfg.Duration, "duration", bench.DefaultDuration, "how long the timed part runs")
 	f.IntVar(&o.cfg.Clients, "clients", bench.DefaultClients, "concurrent calls")
+	f.Float64Var(&o.cfg.Rate, "rate", 0, "operations a second in all, paced, latency counted from each call's scheduled start (0: as fast as the cluster answers)")
 	f.IntVar(&o.cfg.Conns, "conns", bench.DefaultConns, "connections shared by the clients (one client.Client each)")
 	f.IntVar(&o.cfg.ValueSize, "value-size", bench.DefaultValueSize, "bytes per value")
 	f.DurationVar(&o.cfg.Timeout, "timeout", bench.DefaultTimeout, "deadline of each call")
@@ -156,6 +164,9 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 		"ops:        %d in %.2fs (%d reads, %d writes)\nops/s:      %.0f\nerrors:     %d\nlatency:    p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n",
 		r.System, r.Workload, r.Space, r.Keys, r.ValueSize, r.Clients, r.Conns, onOff(r.Pipelining), r.Ops, r.DurationS, r.Reads, r.Writes,
 		r.OpsPerS, r.Errors, r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs)
+	if err == nil && r.Rate > 0 {
+		_, err = fmt.Fprintf(w, "paced:      %.0f ops/s asked (latency from each call's scheduled start)\n", r.Rate)
+	}
 	if err == nil && r.PreloadRows > 0 {
 		_, err = fmt.Fprintf(w, "preload:    %d rows in %.1fs (untimed)\n", r.PreloadRows, r.PreloadS)
 	}

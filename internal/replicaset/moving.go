@@ -19,8 +19,10 @@ import (
 
 // Reads of a bucket moving here (R5): what this replicaset has, else what
 // the source has, unless the key was deleted here during the move (a
-// tombstone). The source is frozen, so reading it after this member's own
-// read keeps the read linearizable. Once the copy is complete (the
+// tombstone). The source is asked at the move's generation and answers
+// only once it has frozen the bucket (until then the bucket is served
+// there, and a read here is refused), so reading it after this member's
+// own read keeps the read linearizable. Once the copy is complete (the
 // record's copied mark) the bucket is all here and the source is not asked.
 
 // getMoving reads one key of bucket b, falling back to the source while b
@@ -33,7 +35,7 @@ func (s *Storage) getMoving(ctx context.Context, b uint32, sp *Space, key []byte
 		}
 		// The move completed meanwhile: read the local state again.
 		if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
-			return Stored{}, false, status.Errorf(codes.Unavailable, "%v; retry", err)
+			return Stored{}, false, s.sourceNotSending(b, err)
 		}
 	}
 }
@@ -83,7 +85,7 @@ func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *Space, after []
 			return out, more, err
 		}
 		if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
-			return nil, false, status.Errorf(codes.Unavailable, "%v; retry", err)
+			return nil, false, s.sourceNotSending(b, err)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
@@ -17,11 +18,24 @@ func (s *Storage) onLeaderOf(ctx context.Context, rsID string, call func(context
 	return rspb.OnLeader(ctx, s.cfg.Dial, rsID, append([]string{leader}, members...), call)
 }
 
-// errSourceDone: the source of a receiving bucket no longer sends it (the
-// copy completed, this replicaset made the bucket active, and the source
-// cleaned it up, all after this member read RECEIVING): read the local
-// record again.
-var errSourceDone = errors.New("replicaset: the bucket's source no longer sends it")
+// errSourceDone: the source of a receiving bucket does not send it at the
+// move's generation: no longer (the copy completed, this replicaset made
+// the bucket active, and the source cleaned it up, all after this member
+// read RECEIVING: read the local record again), or not yet (the mover
+// prepares the destination before it freezes the source, and a caller
+// whose routing is behind reached this replicaset in between: the bucket
+// is served at the source, see sourceNotSending).
+var errSourceDone = errors.New("replicaset: the bucket's source does not send it")
+
+// sourceNotSending is the answer to a call for receiving bucket b whose
+// source kept refusing (errSourceDone, err) while this member's record
+// stayed RECEIVING: a redirect, so that the router or client reads its
+// routing again (the bucket is served at the source until the switch, and
+// here after it) instead of failing.
+func (s *Storage) sourceNotSending(b uint32, err error) error {
+	return Redirect(datav1.Redirect_REASON_WRONG_BUCKET, b, "", "",
+		fmt.Sprintf("bucket %d is receiving on replicaset %s, which does not serve it yet: %v", b, s.cfg.ReplicasetID, err))
+}
 
 // sourceError wraps a failure to read a receiving bucket's source.
 func sourceError(b uint32, src string, err error) error {

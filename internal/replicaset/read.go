@@ -152,7 +152,9 @@ type localCounts struct {
 // localCount reads, from r (a snapshot, so that records and counts are of
 // one instant), how many tuples of space id the buckets this replicaset
 // holds have: those active here, and those receiving (this replicaset is
-// their curr, R5; their source, frozen, counts them no more).
+// their curr, R5; their source, frozen, counts them no more; a receiving
+// bucket whose source has not frozen it yet is left out by CountHeld, its
+// source counting it).
 func (sm *SM) localCount(r pebble.Reader, space uint32) (localCounts, error) {
 	buckets, _, err := sm.Buckets(r)
 	if err != nil {

@@ -406,7 +406,7 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *Batch
 				// The move completed meanwhile: once this member has
 				// applied it, the bucket is active here and needs no prev.
 				if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
-					return nil, status.Errorf(codes.Unavailable, "%v; retry", err)
+					return nil, s.sourceNotSending(batch.GetBucket(), err)
 				}
 				continue
 			}

@@ -23,7 +23,10 @@ import (
 
 // auditBuckets asks each replicaset's leader for its bucket records and
 // returns how many buckets are held (active or receiving) by each, and
-// the buckets held by none or by two.
+// the buckets held by none or by two. With no move under way each bucket
+// is held by exactly one (while one is prepared, its destination records
+// it receiving before its source freezes it: held by both, served by the
+// source alone).
 func auditBuckets(ctx context.Context, t *testing.T, addrs map[string]string, count int) (map[string]int, []string) {
 	t.Helper()
 	holder := make([]string, count+1)

@@ -118,8 +118,9 @@ func (l *load) finish(t *testing.T) {
 	}
 }
 
-// audit asks every replicaset's leader for its bucket records: each bucket
-// must be held (active or receiving) by exactly one.
+// audit asks every replicaset's leader for its bucket records: with no
+// move under way, each bucket must be held (active or receiving) by
+// exactly one.
 func audit(t *testing.T, c *cluster, st *statusJSON, buckets uint32) map[string]int {
 	t.Helper()
 	holder := map[uint32]string{}
