@@ -28,6 +28,11 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	// a write retried under the same request id is applied at most once,
 	// but if the call gives up, it must not say "nothing was done".
 	var last, unknown *Error
+	// unknownRS is the replicaset the unknown attempt was sent to. A
+	// replicaset remembers the request ids it applied, no other does: once
+	// the bucket has moved on from there, a retry could apply the write a
+	// second time, so the call ends with ErrOutcomeUnknown instead.
+	var unknownRS string
 	giveUp := func(e *Error) *Error {
 		if unknown != nil && rw && !errors.Is(e, ErrOutcomeUnknown) {
 			return outcomeUnknownAfter(unknown, e)
@@ -37,6 +42,11 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	for attempt := 0; attempt < c.cfg.Attempts; attempt++ {
 		rt := c.routingFor(ctx)
 		rs, addr := c.addressFor(rt, b, rw)
+		if unknown != nil && rw && unknownRS != "" && rs != unknownRS {
+			return giveUp(&Error{Op: op, Code: codes.Unavailable, kind: ErrUnavailable,
+				Msg: fmt.Sprintf("bucket %d moved from replicaset %s to %s after an attempt whose outcome is unknown; not retried there: a replicaset deduplicates only the request ids it applied itself, so a retry on %s could apply the write twice",
+					b, unknownRS, firstOf(rs, "an instance that routes it"), firstOf(rs, "another replicaset"))})
+		}
 		if addr == "" {
 			cands := c.candidates()
 			addr = cands[attempt%len(cands)]
@@ -106,7 +116,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			return giveUp(e)
 		}
 		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
-			unknown = e
+			unknown, unknownRS = e, rs
 		}
 		last = e
 		if rw && rs != "" {

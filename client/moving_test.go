@@ -204,3 +204,66 @@ func TestConcurrentRefreshesShareOneRead(t *testing.T) {
 		t.Fatalf("%d routing reads for 51 refreshes, want 2 (the first, and one shared by the 50 that came during it)", n)
 	}
 }
+
+// movedRouting serves a fakeData whose routing table places every bucket
+// on rs1 (served by a) until moved is set, then on rs2 (served by b).
+type movedRouting struct {
+	*fakeData
+	a, b  *fakeData
+	moved *atomic.Bool
+}
+
+func (m movedRouting) GetRouting(ctx context.Context, req *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
+	resp, err := m.fakeData.GetRouting(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	rs, addr := "rs1", m.a.addr
+	if m.moved.Load() {
+		rs, addr = "rs2", m.b.addr
+	}
+	resp.Buckets = []*datav1.BucketRange{{First: 1, Last: 16, ReplicasetId: rs}}
+	resp.Replicasets = []*datav1.ReplicasetRoute{{ReplicasetId: rs, LeaderAddress: addr, Members: []*datav1.Member{{InstanceId: rs + "-i1", Address: addr}}}}
+	return resp, nil
+}
+
+// A write whose outcome is unknown is retried under its request id only
+// on the replicaset it was sent to: that replicaset remembers the ids it
+// applied, and no other does. When its bucket has moved meanwhile, the
+// call ends with ErrOutcomeUnknown, naming the move, rather than risk
+// applying the write twice; on the same replicaset it is retried.
+func TestAnUnknownWriteIsNotRetriedOnTheBucketsNextReplicaset(t *testing.T) {
+	for _, move := range []bool{true, false} {
+		a, b := &fakeData{noMulti: true}, &fakeData{noMulti: true}
+		var moved atomic.Bool
+		var failed atomic.Bool
+		a.write = func(_ context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+			if failed.CompareAndSwap(false, true) {
+				moved.Store(move) // the bucket moves on while the answer is lost
+				return nil, status.Error(codes.DeadlineExceeded, "test: the answer was lost")
+			}
+			if moved.Load() {
+				st, _ := status.New(codes.Unavailable, "bucket 3 is GARBAGE on replicaset rs1").
+					WithDetails(&datav1.Redirect{Reason: datav1.Redirect_REASON_WRONG_BUCKET, Bucket: 3})
+				return nil, st.Err()
+			}
+			return &datav1.WriteResponse{Results: []*datav1.OpResult{{Tuple: req.GetOps()[0].GetTuple(), Version: 2}}}, nil
+		}
+		serveAs(t, a, movedRouting{fakeData: a, a: a, b: b, moved: &moved})
+		serveAs(t, b, movedRouting{fakeData: b, a: a, b: b, moved: &moved})
+		c := newPipeClient(t, Config{Attempts: 3, RetryBackoff: time.Millisecond, DisablePipelining: true}, a.addr)
+		_, err := c.Space(pipeSpace).Replace(t.Context(), tuple.Tuple{tuple.Uint(1), tuple.String("v")})
+		if !move {
+			if err != nil || a.unaryWrites.Load() != 2 {
+				t.Fatalf("no move: %v after %d tries on rs1, want the retry there to succeed", err, a.unaryWrites.Load())
+			}
+			continue
+		}
+		if !errors.Is(err, ErrOutcomeUnknown) || !strings.Contains(err.Error(), "moved from replicaset rs1 to rs2") {
+			t.Fatalf("moved: %v, want an outcome-unknown error naming the move", err)
+		}
+		if n := b.unaryWrites.Load(); n != 0 {
+			t.Fatalf("the write was sent %d times to rs2, which does not know its request id", n)
+		}
+	}
+}

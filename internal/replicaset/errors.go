@@ -69,7 +69,7 @@ func engineError(err error) error {
 	}
 	switch {
 	case errors.Is(err, multiraft.ErrOutcomeUnknown), errors.Is(err, context.DeadlineExceeded):
-		return status.Errorf(codes.DeadlineExceeded, "the write's outcome is unknown (%v); retrying it with the same request id is safe", err)
+		return status.Errorf(codes.DeadlineExceeded, "the write's outcome is unknown (%v); retrying it with the same request id on this replicaset is safe", err)
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, multiraft.ErrProposalDropped), errors.Is(err, multiraft.ErrStopped), errors.Is(err, multiraft.ErrGroupNotFound):
