@@ -44,8 +44,8 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		rs, addr := c.addressFor(rt, b, rw)
 		if unknown != nil && rw && unknownRS != "" && rs != unknownRS {
 			return giveUp(&Error{Op: op, Code: codes.Unavailable, kind: ErrUnavailable,
-				Msg: fmt.Sprintf("bucket %d moved from replicaset %s to %s after an attempt whose outcome is unknown; not retried there: a replicaset deduplicates only the request ids it applied itself, so a retry on %s could apply the write twice",
-					b, unknownRS, firstOf(rs, "an instance that routes it"), firstOf(rs, "another replicaset"))})
+				Msg: fmt.Sprintf("bucket %d moved from replicaset %s to %s after an attempt whose outcome is unknown; not retried there: a replicaset deduplicates only the request ids it applied itself, so a retry elsewhere could apply the write twice",
+					b, unknownRS, firstOf(rs, "no replicaset this client's routing names"))})
 		}
 		if addr == "" {
 			cands := c.candidates()
