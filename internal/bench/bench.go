@@ -163,11 +163,16 @@ func (c Config) Check() error {
 		return fmt.Errorf("settle %v: want 0 or more", c.Settle)
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("rate %v: want 0 (no pacing) or a positive number of operations a second", c.Rate)
-	case c.Rate > 0 && time.Duration(float64(c.Clients)/c.Rate*float64(time.Second)) < time.Microsecond:
+	case c.Rate > 0 && c.interval() < time.Microsecond:
 		return fmt.Errorf("rate %v with %d clients: each client would start a call every %v; give at most %d operations a second per client",
-			c.Rate, c.Clients, time.Duration(float64(c.Clients)/c.Rate*float64(time.Second)), int(time.Second/time.Microsecond))
+			c.Rate, c.Clients, c.interval(), int(time.Second/time.Microsecond))
 	}
 	return nil
+}
+
+// interval is how far apart one client's paced calls are (Rate positive).
+func (c Config) interval() time.Duration {
+	return time.Duration(float64(c.Clients) / c.Rate * float64(time.Second))
 }
 
 // Result is what a run measured. Its JSON is `shardkit bench --format
@@ -271,12 +276,8 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		res.PreloadRows, res.PreloadS = n, time.Since(start).Seconds()
 		fmt.Fprintf(logw, "bench: preloaded %d rows of space %s in %.1fs; settling %v\n", n, cfg.Space, res.PreloadS, cfg.Settle)
-		if cfg.Settle > 0 {
-			select {
-			case <-ctx.Done():
-				return Result{}, ctx.Err()
-			case <-time.After(cfg.Settle):
-			}
+		if err := sleep(ctx, cfg.Settle); err != nil {
+			return Result{}, err
 		}
 	}
 
@@ -454,12 +455,8 @@ func preload(ctx context.Context, clients []*client.Client, cfg Config) (int64, 
 func preloadBatch(ctx context.Context, c *client.Client, cfg Config, keys []uint64, val []byte) error {
 	var err error
 	for attempt := range 3 {
-		if attempt > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(time.Duration(attempt) * time.Second):
-			}
+		if err := sleep(ctx, time.Duration(attempt)*time.Second); err != nil {
+			return err
 		}
 		b := c.Batch()
 		for _, k := range keys {
@@ -532,9 +529,9 @@ func timed(ctx context.Context, clients []*client.Client, cfg Config) timedResul
 // pacer is one client's schedule under Config.Rate: the n-th call is due
 // at first + n*every. A nil pacer: no schedule (a closed loop).
 type pacer struct {
-	next, first time.Time
-	every       time.Duration
-	n           int64
+	first time.Time
+	every time.Duration
+	n     int64
 }
 
 // newPacer returns client w's schedule, its first call offset by its
@@ -544,33 +541,31 @@ func newPacer(cfg Config, w int, start time.Time) *pacer {
 	if cfg.Rate <= 0 {
 		return nil
 	}
-	every := time.Duration(float64(cfg.Clients) / cfg.Rate * float64(time.Second))
+	every := cfg.interval()
 	first := start.Add(every * time.Duration(w) / time.Duration(cfg.Clients))
-	return &pacer{next: first, first: first, every: every}
+	return &pacer{first: first, every: every}
 }
 
 // due returns when the next call is due, and moves the schedule on.
 func (p *pacer) due() time.Time {
-	t := p.next
+	t := p.first.Add(time.Duration(p.n) * p.every)
 	p.n++
-	p.next = p.first.Add(time.Duration(p.n) * p.every)
 	return t
 }
 
-// waitUntil sleeps until t (at once when it has passed); false when ctx
-// ended first.
-func waitUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
+// sleep waits for d (not at all when d is not positive), or until ctx
+// ends: then it returns ctx's error.
+func sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
-		return ctx.Err() == nil
+		return ctx.Err()
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	case <-timer.C:
-		return true
+		return nil
 	}
 }
 
@@ -603,7 +598,7 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 				break
 			}
 		}
-		if pace != nil && !waitUntil(ctx, t0) {
+		if pace != nil && sleep(ctx, time.Until(t0)) != nil {
 			break
 		}
 		var k uint64
