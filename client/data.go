@@ -21,7 +21,6 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	call func(ctx context.Context, dc datav1.DataServiceClient) error,
 ) error {
 	backoff := c.cfg.RetryBackoff
-	grow := func() { backoff = max(backoff, min(2*backoff, MaxRetryBackoff)) }
 	moveBackoff := c.cfg.RetryBackoff
 	var movingSince time.Time // the first refusal of a switching bucket
 	// unknown is the first attempt of a write whose outcome is unknown:
@@ -98,14 +97,14 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 					if sleepCtx(ctx, moveBackoff) {
 						return giveUp(last)
 					}
-					moveBackoff = max(moveBackoff, min(2*moveBackoff, MaxMoveRetryBackoff))
+					moveBackoff = doubled(moveBackoff, MaxMoveRetryBackoff)
 					continue
 				}
 			}
 			if sleepCtx(ctx, backoff) {
 				return giveUp(last)
 			}
-			grow()
+			backoff = doubled(backoff, MaxRetryBackoff)
 			continue
 		}
 		e := newError(op, addr, err, idempotent)
@@ -127,13 +126,19 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		if sleepCtx(ctx, backoff) {
 			return giveUp(last)
 		}
-		grow()
+		backoff = doubled(backoff, MaxRetryBackoff)
 	}
 	if last == nil {
 		return newError(op, "", context.DeadlineExceeded, idempotent)
 	}
 	last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, c.cfg.Attempts)
 	return giveUp(last)
+}
+
+// doubled is the next wait of a backoff that doubles up to limit (a wait
+// set above limit stays as set).
+func doubled(d, limit time.Duration) time.Duration {
+	return max(d, min(2*d, limit))
 }
 
 func firstOf(a, b string) string {

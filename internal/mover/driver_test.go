@@ -459,6 +459,24 @@ func TestDriverRetriesAFailureBeforeTheSwitch(t *testing.T) {
 	}
 }
 
+// loseFreezeAnswers loses every answer of source r1 to a freeze (SENDING)
+// it applied, and at the passAt-th makes the switch timeout (a minute at
+// most, in these tests) pass on group 0's clock. It returns how many were
+// lost.
+func (c *cluster) loseFreezeAnswers(passAt int64) *atomic.Int64 {
+	var lost atomic.Int64
+	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
+		if !call.applied || call.state != rspb.BucketState_STATE_SENDING {
+			return nil
+		}
+		if lost.Add(1) == passAt {
+			c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds())
+		}
+		return unavailable
+	})
+	return &lost
+}
+
 // A source whose answers keep getting lost after it froze the buckets
 // (failing fast: not a hang the switch timeout's context cuts short)
 // holds them frozen only until the moves are older than the switch
@@ -468,16 +486,7 @@ func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 20, 1, 1)
 	c.start("r2", 1, 2)
-	var asked atomic.Int64
-	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
-		if !call.applied || call.state != rspb.BucketState_STATE_SENDING {
-			return nil
-		}
-		if asked.Add(1) == 3 {
-			c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds()) // the switch timeout passes
-		}
-		return unavailable
-	})
+	asked := c.loseFreezeAnswers(3)
 	c.driveAll(c.mover(time.Minute))
 	if n := asked.Load(); n != 3 {
 		t.Errorf("the source was asked %d times, want 3: retried within the switch timeout, aborted past it", n)
@@ -497,14 +506,7 @@ func TestDriverResumesAnAbortUnderANewLeader(t *testing.T) {
 	c.start("r2", 3, 4)
 	// The source freezes the buckets, its answer is lost, and the switch
 	// timeout passes: the old leader records the abort and loses group 0.
-	var lost atomic.Bool
-	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
-		if !call.applied || call.state != rspb.BucketState_STATE_SENDING || !lost.CompareAndSwap(false, true) {
-			return nil
-		}
-		c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds())
-		return unavailable
-	})
+	c.loseFreezeAnswers(1)
 	c.zero.setAfter(func(cmd *metapb.Command, _ meta.Result) error {
 		for _, s := range cmd.GetMoveSteps().GetSteps() {
 			if s.GetSetMovePhase().GetPhase() == metapb.Move_PHASE_ABORTING {
