@@ -23,6 +23,7 @@
 // bucket are refused only between SENDING and the switch (two consensus
 // steps: the destination prepared before the source froze), bounded by
 // Config.SwitchTimeout: past it the move is aborted (PREPARE -> ABORTING),
+// even one whose prepare got through late,
 // which group 0 allows only before the switch. Every call of a started
 // move's steps but the copy (a replicaset's SetBuckets, group 0's move
 // steps) is bounded by Config.StepTimeout, so that a lost answer makes the

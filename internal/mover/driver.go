@@ -176,14 +176,21 @@ func (m *Mover) step(ctx context.Context, mvs []*metapb.Move) error {
 		// would end pctx too.
 		expired := pctx.Err() != nil || m.cfg.Now().Sub(startedAt(mvs)) > m.cfg.SwitchTimeout
 		cancel()
-		if err != nil {
-			if !expired || ctx.Err() != nil {
-				return err
+		if expired && ctx.Err() == nil && (err != nil || len(ready) > 0) {
+			// Past the switch timeout none of them switches, even those
+			// prepared (late, after retries): the source has refused
+			// their writes since its freeze, and the timeout is what
+			// bounds that. Each is aborted instead.
+			why := err
+			if why == nil {
+				why = fmt.Errorf("prepared %v after the moves started", m.cfg.Now().Sub(startedAt(mvs)).Round(time.Millisecond))
 			}
-			// Past the switch timeout: none of them switches now.
 			m.log.Warn("aborting bucket moves: not prepared within the switch timeout", "buckets", describeBuckets(mvs),
-				"from", from, "to", to, "switch_timeout", m.cfg.SwitchTimeout, "why", err)
-			ready, refused = nil, mvs
+				"from", from, "to", to, "switch_timeout", m.cfg.SwitchTimeout, "why", why)
+			ready, refused, err = nil, mvs, nil
+		}
+		if err != nil {
+			return err
 		}
 		var errs []error
 		if len(refused) > 0 {

@@ -497,6 +497,32 @@ func TestDriverAbortsAMoveFailingPastTheSwitchTimeout(t *testing.T) {
 	}
 }
 
+// A prepare that gets through only past the switch timeout (here the
+// source's freeze answers just after it) does not switch: the source has
+// refused the buckets' writes since the freeze, and the timeout bounds
+// that. The moves are aborted and the source takes the buckets back.
+func TestDriverAbortsAPrepareDonePastTheSwitchTimeout(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.start("r2", 1, 2)
+	c.rs["r1"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.applied && call.state == rspb.BucketState_STATE_SENDING {
+			c.zero.nowMs.Add((time.Minute + time.Millisecond).Milliseconds()) // the freeze took past the timeout
+		}
+		return nil
+	})
+	c.driveAll(c.mover(time.Minute))
+	c.checkStayed("r1", "r2", 2, 1, 2)
+	if h := c.rs["r1"].history(1); !slices.Equal(h, []string{"SENDING(2)", "ACTIVE(2)"}) {
+		t.Errorf("bucket 1 on the source: changes %v, want frozen then taken back", h)
+	}
+	for b, ps := range phasesProposed(c.zero.takeProposals()) {
+		if slices.Contains(ps, metapb.Move_PHASE_COPY) {
+			t.Errorf("bucket %d was switched past the switch timeout: phases proposed %v", b, ps)
+		}
+	}
+}
+
 // A new leader resumes an abort recorded by the old one (ABORTING in
 // group 0, the replicasets not told yet): the source takes the bucket
 // back, once.
