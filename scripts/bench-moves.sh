@@ -139,7 +139,7 @@ for v in ROWS VALUE_SIZE CLIENTS CONNS IDLE_RUNS AFTER_RUNS LEAD_IN MOVE_TIMEOUT
 done
 ((ROWS >= 3000)) || die "ROWS: $ROWS is fewer than the 3000 buckets"
 ((CLIENTS >= 1 && CONNS >= 1 && IDLE_RUNS >= 1)) || die "CLIENTS, CONNS and IDLE_RUNS must be at least 1"
-for v in MAX_SENDING MAX_RECEIVING; do
+for v in MAX_SENDING MAX_RECEIVING RATE; do
   [[ -z ${!v} || ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v: '${!v}' is not a positive number"
 done
 [[ $DRAIN =~ ^[01]$ ]] || die "DRAIN: '$DRAIN' is not 0 or 1"
@@ -677,7 +677,7 @@ analyse_moves() {
     function field(k,   r) { if (match($0, " " k "=[^ ]+")) { r = substr($0, RSTART + length(k) + 2, RLENGTH - length(k) - 2); return r } return "" }
     / msg="rebalancer: moving a bucket"/ { if (first == "") first = $1; starts++ }
     / msg="bucket moved"/ { last = $1; moved++ }
-    / msg="aborting a bucket move"/ { aborted++ }
+    / msg="bucket move aborted"/ { aborted++ }
     / msg="bucket state"/ && /record="SENDING/ { b = field("bucket"); sending[b] = $1 }
     / msg="bucket move"/ && / phase=PHASE_COPY/ {
       b = field("bucket")
@@ -730,7 +730,7 @@ analyse_moves() {
   MOVE_S=$(awk -v a="$T_FIRST" -v b="$T_LAST" 'BEGIN { printf "%.1f", b - a }')
 }
 analyse_moves scale "$T_SCALE" "$T_BALANCED"
-RATE=$(awk -v n="$MOVED_ROWS" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+TUPLES_PER_S=$(awk -v n="$MOVED_ROWS" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
 SCALE_S=$(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }')
 BUCKETS_NEW=$(rs_field "$ST_SCALE" "$RS_NEW" buckets)
 
@@ -842,9 +842,9 @@ fi
 
 SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$ST_SCALE" | head -n1) || SETTINGS='"settings":{}'
 {
-  printf '{"bench":"moves","phase":"summary","rows":%s,"value_size":%s,"clients":%s,"chunk":"%s",' "$ROWS" "$VALUE_SIZE" "$CLIENTS" "$CHUNK"
+  printf '{"bench":"moves","phase":"summary","rows":%s,"value_size":%s,"clients":%s,"rate":%s,"chunk":"%s",' "$ROWS" "$VALUE_SIZE" "$CLIENTS" "${RATE:-0}" "$CHUNK"
   printf '%s,"from":"%s","to":"%s","buckets_moved":%s,"moves_started":%s,"moves_finished":%s,"moves_aborted":%s,' "$SETTINGS" "$RS_OLD" "$RS_NEW" "$BUCKETS_NEW" "$N_STARTED" "$N_MOVED" "$N_ABORTED"
-  printf '"tuples_moved":%s,"rows_total":%s,"move_s":%s,"move_window_from":"%s","scale_out_to_balanced_s":%s,"tuples_per_s":%s,' "$MOVED_ROWS" "$TOTAL_ROWS" "$MOVE_S" "$MOVE_WINDOW_SRC" "$SCALE_S" "$RATE"
+  printf '"tuples_moved":%s,"rows_total":%s,"move_s":%s,"move_window_from":"%s","scale_out_to_balanced_s":%s,"tuples_per_s":%s,' "$MOVED_ROWS" "$TOTAL_ROWS" "$MOVE_S" "$MOVE_WINDOW_SRC" "$SCALE_S" "$TUPLES_PER_S"
   printf '"idle_p99_ms":%s,"moves_p99_ms_median":%s,"moves_p99_ms_max":%s,"p99_ratio":%s,"p99_ratio_max":%s,' "$IDLE_P99" "$MOVE_P99" "$MOVE_P99_MAX" "$P99_RATIO" "$P99_RATIO_MAX"
   printf '"idle_max_ms":%s,"moves_max_ms":%s,"idle_errors":%s,"moves_errors":%s,"moves_ops":%s,' "$IDLE_MAX" "$MOVE_MAX" "$IDLE_ERRS" "$ERRS" "$OPS"
   printf '"idle_ops_per_s":%s,"moves_ops_per_s_median":%s,' "$IDLE_OPS_MED" "$MOVE_OPS_MED"
@@ -859,14 +859,14 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$ST_SCALE" | head -n1) || SETTINGS='
 
 {
   echo "bucket moves under load: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
-  echo "$("$SK" version 2>/dev/null | head -n1); $ROWS rows of $VALUE_SIZE bytes; replace load: $CLIENTS clients, runs of $CHUNK; load average $LOAD_MIN - $LOAD_MAX"
+  echo "$("$SK" version 2>/dev/null | head -n1); $ROWS rows of $VALUE_SIZE bytes; replace load: $CLIENTS clients${RATE:+ paced at $RATE writes/s}, runs of $CHUNK; load average $LOAD_MIN - $LOAD_MAX"
   echo "rebalancer $SETTINGS"
   echo
   printf '%-44s %s\n' "buckets moved $RS_OLD -> $RS_NEW" "$BUCKETS_NEW (moves started $N_STARTED, finished $N_MOVED, aborted $N_ABORTED)"
   printf '%-44s %s\n' "tuples moved (rows on $RS_NEW at the end)" "$MOVED_ROWS (all replicasets: $TOTAL_ROWS of $ROWS)"
   printf '%-44s %s s (from the %s)\n' "move window (first move to last)" "$MOVE_S" "$MOVE_WINDOW_SRC"
   printf '%-44s %s s\n' "scale out started to balanced" "$SCALE_S"
-  printf '%-44s %s  (target >= 50000)\n' "tuples moved per second" "$RATE"
+  printf '%-44s %s  (target >= 50000)\n' "tuples moved per second" "$TUPLES_PER_S"
   printf '%-44s %s ms (median of %s runs; largest %s ms)\n' "write p99, idle" "$IDLE_P99" "$IDLE_RUNS" "$IDLE_P99_MAX"
   printf '%-44s %s ms (median of %s runs; largest %s ms)\n' "write p99, during the moves" "$MOVE_P99" "$(wc -w <<<"$RUNS_IN")" "$MOVE_P99_MAX"
   printf '%-44s %s (largest run: %s)  (target <= 2)\n' "p99 ratio, moves / idle" "$P99_RATIO" "$P99_RATIO_MAX"
