@@ -225,10 +225,18 @@ func (fs *keyFilters) build(a *applier, b uint32) *keyFilter {
 
 func (fs *keyFilters) hash(key []byte) uint64 { return maphash.Bytes(fs.seed, key) }
 
+// probes returns the start and the step of a key's probes: bit i is
+// (h1 + i*h2) mod nbits. The step is odd, and nbits a multiple of 64, so
+// the filterHashes probes are distinct bits; an even step could make them
+// few (a step that is a multiple of 64 made all seven one bit in a filter
+// of 64, so one key in 64 was as good as a one-bit filter: a flaky test
+// showed it).
+func probes(h uint64) (h1, h2 uint64) { return h, (h>>32 | h<<32) | 1 }
+
 // insert and mayContain probe filterHashes bits derived from one 64-bit
-// hash (Kirsch and Mitzenmacher's double hashing).
+// hash (Kirsch and Mitzenmacher's double hashing, probes).
 func (f *keyFilter) insert(h uint64) {
-	h1, h2 := h, h>>32|h<<32
+	h1, h2 := probes(h)
 	for i := uint64(0); i < filterHashes; i++ {
 		bit := (h1 + i*h2) % f.nbits
 		f.bits[bit/64] |= 1 << (bit % 64)
@@ -236,7 +244,7 @@ func (f *keyFilter) insert(h uint64) {
 }
 
 func (f *keyFilter) mayContain(h uint64) bool {
-	h1, h2 := h, h>>32|h<<32
+	h1, h2 := probes(h)
 	for i := uint64(0); i < filterHashes; i++ {
 		bit := (h1 + i*h2) % f.nbits
 		if f.bits[bit/64]&(1<<(bit%64)) == 0 {
