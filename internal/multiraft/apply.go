@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -68,8 +69,10 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 	}
 	cs := g.store.applied.ConfState
 	var last logPosition
+	var bytes uint64
 	for _, e := range ents {
 		last = logPosition{Index: e.GetIndex(), Term: e.GetTerm()}
+		bytes += uint64(len(e.GetData()))
 		switch e.GetType() {
 		case raftpb.EntryType_EntryNormal:
 			if len(e.GetData()) == 0 {
@@ -110,6 +113,7 @@ func (g *group) applyCommitted(ents []*raftpb.Entry) error {
 		return fmt.Errorf("group %d: commit applied entries: %w", g.id, err)
 	}
 	g.store.applied = as
+	g.store.sizes.applied(last.Index, bytes)
 	if o, ok := g.sm.(ApplyObserver); ok && called {
 		called = false
 		o.ApplyDone(true)
@@ -274,14 +278,29 @@ func (g *group) answerReads() {
 	g.readyReads = keep
 }
 
-// maybeCompact truncates the log once enough of it has been applied.
+// maybeCompact truncates the log once enough of it has been applied: by
+// count, more than LogCompactionThreshold applied entries, keeping
+// LogCompactionKeep; by bytes, applied entries of more than
+// LogCompactionBytes, keeping about LogCompactionKeepBytes of them, and on
+// a leader none that a recently active follower still lacks (doc.go, "Log
+// compaction").
 func (g *group) maybeCompact() error {
 	cfg := &g.host.cfg
 	applied := g.store.applied.Index
-	if applied <= g.store.truncated.Index+cfg.LogCompactionThreshold {
+	var to uint64
+	if applied > g.store.truncated.Index+cfg.LogCompactionThreshold {
+		to = applied - cfg.LogCompactionKeep
+	}
+	if inLog := g.store.sizes.inLog(); inLog > cfg.LogCompactionBytes {
+		by := g.store.sizes.keepFrom(cfg.LogCompactionKeepBytes)
+		if inLog <= logBytesOverFollowers*cfg.LogCompactionBytes {
+			by = min(by, g.followersHave(by))
+		}
+		to = max(to, by)
+	}
+	if to <= g.store.truncated.Index {
 		return nil
 	}
-	to := applied - cfg.LogCompactionKeep
 	term, err := g.store.Term(to)
 	if err != nil {
 		return fmt.Errorf("group %d: compaction: term of %d: %w", g.id, to, err)
@@ -300,4 +319,28 @@ func (g *group) maybeCompact() error {
 	g.store.commitTruncate(pos)
 	g.log.Debug("log compacted", "through", to)
 	return nil
+}
+
+// logBytesOverFollowers: past this many times LogCompactionBytes of applied
+// entries in its log, a leader truncates by bytes without waiting for its
+// followers; one that still lacks the entries gets a snapshot.
+const logBytesOverFollowers = 8
+
+// followersHave is the highest index up to limit that every follower of
+// this leader has in its log (on a follower, limit): a truncation through
+// it sends no member a snapshot, so a member that is down or slow for a
+// while catches up from the log, as long as the log stays under
+// logBytesOverFollowers times LogCompactionBytes. A follower being sent a
+// snapshot anyway does not hold the log back.
+func (g *group) followersHave(limit uint64) uint64 {
+	if g.rn.BasicStatus().RaftState != raft.StateLeader {
+		return limit
+	}
+	have := limit
+	g.rn.WithProgress(func(_ uint64, _ raft.ProgressType, pr tracker.Progress) {
+		if pr.State != tracker.StateSnapshot {
+			have = min(have, pr.Match)
+		}
+	})
+	return have
 }

@@ -202,9 +202,23 @@
 //
 // # Log compaction
 //
-// When more than LogCompactionThreshold applied entries are in the log, it
-// is truncated to the applied index minus LogCompactionKeep. Followers
-// behind the truncation catch up by snapshot.
+// Each member truncates its own log after it applies, by either of two
+// rules, whichever truncates more:
+//
+//  1. By count: when more than LogCompactionThreshold applied entries are
+//     in the log, through the applied index minus LogCompactionKeep.
+//  2. By bytes: when the applied entries in the log hold more than
+//     LogCompactionBytes (counted from the entries applied since the group
+//     was opened), through the last index that leaves about
+//     LogCompactionKeepBytes of them. A leader truncates by bytes no further
+//     than every follower's match index (a follower already being sent a
+//     snapshot aside) until its log holds 8 times LogCompactionBytes.
+//
+// The byte rule keeps a log of large entries (a bucket's copy, big writes)
+// small: its entries are deleted while they are still in Pebble's
+// memtable, which then never writes them out, and a log never holds
+// thousands of megabyte entries. Followers behind a truncation catch up by
+// snapshot.
 //
 // # Transport
 //

@@ -86,6 +86,15 @@ type Config struct {
 	// 10000 and 1000). Followers behind the truncation catch up by snapshot.
 	LogCompactionThreshold uint64
 	LogCompactionKeep      uint64
+	// LogCompactionBytes: when the applied entries in the log hold more than
+	// this many bytes, it is truncated too, keeping about
+	// LogCompactionKeepBytes of them (defaults 8 MiB and 2 MiB), so that a
+	// log of large entries (a bucket's copy, big writes) stays small and is
+	// mostly deleted before Pebble flushes it. A leader keeps the entries a
+	// follower lacks, up to 8 times LogCompactionBytes, so that a member
+	// down for a while catches up from the log, not by snapshot.
+	LogCompactionBytes     uint64
+	LogCompactionKeepBytes uint64
 
 	// MaxConcurrentSnapshots bounds outbound snapshot streams (default 2).
 	MaxConcurrentSnapshots int
@@ -147,10 +156,16 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.InboxSize, 4096)
 	setDefault(&c.LogCompactionThreshold, 10000)
 	setDefault(&c.LogCompactionKeep, 1000)
+	setDefault(&c.LogCompactionBytes, 8<<20)
+	setDefault(&c.LogCompactionKeepBytes, 2<<20)
 	setDefault(&c.MaxConcurrentSnapshots, 2)
 	if c.LogCompactionKeep >= c.LogCompactionThreshold {
 		return fmt.Errorf("multiraft: LogCompactionKeep (%d) must be below LogCompactionThreshold (%d)",
 			c.LogCompactionKeep, c.LogCompactionThreshold)
+	}
+	if c.LogCompactionKeepBytes >= c.LogCompactionBytes {
+		return fmt.Errorf("multiraft: LogCompactionKeepBytes (%d) must be below LogCompactionBytes (%d)",
+			c.LogCompactionKeepBytes, c.LogCompactionBytes)
 	}
 	if c.Failpoints == nil {
 		c.Failpoints = &Failpoints{}

@@ -28,7 +28,59 @@ type logStore struct {
 	lastIndex uint64
 
 	cache entryCache
+	sizes appliedSizes
 }
+
+// appliedSizes follows the bytes of the applied entries still in the log,
+// for the byte rule of log compaction (doc.go, "Log compaction"): one mark
+// per applied batch, its last index and the bytes applied through it since
+// the group was opened. Entries applied before the group was opened are
+// not counted (their sizes are not read back at open); the count rule
+// still covers them.
+type appliedSizes struct {
+	total uint64        // bytes applied since the group was opened
+	base  uint64        // total through the last truncated batch
+	marks []appliedMark // batches applied after the truncation, in order
+}
+
+type appliedMark struct{ index, total uint64 }
+
+// applied records a batch of applied entries: its last index and bytes.
+func (z *appliedSizes) applied(index, bytes uint64) {
+	z.total += bytes
+	z.marks = append(z.marks, appliedMark{index: index, total: z.total})
+}
+
+// inLog is the bytes of the applied entries still in the log, as counted.
+func (z *appliedSizes) inLog() uint64 { return z.total - z.base }
+
+// keepFrom is the highest index the log may be truncated through so that
+// the applied entries kept after it hold at most keep bytes: the last
+// index of a batch (0: no batch recorded). When the last batch alone holds
+// more, it is its last index: no applied entry is kept.
+func (z *appliedSizes) keepFrom(keep uint64) uint64 {
+	var to uint64
+	for _, m := range z.marks {
+		to = m.index
+		if z.total-m.total <= keep {
+			break
+		}
+	}
+	return to
+}
+
+// truncated forgets the batches through index.
+func (z *appliedSizes) truncated(index uint64) {
+	n := 0
+	for n < len(z.marks) && z.marks[n].index <= index {
+		z.base = z.marks[n].total
+		n++
+	}
+	z.marks = append(z.marks[:0], z.marks[n:]...)
+}
+
+// reset forgets everything (a snapshot replaced the log).
+func (z *appliedSizes) reset() { z.base, z.marks = z.total, z.marks[:0] }
 
 var _ raft.Storage = (*logStore)(nil)
 
@@ -299,6 +351,7 @@ func (s *logStore) commitTruncate(pos logPosition) {
 		s.lastIndex = pos.Index
 	}
 	s.cache.truncateFront(pos.Index + 1)
+	s.sizes.truncated(pos.Index)
 }
 
 // resetToSnapshot replaces the in-memory view after a snapshot became durable.
@@ -306,4 +359,5 @@ func (s *logStore) resetToSnapshot(pos logPosition) {
 	s.truncated = pos
 	s.lastIndex = pos.Index
 	s.cache.clear()
+	s.sizes.reset()
 }

@@ -305,6 +305,102 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 	}
 }
 
+// The byte rule of log compaction (doc.go): a log of large entries is
+// truncated long before the count rule would, on every member, and keeps
+// about LogCompactionKeepBytes of applied entries.
+func TestALogOfLargeEntriesIsTruncatedByItsBytes(t *testing.T) {
+	t.Parallel()
+	const limit, keep = 64 << 10, 16 << 10
+	c := newCluster(t, 9, 3, func(cfg *multiraft.Config) {
+		cfg.LogCompactionBytes = limit
+		cfg.LogCompactionKeepBytes = keep
+	})
+	c.addGroup(g1, 1, 2, 3)
+	c.start()
+	big := strings.Repeat("v", 4000)
+	for i := range 200 { // 800 KB, 200 entries: the count rule (10,000) never fires
+		c.mustPropose(g1, put(fmt.Sprintf("k%03d", i), big))
+	}
+	c.waitConverged(g1, 1, 2, 3)
+	for _, id := range []multiraft.NodeID{1, 2, 3} {
+		st := c.group(id, g1).Status()
+		if st.FirstIndex <= 1 {
+			t.Fatalf("node %d: log not truncated after 800 KB of entries (first index %d, applied %d)", id, st.FirstIndex, st.Applied)
+		}
+		// What is left: the last truncation kept at most keep bytes (plus
+		// a batch), and at most limit more were applied after it.
+		if kept := (st.Applied - st.FirstIndex + 1) * 4000; kept > limit+keep+8*4000 {
+			t.Fatalf("node %d: %d applied entries (~%d bytes) left in the log, want at most ~%d", id, st.Applied-st.FirstIndex+1, kept, limit+keep)
+		}
+		if st.SnapshotsRestored != 0 {
+			t.Fatalf("node %d restored a snapshot with every member up", id)
+		}
+	}
+	for i := range 200 {
+		if v, _ := c.read(2, g1, fmt.Sprintf("k%03d", i)); v != big {
+			t.Fatalf("node 2 lacks k%03d", i)
+		}
+	}
+}
+
+// A leader keeps by the byte rule the entries a follower that is down
+// lacks, so that it catches up from the log on its return, until the log
+// holds 8 times LogCompactionBytes; past that it truncates and the
+// follower catches up by snapshot.
+func TestALeaderKeepsTheEntriesADownFollowerLacksWithinItsBytes(t *testing.T) {
+	t.Parallel()
+	const limit, keep = 64 << 10, 16 << 10
+	c := newCluster(t, 10, 3, func(cfg *multiraft.Config) {
+		cfg.LogCompactionBytes = limit
+		cfg.LogCompactionKeepBytes = keep
+	})
+	c.addGroup(g1, 1, 2, 3)
+	c.start()
+	lead := c.leader(g1)
+	down := lead%3 + 1
+	other := 6 - lead - down
+	c.mustPropose(g1, put("before", "x"))
+	c.waitConverged(g1, 1, 2, 3)
+	downHad := c.group(down, g1).Status().LastIndex
+	c.crash(down)
+	big := strings.Repeat("v", 4000)
+	for i := range 60 { // 240 KB: over LogCompactionBytes, under 8 times it
+		c.mustPropose(g1, put(fmt.Sprintf("a%03d", i), big))
+	}
+	c.waitConverged(g1, lead, other)
+	if st := c.group(lead, g1).Status(); st.FirstIndex > downHad+1 {
+		t.Fatalf("leader truncated through %d, past what the down member had (%d)", st.FirstIndex-1, downHad)
+	}
+	if st := c.group(other, g1).Status(); st.FirstIndex <= 1 {
+		t.Fatalf("the live follower kept its whole log (%d entries, ~240 KB): it holds back no one", st.LastIndex)
+	}
+	c.restart(down)
+	c.waitConverged(g1, 1, 2, 3)
+	if n := c.group(down, g1).Status().SnapshotsRestored; n != 0 {
+		t.Fatalf("the member caught up by %d snapshots, want from the log", n)
+	}
+
+	// Past 8 times LogCompactionBytes the leader no longer waits.
+	downHad = c.group(down, g1).Status().LastIndex
+	c.crash(down)
+	for i := range 200 { // 800 KB
+		c.mustPropose(g1, put(fmt.Sprintf("b%03d", i), big))
+	}
+	if st := c.group(c.leader(g1), g1).Status(); st.FirstIndex <= downHad+1 {
+		t.Fatalf("leader kept ~800 KB of log for a down member (first index %d, it had %d)", st.FirstIndex, downHad)
+	}
+	c.restart(down)
+	c.waitConverged(g1, 1, 2, 3)
+	if n := c.group(down, g1).Status().SnapshotsRestored; n == 0 {
+		t.Fatalf("the member caught up without a snapshot past the leader's truncation")
+	}
+	for _, k := range []string{"before", "a059", "b199"} {
+		if v, _ := c.read(down, g1, k); v == "" {
+			t.Fatalf("node %d lacks %s after catching up", down, k)
+		}
+	}
+}
+
 func TestTwoGroupsOneLosesQuorum(t *testing.T) {
 	t.Parallel()
 	const g2 multiraft.GroupID = 2
