@@ -87,6 +87,11 @@
 #   SHARDKIT_PORT_BASE [24400], SHARDKIT_HTTP_PORT_BASE [24420]: instance N on BASE+N;
 #               below the ephemeral range (32768-60999 here), so that no outgoing
 #               connection holds an instance's port when s4-s6 start minutes later
+#   PIN=1       each replicaset's instances on a CPU of their own (`taskset`:
+#               s1-s3 on CPU 0, s4-s6 on CPU 1; the load generator on any),
+#               as when each replicaset has machines of its own: the p99
+#               during the moves is then their own cost, not that of six
+#               instances sharing every core [0]
 #   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
 #   PROFILE     when set to N, the instances run with --enable-pprof and, from
 #               s4-s6's start, every instance's CPU is profiled for N seconds
@@ -122,6 +127,8 @@ SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-24400}
 SHARDKIT_HTTP_PORT_BASE=${SHARDKIT_HTTP_PORT_BASE:-24420}
 READY_TIMEOUT=${READY_TIMEOUT:-120}
 PROFILE=${PROFILE:-}
+PIN=${PIN:-0}
+NCPU=$(nproc)
 if [[ -n $PROFILE ]]; then KEEP_WORKDIR=1; fi
 LOAD_ARGS=()
 if [[ -n $RATE ]]; then LOAD_ARGS=(--rate "$RATE"); fi
@@ -143,6 +150,13 @@ for v in MAX_SENDING MAX_RECEIVING RATE; do
   [[ -z ${!v} || ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v: '${!v}' is not a positive number"
 done
 [[ $DRAIN =~ ^[01]$ ]] || die "DRAIN: '$DRAIN' is not 0 or 1"
+[[ $PIN =~ ^[01]$ ]] || die "PIN: '$PIN' is not 0 or 1"
+PIN_NOTE=''
+if [[ $PIN == 1 ]]; then
+  PIN_NOTE='; each replicaset on a CPU of its own'
+  ((NCPU >= 2)) || die "PIN=1 needs two CPUs, this machine has $NCPU"
+  command -v taskset >/dev/null || die "PIN=1 needs taskset (util-linux)"
+fi
 ((DRAIN == 0 || AFTER_RUNS >= 1)) || die "DRAIN=1 needs AFTER_RUNS >= 1: the balanced runs are the drain's idle"
 [[ $CHUNK =~ ^[1-9][0-9]*(s|m)$ ]] || die "CHUNK: '$CHUNK' is not like 10s or 1m"
 [[ $LOG_LEVEL =~ ^(debug|info|warn|error)$ ]] || die "LOG_LEVEL: '$LOG_LEVEL' is not debug, info, warn or error"
@@ -286,8 +300,9 @@ sk_online() {
 
 # start_instance N: shardkit run for instance sN, in the background.
 start_instance() {
-  local n=$1
-  "$SK" run --instance-id "s$n" \
+  local n=$1 pin=()
+  if [[ $PIN == 1 ]]; then pin=(taskset -c "$(((n - 1) / 3 % NCPU))"); fi
+  "${pin[@]}" "$SK" run --instance-id "s$n" \
     --listen "${SK_ADDRS[n - 1]}" \
     --http-listen "127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))" \
     --peer "$SK_PEERS" --data-dir "$WORK/shardkit/s$n" \
@@ -614,14 +629,14 @@ if ((DRAIN == 1)); then
   start_load drain
   log "replace load started; setting $RS_NEW's weight to 0 in ${LEAD_IN}s"
   sleep "$LEAD_IN"
-  T_DRAIN=$EPOCHREALTIME
+  T_DRAIN=$EPOCHREALTIME D_TICKS0=$(server_ticks 1 6)
   timeout 30 "$SK" replicaset weight "$RS_NEW" 0 --peer "$SK_PEERS" >"$WORK/logs/drain-weight.log" 2>&1 ||
     fail_log "replicaset weight $RS_NEW 0" "$WORK/logs/drain-weight.log" "failed"
   # One CPU profile at a time per process: the scale out's must be done.
   for p in "${PROFILE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   start_profiles -drain
   wait_moves drain drain
-  T_DRAINED=$T_DONE
+  T_DRAINED=$T_DONE D_TICKS1=$(server_ticks 1 6)
   log "drained: $(awk -v a="$T_DRAIN" -v b="$T_DRAINED" 'BEGIN { printf "%.1f", b - a }') s after the weight change; letting the current load run end"
   end_load
   counts
@@ -800,7 +815,7 @@ P99_RATIO_AFTER_MAX=$(ratio "$MOVE_P99_MAX" "$AFTER_P99")
 drain_report() {
   trap - EXIT # a subshell: the cleanup is the main shell's
   set -e      # bash does not keep -e in a command substitution
-  local D_TUPLES D_RATE D_SECS D_P99 D_P99_MAX D_MAX D_OPS_MED D_OPS_MIN D_RATIO D_RATIO_MAX D_JSON
+  local D_TUPLES D_RATE D_SECS D_P99 D_P99_MAX D_MAX D_OPS_MED D_OPS_MIN D_RATIO D_RATIO_MAX D_JSON D_CPU D_CPU_TUPLE
   analyse_moves drain "$T_DRAIN" "$T_DRAINED"
   load_during drain "$T_DRAIN" "$T_DRAINED"
   D_TUPLES=$((MOVED_ROWS - D_LEFT))
@@ -810,11 +825,17 @@ drain_report() {
   read -r _ D_MAX _ < <(stats "$MAXS")
   read -r D_OPS_MED _ D_OPS_MIN < <(stats "$OPS_S")
   D_RATIO=$(ratio "$D_P99" "$AFTER_P99") D_RATIO_MAX=$(ratio "$D_P99_MAX" "$AFTER_P99")
+  # The instances' CPU from the weight change to drained (up to a second
+  # after the last move: the polls'), the load's writes included: with a
+  # light load (RATE=50) it is what the moves cost.
+  read -r D_CPU D_CPU_TUPLE < <(awk -v a="$D_TICKS0" -v b="$D_TICKS1" -v n="$D_TUPLES" -v hz="$(getconf CLK_TCK)" \
+    'BEGIN { s = (b - a) / hz; printf "%.2f %s\n", s, (n > 0 ? sprintf("%.1f", s * 1e6 / n) : "null") }')
   D_JSON=$(printf '"drain_buckets_moved":%s,"drain_moves_aborted":%s,"drain_tuples_moved":%s,"drain_rows_left":%s,"drain_move_s":%s,"drain_s":%s,"drain_tuples_per_s":%s,' \
     "$N_MOVED" "$N_ABORTED" "$D_TUPLES" "$D_LEFT" "$MOVE_S" "$D_SECS" "$D_RATE")
   D_JSON+=$(printf '"drain_p99_ms_median":%s,"drain_p99_ms_max":%s,"drain_p99_ratio_balanced":%s,"drain_p99_ratio_balanced_max":%s,"drain_max_ms":%s,"drain_errors":%s,"drain_ops":%s,"drain_ops_per_s_median":%s,' \
     "$D_P99" "$D_P99_MAX" "$D_RATIO" "$D_RATIO_MAX" "$D_MAX" "$ERRS" "$OPS" "$D_OPS_MED")
   D_JSON+=$(printf '"drain_move_step_mean_ms":%s,"drain_refused_windows":%s,"drain_refused_p99_s":%s,"drain_refused_max_s":%s,' "$PHASES" "$N_WINDOWS" "$WIN_P99" "$WIN_MAX")
+  D_JSON+=$(printf '"drain_server_cpu_s":%s,"drain_server_cpu_us_per_tuple":%s,' "$D_CPU" "$D_CPU_TUPLE")
   printf '%s\n%s\n' "$D_JSON" "$RUN_LOADS"
   {
     echo
@@ -828,6 +849,7 @@ drain_report() {
     printf '%-44s %s ms\n' "drain: longest successful write" "$D_MAX"
     printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "drain: writes refused, logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
     printf '%-44s %s\n' "drain: mean time of a move's steps, ms" "$PHASES"
+    printf "%-44s %s s, %s µs per tuple moved (weight 0 to drained, with the load's writes)\n" "drain: server CPU" "$D_CPU" "$D_CPU_TUPLE"
     printf '%-44s %s during the drain (%s calls)  (target 0)\n' "drain: client errors" "$ERRS" "$OPS"
     if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "drain: first error" "$FIRST_ERROR"; fi
   }
@@ -842,7 +864,7 @@ fi
 
 SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$ST_SCALE" | head -n1) || SETTINGS='"settings":{}'
 {
-  printf '{"bench":"moves","phase":"summary","rows":%s,"value_size":%s,"clients":%s,"rate":%s,"chunk":"%s",' "$ROWS" "$VALUE_SIZE" "$CLIENTS" "${RATE:-0}" "$CHUNK"
+  printf '{"bench":"moves","phase":"summary","rows":%s,"value_size":%s,"clients":%s,"rate":%s,"pin":%s,"chunk":"%s",' "$ROWS" "$VALUE_SIZE" "$CLIENTS" "${RATE:-0}" "$PIN" "$CHUNK"
   printf '%s,"from":"%s","to":"%s","buckets_moved":%s,"moves_started":%s,"moves_finished":%s,"moves_aborted":%s,' "$SETTINGS" "$RS_OLD" "$RS_NEW" "$BUCKETS_NEW" "$N_STARTED" "$N_MOVED" "$N_ABORTED"
   printf '"tuples_moved":%s,"rows_total":%s,"move_s":%s,"move_window_from":"%s","scale_out_to_balanced_s":%s,"tuples_per_s":%s,' "$MOVED_ROWS" "$TOTAL_ROWS" "$MOVE_S" "$MOVE_WINDOW_SRC" "$SCALE_S" "$TUPLES_PER_S"
   printf '"idle_p99_ms":%s,"moves_p99_ms_median":%s,"moves_p99_ms_max":%s,"p99_ratio":%s,"p99_ratio_max":%s,' "$IDLE_P99" "$MOVE_P99" "$MOVE_P99_MAX" "$P99_RATIO" "$P99_RATIO_MAX"
@@ -859,7 +881,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$ST_SCALE" | head -n1) || SETTINGS='
 
 {
   echo "bucket moves under load: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
-  echo "$("$SK" version 2>/dev/null | head -n1); $ROWS rows of $VALUE_SIZE bytes; replace load: $CLIENTS clients${RATE:+ paced at $RATE writes/s}, runs of $CHUNK; load average $LOAD_MIN - $LOAD_MAX"
+  echo "$("$SK" version 2>/dev/null | head -n1); $ROWS rows of $VALUE_SIZE bytes; replace load: $CLIENTS clients${RATE:+ paced at $RATE writes/s}, runs of $CHUNK$PIN_NOTE; load average $LOAD_MIN - $LOAD_MAX"
   echo "rebalancer $SETTINGS"
   echo
   printf '%-44s %s\n' "buckets moved $RS_OLD -> $RS_NEW" "$BUCKETS_NEW (moves started $N_STARTED, finished $N_MOVED, aborted $N_ABORTED)"
