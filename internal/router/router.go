@@ -255,8 +255,22 @@ func nearest(self Member, members []Member) (Member, bool) {
 	return best[rand.IntN(len(best))], true
 }
 
-func forwardedCtx(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1")
+// ReplicasetHeader names, on a call one router forwards to another, the
+// replicaset the sender routed it to (its view of group 0).
+const ReplicasetHeader = "x-shardkit-replicaset"
+
+// forwardedCtx marks a call forwarded to a member of replicaset rsID.
+func forwardedCtx(ctx context.Context, rsID string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1", ReplicasetHeader, rsID)
+}
+
+// forwardedTo is the replicaset a forwarded call was routed to ("" when
+// the sender did not say: an instance built before 2026-11-26).
+func forwardedTo(ctx context.Context) string {
+	if v := metadata.ValueFromIncomingContext(ctx, ReplicasetHeader); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // route runs one call on the member of replicaset rsID that must serve it,
@@ -268,6 +282,19 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 ) (Resp, error) {
 	var zero Resp
 	forwarded := forward.Forwarded(ctx)
+	if to := forwardedTo(ctx); forwarded && to != "" && to != rsID {
+		if l := r.local(); l != nil && l.ReplicasetID() == to {
+			// The sender's view of group 0 places the bucket on this
+			// instance's replicaset and ours does not: one of the two is
+			// behind (a new instance's is, while it catches up with group 0,
+			// just as the rebalancer moves buckets to it). The replicaset's
+			// own log decides: its storage serves the call, or refuses a
+			// bucket it does not hold with a redirect. Sending the call back
+			// to where our view places the bucket would bounce it between
+			// the two until it gave up.
+			rsID = to
+		}
+	}
 	var last error
 	// A bucket in its move's switch refuses writes for a moment (bounded
 	// by the mover's switch timeout): wait it out rather than fail, up to
@@ -295,7 +322,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			if derr != nil {
 				return zero, status.Errorf(codes.Unavailable, "cannot reach %s of replicaset %s: %v", t.addr, rsID, derr)
 			}
-			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx), req)
+			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx, rsID), req)
 		}
 		if err == nil {
 			if rw && t.addr != "" {
