@@ -9,7 +9,6 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -417,30 +416,5 @@ func TestADestinationPreparedBeforeItsSourceFreezesServesNothing(t *testing.T) {
 	}
 	if n := len(src.chunk(b)); n != 2 {
 		t.Fatalf("the frozen source holds %d tuples of the bucket, want 2 (both written before it froze)", n)
-	}
-}
-
-// A write to a bucket frozen for its move is refused by the leader before
-// it is proposed, with the redirect apply would give after a round of the
-// log (the round cost 45-90 ms, twice for a router retrying into it, while
-// a wave of 1,500 moves started in scripts/bench-moves.sh). The Storage
-// here has no raft group: a proposal would panic.
-func TestAWriteToASendingBucketIsRefusedBeforeItIsProposed(t *testing.T) {
-	src := newFixture(t)
-	src.setup()
-	const b = 5
-	if o := src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "r2"); !o.Changed {
-		t.Fatalf("SENDING: %+v", o)
-	}
-	s := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: src.db}}
-	_, err := s.writeBatch(t.Context(), &rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
-	rd := datav1.RedirectOf(err)
-	if rd == nil || rd.GetReason() != datav1.Redirect_REASON_BUCKET_MOVING || rd.GetBucket() != b {
-		t.Fatalf("a write to a sending bucket: %v, want a BUCKET_MOVING redirect for bucket %d", err, b)
-	}
-	for _, want := range []string{"being sent to r2", "replicaset r1"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("%q does not say %q", err, want)
-		}
 	}
 }

@@ -395,15 +395,6 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *Batch
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
-		if st.GetState() == rspb.BucketState_STATE_SENDING {
-			// Frozen for its move: apply would refuse the batch too, after
-			// a round of the log (45-90 ms while a wave of moves starts,
-			// scripts/bench-moves.sh), and the caller would retry into
-			// another. Refused here, the caller waits for the switch. (An
-			// abort this member has not applied yet only costs a retry.)
-			return nil, Redirect(datav1.Redirect_REASON_BUCKET_MOVING, batch.GetBucket(), "", "",
-				fmt.Sprintf("bucket %d is being sent to %s; writes go there (replicaset %s)", batch.GetBucket(), st.GetPeer(), s.cfg.ReplicasetID))
-		}
 		if st.GetState() == rspb.BucketState_STATE_RECEIVING && !st.GetCopied() {
 			t := time.Now()
 			err := s.prevFacts(ctx, st, batch)
