@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
@@ -417,4 +418,29 @@ func TestADestinationPreparedBeforeItsSourceFreezesServesNothing(t *testing.T) {
 	if n := len(src.chunk(b)); n != 2 {
 		t.Fatalf("the frozen source holds %d tuples of the bucket, want 2 (both written before it froze)", n)
 	}
+}
+
+// A retry of a write applied before its bucket froze for a move gets the
+// write's answer, not the freeze's redirect: a router that followed the
+// redirect to the destination would apply the write a second time there
+// (a replicaset knows only the request ids it applied itself). So the
+// request id is looked up before the bucket's state, at apply, and a
+// leader must not refuse a frozen bucket's writes before proposing them
+// (tried for speed on 2026-11-26 and reverted for this).
+func TestARetryOfAWriteAppliedBeforeTheFreezeGetsItsAnswer(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	const b = 5
+	w := &rspb.Batch{RequestId: []byte("0123456789abcdef"), Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}}
+	first := f.ok(proto.CloneOf(w))
+	if o := f.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "r2"); !o.Changed {
+		t.Fatalf("SENDING: %+v", o)
+	}
+	again := f.batch(proto.CloneOf(w))
+	if !again.Duplicate || again.Result.GetRefusal() != nil || again.Result.GetIndex() != first.GetIndex() {
+		t.Fatalf("the retry on the frozen source: %+v, want the first answer (index %d) as a duplicate", again, first.GetIndex())
+	}
+	// A new write is refused as moving.
+	f.refused(&rspb.Batch{RequestId: []byte("fedcba9876543210"), Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "b", 1))}},
+		rspb.Refusal_CODE_BUCKET_MOVING, "being sent to r2")
 }
