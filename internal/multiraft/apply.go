@@ -278,12 +278,15 @@ func (g *group) answerReads() {
 	g.readyReads = keep
 }
 
-// maybeCompact truncates the log once enough of it has been applied: by
-// count, more than LogCompactionThreshold applied entries, keeping
-// LogCompactionKeep; by bytes, applied entries of more than
-// LogCompactionBytes, keeping about LogCompactionKeepBytes of them, and on
-// a leader none that a recently active follower still lacks (doc.go, "Log
-// compaction").
+// maybeCompact truncates the log once enough of it has been applied
+// (doc.go, "Log compaction"): by count, more than LogCompactionThreshold
+// applied entries, keeping LogCompactionKeep; by bytes, on a leader,
+// applied entries of more than LogCompactionBytes, keeping about
+// LogCompactionKeepBytes of them and every entry a follower still lacks
+// (until logBytesOverFollowers times LogCompactionBytes), and on a
+// follower, which cannot see the others' progress and may lead next,
+// applied entries of more than logBytesOverFollowers times
+// LogCompactionBytes, keeping about LogCompactionBytes of them.
 func (g *group) maybeCompact() error {
 	cfg := &g.host.cfg
 	applied := g.store.applied.Index
@@ -291,12 +294,16 @@ func (g *group) maybeCompact() error {
 	if applied > g.store.truncated.Index+cfg.LogCompactionThreshold {
 		to = applied - cfg.LogCompactionKeep
 	}
-	if inLog := g.store.sizes.inLog(); inLog > cfg.LogCompactionBytes {
+	inLog, most := g.store.sizes.inLog(), logBytesOverFollowers*cfg.LogCompactionBytes
+	switch leader := g.rn.BasicStatus().RaftState == raft.StateLeader; {
+	case leader && inLog > cfg.LogCompactionBytes:
 		by := g.store.sizes.keepFrom(cfg.LogCompactionKeepBytes)
-		if inLog <= logBytesOverFollowers*cfg.LogCompactionBytes {
+		if inLog <= most {
 			by = min(by, g.followersHave(by))
 		}
 		to = max(to, by)
+	case !leader && inLog > most:
+		to = max(to, g.store.sizes.keepFrom(cfg.LogCompactionBytes))
 	}
 	if to <= g.store.truncated.Index {
 		return nil
@@ -323,19 +330,15 @@ func (g *group) maybeCompact() error {
 
 // logBytesOverFollowers: past this many times LogCompactionBytes of applied
 // entries in its log, a leader truncates by bytes without waiting for its
-// followers; one that still lacks the entries gets a snapshot.
+// followers (one that still lacks the entries gets a snapshot), and a
+// follower truncates by bytes at all.
 const logBytesOverFollowers = 8
 
 // followersHave is the highest index up to limit that every follower of
-// this leader has in its log (on a follower, limit): a truncation through
-// it sends no member a snapshot, so a member that is down or slow for a
-// while catches up from the log, as long as the log stays under
-// logBytesOverFollowers times LogCompactionBytes. A follower being sent a
-// snapshot anyway does not hold the log back.
+// this leader has in its log, up or down: a truncation through it sends
+// no member a snapshot. A follower being sent a snapshot anyway does not
+// hold the log back.
 func (g *group) followersHave(limit uint64) uint64 {
-	if g.rn.BasicStatus().RaftState != raft.StateLeader {
-		return limit
-	}
 	have := limit
 	g.rn.WithProgress(func(_ uint64, _ raft.ProgressType, pr tracker.Progress) {
 		if pr.State != tracker.StateSnapshot {

@@ -207,18 +207,21 @@
 //
 //  1. By count: when more than LogCompactionThreshold applied entries are
 //     in the log, through the applied index minus LogCompactionKeep.
-//  2. By bytes: when the applied entries in the log hold more than
-//     LogCompactionBytes (counted from the entries applied since the group
-//     was opened), through the last index that leaves about
-//     LogCompactionKeepBytes of them. A leader truncates by bytes no further
-//     than every follower's match index (a follower already being sent a
-//     snapshot aside) until its log holds 8 times LogCompactionBytes.
+//  2. By bytes, counted from the entries applied since the group was
+//     opened: on a leader, when its applied entries in the log hold more
+//     than LogCompactionBytes, through the last index that leaves about
+//     LogCompactionKeepBytes of them, but no further than every
+//     follower's match index (a follower already being sent a snapshot
+//     aside, a follower that is down not) until its log holds 8 times
+//     LogCompactionBytes; on a follower, which cannot see the others'
+//     progress and may be the next leader, only past 8 times
+//     LogCompactionBytes, leaving about LogCompactionBytes.
 //
-// The byte rule keeps a log of large entries (a bucket's copy, big writes)
-// small: its entries are deleted while they are still in Pebble's
-// memtable, which then never writes them out, and a log never holds
-// thousands of megabyte entries. Followers behind a truncation catch up by
-// snapshot.
+// The byte rule bounds a log of large entries (a bucket's copy, big
+// writes) in bytes: the count rule alone kept up to 10,000 of them. A
+// member down for a while catches up from the leader's log as long as
+// neither rule has truncated past what it has (the count rule does not
+// wait for it); otherwise by snapshot.
 //
 // # Transport
 //

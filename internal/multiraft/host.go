@@ -86,13 +86,13 @@ type Config struct {
 	// 10000 and 1000). Followers behind the truncation catch up by snapshot.
 	LogCompactionThreshold uint64
 	LogCompactionKeep      uint64
-	// LogCompactionBytes: when the applied entries in the log hold more than
-	// this many bytes, it is truncated too, keeping about
-	// LogCompactionKeepBytes of them (defaults 8 MiB and 2 MiB), so that a
-	// log of large entries (a bucket's copy, big writes) stays small and is
-	// mostly deleted before Pebble flushes it. A leader keeps the entries a
-	// follower lacks, up to 8 times LogCompactionBytes, so that a member
-	// down for a while catches up from the log, not by snapshot.
+	// LogCompactionBytes: when the applied entries in a leader's log hold
+	// more than this many bytes, it is truncated too, keeping about
+	// LogCompactionKeepBytes of them (defaults 8 MiB and 2 MiB) and what a
+	// follower lacks, up to 8 times LogCompactionBytes; a follower's, past
+	// 8 times LogCompactionBytes, keeping about LogCompactionBytes. So a log
+	// of large entries (a bucket's copy, big writes) stays bounded in bytes,
+	// not only in entries (doc.go, "Log compaction").
 	LogCompactionBytes     uint64
 	LogCompactionKeepBytes uint64
 
