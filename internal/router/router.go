@@ -282,16 +282,19 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 ) (Resp, error) {
 	var zero Resp
 	forwarded := forward.Forwarded(ctx)
-	if to := forwardedTo(ctx); forwarded && to != "" && to != rsID {
+	if to := forwardedTo(ctx); forwarded && what == "write" && to != "" && to != rsID {
 		if l := r.local(); l != nil && l.ReplicasetID() == to {
 			// The sender's view of group 0 places the bucket on this
 			// instance's replicaset and ours does not: one of the two is
 			// behind (a new instance's is, while it catches up with group 0,
-			// just as the rebalancer moves buckets to it). The replicaset's
-			// own log decides: its storage serves the call, or refuses a
-			// bucket it does not hold with a redirect. Sending the call back
-			// to where our view places the bucket would bounce it between
-			// the two until it gave up.
+			// just as the rebalancer moves buckets to it). For a write the
+			// replicaset's own log decides: apply takes it only for a bucket
+			// active or receiving here and refuses it otherwise, with a
+			// redirect. Sending it back to where our view places the bucket
+			// would bounce it between the two until it gave up. Not for a
+			// read: the storage serves a bucket it is sending (frozen, the
+			// copy's source) to readers, and after the switch the writes are
+			// on the destination, so a sender behind would read stale data.
 			rsID = to
 		}
 	}
