@@ -305,6 +305,23 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 	}
 }
 
+// The byte rule's settings in its tests: small, so that a few hundred
+// 4,000-byte entries cross them.
+const byteLimit, byteKeep = 64 << 10, 16 << 10
+
+// byteRuleCluster is three members of group 1 with the byte rule at byteLimit
+// and byteKeep.
+func byteRuleCluster(t *testing.T, seed uint64) *cluster {
+	t.Helper()
+	c := newCluster(t, seed, 3, func(cfg *multiraft.Config) {
+		cfg.LogCompactionBytes = byteLimit
+		cfg.LogCompactionKeepBytes = byteKeep
+	})
+	c.addGroup(g1, 1, 2, 3)
+	c.start()
+	return c
+}
+
 // The byte rule of log compaction (doc.go): a log of large entries is
 // truncated long before the count rule would, on every member: a leader's
 // past LogCompactionBytes, keeping about LogCompactionKeepBytes; a
@@ -312,15 +329,9 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 // LogCompactionBytes.
 func TestALogOfLargeEntriesIsTruncatedByItsBytes(t *testing.T) {
 	t.Parallel()
-	const limit, keep = 64 << 10, 16 << 10
-	c := newCluster(t, 9, 3, func(cfg *multiraft.Config) {
-		cfg.LogCompactionBytes = limit
-		cfg.LogCompactionKeepBytes = keep
-	})
-	c.addGroup(g1, 1, 2, 3)
-	c.start()
+	c := byteRuleCluster(t, 9)
 	big := strings.Repeat("v", 4000)
-	for i := range 135 { // 540 KB, past 8 times limit (524 KB) once: the count rule (10,000) never fires
+	for i := range 135 { // 540 KB, past 8 times byteLimit (524 KB) once: the count rule (10,000) never fires
 		c.mustPropose(g1, put(fmt.Sprintf("k%03d", i), big))
 	}
 	c.waitConverged(g1, 1, 2, 3)
@@ -332,16 +343,16 @@ func TestALogOfLargeEntriesIsTruncatedByItsBytes(t *testing.T) {
 		}
 		// What is left: the last truncation kept at most its share (plus
 		// a batch), and at most the threshold more were applied after it.
-		most := uint64(limit + keep)
+		most := uint64(byteLimit + byteKeep)
 		if id != lead {
-			most = 8*limit + limit
+			most = 8*byteLimit + byteLimit
 		}
 		kept := (st.Applied - st.FirstIndex + 1) * 4000
 		if kept > most+8*4000 {
 			t.Fatalf("node %d (leader %d): %d applied entries (~%d bytes) left in the log, want at most ~%d", id, lead, st.Applied-st.FirstIndex+1, kept, most)
 		}
-		if id != lead && kept+2*4000 < limit {
-			t.Fatalf("follower %d kept ~%d bytes of applied entries, want about LogCompactionBytes (%d) at least: it may lead next", id, kept, limit)
+		if id != lead && kept+2*4000 < byteLimit {
+			t.Fatalf("follower %d kept ~%d bytes of applied entries, want about LogCompactionBytes (%d) at least: it may lead next", id, kept, byteLimit)
 		}
 		if st.SnapshotsRestored != 0 {
 			t.Fatalf("node %d restored a snapshot with every member up", id)
@@ -360,13 +371,7 @@ func TestALogOfLargeEntriesIsTruncatedByItsBytes(t *testing.T) {
 // follower catches up by snapshot.
 func TestALeaderKeepsTheEntriesADownFollowerLacksWithinItsBytes(t *testing.T) {
 	t.Parallel()
-	const limit, keep = 64 << 10, 16 << 10
-	c := newCluster(t, 10, 3, func(cfg *multiraft.Config) {
-		cfg.LogCompactionBytes = limit
-		cfg.LogCompactionKeepBytes = keep
-	})
-	c.addGroup(g1, 1, 2, 3)
-	c.start()
+	c := byteRuleCluster(t, 10)
 	lead := c.leader(g1)
 	down := lead%3 + 1
 	other := 6 - lead - down
