@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
@@ -30,7 +31,13 @@ import (
 // (every id the data service takes) are keyed by value, without a string
 // each; ids of any other length (none are proposed today) by string, in a
 // queue of their own.
+//
+// The apply loop changes it (under mu) and looks ids up (without: it is
+// the only writer); other goroutines ask has, under mu. Like the bucket
+// records it runs ahead of the database while a batch is applied, never
+// behind what readers see committed.
 type requestWindow struct {
+	mu    sync.RWMutex
 	at    map[requestKey]int64
 	order idQueue[requestKey]
 	other map[string]int64
@@ -55,12 +62,22 @@ type stampedID[K comparable] struct {
 	id K
 }
 
-func (w *requestWindow) reset() {
+// load replaces the window's ids with those fill adds, at once for has.
+func (w *requestWindow) load(fill func(add func(id []byte, ms int64)) error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.at, w.order = map[requestKey]int64{}, idQueue[requestKey]{}
 	w.other, w.odd = map[string]int64{}, idQueue[string]{}
+	return fill(w.addLocked)
 }
 
 func (w *requestWindow) add(id []byte, ms int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.addLocked(id, ms)
+}
+
+func (w *requestWindow) addLocked(id []byte, ms int64) {
 	if len(id) == requestIDLen {
 		k := requestKey(id)
 		w.at[k] = ms
@@ -84,10 +101,33 @@ func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
 	return ms, ok && ms >= cutoff
 }
 
+// has reports whether id is in the window (written before its cutoff,
+// perhaps, but not yet forgotten); any goroutine.
+func (w *requestWindow) has(id []byte) bool {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if len(id) == requestIDLen {
+		_, ok := w.at[requestKey(id)]
+		return ok
+	}
+	_, ok := w.other[string(id)]
+	return ok
+}
+
 // forget drops the ids written before cutoff: O(ids dropped).
 func (w *requestWindow) forget(cutoff int64) {
+	if !w.order.expired(cutoff) && !w.odd.expired(cutoff) {
+		return // nothing to drop (the apply loop reads its own queues without mu)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.order.forget(w.at, cutoff)
 	w.odd.forget(w.other, cutoff)
+}
+
+// expired reports whether the oldest id in q was written before cutoff.
+func (q *idQueue[K]) expired(cutoff int64) bool {
+	return q.head < len(q.q) && q.q[q.head].ms < cutoff
 }
 
 // forget drops from q, and from at unless written again since, the ids
@@ -178,22 +218,24 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	if err != nil {
 		return err
 	}
-	sm.reqs.reset()
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
 	prefix := sm.k.requestIDs()
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(cutoff), UpperBound: storage.PrefixEnd(prefix)})
-	if err != nil {
-		return err
-	}
-	for ok := it.First(); ok; ok = it.Next() {
-		k := it.Key()
-		if len(k) <= len(prefix)+8 {
-			_ = it.Close()
-			return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
+	err = sm.reqs.load(func(add func(id []byte, ms int64)) error {
+		it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(cutoff), UpperBound: storage.PrefixEnd(prefix)})
+		if err != nil {
+			return err
 		}
-		sm.reqs.add(k[len(prefix)+8:], int64(binary.BigEndian.Uint64(k[len(prefix):])))
-	}
-	if err := it.Close(); err != nil {
+		for ok := it.First(); ok; ok = it.Next() {
+			k := it.Key()
+			if len(k) <= len(prefix)+8 {
+				_ = it.Close()
+				return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
+			}
+			add(k[len(prefix)+8:], int64(binary.BigEndian.Uint64(k[len(prefix):])))
+		}
+		return it.Close()
+	})
+	if err != nil {
 		return err
 	}
 	sm.reqDropped = sm.requestsDroppedBefore(sm.clock)

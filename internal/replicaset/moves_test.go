@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -424,9 +425,10 @@ func TestADestinationPreparedBeforeItsSourceFreezesServesNothing(t *testing.T) {
 // write's answer, not the freeze's redirect: a router that followed the
 // redirect to the destination would apply the write a second time there
 // (a replicaset knows only the request ids it applied itself). So the
-// request id is looked up before the bucket's state, at apply, and a
-// leader must not refuse a frozen bucket's writes before proposing them
-// (tried for speed on 2026-11-26 and reverted for this).
+// request id is looked up before the bucket's state, at apply, and the
+// leader refuses a frozen bucket's writes before proposing them only when
+// it does not remember their id (a pre-check without that exception was
+// tried on 2026-11-26 and reverted for this).
 func TestARetryOfAWriteAppliedBeforeTheFreezeGetsItsAnswer(t *testing.T) {
 	f := newFixture(t)
 	f.setup()
@@ -441,6 +443,32 @@ func TestARetryOfAWriteAppliedBeforeTheFreezeGetsItsAnswer(t *testing.T) {
 		t.Fatalf("the retry on the frozen source: %+v, want the first answer (index %d) as a duplicate", again, first.GetIndex())
 	}
 	// A new write is refused as moving.
-	f.refused(&rspb.Batch{RequestId: []byte("fedcba9876543210"), Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "b", 1))}},
-		rspb.Refusal_CODE_BUCKET_MOVING, "being sent to r2")
+	fresh := &rspb.Batch{RequestId: []byte("fedcba9876543210"), Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "b", 1))}}
+	f.refused(proto.CloneOf(fresh), rspb.Refusal_CODE_BUCKET_MOVING, "being sent to r2")
+
+	// The leader's pre-check: the new write is refused before it is
+	// proposed; the retry is proposed, for apply to answer it.
+	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
+	st, err := f.sm.BucketStateOf(f.db, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.refuseFrozen(st, fresh)
+	if rd := datav1.RedirectOf(err); rd == nil || rd.GetReason() != datav1.Redirect_REASON_BUCKET_MOVING || !strings.Contains(err.Error(), "being sent to r2") {
+		t.Fatalf("a new write to the frozen bucket, before proposing: %v, want a BUCKET_MOVING redirect", err)
+	}
+	// writeBatch takes it (this Storage has no raft group: a proposal would panic).
+	if _, err := s.writeBatch(t.Context(), proto.CloneOf(fresh)); datav1.RedirectOf(err) == nil {
+		t.Fatalf("writeBatch of a new write to the frozen bucket: %v, want the redirect before proposing", err)
+	}
+	if err := s.refuseFrozen(st, w); err != nil {
+		t.Fatalf("the retry of a write applied before the freeze was refused before proposing (%v): a router would take it to the destination and apply it twice", err)
+	}
+	active, err := f.sm.BucketStateOf(f.db, b+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.refuseFrozen(active, &rspb.Batch{RequestId: []byte("0000000000000000"), Bucket: b + 1}); err != nil {
+		t.Fatalf("a write to an active bucket was refused before proposing: %v", err)
+	}
 }

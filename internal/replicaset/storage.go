@@ -395,6 +395,9 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *Batch
 		if err != nil {
 			return nil, status.Error(codes.Internal, err.Error())
 		}
+		if err := s.refuseFrozen(st, batch); err != nil {
+			return nil, err
+		}
 		if st.GetState() == rspb.BucketState_STATE_RECEIVING && !st.GetCopied() {
 			t := time.Now()
 			err := s.prevFacts(ctx, st, batch)
@@ -417,6 +420,24 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *Batch
 		}
 		return out, err
 	}
+}
+
+// refuseFrozen refuses, before it is proposed, a write to a bucket this
+// member has frozen for its move (SENDING), with the redirect apply would
+// give a round of the log later (45-90 ms while a wave of moves starts,
+// and a router retrying before the switch reaches it proposes again). Not
+// a write whose request id this replicaset remembers: it may be a retry
+// of one applied before the freeze, whose answer apply gives from the id
+// (refused here, it would go on to the destination and be applied a
+// second time). The window holds every id applied before the freeze this
+// member has applied, since it is never behind the records readers see.
+// An abort this member has not applied yet only costs a retry.
+func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
+	if st.GetState() != rspb.BucketState_STATE_SENDING || s.sm.reqs.has(batch.GetRequestId()) {
+		return nil
+	}
+	return Redirect(datav1.Redirect_REASON_BUCKET_MOVING, batch.GetBucket(), "", "",
+		fmt.Sprintf("bucket %d is being sent to %s; writes go there (replicaset %s)", batch.GetBucket(), st.GetPeer(), s.cfg.ReplicasetID))
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
