@@ -62,13 +62,18 @@ type stampedID[K comparable] struct {
 	id K
 }
 
-// load replaces the window's ids with those fill adds, at once for has.
+// load replaces the window's ids with those fill adds, at once for has,
+// and only when fill succeeds (a failed reload leaves the window as it
+// was, no smaller: has must never miss an id apply would find).
 func (w *requestWindow) load(fill func(add func(id []byte, ms int64)) error) error {
+	n := &requestWindow{at: map[requestKey]int64{}, other: map[string]int64{}}
+	if err := fill(n.addLocked); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.at, w.order = map[requestKey]int64{}, idQueue[requestKey]{}
-	w.other, w.odd = map[string]int64{}, idQueue[string]{}
-	return fill(w.addLocked)
+	w.at, w.order, w.other, w.odd = n.at, n.order, n.other, n.odd
+	return nil
 }
 
 func (w *requestWindow) add(id []byte, ms int64) {

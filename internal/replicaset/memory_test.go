@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	mrand "math/rand/v2"
 	"testing"
@@ -392,4 +393,38 @@ func describeOutcome(o any) string {
 		return fmt.Sprintf("copy %d %v refused %v", v.Copied, v.BySpace, v.Refused)
 	}
 	return fmt.Sprintf("%v", o)
+}
+
+// The window's has, asked by a leader outside the apply loop (refuseFrozen),
+// never misses an id: a reload whose scan fails leaves the window as it
+// was, and has may run while the apply loop adds and forgets ids (the race
+// detector checks the locking).
+func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
+	var w requestWindow
+	id := []byte("0123456789abcdef")
+	if err := w.load(func(add func([]byte, int64)) error { add(id, 5); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("scan failed")
+	if err := w.load(func(add func([]byte, int64)) error { add([]byte("fedcba9876543210"), 6); return failed }); !errors.Is(err, failed) {
+		t.Fatalf("a failed reload: %v, want its error", err)
+	}
+	if !w.has(id) || w.has([]byte("fedcba9876543210")) {
+		t.Fatalf("after a failed reload: has(old) %v, has(half-loaded) %v; want true, false", w.has(id), w.has([]byte("fedcba9876543210")))
+	}
+
+	f := newFixture(t)
+	f.setup()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < 2000; i++ {
+			f.sm.reqs.has(id)
+		}
+	}()
+	for i := range 50 {
+		f.ok(&rspb.Batch{RequestId: fmt.Appendf(nil, "%016d", i), Bucket: 5, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint(i), 1))}})
+		f.now += int64(RequestIDWindow / 10 / 1e6) // ids leave the window as it goes
+	}
+	<-done
 }

@@ -42,7 +42,8 @@ type SM struct {
 
 	schema atomic.Pointer[Schema]
 
-	// Only the applying goroutine uses these; load sets them from the
+	// Only the applying goroutine uses these (but reqs, which other
+	// goroutines ask has, under its lock); load sets them from the
 	// database, Apply changes them with its batch (memory.go).
 	clock          int64
 	buckets        map[uint32]*rspb.BucketState
