@@ -294,16 +294,18 @@ func (g *group) maybeCompact() error {
 	if applied > g.store.truncated.Index+cfg.LogCompactionThreshold {
 		to = applied - cfg.LogCompactionKeep
 	}
-	inLog, most := g.store.sizes.inLog(), logBytesOverFollowers*cfg.LogCompactionBytes
-	switch leader := g.rn.BasicStatus().RaftState == raft.StateLeader; {
-	case leader && inLog > cfg.LogCompactionBytes:
-		by := g.store.sizes.keepFrom(cfg.LogCompactionKeepBytes)
-		if inLog <= most {
-			by = min(by, g.followersHave(by))
+	if inLog := g.store.sizes.inLog(); inLog > cfg.LogCompactionBytes {
+		most := logBytesOverFollowers * cfg.LogCompactionBytes
+		switch leader := g.soft.RaftState == raft.StateLeader; {
+		case leader:
+			by := g.store.sizes.keepFrom(cfg.LogCompactionKeepBytes)
+			if inLog <= most {
+				by = min(by, g.followersHave(by))
+			}
+			to = max(to, by)
+		case inLog > most:
+			to = max(to, g.store.sizes.keepFrom(cfg.LogCompactionBytes))
 		}
-		to = max(to, by)
-	case !leader && inLog > most:
-		to = max(to, g.store.sizes.keepFrom(cfg.LogCompactionBytes))
 	}
 	if to <= g.store.truncated.Index {
 		return nil

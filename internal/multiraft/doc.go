@@ -209,8 +209,8 @@
 //     in the log, through the applied index minus LogCompactionKeep.
 //  2. By bytes, counted from the entries applied since the group was
 //     opened: on a leader, when its applied entries in the log hold more
-//     than LogCompactionBytes, through the last index that leaves about
-//     LogCompactionKeepBytes of them, but no further than every
+//     than LogCompactionBytes, through the first batch's last index that
+//     leaves at most LogCompactionKeepBytes of them, but no further than every
 //     follower's match index (a follower already being sent a snapshot
 //     aside, a follower that is down not) until its log holds 8 times
 //     LogCompactionBytes; on a follower, which cannot see the others'

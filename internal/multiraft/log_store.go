@@ -54,10 +54,11 @@ func (z *appliedSizes) applied(index, bytes uint64) {
 // inLog is the bytes of the applied entries still in the log, as counted.
 func (z *appliedSizes) inLog() uint64 { return z.total - z.base }
 
-// keepFrom is the highest index the log may be truncated through so that
+// keepFrom is the lowest index the log may be truncated through so that
 // the applied entries kept after it hold at most keep bytes: the last
-// index of a batch (0: no batch recorded). When the last batch alone holds
-// more, it is its last index: no applied entry is kept.
+// index of an applied batch, the first that leaves that little (0: no
+// batch recorded). When the last batch alone holds more, it is its last
+// index: no applied entry is kept.
 func (z *appliedSizes) keepFrom(keep uint64) uint64 {
 	var to uint64
 	for _, m := range z.marks {
