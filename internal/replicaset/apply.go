@@ -135,6 +135,13 @@ func refusal(code rspb.Refusal_Code, op int, format string, args ...any) *rspb.B
 	return &rspb.BatchResult{Refusal: &rspb.Refusal{Code: code, Op: uint32(op), Message: fmt.Sprintf(format, args...)}}
 }
 
+// sendingRefusal refuses a write to bucket b, which this replicaset is
+// sending (st): apply's answer, and the leader's before it proposes
+// (Storage.refuseFrozen).
+func sendingRefusal(b uint32, st *rspb.BucketState) *rspb.BatchResult {
+	return refusal(rspb.Refusal_CODE_BUCKET_MOVING, 0, "bucket %d is being sent to %s; writes go there", b, st.GetPeer())
+}
+
 // A stored tuple is its version (8 bytes, big-endian) and its encoding.
 func encodeStored(version uint64, t []byte) []byte {
 	out := make([]byte, 8, 8+len(t))
@@ -293,7 +300,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 			}
 		}
 	case rspb.BucketState_STATE_SENDING:
-		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_BUCKET_MOVING, 0, "bucket %d is being sent to %s; writes go there", bucket, st.GetPeer())}
+		return &BatchOutcome{Result: sendingRefusal(bucket, st)}
 	default:
 		return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_WRONG_BUCKET, 0, "bucket %d is %s on this replicaset", bucket, bucketStateName(st))}
 	}

@@ -436,8 +436,7 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 	if st.GetState() != rspb.BucketState_STATE_SENDING || s.sm.reqs.has(batch.GetRequestId()) {
 		return nil
 	}
-	return Redirect(datav1.Redirect_REASON_BUCKET_MOVING, batch.GetBucket(), "", "",
-		fmt.Sprintf("bucket %d is being sent to %s; writes go there (replicaset %s)", batch.GetBucket(), st.GetPeer(), s.cfg.ReplicasetID))
+	return s.refused(batch.GetBucket(), sendingRefusal(batch.GetBucket(), st).GetRefusal())
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
@@ -450,17 +449,24 @@ func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutc
 		return nil, status.Errorf(codes.Internal, "replicaset: unexpected result %T of a batch", v)
 	}
 	if ref := out.Result.GetRefusal(); ref != nil {
-		switch ref.GetCode() {
-		case rspb.Refusal_CODE_WRONG_BUCKET:
-			return nil, Redirect(datav1.Redirect_REASON_WRONG_BUCKET, batch.GetBucket(), "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
-		case rspb.Refusal_CODE_BUCKET_MOVING:
-			return nil, Redirect(datav1.Redirect_REASON_BUCKET_MOVING, batch.GetBucket(), "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
-		case rspb.Refusal_CODE_NEEDS_PREV:
-			return nil, errNeedsPrev
-		}
-		return nil, refusalError(ref)
+		return nil, s.refused(batch.GetBucket(), ref)
 	}
 	return out, nil
+}
+
+// refused is the caller's error for a batch of bucket b that apply (or
+// the leader before proposing) refused with ref: a redirect for a bucket
+// not served here, errNeedsPrev, or the refusal itself.
+func (s *Storage) refused(b uint32, ref *rspb.Refusal) error {
+	switch ref.GetCode() {
+	case rspb.Refusal_CODE_WRONG_BUCKET:
+		return Redirect(datav1.Redirect_REASON_WRONG_BUCKET, b, "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
+	case rspb.Refusal_CODE_BUCKET_MOVING:
+		return Redirect(datav1.Redirect_REASON_BUCKET_MOVING, b, "", "", ref.GetMessage()+" (replicaset "+s.cfg.ReplicasetID+")")
+	case rspb.Refusal_CODE_NEEDS_PREV:
+		return errNeedsPrev
+	}
+	return refusalError(ref)
 }
 
 func newRequestID() []byte {
