@@ -259,10 +259,18 @@ func nearest(self Member, members []Member) (Member, bool) {
 // replicaset the sender routed it to (its view of group 0).
 const ReplicasetHeader = "x-shardkit-replicaset"
 
-// forwardedCtx marks a call forwarded to a member of replicaset rsID.
-func forwardedCtx(ctx context.Context, rsID string) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1", ReplicasetHeader, rsID)
+// forwardedCtx marks a call forwarded; a write also names the replicaset
+// rsID it was sent to (route: the receiver's storage decides it).
+func forwardedCtx(ctx context.Context, what, rsID string) context.Context {
+	if what == writeCall {
+		return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1", ReplicasetHeader, rsID)
+	}
+	return metadata.AppendToOutgoingContext(ctx, forward.MarkerHeader, "1")
 }
+
+// writeCall is route's what for a write: the one kind of call a router
+// hands to the replicaset its sender named (route).
+const writeCall = "write"
 
 // forwardedTo is the replicaset a forwarded call was routed to ("" when
 // the sender did not say: an instance built before 2026-11-26).
@@ -282,8 +290,8 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 ) (Resp, error) {
 	var zero Resp
 	forwarded := forward.Forwarded(ctx)
-	if to := forwardedTo(ctx); forwarded && what == "write" && to != "" && to != rsID {
-		if l := r.local(); l != nil && l.ReplicasetID() == to {
+	if forwarded && what == writeCall {
+		if to, l := forwardedTo(ctx), r.local(); to != "" && to != rsID && l != nil && l.ReplicasetID() == to {
 			// The sender's view of group 0 places the bucket on this
 			// instance's replicaset and ours does not: one of the two is
 			// behind (a new instance's is, while it catches up with group 0,
@@ -325,7 +333,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			if derr != nil {
 				return zero, status.Errorf(codes.Unavailable, "cannot reach %s of replicaset %s: %v", t.addr, rsID, derr)
 			}
-			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx, rsID), req)
+			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx, what, rsID), req)
 		}
 		if err == nil {
 			if rw && t.addr != "" {
@@ -543,7 +551,7 @@ func (r *Router) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.W
 		req.SchemaVersion = r.cfg.Topology.SchemaVersion()
 	}
 	req.Bucket = b
-	return route(ctx, r, "write", r.cfg.Topology.ReplicasetOf(b), b, true, req, Local.Write, datav1.DataServiceClient.Write)
+	return route(ctx, r, writeCall, r.cfg.Topology.ReplicasetOf(b), b, true, req, Local.Write, datav1.DataServiceClient.Write)
 }
 
 // Get implements DataService.
