@@ -80,6 +80,7 @@
 #               start), the latency of a given load rather than of a saturated
 #               cluster; default: a closed loop of CLIENTS calls
 #   MOVE_TIMEOUT  seconds from the scale out until balanced, else it fails [1200]
+#   READY_TIMEOUT seconds for started instances to become Online, else it fails [120]
 #   LOG_LEVEL   the instances' --log-level [debug]; the per-bucket figures need debug
 #   RESULTS     results file (JSON lines) [/var/tmp/bench-moves-<UTC time>.jsonl]
 #   WORKDIR_PARENT  where the temporary data dirs go; local disk [/var/tmp]
@@ -828,14 +829,14 @@ drain_report() {
   # The instances' CPU from the weight change to drained (up to a second
   # after the last move: the polls'), the load's writes included: with a
   # light load (RATE=50) it is what the moves cost.
-  read -r D_CPU D_CPU_TUPLE < <(awk -v a="$D_TICKS0" -v b="$D_TICKS1" -v n="$D_TUPLES" -v hz="$(getconf CLK_TCK)" \
-    'BEGIN { s = (b - a) / hz; printf "%.2f %s\n", s, (n > 0 ? sprintf("%.1f", s * 1e6 / n) : "null") }')
+  D_CPU=$(awk -v a="$D_TICKS0" -v b="$D_TICKS1" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", (b - a) / hz }')
+  D_CPU_TUPLE=$(cpu_per_op "$D_TICKS0" "$D_TICKS1" "$D_TUPLES")
   D_JSON=$(printf '"drain_buckets_moved":%s,"drain_moves_aborted":%s,"drain_tuples_moved":%s,"drain_rows_left":%s,"drain_move_s":%s,"drain_s":%s,"drain_tuples_per_s":%s,' \
     "$N_MOVED" "$N_ABORTED" "$D_TUPLES" "$D_LEFT" "$MOVE_S" "$D_SECS" "$D_RATE")
   D_JSON+=$(printf '"drain_p99_ms_median":%s,"drain_p99_ms_max":%s,"drain_p99_ratio_balanced":%s,"drain_p99_ratio_balanced_max":%s,"drain_max_ms":%s,"drain_errors":%s,"drain_ops":%s,"drain_ops_per_s_median":%s,' \
     "$D_P99" "$D_P99_MAX" "$D_RATIO" "$D_RATIO_MAX" "$D_MAX" "$ERRS" "$OPS" "$D_OPS_MED")
   D_JSON+=$(printf '"drain_move_step_mean_ms":%s,"drain_refused_windows":%s,"drain_refused_p99_s":%s,"drain_refused_max_s":%s,' "$PHASES" "$N_WINDOWS" "$WIN_P99" "$WIN_MAX")
-  D_JSON+=$(printf '"drain_server_cpu_s":%s,"drain_server_cpu_us_per_tuple":%s,' "$D_CPU" "$D_CPU_TUPLE")
+  D_JSON+=$(printf '"drain_server_cpu_s":%s,"drain_server_cpu_us_per_tuple":%s,' "$D_CPU" "${D_CPU_TUPLE/#n\/a/null}")
   printf '%s\n%s\n' "$D_JSON" "$RUN_LOADS"
   {
     echo

@@ -594,12 +594,9 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 			// Due at t0: past the deadline it is not made; late (the
 			// call before ran long), it starts at once and counts its
 			// wait.
-			if t0 = pace.due(); !deadline.IsZero() && !t0.Before(deadline) {
+			if t0 = pace.due(); (!deadline.IsZero() && !t0.Before(deadline)) || sleep(ctx, time.Until(t0)) != nil {
 				break
 			}
-		}
-		if pace != nil && sleep(ctx, time.Until(t0)) != nil {
-			break
 		}
 		var k uint64
 		if cfg.Count > 0 || cfg.Workload == Insert {
