@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 
@@ -121,6 +122,21 @@ func (s *State) SortedReplicasets() []*metapb.Replicaset {
 	return out
 }
 
+// inService names the replicasets in service, for a refusal that names
+// one that is not: "replicasets in service: r1, r2" (or "none").
+func (s *State) inService() string {
+	var ids []string
+	for _, rs := range s.SortedReplicasets() {
+		if !rs.GetExpelled() {
+			ids = append(ids, rs.GetReplicasetId())
+		}
+	}
+	if len(ids) == 0 {
+		return "replicasets in service: none"
+	}
+	return "replicasets in service: " + strings.Join(ids, ", ")
+}
+
 // Members returns the non-expelled instances of a replicaset, by raft id.
 func (s *State) Members(replicasetID string) []*metapb.Instance {
 	var out []*metapb.Instance
@@ -182,8 +198,8 @@ func (s *State) BucketsLostByExpel(inst *metapb.Instance) (int, string) {
 }
 
 // CheckExpelKeepsBuckets refuses the expel of the last instance of a
-// replicaset that holds buckets: their data is only there. (Until the data
-// layer moves buckets, no replicaset can take them over first.)
+// replicaset that holds buckets: their data is only there, until a drain
+// (weight 0) moves them elsewhere.
 func (s *State) CheckExpelKeepsBuckets(inst *metapb.Instance) *Refusal {
 	n, rs := s.BucketsLostByExpel(inst)
 	if n == 0 {
@@ -191,9 +207,10 @@ func (s *State) CheckExpelKeepsBuckets(inst *metapb.Instance) *Refusal {
 	}
 	return refuse(CodeFailedPrecondition,
 		"cannot expel %q: it is the last instance of replicaset %s, which holds %d buckets, and their data would be lost; "+
-			"add an instance to %s (shardkit run --replicaset-id %s ...) and expel %q once the new one is Online, "+
+			"drain %s first (shardkit replicaset weight %s 0, then shardkit rebalance status --watch until it holds none), "+
+			"or add an instance to %s (shardkit run --replicaset-id %s ...) and expel %q once the new one is Online, "+
 			"or rerun with --lose-buckets to give up the data of those %d buckets",
-		inst.GetInstanceId(), rs, n, rs, rs, inst.GetInstanceId(), n)
+		inst.GetInstanceId(), rs, n, rs, rs, rs, rs, inst.GetInstanceId(), n)
 }
 
 // CountNotExpelled counts the instances neither expelled nor being expelled.
