@@ -28,11 +28,16 @@ type copyPace struct {
 }
 
 // copyBurst is how many bytes the pace lets through at once: an eighth of
-// a second's worth, and at least a whole chunk (MaxChunkBytes), so that a
-// chunk waits once rather than in pieces.
+// a second's worth, and at least minCopyBurst. A chunk larger than that
+// waits in pieces; a whole chunk (MaxChunkBytes) as the least would let
+// a small copy (a demo's, a test's) through at once at any rate.
 func copyBurst(bytesPerS uint64) int {
-	return int(max(bytesPerS/8, MaxChunkBytes))
+	return int(max(bytesPerS/8, minCopyBurst))
 }
+
+// minCopyBurst is the least burst of a copy rate (16 KiB: a rate of
+// 16KiB/s lets 16 KiB through at once, then 16 KiB a second).
+const minCopyBurst = 16 << 10
 
 // limiter returns the limiter for the rate now, nil when there is no limit.
 func (p *copyPace) limiter() *rate.Limiter {

@@ -25,21 +25,22 @@ func TestCopyPaceTakesTheBytesCopied(t *testing.T) {
 	var r atomic.Uint64
 	r.Store(1) // a byte a second: nothing refills during the test
 	p := &copyPace{rate: r.Load}
-	if err := p.wait(t.Context(), 300<<10); err != nil {
+	if err := p.wait(t.Context(), 10<<10); err != nil {
 		t.Fatal(err)
 	}
 	lim := p.limiter()
-	if lim.Burst() != MaxChunkBytes {
-		t.Fatalf("burst %d, want a whole chunk (%d)", lim.Burst(), MaxChunkBytes)
+	if lim.Burst() != minCopyBurst {
+		t.Fatalf("burst %d, want the least burst (%d)", lim.Burst(), minCopyBurst)
 	}
 	// The burst less what was taken, plus at most a byte a second since.
-	if left := lim.Tokens(); left < MaxChunkBytes-300<<10 || left > MaxChunkBytes-300<<10+60 {
-		t.Fatalf("%.0f bytes left after copying 300KiB of a %d burst", left, MaxChunkBytes)
+	if left := lim.Tokens(); left < minCopyBurst-10<<10 || left > minCopyBurst-10<<10+60 {
+		t.Fatalf("%.0f bytes left after copying 10KiB of a %d burst", left, minCopyBurst)
 	}
-	// More than is left, at a byte a second, cannot be had before a deadline.
+	// More than is left, at a byte a second, cannot be had before a
+	// deadline: not even a chunk of a small copy gets through at once.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	err := p.wait(ctx, MaxChunkBytes)
+	err := p.wait(ctx, 100<<10)
 	if err == nil || !strings.Contains(err.Error(), "copy rate (1 bytes/s)") {
 		t.Fatalf("a wait past the deadline: %v, want an error naming the copy rate", err)
 	}
