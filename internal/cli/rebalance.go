@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -38,7 +37,9 @@ func newRebalanceStatusCmd() *cobra.Command {
 its weight asks for (the target), its disbalance in percent, and the moves in
 progress. The rebalancer acts when the largest disbalance exceeds its
 threshold (default 1%) and then moves buckets until every replicaset has its
-target. --watch redraws it every second until the buckets are balanced.
+target. --watch redraws it every second until the buckets are balanced,
+or until nothing moves them without an operator (the rebalancer off, or
+the disbalance within its threshold; the last line says which).
 
 The answer comes from the asked instance's view of group 0, confirmed with
 group 0's leader first. When no instance given by --peer can confirm its
@@ -47,7 +48,7 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if format != "table" && format != "json" {
-				return fmt.Errorf("invalid --format %q: want table or json", format)
+				return usagef("invalid --format %q: want table or json", format)
 			}
 			cl, err := f.client(cmd.Context())
 			if err != nil {
@@ -68,7 +69,11 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 				} else if err := writeBalance(cmd.OutOrStdout(), st); err != nil {
 					return err
 				}
-				if !watch || (!st.GetStale() && len(st.GetMoves()) == 0 && st.GetBucketsToMove() == 0) {
+				settled, why := settledBalance(st)
+				if !watch || settled {
+					if watch && why != "" {
+						fmt.Fprintln(cmd.OutOrStdout(), why)
+					}
 					if st.GetStale() {
 						return &ExitError{Code: exitNoQuorum, Err: fmt.Errorf("rebalance status: not confirmed with group 0's leader (%s); shown is the last known view, which may be behind", st.GetStaleReason())}
 					}
@@ -89,6 +94,27 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 	return cmd
 }
 
+// settledBalance reports whether nothing will move without an operator:
+// no move in progress and either nothing to move, the rebalancer off, or
+// the disbalance within its threshold (the rebalancer leaves that alone);
+// why says which of the last two, for --watch to end on.
+func settledBalance(st *datav1.RebalanceStatusResponse) (settled bool, why string) {
+	if st.GetStale() || len(st.GetMoves()) > 0 {
+		return false, ""
+	}
+	s := st.GetSettings()
+	switch {
+	case st.GetBucketsToMove() == 0:
+		return true, ""
+	case s.GetDisabled():
+		return true, fmt.Sprintf("the rebalancer is off: nothing moves the %d buckets by itself (shardkit rebalance config --enable)", st.GetBucketsToMove())
+	case st.GetMaxDisbalancePercent() <= s.GetThresholdPercent():
+		return true, fmt.Sprintf("the max disbalance, %s, is within the rebalancer's threshold, %s: it leaves the %d buckets where they are",
+			percent(st.GetMaxDisbalancePercent()), percent(s.GetThresholdPercent()), st.GetBucketsToMove())
+	}
+	return false, ""
+}
+
 func percent(p float64) string {
 	if p >= math.MaxFloat64/2 || math.IsInf(p, 1) {
 		return "inf"
@@ -105,7 +131,9 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		case r.GetLocked():
 			note = "locked"
 		case !r.GetAvailable():
-			note = "no member in service"
+			note = "no quorum: fewer than a majority of its members in service"
+		case r.GetWeight() == 0 && r.GetBuckets() == 0:
+			note = "drained"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", r.GetReplicasetId(), r.GetWeight(), r.GetBuckets(), r.GetTarget(),
 			percent(r.GetDisbalancePercent()), r.GetSending(), r.GetReceiving(), r.GetPinned(), note)
@@ -147,7 +175,8 @@ func newRebalanceConfigCmd() *cobra.Command {
 
 --max-sending and --max-receiving bound the buckets one replicaset sends
 and receives at once (each replicaset enforces them on its own moves,
-manual ones too). --copy-rate bounds the bytes of tuples (key and tuple)
+manual ones too; not on "reshard start", which switches its whole plan at
+once, as the seed's procedure does). --copy-rate bounds the bytes of tuples (key and tuple)
 one replicaset copies in per second while it receives buckets, e.g. 4MiB;
 0 removes the limit (the default). A bucket's copy runs after its switch,
 so the rate never lengthens the time writes to a bucket are refused; it
@@ -156,13 +185,25 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if enable && disable {
-				return errors.New("give --enable or --disable, not both")
+				return usagef("give --enable or --disable, not both")
+			}
+			fl := cmd.Flags()
+			// Group 0 keeps 0 for "the default" (1%, 100, 100): an explicit
+			// 0 would be echoed back and then not be what is in force.
+			if fl.Changed("threshold") && !(threshold >= 0.01 && threshold <= 100) {
+				return usagef("invalid --threshold %v: want a percentage from 0.01 to 100 (the default is %v)", threshold, mover.DefaultThresholdPercent)
+			}
+			if fl.Changed("max-sending") && maxSend == 0 {
+				return usagef("invalid --max-sending 0: want at least 1 (the default is %d; --disable stops the rebalancer)", mover.DefaultMaxSending)
+			}
+			if fl.Changed("max-receiving") && maxRecv == 0 {
+				return usagef("invalid --max-receiving 0: want at least 1 (the default is %d; --disable stops the rebalancer)", mover.DefaultMaxReceiving)
 			}
 			var rateBytes int64
 			if cmd.Flags().Changed("copy-rate") {
 				var err error
 				if rateBytes, err = parseSize(rateFlag); err != nil {
-					return fmt.Errorf("--copy-rate: %w", err)
+					return usagef("--copy-rate: %w", err)
 				}
 			}
 			cl, err := f.client(cmd.Context())
@@ -182,7 +223,6 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 				return &ExitError{Code: exitNoQuorum, Err: fmt.Errorf("rebalance config: could not read the current settings: %s; nothing was changed; try again, or another --peer", st.GetStaleReason())}
 			}
 			s := st.GetSettings()
-			fl := cmd.Flags()
 			if enable || disable {
 				s.Disabled = disable
 			}
@@ -249,13 +289,13 @@ func newReplicasetCmd() *cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error {
 				w, err := strconv.ParseUint(args[1], 10, 32)
 				if err != nil {
-					return fmt.Errorf("invalid weight %q: want a whole number from 0", args[1])
+					return usagef("invalid weight %q: want a whole number from 0 to %d", args[1], uint32(math.MaxUint32))
 				}
 				return f.do(cmd, "replicaset weight", func(ctx context.Context, cl *client.Client) error {
 					if err := cl.Sharding().SetWeight(ctx, args[0], uint32(w)); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "replicaset %s: weight %d (`shardkit rebalance status --watch` shows the buckets moving)\n", args[0], w)
+					fmt.Fprintf(cmd.OutOrStdout(), "replicaset %s: weight %d (`shardkit rebalance status --watch` shows the buckets moving while the rebalancer is on)\n", args[0], w)
 					return nil
 				})
 			},
@@ -305,7 +345,7 @@ func (f *clusterFlags) do(cmd *cobra.Command, what string, fn func(context.Conte
 func parseBucket(s string) (uint32, error) {
 	b, err := strconv.ParseUint(s, 10, 32)
 	if err != nil || b == 0 {
-		return 0, fmt.Errorf("invalid bucket %q: want a number from 1", s)
+		return 0, usagef("invalid bucket %q: want a whole number from 1 to the cluster's bucket count (`shardkit rebalance status` shows it)", s)
 	}
 	return uint32(b), nil
 }
@@ -326,7 +366,7 @@ func newBucketCmd() *cobra.Command {
 					return err
 				}
 				if to == "" {
-					return errors.New("--to is required: the replicaset to move the bucket to")
+					return usagef("--to is required: the replicaset to move the bucket to")
 				}
 				var mv *datav1.MoveInfo
 				if err := f.do(cmd, "bucket move", func(ctx context.Context, cl *client.Client) error {
@@ -406,6 +446,32 @@ func (f *clusterFlags) waitMove(cmd *cobra.Command, b uint32) error {
 	})
 }
 
+// reshardTick is how often a reshard step still running says so.
+const reshardTick = 5 * time.Second
+
+// progressTicker writes "<what>: still running after 5s" to w every tick
+// until stop is called, so that a step of minutes (a copy paced by
+// --copy-rate) shows it is alive; stop waits for the ticker to end.
+func progressTicker(w io.Writer, what string, tick time.Duration) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(ended)
+		t := time.NewTicker(tick)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(w, "%s: still running after %v\n", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}()
+	return func() { close(done); <-ended }
+}
+
 func newReshardCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reshard plan|start|copy|finish|cleanup",
@@ -414,33 +480,43 @@ func newReshardCmd() *cobra.Command {
 control instead of the rebalancer:
 
   plan     the buckets the weights ask to move (changes nothing)
-  start    stop the rebalancer; switch those buckets to their new replicasets
-           (curr = new, prev = old): routers follow at once, reads fall back
-           to prev, writes have the resharding semantics
+  start    turn the rebalancer off; switch those buckets to their new
+           replicasets, all at once (the send and receive quotas do not
+           apply; curr = new, prev = old): routers follow at once, reads
+           fall back to prev, writes have the resharding semantics
   copy     copy the switched buckets' tuples from prev to curr, never
            overwriting; prints (space, count) copied
   finish   drop prev: the copied buckets are active on curr alone
   cleanup  delete the moved buckets' tuples on prev; prints (space, count)
-           deleted; the rebalancer is on again`,
+           deleted; the rebalancer is on again if start turned it off
+
+Turn the rebalancer off first (shardkit rebalance config --disable), or it
+may move the planned buckets itself between plan and start. Each step
+refuses, saying why, when no reshard is under way or an earlier step is
+not done.`,
 	}
 	for _, s := range []struct {
-		name string
-		step datav1.ReshardStep
-	}{{"plan", datav1.ReshardStep_RESHARD_STEP_PLAN}, {"start", datav1.ReshardStep_RESHARD_STEP_START},
-		{"copy", datav1.ReshardStep_RESHARD_STEP_COPY}, {"finish", datav1.ReshardStep_RESHARD_STEP_FINISH},
-		{"cleanup", datav1.ReshardStep_RESHARD_STEP_CLEANUP}} {
+		name, short string
+		step        datav1.ReshardStep
+	}{{"plan", "Show the buckets the weights ask to move (changes nothing)", datav1.ReshardStep_RESHARD_STEP_PLAN},
+		{"start", "Switch the planned buckets to their new replicasets (curr = new, prev = old)", datav1.ReshardStep_RESHARD_STEP_START},
+		{"copy", "Copy the switched buckets' tuples from prev to curr; prints (space, count)", datav1.ReshardStep_RESHARD_STEP_COPY},
+		{"finish", "Drop prev: the copied buckets are active on curr alone", datav1.ReshardStep_RESHARD_STEP_FINISH},
+		{"cleanup", "Delete the moved buckets' tuples on prev; prints (space, count)", datav1.ReshardStep_RESHARD_STEP_CLEANUP}} {
 		var f clusterFlags
 		var format string
 		c := &cobra.Command{
 			Use:   s.name,
-			Short: "reshard " + s.name,
+			Short: s.short,
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
 				if format != "text" && format != "json" {
-					return fmt.Errorf("invalid --format %q: want text or json", format)
+					return usagef("invalid --format %q: want text or json", format)
 				}
 				return f.do(cmd, "reshard "+s.name, func(ctx context.Context, cl *client.Client) error {
+					stop := progressTicker(cmd.ErrOrStderr(), "reshard "+s.name, reshardTick)
 					resp, err := cl.Sharding().Reshard(ctx, s.step)
+					stop()
 					if err != nil {
 						return err
 					}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -101,5 +102,95 @@ func TestRebalanceStatusNotConfirmed(t *testing.T) {
 	defer cfg.mu.Unlock()
 	if code != exitNoQuorum || cfg.sets != 0 || !strings.Contains(errOut, "could not read the current settings: no leader of group 0") {
 		t.Errorf("config on a stale view: exit %d, %d sets, stderr %q", code, cfg.sets, errOut)
+	}
+}
+
+// --watch ends when nothing moves the buckets left without an operator
+// (the rebalancer off, or the disbalance within its threshold), saying
+// which, instead of redrawing forever.
+func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
+	t.Parallel()
+	withinThreshold := balance(false)
+	withinThreshold.BucketsToMove, withinThreshold.MaxDisbalancePercent = 1, 0.07
+	off := balance(false)
+	off.BucketsToMove, off.MaxDisbalancePercent, off.Settings.Disabled = 1500, math.MaxFloat64, true
+	moving := balance(false)
+	moving.BucketsToMove, moving.MaxDisbalancePercent = 1, 0.07
+	moving.Moves = []*datav1.MoveInfo{{Bucket: 17, From: "r2", To: "r1", Phase: "copy"}}
+	for _, c := range []struct {
+		name  string
+		seq   []*datav1.RebalanceStatusResponse
+		shows int // times the table is drawn
+		last  string
+	}{
+		{"within the threshold", []*datav1.RebalanceStatusResponse{withinThreshold}, 1,
+			"the max disbalance, 0.07%, is within the rebalancer's threshold, 1.00%: it leaves the 1 buckets where they are"},
+		{"the rebalancer off", []*datav1.RebalanceStatusResponse{off}, 1,
+			"the rebalancer is off: nothing moves the 1500 buckets by itself (shardkit rebalance config --enable)"},
+		{"a move in progress, then within the threshold", []*datav1.RebalanceStatusResponse{moving, withinThreshold}, 2, "within the rebalancer's threshold"},
+		{"balanced", []*datav1.RebalanceStatusResponse{balance(false)}, 1, ""},
+	} {
+		f := &fakeSharding{resp: c.seq[0], next: c.seq[1:]}
+		code, out, errOut := runMain(t, "rebalance", "status", "--peer", f.serve(t), "--watch")
+		if code != 0 || strings.Count(out, "moves in progress") != c.shows {
+			t.Errorf("%s: exit %d, want the table %d times:\n%s%s", c.name, code, c.shows, out, errOut)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if c.last != "" && !strings.Contains(lines[len(lines)-1], c.last) {
+			t.Errorf("%s: the last line %q does not say %q", c.name, lines[len(lines)-1], c.last)
+		}
+		if c.last == "" && !strings.HasPrefix(lines[len(lines)-1], "moves in progress") {
+			t.Errorf("%s: a balanced cluster's watch ends on %q", c.name, lines[len(lines)-1])
+		}
+	}
+}
+
+// Settings that group 0 would read as "the default" are refused before
+// anything is asked, with exit 2 and what to give instead.
+func TestRebalanceConfigRefusesZeroes(t *testing.T) {
+	t.Parallel()
+	f := &fakeSharding{resp: balance(false)}
+	addr := f.serve(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--max-sending", "0"}, "invalid --max-sending 0: want at least 1 (the default is 100"},
+		{[]string{"--max-receiving", "0"}, "invalid --max-receiving 0: want at least 1"},
+		{[]string{"--threshold", "0"}, "invalid --threshold 0: want a percentage from 0.01 to 100 (the default is 1)"},
+		{[]string{"--threshold", "101"}, "invalid --threshold 101"},
+		{[]string{"--max-sending", "x"}, `invalid argument "x" for "--max-sending"`},
+	} {
+		code, _, errOut := runMain(t, append([]string{"rebalance", "config", "--peer", addr}, c.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, c.want) {
+			t.Errorf("config %v: exit %d, stderr %q; want %d and %q", c.args, code, errOut, exitUsage, c.want)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sets != 0 {
+		t.Errorf("%d settings were sent", f.sets)
+	}
+}
+
+// A wrong command line exits 2 in the cluster commands too, as in the
+// data commands (docs/data.md, "Exit codes").
+func TestAWrongCommandLineExitsTwo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"bucket", "move"},
+		{"bucket", "move", "abc", "--to", "r1"},
+		{"bucket", "move", "0", "--to", "r1"},
+		{"replicaset", "weight", "r1"},
+		{"replicaset", "weight", "r1", "x"},
+		{"replicaset", "weight", "r1", "4294967296"},
+		{"rebalance", "status", "--no-such-flag"},
+		{"reshard", "plan", "extra"},
+		{"status", "--no-such-flag"},
+	} {
+		code, _, errOut := runMain(t, args...)
+		if code != exitUsage {
+			t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, errOut)
+		}
 	}
 }

@@ -74,5 +74,28 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newNumeratorCmd(), newBenchCmd(),
 	)
 	root.AddCommand(newDataCmds()...)
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes a wrong command line exit with exitUsage (2) in every
+// command, as docs/data.md's table of exit codes says: an unknown flag or
+// a flag's value that does not parse, and a wrong number of arguments.
+func usageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				var exit *ExitError
+				if errors.As(err, &exit) {
+					return err
+				}
+				return usageError(err)
+			}
+			return nil
+		}
+	}
+	for _, c := range cmd.Commands() {
+		usageErrors(c)
+	}
 }

@@ -212,9 +212,9 @@ func newSpaceCountCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "count [flags] NAME",
 		Short: "Print the number of tuples of a space in the cluster",
-		Long: `Print the number of tuples of a space in the cluster (the built-in count
-procedure on every replicaset's leader, each bucket counted once). The last
-line printed is the number.`,
+		Long: `Print the number of tuples of a space in the cluster (the built-in
+count_buckets procedure on every replicaset's leader, each bucket counted
+once, also while buckets move). The last line printed is the number.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cl, ctx, done, err := o.dataClient(cmd.Context())
 			if err != nil {

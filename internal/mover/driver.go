@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -364,7 +365,7 @@ func (m *Mover) setBuckets(ctx context.Context, rsID string, mvs []*metapb.Move,
 		}
 	}
 	if len(why) > 0 {
-		return done, &refusedError{err: fmt.Errorf("replicaset %s refused %d of %d bucket steps to %s: %s", rsID, len(why), len(mvs), state, summarize(why))}
+		return done, &refusedError{err: fmt.Errorf("replicaset %s refused %d of %d bucket steps to %s: %s", rsID, len(why), len(mvs), strings.TrimPrefix(state.String(), "STATE_"), summarize(why))}
 	}
 	return done, nil
 }
@@ -372,7 +373,7 @@ func (m *Mover) setBuckets(ctx context.Context, rsID string, mvs []*metapb.Move,
 // summarize joins reasons for a log line, the first few of them.
 func summarize(why []string) string {
 	const shown = 3
-	s := fmt.Sprint(why[:min(len(why), shown)])
+	s := strings.Join(why[:min(len(why), shown)], "; ")
 	if len(why) > shown {
 		s += fmt.Sprintf(" and %d more", len(why)-shown)
 	}

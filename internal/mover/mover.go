@@ -213,8 +213,8 @@ func MakePlan(st *meta.State) Plan {
 			}
 		}
 		if rs := st.Replicasets[g.ID]; rs.GetLocked() || !available(st, g.ID) {
-			// A locked replicaset neither sends nor receives; one with no
-			// member in service (its instances stopped or stopping) keeps
+			// A locked replicaset neither sends nor receives; one without
+			// a majority of its members in service (stopped or stopping) keeps
 			// what it has until one is back. Its target is what it holds
 			// (no share of its own, all of it pinned), also when that is
 			// below its weight's share: the others share the rest.
@@ -231,15 +231,18 @@ func MakePlan(st *meta.State) Plan {
 	return p
 }
 
-// available reports whether a replicaset has a member that is Online and
-// meant to stay so.
+// available reports whether a majority of a replicaset's members are
+// Online and meant to stay so: fewer cannot commit its moves' steps, so a
+// move to or from it would only wait and abort.
 func available(st *meta.State, rsID string) bool {
-	for _, m := range st.Members(rsID) {
+	members := st.Members(rsID)
+	online := 0
+	for _, m := range members {
 		if m.GetCurrentGrade().GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online {
-			return true
+			online++
 		}
 	}
-	return false
+	return online > 0 && online > len(members)/2
 }
 
 // rebalance starts moves when the largest disbalance exceeds the

@@ -138,6 +138,18 @@ func (s *Service) SetLocked(ctx context.Context, req *datav1.SetLockedRequest) (
 
 // MoveBucket implements ShardingService.
 func (s *Service) MoveBucket(ctx context.Context, req *datav1.MoveBucketRequest) (*datav1.MoveBucketResponse, error) {
+	// A replicaset without a quorum cannot take its steps: the move would
+	// wait for the switch timeout and abort. (Group 0 checks the rest.)
+	st := s.m.cfg.Zero.State()
+	if b := req.GetBucket(); b >= 1 && int(b) <= len(st.Buckets) {
+		for _, id := range []string{st.Buckets[b-1], req.GetTo()} {
+			if rs := st.Replicasets[id]; rs != nil && !rs.GetExpelled() && !available(st, id) {
+				return nil, status.Errorf(codes.FailedPrecondition,
+					"replicaset %s has no quorum (fewer than a majority of its members are Online): a move of bucket %d would abort; start its instances again first",
+					id, b)
+			}
+		}
+	}
 	res, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{
 		Bucket: req.GetBucket(), To: req.GetTo(), Reason: "manual"}}})
 	if err != nil {
@@ -220,9 +232,24 @@ func (s *Service) reshardPlan() (*datav1.ReshardResponse, error) {
 		mv.StartedUnixMs = now.UnixMilli()
 		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
-	resp.Summary = fmt.Sprintf("%d buckets would move (max disbalance %.2f%%)", len(resp.Moves), p.MaxDisbalance)
+	resp.Summary = fmt.Sprintf("%d buckets would move (max disbalance %s)", len(resp.Moves), percentString(p.MaxDisbalance))
+	if _, _, _, disabled := Settings(st.Props.GetRebalancer()); !disabled && len(resp.Moves) > 0 {
+		resp.Summary += "; the rebalancer is on and may move them itself before `reshard start` (shardkit rebalance config --disable keeps them for the reshard)"
+	}
 	return resp, nil
 }
+
+// percentString shows a disbalance as `rebalance status` does.
+func percentString(p float64) string {
+	if math.IsInf(p, 1) || p >= math.MaxFloat64/2 {
+		return "inf"
+	}
+	return fmt.Sprintf("%.2f%%", p)
+}
+
+// errNoReshard refuses a step of the procedure when none is under way.
+var errNoReshard = status.Error(codes.FailedPrecondition,
+	"no reshard is under way: `reshard plan` shows what one would move, `reshard start` switches those buckets")
 
 func (s *Service) operatorMoves(phase metapb.Move_Phase) []*metapb.Move {
 	var out []*metapb.Move
@@ -239,14 +266,21 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)) + len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); n > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%d buckets switched); copy, finish and clean it up first", n)
 	}
-	// The rebalancer stays out of the way until the cleanup.
-	r := &metapb.Rebalancer{}
-	if cur := st.Props.GetRebalancer(); cur != nil {
-		r = proto.CloneOf(cur) // every other setting stays
+	if p := MakePlan(st); len(planned(st, p)) == 0 {
+		return &datav1.ReshardResponse{Summary: fmt.Sprintf(
+			"nothing to move: every replicaset holds its target (max disbalance %s); the rebalancer's settings are unchanged", percentString(p.MaxDisbalance))}, nil
 	}
-	r.Disabled = true
-	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
-		return nil, err
+	// The rebalancer stays out of the way until the cleanup, which turns
+	// it on again only if this step turned it off.
+	if cur := st.Props.GetRebalancer(); !cur.GetDisabled() {
+		r := &metapb.Rebalancer{}
+		if cur != nil {
+			r = proto.CloneOf(cur) // every other setting stays
+		}
+		r.Disabled, r.PausedByReshard = true, true
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
+			return nil, err
+		}
 	}
 	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
 	steps := make([]*metapb.Command, len(plan))
@@ -328,7 +362,23 @@ func byRoute(mvs []*metapb.Move) [][]*metapb.Move {
 	return out
 }
 
+// checkUnderWay refuses a step of the procedure when no reshard is under
+// way, or when its buckets are past the step (all finished: only the
+// cleanup is left).
+func (s *Service) checkUnderWay(step string) error {
+	switch copying, finished := len(s.operatorMoves(metapb.Move_PHASE_COPY)), len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); {
+	case copying > 0:
+		return nil
+	case finished > 0:
+		return status.Errorf(codes.FailedPrecondition, "nothing to %s: the reshard's %d buckets are copied and finished; next: reshard cleanup", step, finished)
+	}
+	return errNoReshard
+}
+
 func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, error) {
+	if err := s.checkUnderWay("copy"); err != nil {
+		return nil, err
+	}
 	bySpace := map[uint32]uint64{}
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
@@ -347,6 +397,9 @@ func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, err
 }
 
 func (s *Service) reshardFinish(ctx context.Context) (*datav1.ReshardResponse, error) {
+	if err := s.checkUnderWay("finish"); err != nil {
+		return nil, err
+	}
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
 	for _, mvs := range byRoute(s.operatorMoves(metapb.Move_PHASE_COPY)) {
@@ -371,6 +424,14 @@ func (s *Service) reshardFinish(ctx context.Context) (*datav1.ReshardResponse, e
 }
 
 func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, error) {
+	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)); n > 0 {
+		return nil, status.Errorf(codes.FailedPrecondition,
+			"%d buckets of the reshard are not finished (prev still in use): run `reshard copy` and `reshard finish` first", n)
+	}
+	paused := s.m.cfg.Zero.State().Props.GetRebalancer().GetPausedByReshard()
+	if len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)) == 0 && !paused {
+		return nil, errNoReshard
+	}
 	bySpace := map[uint32]uint64{}
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
@@ -388,14 +449,18 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 			return nil, fmt.Errorf("clean up: %w", err)
 		}
 	}
-	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetDisabled() && len(s.operatorMoves(metapb.Move_PHASE_COPY)) == 0 {
+	after := "the rebalancer stays off, as it was before `reshard start` (shardkit rebalance config --enable)"
+	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetPausedByReshard() {
+		// Only what `reshard start` turned off: an operator's settings
+		// since (which clear the mark) stand.
 		on := proto.CloneOf(st.Props.GetRebalancer()) // every other setting stays
-		on.Disabled = false
+		on.Disabled, on.PausedByReshard = false, false
 		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: on}}}); err != nil {
 			return nil, err
 		}
+		after = "the rebalancer is on again"
 	}
 	resp.Counts = s.spaceCounts(bySpace)
-	resp.Summary = fmt.Sprintf("%d buckets cleaned up on their old replicasets; the rebalancer is on again", len(resp.Moves))
+	resp.Summary = fmt.Sprintf("%d buckets cleaned up on their old replicasets; %s", len(resp.Moves), after)
 	return resp, nil
 }

@@ -202,6 +202,12 @@ func TestMoveBucketAndPinBucket(t *testing.T) {
 		_, err := move(tc.bucket, tc.to)
 		wantStatus(t, fmt.Sprintf("move bucket %d to %s", tc.bucket, tc.to), err, tc.code, tc.says)
 	}
+	// r2's one member stops: r2 has no quorum, and a move to it is
+	// refused before anything is recorded.
+	c.setGrade("i2", meta.Offline)
+	_, err = move(6, "r2")
+	wantStatus(t, "move bucket 6 to r2 without a quorum", err, codes.FailedPrecondition, "replicaset r2 has no quorum", "a move of bucket 6 would abort")
+	c.setGrade("i2", meta.Online)
 	if n := len(c.zero.State().Moves); n != 1 {
 		t.Errorf("%d moves recorded, want the one allowed", n)
 	}
@@ -226,17 +232,10 @@ func TestReshardSteps(t *testing.T) {
 		c.must(&metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: &metapb.Space{
 			Name: name, Format: []*metapb.Field{{Name: "id", Type: "unsigned"}}, PrimaryKey: []uint32{0}, ShardingKeyParts: 1}}}})
 	}
-	c.setRebalancer(&metapb.Rebalancer{Disabled: true, MaxSending: 7})
-	m := c.mover(0)
-	s := NewService(m, nil)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
-	done := make(chan struct{})
-	go func() { defer close(done); m.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	step := func(st datav1.ReshardStep) (*datav1.ReshardResponse, error) {
-		return s.Reshard(ctx, &datav1.ReshardRequest{Step: st})
-	}
+	// On, but the 100% disbalance is within its threshold: it moves
+	// nothing by itself, and start turns it off, cleanup on again.
+	c.setRebalancer(&metapb.Rebalancer{ThresholdCentiPercent: 10000, MaxSending: 7})
+	step := c.reshardService(t)
 	moved := span(1, 10)
 	buckets := func(r *datav1.ReshardResponse) []uint32 {
 		var out []uint32
@@ -265,8 +264,8 @@ func TestReshardSteps(t *testing.T) {
 		t.Fatalf("start: %v (%s)", start.GetMoves(), start.GetSummary())
 	}
 	st := c.zero.State()
-	if r := st.Props.GetRebalancer(); !r.GetDisabled() || r.GetMaxSending() != 7 {
-		t.Errorf("the rebalancer during the reshard: %v, want disabled, its quota kept", r)
+	if r := st.Props.GetRebalancer(); !r.GetDisabled() || !r.GetPausedByReshard() || r.GetMaxSending() != 7 {
+		t.Errorf("the rebalancer during the reshard: %v, want disabled by the reshard, its quota kept", r)
 	}
 	for _, b := range moved {
 		if st.Buckets[b-1] != "r2" || st.Moves[b].GetPhase() != metapb.Move_PHASE_COPY {
@@ -309,11 +308,90 @@ func TestReshardSteps(t *testing.T) {
 		t.Errorf("cleanup: %v, counts %v; want counts %v", got, cleaned.GetCounts(), wantSpaces)
 	}
 	c.checkMoved("r1", "r2", 2, moved...)
-	if r := c.zero.State().Props.GetRebalancer(); r.GetDisabled() || r.GetMaxSending() != 7 {
-		t.Errorf("the rebalancer after the cleanup: %v, want on, its quota kept", r)
+	if r := c.zero.State().Props.GetRebalancer(); r.GetDisabled() || r.GetPausedByReshard() || r.GetMaxSending() != 7 || r.GetThresholdCentiPercent() != 10000 {
+		t.Errorf("the rebalancer after the cleanup: %v, want on, its settings kept", r)
+	}
+	if !strings.Contains(cleaned.GetSummary(), "the rebalancer is on again") {
+		t.Errorf("cleanup's summary %q does not say the rebalancer is on again", cleaned.GetSummary())
 	}
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_UNSPECIFIED)
 	wantStatus(t, "an unknown step", err, codes.InvalidArgument, "unknown reshard step")
+}
+
+// reshardService runs the mover and returns a call of one reshard step.
+func (c *cluster) reshardService(t *testing.T) func(datav1.ReshardStep) (*datav1.ReshardResponse, error) {
+	t.Helper()
+	m := c.mover(0)
+	s := NewService(m, nil)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	done := make(chan struct{})
+	go func() { defer close(done); m.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return func(st datav1.ReshardStep) (*datav1.ReshardResponse, error) {
+		return s.Reshard(ctx, &datav1.ReshardRequest{Step: st})
+	}
+}
+
+// An operator's steps out of order, or with no reshard under way, are
+// refused and change nothing; a rebalancer that was off before start
+// stays off after cleanup.
+func TestReshardStepsOutOfOrder(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 0)
+	off := &metapb.Rebalancer{Disabled: true, MaxSending: 7}
+	c.setRebalancer(off)
+	step := c.reshardService(t)
+	rebalancerIs := func(what string, want *metapb.Rebalancer) {
+		t.Helper()
+		if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
+			t.Errorf("the rebalancer %s: %v, want %v", what, got, want)
+		}
+	}
+	const none = "no reshard is under way"
+	for _, st := range []datav1.ReshardStep{datav1.ReshardStep_RESHARD_STEP_COPY, datav1.ReshardStep_RESHARD_STEP_FINISH, datav1.ReshardStep_RESHARD_STEP_CLEANUP} {
+		_, err := step(st)
+		wantStatus(t, st.String()+" with no reshard", err, codes.FailedPrecondition, none)
+	}
+	rebalancerIs("after steps with no reshard", off)
+
+	// r2 has weight 0: nothing to move.
+	start, err := step(datav1.ReshardStep_RESHARD_STEP_START)
+	if err != nil || len(start.GetMoves()) != 0 || !strings.Contains(start.GetSummary(), "nothing to move") {
+		t.Fatalf("start with nothing to move: %v, %v", start, err)
+	}
+	rebalancerIs("after a start with nothing to move", off)
+	if n := len(c.zero.State().Moves); n != 0 {
+		t.Fatalf("a start with nothing to move started %d moves", n)
+	}
+
+	w := uint32(1)
+	c.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: &w, WeightByOperator: true}}})
+	if start, err = step(datav1.ReshardStep_RESHARD_STEP_START); err != nil || len(start.GetMoves()) != 10 {
+		t.Fatalf("start: %v, %v", start, err)
+	}
+	rebalancerIs("during a reshard it did not turn off", off)
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	wantStatus(t, "cleanup before copy", err, codes.FailedPrecondition, "10 buckets of the reshard are not finished", "reshard copy", "reshard finish")
+	if _, err := step(datav1.ReshardStep_RESHARD_STEP_COPY); err != nil {
+		t.Fatal(err)
+	}
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	wantStatus(t, "cleanup before finish", err, codes.FailedPrecondition, "not finished")
+	if _, err := step(datav1.ReshardStep_RESHARD_STEP_FINISH); err != nil {
+		t.Fatal(err)
+	}
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_COPY)
+	wantStatus(t, "copy after finish", err, codes.FailedPrecondition, "nothing to copy", "10 buckets are copied and finished", "reshard cleanup")
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_FINISH)
+	wantStatus(t, "finish again", err, codes.FailedPrecondition, "nothing to finish")
+	cleaned, err := step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	if err != nil || len(cleaned.GetMoves()) != 10 || !strings.Contains(cleaned.GetSummary(), "the rebalancer stays off") {
+		t.Fatalf("cleanup: %v, %v", cleaned, err)
+	}
+	rebalancerIs("after the cleanup", off)
+	c.checkMoved("r1", "r2", 2, span(1, 10)...)
+	_, err = step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	wantStatus(t, "cleanup again", err, codes.FailedPrecondition, none)
 }
 
 func countsEqual(a, b []*datav1.SpaceCount) bool {

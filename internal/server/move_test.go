@@ -300,14 +300,21 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	if cleaned.GetCounts()[0].GetCount() != copied.GetCounts()[0].GetCount()+1 { // the deleted row was not copied
 		t.Fatalf("cleanup deleted %v, copy copied %v", cleaned.GetCounts(), copied.GetCounts())
 	}
-	// The cleanup turned the rebalancer on again and kept its other settings.
-	if st, err := c.Sharding().Status(ctx); err != nil || st.GetSettings().GetDisabled() || st.GetSettings().GetCopyBytesPerS() != copyRate {
-		t.Fatalf("rebalancer settings after the cleanup: %v, %v; want on, with the copy rate %d", st.GetSettings(), err, copyRate)
+	// The rebalancer was off before start (the operator's setting): the
+	// cleanup leaves it so, and says so; the operator turns it on.
+	if !strings.Contains(cleaned.GetSummary(), "the rebalancer stays off") {
+		t.Errorf("cleanup's summary %q", cleaned.GetSummary())
+	}
+	if st, err := c.Sharding().Status(ctx); err != nil || !st.GetSettings().GetDisabled() || st.GetSettings().GetCopyBytesPerS() != copyRate {
+		t.Fatalf("rebalancer settings after the cleanup: %v, %v; want off as before, with the copy rate %d", st.GetSettings(), err, copyRate)
+	}
+	if err := c.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{CopyBytesPerS: copyRate}); err != nil {
+		t.Fatal(err)
 	}
 	if n, err := c.Count(ctx, "r"); err != nil || n != rows {
 		t.Fatalf("count %d, %v after the reshard, want %d", n, err, rows)
 	}
-	// Drain r2: weight 0, the rebalancer (on again) takes every bucket back.
+	// Drain r2: weight 0, the rebalancer (on now) takes every bucket back.
 	if err := c.Sharding().SetWeight(ctx, "r2", 0); err != nil {
 		t.Fatal(err)
 	}

@@ -675,8 +675,12 @@ type Rebalancer struct {
 	// Bytes of tuples (key and tuple) one replicaset copies in per second
 	// while it receives buckets; 0: no limit.
 	CopyBytesPerS uint64 `protobuf:"varint,5,opt,name=copy_bytes_per_s,json=copyBytesPerS,proto3" json:"copy_bytes_per_s,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Set with disabled by `reshard start` when it turned the rebalancer
+	// off; `reshard cleanup` turns it on again only then. Settings an
+	// operator gives clear it.
+	PausedByReshard bool `protobuf:"varint,6,opt,name=paused_by_reshard,json=pausedByReshard,proto3" json:"paused_by_reshard,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Rebalancer) Reset() {
@@ -742,6 +746,13 @@ func (x *Rebalancer) GetCopyBytesPerS() uint64 {
 		return x.CopyBytesPerS
 	}
 	return 0
+}
+
+func (x *Rebalancer) GetPausedByReshard() bool {
+	if x != nil {
+		return x.PausedByReshard
+	}
+	return false
 }
 
 // Move is a bucket move in progress (DESIGN.md, "Bucket move").
@@ -3005,7 +3016,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x1bbucket_bootstrap_replicaset\x18\r \x01(\tR\x19bucketBootstrapReplicaset\x12<\n" +
 	"\n" +
 	"rebalancer\x18\x0e \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
-	"rebalancer\"\xcf\x01\n" +
+	"rebalancer\"\xfb\x01\n" +
 	"\n" +
 	"Rebalancer\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x126\n" +
@@ -3013,7 +3024,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\vmax_sending\x18\x03 \x01(\rR\n" +
 	"maxSending\x12#\n" +
 	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
-	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\"\xdc\x02\n" +
+	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\x12*\n" +
+	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\"\xdc\x02\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
