@@ -231,18 +231,24 @@ func MakePlan(st *meta.State) Plan {
 	return p
 }
 
-// available reports whether a majority of a replicaset's members are
+// available reports whether a majority of a replicaset's voters are
 // Online and meant to stay so: fewer cannot commit its moves' steps, so a
-// move to or from it would only wait and abort.
+// move to or from it would only wait and abort. A voter is a member that
+// has got past joining once (its current grade has an incarnation): one
+// still joining (a replacement, a new replicaset's second and third
+// instance) is not a voter yet and does not count against the majority.
 func available(st *meta.State, rsID string) bool {
-	members := st.Members(rsID)
-	online := 0
-	for _, m := range members {
-		if m.GetCurrentGrade().GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online {
+	voters, online := 0, 0
+	for _, m := range st.Members(rsID) {
+		up := m.GetCurrentGrade().GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online
+		if up {
 			online++
 		}
+		if up || m.GetCurrentGrade().GetIncarnation() > 0 {
+			voters++
+		}
 	}
-	return online > 0 && online > len(members)/2
+	return online > 0 && online > voters/2
 }
 
 // rebalance starts moves when the largest disbalance exceeds the

@@ -1,0 +1,56 @@
+package mover
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+)
+
+// A replicaset is available to moves while a majority of its voters are
+// Online; a member still joining (never got past Offline(0)) is not a
+// voter yet.
+func TestAvailableNeedsAMajorityOfVoters(t *testing.T) {
+	online := func() *metapb.Instance {
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}}
+	}
+	down := func() *metapb.Instance { // a voter that stopped
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}}
+	}
+	restarting := func() *metapb.Instance { // a voter on its way back
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 2}}
+	}
+	joining := func() *metapb.Instance { // never got past joining
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Offline}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}}
+	}
+	stopping := func() *metapb.Instance { // Online, but meant to go Offline
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}}
+	}
+	for _, c := range []struct {
+		name    string
+		members []func() *metapb.Instance
+		want    bool
+	}{
+		{"replication factor 1, up", []func() *metapb.Instance{online}, true},
+		{"replication factor 1, down", []func() *metapb.Instance{down}, false},
+		{"3 of 3", []func() *metapb.Instance{online, online, online}, true},
+		{"2 of 3", []func() *metapb.Instance{online, online, down}, true},
+		{"1 of 3", []func() *metapb.Instance{online, down, restarting}, false},
+		{"1 of 2", []func() *metapb.Instance{online, down}, false},
+		{"one stopping of 3, one down", []func() *metapb.Instance{online, stopping, down}, false},
+		{"a new replicaset's first member, two joining", []func() *metapb.Instance{online, joining, joining}, true},
+		{"2 of 3 voters and a replacement joining", []func() *metapb.Instance{online, online, down, joining}, true},
+		{"none", nil, false},
+	} {
+		st := &meta.State{Instances: map[string]*metapb.Instance{}}
+		for i, mk := range c.members {
+			m := mk()
+			m.InstanceId, m.RaftId, m.ReplicasetId = fmt.Sprintf("i%d", i+1), uint64(i+1), "r1"
+			st.Instances[m.InstanceId] = m
+		}
+		if got := available(st, "r1"); got != c.want {
+			t.Errorf("%s: available %v, want %v", c.name, got, c.want)
+		}
+	}
+}
