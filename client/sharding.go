@@ -78,6 +78,23 @@ func (s Sharding) MoveBucket(ctx context.Context, bucket uint32, to string) (*da
 	return resp.GetMove(), err
 }
 
+// BucketReplicaset returns the replicaset that serves bucket now, as a
+// routing table read from the cluster for this call says (a bucket in a
+// move counts on its destination once switched, as routers send it).
+func (s Sharding) BucketReplicaset(ctx context.Context, bucket uint32) (string, error) {
+	rt, err := s.c.refresh(ctx)
+	if err != nil {
+		return "", err
+	}
+	if bucket < 1 || bucket > rt.bucketCount {
+		return "", invalidf("bucket %d is outside [1, %d]", bucket, rt.bucketCount)
+	}
+	if rs := rt.buckets[bucket]; rs != "" {
+		return rs, nil
+	}
+	return "", newError("bucket replicaset", "", status.Errorf(codes.Unavailable, "the routing table places bucket %d nowhere yet (buckets not bootstrapped?); retry", bucket), true)
+}
+
 // PinBucket pins or unpins a bucket.
 func (s Sharding) PinBucket(ctx context.Context, bucket uint32, pinned bool) error {
 	return s.call(ctx, "pin bucket", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -55,6 +56,8 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 				return err
 			}
 			defer cl.Close()
+			var lastWhy string // the last poll's reason to stop, if any
+			var lastToMove uint32
 			for {
 				ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 				st, err := cl.Sharding().Status(ctx)
@@ -70,6 +73,18 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 					return err
 				}
 				settled, why := settledBalance(st)
+				if why != "" {
+					// The rebalancer off, or within its threshold: taken
+					// for done only when two polls a second apart agree, so
+					// that the moment between two batches of a rebalance
+					// that goes on (it keeps moving below the threshold
+					// once started) does not end the watch.
+					seen := why == lastWhy && st.GetBucketsToMove() == lastToMove
+					lastWhy, lastToMove = why, st.GetBucketsToMove()
+					settled = seen
+				} else {
+					lastWhy = ""
+				}
 				if !watch || settled {
 					if watch && why != "" {
 						fmt.Fprintln(cmd.OutOrStdout(), why)
@@ -337,7 +352,13 @@ func (f *clusterFlags) do(cmd *cobra.Command, what string, fn func(context.Conte
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
 	if err := fn(ctx, cl); err != nil {
-		return fmt.Errorf("%s: %w", what, callError(f.timeout, err))
+		shown := fmt.Errorf("%s: %w", what, callError(f.timeout, err))
+		if errors.Is(err, client.ErrInvalid) {
+			// A request the cluster refuses as invalid (a bucket out of
+			// range): exit 2, as a wrong command line (data.md, "Exit codes").
+			return usageError(shown)
+		}
+		return shown
 	}
 	return nil
 }
@@ -351,7 +372,7 @@ func parseBucket(s string) (uint32, error) {
 }
 
 func newBucketCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "bucket", Short: "Move or pin one bucket"}
+	cmd := &cobra.Command{Use: "bucket", Short: "Show, move or pin one bucket"}
 	move := func() *cobra.Command {
 		var f clusterFlags
 		var to string
@@ -410,7 +431,46 @@ func newBucketCmd() *cobra.Command {
 		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
 		return c
 	}
-	cmd.AddCommand(move(), pin("pin", true), pin("unpin", false))
+	show := func() *cobra.Command {
+		var f clusterFlags
+		c := &cobra.Command{
+			Use:   "show BUCKET",
+			Short: "Show where a bucket is, and its move if one is under way",
+			Long: `Show the replicaset that serves a bucket now (as routers send it: a bucket
+in a move counts on its destination once switched) and, when one is under
+way, its move: from, to, phase, how long, why. (From Go, a key's bucket
+is Space.Bucket.)`,
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				b, err := parseBucket(args[0])
+				if err != nil {
+					return err
+				}
+				return f.do(cmd, "bucket show", func(ctx context.Context, cl *client.Client) error {
+					rs, err := cl.Sharding().BucketReplicaset(ctx, b)
+					if err != nil {
+						return err
+					}
+					st, err := cl.Sharding().Status(ctx)
+					if err != nil {
+						return err
+					}
+					out := cmd.OutOrStdout()
+					fmt.Fprintf(out, "bucket %d: on %s\n", b, rs)
+					for _, mv := range st.GetMoves() {
+						if mv.GetBucket() == b {
+							fmt.Fprintf(out, "moving from %s to %s (generation %d): phase %s for %v, %s\n", mv.GetFrom(), mv.GetTo(),
+								mv.GetGeneration(), mv.GetPhase(), (time.Duration(mv.GetAgeMs()) * time.Millisecond).Round(time.Millisecond), mv.GetReason())
+						}
+					}
+					return nil
+				})
+			},
+		}
+		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
+		return c
+	}
+	cmd.AddCommand(move(), pin("pin", true), pin("unpin", false), show())
 	return cmd
 }
 

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -123,11 +124,13 @@ func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
 		shows int // times the table is drawn
 		last  string
 	}{
-		{"within the threshold", []*datav1.RebalanceStatusResponse{withinThreshold}, 1,
+		// Two polls a second apart must agree (a rebalance between two
+		// batches looks settled for a moment).
+		{"within the threshold", []*datav1.RebalanceStatusResponse{withinThreshold}, 2,
 			"the max disbalance, 0.07%, is within the rebalancer's threshold, 1.00%: it leaves the 1 buckets where they are"},
-		{"the rebalancer off", []*datav1.RebalanceStatusResponse{off}, 1,
+		{"the rebalancer off", []*datav1.RebalanceStatusResponse{off}, 2,
 			"the rebalancer is off: nothing moves the 1500 buckets by itself (shardkit rebalance config --enable)"},
-		{"a move in progress, then within the threshold", []*datav1.RebalanceStatusResponse{moving, withinThreshold}, 2, "within the rebalancer's threshold"},
+		{"within the threshold between two batches, then moving, then within", []*datav1.RebalanceStatusResponse{withinThreshold, moving, withinThreshold}, 4, "within the rebalancer's threshold"},
 		{"balanced", []*datav1.RebalanceStatusResponse{balance(false)}, 1, ""},
 	} {
 		f := &fakeSharding{resp: c.seq[0], next: c.seq[1:]}
@@ -186,6 +189,9 @@ func TestAWrongCommandLineExitsTwo(t *testing.T) {
 		{"replicaset", "weight", "r1", "4294967296"},
 		{"rebalance", "status", "--no-such-flag"},
 		{"reshard", "plan", "extra"},
+		{"reshard", "begin"},
+		{"bucket", "shwo", "3"},
+		{"bogus"},
 		{"status", "--no-such-flag"},
 	} {
 		code, _, errOut := runMain(t, args...)
@@ -193,4 +199,86 @@ func TestAWrongCommandLineExitsTwo(t *testing.T) {
 			t.Errorf("%v: exit %d, want %d: %s", args, code, exitUsage, errOut)
 		}
 	}
+	code, _, errOut := runMain(t, "reshard", "begin")
+	if !strings.Contains(errOut, `unknown command "begin" for "shardkit reshard"; want one of: cleanup, copy, finish, plan, start`) {
+		t.Errorf("reshard begin: exit %d, stderr %q", code, errOut)
+	}
+	// A group alone shows its help, as before.
+	if code, out, _ := runMain(t, "reshard"); code != 0 || !strings.Contains(out, "Available Commands") {
+		t.Errorf("reshard: exit %d\n%s", code, out)
+	}
 }
+
+// fakeRouting answers GetRouting: buckets 1-15 on r1, 16-30 on r2.
+type fakeRouting struct {
+	datav1.UnimplementedDataServiceServer
+}
+
+func (fakeRouting) GetRouting(context.Context, *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
+	return &datav1.GetRoutingResponse{BucketCount: 30, Buckets: []*datav1.BucketRange{
+		{First: 1, Last: 15, ReplicasetId: "r1"}, {First: 16, Last: 30, ReplicasetId: "r2"}}}, nil
+}
+
+// bucket show names the bucket's replicaset and its move, if any.
+func TestBucketShow(t *testing.T) {
+	t.Parallel()
+	st := balance(false)
+	st.Moves = []*datav1.MoveInfo{{Bucket: 17, From: "r2", To: "r1", Generation: 3, Phase: "copy", AgeMs: 1200, Reason: "rebalancer"}}
+	f := &fakeSharding{resp: st}
+	addr := serveGRPC(t, func(s *grpc.Server) {
+		datav1.RegisterShardingServiceServer(s, f)
+		datav1.RegisterDataServiceServer(s, fakeRouting{})
+	})
+	code, out, errOut := runMain(t, "bucket", "show", "17", "--peer", addr)
+	if code != 0 || out != "bucket 17: on r2\nmoving from r2 to r1 (generation 3): phase copy for 1.2s, rebalancer\n" {
+		t.Errorf("bucket show 17: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runMain(t, "bucket", "show", "3", "--peer", addr)
+	if code != 0 || out != "bucket 3: on r1\n" {
+		t.Errorf("bucket show 3: exit %d\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = runMain(t, "bucket", "show", "31", "--peer", addr)
+	if code != exitUsage || !strings.Contains(errOut, "bucket 31 is outside [1, 30]") {
+		t.Errorf("bucket show 31: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A step still running says so every tick, and nothing after stop.
+func TestProgressTickerSaysAStepIsAlive(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var buf strings.Builder
+	w := writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(p)
+	})
+	stop := progressTicker(w, "reshard copy", 20*time.Millisecond)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		n := strings.Count(buf.String(), "reshard copy: still running after ")
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s, %d lines", n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	stop()
+	mu.Lock()
+	at := buf.Len()
+	mu.Unlock()
+	time.Sleep(100 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if buf.Len() != at {
+		t.Errorf("written after stop: %q", buf.String()[at:])
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

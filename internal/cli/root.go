@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/signal"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -83,6 +84,23 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 // a flag's value that does not parse, and a wrong number of arguments.
 func usageErrors(cmd *cobra.Command) {
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	if !cmd.Runnable() && cmd.HasSubCommands() {
+		// A group (reshard, bucket, ...): cobra would print its help and
+		// exit 0 for a mistyped subcommand, and a script would go on.
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				var names []string
+				for _, sub := range c.Commands() {
+					if sub.IsAvailableCommand() {
+						names = append(names, sub.Name())
+					}
+				}
+				return usagef("unknown command %q for %q; want one of: %s", args[0], c.CommandPath(), strings.Join(names, ", "))
+			}
+			return c.Help()
+		}
+	}
 	if args := cmd.Args; args != nil {
 		cmd.Args = func(c *cobra.Command, a []string) error {
 			if err := args(c, a); err != nil {

@@ -326,13 +326,7 @@ func (t *txn) setCurrentGrade(c *metapb.SetCurrentGrade) Result {
 func (t *txn) setReplicaset(c *metapb.SetReplicaset) Result {
 	rs := t.s.Replicasets[c.GetReplicasetId()]
 	if rs == nil {
-		return Result{Err: refuse(CodeNotFound, "no replicaset %q in the cluster (%s)", c.GetReplicasetId(), t.s.inService())}
-	}
-	if rs.GetExpelled() && c.Expelled == nil && (c.GetWeightByOperator() || c.Locked != nil) {
-		// An operator's weight or lock means nothing to a replicaset no
-		// longer in the cluster: accepted, it would only be shown as if it
-		// had.
-		return Result{Err: refuse(CodeFailedPrecondition, "replicaset %s is expelled: it holds no buckets and gets none (%s)", rs.GetReplicasetId(), t.s.inService())}
+		return Result{Err: refuse(CodeNotFound, "no replicaset %q in the cluster (%s)", c.GetReplicasetId(), t.s.InService())}
 	}
 	n := proto.CloneOf(rs)
 	if c.Weight != nil {

@@ -67,7 +67,7 @@ func (t *txn) startMove(c *metapb.StartMove) Result {
 		rs := t.s.Replicasets[id]
 		switch {
 		case rs == nil || rs.GetExpelled():
-			return Result{Err: refuse(CodeNotFound, "no replicaset %q in service (%s)", id, t.s.inService())}
+			return Result{Err: refuse(CodeNotFound, "no replicaset %q in service (%s)", id, t.s.InService())}
 		case rs.GetLocked():
 			return Result{Err: refuse(CodeFailedPrecondition, "replicaset %s is locked: it neither sends nor receives buckets (shardkit replicaset unlock %s)", id, id)}
 		}

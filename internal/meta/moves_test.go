@@ -125,16 +125,6 @@ func TestAnOperatorsWeightIsMarked(t *testing.T) {
 	if !f.sm.State().Replicasets["r2"].GetWeightByOperator() {
 		t.Fatal("the operator's mark was lost")
 	}
-	// r2 is expelled now: an operator's weight or lock is refused, naming
-	// what is in service; the governor's own changes still apply.
-	f.refused(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: new(uint32(1)), WeightByOperator: true}}},
-		"replicaset r2 is expelled: it holds no buckets and gets none (replicasets in service: r1)")
-	f.refused(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Locked: new(true)}}},
-		"replicaset r2 is expelled")
-	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: new(uint32(0))}}})
-	if rs := f.sm.State().Replicasets["r2"]; rs.GetLocked() || rs.GetWeight() != 0 {
-		t.Fatalf("an expelled replicaset after refused changes: %v", rs)
-	}
 	f.refused(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r9", Locked: new(true)}}},
 		`no replicaset "r9" in the cluster (replicasets in service: r1)`)
 }

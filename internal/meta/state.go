@@ -122,9 +122,9 @@ func (s *State) SortedReplicasets() []*metapb.Replicaset {
 	return out
 }
 
-// inService names the replicasets in service, for a refusal that names
+// InService names the replicasets in service, for a refusal that names
 // one that is not: "replicasets in service: r1, r2" (or "none").
-func (s *State) inService() string {
+func (s *State) InService() string {
 	var ids []string
 	for _, rs := range s.SortedReplicasets() {
 		if !rs.GetExpelled() {
@@ -207,7 +207,7 @@ func (s *State) CheckExpelKeepsBuckets(inst *metapb.Instance) *Refusal {
 	}
 	return refuse(CodeFailedPrecondition,
 		"cannot expel %q: it is the last instance of replicaset %s, which holds %d buckets, and their data would be lost; "+
-			"drain %s first (shardkit replicaset weight %s 0, then shardkit rebalance status --watch until it holds none), "+
+			"drain %s first while it runs (shardkit replicaset weight %s 0, then shardkit rebalance status --watch until it holds none; a stopped replicaset cannot be drained: start it again), "+
 			"or add an instance to %s (shardkit run --replicaset-id %s ...) and expel %q once the new one is Online, "+
 			"or rerun with --lose-buckets to give up the data of those %d buckets",
 		inst.GetInstanceId(), rs, n, rs, rs, rs, rs, inst.GetInstanceId(), n)

@@ -114,8 +114,23 @@ func (s *Service) propose(ctx context.Context, c *metapb.Command) (meta.Result, 
 	return s.m.cfg.Zero.Propose(ctx, c)
 }
 
+// checkNotExpelled refuses an operator's weight or lock for an expelled
+// replicaset: accepted, it would only be shown as if it meant something.
+// (Checked here, not when group 0 applies the change, so that instances
+// of an older version, which apply it, cannot disagree with these.)
+func (s *Service) checkNotExpelled(rsID string) error {
+	st := s.m.cfg.Zero.State()
+	if rs := st.Replicasets[rsID]; rs.GetExpelled() {
+		return status.Errorf(codes.FailedPrecondition, "replicaset %s is expelled: it takes no weight or lock (%s)", rsID, st.InService())
+	}
+	return nil
+}
+
 // SetWeight implements ShardingService.
 func (s *Service) SetWeight(ctx context.Context, req *datav1.SetWeightRequest) (*datav1.SetWeightResponse, error) {
+	if err := s.checkNotExpelled(req.GetReplicasetId()); err != nil {
+		return nil, err
+	}
 	w := req.GetWeight()
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{
 		ReplicasetId: req.GetReplicasetId(), Weight: &w, WeightByOperator: true}}}); err != nil {
@@ -127,6 +142,9 @@ func (s *Service) SetWeight(ctx context.Context, req *datav1.SetWeightRequest) (
 
 // SetLocked implements ShardingService.
 func (s *Service) SetLocked(ctx context.Context, req *datav1.SetLockedRequest) (*datav1.SetLockedResponse, error) {
+	if err := s.checkNotExpelled(req.GetReplicasetId()); err != nil {
+		return nil, err
+	}
 	l := req.GetLocked()
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{
 		ReplicasetId: req.GetReplicasetId(), Locked: &l}}}); err != nil {
@@ -176,6 +194,11 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 	}
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
 		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS()}
+	if cur := s.m.cfg.Zero.State().Props.GetRebalancer(); cur.GetPausedByReshard() && r.GetDisabled() == cur.GetDisabled() {
+		// Other settings changed during a reshard (a copy rate, say): the
+		// cleanup still turns on the rebalancer `reshard start` turned off.
+		r.PausedByReshard = true
+	}
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
 		return nil, err
 	}
@@ -261,14 +284,40 @@ func (s *Service) operatorMoves(phase metapb.Move_Phase) []*metapb.Move {
 	return out
 }
 
+// switching counts the reshard's buckets not switched yet (or being
+// aborted): a start that ran out of time left them to the mover.
+func (s *Service) switching() int {
+	return len(s.operatorMoves(metapb.Move_PHASE_PREPARE)) + len(s.operatorMoves(metapb.Move_PHASE_ABORTING))
+}
+
 func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, error) {
+	var asked int // the buckets the answer accounts for
+	if n := s.switching(); n > 0 {
+		// A start run again to wait for the switches it left.
+		asked = n + len(s.operatorMoves(metapb.Move_PHASE_COPY))
+	} else {
+		var err error
+		if asked, err = s.startMoves(ctx); err != nil {
+			return nil, err
+		}
+		if asked == 0 {
+			return &datav1.ReshardResponse{Summary: fmt.Sprintf(
+				"nothing to move: every replicaset holds its target (max disbalance %s); the rebalancer's settings are unchanged",
+				percentString(MakePlan(s.m.cfg.Zero.State()).MaxDisbalance))}, nil
+		}
+	}
+	return s.awaitSwitches(ctx, asked)
+}
+
+// startMoves turns the rebalancer off (marked, when it was on) and records
+// the plan's moves, and returns how many; nothing when the plan is empty.
+func (s *Service) startMoves(ctx context.Context) (int, error) {
 	st := s.m.cfg.Zero.State()
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)) + len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); n > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%d buckets switched); copy, finish and clean it up first", n)
+		return 0, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%d buckets switched); copy, finish and clean it up first", n)
 	}
-	if p := MakePlan(st); len(planned(st, p)) == 0 {
-		return &datav1.ReshardResponse{Summary: fmt.Sprintf(
-			"nothing to move: every replicaset holds its target (max disbalance %s); the rebalancer's settings are unchanged", percentString(p.MaxDisbalance))}, nil
+	if len(planned(st, MakePlan(st))) == 0 {
+		return 0, nil
 	}
 	// The rebalancer stays out of the way until the cleanup, which turns
 	// it on again only if this step turned it off.
@@ -279,7 +328,7 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		}
 		r.Disabled, r.PausedByReshard = true, true
 		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
-			return nil, err
+			return 0, err
 		}
 	}
 	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
@@ -290,10 +339,16 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 	}
 	if len(steps) > 0 {
 		if _, err := s.m.moveSteps(ctx, plan, steps, func(*metapb.Move) {}); err != nil {
-			return nil, fmt.Errorf("start the moves: %w", err)
+			return 0, fmt.Errorf("start the moves: %w", err)
 		}
 	}
-	// The mover switches them; wait until none is preparing.
+	return len(plan), nil
+}
+
+// awaitSwitches waits until none of the reshard's moves is switching
+// (the mover switches them, or aborts those past its switch timeout) and
+// answers with those switched; asked is how many were asked.
+func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.ReshardResponse, error) {
 	for {
 		ch := s.m.cfg.Zero.Changed()
 		if len(s.operatorMoves(metapb.Move_PHASE_PREPARE)) == 0 && len(s.operatorMoves(metapb.Move_PHASE_ABORTING)) == 0 {
@@ -312,7 +367,7 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
 	resp.Summary = fmt.Sprintf("%d buckets switched (curr = new replicaset, prev = old); next: reshard copy", len(resp.Moves))
-	if n := len(plan) - len(resp.Moves); n > 0 {
+	if n := asked - len(resp.Moves); n > 0 {
 		resp.Summary += fmt.Sprintf("; %d were not (their switch took longer than %v and was aborted: run the procedure again after cleanup)", n, s.m.cfg.SwitchTimeout)
 	}
 	return resp, nil
@@ -366,6 +421,9 @@ func byRoute(mvs []*metapb.Move) [][]*metapb.Move {
 // way, or when its buckets are past the step (all finished: only the
 // cleanup is left).
 func (s *Service) checkUnderWay(step string) error {
+	if err := s.checkNoneSwitching(); err != nil {
+		return err
+	}
 	switch copying, finished := len(s.operatorMoves(metapb.Move_PHASE_COPY)), len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); {
 	case copying > 0:
 		return nil
@@ -373,6 +431,15 @@ func (s *Service) checkUnderWay(step string) error {
 		return status.Errorf(codes.FailedPrecondition, "nothing to %s: the reshard's %d buckets are copied and finished; next: reshard cleanup", step, finished)
 	}
 	return errNoReshard
+}
+
+// checkNoneSwitching refuses a later step while some of the reshard's
+// buckets are still switching (a start that ran out of time).
+func (s *Service) checkNoneSwitching() error {
+	if n := s.switching(); n > 0 {
+		return status.Errorf(codes.FailedPrecondition, "%d buckets of the reshard are still switching: run `reshard start` again to wait for them", n)
+	}
+	return nil
 }
 
 func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, error) {
@@ -424,6 +491,9 @@ func (s *Service) reshardFinish(ctx context.Context) (*datav1.ReshardResponse, e
 }
 
 func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, error) {
+	if err := s.checkNoneSwitching(); err != nil {
+		return nil, err
+	}
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)); n > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"%d buckets of the reshard are not finished (prev still in use): run `reshard copy` and `reshard finish` first", n)
@@ -449,7 +519,10 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 			return nil, fmt.Errorf("clean up: %w", err)
 		}
 	}
-	after := "the rebalancer stays off, as it was before `reshard start` (shardkit rebalance config --enable)"
+	after := "the rebalancer is off (shardkit rebalance config --enable turns it on)"
+	if !s.m.cfg.Zero.State().Props.GetRebalancer().GetDisabled() {
+		after = "the rebalancer is on"
+	}
 	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetPausedByReshard() {
 		// Only what `reshard start` turned off: an operator's settings
 		// since (which clear the mark) stand.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -274,6 +275,16 @@ func TestReshardSteps(t *testing.T) {
 	}
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_START)
 	wantStatus(t, "start again", err, codes.FailedPrecondition, "a reshard is under way (10 buckets switched)")
+	// An operator paces the copy mid-reshard (the CLI sends every setting
+	// back as read, the rebalancer off): the cleanup still turns it on.
+	svc := NewService(c.mover(0), nil)
+	if _, err := svc.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: &datav1.RebalancerSettings{
+		Disabled: true, ThresholdPercent: 100, MaxSending: 7, CopyBytesPerS: 64 << 20}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.zero.State().Props.GetRebalancer(); !r.GetPausedByReshard() || r.GetCopyBytesPerS() != 64<<20 {
+		t.Errorf("the rebalancer after a copy rate set mid-reshard: %v, want still marked paused by the reshard", r)
+	}
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_FINISH)
 	wantStatus(t, "finish before copy", err, codes.FailedPrecondition, "reshard copy")
 
@@ -308,7 +319,7 @@ func TestReshardSteps(t *testing.T) {
 		t.Errorf("cleanup: %v, counts %v; want counts %v", got, cleaned.GetCounts(), wantSpaces)
 	}
 	c.checkMoved("r1", "r2", 2, moved...)
-	if r := c.zero.State().Props.GetRebalancer(); r.GetDisabled() || r.GetPausedByReshard() || r.GetMaxSending() != 7 || r.GetThresholdCentiPercent() != 10000 {
+	if r := c.zero.State().Props.GetRebalancer(); r.GetDisabled() || r.GetPausedByReshard() || r.GetMaxSending() != 7 || r.GetThresholdCentiPercent() != 10000 || r.GetCopyBytesPerS() != 64<<20 {
 		t.Errorf("the rebalancer after the cleanup: %v, want on, its settings kept", r)
 	}
 	if !strings.Contains(cleaned.GetSummary(), "the rebalancer is on again") {
@@ -316,6 +327,25 @@ func TestReshardSteps(t *testing.T) {
 	}
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_UNSPECIFIED)
 	wantStatus(t, "an unknown step", err, codes.InvalidArgument, "unknown reshard step")
+}
+
+// An expelled replicaset takes no operator weight or lock; the refusal
+// names the replicasets in service.
+func TestAnExpelledReplicasetTakesNoWeightOrLock(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 10, 1, 1)
+	c.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Expelled: new(true)}}})
+	s := NewService(c.mover(0), nil)
+	_, err := s.SetWeight(t.Context(), &datav1.SetWeightRequest{ReplicasetId: "r2", Weight: 1})
+	wantStatus(t, "weight of an expelled replicaset", err, codes.FailedPrecondition, "replicaset r2 is expelled: it takes no weight or lock (replicasets in service: r1)")
+	_, err = s.SetLocked(t.Context(), &datav1.SetLockedRequest{ReplicasetId: "r2", Locked: true})
+	wantStatus(t, "lock of an expelled replicaset", err, codes.FailedPrecondition, "replicaset r2 is expelled")
+	if rs := c.zero.State().Replicasets["r2"]; rs.GetLocked() || rs.GetWeight() != 1 || rs.GetWeightByOperator() {
+		t.Errorf("the expelled replicaset after refused changes: %v", rs)
+	}
+	if _, err := s.SetWeight(t.Context(), &datav1.SetWeightRequest{ReplicasetId: "r1", Weight: 2}); err != nil {
+		t.Errorf("weight of a replicaset in service: %v", err)
+	}
 }
 
 // reshardService runs the mover and returns a call of one reshard step.
@@ -385,13 +415,35 @@ func TestReshardStepsOutOfOrder(t *testing.T) {
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_FINISH)
 	wantStatus(t, "finish again", err, codes.FailedPrecondition, "nothing to finish")
 	cleaned, err := step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
-	if err != nil || len(cleaned.GetMoves()) != 10 || !strings.Contains(cleaned.GetSummary(), "the rebalancer stays off") {
+	if err != nil || len(cleaned.GetMoves()) != 10 || !strings.Contains(cleaned.GetSummary(), "the rebalancer is off (shardkit rebalance config --enable turns it on)") {
 		t.Fatalf("cleanup: %v, %v", cleaned, err)
 	}
 	rebalancerIs("after the cleanup", off)
 	c.checkMoved("r1", "r2", 2, span(1, 10)...)
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
 	wantStatus(t, "cleanup again", err, codes.FailedPrecondition, none)
+}
+
+// A reshard's buckets still switching (a start that ran out of time) hold
+// back every later step; start, run again, waits for them.
+func TestReshardStepsWaitForSwitchingBuckets(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.setRebalancer(&metapb.Rebalancer{Disabled: true})
+	s := NewService(c.mover(0), nil) // no mover running: the move stays in PREPARE
+	c.must(&metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{Bucket: 3, To: "r2", Reason: "reshard", Operator: true}}})
+	for _, st := range []datav1.ReshardStep{datav1.ReshardStep_RESHARD_STEP_COPY, datav1.ReshardStep_RESHARD_STEP_FINISH, datav1.ReshardStep_RESHARD_STEP_CLEANUP} {
+		_, err := s.Reshard(t.Context(), &datav1.ReshardRequest{Step: st})
+		wantStatus(t, st.String()+" while a bucket switches", err, codes.FailedPrecondition,
+			"1 buckets of the reshard are still switching: run `reshard start` again to wait for them")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err := s.Reshard(ctx, &datav1.ReshardRequest{Step: datav1.ReshardStep_RESHARD_STEP_START})
+	wantStatus(t, "start again, the switch not done in time", err, codes.DeadlineExceeded, "1 buckets are still switching; rerun `reshard start` to wait again")
+	if n := len(c.zero.State().Moves); n != 1 {
+		t.Errorf("a start run again recorded more moves: %d, want the 1 switching", n)
+	}
 }
 
 func countsEqual(a, b []*datav1.SpaceCount) bool {

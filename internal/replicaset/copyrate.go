@@ -71,7 +71,7 @@ func (p *copyPace) wait(ctx context.Context, n int) error {
 	for n > 0 {
 		k := min(n, lim.Burst())
 		if err := lim.WaitN(ctx, k); err != nil {
-			return fmt.Errorf("waiting for the copy rate (%d bytes/s): %w", p.last, err)
+			return fmt.Errorf("waiting for the copy rate (%.0f bytes/s): %w", float64(lim.Limit()), err)
 		}
 		n -= k
 	}

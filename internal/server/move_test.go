@@ -302,7 +302,7 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	}
 	// The rebalancer was off before start (the operator's setting): the
 	// cleanup leaves it so, and says so; the operator turns it on.
-	if !strings.Contains(cleaned.GetSummary(), "the rebalancer stays off") {
+	if !strings.Contains(cleaned.GetSummary(), "the rebalancer is off") {
 		t.Errorf("cleanup's summary %q", cleaned.GetSummary())
 	}
 	if st, err := c.Sharding().Status(ctx); err != nil || !st.GetSettings().GetDisabled() || st.GetSettings().GetCopyBytesPerS() != copyRate {
