@@ -113,7 +113,12 @@ type Mover struct {
 
 	mu     sync.Mutex
 	active map[uint32]bool // moves this mover is driving now
-	wg     sync.WaitGroup
+	// round is held through each rebalancer round (its plan and its
+	// proposals), so that `reshard start`, once it has turned the
+	// rebalancer off, can wait out a round planned before that and then
+	// plan without racing it for the same buckets.
+	round sync.Mutex
+	wg    sync.WaitGroup
 	// balancing: the disbalance exceeded the threshold, and the
 	// rebalancer goes on until every replicaset has its target (as
 	// vshard's does), not only until it is back under the threshold.
@@ -147,7 +152,10 @@ func (m *Mover) Run(ctx context.Context) {
 		ch := m.cfg.Zero.Changed()
 		if m.cfg.Zero.Leads() && m.cfg.Zero.State().Booted() {
 			m.startDrivers(ctx)
-			if err := m.rebalance(ctx); err != nil && ctx.Err() == nil {
+			m.round.Lock()
+			err := m.rebalance(ctx)
+			m.round.Unlock()
+			if err != nil && ctx.Err() == nil {
 				m.log.Warn("rebalancer", "err", err)
 			}
 		}

@@ -330,6 +330,11 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
 			return 0, err
 		}
+		// A rebalancer round planned before the change may still be
+		// proposing its moves: wait it out, so that the plan below sees
+		// them (as moving) instead of asking for the same buckets.
+		s.m.round.Lock()
+		s.m.round.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 	}
 	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
 	steps := make([]*metapb.Command, len(plan))
