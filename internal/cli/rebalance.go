@@ -16,6 +16,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/mover"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // The operator's commands on bucket placement: rebalance, replicaset,
@@ -89,6 +90,11 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 					if watch && why != "" {
 						fmt.Fprintln(cmd.OutOrStdout(), why)
 					}
+					if watch && !st.GetStale() {
+						for _, line := range frozenReplicasets(st) {
+							fmt.Fprintln(cmd.OutOrStdout(), line)
+						}
+					}
 					if st.GetStale() {
 						return &ExitError{Code: exitNoQuorum, Err: fmt.Errorf("rebalance status: not confirmed with group 0's leader (%s); shown is the last known view, which may be behind", st.GetStaleReason())}
 					}
@@ -128,6 +134,30 @@ func settledBalance(st *datav1.RebalanceStatusResponse) (settled bool, why strin
 			percent(st.GetMaxDisbalancePercent()), percent(s.GetThresholdPercent()), st.GetBucketsToMove())
 	}
 	return false, ""
+}
+
+// frozenReplicasets says which replicasets the balance leaves out (locked,
+// or without a quorum: their targets are what they hold), so that a watch
+// that ends "balanced" does not hide a drain that cannot happen.
+func frozenReplicasets(st *datav1.RebalanceStatusResponse) []string {
+	var out []string
+	for _, r := range st.GetReplicasets() {
+		var why string
+		switch {
+		case r.GetLocked():
+			why = "is locked (shardkit replicaset unlock " + r.GetReplicasetId() + ")"
+		case !r.GetAvailable():
+			why = "has no quorum (start its instances again)"
+		default:
+			continue
+		}
+		line := fmt.Sprintf("%s %s: the rebalancer leaves its %d buckets where they are", r.GetReplicasetId(), why, r.GetBuckets())
+		if r.GetWeight() == 0 && r.GetBuckets() > 0 {
+			line += ", so its weight 0 does not drain it"
+		}
+		out = append(out, line)
+	}
+	return out
 }
 
 func percent(p float64) string {
@@ -352,6 +382,10 @@ func (f *clusterFlags) do(cmd *cobra.Command, what string, fn func(context.Conte
 	ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 	defer cancel()
 	if err := fn(ctx, cl); err != nil {
+		var exit *ExitError
+		if errors.As(err, &exit) { // refused before any call (a key that does not parse)
+			return &ExitError{Code: exit.Code, Err: fmt.Errorf("%s: %w", what, exit.Err)}
+		}
 		shown := fmt.Errorf("%s: %w", what, callError(f.timeout, err))
 		if errors.Is(err, client.ErrInvalid) {
 			// A request the cluster refuses as invalid (a bucket out of
@@ -433,20 +467,42 @@ func newBucketCmd() *cobra.Command {
 	}
 	show := func() *cobra.Command {
 		var f clusterFlags
+		var space, key string
 		c := &cobra.Command{
-			Use:   "show BUCKET",
-			Short: "Show where a bucket is, and its move if one is under way",
+			Use:   "show BUCKET | show --space SPACE --key KEY",
+			Short: "Show where a bucket (or a key's bucket) is, and its move if one is under way",
 			Long: `Show the replicaset that serves a bucket now (as routers send it: a bucket
 in a move counts on its destination once switched) and, when one is under
-way, its move: from, to, phase, how long, why. (From Go, a key's bucket
-is Space.Bucket.)`,
-			Args: cobra.ExactArgs(1),
+way, its move: from, to, phase, how long, why. With --space and --key (a
+JSON array of the primary key's parts, as select takes it), the bucket is
+the one that key's sharding key falls in.`,
+			Args: cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				b, err := parseBucket(args[0])
-				if err != nil {
-					return err
+				var b uint32
+				switch {
+				case len(args) == 1 && space == "" && key == "":
+					var err error
+					if b, err = parseBucket(args[0]); err != nil {
+						return err
+					}
+				case len(args) == 0 && space != "" && key != "":
+				default:
+					return usagef("give a BUCKET, or --space and --key, not both")
 				}
 				return f.do(cmd, "bucket show", func(ctx context.Context, cl *client.Client) error {
+					if b == 0 {
+						def, err := lookupSpace(ctx, cl, f.timeout, space)
+						if err != nil {
+							return err
+						}
+						k, err := tuple.ParseJSONKey([]byte(key), keyFormat(def))
+						if err != nil {
+							return usageError(jsonError("the key", err, "the primary key", keyFormat(def)))
+						}
+						if b, err = cl.Space(def.Name).Bucket(ctx, k...); err != nil {
+							return err
+						}
+					}
 					rs, err := cl.Sharding().BucketReplicaset(ctx, b)
 					if err != nil {
 						return err
@@ -468,6 +524,8 @@ is Space.Bucket.)`,
 			},
 		}
 		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
+		c.Flags().StringVar(&space, "space", "", "with --key: the space of the key")
+		c.Flags().StringVar(&key, "key", "", `with --space: a primary key, as a JSON array (e.g. '[42]')`)
 		return c
 	}
 	cmd.AddCommand(move(), pin("pin", true), pin("unpin", false), show())

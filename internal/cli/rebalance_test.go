@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"google.golang.org/grpc"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/sharding"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // fakeSharding answers RebalanceStatus with a fixed response.
@@ -118,6 +121,8 @@ func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
 	moving := balance(false)
 	moving.BucketsToMove, moving.MaxDisbalancePercent = 1, 0.07
 	moving.Moves = []*datav1.MoveInfo{{Bucket: 17, From: "r2", To: "r1", Phase: "copy"}}
+	frozen := balance(false)
+	frozen.Replicasets[1].Weight, frozen.Replicasets[1].Available = 0, false
 	for _, c := range []struct {
 		name  string
 		seq   []*datav1.RebalanceStatusResponse
@@ -132,6 +137,8 @@ func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
 			"the rebalancer is off: nothing moves the 1500 buckets by itself (shardkit rebalance config --enable)"},
 		{"within the threshold between two batches, then moving, then within", []*datav1.RebalanceStatusResponse{withinThreshold, moving, withinThreshold}, 4, "within the rebalancer's threshold"},
 		{"balanced", []*datav1.RebalanceStatusResponse{balance(false)}, 1, ""},
+		{"balanced but r2 frozen with weight 0", []*datav1.RebalanceStatusResponse{frozen}, 1,
+			"r2 has no quorum (start its instances again): the rebalancer leaves its 15 buckets where they are, so its weight 0 does not drain it"},
 	} {
 		f := &fakeSharding{resp: c.seq[0], next: c.seq[1:]}
 		code, out, errOut := runMain(t, "rebalance", "status", "--peer", f.serve(t), "--watch")
@@ -214,9 +221,17 @@ type fakeRouting struct {
 	datav1.UnimplementedDataServiceServer
 }
 
+var fakeSpace = &datav1.Space{Name: "s", Id: 1, PrimaryKey: []uint32{1}, ShardingKeyParts: 1, SchemaVersion: 1,
+	Format: []*datav1.Field{{Name: "id", Type: "unsigned"}}}
+
 func (fakeRouting) GetRouting(context.Context, *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
 	return &datav1.GetRoutingResponse{BucketCount: 30, Buckets: []*datav1.BucketRange{
-		{First: 1, Last: 15, ReplicasetId: "r1"}, {First: 16, Last: 30, ReplicasetId: "r2"}}}, nil
+		{First: 1, Last: 15, ReplicasetId: "r1"}, {First: 16, Last: 30, ReplicasetId: "r2"}},
+		Spaces: []*datav1.Space{fakeSpace}, SchemaVersion: 1}, nil
+}
+
+func (fakeRouting) ListSpaces(context.Context, *datav1.ListSpacesRequest) (*datav1.ListSpacesResponse, error) {
+	return &datav1.ListSpacesResponse{Spaces: []*datav1.Space{fakeSpace}}, nil
 }
 
 // bucket show names the bucket's replicaset and its move, if any.
@@ -240,6 +255,24 @@ func TestBucketShow(t *testing.T) {
 	code, _, errOut = runMain(t, "bucket", "show", "31", "--peer", addr)
 	if code != exitUsage || !strings.Contains(errOut, "bucket 31 is outside [1, 30]") {
 		t.Errorf("bucket show 31: exit %d, stderr %q", code, errOut)
+	}
+	// A key's bucket: the one its sharding key falls in.
+	want, err := sharding.BucketOf([]tuple.Value{tuple.Uint(42)}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := "r1"
+	if want > 15 {
+		rs = "r2"
+	}
+	code, out, errOut = runMain(t, "bucket", "show", "--space", "s", "--key", "[42]", "--peer", addr)
+	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("bucket %d: on %s\n", want, rs)) {
+		t.Errorf("bucket show of key [42]: exit %d, want bucket %d on %s\n%s%s", code, want, rs, out, errOut)
+	}
+	for _, args := range [][]string{{"3", "--space", "s", "--key", "[42]"}, {"--space", "s"}, {"--space", "s", "--key", `["x"]`}} {
+		if code, _, errOut := runMain(t, append([]string{"bucket", "show", "--peer", addr}, args...)...); code != exitUsage {
+			t.Errorf("bucket show %v: exit %d, want %d: %s", args, code, exitUsage, errOut)
+		}
 	}
 }
 
