@@ -221,6 +221,22 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 	if held := audit(t, c, st, buckets); held[src] != buckets {
 		t.Fatalf("after the drain %s holds %d buckets", src, held[src])
 	}
+	// Its instances are expelled while they run, its leader first (the
+	// governor transfers the leadership of a replicaset it leads, asking
+	// the leaving instance itself), the last one too: it holds no bucket.
+	drained := st.Replicasets[1]
+	order := []string{drained.LeaderInstanceID}
+	for _, id := range drained.Instances {
+		if id != drained.LeaderInstanceID {
+			order = append(order, id)
+		}
+	}
+	for _, id := range order {
+		if out, errs, code := shardkit(90*time.Second, "expel", id, "--force", "--timeout", "60s", "--peer", c.peers[0]); code != 0 {
+			t.Fatalf("expel --force %s of the drained %s: exit %d: %s %s", id, dst, code, out, errs)
+		}
+		t.Logf("expelled %s of the drained %s", id, dst)
+	}
 	ld.finish(t)
 	n, err := cl.Count(t.Context(), "kv")
 	if err != nil || n != 300 {
