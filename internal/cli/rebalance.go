@@ -128,10 +128,10 @@ func settledBalance(st *datav1.RebalanceStatusResponse) (settled bool, why strin
 	case st.GetBucketsToMove() == 0:
 		return true, ""
 	case s.GetDisabled():
-		return true, fmt.Sprintf("the rebalancer is off: nothing moves the %d buckets by itself (shardkit rebalance config --enable)", st.GetBucketsToMove())
+		return true, fmt.Sprintf("the rebalancer is off: nothing moves the buckets left by itself (%s to move; shardkit rebalance config --enable)", nBuckets(st.GetBucketsToMove()))
 	case st.GetMaxDisbalancePercent() <= s.GetThresholdPercent():
-		return true, fmt.Sprintf("the max disbalance, %s, is within the rebalancer's threshold, %s: it leaves the %d buckets where they are",
-			percent(st.GetMaxDisbalancePercent()), percent(s.GetThresholdPercent()), st.GetBucketsToMove())
+		return true, fmt.Sprintf("the max disbalance, %s, is within the rebalancer's threshold, %s: it leaves the buckets where they are (%s to move)",
+			percent(st.GetMaxDisbalancePercent()), percent(s.GetThresholdPercent()), nBuckets(st.GetBucketsToMove()))
 	}
 	return false, ""
 }
@@ -158,6 +158,14 @@ func frozenReplicasets(st *datav1.RebalanceStatusResponse) []string {
 		out = append(out, line)
 	}
 	return out
+}
+
+// nBuckets is "1 bucket" or "N buckets".
+func nBuckets(n uint32) string {
+	if n == 1 {
+		return "1 bucket"
+	}
+	return fmt.Sprintf("%d buckets", n)
 }
 
 func percent(p float64) string {
@@ -188,7 +196,10 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 	}
 	s := st.GetSettings()
 	state := "on"
-	if s.GetDisabled() {
+	switch {
+	case s.GetPausedByReshard():
+		state = "off for a reshard (reshard cleanup turns it on)"
+	case s.GetDisabled():
 		state = "off"
 	}
 	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset, copy rate %s); max disbalance %s\n",
@@ -269,7 +280,9 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 			}
 			s := st.GetSettings()
 			if enable || disable {
-				s.Disabled = disable
+				// The operator's own choice: a reshard's pause no longer
+				// holds, and its cleanup leaves the rebalancer as set here.
+				s.Disabled, s.PausedByReshard = disable, false
 			}
 			if fl.Changed("threshold") {
 				s.ThresholdPercent = threshold

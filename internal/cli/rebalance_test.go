@@ -24,12 +24,14 @@ type fakeSharding struct {
 	resp *datav1.RebalanceStatusResponse
 	next []*datav1.RebalanceStatusResponse // the answers after resp, one per call; the last stays
 	sets int                               // SetRebalancer calls
+	last *datav1.RebalancerSettings        // the last settings sent
 }
 
-func (f *fakeSharding) SetRebalancer(context.Context, *datav1.SetRebalancerRequest) (*datav1.SetRebalancerResponse, error) {
+func (f *fakeSharding) SetRebalancer(_ context.Context, req *datav1.SetRebalancerRequest) (*datav1.SetRebalancerResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sets++
+	f.last = req.GetSettings()
 	return &datav1.SetRebalancerResponse{}, nil
 }
 
@@ -132,9 +134,9 @@ func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
 		// Two polls a second apart must agree (a rebalance between two
 		// batches looks settled for a moment).
 		{"within the threshold", []*datav1.RebalanceStatusResponse{withinThreshold}, 2,
-			"the max disbalance, 0.07%, is within the rebalancer's threshold, 1.00%: it leaves the 1 buckets where they are"},
+			"the max disbalance, 0.07%, is within the rebalancer's threshold, 1.00%: it leaves the buckets where they are (1 bucket to move)"},
 		{"the rebalancer off", []*datav1.RebalanceStatusResponse{off}, 2,
-			"the rebalancer is off: nothing moves the 1500 buckets by itself (shardkit rebalance config --enable)"},
+			"the rebalancer is off: nothing moves the buckets left by itself (1500 buckets to move; shardkit rebalance config --enable)"},
 		{"within the threshold between two batches, then moving, then within", []*datav1.RebalanceStatusResponse{withinThreshold, moving, withinThreshold}, 4, "within the rebalancer's threshold"},
 		{"balanced", []*datav1.RebalanceStatusResponse{balance(false)}, 1, ""},
 		{"balanced but r2 frozen with weight 0", []*datav1.RebalanceStatusResponse{frozen}, 1,
@@ -315,3 +317,34 @@ func TestProgressTickerSaysAStepIsAlive(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// During a reshard (the rebalancer paused by its start), other settings
+// send the pause back as read; the operator's own --enable or --disable
+// ends it. The status says whose the pause is.
+func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
+	t.Parallel()
+	paused := balance(false)
+	paused.Settings.Disabled, paused.Settings.PausedByReshard = true, true
+	for _, c := range []struct {
+		args        []string
+		wantPaused  bool
+		wantDisable bool
+	}{
+		{[]string{"--copy-rate", "4MiB"}, true, true},
+		{[]string{"--disable"}, false, true},
+		{[]string{"--enable"}, false, false},
+	} {
+		f := &fakeSharding{resp: paused}
+		code, _, errOut := runMain(t, append([]string{"rebalance", "config", "--peer", f.serve(t)}, c.args...)...)
+		f.mu.Lock()
+		got := f.last
+		f.mu.Unlock()
+		if code != 0 || got.GetPausedByReshard() != c.wantPaused || got.GetDisabled() != c.wantDisable {
+			t.Errorf("config %v: exit %d, sent %v; want paused_by_reshard %v, disabled %v (%s)", c.args, code, got, c.wantPaused, c.wantDisable, errOut)
+		}
+	}
+	code, out, _ := runMain(t, "rebalance", "status", "--peer", (&fakeSharding{resp: paused}).serve(t))
+	if code != 0 || !strings.Contains(out, "rebalancer off for a reshard (reshard cleanup turns it on)") {
+		t.Errorf("status of a paused rebalancer: exit %d\n%s", code, out)
+	}
+}

@@ -74,7 +74,8 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 		BucketCount: st.Props.GetBucketCount(),
 		Settings: &datav1.RebalancerSettings{Disabled: disabled, ThresholdPercent: threshold,
 			MaxSending: uint32(maxSend), MaxReceiving: uint32(maxRecv),
-			CopyBytesPerS: st.Props.GetRebalancer().GetCopyBytesPerS()},
+			CopyBytesPerS:   st.Props.GetRebalancer().GetCopyBytesPerS(),
+			PausedByReshard: st.Props.GetRebalancer().GetPausedByReshard()},
 		MaxDisbalancePercent: p.MaxDisbalance,
 		Stale:                staleReason != "",
 		StaleReason:          staleReason,
@@ -194,11 +195,11 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 	}
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
 		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS()}
-	if cur := s.m.cfg.Zero.State().Props.GetRebalancer(); cur.GetPausedByReshard() && r.GetDisabled() == cur.GetDisabled() {
-		// Other settings changed during a reshard (a copy rate, say): the
-		// cleanup still turns on the rebalancer `reshard start` turned off.
-		r.PausedByReshard = true
-	}
+	// Sent back as read when other settings change during a reshard (a
+	// copy rate, say): the cleanup still turns on the rebalancer `reshard
+	// start` turned off. An operator's own --enable or --disable sends
+	// false, and stands.
+	r.PausedByReshard = in.GetPausedByReshard() && r.GetDisabled()
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
 		return nil, err
 	}
@@ -438,6 +439,25 @@ func (s *Service) checkUnderWay(step string) error {
 	return errNoReshard
 }
 
+// quotaRetry is how long a reshard copy waits before it asks a
+// destination whose receive quota was full again.
+const quotaRetry = 200 * time.Millisecond
+
+// quotaOnly reports whether every error joined in err is a full quota
+// (ResourceExhausted): then the copy is only early, not refused.
+func quotaOnly(err error) bool {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	for _, e := range errs {
+		if status.Code(e) != codes.ResourceExhausted {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
 // checkNoneSwitching refuses a later step while some of the reshard's
 // buckets are still switching (a start that ran out of time).
 func (s *Service) checkNoneSwitching() error {
@@ -455,12 +475,26 @@ func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, err
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
 	for _, mvs := range byRoute(s.operatorMoves(metapb.Move_PHASE_COPY)) {
-		copied, err := s.m.receive(ctx, mvs, bySpace)
-		for _, mv := range copied {
-			resp.Moves = append(resp.Moves, moveInfo(mv, now))
-		}
-		if err != nil {
-			return nil, err
+		for left := mvs; len(left) > 0; {
+			copied, err := s.m.receive(ctx, left, bySpace)
+			for _, mv := range copied {
+				resp.Moves = append(resp.Moves, moveInfo(mv, now))
+			}
+			if err == nil {
+				break
+			}
+			if !quotaOnly(err) {
+				return nil, err
+			}
+			// The destination's receive quota is taken (the rebalancer's
+			// moves, say, started before the reshard): copy within it, as
+			// the rebalancer does, when there is room again.
+			left = without(left, copied)
+			select {
+			case <-ctx.Done():
+				return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets still wait for room in the receive quota: %v", len(left), err)
+			case <-time.After(quotaRetry):
+			}
 		}
 	}
 	resp.Counts = s.spaceCounts(bySpace)
@@ -501,7 +535,7 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 	}
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)); n > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"%d buckets of the reshard are not finished (prev still in use): run `reshard copy` and `reshard finish` first", n)
+			"%d buckets of the reshard are not finished (prev still in use): run `reshard finish` first (after `reshard copy`, if it has not run)", n)
 	}
 	paused := s.m.cfg.Zero.State().Props.GetRebalancer().GetPausedByReshard()
 	if len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)) == 0 && !paused {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,7 +280,7 @@ func TestReshardSteps(t *testing.T) {
 	// back as read, the rebalancer off): the cleanup still turns it on.
 	svc := NewService(c.mover(0), nil)
 	if _, err := svc.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: &datav1.RebalancerSettings{
-		Disabled: true, ThresholdPercent: 100, MaxSending: 7, CopyBytesPerS: 64 << 20}}); err != nil {
+		Disabled: true, ThresholdPercent: 100, MaxSending: 7, CopyBytesPerS: 64 << 20, PausedByReshard: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if r := c.zero.State().Props.GetRebalancer(); !r.GetPausedByReshard() || r.GetCopyBytesPerS() != 64<<20 {
@@ -345,6 +346,76 @@ func TestAnExpelledReplicasetTakesNoWeightOrLock(t *testing.T) {
 	}
 	if _, err := s.SetWeight(t.Context(), &datav1.SetWeightRequest{ReplicasetId: "r1", Weight: 2}); err != nil {
 		t.Errorf("weight of a replicaset in service: %v", err)
+	}
+}
+
+// An operator's own --disable during a reshard (the mark sent as false)
+// stands: the cleanup leaves the rebalancer off. And a copy whose
+// destination's receive quota is full waits for room instead of failing.
+func TestAReshardKeepsAnOperatorsDisableAndWaitsForTheQuota(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 20, 1, 1)
+	c.setRebalancer(&metapb.Rebalancer{ThresholdCentiPercent: 10000})
+	step := c.reshardService(t)
+	if _, err := step(datav1.ReshardStep_RESHARD_STEP_START); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.zero.State().Props.GetRebalancer(); !r.GetPausedByReshard() {
+		t.Fatalf("after start: %v, want paused by the reshard", r)
+	}
+	svc := NewService(c.mover(0), nil)
+	if _, err := svc.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: &datav1.RebalancerSettings{
+		Disabled: true, ThresholdPercent: 100}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.zero.State().Props.GetRebalancer(); !r.GetDisabled() || r.GetPausedByReshard() {
+		t.Fatalf("after the operator's --disable: %v, want off and no longer the reshard's", r)
+	}
+	st, err := svc.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+	if err != nil || st.GetSettings().GetPausedByReshard() {
+		t.Fatalf("status after the operator's --disable: %v, %v", st.GetSettings(), err)
+	}
+
+	// r2's receive quota is full for its first two asks.
+	var asked atomic.Int32
+	c.rs["r2"].setIntercept(func(_ context.Context, call rsCall) error {
+		if call.method == "ReceiveBuckets" && !call.applied && asked.Add(1) <= 2 {
+			return status.Error(codes.ResourceExhausted, "replicaset r2 cannot receive 10 more buckets now: its quota is 100 at once; retry")
+		}
+		return nil
+	})
+	copied, err := step(datav1.ReshardStep_RESHARD_STEP_COPY)
+	if err != nil || len(copied.GetMoves()) != 10 || asked.Load() < 3 {
+		t.Fatalf("copy with the quota full twice: %v, %v (%d asks)", copied, err, asked.Load())
+	}
+	c.rs["r2"].setIntercept(nil)
+	if _, err := step(datav1.ReshardStep_RESHARD_STEP_FINISH); err != nil {
+		t.Fatal(err)
+	}
+	cleaned, err := step(datav1.ReshardStep_RESHARD_STEP_CLEANUP)
+	if err != nil || !strings.Contains(cleaned.GetSummary(), "the rebalancer is off") {
+		t.Fatalf("cleanup: %v, %v", cleaned, err)
+	}
+	if r := c.zero.State().Props.GetRebalancer(); !r.GetDisabled() {
+		t.Errorf("after the cleanup: %v, want off, as the operator set it", r)
+	}
+}
+
+func TestQuotaOnly(t *testing.T) {
+	full := status.Error(codes.ResourceExhausted, "quota")
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{full, true},
+		{fmt.Errorf("copy of buckets 1-50: %w", full), true},
+		{errors.Join(fmt.Errorf("copy of buckets 1-50: %w", full), fmt.Errorf("copy of buckets 51-100: %w", full)), true},
+		{errors.Join(fmt.Errorf("copy: %w", full), errors.New("copy: r2 refused 1 of 50 buckets: bucket 3 is ACTIVE on r2")), false},
+		{status.Error(codes.Unavailable, "no leader"), false},
+	} {
+		if got := quotaOnly(c.err); got != c.want {
+			t.Errorf("quotaOnly(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }
 

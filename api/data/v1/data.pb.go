@@ -2271,8 +2271,13 @@ type RebalancerSettings struct {
 	// Bytes of tuples (key and tuple) one replicaset copies in per second
 	// while it receives buckets; 0: no limit.
 	CopyBytesPerS uint64 `protobuf:"varint,5,opt,name=copy_bytes_per_s,json=copyBytesPerS,proto3" json:"copy_bytes_per_s,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// The rebalancer is off because `reshard start` turned it off;
+	// `reshard cleanup` turns it on again. Kept as sent: a client that
+	// changes other settings sends it back as read, and an operator's own
+	// enable or disable sends false.
+	PausedByReshard bool `protobuf:"varint,6,opt,name=paused_by_reshard,json=pausedByReshard,proto3" json:"paused_by_reshard,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RebalancerSettings) Reset() {
@@ -2338,6 +2343,13 @@ func (x *RebalancerSettings) GetCopyBytesPerS() uint64 {
 		return x.CopyBytesPerS
 	}
 	return 0
+}
+
+func (x *RebalancerSettings) GetPausedByReshard() bool {
+	if x != nil {
+		return x.PausedByReshard
+	}
+	return false
 }
 
 type ReplicasetBalance struct {
@@ -3937,14 +3949,15 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
 	"\x15CODE_CONDITION_FAILED\x10\x02\x12\x16\n" +
 	"\x12CODE_NO_SUCH_SPACE\x10\x03\x12\x10\n" +
-	"\fCODE_INVALID\x10\x04\"\xcc\x01\n" +
+	"\fCODE_INVALID\x10\x04\"\xf8\x01\n" +
 	"\x12RebalancerSettings\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12+\n" +
 	"\x11threshold_percent\x18\x02 \x01(\x01R\x10thresholdPercent\x12\x1f\n" +
 	"\vmax_sending\x18\x03 \x01(\rR\n" +
 	"maxSending\x12#\n" +
 	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
-	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\"\xb7\x02\n" +
+	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\x12*\n" +
+	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\"\xb7\x02\n" +
 	"\x11ReplicasetBalance\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x16\n" +

@@ -1768,6 +1768,16 @@ func (m *RebalancerSettings) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.PausedByReshard {
+		i--
+		if m.PausedByReshard {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x30
+	}
 	if m.CopyBytesPerS != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.CopyBytesPerS))
 		i--
@@ -3858,6 +3868,9 @@ func (m *RebalancerSettings) SizeVT() (n int) {
 	}
 	if m.CopyBytesPerS != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.CopyBytesPerS))
+	}
+	if m.PausedByReshard {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -8804,6 +8817,26 @@ func (m *RebalancerSettings) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PausedByReshard", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.PausedByReshard = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
