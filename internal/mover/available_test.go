@@ -9,8 +9,7 @@ import (
 )
 
 // A replicaset is available to moves while a majority of its voters are
-// Online; a member still joining (never got past Offline(0)) is not a
-// voter yet.
+// Online; a member on its first start is not counted as a voter.
 func TestAvailableNeedsAMajorityOfVoters(t *testing.T) {
 	online := func() *metapb.Instance {
 		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}}
@@ -23,6 +22,12 @@ func TestAvailableNeedsAMajorityOfVoters(t *testing.T) {
 	}
 	joining := func() *metapb.Instance { // never got past joining
 		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Offline}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}}
+	}
+	firstStart := func() *metapb.Instance { // on its way through its first start
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Replicated, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}}
+	}
+	comingBack := func() *metapb.Instance { // a voter on its way back from a stop
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Replicated, Incarnation: 2}, TargetGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 2}}
 	}
 	stopping := func() *metapb.Instance { // Online, but meant to go Offline
 		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}}
@@ -41,6 +46,9 @@ func TestAvailableNeedsAMajorityOfVoters(t *testing.T) {
 		{"one stopping of 3, one down", []func() *metapb.Instance{online, stopping, down}, false},
 		{"a new replicaset's first member, two joining", []func() *metapb.Instance{online, joining, joining}, true},
 		{"2 of 3 voters and a replacement joining", []func() *metapb.Instance{online, online, down, joining}, true},
+		{"a new replicaset's first member, two on their first start", []func() *metapb.Instance{online, firstStart, firstStart}, true},
+		{"1 of 3, two coming back from a stop", []func() *metapb.Instance{online, comingBack, comingBack}, false},
+		{"2 of 3, one coming back", []func() *metapb.Instance{online, online, comingBack}, true},
 		{"none", nil, false},
 	} {
 		st := &meta.State{Instances: map[string]*metapb.Instance{}}

@@ -241,18 +241,25 @@ func MakePlan(st *meta.State) Plan {
 
 // available reports whether a majority of a replicaset's voters are
 // Online and meant to stay so: fewer cannot commit its moves' steps, so a
-// move to or from it would only wait and abort. A voter is a member that
-// has got past joining once (its current grade has an incarnation): one
-// still joining (a replacement, a new replicaset's second and third
-// instance) is not a voter yet and does not count against the majority.
+// move to or from it would only wait and abort.
+//
+// A voter, as group 0's grades tell it: a member Online (even one meant to
+// stop), one that went Offline after it had joined (incarnation 1 or
+// more), or one on its way back from such a stop (its grades carry the
+// incarnation of its next start, 2 or more). A member on its way through
+// its first start (Offline(0), or RaftSynced, Replicated or
+// ShardingInitialized of incarnation 1: a replacement, a new replicaset's
+// later instances) does not count against the majority: it is up, so it
+// does not stand in the way of a quorum, and counting it held a new
+// replicaset's first moves back until a second member was Online.
 func available(st *meta.State, rsID string) bool {
 	voters, online := 0, 0
 	for _, m := range st.Members(rsID) {
-		up := m.GetCurrentGrade().GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online
-		if up {
+		cur := m.GetCurrentGrade()
+		if cur.GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online {
 			online++
 		}
-		if up || m.GetCurrentGrade().GetIncarnation() > 0 {
+		if cur.GetVariant() == meta.Online || cur.GetVariant() == meta.Offline && cur.GetIncarnation() >= 1 || cur.GetIncarnation() >= 2 {
 			voters++
 		}
 	}
