@@ -68,7 +68,13 @@ func (x *dataCall) key(i int) ([]tuple.Value, error) {
 	if err != nil {
 		return nil, err
 	}
-	kf := keyFormat(x.def)
+	return parseKey(data, x.def)
+}
+
+// parseKey reads a primary key of the space def from JSON (a wrong one is
+// a usage error naming the key's format).
+func parseKey(data []byte, def client.SpaceDef) ([]tuple.Value, error) {
+	kf := keyFormat(def)
 	k, err := tuple.ParseJSONKey(data, kf)
 	if err != nil {
 		return nil, usageError(jsonError("the key", err, "the primary key", kf))

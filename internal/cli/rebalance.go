@@ -16,7 +16,6 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/mover"
-	"github.com/shardkit/shardkit/tuple"
 )
 
 // The operator's commands on bucket placement: rebalance, replicaset,
@@ -131,7 +130,7 @@ func settledBalance(st *datav1.RebalanceStatusResponse) (settled bool, why strin
 		return true, fmt.Sprintf("the rebalancer is off: nothing moves the buckets left by itself (%s to move; shardkit rebalance config --enable)", nBuckets(st.GetBucketsToMove()))
 	case st.GetMaxDisbalancePercent() <= s.GetThresholdPercent():
 		return true, fmt.Sprintf("the max disbalance, %s, is within the rebalancer's threshold, %s: it leaves the buckets where they are (%s to move)",
-			percent(st.GetMaxDisbalancePercent()), percent(s.GetThresholdPercent()), nBuckets(st.GetBucketsToMove()))
+			mover.FormatPercent(st.GetMaxDisbalancePercent()), mover.FormatPercent(s.GetThresholdPercent()), nBuckets(st.GetBucketsToMove()))
 	}
 	return false, ""
 }
@@ -168,13 +167,6 @@ func nBuckets(n uint32) string {
 	return fmt.Sprintf("%d buckets", n)
 }
 
-func percent(p float64) string {
-	if p >= math.MaxFloat64/2 || math.IsInf(p, 1) {
-		return "inf"
-	}
-	return strconv.FormatFloat(p, 'f', 2, 64) + "%"
-}
-
 func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REPLICASET\tWEIGHT\tBUCKETS\tTARGET\tDISBALANCE\tSENDING\tRECEIVING\tPINNED\tNOTE")
@@ -186,10 +178,11 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		case !r.GetAvailable():
 			note = "no quorum: fewer than a majority of its members in service"
 		case r.GetWeight() == 0 && r.GetBuckets() == 0:
-			note = "drained"
+			// Drained, or new and not given its weight yet.
+			note = "weight 0, holds none"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", r.GetReplicasetId(), r.GetWeight(), r.GetBuckets(), r.GetTarget(),
-			percent(r.GetDisbalancePercent()), r.GetSending(), r.GetReceiving(), r.GetPinned(), note)
+			mover.FormatPercent(r.GetDisbalancePercent()), r.GetSending(), r.GetReceiving(), r.GetPinned(), note)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -203,7 +196,7 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		state = "off"
 	}
 	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset, copy rate %s); max disbalance %s\n",
-		state, percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), percent(st.GetMaxDisbalancePercent()))
+		state, mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), mover.FormatPercent(st.GetMaxDisbalancePercent()))
 	done := st.GetBucketCount() - st.GetBucketsToMove()
 	fmt.Fprintf(w, "moves in progress: %d; buckets still to move: %d (%d of %d in place)\n", len(st.GetMoves()), st.GetBucketsToMove(), done, st.GetBucketCount())
 	if st.GetStale() {
@@ -300,7 +293,7 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "rebalancer: disabled=%v threshold=%s max-sending=%d max-receiving=%d copy-rate=%s\n",
-				s.GetDisabled(), percent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()))
+				s.GetDisabled(), mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()))
 			return nil
 		},
 	}
@@ -508,9 +501,9 @@ the one that key's sharding key falls in.`,
 						if err != nil {
 							return err
 						}
-						k, err := tuple.ParseJSONKey([]byte(key), keyFormat(def))
+						k, err := parseKey([]byte(key), def)
 						if err != nil {
-							return usageError(jsonError("the key", err, "the primary key", keyFormat(def)))
+							return err
 						}
 						if b, err = cl.Space(def.Name).Bucket(ctx, k...); err != nil {
 							return err

@@ -348,3 +348,33 @@ func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
 		t.Errorf("status of a paused rebalancer: exit %d\n%s", code, out)
 	}
 }
+
+// The NOTE column says why a replicaset stands apart from the balance.
+func TestRebalanceStatusNotes(t *testing.T) {
+	st := balance(false)
+	st.Replicasets = append(st.Replicasets,
+		&datav1.ReplicasetBalance{ReplicasetId: "r3", Weight: 1, Locked: true, Available: true},
+		&datav1.ReplicasetBalance{ReplicasetId: "r4", Weight: 1, Buckets: 3},
+		&datav1.ReplicasetBalance{ReplicasetId: "r5", Available: true})
+	var out strings.Builder
+	if err := writeBalance(&out, st); err != nil {
+		t.Fatal(err)
+	}
+	notes := map[string]string{"r3": "locked", "r4": "no quorum: fewer than a majority of its members in service", "r5": "weight 0, holds none"}
+	found := 0
+	for _, line := range strings.Split(out.String(), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if note, ok := notes[f[0]]; ok {
+			found++
+			if !strings.HasSuffix(strings.TrimRight(line, " "), note) {
+				t.Errorf("%s's line %q does not end with its note %q", f[0], line, note)
+			}
+		}
+	}
+	if found != len(notes) {
+		t.Errorf("%d of %d replicasets shown:\n%s", found, len(notes), out.String())
+	}
+}

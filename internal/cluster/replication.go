@@ -175,7 +175,7 @@ func (gv *governor) progress(ctx context.Context, inst *metapb.Instance) (*clust
 // rsAdmin runs a GroupAdmin action on the leader of a replicaset's group,
 // trying the recorded leader first and then every member.
 func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *metapb.Replicaset, action clusterv1.GroupAdminAction, raftID uint64) (*clusterv1.GroupAdminResponse, error) {
-	members := groupMembers(st, rs.GetReplicasetId())
+	members := st.GroupMembers(rs.GetReplicasetId())
 	slices.SortStableFunc(members, func(a, b *metapb.Instance) int {
 		switch {
 		case a.GetInstanceId() == rs.GetLeaderInstanceId():
@@ -203,24 +203,9 @@ func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *metapb.Repl
 	return nil, fmt.Errorf("no leader of replicaset group %d answered: %w", rs.GetRaftGroupId(), errors.Join(errs...))
 }
 
-// groupMembers returns the instances that may still be in a replicaset's
-// raft group, and so lead it: every one not Expelled yet, those being
-// expelled too (st.Members leaves them out). The leader of a replicaset
-// whose instance is being expelled is often that instance: asked only
-// through the others, a transfer of its leadership never reached it.
-func groupMembers(st *meta.State, rsID string) []*metapb.Instance {
-	var out []*metapb.Instance
-	for _, inst := range st.SortedInstances() {
-		if inst.GetReplicasetId() == rsID && inst.GetCurrentGrade().GetVariant() != meta.Expelled {
-			out = append(out, inst)
-		}
-	}
-	return out
-}
-
 // replicasetLeader returns the raft id leading a replicaset's group.
 func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *metapb.Replicaset) (uint64, error) {
-	for _, m := range groupMembers(st, rs.GetReplicasetId()) {
+	for _, m := range st.GroupMembers(rs.GetReplicasetId()) {
 		if m.GetTargetGrade().GetVariant() != meta.Online && m.GetCurrentGrade().GetVariant() == meta.Offline {
 			continue
 		}

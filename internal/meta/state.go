@@ -137,6 +137,22 @@ func (s *State) InService() string {
 	return "replicasets in service: " + strings.Join(ids, ", ")
 }
 
+// GroupMembers returns the instances of a replicaset that may still be in
+// its raft group, and so lead it, by raft id: Members and those being
+// expelled (target Expelled, current not yet). The leader of a replicaset
+// whose instance is being expelled is often that instance: a call meant
+// for the group's leader (a leadership transfer) asked only of Members
+// never reaches it.
+func (s *State) GroupMembers(replicasetID string) []*metapb.Instance {
+	var out []*metapb.Instance
+	for _, inst := range s.SortedInstances() {
+		if inst.GetReplicasetId() == replicasetID && inst.GetCurrentGrade().GetVariant() != Expelled {
+			out = append(out, inst)
+		}
+	}
+	return out
+}
+
 // Members returns the non-expelled instances of a replicaset, by raft id.
 func (s *State) Members(replicasetID string) []*metapb.Instance {
 	var out []*metapb.Instance

@@ -222,8 +222,8 @@ func MakePlan(st *meta.State) Plan {
 		}
 		if rs := st.Replicasets[g.ID]; rs.GetLocked() || !available(st, g.ID) {
 			// A locked replicaset neither sends nor receives; one without
-			// a majority of its members in service (stopped or stopping) keeps
-			// what it has until one is back. Its target is what it holds
+			// a majority of its voters in service (stopped or stopping) keeps
+			// what it has until they are back (available). Its target is what it holds
 			// (no share of its own, all of it pinned), also when that is
 			// below its weight's share: the others share the rest.
 			g.Weight, g.Pinned = 0, g.Buckets

@@ -256,15 +256,17 @@ func (s *Service) reshardPlan() (*datav1.ReshardResponse, error) {
 		mv.StartedUnixMs = now.UnixMilli()
 		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
-	resp.Summary = fmt.Sprintf("%d buckets would move (max disbalance %s)", len(resp.Moves), percentString(p.MaxDisbalance))
+	resp.Summary = fmt.Sprintf("%d buckets would move (max disbalance %s)", len(resp.Moves), FormatPercent(p.MaxDisbalance))
 	if _, _, _, disabled := Settings(st.Props.GetRebalancer()); !disabled && len(resp.Moves) > 0 {
 		resp.Summary += "; the rebalancer is on and may move them itself before `reshard start` (shardkit rebalance config --disable keeps them for the reshard)"
 	}
 	return resp, nil
 }
 
-// percentString shows a disbalance as `rebalance status` does.
-func percentString(p float64) string {
+// FormatPercent shows a disbalance or a threshold: "44.53%", or "inf" for
+// a weight-0 replicaset that still holds buckets (+Inf, or the MaxFloat64
+// the API carries it as, JSON having no infinity).
+func FormatPercent(p float64) string {
 	if math.IsInf(p, 1) || p >= math.MaxFloat64/2 {
 		return "inf"
 	}
@@ -304,7 +306,7 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		if asked == 0 {
 			return &datav1.ReshardResponse{Summary: fmt.Sprintf(
 				"nothing to move: every replicaset holds its target (max disbalance %s); the rebalancer's settings are unchanged",
-				percentString(MakePlan(s.m.cfg.Zero.State()).MaxDisbalance))}, nil
+				FormatPercent(MakePlan(s.m.cfg.Zero.State()).MaxDisbalance))}, nil
 		}
 	}
 	return s.awaitSwitches(ctx, asked)
