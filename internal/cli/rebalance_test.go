@@ -202,6 +202,7 @@ func TestAWrongCommandLineExitsTwo(t *testing.T) {
 		{"bucket", "shwo", "3"},
 		{"bogus"},
 		{"status", "--no-such-flag"},
+		{"completion", "tcsh"},
 	} {
 		code, _, errOut := runMain(t, args...)
 		if code != exitUsage {

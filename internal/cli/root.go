@@ -75,6 +75,9 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newNumeratorCmd(), newBenchCmd(),
 	)
 	root.AddCommand(newDataCmds()...)
+	// cobra adds its completion command when the program runs; add it now,
+	// so that its wrong command lines exit 2 as well.
+	root.InitDefaultCompletionCmd()
 	usageErrors(root)
 	return root
 }
