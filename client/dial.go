@@ -6,8 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -15,12 +17,20 @@ import (
 	"github.com/shardkit/shardkit/certs"
 )
 
+// ReconnectMaxDelay is how far apart, at most, a connection whose instance
+// went away tries to connect again. gRPC's own default grows to 120 s: an
+// instance restarted after two minutes away waited up to a minute for its
+// peers to reach it again (their raft messages to it, its votes' answers),
+// and stayed Offline meanwhile.
+const ReconnectMaxDelay = time.Second
+
 // DialOptions returns the options every connection to a shardkit instance
 // is made with: creds secures the transport; nil means plaintext, for a
 // cluster started without certificates. Messages are encoded by
-// api/rpccodec (protobuf without reflection). This is the one place
-// that decides it, for the CLI, the libraries, and the instances'
-// connections to each other.
+// api/rpccodec (protobuf without reflection); a lost connection is tried
+// again within ReconnectMaxDelay. This is the one place that decides it,
+// for the CLI, the libraries, and the instances' connections to each
+// other.
 func DialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
 	if creds == nil {
 		creds = insecure.NewCredentials()
@@ -28,6 +38,10 @@ func DialOptions(creds credentials.TransportCredentials) []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rpccodec.Codec{})),
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: ReconnectMaxDelay},
+			MinConnectTimeout: 5 * time.Second,
+		}),
 	}
 }
 

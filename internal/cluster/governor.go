@@ -193,10 +193,14 @@ func (gv *governor) setTarget(ctx context.Context, inst *metapb.Instance, v meta
 // setCurrent records a new current grade, valid only while the target is
 // still the one this decision was made for.
 func (gv *governor) setCurrent(ctx context.Context, inst *metapb.Instance, v metapb.GradeVariant) error {
-	gv.log.Info("current grade", "instance", inst.GetInstanceId(), "from", meta.FormatGrade(inst.GetCurrentGrade()),
-		"to", fmt.Sprintf("%s(%d)", meta.VariantName(v), inst.GetTargetGrade().GetIncarnation()))
 	_, err := gv.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetCurrentGrade{SetCurrentGrade: &metapb.SetCurrentGrade{
 		InstanceId: inst.GetInstanceId(), Variant: v, ExpectedTarget: inst.GetTargetGrade()}}})
+	if err == nil {
+		// Logged once applied: a proposal that never commits (the others
+		// stopped meanwhile) changed nothing.
+		gv.log.Info("current grade", "instance", inst.GetInstanceId(), "from", meta.FormatGrade(inst.GetCurrentGrade()),
+			"to", fmt.Sprintf("%s(%d)", meta.VariantName(v), inst.GetTargetGrade().GetIncarnation()))
+	}
 	return err
 }
 

@@ -117,9 +117,13 @@ type Node struct {
 	fatal        chan error
 	expelled     chan struct{} // closed when this instance learns it is expelled
 	expelledOnce sync.Once
-	metrics      *Metrics
-	fwd          *forward.Forwarder
-	clock        Clock
+	// onlineIndex is the group-0 index that recorded this instance's
+	// latest request for Online: a view of its record older than that is
+	// stale, and its target Offline is not a reason to ask again.
+	onlineIndex atomic.Uint64
+	metrics     *Metrics
+	fwd         *forward.Forwarder
+	clock       Clock
 }
 
 // NewNode makes a node over an open database.
@@ -450,7 +454,6 @@ func (n *Node) serve(ctx context.Context) error {
 	}()
 	wg.Go(func() { n.watch(loops) })
 	wg.Go(func() { newGovernor(n).run(loops) })
-	wg.Go(func() { n.selfSentinel(loops) })
 	// Asking to go Online runs beside the wait below, so a storage failure
 	// or an expulsion meanwhile ends the instance at once.
 	startCtx, stopStart := context.WithCancel(ctx)
@@ -459,6 +462,7 @@ func (n *Node) serve(ctx context.Context) error {
 		stopStart()
 		<-started
 	}()
+	wg.Go(func() { n.selfSentinel(loops, started) })
 	go func() {
 		defer close(started)
 		n.requestTarget(startCtx, meta.Online, "start")
@@ -566,20 +570,30 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 		req := &clusterv1.UpdateInstanceRequest{
 			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: apiVariant(v), Reason: reason, Uuid: id.UUID,
 		}
+		if v == meta.Online {
+			// Restarted with another --advertise, its peers reach it
+			// only once group 0 has the new address.
+			req.Address, req.HttpAddress = n.cfg.Advertise, n.cfg.HTTPAddress
+		}
 		rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.PeerCall)
-		_, err := n.fwd.Call(rctx, clusterv1.ClusterService_UpdateInstance_FullMethodName, req, func(ctx context.Context) (any, error) {
+		out, err := n.fwd.Call(rctx, clusterv1.ClusterService_UpdateInstance_FullMethodName, req, func(ctx context.Context) (any, error) {
 			return n.UpdateInstance(ctx, req)
 		})
 		cancel()
+		resp, _ := out.(*clusterv1.UpdateInstanceResponse)
 		if status.Code(err) == codes.Unavailable {
 			// This instance knows no leader (it may no longer be a member
 			// of group 0): ask the others, who forward to theirs.
 			err = n.askOthers(ctx, "set target grade", func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
-				_, err := clusterv1.NewClusterServiceClient(conn).UpdateInstance(ctx, req, opts...)
+				var err error
+				resp, err = clusterv1.NewClusterServiceClient(conn).UpdateInstance(ctx, req, opts...)
 				return err
 			})
 		}
 		if err == nil {
+			if v == meta.Online {
+				n.onlineIndex.Store(resp.GetInstance().GetCommitIndex())
+			}
 			return true
 		}
 		if status.Code(err) == codes.PermissionDenied {
@@ -618,8 +632,15 @@ func (n *Node) askOthers(ctx context.Context, op string, call client.CallFunc) e
 	return cl.Do(ctx, op, true, call)
 }
 
+// shutdownNoQuorum is how long a shutdown waits for its current grade
+// Offline while group 0 has no quorum before it stops waiting: the other
+// voters stopped too (a whole cluster stopped together), and nothing
+// would apply it before the shutdown timeout.
+const shutdownNoQuorum = 5 * time.Second
+
 // shutdown asks for target Offline and waits, bounded, until current
-// Offline is applied here (K13). Without a quorum it gives up at the bound.
+// Offline is applied here (K13). Without a quorum it gives up at the
+// bound, or once group 0 has had none for shutdownNoQuorum.
 func (n *Node) shutdown() {
 	n.shuttingDown.Store(true)
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ShutdownTimeout)
@@ -629,6 +650,9 @@ func (n *Node) shutdown() {
 		n.log.Warn("shutdown: target Offline not recorded in time (no leader or no quorum?)")
 		return
 	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	var noQuorumSince time.Time
 	for {
 		ch := n.meta.Changed()
 		inst := n.selfInstance()
@@ -641,8 +665,33 @@ func (n *Node) shutdown() {
 			n.log.Warn("shutdown: current grade Offline not applied in time", "current", meta.FormatGrade(inst.GetCurrentGrade()))
 			return
 		case <-ch:
+		case <-tick.C:
+			if n.groupZeroHasQuorum(ctx) {
+				noQuorumSince = time.Time{}
+				continue
+			}
+			if noQuorumSince.IsZero() {
+				noQuorumSince = time.Now()
+			}
+			if time.Since(noQuorumSince) >= shutdownNoQuorum {
+				n.log.Warn("shutdown: group 0 has had no quorum for "+shutdownNoQuorum.String()+" (its other voters stopped too?); not waiting for the current grade Offline",
+					"current", meta.FormatGrade(inst.GetCurrentGrade()))
+				return
+			}
 		}
 	}
+}
+
+// groupZeroHasQuorum reports whether group 0 confirms a read index within
+// a second: it has a leader that a majority follows.
+func (n *Node) groupZeroHasQuorum(ctx context.Context) bool {
+	g0 := n.g0.Load()
+	if g0 == nil {
+		return false
+	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return g0.ReadIndex(rctx) == nil
 }
 
 // roundObserver is the metrics as the raft host's observer (nil without

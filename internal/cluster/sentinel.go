@@ -10,8 +10,17 @@ import (
 // selfSentinel runs on every instance: while the instance is alive and not
 // shutting down, a target grade of Offline (set by the leader's sentinel
 // while it could not hear from us) is answered by asking for Online again,
-// with growing pauses.
-func (n *Node) selfSentinel(ctx context.Context) {
+// with growing pauses. It starts once the start's own request for Online
+// is recorded (started), and ignores a view of its record older than its
+// latest request: a restarted instance, still catching up, sees the
+// Offline of its absence, and asking again would add a second incarnation
+// for one start.
+func (n *Node) selfSentinel(ctx context.Context, started <-chan struct{}) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-started:
+	}
 	backoff := time.Second
 	for {
 		select {
@@ -23,7 +32,7 @@ func (n *Node) selfSentinel(ctx context.Context) {
 			return
 		}
 		inst := n.selfInstance()
-		if inst == nil || inst.GetTargetGrade().GetVariant() != meta.Offline {
+		if inst == nil || inst.GetTargetGrade().GetVariant() != meta.Offline || inst.GetCommitIndex() < n.onlineIndex.Load() {
 			backoff = time.Second
 			continue
 		}

@@ -123,6 +123,9 @@ func (n *Node) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstance
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "an instance may ask for target Online or Offline, not %s", meta.VariantName(target))
 	}
+	if err := n.updateAddress(ctx, req); err != nil {
+		return nil, err
+	}
 	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
 		InstanceId: req.GetInstanceId(), Variant: target, Reason: req.GetReason(), Uuid: req.GetUuid(),
 	}}})
@@ -130,6 +133,30 @@ func (n *Node) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstance
 		return nil, err
 	}
 	return &clusterv1.UpdateInstanceResponse{Instance: apiInstance(res.Instance)}, nil
+}
+
+// updateAddress records the addresses an instance sends with its request
+// for Online when group 0 has others for it: it was restarted with another
+// --advertise or --http-listen, and its peers reach it there from now on.
+// A record of another uuid (the id reused by a new instance) is left
+// alone; the grade's own uuid check refuses the request.
+func (n *Node) updateAddress(ctx context.Context, req *clusterv1.UpdateInstanceRequest) error {
+	if req.GetAddress() == "" {
+		return nil
+	}
+	inst := n.meta.State().Instance(req.GetInstanceId())
+	if inst == nil || req.GetUuid() != "" && inst.GetUuid() != req.GetUuid() ||
+		inst.GetAddress() == req.GetAddress() && inst.GetHttpAddress() == req.GetHttpAddress() {
+		return nil
+	}
+	if _, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetAddress{SetAddress: &metapb.SetAddress{
+		InstanceId: req.GetInstanceId(), Address: req.GetAddress(), HttpAddress: req.GetHttpAddress(),
+	}}}); err != nil {
+		return err
+	}
+	n.log.Info("instance addresses changed", "instance", req.GetInstanceId(), "from", inst.GetAddress(), "to", req.GetAddress(),
+		"http_from", inst.GetHttpAddress(), "http_to", req.GetHttpAddress())
+	return nil
 }
 
 func (n *Node) checkClusterID(id string) error {

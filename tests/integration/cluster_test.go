@@ -133,6 +133,49 @@ func TestJoinRestartAndColdRestart(t *testing.T) {
 	}
 }
 
+// An instance restarted with another --listen and --http-listen (moved to
+// another port or host) is reached there: it sends its addresses with its
+// request for Online, and group 0 records them before the grade. Before,
+// its peers kept sending to the old address and it stayed Offline,
+// asking for Online every few seconds, forever.
+func TestAnInstanceRestartedOnAnotherAddressIsReachedThere(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	st := c.waitOnline(3)
+	var moved *instance
+	for _, inst := range c.insts {
+		if inst != c.leader(st) {
+			moved = inst
+			break
+		}
+	}
+	before := *st.byAddress(moved.listen)
+	moved.term(t)
+	addrs := freePorts(t, 2)
+	moved.args = replaceArg(replaceArg(moved.args, "--listen", addrs[0]), "--http-listen", addrs[1])
+	moved.listen, moved.http = addrs[0], addrs[1]
+	moved.start(t)
+	// Online: the governor saw it catch up with group 0's log, which only
+	// the leader's messages to its new address bring.
+	st = c.waitStatus("the instance Online at its new address", 60*time.Second, func(s *statusJSON) bool {
+		i := s.byAddress(moved.listen)
+		return i != nil && online(i) && i.HTTPAddress == moved.http
+	})
+	if after := st.byAddress(moved.listen); after.RaftID != before.RaftID || after.UUID != before.UUID {
+		t.Fatalf("the move changed the identity: before %+v, after %+v", before, after)
+	}
+}
+
+func replaceArg(args []string, flag, value string) []string {
+	out := slices.Clone(args)
+	for i := range out {
+		if out[i] == flag {
+			out[i+1] = value
+		}
+	}
+	return out
+}
+
 func replacePeer(args []string, peer string) []string {
 	out := slices.Clone(args)
 	for i := range out {

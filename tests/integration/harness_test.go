@@ -262,6 +262,7 @@ type instanceJSON struct {
 	UUID          string            `json:"uuid"`
 	ReplicasetID  string            `json:"replicaset_id"`
 	Address       string            `json:"address"`
+	HTTPAddress   string            `json:"http_address"`
 	FailureDomain map[string]string `json:"failure_domain"`
 	RaftRole      string            `json:"raft_role"`
 	CurrentGrade  grade             `json:"current_grade"`

@@ -79,3 +79,39 @@ func TestSIGHUPStopsGracefully(t *testing.T) {
 		c.waitOnline(3)
 	}
 }
+
+// A whole cluster stopped at once (SIGTERM to every instance together, as
+// docs/operations.md says to stop one) no longer waits out its shutdown
+// timeout: the last instances found group 0 without a quorum, their
+// current grade Offline could never be applied, and each waited the whole
+// --shutdown-timeout for it. They now stop waiting once group 0 has had
+// no quorum for a few seconds.
+func TestAClusterStoppedTogetherDoesNotWaitOutItsShutdownTimeout(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	c.waitOnline(3)
+	for _, inst := range c.insts {
+		inst.mu.Lock()
+		_ = inst.cmd.Process.Signal(syscall.SIGTERM)
+		inst.mu.Unlock()
+	}
+	for _, inst := range c.insts {
+		if code := inst.wait(t, 60*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", inst.name, code)
+		}
+	}
+	for _, inst := range c.insts {
+		b, err := os.ReadFile(inst.logf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "not applied in time") {
+			t.Errorf("%s waited out its shutdown timeout:\n%s", inst.name, lastLines(string(b), 15))
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}

@@ -1572,7 +1572,12 @@ type UpdateInstanceRequest struct {
 	TargetGrade GradeVariant `protobuf:"varint,3,opt,name=target_grade,json=targetGrade,proto3,enum=shardkit.cluster.v1.GradeVariant" json:"target_grade,omitempty"`
 	Reason      string       `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
 	// When set, the request applies only if the record still has this uuid.
-	Uuid          string `protobuf:"bytes,5,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Uuid string `protobuf:"bytes,5,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// When set (an instance asking for Online sends its own), the
+	// instance's addresses in group 0 become these first: an instance
+	// restarted with another --advertise or --http-listen is reached there.
+	Address       string `protobuf:"bytes,6,opt,name=address,proto3" json:"address,omitempty"`
+	HttpAddress   string `protobuf:"bytes,7,opt,name=http_address,json=httpAddress,proto3" json:"http_address,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1638,6 +1643,20 @@ func (x *UpdateInstanceRequest) GetReason() string {
 func (x *UpdateInstanceRequest) GetUuid() string {
 	if x != nil {
 		return x.Uuid
+	}
+	return ""
+}
+
+func (x *UpdateInstanceRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *UpdateInstanceRequest) GetHttpAddress() string {
+	if x != nil {
+		return x.HttpAddress
 	}
 	return ""
 }
@@ -3102,7 +3121,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"raft_group\x18\x02 \x03(\v2\x1d.shardkit.cluster.v1.InstanceR\traftGroup\x12!\n" +
 	"\fcluster_uuid\x18\x03 \x01(\tR\vclusterUuid\x12!\n" +
-	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\"\xc9\x01\n" +
+	"\fcommit_index\x18\x04 \x01(\x04R\vcommitIndex\"\x86\x02\n" +
 	"\x15UpdateInstanceRequest\x12\x1d\n" +
 	"\n" +
 	"cluster_id\x18\x01 \x01(\tR\tclusterId\x12\x1f\n" +
@@ -3110,7 +3129,9 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"instanceId\x12D\n" +
 	"\ftarget_grade\x18\x03 \x01(\x0e2!.shardkit.cluster.v1.GradeVariantR\vtargetGrade\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04uuid\x18\x05 \x01(\tR\x04uuid\"S\n" +
+	"\x04uuid\x18\x05 \x01(\tR\x04uuid\x12\x18\n" +
+	"\aaddress\x18\x06 \x01(\tR\aaddress\x12!\n" +
+	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\"S\n" +
 	"\x16UpdateInstanceResponse\x129\n" +
 	"\binstance\x18\x01 \x01(\v2\x1d.shardkit.cluster.v1.InstanceR\binstance\"\xa6\x01\n" +
 	"\fExpelRequest\x12\x1d\n" +
