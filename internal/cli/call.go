@@ -68,6 +68,15 @@ serve others).`,
 }
 
 func runCall(cmd *cobra.Command, o *callOptions, args []string) error {
+	fl := cmd.Flags()
+	switch {
+	case fl.Changed("bucket") && fl.Changed("replicaset"):
+		return usagef("give --bucket or --replicaset, not both: --bucket %d runs the procedure on the replicaset holding that bucket, --replicaset %s on that replicaset", o.bucket, o.replicaset)
+	case fl.Changed("bucket") && o.bucket == 0:
+		return usagef("invalid --bucket 0: buckets are numbered from 1 to the cluster's bucket count (`shardkit rebalance status` shows it); without --bucket the procedure runs on any replicaset")
+	case fl.Changed("replicaset") && o.replicaset == "":
+		return usagef("invalid --replicaset \"\": give a replicaset id (`shardkit status` lists them)")
+	}
 	callArgs, err := procArgs(cmd, args)
 	if err != nil {
 		return err

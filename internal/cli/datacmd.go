@@ -47,15 +47,25 @@ func asDataCommand(cmd *cobra.Command, names ...string) *cobra.Command {
 		if len(args) == len(names) {
 			return nil
 		}
+		name := commandName(cmd)
 		switch len(names) {
 		case 0:
-			return usagef("%s takes no arguments, got %q", cmd.CommandPath(), args)
+			return usagef("%s takes no arguments, got %q", name, args)
 		case 1:
-			return usagef("%s takes one argument, %s; got %d", cmd.CommandPath(), names[0], len(args))
+			return usagef("%s takes one argument, %s; got %d", name, names[0], len(args))
 		}
-		return usagef("%s takes %d arguments, %s; got %d", cmd.CommandPath(), len(names), strings.Join(names, " "), len(args))
+		return usagef("%s takes %d arguments, %s; got %d", name, len(names), strings.Join(names, " "), len(args))
 	}
 	return cmd
+}
+
+// commandName is cmd's path without the program's name ("space create"):
+// Main already puts "shardkit: " before every message.
+func commandName(cmd *cobra.Command) string {
+	if !cmd.HasParent() {
+		return cmd.Name()
+	}
+	return strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 }
 
 // prefixExit puts what failed before the message of an *ExitError.
@@ -72,9 +82,7 @@ func prefixExit(what string, err error) error {
 // gets an equal share of it (at least a second), so that an instance that
 // does not answer leaves time to ask the next --peer.
 func (f *clusterFlags) dataClient(ctx context.Context) (*client.Client, context.Context, context.CancelFunc, error) {
-	n := time.Duration(strings.Count(f.peers, ",") + 1)
-	attempt := max(f.timeout/n, min(time.Second, f.timeout))
-	cl, err := f.clientWith(ctx, attempt)
+	cl, err := f.client(ctx)
 	if err != nil {
 		return nil, nil, nil, usageError(err)
 	}

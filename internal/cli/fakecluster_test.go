@@ -157,3 +157,38 @@ func (f *fakeCluster) serveWithout(t *testing.T) string {
 		clusterv1.RegisterClusterServiceServer(s, &clusterv1.UnimplementedClusterServiceServer{})
 	})
 }
+
+// hangingAddr is a loopback address that accepts connections and never
+// answers on them, as a stopped (SIGSTOP) process's listener does.
+func hangingAddr(t *testing.T) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		_ = lis.Close()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	})
+	return lis.Addr().String()
+}

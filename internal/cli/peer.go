@@ -35,10 +35,20 @@ func (f *clusterFlags) register(fs *pflag.FlagSet, timeout time.Duration, timeou
 	f.sec.register(fs)
 }
 
-// client checks the flags and makes the client; one attempt on one
-// instance may take all of --timeout.
+// client checks the flags and makes the client. --timeout bounds the
+// command; one attempt on one instance gets its share of it (attempt), so
+// that an instance that does not answer leaves time to ask the next
+// --peer (docs/data.md).
 func (f *clusterFlags) client(ctx context.Context) (*client.Client, error) {
-	return f.clientWith(ctx, 0)
+	return f.clientWith(ctx, f.attempt())
+}
+
+// attempt is one instance's share of --timeout: an equal part for each
+// --peer address, at least a second (all of --timeout when that is
+// shorter).
+func (f *clusterFlags) attempt() time.Duration {
+	n := time.Duration(strings.Count(f.peers, ",") + 1)
+	return max(f.timeout/n, min(time.Second, f.timeout))
 }
 
 // clientWith is client with each attempt on one instance bounded by

@@ -378,9 +378,18 @@ func newReplicasetCmd() *cobra.Command {
 }
 
 // do makes the client, runs fn within --timeout, and turns its error into
-// one line.
+// one line. Each instance asked gets its share of --timeout (attempt), so
+// that one that does not answer leaves time to ask the next --peer.
 func (f *clusterFlags) do(cmd *cobra.Command, what string, fn func(context.Context, *client.Client) error) error {
-	cl, err := f.client(cmd.Context())
+	return f.doWith(cmd, what, f.attempt(), fn)
+}
+
+// doWith is do with each attempt on one instance bounded by attempt: all
+// of --timeout for a call that one instance may spend it all on (a
+// reshard step copies and deletes for minutes; cut short, it would be
+// cancelled with its outcome unknown).
+func (f *clusterFlags) doWith(cmd *cobra.Command, what string, attempt time.Duration, fn func(context.Context, *client.Client) error) error {
+	cl, err := f.clientWith(cmd.Context(), attempt)
 	if err != nil {
 		return err
 	}
@@ -637,7 +646,7 @@ not done.`,
 				if format != "text" && format != "json" {
 					return usagef("invalid --format %q: want text or json", format)
 				}
-				return f.do(cmd, "reshard "+s.name, func(ctx context.Context, cl *client.Client) error {
+				return f.doWith(cmd, "reshard "+s.name, f.timeout, func(ctx context.Context, cl *client.Client) error {
 					stop := progressTicker(cmd.ErrOrStderr(), "reshard "+s.name, reshardTick)
 					resp, err := cl.Sharding().Reshard(ctx, s.step)
 					stop()

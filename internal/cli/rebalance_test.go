@@ -219,6 +219,33 @@ func TestAWrongCommandLineExitsTwo(t *testing.T) {
 	}
 }
 
+// The one line a wrong command line prints names what is wrong, once
+// prefixed, in the flags' own terms.
+func TestAWrongCommandLineSaysWhatIsWrong(t *testing.T) {
+	t.Parallel()
+	dead := deadAddr(t) // none of these may reach a cluster
+	for _, tt := range []struct {
+		args []string
+		want string // all of stderr
+	}{
+		{[]string{"insert", "offers"}, "shardkit: insert takes 2 arguments, SPACE TUPLE; got 1\n"},
+		{[]string{"space", "drop"}, "shardkit: space drop takes one argument, NAME; got 0\n"},
+		{[]string{"user", "create", "carl"}, "shardkit: --role is required: admin, writer or reader\n"},
+		{[]string{"user", "set-role", "carl"}, "shardkit: --role is required: admin, writer or reader\n"},
+		{[]string{"user", "create", "carl", "--role", "boss"}, "shardkit: invalid --role \"boss\": want admin, writer or reader\n"},
+		{[]string{"call", "--bucket", "7", "--replicaset", "r2", "echo", "[]"},
+			"shardkit: give --bucket or --replicaset, not both: --bucket 7 runs the procedure on the replicaset holding that bucket, --replicaset r2 on that replicaset\n"},
+		{[]string{"call", "--bucket", "0", "echo", "[]"},
+			"shardkit: invalid --bucket 0: buckets are numbered from 1 to the cluster's bucket count (`shardkit rebalance status` shows it); without --bucket the procedure runs on any replicaset\n"},
+		{[]string{"call", "--replicaset", "", "echo", "[]"}, "shardkit: invalid --replicaset \"\": give a replicaset id (`shardkit status` lists them)\n"},
+	} {
+		code, _, errOut := runMain(t, append(tt.args, "--peer", dead, "--timeout", "1s")...)
+		if code != exitUsage || errOut != tt.want {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d, %q", tt.args, code, errOut, exitUsage, tt.want)
+		}
+	}
+}
+
 // fakeRouting answers GetRouting: buckets 1-15 on r1, 16-30 on r2.
 type fakeRouting struct {
 	datav1.UnimplementedDataServiceServer

@@ -322,3 +322,48 @@ func TestStatusAtTheHTTPPort(t *testing.T) {
 		}
 	}
 }
+
+// A --peer that accepts connections and never answers (a stopped
+// process) leaves time to ask the next one: each instance gets its share
+// of --timeout, as in the data commands (docs/data.md). status (and every
+// command on the same path) used to spend all of --timeout on the first
+// and fail naming it.
+func TestClusterCommandsAskTheNextPeerWhenOneHangs(t *testing.T) {
+	t.Parallel()
+	hung := hangingAddr(t)
+	status := (&fakeCluster{status: sampleStatus()}).serve(t)
+	sharding := (&fakeSharding{resp: balance(false)}).serve(t)
+	unimplemented := (&fakeCluster{}).serveWithout(t)
+	tests := []struct {
+		name string
+		addr string
+		args []string
+		code int
+		want string // in stdout when code is 0, else in stderr
+	}{
+		{"status", status, []string{"status"}, 0, "cluster demo"},
+		{"rebalance status", sharding, []string{"rebalance", "status"}, 0, "r1"},
+		{"rebalance config", sharding, []string{"rebalance", "config", "--threshold", "2"}, 0, "threshold=2.00%"},
+		{"replicaset weight", sharding, []string{"replicaset", "weight", "r1", "2"}, 1, "peer " + sharding},
+		{"user list", unimplemented, []string{"user", "list"}, 1, "peer " + unimplemented},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			// A hung first peer given all of --timeout would fail the
+			// command: answering at all means the next peer was asked.
+			args := append(append([]string{}, tt.args...), "--peer", hung+","+tt.addr, "--timeout", "4s")
+			code, out, errOut := runMain(t, args...)
+			if code != tt.code {
+				t.Fatalf("%v: exit %d, want %d\nstdout: %s\nstderr: %s", args, code, tt.code, out, errOut)
+			}
+			got := out
+			if code != 0 {
+				got = errOut
+			}
+			if !strings.Contains(got, tt.want) {
+				t.Errorf("%v: output %q lacks %q (stderr %q)", args, got, tt.want, errOut)
+			}
+		})
+	}
+}

@@ -31,8 +31,8 @@ rebalancer. root is always admin and cannot be dropped.`,
 	var createRole string
 	role(create, &createRole)
 	create.RunE = func(cmd *cobra.Command, args []string) error {
-		if _, err := client.ParseRole(createRole); err != nil {
-			return usageError(fmt.Errorf("--role: %w", err))
+		if err := checkRole(createRole); err != nil {
+			return err
 		}
 		return f.do(cmd, "create user "+args[0], func(ctx context.Context, cl *client.Client) error {
 			if err := cl.CreateUser(ctx, args[0], createRole); err != nil {
@@ -46,8 +46,8 @@ rebalancer. root is always admin and cannot be dropped.`,
 	var newRole string
 	role(setRole, &newRole)
 	setRole.RunE = func(cmd *cobra.Command, args []string) error {
-		if _, err := client.ParseRole(newRole); err != nil {
-			return usageError(fmt.Errorf("--role: %w", err))
+		if err := checkRole(newRole); err != nil {
+			return err
 		}
 		return f.do(cmd, "set role of "+args[0], func(ctx context.Context, cl *client.Client) error {
 			if err := cl.SetUserRole(ctx, args[0], newRole); err != nil {
@@ -87,4 +87,15 @@ rebalancer. root is always admin and cannot be dropped.`,
 		cmd.AddCommand(c)
 	}
 	return cmd
+}
+
+// checkRole checks --role, which the command requires: one of the roles.
+func checkRole(role string) error {
+	if role == "" {
+		return usagef("--role is required: admin, writer or reader")
+	}
+	if _, err := client.ParseRole(role); err != nil {
+		return usagef("invalid --role %q: want admin, writer or reader", role)
+	}
+	return nil
 }

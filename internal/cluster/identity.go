@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -75,11 +77,29 @@ func (id *Identity) checkRestart(clusterID, instanceID, replicasetID string, fd 
 	}
 	for k, v := range id.FailureDomain {
 		if nv, ok := fd[k]; !ok || nv != v {
-			return fmt.Errorf("instance restarted with a different failure_domain: data dir has %s=%s, --failure-domain has %s=%q", k, v, k, fd[k])
+			given := "no " + k
+			if ok {
+				given = k + "=" + nv
+			}
+			return fmt.Errorf("instance restarted with a different failure_domain: data dir has %s=%s, --failure-domain has %s", k, v, given)
 		}
 	}
 	if !maps.Equal(fd, id.FailureDomain) && len(fd) > len(id.FailureDomain) {
-		return fmt.Errorf("instance restarted with a different failure_domain: data dir has %v, --failure-domain has %v", id.FailureDomain, fd)
+		return fmt.Errorf("instance restarted with a different failure_domain: data dir has %s, --failure-domain has %s", domainText(id.FailureDomain), domainText(fd))
 	}
 	return nil
+}
+
+// domainText shows failure-domain pairs as --failure-domain takes them
+// (dc=a,rack=1, sorted), or none.
+func domainText(fd map[string]string) string {
+	if len(fd) == 0 {
+		return "none"
+	}
+	pairs := make([]string, 0, len(fd))
+	for k, v := range fd {
+		pairs = append(pairs, k+"="+v)
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
 }

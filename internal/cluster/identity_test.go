@@ -27,15 +27,21 @@ func TestCheckRestartRefusesChangedIdentity(t *testing.T) {
 		{"x", "i1", "r1", map[string]string{"dc": "a"}, "different cluster_id"},
 		{"c", "i9", "r1", map[string]string{"dc": "a"}, "different instance_id"},
 		{"c", "i1", "r9", map[string]string{"dc": "a"}, "different replicaset_id"},
-		{"c", "i1", "r1", map[string]string{"dc": "b"}, "different failure_domain"},
-		{"c", "i1", "r1", nil, "different failure_domain"},
-		{"c", "i1", "r1", map[string]string{"dc": "a", "rack": "1"}, "different failure_domain"},
+		{"c", "i1", "r1", map[string]string{"dc": "b"}, "different failure_domain: data dir has dc=a, --failure-domain has dc=b"},
+		{"c", "i1", "r1", nil, "different failure_domain: data dir has dc=a, --failure-domain has no dc"},
+		{"c", "i1", "r1", map[string]string{"dc": "a", "rack": "1"}, "different failure_domain: data dir has dc=a, --failure-domain has dc=a,rack=1"},
 	}
 	for _, tc := range bad {
 		err := id.checkRestart(tc.cluster, tc.inst, tc.rs, tc.fd)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: got %v, want %q", tc, err, tc.want)
 		}
+	}
+	// Failure domains are shown as --failure-domain takes them, not as Go maps.
+	none := &Identity{ClusterID: "c", InstanceID: "i1", RaftID: 1, UUID: "u", ReplicasetID: "r1"}
+	err := none.checkRestart("c", "i1", "r1", map[string]string{"dc": "a"})
+	if want := "instance restarted with a different failure_domain: data dir has none, --failure-domain has dc=a"; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
 	}
 }
 

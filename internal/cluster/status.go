@@ -19,25 +19,42 @@ func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (
 	if g0 == nil {
 		return nil, n.errNotRunning()
 	}
-	rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
-	readErr := g0.ReadIndex(rctx)
-	cancel()
+	// The read index, the replicasets' bucket counts and the probe of the
+	// voters run together, each bounded by Probe, so that an instance
+	// without a quorum answers within one Probe, not three: a CLI gives
+	// each --peer address its share of --timeout. The probe is needed
+	// only without a quorum, and is cancelled as soon as the read index
+	// confirms one.
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
+	defer cancel()
+	pctx, cancelProbe := context.WithCancel(ctx)
+	var (
+		wg                sync.WaitGroup
+		counts            map[string]int
+		answering, silent []uint64
+	)
+	if n.cfg.BucketCounts != nil {
+		wg.Go(func() { counts = n.cfg.BucketCounts(ctx) })
+	}
+	voters := groupVoters(g0.Status())
+	wg.Go(func() { answering, silent = n.probeVoters(pctx, voters) })
+	readErr := g0.ReadIndex(ctx)
+	if readErr == nil {
+		cancelProbe()
+	}
+	wg.Wait()
+	cancelProbe()
 	gs := g0.Status()
 	resp := BuildStatus(n.meta.State(), gs, req.GetAll())
-	if n.cfg.BucketCounts != nil {
-		bctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.Probe)
-		counts := n.cfg.BucketCounts(bctx)
-		cancel()
-		for _, rs := range resp.GetReplicasets() {
-			if c, ok := counts[rs.GetReplicaset().GetReplicasetId()]; ok {
-				rs.BucketCount = uint32(c)
-				rs.BucketsFromReplicaset = true
-			}
+	for _, rs := range resp.GetReplicasets() {
+		if c, ok := counts[rs.GetReplicaset().GetReplicasetId()]; ok {
+			rs.BucketCount = uint32(c)
+			rs.BucketsFromReplicaset = true
 		}
 	}
 	q := &clusterv1.QuorumStatus{HasQuorum: readErr == nil, Voters: groupVoters(gs)}
 	if !q.HasQuorum {
-		q.VotersAnswering, q.VotersNotAnswering = n.probeVoters(ctx, q.GetVoters())
+		q.Voters, q.VotersAnswering, q.VotersNotAnswering = voters, answering, silent
 	}
 	resp.Quorum = q
 	resp.Security = "plaintext"

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -380,6 +381,12 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 				return zero, err
 			}
 		case datav1.Redirect_REASON_WRONG_BUCKET, datav1.Redirect_REASON_BUCKET_MOVING:
+			if what == "call" && rd.GetBucket() != 0 && rd.GetBucket() != bucket {
+				// The procedure's own write to a bucket the call was not
+				// routed by (a call by replicaset has no bucket): no other
+				// replicaset serves the call better.
+				return zero, procBucketError(rsID, rd, err)
+			}
 			// This instance's view of group 0 may be behind: catch up
 			// and look again.
 			if rerr := r.cfg.Topology.Refresh(ctx); rerr != nil {
@@ -405,6 +412,20 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 	}
 	r.log.Debug("giving up after redirects", "call", what, "replicaset", rsID, "err", last)
 	return zero, last
+}
+
+// procBucketError is the answer to a call whose procedure wrote a key of
+// a bucket that replicaset rsID, where it ran, does not serve (err, the
+// storage's redirect rd): refused, as retrying it there would be; a bucket
+// in its move's switch is the storage's redirect itself, retried by the
+// client until the switch is done.
+func procBucketError(rsID string, rd *datav1.Redirect, err error) error {
+	if rd.GetReason() == datav1.Redirect_REASON_BUCKET_MOVING {
+		return err
+	}
+	return status.Errorf(codes.FailedPrecondition,
+		"the procedure ran on replicaset %s and wrote a key of bucket %d, which that replicaset does not hold (%s): a procedure writes only the buckets of its replicaset; call it by that bucket (shardkit call --bucket %d) to run it where the key is",
+		rsID, rd.GetBucket(), status.Convert(err).Message(), rd.GetBucket())
 }
 
 // longerMoveBackoff is the next wait of Config.MoveBackoff's doubling.
@@ -732,6 +753,9 @@ func (r *Router) Call(ctx context.Context, req *datav1.CallRequest) (*datav1.Cal
 	rsID := req.GetReplicasetId()
 	switch {
 	case rsID != "":
+		if err := r.inService(ctx, rsID); err != nil {
+			return nil, err
+		}
 	case req.GetBucket() != 0:
 		if err := r.checkBucket(req.GetBucket()); err != nil {
 			return nil, err
@@ -745,6 +769,33 @@ func (r *Router) Call(ctx context.Context, req *datav1.CallRequest) (*datav1.Cal
 		}
 	}
 	return route(ctx, r, "call", rsID, req.GetBucket(), mode == datav1.Mode_MODE_RW, req, Local.Call, datav1.DataServiceClient.Call)
+}
+
+// inService refuses a call named to a replicaset that is not in service,
+// once this instance has caught up with group 0 (it may have been added
+// just now).
+func (r *Router) inService(ctx context.Context, rsID string) error {
+	if l := r.local(); l != nil && l.ReplicasetID() == rsID {
+		return nil
+	}
+	if _, ok := r.replicaset(rsID); ok {
+		return nil
+	}
+	if err := r.cfg.Topology.Refresh(ctx); err != nil {
+		return status.Errorf(codes.Unavailable, "replicaset %s is not known to this instance yet (it could not catch up with group 0: %v); retry", rsID, err)
+	}
+	var ids []string
+	for _, rs := range r.cfg.Topology.Replicasets() {
+		if rs.ID == rsID {
+			return nil
+		}
+		ids = append(ids, rs.ID)
+	}
+	inService := "none"
+	if len(ids) > 0 {
+		inService = strings.Join(ids, ", ")
+	}
+	return status.Errorf(codes.NotFound, "no replicaset %q in service (replicasets in service: %s)", rsID, inService)
 }
 
 // MapCall implements DataService: the procedure on every replicaset that

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +16,8 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/forward"
+	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // fakeTopology places every bucket on one replicaset, r1 or r2.
@@ -49,9 +52,12 @@ func (f *fakeTopology) Changed() <-chan struct{} {
 	return f.changed
 }
 
-func (f *fakeTopology) ReplicasetOf(uint32) string {
+func (f *fakeTopology) ReplicasetOf(b uint32) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if b == 0 { // no bucket: none holds it, as in group 0's map
+		return ""
+	}
 	return f.holder
 }
 
@@ -288,5 +294,59 @@ func TestAForwardedWriteIsServedByTheReplicasetItWasSentTo(t *testing.T) {
 	}
 	if !slices.Equal(conn.got, []string{"r2"}) {
 		t.Fatalf("the forwarded call named %v, want [r2]", conn.got)
+	}
+}
+
+// A call's refusals name what was wrong: a replicaset that is not in
+// service (it used to be "not known to this instance yet; retry", retried
+// until the client gave up), and a procedure that wrote a key of a bucket
+// its replicaset does not hold (it used to be "bucket 0 is not assigned to
+// a replicaset yet": a call by replicaset has no bucket of its own).
+func TestACallNamesWhatWasWrong(t *testing.T) {
+	procs, err := proc.NewRegistry(proc.Procedure{Name: "bump", Mode: proc.RW,
+		Func: func(context.Context, proc.Context, tuple.Tuple) (tuple.Tuple, error) { return nil, nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	redirect := func(reason datav1.Redirect_Reason, msg string) error {
+		st, _ := status.New(codes.Unavailable, msg).WithDetails(&datav1.Redirect{Reason: reason, Bucket: 1234})
+		return st.Err()
+	}
+	wrong := redirect(datav1.Redirect_REASON_WRONG_BUCKET, "bucket 1234 is absent on this replicaset (replicaset r2)")
+	moving := redirect(datav1.Redirect_REASON_BUCKET_MOVING, "bucket 1234 is sending on this replicaset (replicaset r2)")
+	for _, tt := range []struct {
+		name   string
+		req    *datav1.CallRequest
+		answer error // r2's leader's
+		code   codes.Code
+		want   string
+	}{
+		{"unknown replicaset", &datav1.CallRequest{Procedure: "bump", ReplicasetId: "r9"}, nil,
+			codes.NotFound, `no replicaset "r9" in service (replicasets in service: r1, r2)`},
+		{"a key elsewhere, by replicaset", &datav1.CallRequest{Procedure: "bump", ReplicasetId: "r2"}, wrong, codes.FailedPrecondition,
+			"the procedure ran on replicaset r2 and wrote a key of bucket 1234, which that replicaset does not hold (bucket 1234 is absent on this replicaset (replicaset r2)): a procedure writes only the buckets of its replicaset; call it by that bucket (shardkit call --bucket 1234) to run it where the key is"},
+		{"a key elsewhere, by bucket", &datav1.CallRequest{Procedure: "bump", Bucket: 7}, wrong, codes.FailedPrecondition,
+			"the procedure ran on replicaset r2 and wrote a key of bucket 1234"},
+		{"a key in its switch", &datav1.CallRequest{Procedure: "bump", ReplicasetId: "r2"}, moving, codes.Unavailable,
+			"bucket 1234 is sending on this replicaset (replicaset r2)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var calls []string
+			r := New(Config{Topology: &fakeTopology{holder: "r2"}, Procs: procs, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+				return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return tt.answer }}, nil
+			}})
+			_, err := r.Call(context.Background(), tt.req)
+			st := status.Convert(err)
+			if st.Code() != tt.code || !strings.Contains(st.Message(), tt.want) {
+				t.Fatalf("%v: got %v (calls %v); want %v: %s", tt.req, err, calls, tt.code, tt.want)
+			}
+			if tt.code == codes.Unavailable && datav1.RedirectOf(err) == nil {
+				t.Fatalf("a key in its switch: %v; want the storage's redirect, for the client to wait out", err)
+			}
+			if len(calls) > 1 {
+				t.Fatalf("%v: tried %v; want at most one call (no replicaset serves it better)", tt.req, calls)
+			}
+		})
 	}
 }

@@ -60,10 +60,14 @@ func WriteTable(out io.Writer, st View) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	count := fmt.Sprintf("%d instances", len(st.Instances))
+	if len(st.Instances) == 1 {
+		count = "1 instance"
+	}
 	if st.GradesLastKnown {
-		fmt.Fprintf(out, "(* the Raft leader; ? the last known grade; %d instances)\n\n", len(st.Instances))
+		fmt.Fprintf(out, "(* the Raft leader; ? the last known grade; %s)\n\n", count)
 	} else {
-		fmt.Fprintf(out, "(* the Raft leader; %d instances)\n\n", len(st.Instances))
+		fmt.Fprintf(out, "(* the Raft leader; %s)\n\n", count)
 	}
 
 	tw = tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
