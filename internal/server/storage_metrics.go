@@ -40,8 +40,25 @@ func newStorageMetrics(reg prometheus.Registerer) *storageMetrics {
 		descDebt:   prometheus.NewDesc("shardkit_storage_compaction_debt_bytes", "Bytes this instance's database estimates it must compact to bring its levels into shape.", nil, nil),
 		descCompac: prometheus.NewDesc("shardkit_storage_compactions_running", "Compactions of this instance's database under way.", nil, nil),
 	}
+	// Every reason is served from the start, at 0: a stall counter that
+	// appears only with the first stall cannot be told apart from one
+	// that is not scraped, and rate() and increase() miss that stall.
+	for _, r := range writeStallReasons {
+		m.stalls.WithLabelValues(r)
+		m.stallTime.WithLabelValues(r)
+	}
 	reg.MustRegister(m.stalls, m.stallTime)
 	return m
+}
+
+// writeStallReasons are the reasons Pebble gives a write stall
+// (pebble.WriteStallBeginInfo.Reason, set only in DB.maybeInduceWriteStall
+// of cockroachdb/pebble/v2): too many memtables queued for a flush, or too
+// many sublevels in level 0 waiting for a compaction. A reason a later
+// Pebble adds still gets its series, at its first stall.
+var writeStallReasons = []string{
+	"memtable count limit reached",
+	"L0 file count limit exceeded",
 }
 
 // watchDB registers the gauges of the open database db.
