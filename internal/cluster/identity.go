@@ -5,11 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
-	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/shardkit/shardkit/internal/cluster/statusview"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
@@ -91,15 +90,10 @@ func (id *Identity) checkRestart(clusterID, instanceID, replicasetID string, fd 
 }
 
 // domainText shows failure-domain pairs as --failure-domain takes them
-// (dc=a,rack=1, sorted), or none.
+// (dc=a,rack=1, sorted, as status shows them), or none.
 func domainText(fd map[string]string) string {
 	if len(fd) == 0 {
 		return "none"
 	}
-	pairs := make([]string, 0, len(fd))
-	for k, v := range fd {
-		pairs = append(pairs, k+"="+v)
-	}
-	slices.Sort(pairs)
-	return strings.Join(pairs, ",")
+	return statusview.FormatFailureDomain(fd)
 }
