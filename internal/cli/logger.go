@@ -5,6 +5,16 @@ import (
 	"log/slog"
 )
 
+// durationsAsText writes a duration as Go writes it ("1.5s", "81.422s"),
+// as the text format does: JSON's default is an integer of nanoseconds,
+// which a reader of the log cannot take in at a glance.
+func durationsAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
 // newLogger builds the log of `shardkit run` on w (stderr) from the
 // already validated level (debug|info|warn|error) and format (text|json).
 func newLogger(level, format string, w io.Writer) *slog.Logger {
@@ -21,6 +31,7 @@ func newLogger(level, format string, w io.Writer) *slog.Logger {
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	if format == "json" {
+		opts.ReplaceAttr = durationsAsText
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))

@@ -98,6 +98,9 @@ func (t *txn) createSpace(c *metapb.CreateSpace) Result {
 		if c.GetIfNotExists() && sameDefinition(old, sp) {
 			return Result{Space: old}
 		}
+		if c.GetIfNotExists() {
+			return Result{Err: refuse(CodeAlreadyExists, "space %q already exists (id %d) with another definition (if-not-exists accepts only the same one); drop it first or choose another name", sp.GetName(), old.GetId())}
+		}
 		return Result{Err: refuse(CodeAlreadyExists, "space %q already exists (id %d); drop it first or choose another name", sp.GetName(), old.GetId())}
 	}
 	if len(t.s.Spaces) >= MaxSpaces {

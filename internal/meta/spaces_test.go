@@ -43,7 +43,7 @@ func TestSpacesGetIdsAndRaiseTheSchemaVersion(t *testing.T) {
 	}
 	other := testSpace("offers")
 	other.ShardingKeyParts = 2
-	f.refused(createCmd(other, true), "already exists")
+	f.refused(createCmd(other, true), "already exists (id 1) with another definition (if-not-exists accepts only the same one)")
 
 	f.must(dropCmd("offers"))
 	f.refused(dropCmd("offers"), `no space "offers"`)
