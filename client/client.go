@@ -38,7 +38,9 @@ type Config struct {
 	// DialOptions are added after DialOptions(Credentials).
 	DialOptions []grpc.DialOption
 	// Timeout bounds one attempt on one instance (DefaultTimeout when
-	// zero); the context given to a call bounds the call as a whole.
+	// zero); the context given to a call bounds the call as a whole. An
+	// attempt gets more when the call's deadline leaves more for each of
+	// the instances still to try (those before it refused at once).
 	Timeout time.Duration
 	// Logger receives a debug line for each attempt that failed over to
 	// another instance (discarded when nil).
@@ -276,6 +278,17 @@ type callOptions struct {
 	timeout time.Duration
 }
 
+// attemptShare is how long an attempt may take with left instances still
+// to try (this one included): timeout, or an equal part of what the
+// call's deadline leaves when that is more, so that the time instances
+// before it did not use (they refused at once) is not lost.
+func attemptShare(ctx context.Context, timeout time.Duration, left int) time.Duration {
+	if dl, ok := ctx.Deadline(); ok && left > 0 {
+		return max(timeout, time.Until(dl)/time.Duration(left))
+	}
+	return timeout
+}
+
 // invoke runs call on the candidates in turn until one gives an answer
 // that is not "unavailable" (nor, for an idempotent call, "no answer in
 // time"), and returns that answer as an error or nil.
@@ -286,7 +299,8 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 	}
 	var tried []string
 	var last, unknown *Error // unknown: the first attempt whose outcome is unknown
-	for _, addr := range c.candidates() {
+	cands := c.candidates()
+	for i, addr := range cands {
 		if ctx.Err() != nil {
 			break
 		}
@@ -294,7 +308,8 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		if err != nil {
 			return err
 		}
-		actx, cancel := attemptContext(ctx, timeout)
+		at := attemptShare(ctx, timeout, len(cands)-i)
+		actx, cancel := attemptContext(ctx, at)
 		var hdr metadata.MD
 		err = call(actx, conn, grpc.Header(&hdr))
 		attemptExpired := actx.Err() != nil
@@ -311,7 +326,7 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 			return e
 		}
 		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
-			e.Msg = fmt.Sprintf("did not answer within %v", timeout)
+			e.Msg = fmt.Sprintf("did not answer within %v", at.Round(time.Millisecond))
 		}
 		if !e.Retryable {
 			if unknown != nil && !errors.Is(e, ErrOutcomeUnknown) {

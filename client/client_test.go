@@ -196,6 +196,29 @@ func TestAnAttemptThatTimesOutMovesOnForIdempotentCalls(t *testing.T) {
 	}
 }
 
+// The time instances that refused at once did not use goes to the ones
+// after them: the last of four peers, slower than Config.Timeout, answers
+// within the call's deadline. It was given Config.Timeout alone, and the
+// call failed with most of its deadline left.
+func TestTimeUnusedByRefusingInstancesGoesToTheNext(t *testing.T) {
+	t.Parallel()
+	slow := serve(t, &fake{status: func(ctx context.Context) (*clusterv1.GetStatusResponse, error) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(time.Second):
+		}
+		return &clusterv1.GetStatusResponse{ClusterId: "c1"}, nil
+	}})
+	c := newClient(t, 200*time.Millisecond, deadAddr(t), deadAddr(t), deadAddr(t), slow.addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx, false)
+	if err != nil || st.GetClusterId() != "c1" {
+		t.Fatalf("Status with three dead peers and a slow one: %v, %v", st, err)
+	}
+}
+
 func TestLeaderHintIsAskedFirst(t *testing.T) {
 	t.Parallel()
 	leader := serve(t, &fake{status: okStatus("from-leader")})

@@ -121,9 +121,13 @@ type Node struct {
 	// latest request for Online: a view of its record older than that is
 	// stale, and its target Offline is not a reason to ask again.
 	onlineIndex atomic.Uint64
-	metrics     *Metrics
-	fwd         *forward.Forwarder
-	clock       Clock
+	// targetRefused is why group 0 refused this instance's latest request
+	// for a target grade ("" when it was recorded, or only could not
+	// reach a leader): readiness names it.
+	targetRefused atomic.Pointer[string]
+	metrics       *Metrics
+	fwd           *forward.Forwarder
+	clock         Clock
 }
 
 // NewNode makes a node over an open database.
@@ -594,6 +598,7 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 			if v == meta.Online {
 				n.onlineIndex.Store(resp.GetInstance().GetCommitIndex())
 			}
+			n.targetRefused.Store(nil)
 			return true
 		}
 		if status.Code(err) == codes.PermissionDenied {
@@ -601,12 +606,30 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 			n.expelledOnce.Do(func() { close(n.expelled) })
 			return false
 		}
-		n.log.Info("cannot set own target grade yet", "target", meta.VariantName(v), "err", err)
+		switch status.Code(err) {
+		case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+			n.log.Info("cannot set own target grade yet", "target", meta.VariantName(v), "err", err)
+		default:
+			// Refused by group 0 (an address another instance has, say):
+			// retrying only helps once the cause is gone.
+			why := status.Convert(err).Message()
+			n.targetRefused.Store(&why)
+			n.log.Warn("group 0 refuses this instance's target grade; asking again", "target", meta.VariantName(v), "err", err)
+		}
 		if sleep(ctx, backoff) {
 			return false
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// TargetRefused is why group 0 refused this instance's latest request for
+// a target grade, or "".
+func (n *Node) TargetRefused() string {
+	if why := n.targetRefused.Load(); why != nil {
+		return *why
+	}
+	return ""
 }
 
 // askOthers tries call on the other instances group 0 knows, in turn,

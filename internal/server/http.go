@@ -63,6 +63,9 @@ func notReady(node *cluster.Node) string {
 		}
 		g0 = node.Group0() // it started meanwhile
 	}
+	if why := node.TargetRefused(); why != "" {
+		return "group 0 refuses this instance's request for Online: " + why
+	}
 	if g0.Leader() == 0 {
 		return "no leader of group 0 is known"
 	}

@@ -166,6 +166,45 @@ func TestAnInstanceRestartedOnAnotherAddressIsReachedThere(t *testing.T) {
 	}
 }
 
+// An instance restarted with an --advertise address another instance has
+// is refused by group 0, and says so where an operator looks: its
+// /health/ready names the refusal (it said "no leader of group 0 is
+// known"), and its log has it at warn.
+func TestAnInstanceRestartedOnATakenAddressSaysWhy(t *testing.T) {
+	c := newCluster(t, 3)
+	c.startAll()
+	st := c.waitOnline(3)
+	lead := c.leader(st)
+	var moved *instance
+	for _, inst := range c.insts {
+		if inst != lead {
+			moved = inst
+			break
+		}
+	}
+	moved.term(t)
+	free := freePorts(t, 1)[0]
+	moved.args = replaceArg(moved.args, "--listen", free)
+	moved.listen = free
+	moved.start(t, "--advertise", lead.listen)
+	deadline := time.Now().Add(60 * time.Second)
+	var code int
+	var body string
+	for time.Now().Before(deadline) {
+		code, body = httpGet2(t, moved.http+"/health/ready") // 0 until it listens
+		if strings.Contains(body, "refuses this instance's request for Online") {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if code != 503 || !strings.Contains(body, "refuses this instance's request for Online") || !strings.Contains(body, lead.listen) {
+		t.Fatalf("/health/ready of an instance advertising %s (the leader's): %d %s", lead.listen, code, body)
+	}
+	if b, _ := os.ReadFile(moved.logf); !strings.Contains(string(b), "group 0 refuses this instance's target grade") {
+		t.Errorf("no warning of the refusal in the log:\n%s", lastLines(string(b), 20))
+	}
+}
+
 func replaceArg(args []string, flag, value string) []string {
 	out := slices.Clone(args)
 	for i := range out {
