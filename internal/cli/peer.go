@@ -89,6 +89,10 @@ func callError(timeout time.Duration, err error) error {
 		return fmt.Errorf("peer %s speaks plaintext, not TLS: the cluster runs without --certs-dir; drop --certs-dir (%s)", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.Unavailable:
 		return fmt.Errorf("peer %s unavailable: %s", ce.Peer, oneLine(ce.Msg))
+	case ce.Code == codes.DeadlineExceeded && strings.HasPrefix(ce.Msg, "did not answer within "):
+		// The client names the time this instance had: its share of
+		// --timeout, not all of it.
+		return fmt.Errorf("peer %s %s (--timeout %v)", ce.Peer, oneLine(ce.Msg), timeout)
 	case ce.Code == codes.DeadlineExceeded:
 		return fmt.Errorf("peer %s did not answer within %v: %s", ce.Peer, timeout, oneLine(ce.Msg))
 	}
