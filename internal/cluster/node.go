@@ -121,9 +121,10 @@ type Node struct {
 	// latest request for Online: a view of its record older than that is
 	// stale, and its target Offline is not a reason to ask again.
 	onlineIndex atomic.Uint64
-	// targetRefused is why group 0 refused this instance's latest request
-	// for a target grade ("" when it was recorded, or only could not
-	// reach a leader): readiness names it.
+	// targetRefused is the target grade this instance last asked for and
+	// why group 0 refused it ("Online: ..."; nil once a request is
+	// recorded, or while a leader is only out of reach): readiness names
+	// it.
 	targetRefused atomic.Pointer[string]
 	metrics       *Metrics
 	fwd           *forward.Forwarder
@@ -612,7 +613,7 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 		default:
 			// Refused by group 0 (an address another instance has, say):
 			// retrying only helps once the cause is gone.
-			why := status.Convert(err).Message()
+			why := meta.VariantName(v) + ": " + status.Convert(err).Message()
 			n.targetRefused.Store(&why)
 			n.log.Warn("group 0 refuses this instance's target grade; asking again", "target", meta.VariantName(v), "err", err)
 		}
@@ -623,8 +624,9 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 	}
 }
 
-// TargetRefused is why group 0 refused this instance's latest request for
-// a target grade, or "".
+// TargetRefused is the target grade this instance last asked for and why
+// group 0 refused it ("Online: advertise address ... belongs to ..."), or
+// "" when its latest request was recorded.
 func (n *Node) TargetRefused() string {
 	if why := n.targetRefused.Load(); why != nil {
 		return *why

@@ -64,7 +64,7 @@ func notReady(node *cluster.Node) string {
 		g0 = node.Group0() // it started meanwhile
 	}
 	if why := node.TargetRefused(); why != "" {
-		return "group 0 refuses this instance's request for Online: " + why
+		return "group 0 refuses this instance's request for target " + why
 	}
 	if g0.Leader() == 0 {
 		return "no leader of group 0 is known"

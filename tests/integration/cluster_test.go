@@ -192,12 +192,12 @@ func TestAnInstanceRestartedOnATakenAddressSaysWhy(t *testing.T) {
 	var body string
 	for time.Now().Before(deadline) {
 		code, body = httpGet2(t, moved.http+"/health/ready") // 0 until it listens
-		if strings.Contains(body, "refuses this instance's request for Online") {
+		if strings.Contains(body, "refuses this instance's request for target Online: ") {
 			break
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if code != 503 || !strings.Contains(body, "refuses this instance's request for Online") || !strings.Contains(body, lead.listen) {
+	if code != 503 || !strings.Contains(body, "refuses this instance's request for target Online: ") || !strings.Contains(body, lead.listen) {
 		t.Fatalf("/health/ready of an instance advertising %s (the leader's): %d %s", lead.listen, code, body)
 	}
 	if b, _ := os.ReadFile(moved.logf); !strings.Contains(string(b), "group 0 refuses this instance's target grade") {
