@@ -399,15 +399,11 @@ func (f *clusterFlags) doWith(cmd *cobra.Command, what string, attempt time.Dura
 	if err := fn(ctx, cl); err != nil {
 		var exit *ExitError
 		if errors.As(err, &exit) { // refused before any call (a key that does not parse)
-			return &ExitError{Code: exit.Code, Err: fmt.Errorf("%s: %w", what, exit.Err)}
+			return prefixExit(what, err)
 		}
-		shown := fmt.Errorf("%s: %w", what, callError(f.timeout, err))
-		if errors.Is(err, client.ErrInvalid) {
-			// A request the cluster refuses as invalid (a bucket out of
-			// range): exit 2, as a wrong command line (data.md, "Exit codes").
-			return usageError(shown)
-		}
-		return shown
+		// A request the cluster refuses as invalid (a bucket out of
+		// range) exits 2, as a wrong command line (data.md, "Exit codes").
+		return dataError(what, f.timeout, err)
 	}
 	return nil
 }

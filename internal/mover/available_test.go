@@ -32,6 +32,9 @@ func TestAvailableNeedsAMajorityOfVoters(t *testing.T) {
 	stopping := func() *metapb.Instance { // Online, but meant to go Offline
 		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Online, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}}
 	}
+	leaving := func() *metapb.Instance { // being expelled, still in the raft group, down
+		return &metapb.Instance{CurrentGrade: &metapb.Grade{Variant: meta.Offline, Incarnation: 1}, TargetGrade: &metapb.Grade{Variant: meta.Expelled, Incarnation: 1}}
+	}
 	for _, c := range []struct {
 		name    string
 		members []func() *metapb.Instance
@@ -49,6 +52,8 @@ func TestAvailableNeedsAMajorityOfVoters(t *testing.T) {
 		{"a new replicaset's first member, two on their first start", []func() *metapb.Instance{online, firstStart, firstStart}, true},
 		{"1 of 3, two coming back from a stop", []func() *metapb.Instance{online, comingBack, comingBack}, false},
 		{"2 of 3, one coming back", []func() *metapb.Instance{online, online, comingBack}, true},
+		{"1 of 2, the other down and being expelled", []func() *metapb.Instance{online, leaving}, false},
+		{"2 of 3, one down and being expelled", []func() *metapb.Instance{online, online, leaving}, true},
 		{"none", nil, false},
 	} {
 		st := &meta.State{Instances: map[string]*metapb.Instance{}}

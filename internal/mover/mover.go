@@ -252,9 +252,12 @@ func MakePlan(st *meta.State) Plan {
 // later instances) does not count against the majority: it is up, so it
 // does not stand in the way of a quorum, and counting it held a new
 // replicaset's first moves back until a second member was Online.
+//
+// An instance being expelled is counted until it is (GroupMembers): it may
+// still be a voter of the group.
 func available(st *meta.State, rsID string) bool {
 	voters, online := 0, 0
-	for _, m := range st.Members(rsID) {
+	for _, m := range st.GroupMembers(rsID) {
 		cur := m.GetCurrentGrade()
 		if cur.GetVariant() == meta.Online && m.GetTargetGrade().GetVariant() == meta.Online {
 			online++

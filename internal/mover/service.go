@@ -333,12 +333,13 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
 			return 0, err
 		}
-		// A rebalancer round planned before the change may still be
-		// proposing its moves: wait it out, so that the plan below sees
-		// them (as moving) instead of asking for the same buckets.
-		s.m.round.Lock()
-		s.m.round.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 	}
+	// A rebalancer round planned before the rebalancer was turned off (by
+	// the step above, or by an operator just before) may still be
+	// proposing its moves: wait it out, so that the plan below sees them
+	// (as moving) instead of asking for the same buckets.
+	s.m.round.Lock()
+	s.m.round.Unlock() //nolint:staticcheck // an empty critical section: a barrier
 	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
 	steps := make([]*metapb.Command, len(plan))
 	for i, mv := range plan {
@@ -359,12 +360,12 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.ReshardResponse, error) {
 	for {
 		ch := s.m.cfg.Zero.Changed()
-		if len(s.operatorMoves(metapb.Move_PHASE_PREPARE)) == 0 && len(s.operatorMoves(metapb.Move_PHASE_ABORTING)) == 0 {
+		if s.switching() == 0 {
 			break
 		}
 		select {
 		case <-ctx.Done():
-			return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets are still switching; rerun `reshard start` to wait again", len(s.operatorMoves(metapb.Move_PHASE_PREPARE)))
+			return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets are still switching; rerun `reshard start` to wait again", s.switching())
 		case <-ch:
 		case <-time.After(200 * time.Millisecond):
 		}

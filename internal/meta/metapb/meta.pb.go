@@ -676,8 +676,9 @@ type Rebalancer struct {
 	// while it receives buckets; 0: no limit.
 	CopyBytesPerS uint64 `protobuf:"varint,5,opt,name=copy_bytes_per_s,json=copyBytesPerS,proto3" json:"copy_bytes_per_s,omitempty"`
 	// Set with disabled by `reshard start` when it turned the rebalancer
-	// off; `reshard cleanup` turns it on again only then. Settings an
-	// operator gives clear it.
+	// off; `reshard cleanup` turns it on again only then. An operator's own
+	// enable or disable clears it; other settings keep it (SetRebalancer
+	// keeps it only while disabled).
 	PausedByReshard bool `protobuf:"varint,6,opt,name=paused_by_reshard,json=pausedByReshard,proto3" json:"paused_by_reshard,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
