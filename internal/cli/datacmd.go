@@ -39,10 +39,9 @@ func usageError(err error) error { return &ExitError{Code: exitUsage, Err: err} 
 
 func usagef(format string, args ...any) error { return usageError(fmt.Errorf(format, args...)) }
 
-// asDataCommand makes cmd's flag errors usage errors (exit 2) and gives it
-// exactly the positional arguments names.
+// asDataCommand gives cmd exactly the positional arguments names (its
+// flag errors exit 2 through root's FlagErrorFunc).
 func asDataCommand(cmd *cobra.Command, names ...string) *cobra.Command {
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	cmd.Args = func(cmd *cobra.Command, args []string) error {
 		if len(args) == len(names) {
 			return nil

@@ -56,8 +56,7 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 				return err
 			}
 			defer cl.Close()
-			var lastWhy string // the last poll's reason to stop, if any
-			var lastToMove uint32
+			var lastWhy string // the last poll's reason to stop, if any (it names the buckets to move)
 			for {
 				ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
 				st, err := cl.Sharding().Status(ctx)
@@ -79,9 +78,8 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 					// that the moment between two batches of a rebalance
 					// that goes on (it keeps moving below the threshold
 					// once started) does not end the watch.
-					seen := why == lastWhy && st.GetBucketsToMove() == lastToMove
-					lastWhy, lastToMove = why, st.GetBucketsToMove()
-					settled = seen
+					settled = why == lastWhy
+					lastWhy = why
 				} else {
 					lastWhy = ""
 				}
@@ -89,7 +87,7 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 					if watch && why != "" {
 						fmt.Fprintln(cmd.OutOrStdout(), why)
 					}
-					if watch && !st.GetStale() {
+					if watch { // settled, so not stale
 						for _, line := range frozenReplicasets(st) {
 							fmt.Fprintln(cmd.OutOrStdout(), line)
 						}

@@ -78,15 +78,16 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 	// cobra adds its completion command when the program runs; add it now,
 	// so that its wrong command lines exit 2 as well.
 	root.InitDefaultCompletionCmd()
+	// Every command inherits it (cobra asks the parents).
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	usageErrors(root)
 	return root
 }
 
 // usageErrors makes a wrong command line exit with exitUsage (2) in every
-// command, as docs/data.md's table of exit codes says: an unknown flag or
-// a flag's value that does not parse, and a wrong number of arguments.
+// command, as docs/data.md's table of exit codes says: a wrong number of
+// arguments and a mistyped subcommand (flag errors: root's FlagErrorFunc).
 func usageErrors(cmd *cobra.Command) {
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	if !cmd.Runnable() && cmd.HasSubCommands() {
 		// A group (reshard, bucket, ...): cobra would print its help and
 		// exit 0 for a mistyped subcommand, and a script would go on.
