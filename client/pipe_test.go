@@ -434,7 +434,17 @@ func TestPipelineACallerWhoseContextEndsStopsWaiting(t *testing.T) {
 func TestPipelineABrokenConnectionIsOutcomeUnknownForWrites(t *testing.T) {
 	t.Parallel()
 	f := serveData(t, &fakeData{})
+	// The Multi goes out when the first slot holder's answer frees a slot;
+	// the other holder's answer may still be on its way on the same
+	// connection. The instance dies only once the client has both, or the
+	// break would fail a holder too (it did, once in CI).
+	holdersAnswered := make(chan struct{})
 	f.multi = func(ctx context.Context, _ *datav1.MultiRequest) (*datav1.MultiResponse, error) {
+		select {
+		case <-holdersAnswered:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 		f.lis.breakAll() // the instance dies with the Multi received
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -452,6 +462,7 @@ func TestPipelineABrokenConnectionIsOutcomeUnknownForWrites(t *testing.T) {
 		})
 	}
 	fillThenQueue(ctx, t, c, f, calls, nil)
+	close(holdersAnswered)
 	for range 3 {
 		err := <-errs
 		if !errors.Is(err, ErrOutcomeUnknown) || errors.Is(err, ErrUnavailable) || !IsRetryable(err) {
