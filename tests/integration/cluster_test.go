@@ -68,13 +68,7 @@ func TestJoinRestartAndColdRestart(t *testing.T) {
 	c.startAll()
 	st := c.waitOnline(3)
 	lead := c.leader(st)
-	var follower *instance
-	for _, inst := range c.insts {
-		if inst != lead {
-			follower = inst
-			break
-		}
-	}
+	follower := c.follower(st)
 
 	// A joiner that knows only a follower.
 	j1 := c.add()
@@ -142,13 +136,7 @@ func TestAnInstanceRestartedOnAnotherAddressIsReachedThere(t *testing.T) {
 	c := newCluster(t, 3)
 	c.startAll()
 	st := c.waitOnline(3)
-	var moved *instance
-	for _, inst := range c.insts {
-		if inst != c.leader(st) {
-			moved = inst
-			break
-		}
-	}
+	moved := c.follower(st)
 	before := *st.byAddress(moved.listen)
 	moved.term(t)
 	addrs := freePorts(t, 2)
@@ -175,13 +163,7 @@ func TestAnInstanceRestartedOnATakenAddressSaysWhy(t *testing.T) {
 	c.startAll()
 	st := c.waitOnline(3)
 	lead := c.leader(st)
-	var moved *instance
-	for _, inst := range c.insts {
-		if inst != lead {
-			moved = inst
-			break
-		}
-	}
+	moved := c.follower(st)
 	moved.term(t)
 	free := freePorts(t, 1)[0]
 	moved.args = replaceArg(moved.args, "--listen", free)

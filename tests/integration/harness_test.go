@@ -409,6 +409,18 @@ func (c *cluster) leader(st *statusJSON) *instance {
 	return c.instanceAt(l.Address)
 }
 
+// follower is the first instance that is not group 0's leader in st.
+func (c *cluster) follower(st *statusJSON) *instance {
+	lead := c.leader(st)
+	for _, inst := range c.insts {
+		if inst != lead {
+			return inst
+		}
+	}
+	c.t.Fatalf("no instance but the leader")
+	return nil
+}
+
 func voters(st *statusJSON) []uint64 {
 	var out []uint64
 	for _, i := range st.Instances {
