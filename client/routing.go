@@ -9,44 +9,13 @@ import (
 	"google.golang.org/grpc"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
-	"github.com/shardkit/shardkit/sharding"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
 // RoutingRefresh is how old the client's routing table may grow before a
 // call refreshes it; a redirect refreshes it at once.
 const RoutingRefresh = 30 * time.Second
-
-// spaceInfo is what the client needs of a space: its format and keys.
-type spaceInfo struct {
-	def       *datav1.Space
-	format    tuple.Format
-	pk        []int
-	keyFormat tuple.Format
-	sharding  int
-}
-
-func compileSpace(d *datav1.Space) (*spaceInfo, bool) {
-	s := &spaceInfo{def: d, sharding: int(d.GetShardingKeyParts())}
-	for _, f := range d.GetFormat() {
-		t, err := tuple.ParseType(f.GetType())
-		if err != nil {
-			return nil, false
-		}
-		s.format = append(s.format, tuple.Field{Name: f.GetName(), Type: t, Nullable: f.GetNullable()})
-	}
-	for _, n := range d.GetPrimaryKey() {
-		if n < 1 || int(n) > len(s.format) {
-			return nil, false
-		}
-		s.pk = append(s.pk, int(n-1))
-		s.keyFormat = append(s.keyFormat, s.format[n-1])
-	}
-	if len(s.pk) == 0 || s.sharding < 1 || s.sharding > len(s.pk) {
-		return nil, false
-	}
-	return s, true
-}
 
 // routing is the client's copy of the cluster's routing table.
 type routing struct {
@@ -56,7 +25,7 @@ type routing struct {
 	buckets     []string // buckets[b] is bucket b's replicaset ("" unknown)
 	leaders     map[string]string
 	members     map[string][]*datav1.Member
-	spaces      map[string]*spaceInfo
+	spaces      map[string]*schema.Space
 	schema      uint64
 }
 
@@ -67,7 +36,7 @@ func newRouting(r *datav1.GetRoutingResponse) *routing {
 		buckets:     make([]string, r.GetBucketCount()+1),
 		leaders:     map[string]string{},
 		members:     map[string][]*datav1.Member{},
-		spaces:      map[string]*spaceInfo{},
+		spaces:      map[string]*schema.Space{},
 		schema:      r.GetSchemaVersion(),
 	}
 	for _, br := range r.GetBuckets() {
@@ -80,7 +49,9 @@ func newRouting(r *datav1.GetRoutingResponse) *routing {
 		rt.members[rs.GetReplicasetId()] = rs.GetMembers()
 	}
 	for _, sp := range r.GetSpaces() {
-		if s, ok := compileSpace(sp); ok {
+		// A space this client cannot compile (a newer server's type) is
+		// left out: a call naming it is refused as naming no space.
+		if s, err := schema.CompileAPI(sp); err == nil {
 			rt.spaces[sp.GetName()] = s
 		}
 	}
@@ -199,7 +170,7 @@ func (c *Client) learnLeader(rs, addr string) {
 
 // space returns a space's definition, refreshing the table once when the
 // name is unknown.
-func (c *Client) space(ctx context.Context, name string) (*spaceInfo, *routing, error) {
+func (c *Client) space(ctx context.Context, name string) (*schema.Space, *routing, error) {
 	rt := c.routingFor(ctx)
 	if rt != nil {
 		if sp := rt.spaces[name]; sp != nil {
@@ -217,28 +188,19 @@ func (c *Client) space(ctx context.Context, name string) (*spaceInfo, *routing, 
 }
 
 // bucketOf returns the bucket of a key of sp.
-func (sp *spaceInfo) bucketOf(key []tuple.Value, count uint32) (uint32, error) {
-	if len(key) != len(sp.pk) {
-		return 0, invalidf("space %s: a key has %d parts, got %d", sp.def.GetName(), len(sp.pk), len(key))
-	}
-	if err := sp.keyFormat.Check(key); err != nil {
-		return 0, invalidf("space %s: the key: %v", sp.def.GetName(), err)
-	}
-	b, err := sharding.BucketOf(key[:sp.sharding], count)
+func bucketOf(sp *schema.Space, key []tuple.Value, count uint32) (uint32, error) {
+	b, err := sp.BucketOf(key, count)
 	if err != nil {
-		return 0, invalidf("space %s: %v", sp.def.GetName(), err)
+		return 0, invalidf("space %s: %v", sp.Name(), err)
 	}
 	return b, nil
 }
 
 // keyOf returns a tuple's primary key.
-func (sp *spaceInfo) keyOf(t tuple.Tuple) ([]tuple.Value, error) {
-	key := make([]tuple.Value, len(sp.pk))
-	for i, f := range sp.pk {
-		if f >= len(t) {
-			return nil, invalidf("space %s: the tuple has %d fields; field %d (%s) is part of the primary key", sp.def.GetName(), len(t), f+1, sp.format[f].Name)
-		}
-		key[i] = t[f]
+func keyOf(sp *schema.Space, t tuple.Tuple) ([]tuple.Value, error) {
+	key, err := sp.KeyOf(t)
+	if err != nil {
+		return nil, invalidf("space %s: %v", sp.Name(), err)
 	}
 	return key, nil
 }

@@ -135,7 +135,7 @@ func (s *Space) Select(ctx context.Context, key []tuple.Value, mode Mode) (Resul
 	if err != nil {
 		return Result{}, ReadInfo{}, err
 	}
-	b, err := sp.bucketOf(key, rt.bucketCount)
+	b, err := bucketOf(sp, key, rt.bucketCount)
 	if err != nil {
 		return Result{}, ReadInfo{}, err
 	}
@@ -169,7 +169,7 @@ func (s *Space) Bucket(ctx context.Context, key ...tuple.Value) (uint32, error) 
 	if err != nil {
 		return 0, err
 	}
-	return sp.bucketOf(key, rt.bucketCount)
+	return bucketOf(sp, key, rt.bucketCount)
 }
 
 // Range reads up to limit tuples of the space in one bucket, in
@@ -278,11 +278,11 @@ func (b *Batch) do(ctx context.Context, what string) ([]Result, error) {
 		}
 		key := p.key
 		if key == nil {
-			if key, err = sp.keyOf(p.tuple); err != nil {
+			if key, err = keyOf(sp, p.tuple); err != nil {
 				return nil, opError(err, i)
 			}
 		}
-		bk, err := sp.bucketOf(key, rt.bucketCount)
+		bk, err := bucketOf(sp, key, rt.bucketCount)
 		if err != nil {
 			return nil, opError(err, i)
 		}

@@ -10,6 +10,7 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -29,28 +30,26 @@ type SpaceDef struct {
 }
 
 func (d SpaceDef) api() (*datav1.Space, error) {
-	out := &datav1.Space{Name: d.Name, ShardingKeyParts: uint32(max(0, d.ShardingKey))}
-	for _, f := range d.Format {
-		out.Format = append(out.Format, &datav1.Field{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
-	}
+	def := schema.Definition{Name: d.Name, Format: d.Format, ShardingKeyParts: max(0, d.ShardingKey)}
 	for _, name := range d.PrimaryKey {
 		i, ok := d.Format.Index(name)
 		if !ok {
 			return nil, invalidf("space %s: primary key field %q is not in the format", d.Name, name)
 		}
-		out.PrimaryKey = append(out.PrimaryKey, uint32(i+1))
+		def.PrimaryKey = append(def.PrimaryKey, i)
 	}
-	return out, nil
+	return schema.ToAPI(def), nil
 }
 
 func spaceDef(sp *datav1.Space) (SpaceDef, error) {
-	info, ok := compileSpace(sp)
-	if !ok {
-		return SpaceDef{}, fmt.Errorf("client: the cluster sent a space %q it cannot read", sp.GetName())
+	c, err := schema.CompileAPI(sp)
+	if err != nil {
+		return SpaceDef{}, fmt.Errorf("client: the cluster sent a space %q it cannot read: %w", sp.GetName(), err)
 	}
-	d := SpaceDef{Name: sp.GetName(), Format: info.format, ShardingKey: info.sharding, ID: sp.GetId(), SchemaVersion: sp.GetSchemaVersion()}
-	for _, i := range info.pk {
-		d.PrimaryKey = append(d.PrimaryKey, info.format[i].Name)
+	def := c.Definition()
+	d := SpaceDef{Name: def.Name, Format: def.Format, ShardingKey: def.ShardingKeyParts, ID: def.ID, SchemaVersion: def.SchemaVersion}
+	for _, i := range def.PrimaryKey {
+		d.PrimaryKey = append(d.PrimaryKey, def.Format[i].Name)
 	}
 	return d, nil
 }

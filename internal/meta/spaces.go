@@ -4,12 +4,12 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -19,66 +19,44 @@ import (
 // that name a newer version than it has applied.
 
 // MaxSpaces bounds the number of spaces of a cluster.
-const MaxSpaces = 1000
+const MaxSpaces = schema.MaxSpaces
 
-var spaceNamePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
-
-// ValidSpaceName reports whether s may name a space: a letter or '_',
-// then letters, digits or '_', at most 64 bytes.
-func ValidSpaceName(s string) bool { return spaceNamePattern.MatchString(s) }
-
-// SpaceFormat returns a space's format as the tuple package takes it.
-func SpaceFormat(sp *metapb.Space) (tuple.Format, error) {
-	f := make(tuple.Format, len(sp.GetFormat()))
+// SpaceDefinition converts group 0's space message (0-based field
+// indexes, types by name) to the definition every room compiles.
+func SpaceDefinition(sp *metapb.Space) (schema.Definition, error) {
+	d := schema.Definition{Name: sp.GetName(), ID: sp.GetId(), SchemaVersion: sp.GetSchemaVersion(), ShardingKeyParts: int(sp.GetShardingKeyParts())}
 	for i, fd := range sp.GetFormat() {
 		t, err := tuple.ParseType(fd.GetType())
 		if err != nil {
-			return nil, fmt.Errorf("field %d (%s): %w", i+1, fd.GetName(), err)
+			return schema.Definition{}, fmt.Errorf("space %s: field %d (%s): %w", sp.GetName(), i+1, fd.GetName(), err)
 		}
-		f[i] = tuple.Field{Name: fd.GetName(), Type: t, Nullable: fd.GetNullable()}
+		d.Format = append(d.Format, tuple.Field{Name: fd.GetName(), Type: t, Nullable: fd.GetNullable()})
 	}
-	return f, nil
+	for _, i := range sp.GetPrimaryKey() {
+		d.PrimaryKey = append(d.PrimaryKey, int(i))
+	}
+	return d, nil
 }
 
-// ValidateSpace checks a space definition as a user gave it (its id and
-// schema version are the cluster's to assign): a valid name, a valid
-// format, a primary key of 1..tuple.MaxKeyParts distinct, non-nullable
-// fields, and a sharding key of 1..len(primary key) leading parts.
-func ValidateSpace(sp *metapb.Space) error {
-	if !ValidSpaceName(sp.GetName()) {
-		return fmt.Errorf("invalid space name %q: use a letter or '_', then letters, digits or '_', at most 64 bytes", sp.GetName())
+// SpaceMessage converts a definition to group 0's space message.
+func SpaceMessage(d schema.Definition) *metapb.Space {
+	out := &metapb.Space{Name: d.Name, Id: d.ID, SchemaVersion: d.SchemaVersion, ShardingKeyParts: uint32(d.ShardingKeyParts)}
+	for _, f := range d.Format {
+		out.Format = append(out.Format, &metapb.Field{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
 	}
-	f, err := SpaceFormat(sp)
+	for _, i := range d.PrimaryKey {
+		out.PrimaryKey = append(out.PrimaryKey, uint32(i))
+	}
+	return out
+}
+
+// CompileSpace compiles group 0's space message (schema.Compile's rules).
+func CompileSpace(sp *metapb.Space) (*schema.Space, error) {
+	d, err := SpaceDefinition(sp)
 	if err != nil {
-		return fmt.Errorf("space %s: %w", sp.GetName(), err)
+		return nil, err
 	}
-	if err := f.Validate(); err != nil {
-		return fmt.Errorf("space %s: %w", sp.GetName(), err)
-	}
-	pk := sp.GetPrimaryKey()
-	if len(pk) == 0 {
-		return fmt.Errorf("space %s: no primary key: name at least one field", sp.GetName())
-	}
-	if len(pk) > tuple.MaxKeyParts {
-		return fmt.Errorf("space %s: a primary key of %d fields is longer than %d", sp.GetName(), len(pk), tuple.MaxKeyParts)
-	}
-	seen := map[uint32]bool{}
-	for _, i := range pk {
-		if int(i) >= len(f) {
-			return fmt.Errorf("space %s: primary key field %d does not exist (the format has %d fields)", sp.GetName(), i+1, len(f))
-		}
-		if seen[i] {
-			return fmt.Errorf("space %s: field %d (%s) appears twice in the primary key", sp.GetName(), i+1, f[i].Name)
-		}
-		seen[i] = true
-		if f[i].Nullable {
-			return fmt.Errorf("space %s: primary key field %d (%s) is nullable; key fields cannot be", sp.GetName(), i+1, f[i].Name)
-		}
-	}
-	if n := sp.GetShardingKeyParts(); n < 1 || int(n) > len(pk) {
-		return fmt.Errorf("space %s: the sharding key must be 1 to %d leading parts of the primary key, not %d", sp.GetName(), len(pk), n)
-	}
-	return nil
+	return schema.Compile(d)
 }
 
 // sameDefinition reports whether two spaces are defined alike (ignoring
@@ -91,7 +69,7 @@ func sameDefinition(a, b *metapb.Space) bool {
 
 func (t *txn) createSpace(c *metapb.CreateSpace) Result {
 	sp := proto.CloneOf(c.GetSpace())
-	if err := ValidateSpace(sp); err != nil {
+	if _, err := CompileSpace(sp); err != nil {
 		return Result{Err: refuse(CodeInvalid, "%s", err.Error())}
 	}
 	if old := t.s.Spaces[sp.GetName()]; old != nil {

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -100,7 +101,7 @@ func TestSameDefinitionIgnoresIdAndVersion(t *testing.T) {
 	}
 }
 
-func FuzzValidateSpace(f *testing.F) {
+func FuzzCompileSpace(f *testing.F) {
 	seed, _ := proto.Marshal(testSpace("offers"))
 	f.Add(seed)
 	f.Add([]byte{})
@@ -109,12 +110,18 @@ func FuzzValidateSpace(f *testing.F) {
 		if proto.Unmarshal(data, sp) != nil {
 			return
 		}
-		if err := ValidateSpace(sp); err == nil {
-			// A valid definition has a usable format and key.
-			fm, ferr := SpaceFormat(sp)
-			if ferr != nil || fm.Validate() != nil || len(sp.GetPrimaryKey()) == 0 {
-				t.Fatalf("accepted %v: format %v %v", sp, fm, ferr)
-			}
+		c, err := CompileSpace(sp)
+		if err != nil {
+			return
+		}
+		// A valid definition has a usable format and key, and group 0's
+		// message converts back to the same definition.
+		if c.Format().Validate() != nil || len(c.PrimaryKey()) == 0 || c.ShardingKeyParts() > len(c.PrimaryKey()) {
+			t.Fatalf("accepted %v", sp)
+		}
+		back, err := SpaceDefinition(SpaceMessage(c.Definition()))
+		if err != nil || !reflect.DeepEqual(back, c.Definition()) {
+			t.Fatalf("%v converts back to %+v (%v), not %+v", sp, back, err, c.Definition())
 		}
 	})
 }

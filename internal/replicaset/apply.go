@@ -14,6 +14,7 @@ import (
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -373,14 +374,14 @@ type current struct {
 	tomb    bool // a tombstone of the key is on this replicaset
 }
 
-func (a *applier) look(ov *overlay, bucket uint32, sp *Space, op *rspb.Op, receiving bool) current {
-	key := a.sm.k.tuple(bucket, sp.ID, op.GetKey())
+func (a *applier) look(ov *overlay, bucket uint32, sp *schema.Space, op *rspb.Op, receiving bool) current {
+	key := a.sm.k.tuple(bucket, sp.ID(), op.GetKey())
 	ver, t, found := a.read(ov, key)
 	c := current{key: key, version: ver, tuple: t, found: found, local: found}
 	if found || !receiving {
 		return c
 	}
-	tk := a.sm.k.tombstone(bucket, sp.ID, op.GetKey())
+	tk := a.sm.k.tombstone(bucket, sp.ID(), op.GetKey())
 	if v, ok := ov.get(tk); ok {
 		c.tomb = v != nil
 	} else {
@@ -394,25 +395,25 @@ func (a *applier) look(ov *overlay, bucket uint32, sp *Space, op *rspb.Op, recei
 
 // put writes a tuple at key (c.key is its tuple key here) over what c
 // says is there.
-func (a *applier) put(ov *overlay, bucket uint32, sp *Space, key []byte, stored []byte, c current) {
+func (a *applier) put(ov *overlay, bucket uint32, sp *schema.Space, key []byte, stored []byte, c current) {
 	ov.put(c.key, stored)
 	if c.tomb {
-		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), nil)
+		ov.put(a.sm.k.tombstone(bucket, sp.ID(), key), nil)
 	}
 	if !c.local {
-		ov.count(sp.ID, 1)
+		ov.count(sp.ID(), 1)
 	}
 }
 
 // remove deletes the tuple at key; on a receiving bucket a tombstone keeps
 // the copy from bringing it back.
-func (a *applier) remove(ov *overlay, bucket uint32, sp *Space, key []byte, c current, receiving bool) {
+func (a *applier) remove(ov *overlay, bucket uint32, sp *schema.Space, key []byte, c current, receiving bool) {
 	if c.local {
 		ov.put(c.key, nil)
-		ov.count(sp.ID, -1)
+		ov.count(sp.ID(), -1)
 	}
 	if receiving {
-		ov.put(a.sm.k.tombstone(bucket, sp.ID, key), binary.BigEndian.AppendUint64(nil, a.version()))
+		ov.put(a.sm.k.tombstone(bucket, sp.ID(), key), binary.BigEndian.AppendUint64(nil, a.version()))
 	}
 }
 
@@ -433,7 +434,7 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 		}
 		if curVer != op.GetIfVersion() {
 			ref := refusal(rspb.Refusal_CODE_CONDITION_FAILED, i, "op %d (%s in space %s): if_version %d does not hold: the tuple's version is %d",
-				i+1, opName(op.GetKind()), sp.Name, op.GetIfVersion(), curVer)
+				i+1, opName(op.GetKind()), sp.Name(), op.GetIfVersion(), curVer)
 			ref.Refusal.ActualVersion = curVer
 			return nil, ref
 		}
@@ -442,7 +443,7 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 	switch op.GetKind() {
 	case rspb.OpKind_OP_KIND_INSERT:
 		if found {
-			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(key), sp.Name)
+			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(key), sp.Name())
 		}
 		a.put(ov, bucket, sp, key, encodeStored(a.version(), op.GetTuple()), c)
 		return &rspb.OpResult{Tuple: op.GetTuple(), Version: a.version()}, nil
@@ -474,30 +475,30 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 }
 
 // update applies an op's update operations to the stored tuple cur.
-func (a *applier) update(sp *Space, i int, op *rspb.Op, cur []byte) ([]byte, *rspb.BatchResult) {
+func (a *applier) update(sp *schema.Space, i int, op *rspb.Op, cur []byte) ([]byte, *rspb.BatchResult) {
 	t, err := tuple.DecodeTuple(cur)
 	if err != nil {
-		a.err = fmt.Errorf("replicaset: stored tuple in space %s: %w", sp.Name, err)
+		a.err = fmt.Errorf("replicaset: stored tuple in space %s: %w", sp.Name(), err)
 		return nil, nil
 	}
 	ops, err := tuple.DecodeOps(op.GetOps())
 	if err != nil {
 		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: %v", i+1, err)
 	}
-	nt, err := tuple.ApplyOps(t, ops, sp.Format)
+	nt, err := tuple.ApplyOps(t, ops, sp.Format())
 	if err != nil {
-		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): %v", i+1, opName(op.GetKind()), sp.Name, err)
+		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): %v", i+1, opName(op.GetKind()), sp.Name(), err)
 	}
-	for n, f := range sp.PK {
+	for n, f := range sp.PrimaryKey() {
 		if f >= len(nt) || !nt[f].Equal(t[f]) {
 			return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): it changes field %d (%s), part %d of the primary key; delete and insert instead",
-				i+1, opName(op.GetKind()), sp.Name, f+1, sp.Format[f].Name, n+1)
+				i+1, opName(op.GetKind()), sp.Name(), f+1, sp.Format()[f].Name, n+1)
 		}
 	}
 	enc := tuple.AppendTuple(nil, nt)
 	if len(enc) > MaxTupleBytes {
 		return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d (%s in space %s): the updated tuple has %d bytes, more than %d",
-			i+1, opName(op.GetKind()), sp.Name, len(enc), MaxTupleBytes)
+			i+1, opName(op.GetKind()), sp.Name(), len(enc), MaxTupleBytes)
 	}
 	return enc, nil
 }
@@ -552,7 +553,7 @@ func (a *applier) setSchema(c *rspb.SetSchema) any {
 	next := emptySchema()
 	next.Version = c.GetVersion()
 	for _, d := range c.GetSpaces() {
-		sp, err := CompileSpace(d)
+		sp, err := compileSpace(d)
 		if err != nil {
 			return fmt.Errorf("replicaset: schema version %d: %w", c.GetVersion(), err)
 		}
@@ -560,8 +561,8 @@ func (a *applier) setSchema(c *rspb.SetSchema) any {
 	}
 	var dropped []uint32
 	for _, sp := range old.Spaces() {
-		if n := next.ByID(sp.ID); n == nil {
-			dropped = append(dropped, sp.ID)
+		if n := next.ByID(sp.ID()); n == nil {
+			dropped = append(dropped, sp.ID())
 		}
 	}
 	slices.Sort(dropped)

@@ -149,7 +149,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 	sm.window = window
 	sm.SetRowCacheBytes(rowCache)
 	def := benchSpace()
-	sp, err := CompileSpace(def)
+	sp, err := compileSpace(def)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 		if err != nil {
 			b.Fatal(err)
 		}
-		bucket, err := sp.Bucket(key, buckets)
+		bucket, err := sp.BucketOf(key, buckets)
 		if err != nil {
 			b.Fatal(err)
 		}

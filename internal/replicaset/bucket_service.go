@@ -175,7 +175,7 @@ func (b *BucketService) LookupRange(ctx context.Context, req *rspb.LookupRangeRe
 	if limit <= 0 || limit > MaxRangeLimit {
 		limit = MaxRangeLimit
 	}
-	ts, more, err := s.sm.Range(snap, req.GetBucket(), &Space{ID: req.GetSpaceId()}, req.GetAfter(), limit)
+	ts, more, err := s.sm.Range(snap, req.GetBucket(), req.GetSpaceId(), req.GetAfter(), limit)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

@@ -37,7 +37,7 @@ func (f *fixture) copyChunk(b uint32, gen uint64, ts ...*rspb.CopiedTuple) *Copy
 func (f *fixture) chunk(b uint32) []*rspb.CopiedTuple {
 	f.t.Helper()
 	sp := f.sm.Schema().ByID(1)
-	ts, _, err := f.sm.Range(f.db, b, sp, nil, 100)
+	ts, _, err := f.sm.Range(f.db, b, sp.ID(), nil, 100)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func (f *fixture) chunk(b uint32) []*rspb.CopiedTuple {
 }
 
 func prevOf(f *fixture, b uint32, k []byte) *rspb.PrevFact {
-	st, found, err := f.sm.Get(f.db, b, f.sm.Schema().ByID(1), k)
+	st, found, err := f.sm.Get(f.db, b, f.sm.Schema().ByID(1).ID(), k)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	if o := dst.copyChunk(b, 2, chunk...); o.Refused != nil || o.Copied != 0 {
 		t.Fatalf("copy = %+v, want nothing copied (a, c were written on dst, b deleted there)", o)
 	}
-	if _, found, _ := dst.sm.Get(dst.db, b, dst.sm.Schema().ByID(1), kb); found {
+	if _, found, _ := dst.sm.Get(dst.db, b, dst.sm.Schema().ByID(1).ID(), kb); found {
 		t.Fatal("the copy resurrected a tuple deleted during the move")
 	}
 	if o := dst.copyChunk(b, 3, chunk...); o.Refused == nil {
@@ -148,7 +148,7 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	if n, _ := src.sm.Count(src.db, 1); n != 0 {
 		t.Fatalf("src count %d after cleanup, want 0", n)
 	}
-	if ts, _, _ := src.sm.Range(src.db, b, src.sm.Schema().ByID(1), nil, 10); len(ts) != 0 {
+	if ts, _, _ := src.sm.Range(src.db, b, src.sm.Schema().ByID(1).ID(), nil, 10); len(ts) != 0 {
 		t.Fatalf("src keeps %d tuples of the moved bucket", len(ts))
 	}
 	// Repeated steps are no-ops; wrong ones are refused.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/sharding"
 )
 
@@ -27,7 +28,7 @@ import (
 
 // getMoving reads one key of bucket b, falling back to the source while b
 // is receiving.
-func (s *Storage) getMoving(ctx context.Context, b uint32, sp *Space, key []byte) (Stored, bool, error) {
+func (s *Storage) getMoving(ctx context.Context, b uint32, sp *schema.Space, key []byte) (Stored, bool, error) {
 	for attempt := 0; ; attempt++ {
 		st, found, err := s.getMovingOnce(ctx, b, sp, key)
 		if !errors.Is(err, errSourceDone) {
@@ -40,8 +41,8 @@ func (s *Storage) getMoving(ctx context.Context, b uint32, sp *Space, key []byte
 	}
 }
 
-func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *Space, key []byte) (Stored, bool, error) {
-	st, found, err := s.sm.Get(s.cfg.DB, b, sp, key)
+func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *schema.Space, key []byte) (Stored, bool, error) {
+	st, found, err := s.sm.Get(s.cfg.DB, b, sp.ID(), key)
 	if err != nil {
 		return Stored{}, false, status.Error(codes.Internal, err.Error())
 	}
@@ -58,16 +59,16 @@ func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *Space, key []
 	if rec.GetCopied() {
 		// The copy is complete: this replicaset holds the whole bucket
 		// now, but it may have completed after the read above; read again.
-		st, found, err := s.sm.Get(s.cfg.DB, b, sp, key)
+		st, found, err := s.sm.Get(s.cfg.DB, b, sp.ID(), key)
 		if err != nil {
 			return Stored{}, false, status.Error(codes.Internal, err.Error())
 		}
 		return st, found, nil
 	}
-	if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID, key)); err != nil || tomb != nil {
+	if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID(), key)); err != nil || tomb != nil {
 		return Stored{}, false, err
 	}
-	batch := &rspb.Batch{Bucket: b, Ops: []*rspb.Op{{SpaceId: sp.ID, Key: key}}}
+	batch := &rspb.Batch{Bucket: b, Ops: []*rspb.Op{{SpaceId: sp.ID(), Key: key}}}
 	if err := s.prevFacts(ctx, rec, batch); err != nil {
 		return Stored{}, false, err
 	}
@@ -78,7 +79,7 @@ func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *Space, key []
 // rangeMoving reads a range of bucket b, merging the source's tuples while
 // b is receiving: this replicaset's tuple wins, a tombstone hides the
 // source's.
-func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *Space, after []byte, limit int) ([]Stored, bool, error) {
+func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *schema.Space, after []byte, limit int) ([]Stored, bool, error) {
 	for attempt := 0; ; attempt++ {
 		out, more, err := s.rangeMovingOnce(ctx, b, sp, after, limit)
 		if !errors.Is(err, errSourceDone) {
@@ -90,8 +91,8 @@ func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *Space, after []
 	}
 }
 
-func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, after []byte, limit int) ([]Stored, bool, error) {
-	local, more, err := s.sm.Range(s.cfg.DB, b, sp, after, limit)
+func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *schema.Space, after []byte, limit int) ([]Stored, bool, error) {
+	local, more, err := s.sm.Range(s.cfg.DB, b, sp.ID(), after, limit)
 	if err != nil {
 		return nil, false, status.Error(codes.Internal, err.Error())
 	}
@@ -104,7 +105,7 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 	}
 	if rec.GetCopied() {
 		// All here now, perhaps only since the read above: read again.
-		local, more, err := s.sm.Range(s.cfg.DB, b, sp, after, limit)
+		local, more, err := s.sm.Range(s.cfg.DB, b, sp.ID(), after, limit)
 		if err != nil {
 			return nil, false, status.Error(codes.Internal, err.Error())
 		}
@@ -113,7 +114,7 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 	var resp *rspb.LookupRangeResponse
 	err = s.onLeaderOf(ctx, rec.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
 		var err error
-		resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: uint32(limit),
+		resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID(), After: after, Limit: uint32(limit),
 			Generation: rec.GetGeneration()})
 		return err
 	})
@@ -135,7 +136,7 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 		default:
 			t := src[j]
 			j++
-			if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID, t.GetKey())); err != nil {
+			if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID(), t.GetKey())); err != nil {
 				return nil, false, status.Error(codes.Internal, err.Error())
 			} else if tomb != nil {
 				continue
@@ -155,10 +156,10 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *Space, afte
 // tombstone of (the merge a read makes). A receiving bucket whose source
 // answers that it no longer sends it (the move ended after the snapshot)
 // is left out: the cluster-wide sum shows the miss, and counts again.
-func (s *Storage) CountHeld(ctx context.Context, sp *Space) (proc.HeldCount, error) {
+func (s *Storage) CountHeld(ctx context.Context, sp *schema.Space) (proc.HeldCount, error) {
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
-	hc, err := s.sm.localCount(snap, sp.ID)
+	hc, err := s.sm.localCount(snap, sp.ID())
 	if err != nil {
 		return proc.HeldCount{}, status.Error(codes.Internal, err.Error())
 	}
@@ -180,8 +181,8 @@ func (s *Storage) CountHeld(ctx context.Context, sp *Space) (proc.HeldCount, err
 
 // countCopying counts the tuples of space sp in bucket b, receiving here
 // (st) with its copy under way, as snap and the source hold them.
-func (s *Storage) countCopying(ctx context.Context, snap pebble.Reader, b uint32, st *rspb.BucketState, sp *Space) (uint64, error) {
-	n, err := s.sm.storedCount(snap, b, sp.ID)
+func (s *Storage) countCopying(ctx context.Context, snap pebble.Reader, b uint32, st *rspb.BucketState, sp *schema.Space) (uint64, error) {
+	n, err := s.sm.storedCount(snap, b, sp.ID())
 	if err != nil {
 		return 0, status.Error(codes.Internal, err.Error())
 	}
@@ -190,7 +191,7 @@ func (s *Storage) countCopying(ctx context.Context, snap pebble.Reader, b uint32
 		var resp *rspb.LookupRangeResponse
 		err := s.onLeaderOf(ctx, st.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
 			var err error
-			resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: st.GetPeer(), Bucket: b, SpaceId: sp.ID, After: after, Limit: MaxRangeLimit,
+			resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: st.GetPeer(), Bucket: b, SpaceId: sp.ID(), After: after, Limit: MaxRangeLimit,
 				Generation: st.GetGeneration()}) // not a later move's source: the snapshot is of this one
 			return err
 		})
@@ -198,9 +199,9 @@ func (s *Storage) countCopying(ctx context.Context, snap pebble.Reader, b uint32
 			return 0, sourceError(b, st.GetPeer(), err)
 		}
 		for _, t := range resp.GetTuples() {
-			local, err := get(snap, s.sm.k.tuple(b, sp.ID, t.GetKey()))
+			local, err := get(snap, s.sm.k.tuple(b, sp.ID(), t.GetKey()))
 			if err == nil && local == nil {
-				local, err = get(snap, s.sm.k.tombstone(b, sp.ID, t.GetKey()))
+				local, err = get(snap, s.sm.k.tombstone(b, sp.ID(), t.GetKey()))
 			}
 			if err != nil {
 				return 0, status.Error(codes.Internal, err.Error())

@@ -15,6 +15,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -77,7 +78,7 @@ type procContext struct {
 
 func (c *procContext) Replicaset() string { return c.s.cfg.ReplicasetID }
 
-func (c *procContext) space(name string) (*Space, error) {
+func (c *procContext) space(name string) (*schema.Space, error) {
 	sp := c.schema.ByName(name)
 	if sp == nil {
 		return nil, noSpace(0, name)
@@ -155,7 +156,7 @@ func (c *procContext) Count(space string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	return c.s.sm.Count(c.s.cfg.DB, sp.ID)
+	return c.s.sm.Count(c.s.cfg.DB, sp.ID())
 }
 
 func (c *procContext) CountHeld(ctx context.Context, space string) (proc.HeldCount, error) {

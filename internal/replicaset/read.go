@@ -26,12 +26,12 @@ type Stored struct {
 	Key []byte
 }
 
-// Get reads the tuple of space sp with the encoded primary key key in
+// Get reads the tuple of space spaceID with the encoded primary key key in
 // bucket b.
 // A read of the state machine's own database goes through the row cache
 // (rowcache.go); one of a snapshot or a batch does not.
-func (sm *SM) Get(r pebble.Reader, b uint32, sp *Space, key []byte) (Stored, bool, error) {
-	tk := sm.k.tuple(b, sp.ID, key)
+func (sm *SM) Get(r pebble.Reader, b uint32, spaceID uint32, key []byte) (Stored, bool, error) {
+	tk := sm.k.tuple(b, spaceID, key)
 	var v []byte
 	if db, ok := r.(*pebble.DB); ok && db == sm.db {
 		cached, hit, seq := sm.rows.read(b, tk)
@@ -62,11 +62,11 @@ func (sm *SM) Get(r pebble.Reader, b uint32, sp *Space, key []byte) (Stored, boo
 	return Stored{Version: ver, Tuple: t}, true, nil
 }
 
-// Range reads up to limit tuples of space sp in bucket b, in primary-key
+// Range reads up to limit tuples of space spaceID in bucket b, in primary-key
 // order, after the encoded key after (from the first when empty); more
 // says whether tuples follow the last one returned.
-func (sm *SM) Range(r pebble.Reader, b uint32, sp *Space, after []byte, limit int) (out []Stored, more bool, err error) {
-	prefix := sm.k.tuplePrefix(b, sp.ID)
+func (sm *SM) Range(r pebble.Reader, b uint32, spaceID uint32, after []byte, limit int) (out []Stored, more bool, err error) {
+	prefix := sm.k.tuplePrefix(b, spaceID)
 	lower := prefix
 	if len(after) > 0 {
 		// The smallest key greater than prefix+after: after followed by 0x00.

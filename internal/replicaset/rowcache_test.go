@@ -44,7 +44,7 @@ func TestReadsThroughTheRowCacheAreNeverStale(t *testing.T) {
 					for n := 0; !stop.Load(); n++ {
 						i := n % len(keys)
 						f0 := floor[i].Load()
-						st, found, err := f.sm.Get(f.db, bucket, sp, key(t, tuple.Uint(shop), tuple.String(keys[i])))
+						st, found, err := f.sm.Get(f.db, bucket, sp.ID(), key(t, tuple.Uint(shop), tuple.String(keys[i])))
 						if err != nil {
 							errs <- err
 							return
@@ -185,7 +185,7 @@ func TestTheCopyLeavesNoStaleRowInTheCache(t *testing.T) {
 	f.setBucket(bucket, rspb.BucketState_STATE_RECEIVING, 3, "rs2")
 	tp := offer(bucket, "k", 5)
 	k := key(t, tp[0], tp[1])
-	if _, found, err := f.sm.Get(f.db, bucket, sp, k); err != nil || found {
+	if _, found, err := f.sm.Get(f.db, bucket, sp.ID(), k); err != nil || found {
 		t.Fatalf("before the copy: found %v, err %v", found, err)
 	}
 	if _, hit, _ := f.sm.rows.read(bucket, f.sm.k.tuple(bucket, 1, k)); !hit {
@@ -193,7 +193,7 @@ func TestTheCopyLeavesNoStaleRowInTheCache(t *testing.T) {
 	}
 	f.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: bucket, Generation: 3, Last: true,
 		Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: k, Version: 77, Tuple: enc(tp)}}}}})
-	st, found, err := f.sm.Get(f.db, bucket, sp, k)
+	st, found, err := f.sm.Get(f.db, bucket, sp.ID(), k)
 	if err != nil || !found || st.Version != 77 {
 		t.Fatalf("after the copy: %+v, found %v, err %v; want the copied tuple (version 77)", st, found, err)
 	}

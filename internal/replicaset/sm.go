@@ -141,7 +141,7 @@ func (sm *SM) load(r pebble.Reader) error {
 		if err := proto.Unmarshal(v, d); err != nil {
 			return fmt.Errorf("replicaset: stored space: %w", err)
 		}
-		sp, err := CompileSpace(d)
+		sp, err := compileSpace(d)
 		if err != nil {
 			return err
 		}

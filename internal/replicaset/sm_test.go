@@ -172,12 +172,12 @@ func TestWritesReturnTheSeedsAnswersAndVersions(t *testing.T) {
 		t.Fatalf("second upsert gave %v", got)
 	}
 	// Delete returns what it deleted, with the version it had.
-	before, _, _ := f.sm.Get(f.db, 9, f.sm.Schema().ByID(1), k)
+	before, _, _ := f.sm.Get(f.db, 9, f.sm.Schema().ByID(1).ID(), k)
 	del := f.ok(&rspb.Batch{Bucket: 9, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: k}}}).GetResults()[0]
 	if got, _ := tuple.DecodeTuple(del.GetTuple()); !del.GetFound() || !got.Equal(offer(5, "a", 2.5)) || del.GetVersion() != before.Version {
 		t.Fatalf("delete result %v, want the tuple at version %d", del, before.Version)
 	}
-	if _, found, _ := f.sm.Get(f.db, 9, f.sm.Schema().ByID(1), k); found {
+	if _, found, _ := f.sm.Get(f.db, 9, f.sm.Schema().ByID(1).ID(), k); found {
 		t.Fatal("the deleted tuple is still there")
 	}
 	if n, err := f.sm.Count(f.db, 1); err != nil || n != 1 {
@@ -193,7 +193,7 @@ func TestABatchIsAllOrNothing(t *testing.T) {
 	// insert must not be applied either.
 	f.refused(&rspb.Batch{Bucket: 3, Ops: []*rspb.Op{insertOp(t, offer(1, "new", 1)), insertOp(t, offer(1, "x", 1))}},
 		rspb.Refusal_CODE_DUPLICATE_KEY, "op 2")
-	if _, found, _ := f.sm.Get(f.db, 3, f.sm.Schema().ByID(1), key(t, tuple.Uint(1), tuple.String("new"))); found {
+	if _, found, _ := f.sm.Get(f.db, 3, f.sm.Schema().ByID(1).ID(), key(t, tuple.Uint(1), tuple.String("new"))); found {
 		t.Fatal("a refused batch applied its first op")
 	}
 	// Later ops see earlier ones: insert then update in one batch.
@@ -327,7 +327,7 @@ func TestSnapshotRestoresDataAndSchema(t *testing.T) {
 	if g.sm.Schema().Version != 1 || g.sm.Schema().ByName("offers") == nil {
 		t.Fatalf("restored schema %+v", g.sm.Schema())
 	}
-	if _, found, _ := g.sm.Get(g.db, 1, g.sm.Schema().ByID(1), key(t, tuple.Uint(1), tuple.String("a"))); !found {
+	if _, found, _ := g.sm.Get(g.db, 1, g.sm.Schema().ByID(1).ID(), key(t, tuple.Uint(1), tuple.String("a"))); !found {
 		t.Fatal("restored replicaset lacks the tuple")
 	}
 	// A reopened state machine loads the same schema.
@@ -345,11 +345,11 @@ func TestRangeReadsOneSpaceOfOneBucketInKeyOrder(t *testing.T) {
 	}
 	f.ok(&rspb.Batch{Bucket: 9, Ops: []*rspb.Op{insertOp(t, offer(1, "zz-other-bucket", 1))}})
 	sp := f.sm.Schema().ByID(1)
-	got, more, err := f.sm.Range(f.db, 8, sp, nil, 3)
+	got, more, err := f.sm.Range(f.db, 8, sp.ID(), nil, 3)
 	if err != nil || !more || len(got) != 3 {
 		t.Fatalf("first page: %d tuples, more %v, %v", len(got), more, err)
 	}
-	rest, more, err := f.sm.Range(f.db, 8, sp, key(t, tuple.Uint(1), tuple.String("c")), 3)
+	rest, more, err := f.sm.Range(f.db, 8, sp.ID(), key(t, tuple.Uint(1), tuple.String("c")), 3)
 	if err != nil || more || len(rest) != 1 {
 		t.Fatalf("second page: %d tuples, more %v, %v", len(rest), more, err)
 	}
@@ -427,7 +427,7 @@ func TestALongBatchSeesItsOwnWrites(t *testing.T) {
 	}
 	want := 0
 	for i := range n {
-		got, found, err := f.sm.Get(f.db, 3, f.sm.Schema().ByID(1), key(t, tuple.Uint(1), tuple.String(fmt.Sprint("k", i))))
+		got, found, err := f.sm.Get(f.db, 3, f.sm.Schema().ByID(1).ID(), key(t, tuple.Uint(1), tuple.String(fmt.Sprint("k", i))))
 		if err != nil {
 			t.Fatal(err)
 		}

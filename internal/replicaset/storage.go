@@ -18,6 +18,7 @@ import (
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -509,9 +510,9 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 		if size > MaxBatchBytes {
 			return nil, invalid(i, "the write is larger than %d bytes", MaxBatchBytes)
 		}
-		r := &rspb.Op{Kind: rspb.OpKind(op.GetKind()), SpaceId: sp.ID, Ops: op.GetOps(), IfVersion: op.IfVersion}
+		r := &rspb.Op{Kind: rspb.OpKind(op.GetKind()), SpaceId: sp.ID(), Ops: op.GetOps(), IfVersion: op.IfVersion}
 		var key []tuple.Value
-		what := opWhat{n: i + 1, kind: r.GetKind(), space: sp.Name}
+		what := opWhat{n: i + 1, kind: r.GetKind(), space: sp.Name()}
 		switch op.GetKind() {
 		case datav1.OpKind_OP_KIND_INSERT, datav1.OpKind_OP_KIND_REPLACE, datav1.OpKind_OP_KIND_UPSERT:
 			if len(op.GetTuple()) > MaxTupleBytes {
@@ -521,17 +522,16 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 			if err != nil {
 				return nil, invalid(i, "%s: the tuple: %v", what, err)
 			}
-			if err := sp.Format.Check(t); err != nil {
+			if err := sp.CheckTuple(t); err != nil {
 				return nil, invalid(i, "%s: %v", what, err)
 			}
-			key = sp.KeyOf(t)
+			if key, err = sp.KeyOf(t); err != nil {
+				return nil, invalid(i, "%s: %v", what, err)
+			}
 			r.Tuple = op.GetTuple()
 		case datav1.OpKind_OP_KIND_UPDATE, datav1.OpKind_OP_KIND_DELETE:
-			k, err := tuple.DecodeTuple(op.GetKey())
+			k, err := sp.DecodeKey(op.GetKey())
 			if err != nil {
-				return nil, invalid(i, "%s: the key: %v", what, err)
-			}
-			if err := sp.CheckKey(k); err != nil {
 				return nil, invalid(i, "%s: %v", what, err)
 			}
 			key = k
@@ -551,7 +551,7 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 			return nil, invalid(i, "%s: a key of %d bytes is more than %d", what, len(kb), MaxKeyBytes)
 		}
 		r.Key = kb
-		b, err := sp.Bucket(key, count)
+		b, err := sp.BucketOf(key, count)
 		if err != nil {
 			return nil, invalid(i, "%s: %v", what, err)
 		}
@@ -663,25 +663,22 @@ func (s *Storage) get(ctx context.Context, req *datav1.GetRequest, indexed bool)
 
 // keyOf checks an encoded key (a tuple of its parts) and returns it in the
 // key encoding with its bucket (which must be bucket when given).
-func (s *Storage) keyOf(sp *Space, key []byte, bucket uint32) ([]byte, uint32, error) {
-	k, err := tuple.DecodeTuple(key)
+func (s *Storage) keyOf(sp *schema.Space, key []byte, bucket uint32) ([]byte, uint32, error) {
+	k, err := sp.DecodeKey(key)
 	if err != nil {
-		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name, err)
-	}
-	if err := sp.CheckKey(k); err != nil {
-		return nil, 0, invalid(0, "%v", err)
+		return nil, 0, invalid(0, "space %s: %v", sp.Name(), err)
 	}
 	kb, err := tuple.AppendKey(nil, k...)
 	if err != nil {
-		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name, err)
+		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name(), err)
 	}
 	count, _ := s.cfg.Zero.Buckets()
-	b, err := sp.Bucket(k, count)
+	b, err := sp.BucketOf(k, count)
 	if err != nil {
-		return nil, 0, invalid(0, "space %s: %v", sp.Name, err)
+		return nil, 0, invalid(0, "space %s: %v", sp.Name(), err)
 	}
 	if bucket != 0 && bucket != b {
-		return nil, 0, invalid(0, "space %s: the key is in bucket %d, not %d", sp.Name, b, bucket)
+		return nil, 0, invalid(0, "space %s: the key is in bucket %d, not %d", sp.Name(), b, bucket)
 	}
 	return kb, b, nil
 }
@@ -712,12 +709,9 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 	}
 	var after []byte
 	if len(req.GetAfter()) > 0 {
-		k, err := tuple.DecodeTuple(req.GetAfter())
+		k, err := sp.DecodeKey(req.GetAfter())
 		if err != nil {
-			return nil, invalid(0, "space %s: the after key: %v", sp.Name, err)
-		}
-		if err := sp.CheckKey(k); err != nil {
-			return nil, invalid(0, "the after key: %v", err)
+			return nil, invalid(0, "space %s: after: %v", sp.Name(), err)
 		}
 		if after, err = tuple.AppendKey(nil, k...); err != nil {
 			return nil, invalid(0, "the after key: %v", err)

@@ -19,7 +19,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/proc"
-	"github.com/shardkit/shardkit/sharding"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -46,14 +46,6 @@ type Replicaset struct {
 	Buckets int
 }
 
-// Space is what routing needs of a space: how to find its key's bucket.
-type Space struct {
-	Name          string
-	Format        tuple.Format
-	PK            []int
-	ShardingParts int
-}
-
 // Topology is group 0's view the router routes by; the server adapts
 // internal/meta to it. Its answers may be a little behind the leader's.
 type Topology interface {
@@ -62,7 +54,9 @@ type Topology interface {
 	ReplicasetOf(bucket uint32) string
 	// Replicasets returns the replicasets in service, by id.
 	Replicasets() []Replicaset
-	Space(name string) (Space, bool)
+	// Space returns a space compiled (the same value until the schema
+	// version changes).
+	Space(name string) (*schema.Space, bool)
 	// Spaces returns every space's definition, for GetRouting and ListSpaces.
 	Spaces() []*datav1.Space
 	SchemaVersion() uint64
@@ -486,31 +480,25 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (r *Router) bucketOfKey(space string, key []byte) (uint32, error) {
 	sp, ok := r.cfg.Topology.Space(space)
 	if !ok {
-		return 0, status.Errorf(codes.NotFound, "no space %q (shardkit space list shows the spaces)", space)
+		return 0, noSpace(space)
 	}
-	k, err := tuple.DecodeTuple(key)
+	k, err := sp.DecodeKey(key)
 	if err != nil {
-		return 0, status.Errorf(codes.InvalidArgument, "space %s: the key: %v", space, err)
-	}
-	if len(k) != len(sp.PK) {
-		return 0, status.Errorf(codes.InvalidArgument, "space %s: a key has %d parts, got %d", space, len(sp.PK), len(k))
+		return 0, status.Errorf(codes.InvalidArgument, "space %s: %v", space, err)
 	}
 	return r.bucketOf(sp, k)
 }
 
-func (r *Router) bucketOf(sp Space, key []tuple.Value) (uint32, error) {
-	kf := make(tuple.Format, len(sp.PK))
-	for i, f := range sp.PK {
-		kf[i] = sp.Format[f]
-	}
-	if err := kf.Check(key); err != nil {
-		return 0, status.Errorf(codes.InvalidArgument, "space %s: the key: %v", sp.Name, err)
-	}
-	b, err := sharding.BucketOf(key[:sp.ShardingParts], r.cfg.Topology.BucketCount())
+func (r *Router) bucketOf(sp *schema.Space, key []tuple.Value) (uint32, error) {
+	b, err := sp.BucketOf(key, r.cfg.Topology.BucketCount())
 	if err != nil {
-		return 0, status.Errorf(codes.InvalidArgument, "space %s: %v", sp.Name, err)
+		return 0, status.Errorf(codes.InvalidArgument, "space %s: %v", sp.Name(), err)
 	}
 	return b, nil
+}
+
+func noSpace(name string) error {
+	return status.Errorf(codes.NotFound, "no space %q (shardkit space list shows the spaces)", name)
 }
 
 // checkBucket refuses a bucket number outside [1, bucket_count], or says
@@ -543,18 +531,15 @@ func (r *Router) bucketOfWrite(req *datav1.WriteRequest) (uint32, error) {
 	case datav1.OpKind_OP_KIND_INSERT, datav1.OpKind_OP_KIND_REPLACE, datav1.OpKind_OP_KIND_UPSERT:
 		sp, ok := r.cfg.Topology.Space(op.GetSpace())
 		if !ok {
-			return 0, status.Errorf(codes.NotFound, "no space %q (shardkit space list shows the spaces)", op.GetSpace())
+			return 0, noSpace(op.GetSpace())
 		}
 		t, err := tuple.DecodeTuple(op.GetTuple())
 		if err != nil {
 			return 0, status.Errorf(codes.InvalidArgument, "op 1: the tuple: %v", err)
 		}
-		key := make([]tuple.Value, len(sp.PK))
-		for i, f := range sp.PK {
-			if f >= len(t) {
-				return 0, status.Errorf(codes.InvalidArgument, "op 1 (space %s): the tuple has %d fields; field %d (%s) is part of the primary key", sp.Name, len(t), f+1, sp.Format[f].Name)
-			}
-			key[i] = t[f]
+		key, err := sp.KeyOf(t)
+		if err != nil {
+			return 0, status.Errorf(codes.InvalidArgument, "op 1 (space %s): %v", sp.Name(), err)
 		}
 		return r.bucketOf(sp, key)
 	default:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -25,6 +26,7 @@ import (
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/router"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -94,7 +96,7 @@ func (d *dataLayer) attach(node *cluster.Node, authz *auth.Authorizer, observe f
 	d.node = node
 	d.mover = mover.New(mover.Config{Zero: &moverZero{node: node}, Dial: node.DialPeer, Failpoints: d.fp, Logger: d.log})
 	d.wg.Go(func() { d.mover.Run(d.ctx) })
-	topo := &topology{node: node}
+	topo := &topology{node: node, log: d.log}
 	cfg := router.Config{
 		Topology: topo,
 		Local: func() router.Local {
@@ -145,7 +147,7 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		Group:        g,
 		SM:           rsm,
 		DB:           d.db,
-		Zero:         &groupZero{node: d.node},
+		Zero:         &groupZero{node: d.node, log: d.log},
 		Procs:        d.procs,
 		Dial:         d.node.DialPeer,
 		// The replicaset's own quotas of buckets sent and received at
@@ -173,7 +175,7 @@ func (d *dataLayer) wait() { d.wg.Wait() }
 func (d *dataLayer) register(s *grpc.Server) {
 	datav1.RegisterDataServiceServer(s, d.router)
 	rspb.RegisterBucketServiceServer(s, replicaset.NewBucketService(d.local))
-	datav1.RegisterShardingServiceServer(s, mover.NewService(d.mover, (&topology{node: d.node}).Refresh))
+	datav1.RegisterShardingServiceServer(s, mover.NewService(d.mover, (&topology{node: d.node, log: d.log}).Refresh))
 }
 
 // bucketCounts is the cluster's hook for status: each replicaset's active
@@ -202,7 +204,11 @@ func (d *dataLayer) bucketCounts(ctx context.Context) map[string]int {
 }
 
 // topology adapts group 0's state to the router.
-type topology struct{ node *cluster.Node }
+type topology struct {
+	node   *cluster.Node
+	log    *slog.Logger
+	spaces atomic.Pointer[compiledSpaces]
+}
 
 func (t *topology) st() *meta.State { return t.node.Meta().State() }
 
@@ -236,28 +242,50 @@ func (t *topology) Replicasets() []router.Replicaset {
 	return out
 }
 
-func (t *topology) Space(name string) (router.Space, bool) {
-	sp := t.st().Spaces[name]
-	if sp == nil {
-		return router.Space{}, false
-	}
-	f, err := meta.SpaceFormat(sp)
-	if err != nil {
-		return router.Space{}, false
-	}
-	out := router.Space{Name: sp.GetName(), Format: f, ShardingParts: int(sp.GetShardingKeyParts())}
-	for _, i := range sp.GetPrimaryKey() {
-		out.PK = append(out.PK, int(i))
-	}
-	return out, true
+// Space returns a space compiled once per schema version (compiled.go).
+func (t *topology) Space(name string) (*schema.Space, bool) {
+	sp := t.compiled().byName[name]
+	return sp, sp != nil
 }
 
 func (t *topology) Spaces() []*datav1.Space {
-	var out []*datav1.Space
-	for _, sp := range t.st().SortedSpaces() {
-		out = append(out, apiSpace(sp))
+	c := t.compiled()
+	out := make([]*datav1.Space, 0, len(c.sorted))
+	for _, sp := range c.sorted {
+		out = append(out, schema.ToAPI(sp.Definition()))
 	}
 	return out
+}
+
+// compiledSpaces is group 0's spaces at one schema version, compiled.
+type compiledSpaces struct {
+	version uint64
+	byName  map[string]*schema.Space
+	sorted  []*schema.Space // by id
+}
+
+// compiled returns the spaces of this instance's view of group 0,
+// compiling them when the schema version changed since the last call.
+func (t *topology) compiled() *compiledSpaces {
+	st := t.st()
+	v := st.Props.GetSchemaVersion()
+	if c := t.spaces.Load(); c != nil && c.version == v {
+		return c
+	}
+	c := &compiledSpaces{version: v, byName: map[string]*schema.Space{}}
+	for _, m := range st.SortedSpaces() {
+		sp, err := meta.CompileSpace(m)
+		if err != nil {
+			// Group 0 compiled it before it applied it; a definition it
+			// holds that does not compile is a defect, not a user's error.
+			t.log.Error("a space in group 0 does not compile", "space", m.GetName(), "err", err)
+			continue
+		}
+		c.byName[sp.Name()] = sp
+		c.sorted = append(c.sorted, sp)
+	}
+	t.spaces.Store(c)
+	return c
 }
 
 func (t *topology) SchemaVersion() uint64   { return t.st().Props.GetSchemaVersion() }
@@ -279,13 +307,21 @@ func (t *topology) Refresh(ctx context.Context) error {
 }
 
 // groupZero adapts group 0's state to a replicaset's storage.
-type groupZero struct{ node *cluster.Node }
+type groupZero struct {
+	node *cluster.Node
+	log  *slog.Logger
+}
 
 func (z *groupZero) Schema() (uint64, []*rspb.Space) {
 	st := z.node.Meta().State()
 	var out []*rspb.Space
 	for _, sp := range st.SortedSpaces() {
-		out = append(out, storageSpace(sp))
+		d, err := meta.SpaceDefinition(sp)
+		if err != nil {
+			z.log.Error("a space in group 0 does not convert", "space", sp.GetName(), "err", err)
+			continue
+		}
+		out = append(out, replicaset.StorageSpace(d))
 	}
 	return st.Props.GetSchemaVersion(), out
 }
@@ -337,58 +373,21 @@ func (z *groupZero) Replicaset(id string) (string, []string) {
 type ddl struct{ node *cluster.Node }
 
 func (d *ddl) CreateSpace(ctx context.Context, sp *datav1.Space, ifNotExists bool) (*datav1.Space, error) {
-	m, err := metaSpace(sp)
+	def, err := schema.FromAPI(sp)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	res, err := d.node.Propose(ctx, &metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: meta.SpaceMessage(def), IfNotExists: ifNotExists}}})
 	if err != nil {
 		return nil, err
 	}
-	res, err := d.node.Propose(ctx, &metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: m, IfNotExists: ifNotExists}}})
-	if err != nil {
+	if def, err = meta.SpaceDefinition(res.Space); err != nil {
 		return nil, err
 	}
-	return apiSpace(res.Space), nil
+	return schema.ToAPI(def), nil
 }
 
 func (d *ddl) DropSpace(ctx context.Context, name string) error {
 	_, err := d.node.Propose(ctx, &metapb.Command{Op: &metapb.Command_DropSpace{DropSpace: &metapb.DropSpace{Name: name}}})
 	return err
-}
-
-// The space definition's three forms: the API's (1-based field numbers),
-// group 0's and a replicaset's (0-based, types by name or number).
-
-func apiSpace(sp *metapb.Space) *datav1.Space {
-	out := &datav1.Space{Name: sp.GetName(), Id: sp.GetId(), ShardingKeyParts: sp.GetShardingKeyParts(), SchemaVersion: sp.GetSchemaVersion()}
-	for _, f := range sp.GetFormat() {
-		out.Format = append(out.Format, &datav1.Field{Name: f.GetName(), Type: f.GetType(), Nullable: f.GetNullable()})
-	}
-	for _, i := range sp.GetPrimaryKey() {
-		out.PrimaryKey = append(out.PrimaryKey, i+1)
-	}
-	return out
-}
-
-func metaSpace(sp *datav1.Space) (*metapb.Space, error) {
-	out := &metapb.Space{Name: sp.GetName(), ShardingKeyParts: sp.GetShardingKeyParts()}
-	for _, f := range sp.GetFormat() {
-		out.Format = append(out.Format, &metapb.Field{Name: f.GetName(), Type: f.GetType(), Nullable: f.GetNullable()})
-	}
-	for _, n := range sp.GetPrimaryKey() {
-		if n == 0 {
-			return nil, status.Errorf(codes.InvalidArgument, "space %s: primary key field numbers start at 1", sp.GetName())
-		}
-		out.PrimaryKey = append(out.PrimaryKey, n-1)
-	}
-	if out.ShardingKeyParts == 0 {
-		out.ShardingKeyParts = uint32(len(out.PrimaryKey)) // default: the whole primary key
-	}
-	return out, nil
-}
-
-func storageSpace(sp *metapb.Space) *rspb.Space {
-	out := &rspb.Space{Id: sp.GetId(), Name: sp.GetName(), PrimaryKey: sp.GetPrimaryKey(), ShardingKeyParts: sp.GetShardingKeyParts()}
-	for _, f := range sp.GetFormat() {
-		t, _ := tuple.ParseType(f.GetType()) // validated in group 0
-		out.Format = append(out.Format, &rspb.Field{Name: f.GetName(), Type: uint32(t), Nullable: f.GetNullable()})
-	}
-	return out
 }

@@ -1,0 +1,56 @@
+package schema
+
+import (
+	"fmt"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// The public API's space message numbers fields from 1 (as Tarantool and
+// the command line do) and names types; a sharding key of 0 parts in a
+// definition a user sends means the whole primary key.
+
+// FromAPI converts the public API's definition. It refuses a field type it
+// does not know and a field number of 0; Compile checks the rest.
+func FromAPI(sp *datav1.Space) (Definition, error) {
+	d := Definition{Name: sp.GetName(), ID: sp.GetId(), SchemaVersion: sp.GetSchemaVersion(), ShardingKeyParts: int(sp.GetShardingKeyParts())}
+	for i, f := range sp.GetFormat() {
+		t, err := tuple.ParseType(f.GetType())
+		if err != nil {
+			return Definition{}, fmt.Errorf("space %s: field %d (%s): %w", sp.GetName(), i+1, f.GetName(), err)
+		}
+		d.Format = append(d.Format, tuple.Field{Name: f.GetName(), Type: t, Nullable: f.GetNullable()})
+	}
+	for _, n := range sp.GetPrimaryKey() {
+		if n == 0 {
+			return Definition{}, fmt.Errorf("space %s: primary key field numbers start at 1", sp.GetName())
+		}
+		d.PrimaryKey = append(d.PrimaryKey, int(n-1))
+	}
+	if d.ShardingKeyParts == 0 {
+		d.ShardingKeyParts = len(d.PrimaryKey)
+	}
+	return d, nil
+}
+
+// ToAPI converts a definition to the public API's message.
+func ToAPI(d Definition) *datav1.Space {
+	out := &datav1.Space{Name: d.Name, Id: d.ID, ShardingKeyParts: uint32(d.ShardingKeyParts), SchemaVersion: d.SchemaVersion}
+	for _, f := range d.Format {
+		out.Format = append(out.Format, &datav1.Field{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
+	}
+	for _, i := range d.PrimaryKey {
+		out.PrimaryKey = append(out.PrimaryKey, uint32(i+1))
+	}
+	return out
+}
+
+// CompileAPI converts the public API's definition and compiles it.
+func CompileAPI(sp *datav1.Space) (*Space, error) {
+	d, err := FromAPI(sp)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(d)
+}
