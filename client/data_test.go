@@ -3,6 +3,8 @@ package client_test
 import (
 	"context"
 	"errors"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -37,7 +39,7 @@ func offersSpace(t *testing.T, c *client.Client, name string) *client.Space {
 			{Name: "shop", Type: tuple.TypeUnsigned}, {Name: "offer", Type: tuple.TypeString}, {Name: "price", Type: tuple.TypeDouble, Nullable: true},
 		},
 		PrimaryKey:  []string{"shop", "offer"},
-		ShardingKey: 1,
+		ShardingKey: []string{"shop"},
 	}, false)
 	if err != nil {
 		t.Fatalf("CreateSpace %s: %v", name, err)
@@ -263,10 +265,10 @@ func TestSpacesAreListedAndDropped(t *testing.T) {
 			found = &defs[i]
 		}
 	}
-	if found == nil || strings.Join(found.PrimaryKey, ",") != "shop,offer" || found.ShardingKey != 1 || found.Format[2].Nullable != true {
+	if found == nil || strings.Join(found.PrimaryKey, ",") != "shop,offer" || !slices.Equal(found.ShardingKey, []string{"shop"}) || found.Format[2].Nullable != true {
 		t.Fatalf("listed %+v", found)
 	}
-	if _, err := c.CreateSpace(ctx, client.SpaceDef{Name: "listed_offers", Format: found.Format, PrimaryKey: found.PrimaryKey, ShardingKey: 1}, true); err != nil {
+	if _, err := c.CreateSpace(ctx, client.SpaceDef{Name: "listed_offers", Format: found.Format, PrimaryKey: found.PrimaryKey, ShardingKey: []string{"shop"}}, true); err != nil {
 		t.Fatalf("if-not-exists of the same space: %v", err)
 	}
 	if n, err := c.DropSpace(ctx, "listed_offers", false); err != nil || n != 0 {
@@ -274,5 +276,79 @@ func TestSpacesAreListedAndDropped(t *testing.T) {
 	}
 	if _, err := c.Space("listed_offers").Insert(ctx, offer(1, "a", 1)); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("an insert into a dropped space: %v", err)
+	}
+}
+
+// A sharding key chosen among the primary key's fields: a queue keyed
+// (stage, due_at, entity_id) and sharded by entity_id shares its entity's
+// bucket, so one batch writes both, and the queue's rows stay in key
+// order within the bucket.
+func TestAShardingKeyChosenAmongTheKeysFields(t *testing.T) {
+	c := dataClient(t)
+	ctx := t.Context()
+	if _, err := c.CreateSpace(ctx, client.SpaceDef{
+		Name:       "sk_entities",
+		Format:     tuple.Format{{Name: "id", Type: tuple.TypeString}, {Name: "body", Type: tuple.TypeString}},
+		PrimaryKey: []string{"id"},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateSpace(ctx, client.SpaceDef{
+		Name:        "sk_queue",
+		Format:      tuple.Format{{Name: "stage", Type: tuple.TypeString}, {Name: "due_at", Type: tuple.TypeUnsigned}, {Name: "entity_id", Type: tuple.TypeString}},
+		PrimaryKey:  []string{"stage", "due_at", "entity_id"},
+		ShardingKey: []string{"entity_id"},
+	}, false); err != nil {
+		t.Fatal(err)
+	}
+	defs, err := c.Spaces(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range defs {
+		if d.Name == "sk_queue" && !slices.Equal(d.ShardingKey, []string{"entity_id"}) {
+			t.Fatalf("sk_queue is listed with sharding key %q", d.ShardingKey)
+		}
+	}
+	for _, row := range []struct {
+		stage string
+		due   uint64
+	}{{"price", 30}, {"photos", 20}, {"price", 10}} {
+		if _, err := c.Batch().
+			Replace("sk_entities", tuple.Tuple{tuple.String("e42"), tuple.String("v")}).
+			Insert("sk_queue", tuple.Tuple{tuple.String(row.stage), tuple.Uint(row.due), tuple.String("e42")}).
+			Do(ctx); err != nil {
+			t.Fatalf("a batch of an entity and its queue row (%s, %d): %v", row.stage, row.due, err)
+		}
+	}
+	eb, err := c.Space("sk_entities").Bucket(ctx, tuple.String("e42"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	qb, err := c.Space("sk_queue").Bucket(ctx, tuple.String("zzz"), tuple.Uint(99), tuple.String("e42"))
+	if err != nil || qb != eb {
+		t.Fatalf("a queue row of e42 is in bucket %d (%v), the entity in %d", qb, err, eb)
+	}
+	rows, _, err := c.Space("sk_queue").Range(ctx, eb, nil, 10, client.RW)
+	if err != nil || len(rows) != 3 {
+		t.Fatalf("the bucket's queue rows: %v, %v", rows, err)
+	}
+	want := []string{"photos/20", "price/10", "price/30"}
+	for i, r := range rows {
+		stage, _ := r.Tuple[0].AsString()
+		due, _ := r.Tuple[1].AsUint()
+		if got := stage + "/" + strconv.FormatUint(due, 10); got != want[i] {
+			t.Fatalf("row %d is %s, want %s (key order within the bucket)", i, got, want[i])
+		}
+	}
+	// The instance computes the same bucket when the caller sends none.
+	conn, err := c.Conn(clusterAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := datav1.NewDataServiceClient(conn).Get(ctx, &datav1.GetRequest{Space: "sk_queue", Mode: datav1.Mode_MODE_RW,
+		Key: tuple.AppendTuple(nil, tuple.Tuple{tuple.String("price"), tuple.Uint(10), tuple.String("e42")})})
+	if err != nil || !resp.GetFound() {
+		t.Fatalf("a get routed by the instance: %v, %v", resp, err)
 	}
 }

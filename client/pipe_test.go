@@ -98,7 +98,7 @@ func (f *fakeData) GetRouting(context.Context, *datav1.GetRoutingRequest) (*data
 		BucketCount: 16,
 		Buckets:     []*datav1.BucketRange{{First: 1, Last: 16, ReplicasetId: "rs1"}},
 		Replicasets: []*datav1.ReplicasetRoute{{ReplicasetId: "rs1", LeaderAddress: f.addr, Members: []*datav1.Member{{InstanceId: "i1", Address: f.addr}}}},
-		Spaces: []*datav1.Space{{Name: pipeSpace, Id: 1, PrimaryKey: []uint32{1}, ShardingKeyParts: 1, SchemaVersion: 1,
+		Spaces: []*datav1.Space{{Name: pipeSpace, Id: 1, PrimaryKey: []uint32{1}, ShardingKey: []uint32{1}, SchemaVersion: 1,
 			Format: []*datav1.Field{{Name: "key", Type: "unsigned"}, {Name: "value", Type: "string"}}}},
 		SchemaVersion: 1,
 	}, nil

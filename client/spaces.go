@@ -20,23 +20,39 @@ type SpaceDef struct {
 	Format tuple.Format
 	// PrimaryKey names the key's fields, in key order.
 	PrimaryKey []string
-	// ShardingKey is how many leading fields of the primary key make the
-	// sharding key (0: the whole primary key). Rows of any spaces with
-	// equal sharding keys share a bucket.
-	ShardingKey int
+	// ShardingKey names the sharding key's fields, in the order they are
+	// hashed: primary-key fields in any position (nil: the whole primary
+	// key). Rows of any spaces with equal sharding keys share a bucket.
+	ShardingKey []string
 	// ID and SchemaVersion are the cluster's (read only).
 	ID            uint32
 	SchemaVersion uint64
 }
 
+// ShardingFields returns the sharding key's fields: ShardingKey, or the
+// whole primary key when ShardingKey is empty.
+func (d SpaceDef) ShardingFields() []string {
+	if len(d.ShardingKey) == 0 {
+		return append([]string{}, d.PrimaryKey...)
+	}
+	return append([]string{}, d.ShardingKey...)
+}
+
 func (d SpaceDef) api() (*datav1.Space, error) {
-	def := schema.Definition{Name: d.Name, Format: d.Format, ShardingKeyParts: max(0, d.ShardingKey)}
+	def := schema.Definition{Name: d.Name, Format: d.Format}
 	for _, name := range d.PrimaryKey {
 		i, ok := d.Format.Index(name)
 		if !ok {
 			return nil, invalidf("space %s: primary key field %q is not in the format", d.Name, name)
 		}
 		def.PrimaryKey = append(def.PrimaryKey, i)
+	}
+	for _, name := range d.ShardingKey {
+		i, ok := d.Format.Index(name)
+		if !ok {
+			return nil, invalidf("space %s: sharding key field %q is not in the format", d.Name, name)
+		}
+		def.ShardingKey = append(def.ShardingKey, i)
 	}
 	return schema.ToAPI(def), nil
 }
@@ -47,9 +63,12 @@ func spaceDef(sp *datav1.Space) (SpaceDef, error) {
 		return SpaceDef{}, fmt.Errorf("client: the cluster sent a space %q it cannot read: %w", sp.GetName(), err)
 	}
 	def := c.Definition()
-	d := SpaceDef{Name: def.Name, Format: def.Format, ShardingKey: def.ShardingKeyParts, ID: def.ID, SchemaVersion: def.SchemaVersion}
+	d := SpaceDef{Name: def.Name, Format: def.Format, ID: def.ID, SchemaVersion: def.SchemaVersion}
 	for _, i := range def.PrimaryKey {
 		d.PrimaryKey = append(d.PrimaryKey, def.Format[i].Name)
+	}
+	for _, i := range def.ShardingKey {
+		d.ShardingKey = append(d.ShardingKey, def.Format[i].Name)
 	}
 	return d, nil
 }

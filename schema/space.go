@@ -3,6 +3,7 @@ package schema
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/shardkit/shardkit/sharding"
@@ -24,10 +25,10 @@ type Definition struct {
 	// PrimaryKey holds the key's fields by 0-based field index, in key
 	// order.
 	PrimaryKey []int
-	// ShardingKeyParts is how many leading parts of the primary key make
-	// the sharding key: rows of any spaces with equal sharding keys share
-	// a bucket.
-	ShardingKeyParts int
+	// ShardingKey holds the sharding key's fields by 0-based field index,
+	// in the order they are hashed: primary-key fields in any position.
+	// Tuples of any spaces with equal sharding keys share a bucket.
+	ShardingKey []int
 }
 
 // Space is a compiled, checked definition: what a room needs to check a
@@ -37,6 +38,11 @@ type Space struct {
 	def       Definition
 	keyFormat tuple.Format // the primary key's fields, in key order
 	keyNames  string       // "a, b": for refusals
+	// shardParts holds the sharding key's positions in the primary key,
+	// in hash order; prefix is set when they are 0, 1, ... (the key's
+	// leading parts), whose values are then a slice of the key's.
+	shardParts []int
+	prefix     bool
 }
 
 var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
@@ -79,10 +85,29 @@ func Compile(d Definition) (*Space, error) {
 		sp.keyFormat = append(sp.keyFormat, f)
 		names = append(names, f.Name)
 	}
-	if n := d.ShardingKeyParts; n < 1 || n > len(pk) {
-		return nil, fmt.Errorf("space %s: the sharding key must be 1 to %d leading parts of the primary key, not %d", d.Name, len(pk), n)
-	}
 	sp.keyNames = strings.Join(names, ", ")
+	if len(d.ShardingKey) == 0 {
+		return nil, fmt.Errorf("space %s: no sharding key: name at least one of the primary key's fields (%s)", d.Name, sp.keyNames)
+	}
+	sp.prefix = true
+	for n, i := range d.ShardingKey {
+		pos := -1
+		for p, k := range pk {
+			if k == i {
+				pos = p
+			}
+		}
+		switch {
+		case pos < 0 && (i < 0 || i >= len(d.Format)):
+			return nil, fmt.Errorf("space %s: sharding key field %d does not exist (the format has %d fields)", d.Name, i+1, len(d.Format))
+		case pos < 0:
+			return nil, fmt.Errorf("space %s: sharding key field %d (%s) is not in the primary key (%s); the sharding key is made of primary-key fields", d.Name, i+1, d.Format[i].Name, sp.keyNames)
+		case slices.Contains(sp.shardParts, pos):
+			return nil, fmt.Errorf("space %s: field %d (%s) appears twice in the sharding key", d.Name, i+1, d.Format[i].Name)
+		}
+		sp.shardParts = append(sp.shardParts, pos)
+		sp.prefix = sp.prefix && pos == n
+	}
 	return sp, nil
 }
 
@@ -109,9 +134,9 @@ func (sp *Space) KeyFormat() tuple.Format { return sp.keyFormat }
 // KeyNames returns the primary key's field names, as "a, b".
 func (sp *Space) KeyNames() string { return sp.keyNames }
 
-// ShardingKeyParts is how many leading parts of the primary key make the
-// sharding key.
-func (sp *Space) ShardingKeyParts() int { return sp.def.ShardingKeyParts }
+// ShardingKey returns the sharding key's fields by 0-based field index, in
+// hash order. The caller must not change it.
+func (sp *Space) ShardingKey() []int { return sp.def.ShardingKey }
 
 // CheckTuple checks a tuple against the format.
 func (sp *Space) CheckTuple(t tuple.Tuple) error { return sp.def.Format.Check(t) }
@@ -153,9 +178,17 @@ func (sp *Space) DecodeKey(encoded []byte) ([]tuple.Value, error) {
 	return key, nil
 }
 
-// ShardingKey returns the sharding key's parts of a primary key.
-func (sp *Space) ShardingKey(key []tuple.Value) []tuple.Value {
-	return key[:sp.def.ShardingKeyParts]
+// ShardingValues returns the sharding key's values of a checked primary
+// key, in hash order.
+func (sp *Space) ShardingValues(key []tuple.Value) []tuple.Value {
+	if sp.prefix {
+		return key[:len(sp.shardParts)]
+	}
+	out := make([]tuple.Value, len(sp.shardParts))
+	for i, p := range sp.shardParts {
+		out[i] = key[p]
+	}
+	return out
 }
 
 // BucketOf checks a primary key and returns its bucket among count.
@@ -163,7 +196,7 @@ func (sp *Space) BucketOf(key []tuple.Value, count uint32) (uint32, error) {
 	if err := sp.CheckKey(key); err != nil {
 		return 0, err
 	}
-	return sharding.BucketOf(sp.ShardingKey(key), count)
+	return sharding.BucketOf(sp.ShardingValues(key), count)
 }
 
 // BucketOfTuple returns the bucket of a tuple's primary key among count.

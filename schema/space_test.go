@@ -18,8 +18,8 @@ func offers() Definition {
 		Format: tuple.Format{
 			{Name: "shop", Type: tuple.TypeUnsigned}, {Name: "offer", Type: tuple.TypeString}, {Name: "price", Type: tuple.TypeDouble, Nullable: true},
 		},
-		PrimaryKey:       []int{0, 1},
-		ShardingKeyParts: 1,
+		PrimaryKey:  []int{0, 1},
+		ShardingKey: []int{0},
 	}
 }
 
@@ -34,8 +34,10 @@ func TestCompileRefusesWhatIsWrong(t *testing.T) {
 		{"key outside format", func(d *Definition) { d.PrimaryKey = []int{0, 5} }, "primary key field 6 does not exist (the format has 3 fields)"},
 		{"key twice", func(d *Definition) { d.PrimaryKey = []int{0, 0} }, "field 1 (shop) appears twice"},
 		{"nullable key", func(d *Definition) { d.PrimaryKey = []int{2} }, "primary key field 3 (price) is nullable"},
-		{"sharding 0", func(d *Definition) { d.ShardingKeyParts = 0 }, "the sharding key must be 1 to 2 leading parts of the primary key, not 0"},
-		{"sharding too long", func(d *Definition) { d.ShardingKeyParts = 3 }, "not 3"},
+		{"no sharding key", func(d *Definition) { d.ShardingKey = nil }, "no sharding key: name at least one of the primary key's fields (shop, offer)"},
+		{"sharding field outside the key", func(d *Definition) { d.ShardingKey = []int{2} }, "sharding key field 3 (price) is not in the primary key (shop, offer)"},
+		{"sharding field missing", func(d *Definition) { d.ShardingKey = []int{7} }, "sharding key field 8 does not exist"},
+		{"sharding field twice", func(d *Definition) { d.ShardingKey = []int{1, 1} }, "field 2 (offer) appears twice in the sharding key"},
 		{"bad format", func(d *Definition) { d.Format = nil }, "space offers:"},
 	}
 	for _, c := range cases {
@@ -90,6 +92,64 @@ func TestKeysAndBuckets(t *testing.T) {
 	}
 }
 
+// A sharding key chosen among the primary key's fields in any position
+// hashes those fields' values, in its own order; one that is the key's
+// leading fields places keys as a prefix always did.
+func TestChosenShardingFields(t *testing.T) {
+	q, err := Compile(Definition{
+		Name: "queue",
+		Format: tuple.Format{
+			{Name: "stage", Type: tuple.TypeString}, {Name: "due_at", Type: tuple.TypeUnsigned}, {Name: "entity_id", Type: tuple.TypeString},
+		},
+		PrimaryKey:  []int{0, 1, 2},
+		ShardingKey: []int{2},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entity, err := Compile(Definition{
+		Name:        "entities",
+		Format:      tuple.Format{{Name: "id", Type: tuple.TypeString}, {Name: "body", Type: tuple.TypeBytes}},
+		PrimaryKey:  []int{0},
+		ShardingKey: []int{0},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eb, _ := entity.BucketOf([]tuple.Value{tuple.String("e42")}, 3000)
+	for _, stage := range []string{"photos", "price"} {
+		for due := range uint64(3) {
+			b, err := q.BucketOf([]tuple.Value{tuple.String(stage), tuple.Uint(due), tuple.String("e42")}, 3000)
+			if err != nil || b != eb {
+				t.Fatalf("queue row (%s, %d, e42) in bucket %d (%v), its entity in %d", stage, due, b, err, eb)
+			}
+		}
+	}
+	two, err := Compile(Definition{Name: "two", Format: q.Format(), PrimaryKey: []int{0, 1, 2}, ShardingKey: []int{2, 0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := []tuple.Value{tuple.String("s"), tuple.Uint(1), tuple.String("e")}
+	got := two.ShardingValues(key)
+	if !reflect.DeepEqual(got, []tuple.Value{tuple.String("e"), tuple.String("s")}) {
+		t.Fatalf("sharding values %v, want (e, s)", got)
+	}
+	b, _ := two.BucketOf(key, 3000)
+	want, _ := sharding.BucketOf([]tuple.Value{tuple.String("e"), tuple.String("s")}, 3000)
+	if b != want {
+		t.Fatalf("bucket %d, want %d", b, want)
+	}
+	prefix, err := Compile(Definition{Name: "p", Format: q.Format(), PrimaryKey: []int{0, 1, 2}, ShardingKey: []int{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = prefix.BucketOf(key, 3000)
+	want, _ = sharding.BucketOf(key[:2], 3000)
+	if b != want {
+		t.Fatalf("a leading-fields sharding key placed the key in %d, not %d", b, want)
+	}
+}
+
 func TestAPIConversion(t *testing.T) {
 	d := offers()
 	d.ID, d.SchemaVersion = 4, 9
@@ -101,9 +161,13 @@ func TestAPIConversion(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(back, d) {
 		t.Fatalf("FromAPI(ToAPI(d)) = %+v, %v; want %+v", back, err, d)
 	}
-	api.ShardingKeyParts = 0
-	if back, _ := FromAPI(api); back.ShardingKeyParts != 2 {
-		t.Fatalf("a sharding key of 0 parts gave %d, not the whole primary key", back.ShardingKeyParts)
+	api.ShardingKey = nil
+	if back, _ := FromAPI(api); !reflect.DeepEqual(back.ShardingKey, []int{0, 1}) {
+		t.Fatalf("an empty sharding key gave %v, not the whole primary key", back.ShardingKey)
+	}
+	api.ShardingKey = []uint32{0}
+	if _, err := FromAPI(api); err == nil || !strings.Contains(err.Error(), "sharding key field numbers start at 1") {
+		t.Fatalf("sharding field number 0: %v", err)
 	}
 	api.PrimaryKey = []uint32{0}
 	if _, err := FromAPI(api); err == nil || !strings.Contains(err.Error(), "field numbers start at 1") {
@@ -135,8 +199,19 @@ func FuzzCompileAPI(f *testing.F) {
 		if err != nil || !reflect.DeepEqual(back, sp.Definition()) {
 			t.Fatalf("%v does not convert back: %+v, %v", msg, back, err)
 		}
-		if len(sp.KeyFormat()) != len(sp.PrimaryKey()) || sp.ShardingKeyParts() < 1 || sp.ShardingKeyParts() > len(sp.PrimaryKey()) {
+		if len(sp.KeyFormat()) != len(sp.PrimaryKey()) || len(sp.ShardingKey()) < 1 || len(sp.ShardingKey()) > len(sp.PrimaryKey()) {
 			t.Fatalf("compiled %v inconsistently", msg)
+		}
+		// Every sharding field is a primary-key field: a key's sharding
+		// values are among its own.
+		key := make([]tuple.Value, len(sp.PrimaryKey()))
+		for i := range key {
+			key[i] = tuple.Uint(uint64(i))
+		}
+		for _, v := range sp.ShardingValues(key) {
+			if n, _ := v.AsUint(); int(n) >= len(key) {
+				t.Fatalf("%v: sharding value %v is not one of the key's", msg, v)
+			}
 		}
 	})
 }

@@ -336,7 +336,7 @@ func ensureSpace(ctx context.Context, c *client.Client, cfg Config) error {
 
 func sameDef(a, b client.SpaceDef) bool {
 	return slices.Equal(a.Format, b.Format) && slices.Equal(a.PrimaryKey, b.PrimaryKey) &&
-		max(a.ShardingKey, 1) == max(b.ShardingKey, 1)
+		slices.Equal(a.ShardingFields(), b.ShardingFields())
 }
 
 func describe(d client.SpaceDef) string {

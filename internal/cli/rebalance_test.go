@@ -251,7 +251,7 @@ type fakeRouting struct {
 	datav1.UnimplementedDataServiceServer
 }
 
-var fakeSpace = &datav1.Space{Name: "s", Id: 1, PrimaryKey: []uint32{1}, ShardingKeyParts: 1, SchemaVersion: 1,
+var fakeSpace = &datav1.Space{Name: "s", Id: 1, PrimaryKey: []uint32{1}, ShardingKey: []uint32{1}, SchemaVersion: 1,
 	Format: []*datav1.Field{{Name: "id", Type: "unsigned"}}}
 
 func (fakeRouting) GetRouting(context.Context, *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {

@@ -17,9 +17,9 @@ func newSpaceCmd() *cobra.Command {
 		Use:   "space",
 		Short: "Create, list, drop and count spaces",
 		Long: `Spaces hold the cluster's tuples. A space has a format (its fields, each
-with a type), a primary key (some of its fields) and a sharding key (the
-primary key's first fields: tuples with equal sharding keys share a bucket,
-in any space). See docs/data.md.`,
+with a type), a primary key (some of its fields) and a sharding key (some
+of the primary key's fields: tuples with equal sharding keys share a
+bucket, in any space). See docs/data.md.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unknown command %q for %q; want create, list, drop or count", args[0], cmd.CommandPath())
@@ -48,12 +48,14 @@ func newSpaceCreateCmd() *cobra.Command {
 or name:type? for a field that may be null (or missing at the end of a
 tuple); the types are unsigned, integer, double, string, boolean, bytes,
 uuid. --primary names the primary key's fields in key order (not
-nullable). --sharding-key names the fields that choose a tuple's bucket: the
-primary key's first fields (default: all of them). With --if-not-exists, a
+nullable). --sharding-key names the fields that choose a tuple's bucket, in hash
+order: primary-key fields in any position (default: all of them). With --if-not-exists, a
 space of the same definition is no error.
 
   shardkit space create offers --field shop:unsigned --field offer:string \
-      --field price:double? --primary shop,offer --sharding-key shop`,
+      --field price:double? --primary shop,offer --sharding-key shop
+  shardkit space create queue --field stage:string --field due_at:unsigned \
+      --field entity_id:string --primary stage,due_at,entity_id --sharding-key entity_id`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			def, err := parseSpaceDef(args[0], o.fields, o.primary, o.sharding)
 			if err != nil {
@@ -77,7 +79,7 @@ space of the same definition is no error.
 	o.register(f, dataTimeout, dataTimeoutHelp)
 	f.StringArrayVar(&o.fields, "field", nil, "a field as name:type or name:type? (repeat it, or separate fields with commas)")
 	f.StringVar(&o.primary, "primary", "", "the primary key's fields, comma-separated, in key order")
-	f.StringVar(&o.sharding, "sharding-key", "", "the sharding key's fields: the primary key's first fields (default: all of them)")
+	f.StringVar(&o.sharding, "sharding-key", "", "the sharding key's fields, in hash order: primary-key fields in any position (default: all of them)")
 	f.BoolVar(&o.ifNotExists, "if-not-exists", false, "succeed if a space of the same definition exists")
 	return cmd
 }
@@ -106,20 +108,13 @@ type fieldJSON struct {
 
 func toSpaceJSON(d client.SpaceDef) spaceJSON {
 	s := spaceJSON{Name: d.Name, ID: d.ID, SchemaVersion: d.SchemaVersion, Fields: []fieldJSON{},
-		PrimaryKey: append([]string{}, d.PrimaryKey...), ShardingKey: shardingKey(d)}
+		PrimaryKey: append([]string{}, d.PrimaryKey...), ShardingKey: d.ShardingFields()}
 	for _, f := range d.Format {
 		s.Fields = append(s.Fields, fieldJSON{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
 	}
 	return s
 }
 
-func shardingKey(d client.SpaceDef) []string {
-	n := d.ShardingKey
-	if n <= 0 || n > len(d.PrimaryKey) {
-		n = len(d.PrimaryKey)
-	}
-	return append([]string{}, d.PrimaryKey[:n]...)
-}
 
 func newSpaceListCmd() *cobra.Command {
 	var o spaceListOptions
@@ -171,7 +166,7 @@ func writeSpacesTable(out io.Writer, defs []client.SpaceDef) error {
 	fmt.Fprintln(tw, "NAME\tID\tFIELDS\tPRIMARY KEY\tSHARDING KEY")
 	for _, d := range defs {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", d.Name, d.ID, strings.ReplaceAll(formatString(d.Format), ", ", ","),
-			strings.Join(d.PrimaryKey, ","), strings.Join(shardingKey(d), ","))
+			strings.Join(d.PrimaryKey, ","), strings.Join(d.ShardingFields(), ","))
 	}
 	return tw.Flush()
 }

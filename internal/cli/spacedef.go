@@ -12,9 +12,10 @@ import (
 // parseSpaceDef turns the flags of `space create` into a space definition:
 // the fields of --field (each name:type or name:type?, the flag repeated
 // or its values comma-separated), the primary key's fields named by
-// --primary, and the sharding key's by --sharding-key, which must be the
-// primary key's first fields (empty: the whole primary key). The space's
-// name is the cluster's to check. Every refusal names the flag.
+// --primary, and the sharding key's by --sharding-key: primary-key fields
+// in any position, in the order they are hashed (empty: the whole primary
+// key). The space's name is the cluster's to check. Every refusal names
+// the flag.
 func parseSpaceDef(name string, fields []string, primary, sharding string) (client.SpaceDef, error) {
 	d := client.SpaceDef{Name: name}
 	for _, spec := range splitList(fields) {
@@ -56,11 +57,13 @@ func parseSpaceDef(name string, fields []string, primary, sharding string) (clie
 	if err != nil {
 		return d, err
 	}
-	if len(sk) > len(pk) || !slices.Equal(sk, pk[:len(sk)]) {
-		return d, fmt.Errorf("--sharding-key %s must be a prefix of --primary %s: the primary key's first fields, in order (e.g. --sharding-key %s)",
-			strings.Join(sk, ","), strings.Join(pk, ","), pk[0])
+	for _, name := range sk {
+		if !slices.Contains(pk, name) {
+			return d, fmt.Errorf("--sharding-key: field %s is not in --primary %s; the sharding key is made of primary-key fields (e.g. --sharding-key %s)",
+				name, strings.Join(pk, ","), pk[len(pk)-1])
+		}
 	}
-	d.ShardingKey = len(sk)
+	d.ShardingKey = sk
 	return d, nil
 }
 

@@ -262,7 +262,7 @@ func (d *sampleData) load(ctx context.Context, cl *client.Client) {
 			{Name: "price", Type: tuple.TypeDouble, Nullable: true},
 		},
 		PrimaryKey:  []string{"shop", "offer"},
-		ShardingKey: 1,
+		ShardingKey: []string{"shop"},
 	}
 	d.set("waiting for the cluster to form")
 	for {

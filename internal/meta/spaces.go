@@ -24,7 +24,7 @@ const MaxSpaces = schema.MaxSpaces
 // SpaceDefinition converts group 0's space message (0-based field
 // indexes, types by name) to the definition every room compiles.
 func SpaceDefinition(sp *metapb.Space) (schema.Definition, error) {
-	d := schema.Definition{Name: sp.GetName(), ID: sp.GetId(), SchemaVersion: sp.GetSchemaVersion(), ShardingKeyParts: int(sp.GetShardingKeyParts())}
+	d := schema.Definition{Name: sp.GetName(), ID: sp.GetId(), SchemaVersion: sp.GetSchemaVersion()}
 	for i, fd := range sp.GetFormat() {
 		t, err := tuple.ParseType(fd.GetType())
 		if err != nil {
@@ -35,17 +35,23 @@ func SpaceDefinition(sp *metapb.Space) (schema.Definition, error) {
 	for _, i := range sp.GetPrimaryKey() {
 		d.PrimaryKey = append(d.PrimaryKey, int(i))
 	}
+	for _, i := range sp.GetShardingKey() {
+		d.ShardingKey = append(d.ShardingKey, int(i))
+	}
 	return d, nil
 }
 
 // SpaceMessage converts a definition to group 0's space message.
 func SpaceMessage(d schema.Definition) *metapb.Space {
-	out := &metapb.Space{Name: d.Name, Id: d.ID, SchemaVersion: d.SchemaVersion, ShardingKeyParts: uint32(d.ShardingKeyParts)}
+	out := &metapb.Space{Name: d.Name, Id: d.ID, SchemaVersion: d.SchemaVersion}
 	for _, f := range d.Format {
 		out.Format = append(out.Format, &metapb.Field{Name: f.Name, Type: f.Type.String(), Nullable: f.Nullable})
 	}
 	for _, i := range d.PrimaryKey {
 		out.PrimaryKey = append(out.PrimaryKey, uint32(i))
+	}
+	for _, i := range d.ShardingKey {
+		out.ShardingKey = append(out.ShardingKey, uint32(i))
 	}
 	return out
 }

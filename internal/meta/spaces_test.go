@@ -16,8 +16,8 @@ func testSpace(name string) *metapb.Space {
 		Format: []*metapb.Field{
 			{Name: "shop", Type: "unsigned"}, {Name: "offer", Type: "string"}, {Name: "price", Type: "double", Nullable: true},
 		},
-		PrimaryKey:       []uint32{0, 1},
-		ShardingKeyParts: 1,
+		PrimaryKey:  []uint32{0, 1},
+		ShardingKey: []uint32{0},
 	}
 }
 
@@ -43,7 +43,7 @@ func TestSpacesGetIdsAndRaiseTheSchemaVersion(t *testing.T) {
 		t.Fatalf("if_not_exists of the same space: %v, schema version %d", r.Space, f.sm.State().Props.GetSchemaVersion())
 	}
 	other := testSpace("offers")
-	other.ShardingKeyParts = 2
+	other.ShardingKey = []uint32{1}
 	f.refused(createCmd(other, true), "already exists (id 1) with another definition (if-not-exists accepts only the same one)")
 
 	f.must(dropCmd("offers"))
@@ -73,8 +73,10 @@ func TestSpaceDefinitionsAreValidatedAtApply(t *testing.T) {
 		{"key field missing", func(s *metapb.Space) { s.PrimaryKey = []uint32{7} }, "primary key field 8 does not exist"},
 		{"key field twice", func(s *metapb.Space) { s.PrimaryKey = []uint32{0, 0} }, "appears twice"},
 		{"nullable key", func(s *metapb.Space) { s.PrimaryKey = []uint32{2} }, "nullable"},
-		{"sharding key too long", func(s *metapb.Space) { s.ShardingKeyParts = 3 }, "1 to 2 leading parts"},
-		{"no sharding key", func(s *metapb.Space) { s.ShardingKeyParts = 0 }, "not 0"},
+		{"sharding field outside the key", func(s *metapb.Space) { s.ShardingKey = []uint32{2} }, "sharding key field 3 (price) is not in the primary key (shop, offer)"},
+		{"sharding field missing", func(s *metapb.Space) { s.ShardingKey = []uint32{9} }, "sharding key field 10 does not exist"},
+		{"sharding field twice", func(s *metapb.Space) { s.ShardingKey = []uint32{1, 1} }, "field 2 (offer) appears twice in the sharding key"},
+		{"no sharding key", func(s *metapb.Space) { s.ShardingKey = nil }, "no sharding key"},
 	} {
 		sp := testSpace("x")
 		tc.edit(sp)
@@ -116,7 +118,7 @@ func FuzzCompileSpace(f *testing.F) {
 		}
 		// A valid definition has a usable format and key, and group 0's
 		// message converts back to the same definition.
-		if c.Format().Validate() != nil || len(c.PrimaryKey()) == 0 || c.ShardingKeyParts() > len(c.PrimaryKey()) {
+		if c.Format().Validate() != nil || len(c.PrimaryKey()) == 0 || len(c.ShardingKey()) == 0 || len(c.ShardingKey()) > len(c.PrimaryKey()) {
 			t.Fatalf("accepted %v", sp)
 		}
 		back, err := SpaceDefinition(SpaceMessage(c.Definition()))

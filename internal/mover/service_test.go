@@ -232,7 +232,7 @@ func TestReshardSteps(t *testing.T) {
 	c := newCluster(t, 20, 1, 1)
 	for _, name := range []string{"first", "second"} {
 		c.must(&metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: &metapb.Space{
-			Name: name, Format: []*metapb.Field{{Name: "id", Type: "unsigned"}}, PrimaryKey: []uint32{0}, ShardingKeyParts: 1}}}})
+			Name: name, Format: []*metapb.Field{{Name: "id", Type: "unsigned"}}, PrimaryKey: []uint32{0}, ShardingKey: []uint32{0}}}}})
 	}
 	// On, but the 100% disbalance is within its threshold: it moves
 	// nothing by itself, and start turns it off, cleanup on again.

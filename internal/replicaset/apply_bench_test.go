@@ -88,7 +88,7 @@ func applyRun(b *testing.B, db *pebble.DB, sm multiraft.StateMachine, entries []
 // benchSpace is the space `shardkit bench` creates: an unsigned key and
 // a bytes value.
 func benchSpace() *rspb.Space {
-	return &rspb.Space{Id: 1, Name: "bench", ShardingKeyParts: 1, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
+	return &rspb.Space{Id: 1, Name: "bench", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
 		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
 	}}
 }

@@ -11,24 +11,30 @@ import (
 
 // storageDefinition converts a replicaset's space message.
 func storageDefinition(d *rspb.Space) schema.Definition {
-	out := schema.Definition{Name: d.GetName(), ID: d.GetId(), ShardingKeyParts: int(d.GetShardingKeyParts())}
+	out := schema.Definition{Name: d.GetName(), ID: d.GetId()}
 	for _, f := range d.GetFormat() {
 		out.Format = append(out.Format, tuple.Field{Name: f.GetName(), Type: tuple.Type(f.GetType()), Nullable: f.GetNullable()})
 	}
 	for _, i := range d.GetPrimaryKey() {
 		out.PrimaryKey = append(out.PrimaryKey, int(i))
 	}
+	for _, i := range d.GetShardingKey() {
+		out.ShardingKey = append(out.ShardingKey, int(i))
+	}
 	return out
 }
 
 // StorageSpace converts a definition to a replicaset's space message.
 func StorageSpace(d schema.Definition) *rspb.Space {
-	out := &rspb.Space{Id: d.ID, Name: d.Name, ShardingKeyParts: uint32(d.ShardingKeyParts)}
+	out := &rspb.Space{Id: d.ID, Name: d.Name}
 	for _, f := range d.Format {
 		out.Format = append(out.Format, &rspb.Field{Name: f.Name, Type: uint32(f.Type), Nullable: f.Nullable})
 	}
 	for _, i := range d.PrimaryKey {
 		out.PrimaryKey = append(out.PrimaryKey, uint32(i))
+	}
+	for _, i := range d.ShardingKey {
+		out.ShardingKey = append(out.ShardingKey, uint32(i))
 	}
 	return out
 }

@@ -100,7 +100,7 @@ func (f *fixture) refused(c *rspb.Batch, code rspb.Refusal_Code, msg string) *rs
 // offers: shop unsigned, offer string, price double? ; key (shop, offer),
 // sharded by shop.
 func offersSpace(id uint32) *rspb.Space {
-	return &rspb.Space{Id: id, Name: "offers", ShardingKeyParts: 1, PrimaryKey: []uint32{0, 1}, Format: []*rspb.Field{
+	return &rspb.Space{Id: id, Name: "offers", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0, 1}, Format: []*rspb.Field{
 		{Name: "shop", Type: uint32(tuple.TypeUnsigned)},
 		{Name: "offer", Type: uint32(tuple.TypeString)},
 		{Name: "price", Type: uint32(tuple.TypeDouble), Nullable: true},

@@ -73,7 +73,7 @@ func (f *fakeInstance) GetRouting(context.Context, *datav1.GetRoutingRequest) (*
 		Buckets:     []*datav1.BucketRange{{First: 1, Last: 30, ReplicasetId: "r1"}},
 		Replicasets: []*datav1.ReplicasetRoute{{ReplicasetId: "r1", LeaderAddress: f.addr, Weight: 1,
 			Members: []*datav1.Member{{InstanceId: "i1", Address: f.addr}}}},
-		Spaces: []*datav1.Space{{Name: spaceName, Id: 1, PrimaryKey: []uint32{1}, ShardingKeyParts: 1, SchemaVersion: 1,
+		Spaces: []*datav1.Space{{Name: spaceName, Id: 1, PrimaryKey: []uint32{1}, ShardingKey: []uint32{1}, SchemaVersion: 1,
 			Format: []*datav1.Field{{Name: "key", Type: tuple.TypeUnsigned.String()}, {Name: "value", Type: tuple.TypeString.String()}}}},
 		SchemaVersion: 1,
 	}, nil

@@ -395,10 +395,13 @@ type Space struct {
 	Format []*Field `protobuf:"bytes,3,rep,name=format,proto3" json:"format,omitempty"`
 	// The primary key's fields, by 1-based field number, in key order.
 	PrimaryKey []uint32 `protobuf:"varint,4,rep,packed,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
-	// How many leading parts of the primary key make the sharding key.
-	ShardingKeyParts uint32 `protobuf:"varint,5,opt,name=sharding_key_parts,json=shardingKeyParts,proto3" json:"sharding_key_parts,omitempty"`
 	// The schema version at which the space was created.
 	SchemaVersion uint64 `protobuf:"varint,6,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	// The sharding key's fields, by 1-based field number, in the order they
+	// are hashed: primary-key fields in any position (vshard's sharding_key).
+	// Tuples of any spaces with equal sharding keys share a bucket. Empty in
+	// a definition sent: the whole primary key.
+	ShardingKey   []uint32 `protobuf:"varint,7,rep,packed,name=sharding_key,json=shardingKey,proto3" json:"sharding_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -461,18 +464,18 @@ func (x *Space) GetPrimaryKey() []uint32 {
 	return nil
 }
 
-func (x *Space) GetShardingKeyParts() uint32 {
-	if x != nil {
-		return x.ShardingKeyParts
-	}
-	return 0
-}
-
 func (x *Space) GetSchemaVersion() uint64 {
 	if x != nil {
 		return x.SchemaVersion
 	}
 	return 0
+}
+
+func (x *Space) GetShardingKey() []uint32 {
+	if x != nil {
+		return x.ShardingKey
+	}
+	return nil
 }
 
 // Op is one operation of a Write.
@@ -3801,15 +3804,15 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
-	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xd2\x01\n" +
+	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xe1\x01\n" +
 	"\x05Space\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\x12/\n" +
 	"\x06format\x18\x03 \x03(\v2\x17.shardkit.data.v1.FieldR\x06format\x12\x1f\n" +
 	"\vprimary_key\x18\x04 \x03(\rR\n" +
-	"primaryKey\x12,\n" +
-	"\x12sharding_key_parts\x18\x05 \x01(\rR\x10shardingKeyParts\x12%\n" +
-	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\"\xb5\x01\n" +
+	"primaryKey\x12%\n" +
+	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\x12!\n" +
+	"\fsharding_key\x18\a \x03(\rR\vshardingKeyJ\x04\b\x05\x10\x06R\x12sharding_key_parts\"\xb5\x01\n" +
 	"\x02Op\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.shardkit.data.v1.OpKindR\x04kind\x12\x14\n" +
 	"\x05space\x18\x02 \x01(\tR\x05space\x12\x14\n" +

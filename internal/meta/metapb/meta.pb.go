@@ -1259,8 +1259,9 @@ type Space struct {
 	Format []*Field               `protobuf:"bytes,3,rep,name=format,proto3" json:"format,omitempty"`
 	// The primary key's fields, by 0-based field index, in key order.
 	PrimaryKey []uint32 `protobuf:"varint,4,rep,packed,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
-	// How many leading parts of the primary key make the sharding key.
-	ShardingKeyParts uint32 `protobuf:"varint,5,opt,name=sharding_key_parts,json=shardingKeyParts,proto3" json:"sharding_key_parts,omitempty"`
+	// The sharding key's fields, by 0-based field index, in hash order
+	// (each a primary-key field).
+	ShardingKey []uint32 `protobuf:"varint,7,rep,packed,name=sharding_key,json=shardingKey,proto3" json:"sharding_key,omitempty"`
 	// The schema version at which it was created.
 	SchemaVersion uint64 `protobuf:"varint,6,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1325,11 +1326,11 @@ func (x *Space) GetPrimaryKey() []uint32 {
 	return nil
 }
 
-func (x *Space) GetShardingKeyParts() uint32 {
+func (x *Space) GetShardingKey() []uint32 {
 	if x != nil {
-		return x.ShardingKeyParts
+		return x.ShardingKey
 	}
-	return 0
+	return nil
 }
 
 func (x *Space) GetSchemaVersion() uint64 {
@@ -3074,15 +3075,15 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
-	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xd2\x01\n" +
+	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xe1\x01\n" +
 	"\x05Space\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\rR\x02id\x12/\n" +
 	"\x06format\x18\x03 \x03(\v2\x17.shardkit.meta.v1.FieldR\x06format\x12\x1f\n" +
 	"\vprimary_key\x18\x04 \x03(\rR\n" +
-	"primaryKey\x12,\n" +
-	"\x12sharding_key_parts\x18\x05 \x01(\rR\x10shardingKeyParts\x12%\n" +
-	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\"\xb1\x01\n" +
+	"primaryKey\x12!\n" +
+	"\fsharding_key\x18\a \x03(\rR\vshardingKey\x12%\n" +
+	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersionJ\x04\b\x05\x10\x06R\x12sharding_key_parts\"\xb1\x01\n" +
 	"\x05Lease\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06holder\x18\x02 \x01(\tR\x06holder\x12\x16\n" +

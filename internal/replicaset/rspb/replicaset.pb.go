@@ -836,10 +836,11 @@ type Space struct {
 	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
 	Format []*Field               `protobuf:"bytes,3,rep,name=format,proto3" json:"format,omitempty"`
 	// 0-based field indexes, in key order.
-	PrimaryKey       []uint32 `protobuf:"varint,4,rep,packed,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
-	ShardingKeyParts uint32   `protobuf:"varint,5,opt,name=sharding_key_parts,json=shardingKeyParts,proto3" json:"sharding_key_parts,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	PrimaryKey []uint32 `protobuf:"varint,4,rep,packed,name=primary_key,json=primaryKey,proto3" json:"primary_key,omitempty"`
+	// 0-based field indexes, in hash order (each a primary-key field).
+	ShardingKey   []uint32 `protobuf:"varint,6,rep,packed,name=sharding_key,json=shardingKey,proto3" json:"sharding_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Space) Reset() {
@@ -900,11 +901,11 @@ func (x *Space) GetPrimaryKey() []uint32 {
 	return nil
 }
 
-func (x *Space) GetShardingKeyParts() uint32 {
+func (x *Space) GetShardingKey() []uint32 {
 	if x != nil {
-		return x.ShardingKeyParts
+		return x.ShardingKey
 	}
-	return 0
+	return nil
 }
 
 // SetSchema makes the replicaset's schema the one group 0 had at version:
@@ -1524,14 +1525,14 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\rR\x04type\x12\x1a\n" +
-	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xb1\x01\n" +
+	"\bnullable\x18\x03 \x01(\bR\bnullable\"\xc0\x01\n" +
 	"\x05Space\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x125\n" +
 	"\x06format\x18\x03 \x03(\v2\x1d.shardkit.replicaset.v1.FieldR\x06format\x12\x1f\n" +
 	"\vprimary_key\x18\x04 \x03(\rR\n" +
-	"primaryKey\x12,\n" +
-	"\x12sharding_key_parts\x18\x05 \x01(\rR\x10shardingKeyParts\"\\\n" +
+	"primaryKey\x12!\n" +
+	"\fsharding_key\x18\x06 \x03(\rR\vshardingKeyJ\x04\b\x05\x10\x06R\x12sharding_key_parts\"\\\n" +
 	"\tSetSchema\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x125\n" +
 	"\x06spaces\x18\x02 \x03(\v2\x1d.shardkit.replicaset.v1.SpaceR\x06spaces\"Y\n" +
