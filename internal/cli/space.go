@@ -115,7 +115,6 @@ func toSpaceJSON(d client.SpaceDef) spaceJSON {
 	return s
 }
 
-
 func newSpaceListCmd() *cobra.Command {
 	var o spaceListOptions
 	cmd := &cobra.Command{
