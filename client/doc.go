@@ -30,6 +30,11 @@
 // off.
 //
 // It must never import shardkit's internal packages: it speaks only the
-// public API in api/, so that it can be vendored and versioned on its own.
-// It keeps no package-level state.
+// public API in api/ and imports only gRPC and shardkit's public packages
+// (api/, certs, proc, sharding, tuple), so a program that uses it links
+// none of the cluster's code. It is not a module of its own: it shares
+// the repository's go.mod, so a program that requires it has the
+// repository's other requirements (arrow-go, the SQL drivers, ZooKeeper)
+// in its module graph, though its build compiles only what the client's
+// imports reach. It keeps no package-level state.
 package client

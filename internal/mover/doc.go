@@ -1,5 +1,5 @@
 // Package mover moves buckets between replicasets (seed 001's resharding,
-// at bucket granularity; DESIGN.md, "Bucket move"): the rebalancer decides
+// at bucket granularity; docs/design/moves.md): the rebalancer decides
 // which buckets go where by the replicasets' weights, and the driver steps
 // each move through its phases, on the group-0 leader only.
 //

@@ -9,7 +9,7 @@ import (
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
-// Bucket moves, the replicaset's side (DESIGN.md, "Bucket move"). Every
+// Bucket moves, the replicaset's side (docs/design/moves.md). Every
 // step is an entry of the source's or the destination's log, checked at
 // apply against the bucket's record, so a step that a crash or a new
 // mover repeats is a no-op (or refused), and a bucket never becomes

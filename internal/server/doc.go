@@ -1,7 +1,15 @@
 // Package server wires one shardkit instance together: storage, the raft
-// host and transport, the cluster services, the HTTP endpoints. It is the
-// only package that knows every room; nothing imports it but the CLI.
+// host and transport, the cluster node, the replicaset storage, the router
+// and the mover, the gRPC interceptors (metrics, access checks,
+// forwarding) and the HTTP endpoints. It is the only package that knows
+// every room; nothing imports it but the CLI (and its test helper,
+// servertest).
 //
-// It must never hold logic of its own beyond wiring, start-up order and
-// shutdown order: behaviour lives in the rooms it connects.
+// Beside wiring, start-up order and shutdown order, it holds one kind of
+// logic: adapting group 0's state to what each room needs of it (data.go:
+// the router's topology, a replicaset's groupZero, the mover's moverZero,
+// and which calls go to the group-0 leader), so that the rooms never
+// import each other. It must never hold
+// a room's behaviour: deciding, storing, routing and moving live in the
+// rooms it connects.
 package server

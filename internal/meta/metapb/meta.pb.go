@@ -756,7 +756,7 @@ func (x *Rebalancer) GetPausedByReshard() bool {
 	return false
 }
 
-// Move is a bucket move in progress (DESIGN.md, "Bucket move").
+// Move is a bucket move in progress (docs/design/moves.md).
 type Move struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Bucket uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`

@@ -380,7 +380,7 @@ func (*Command_SetBuckets) isCommand_Op() {}
 func (*Command_CopyChunks) isCommand_Op() {}
 
 // SetBucket moves a bucket's record from one state to the next of a move
-// (DESIGN.md, "Bucket move"); apply refuses any other transition, so a
+// (docs/design/moves.md); apply refuses any other transition, so a
 // step repeated after a crash or by a second mover is a no-op or a
 // refusal, never a second effect:
 //
