@@ -8,7 +8,7 @@ import (
 // A log entry is stored as its protobuf encoding: byte for byte what
 // proto.Marshal gives (raftpb.Entry's fields in number order, then any
 // unknown fields it carries), so stored entries are read back with
-// proto.Unmarshal, and logs written before this encoder read the same.
+// proto.Unmarshal.
 // entrySize and appendEntry write it by hand, straight into the round's
 // batch (logStore.stageAppend), instead of through the protobuf runtime's
 // reflection and a buffer per entry: every member encodes every entry

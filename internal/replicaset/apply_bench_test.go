@@ -247,7 +247,7 @@ func benchCopy(b *testing.B, written bool) {
 	apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{def}}}})
 	var steps []*rspb.Command
 	for bk := uint32(1); bk <= buckets; bk++ {
-		steps = append(steps, &rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: bk, State: rspb.BucketState_STATE_RECEIVING, Generation: 2, Peer: "r1"}}})
+		steps = append(steps, &rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: bk, State: rspb.BucketState_STATE_RECEIVING, Generation: 2, Peer: "r1"}}}}})
 	}
 	apply(steps...)
 	if written {

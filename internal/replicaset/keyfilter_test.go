@@ -89,8 +89,12 @@ func TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete(t *testing.T) {
 	}
 	copied := func(tp tuple.Tuple, last bool) {
 		t.Helper()
-		o, _ := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: 2, Last: last,
-			Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 9, Tuple: enc(tp)}}}}})[0].(*CopyOutcome)
+		outs, _ := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: 2, Last: last,
+			Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 9, Tuple: enc(tp)}}}}}}})[0].([]*CopyOutcome)
+		var o *CopyOutcome
+		if len(outs) == 1 {
+			o = outs[0]
+		}
 		if o == nil || o.Refused != nil || o.Copied != 1 {
 			t.Fatalf("copy of %v: %+v", tp, o)
 		}

@@ -154,7 +154,7 @@ func TestADroppedBatchLeavesTheMemoryAsCommitted(t *testing.T) {
 	write := &rspb.Batch{RequestId: requestID(3), Bucket: 4, Ops: []*rspb.Op{insertOp(t, offer(4, "a", 1))}}
 	b, _ := applyOnly(
 		&rspb.Command{Op: &rspb.Command_Batch{Batch: write}},
-		&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}},
+		&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}}}},
 	)
 	if st := f.sm.BucketState(6); st.GetState() != rspb.BucketState_STATE_ACTIVE {
 		t.Fatalf("bucket 6 is %v to readers before its batch is committed", st)
@@ -175,7 +175,7 @@ func TestADroppedBatchLeavesTheMemoryAsCommitted(t *testing.T) {
 	f.ok(&rspb.Batch{Bucket: 6, Ops: []*rspb.Op{insertOp(t, offer(6, "a", 1))}}) // bucket 6 still takes writes
 
 	// Committed: readers see it after ApplyDone.
-	b, _ = applyOnly(&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}})
+	b, _ = applyOnly(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: 6, State: rspb.BucketState_STATE_SENDING, Generation: 2, Peer: "rs2"}}}}})
 	if err := b.Commit(pebble.NoSync); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 		// their counts), then received with a copy, then active again.
 		moving, gen := uint32(i/500%20)+1, uint64(10+i/500*10)
 		set := func(st rspb.BucketState_State, gen uint64) *rspb.Command {
-			return &rspb.Command{NowUnixMs: now, Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: moving, State: st, Generation: gen, Peer: "rs2"}}}
+			return &rspb.Command{NowUnixMs: now, Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: moving, State: st, Generation: gen, Peer: "rs2"}}}}}
 		}
 		switch i % 500 {
 		case 100:
@@ -248,8 +248,8 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 			c = set(rspb.BucketState_STATE_RECEIVING, gen+1)
 		case 250:
 			tp := offer(uint64(moving), "copied", 1)
-			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: moving, Generation: gen + 1, Last: true,
-				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}
+			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: moving, Generation: gen + 1, Last: true,
+				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}}}
 		case 300:
 			c = set(rspb.BucketState_STATE_ACTIVE, gen+1)
 		}
@@ -391,6 +391,18 @@ func describeOutcome(o any) string {
 		return fmt.Sprintf("set bucket changed %v refused %v deleted %v", v.Changed, v.Refused, v.Deleted)
 	case *CopyOutcome:
 		return fmt.Sprintf("copy %d %v refused %v", v.Copied, v.BySpace, v.Refused)
+	case []*SetBucketOutcome:
+		var s []string
+		for _, x := range v {
+			s = append(s, describeOutcome(x))
+		}
+		return fmt.Sprint(s)
+	case []*CopyOutcome:
+		var s []string
+		for _, x := range v {
+			s = append(s, describeOutcome(x))
+		}
+		return fmt.Sprint(s)
 	}
 	return fmt.Sprintf("%v", o)
 }

@@ -17,20 +17,20 @@ import (
 
 func (f *fixture) setBucket(b uint32, state rspb.BucketState_State, gen uint64, peer string) *SetBucketOutcome {
 	f.t.Helper()
-	out, ok := f.apply(&rspb.Command{Op: &rspb.Command_SetBucket{SetBucket: &rspb.SetBucket{Bucket: b, State: state, Generation: gen, Peer: peer}}})[0].(*SetBucketOutcome)
-	if !ok {
-		f.t.Fatal("SetBucket did not return a *SetBucketOutcome")
+	outs, ok := f.apply(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: b, State: state, Generation: gen, Peer: peer}}}}})[0].([]*SetBucketOutcome)
+	if !ok || len(outs) != 1 {
+		f.t.Fatal("SetBuckets of one step did not return one *SetBucketOutcome")
 	}
-	return out
+	return outs[0]
 }
 
 func (f *fixture) copyChunk(b uint32, gen uint64, ts ...*rspb.CopiedTuple) *CopyOutcome {
 	f.t.Helper()
-	out, ok := f.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: gen, Tuples: ts}}})[0].(*CopyOutcome)
-	if !ok {
-		f.t.Fatal("CopyChunk did not return a *CopyOutcome")
+	outs, ok := f.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: gen, Tuples: ts}}}}})[0].([]*CopyOutcome)
+	if !ok || len(outs) != 1 {
+		f.t.Fatal("CopyChunks of one chunk did not return one *CopyOutcome")
 	}
-	return out
+	return outs[0]
 }
 
 // chunk reads every tuple of a bucket as the source would stream it.
@@ -125,7 +125,7 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); o.Refused == nil || !strings.Contains(o.Refused.Error(), "not complete") {
 		t.Fatalf("ACTIVE before the last chunk: %+v", o)
 	}
-	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: b, Generation: 2, Last: true}}})[0].(*CopyOutcome); out.Refused != nil {
+	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: 2, Last: true}}}}})[0].([]*CopyOutcome)[0]; out.Refused != nil {
 		t.Fatalf("the last chunk: %+v", out)
 	}
 	// Copied whole, still receiving: dst holds all of the bucket, so a

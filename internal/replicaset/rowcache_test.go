@@ -85,7 +85,7 @@ func TestReadsThroughTheRowCacheAreNeverStale(t *testing.T) {
 					f.setBucket(bucket, rspb.BucketState_STATE_GARBAGE, gen, "rs2")
 					gen++
 					f.setBucket(bucket, rspb.BucketState_STATE_RECEIVING, gen, "rs2")
-					f.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: bucket, Generation: gen, Last: true}}})
+					f.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: bucket, Generation: gen, Last: true}}}}})
 					if out := f.setBucket(bucket, rspb.BucketState_STATE_ACTIVE, gen, "rs2"); out.Refused != nil {
 						t.Fatalf("bucket %d not active again: %s", bucket, out.Refused)
 					}
@@ -191,8 +191,8 @@ func TestTheCopyLeavesNoStaleRowInTheCache(t *testing.T) {
 	if _, hit, _ := f.sm.rows.read(bucket, f.sm.k.tuple(bucket, 1, k)); !hit {
 		t.Fatal("the reader's miss was not cached: the test tests nothing")
 	}
-	f.apply(&rspb.Command{Op: &rspb.Command_CopyChunk{CopyChunk: &rspb.CopyChunk{Bucket: bucket, Generation: 3, Last: true,
-		Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: k, Version: 77, Tuple: enc(tp)}}}}})
+	f.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: bucket, Generation: 3, Last: true,
+		Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: k, Version: 77, Tuple: enc(tp)}}}}}}})
 	st, found, err := f.sm.Get(f.db, bucket, sp.ID(), k)
 	if err != nil || !found || st.Version != 77 {
 		t.Fatalf("after the copy: %+v, found %v, err %v; want the copied tuple (version 77)", st, found, err)

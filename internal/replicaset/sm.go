@@ -232,19 +232,6 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 		case *rspb.Command_CreateBuckets:
 			out[i] = a.createBuckets(op.CreateBuckets)
 			notify = true
-		case *rspb.Command_SetBucket:
-			// A single step: no longer proposed (the mover batches them,
-			// SetBuckets), still applied from logs written before.
-			out[i] = a.setBucket(op.SetBucket)
-			notify = true
-			if err := sm.fp.Eval(FailpointAppliedSetBucket + "/" + op.SetBucket.GetState().String()); err != nil {
-				return nil, err
-			}
-		case *rspb.Command_CopyChunk:
-			out[i] = a.copyChunk(op.CopyChunk)
-			if err := sm.fp.Eval(FailpointAppliedCopyChunk); err != nil {
-				return nil, err
-			}
 		case *rspb.Command_SetBuckets:
 			outs := make([]*SetBucketOutcome, len(op.SetBuckets.GetSteps()))
 			states := map[rspb.BucketState_State]bool{}

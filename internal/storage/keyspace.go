@@ -78,10 +78,6 @@ func GroupPrefix(top string, group uint64) []byte {
 //	                                   the window in key order, a whole time slot
 //	                                   at a time, by one range deletion
 //
-// Databases written before 2026-11-23 (never released) kept request ids
-// under r/<request id> and q/<ms:8><request id> and expired them one by
-// one; nothing reads those keys now.
-//
 // Every sub-keyspace is its letter and '/'. <bucket:4> and <space:4> are
 // big-endian; <key> is the primary key in the tuple package's
 // order-preserving key codec.

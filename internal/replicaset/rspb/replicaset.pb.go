@@ -217,8 +217,6 @@ type Command struct {
 	//	*Command_Batch
 	//	*Command_SetSchema
 	//	*Command_CreateBuckets
-	//	*Command_SetBucket
-	//	*Command_CopyChunk
 	//	*Command_SetBuckets
 	//	*Command_CopyChunks
 	Op            isCommand_Op `protobuf_oneof:"op"`
@@ -297,24 +295,6 @@ func (x *Command) GetCreateBuckets() *CreateBuckets {
 	return nil
 }
 
-func (x *Command) GetSetBucket() *SetBucket {
-	if x != nil {
-		if x, ok := x.Op.(*Command_SetBucket); ok {
-			return x.SetBucket
-		}
-	}
-	return nil
-}
-
-func (x *Command) GetCopyChunk() *CopyChunk {
-	if x != nil {
-		if x, ok := x.Op.(*Command_CopyChunk); ok {
-			return x.CopyChunk
-		}
-	}
-	return nil
-}
-
 func (x *Command) GetSetBuckets() *SetBuckets {
 	if x != nil {
 		if x, ok := x.Op.(*Command_SetBuckets); ok {
@@ -349,14 +329,6 @@ type Command_CreateBuckets struct {
 	CreateBuckets *CreateBuckets `protobuf:"bytes,12,opt,name=create_buckets,json=createBuckets,proto3,oneof"`
 }
 
-type Command_SetBucket struct {
-	SetBucket *SetBucket `protobuf:"bytes,13,opt,name=set_bucket,json=setBucket,proto3,oneof"`
-}
-
-type Command_CopyChunk struct {
-	CopyChunk *CopyChunk `protobuf:"bytes,14,opt,name=copy_chunk,json=copyChunk,proto3,oneof"`
-}
-
 type Command_SetBuckets struct {
 	SetBuckets *SetBuckets `protobuf:"bytes,15,opt,name=set_buckets,json=setBuckets,proto3,oneof"`
 }
@@ -370,10 +342,6 @@ func (*Command_Batch) isCommand_Op() {}
 func (*Command_SetSchema) isCommand_Op() {}
 
 func (*Command_CreateBuckets) isCommand_Op() {}
-
-func (*Command_SetBucket) isCommand_Op() {}
-
-func (*Command_CopyChunk) isCommand_Op() {}
 
 func (*Command_SetBuckets) isCommand_Op() {}
 
@@ -1475,23 +1443,21 @@ var File_internal_replicaset_rspb_replicaset_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\n" +
-	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\"\x90\x04\n" +
+	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\"\xac\x03\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x125\n" +
 	"\x05batch\x18\n" +
 	" \x01(\v2\x1d.shardkit.replicaset.v1.BatchH\x00R\x05batch\x12B\n" +
 	"\n" +
 	"set_schema\x18\v \x01(\v2!.shardkit.replicaset.v1.SetSchemaH\x00R\tsetSchema\x12N\n" +
-	"\x0ecreate_buckets\x18\f \x01(\v2%.shardkit.replicaset.v1.CreateBucketsH\x00R\rcreateBuckets\x12B\n" +
-	"\n" +
-	"set_bucket\x18\r \x01(\v2!.shardkit.replicaset.v1.SetBucketH\x00R\tsetBucket\x12B\n" +
-	"\n" +
-	"copy_chunk\x18\x0e \x01(\v2!.shardkit.replicaset.v1.CopyChunkH\x00R\tcopyChunk\x12E\n" +
+	"\x0ecreate_buckets\x18\f \x01(\v2%.shardkit.replicaset.v1.CreateBucketsH\x00R\rcreateBuckets\x12E\n" +
 	"\vset_buckets\x18\x0f \x01(\v2\".shardkit.replicaset.v1.SetBucketsH\x00R\n" +
 	"setBuckets\x12E\n" +
 	"\vcopy_chunks\x18\x10 \x01(\v2\".shardkit.replicaset.v1.CopyChunksH\x00R\n" +
 	"copyChunksB\x04\n" +
-	"\x02op\"\xd7\x01\n" +
+	"\x02opJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fR\n" +
+	"set_bucketR\n" +
+	"copy_chunk\"\xd7\x01\n" +
 	"\tSetBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12?\n" +
 	"\x05state\x18\x02 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x05state\x12\x1e\n" +
@@ -1643,29 +1609,27 @@ var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
 	15, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
 	12, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
 	13, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	4,  // 3: shardkit.replicaset.v1.Command.set_bucket:type_name -> shardkit.replicaset.v1.SetBucket
-	5,  // 4: shardkit.replicaset.v1.Command.copy_chunk:type_name -> shardkit.replicaset.v1.CopyChunk
-	6,  // 5: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	7,  // 6: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
-	2,  // 7: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	2,  // 8: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	8,  // 9: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	4,  // 10: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	5,  // 11: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	10, // 12: shardkit.replicaset.v1.Space.format:type_name -> shardkit.replicaset.v1.Field
-	11, // 13: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.replicaset.v1.Space
-	0,  // 14: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	9,  // 15: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	14, // 16: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	1,  // 17: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	16, // 18: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	17, // 19: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	2,  // 20: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	6,  // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	7,  // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	2,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	2,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
+	8,  // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	4,  // 8: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	5,  // 9: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	10, // 10: shardkit.replicaset.v1.Space.format:type_name -> shardkit.replicaset.v1.Field
+	11, // 11: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.replicaset.v1.Space
+	0,  // 12: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	9,  // 13: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	14, // 14: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	1,  // 15: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	16, // 16: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	17, // 17: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	2,  // 18: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1677,8 +1641,6 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_Batch)(nil),
 		(*Command_SetSchema)(nil),
 		(*Command_CreateBuckets)(nil),
-		(*Command_SetBucket)(nil),
-		(*Command_CopyChunk)(nil),
 		(*Command_SetBuckets)(nil),
 		(*Command_CopyChunks)(nil),
 	}
