@@ -477,8 +477,7 @@ func newRequestID() []byte {
 }
 
 // opWhat names an operation of a write in a refusal; it is formatted
-// only when one is made (a Sprintf per operation was 0.7% of a leader's
-// CPU in a write load).
+// only when one is made, not once per operation of every write.
 type opWhat struct {
 	n     int
 	kind  rspb.OpKind
