@@ -144,9 +144,12 @@ func opFromJSON(k int, raw []byte, f Format) (Op, *Error) {
 		if err1 != nil || err2 != nil {
 			return bad(ErrOp, "the offset and count of a splice must be integers, got %s and %s", describeJSON(args[0]), describeJSON(args[1]))
 		}
-		var s string
-		if arg[0] != '"' || json.Unmarshal(arg, &s) != nil {
+		if arg[0] != '"' {
 			return bad(ErrOp, "a splice inserts a string, got %s", describeJSON(arg))
+		}
+		s, msg := jsonString(arg)
+		if msg != "" {
+			return bad(ErrMismatch, "%s", msg)
 		}
 		op.Offset, op.Count, op.Arg = int(o), int(c), String(s)
 	}

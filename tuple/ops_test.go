@@ -125,6 +125,8 @@ func TestApplyOpsRefusals(t *testing.T) {
 		{"splice bytes in", []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: 1, Arg: Bytes(nil)}}, "splice inserts a string; the operand is bytes", ErrOp, 1, 2},
 		{"splice at 0", []Op{{Code: ':', Field: FieldRef{Number: 2}, Arg: String("")}}, "splice offset 0", ErrOp, 1, 2},
 		{"splice before the start", []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: -5, Arg: String("")}}, "splice offset -5 is before the start of the 3-byte string", ErrOp, 1, 2},
+		{"splice cuts a character in two", []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: 2, Count: 1, Arg: String("\u00e9")}, {Code: ':', Field: FieldRef{Number: 2}, Offset: 3, Count: 1, Arg: String("")}},
+			"the updated tuple does not fit the format: field 2 (name): the string is not valid UTF-8: byte 0xc3 at offset 1", ErrMismatch, 0, 2},
 		{"too many ops", make([]Op, MaxOps+1), "1001 ops; at most 1000", ErrLimit, 0, 0},
 	} {
 		got, err := ApplyOps(base, c.ops, f)
