@@ -31,15 +31,29 @@ import (
 // Arrays and objects are not values. A refusal names the element and its
 // field: `element 3 (price): expected double, got string "x"`.
 func ParseJSONTuple(data []byte, f Format) (Tuple, error) {
+	return parseJSONTuple(data, f, "tuple", "element")
+}
+
+// ParseJSONArgs parses the arguments of a stored procedure, a JSON array
+// of values, as ParseJSONTuple parses a tuple beyond any format; its
+// refusals name the argument list and the argument:
+// `the argument list is not valid JSON: ...`, `argument 2: ...`.
+func ParseJSONArgs(data []byte) (Tuple, error) {
+	return parseJSONTuple(data, nil, "argument list", "argument")
+}
+
+// parseJSONTuple is ParseJSONTuple; what names the array in refusals, elem
+// each element.
+func parseJSONTuple(data []byte, f Format, what, elem string) (Tuple, error) {
 	var t Tuple
-	err := parseJSONArray(data, "tuple", "elements", MaxFields, func(i int, raw []byte) error {
+	err := parseJSONArray(data, what, elem+"s", MaxFields, func(i int, raw []byte) error {
 		var fd *Field
 		if i < len(f) {
 			fd = &f[i]
 		}
 		v, msg := fromJSON(raw, fd)
 		if msg != "" {
-			return fieldError(ErrMismatch, "element", i+1, nameOf(fd), "%s", msg)
+			return fieldError(ErrMismatch, elem, i+1, nameOf(fd), "%s", msg)
 		}
 		t = append(t, v)
 		return nil

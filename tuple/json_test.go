@@ -279,3 +279,21 @@ func FuzzParseJSONKey(f *testing.F) {
 		}
 	})
 }
+
+func TestParseJSONArgs(t *testing.T) {
+	t.Parallel()
+	got, err := ParseJSONArgs([]byte(`[1, -2, "x", 2.5, true, null]`))
+	if want := (Tuple{Uint(1), Int(-2), String("x"), Double(2.5), Bool(true), Null()}); err != nil || !got.Equal(want) {
+		t.Errorf("ParseJSONArgs = %v, %v; want %v", got, err, want)
+	}
+	for in, want := range map[string]string{
+		`[1,`:                 "the argument list is not valid JSON: unexpected end of JSON input",
+		`{"a": 1}`:            "the argument list must be a JSON array, got an object",
+		`[1, [2]]`:            "argument 2: got an array",
+		`["ok", "bad\udc00"]`: `argument 2: the string has \udc00 at offset 3`,
+	} {
+		if _, err := ParseJSONArgs([]byte(in)); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ParseJSONArgs(%s): %v; want it to start %q", in, err, want)
+		}
+	}
+}
