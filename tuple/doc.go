@@ -9,8 +9,8 @@
 // form of tuples and keys used by the CLI and the HTTP API
 // (ParseJSONTuple, ParseJSONKey, AppendJSON), Tarantool's update ops
 // (Op, ApplyOps, ParseJSONOps, and their frozen encoding AppendOps,
-// DecodeOps), the limits (MaxFields, MaxKeyParts, MaxNameLen, MaxOps), the
-// refusals (Error and its classes).
+// DecodeOps), the limits (MaxFields, MaxKeyParts, MaxKeyBytes, MaxNameLen,
+// MaxOps), the refusals (Error and its classes).
 //
 // It must never do I/O or hold package-level mutable state, and it must
 // never change an encoding once released: data on disk, in Raft logs and
@@ -33,7 +33,8 @@
 //
 // AppendKey encodes a key so that bytewise order is CompareKeys order; its
 // documentation gives the encoding byte for byte. A key holds at most
-// MaxKeyParts values and no NaN.
+// MaxKeyParts values and no NaN; a primary key encodes to at most
+// MaxKeyBytes (EncodeKey), in reads and writes alike.
 //
 // # Tuples
 //
@@ -49,7 +50,9 @@
 // A Format declares a space's fields: a name, a Type and whether the field
 // is nullable. Format.Check says whether a tuple fits: each formatted
 // field of its type, missing only at the end and only if nullable, any
-// value beyond the format. Types are strict (a double field takes no
+// value beyond the format; a string, in the format or beyond it, must be
+// valid UTF-8 (bytes fields hold bytes), so that no two inputs are stored
+// as one string. Types are strict (a double field takes no
 // integer); the JSON parsers convert numbers to the field's type.
 //
 // # JSON
@@ -57,8 +60,10 @@
 // A tuple or key is a JSON array. ParseJSONTuple converts each element by
 // its field's declaration: integers exactly (never through float64),
 // bytes from base64, UUIDs from their 8-4-4-4-12 form; elements beyond the
-// format are inferred. AppendJSON writes what ParseJSONTuple reads back
-// as the same tuple.
+// format are inferred. A string that is not valid UTF-8, or has an escaped
+// surrogate that is not half of a pair, is refused (encoding/json would
+// read both as U+FFFD). AppendJSON writes what ParseJSONTuple reads back
+// as the same tuple. ParseJSONArgs reads a procedure's arguments.
 //
 // # Update ops
 //
@@ -67,7 +72,10 @@
 // them in order to a copy of a tuple and checks the result against the
 // format: integer arithmetic is exact and refuses overflow, a double on
 // either side makes a double, an unsigned field driven negative is
-// refused. AppendOps and DecodeOps carry an update in a Raft command.
+// refused. A value given in JSON for a negative field number is converted
+// by the field it lands on when the op is applied (Op.Convert), since only
+// then is the tuple's length known. AppendOps and DecodeOps carry an
+// update in a Raft command.
 //
 // # Refusals
 //

@@ -1,6 +1,10 @@
 package tuple
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
 
 // MaxNameLen is the longest field name, in bytes.
 const MaxNameLen = 64
@@ -120,9 +124,13 @@ func (f Format) Index(name string) (int, bool) {
 // ParseJSONTuple convert), the others their own kind; a nullable field
 // also takes null. A tuple may end before the format does if every missing
 // field is nullable (they read as null, as in Tarantool); fields beyond
-// the format hold anything. A tuple of more than MaxFields fields is
-// refused (ErrLimit). The refusal is an *Error of class ErrMismatch with
-// the field's number and name.
+// the format hold anything but a string that is not valid UTF-8. A string,
+// in the format or beyond it, is text: one that is not valid UTF-8 is
+// refused (bytes fields hold bytes), so that no two inputs are stored as
+// the same string and every string reads back in JSON as it was written.
+// A tuple of more than MaxFields fields is refused (ErrLimit). The
+// refusal is an *Error of class ErrMismatch with the field's number and
+// name.
 func (f Format) Check(t Tuple) error {
 	if len(t) > MaxFields {
 		return newError(ErrLimit, "the tuple has %d fields; at most %d are allowed", len(t), MaxFields)
@@ -138,7 +146,35 @@ func (f Format) Check(t Tuple) error {
 			return fieldError(ErrMismatch, "field", i+1, fd.Name, "%s", err)
 		}
 	}
+	for i := len(f); i < len(t); i++ {
+		if msg := checkUTF8(t[i]); msg != "" {
+			return fieldError(ErrMismatch, "field", i+1, "", "%s", msg)
+		}
+	}
 	return nil
+}
+
+// checkUTF8 says why a string value is not valid UTF-8, or "" (also for
+// any other kind).
+func checkUTF8(v Value) string {
+	if v.kind != KindString || utf8.ValidString(v.str) {
+		return ""
+	}
+	return badUTF8(v.str)
+}
+
+// badUTF8 says where s, which is not valid UTF-8, first goes wrong.
+func badUTF8(s string) string {
+	i := 0
+	for i < len(s) {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			break
+		}
+		i += size
+	}
+	return "the string is not valid UTF-8: byte 0x" + strconv.FormatUint(uint64(s[min(i, len(s)-1)]), 16) +
+		" at offset " + strconv.Itoa(i) + " (a string holds text; store bytes in a bytes field)"
 }
 
 // checkValue says why v does not fit a field, or "".
@@ -149,7 +185,7 @@ func checkValue(fd Field, v Value) string {
 	if v.kind == KindNull || !fd.Type.accepts(v.kind) {
 		return "expected " + fd.Type.String() + ", got " + describe(v)
 	}
-	return ""
+	return checkUTF8(v)
 }
 
 // accepts reports whether a value of kind k fits a field of type t (null

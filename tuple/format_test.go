@@ -131,6 +131,9 @@ func TestFormatCheck(t *testing.T) {
 		{with(0, Null()), "field 1 (id): expected unsigned, got null", 1, "id"},
 		{good[:6], "field 7 (ref): missing: the tuple has 6 fields and this one is not nullable", 7, "ref"},
 		{nil, "field 1 (id): missing", 1, "id"},
+		{with(3, String("bad\xff\xfe")), "field 4 (name): the string is not valid UTF-8: byte 0xff at offset 3 (a string holds text; store bytes in a bytes field)", 4, "name"},
+		{with(7, String("\xed\xb0\x80")), "field 8 (note): the string is not valid UTF-8: byte 0xed at offset 0", 8, "note"}, // an encoded surrogate
+		{append(good[:9:9], Null(), String("ok\xc3")), "field 11: the string is not valid UTF-8: byte 0xc3 at offset 2", 11, ""},
 	} {
 		err := f.Check(c.t)
 		var e *Error

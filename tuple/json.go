@@ -31,15 +31,29 @@ import (
 // Arrays and objects are not values. A refusal names the element and its
 // field: `element 3 (price): expected double, got string "x"`.
 func ParseJSONTuple(data []byte, f Format) (Tuple, error) {
+	return parseJSONTuple(data, f, "tuple", "element")
+}
+
+// ParseJSONArgs parses the arguments of a stored procedure, a JSON array
+// of values, as ParseJSONTuple parses a tuple beyond any format; its
+// refusals name the argument list and the argument:
+// `the argument list is not valid JSON: ...`, `argument 2: ...`.
+func ParseJSONArgs(data []byte) (Tuple, error) {
+	return parseJSONTuple(data, nil, "argument list", "argument")
+}
+
+// parseJSONTuple is ParseJSONTuple; what names the array in refusals, elem
+// each element.
+func parseJSONTuple(data []byte, f Format, what, elem string) (Tuple, error) {
 	var t Tuple
-	err := parseJSONArray(data, "tuple", "elements", MaxFields, func(i int, raw []byte) error {
+	err := parseJSONArray(data, what, elem+"s", MaxFields, func(i int, raw []byte) error {
 		var fd *Field
 		if i < len(f) {
 			fd = &f[i]
 		}
 		v, msg := fromJSON(raw, fd)
 		if msg != "" {
-			return fieldError(ErrMismatch, "element", i+1, nameOf(fd), "%s", msg)
+			return fieldError(ErrMismatch, elem, i+1, nameOf(fd), "%s", msg)
 		}
 		t = append(t, v)
 		return nil
@@ -56,7 +70,8 @@ func ParseJSONTuple(data []byte, f Format) (Tuple, error) {
 // ParseJSONKey parses a key written as a JSON array, one element per key
 // part, each converted by its part's declaration in parts as
 // ParseJSONTuple converts a field. The array must have exactly len(parts)
-// elements, and a key holds no NaN.
+// elements, a key holds no NaN, and its encoding takes at most
+// MaxKeyBytes (ErrLimit, as EncodeKey).
 func ParseJSONKey(data []byte, parts Format) ([]Value, error) {
 	if len(parts) > MaxKeyParts {
 		return nil, newError(ErrLimit, "the key format has %d parts; at most %d are allowed", len(parts), MaxKeyParts)
@@ -87,6 +102,9 @@ func ParseJSONKey(data []byte, parts Format) ([]Value, error) {
 			plural(countJSONElements(data), "element"), needs)
 	}
 	if err != nil {
+		return nil, err
+	}
+	if _, err := EncodeKey(key...); err != nil {
 		return nil, err
 	}
 	return key, nil
@@ -186,9 +204,9 @@ func fromJSON(raw []byte, fd *Field) (Value, string) {
 		}
 		return Value{}, expected()
 	case '"':
-		var s string
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return Value{}, "bad string: " + err.Error()
+		s, msg := jsonString(raw)
+		if msg != "" {
+			return Value{}, msg
 		}
 		if fd == nil {
 			return String(s), ""
@@ -201,6 +219,73 @@ func fromJSON(raw []byte, fd *Field) (Value, string) {
 		return Value{}, expected()
 	}
 	return numberFromJSON(string(raw), fd, expected)
+}
+
+// jsonString reads a JSON string (raw, with its quotes), or says why not.
+// encoding/json writes U+FFFD for bytes that are not UTF-8 and for an
+// escaped surrogate (\ud800 to \udfff) that is not half of a pair, so two
+// different inputs would read as the same string; both are refused here.
+func jsonString(raw []byte) (string, string) {
+	if !utf8.Valid(raw) {
+		return "", badUTF8(string(raw[1:]))
+	}
+	if msg := checkSurrogates(raw); msg != "" {
+		return "", msg
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", "bad string: " + err.Error()
+	}
+	return s, ""
+}
+
+// checkSurrogates says where a JSON string (raw, with its quotes) has an
+// escaped surrogate that is not half of a pair, or "".
+func checkSurrogates(raw []byte) string {
+	for i := 1; i < len(raw)-1; i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // an escape of one character
+			continue
+		}
+		r, ok := hex4(raw[i+2:])
+		if !ok {
+			return "" // json.Unmarshal names it
+		}
+		switch {
+		case 0xd800 <= r && r < 0xdc00:
+			if i+11 < len(raw) && raw[i+6] == '\\' && raw[i+7] == 'u' {
+				if lo, ok := hex4(raw[i+8:]); ok && 0xdc00 <= lo && lo < 0xe000 {
+					i += 11
+					continue
+				}
+			}
+			fallthrough
+		case 0xdc00 <= r && r < 0xe000:
+			return "the string has \\u" + strings.ToLower(string(raw[i+2:i+6])) + " at offset " + strconv.Itoa(i-1) +
+				", a surrogate that is not half of a pair, which is not valid UTF-8 (a string holds text; store bytes in a bytes field)"
+		}
+		i += 5
+	}
+	return ""
+}
+
+// hex4 reads four hex digits.
+func hex4(b []byte) (rune, bool) {
+	if len(b) < 4 {
+		return 0, false
+	}
+	var r rune
+	for _, c := range b[:4] {
+		d, ok := unhex(c)
+		if !ok {
+			return 0, false
+		}
+		r = r<<4 | rune(d)
+	}
+	return r, true
 }
 
 func stringFromJSON(s string, fd *Field, expected func() string) (Value, string) {

@@ -41,6 +41,21 @@ func TestParseJSONTuple(t *testing.T) {
 			t.Errorf("ParseJSONTuple(%s) = %v, %v; want %v", c.in, got, err, c.want)
 		}
 	}
+	// Strings that are valid UTF-8 are taken whatever their escapes: a
+	// surrogate pair, U+FFFD itself, an escaped backslash before "udc00".
+	for in, want := range map[string]string{
+		`["\ud83d\ude00"]`:            "\U0001F600",
+		`["\uD83D\uDE00x"]`:           "\U0001F600x",
+		`["\ufffd"]`:                  "\ufffd",
+		"[\"\xef\xbf\xbd\"]":          "\ufffd",
+		`["\\udc00"]`:                 `\udc00`,
+		`["a\"\\\u00e9\ud800\udc00"]`: "a\"\\\u00e9\U00010000",
+	} {
+		got, err := ParseJSONTuple([]byte(in), Format{{Name: "s", Type: TypeString}})
+		if err != nil || !got.Equal(Tuple{String(want)}) {
+			t.Errorf("ParseJSONTuple(%s) = %v, %v; want [%q]", in, got, err, want)
+		}
+	}
 	// 1 for an unsigned field stays exact at the edge of float64.
 	got, err := ParseJSONTuple([]byte(`[9007199254740993]`), Format{{Name: "id", Type: TypeUnsigned}})
 	if err != nil || got[0] != Uint(9007199254740993) {
@@ -81,6 +96,12 @@ func TestParseJSONTupleRefusals(t *testing.T) {
 		{`[1, 2,]`, "the tuple is not valid JSON: invalid character ']'", ErrSyntax, 0, ""},
 		{`[1] [2]`, "not valid JSON", ErrSyntax, 0, ""},
 		{``, "not valid JSON", ErrSyntax, 0, ""},
+		{`[1, 2, 3, "bad\udc00surrogate", true, "", "123e4567-e89b-12d3-a456-426614174000"]`, `element 4 (name): the string has \udc00 at offset 3, a surrogate that is not half of a pair, which is not valid UTF-8`, ErrMismatch, 4, "name"},
+		{`[1, 2, 3, "a\uD800", true, "", "123e4567-e89b-12d3-a456-426614174000"]`, `element 4 (name): the string has \ud800 at offset 1, a surrogate`, ErrMismatch, 4, "name"},
+		{`[1, 2, 3, "a\ud800\u0041", true, "", "123e4567-e89b-12d3-a456-426614174000"]`, `element 4 (name): the string has \ud800 at offset 1, a surrogate`, ErrMismatch, 4, "name"},
+		{`[1, 2, 3, "\ud800\ud800\udc00", true, "", "123e4567-e89b-12d3-a456-426614174000"]`, `element 4 (name): the string has \ud800 at offset 0, a surrogate`, ErrMismatch, 4, "name"},
+		{"[1, 2, 3, \"bad\xff\xfe\", true, \"\", \"123e4567-e89b-12d3-a456-426614174000\"]", `element 4 (name): the string is not valid UTF-8: byte 0xff at offset 3 (a string holds text; store bytes in a bytes field)`, ErrMismatch, 4, "name"},
+		{`[1, 2, 3, ` + rest + `, null, "\udfff"]`, `element 9: the string has \udfff at offset 0`, ErrMismatch, 9, ""},
 		{`[1, 2, 3, ` + rest + `, null` + strings.Repeat(", 1", MaxFields) + `]`, "more than 1000 elements", ErrLimit, 0, ""},
 	} {
 		got, err := ParseJSONTuple([]byte(c.in), f)
@@ -200,6 +221,8 @@ func FuzzParseJSONTuple(f *testing.F) {
 	f.Add([]byte(`[1, 1e308, null, 1.5e-7, "x", false, null, -0, 12345678901234567890]`), "")
 	f.Add([]byte(`[1, [2], {"a": 3}]`), "")
 	f.Add([]byte(` [ "\u00e9\ud800" , 1E+2 ] `), "s:string,d:double")
+	f.Add([]byte(`["bad\udc00surrogate", "\ud83d\ude00", "\\ud800"]`), "s:string")
+	f.Add([]byte("[\"bad\xff\xfe\", \"\xef\xbf\xbd\"]"), "")
 	f.Fuzz(func(t *testing.T, data []byte, specs string) {
 		format := fuzzFormat(specs)
 		tup, err := ParseJSONTuple(data, format)
@@ -255,4 +278,22 @@ func FuzzParseJSONKey(f *testing.F) {
 			t.Fatalf("key %v written as JSON read back as %v, %v", key, again, err)
 		}
 	})
+}
+
+func TestParseJSONArgs(t *testing.T) {
+	t.Parallel()
+	got, err := ParseJSONArgs([]byte(`[1, -2, "x", 2.5, true, null]`))
+	if want := (Tuple{Uint(1), Int(-2), String("x"), Double(2.5), Bool(true), Null()}); err != nil || !got.Equal(want) {
+		t.Errorf("ParseJSONArgs = %v, %v; want %v", got, err, want)
+	}
+	for in, want := range map[string]string{
+		`[1,`:                 "the argument list is not valid JSON: unexpected end of JSON input",
+		`{"a": 1}`:            "the argument list must be a JSON array, got an object",
+		`[1, [2]]`:            "argument 2: got an array",
+		`["ok", "bad\udc00"]`: `argument 2: the string has \udc00 at offset 3`,
+	} {
+		if _, err := ParseJSONArgs([]byte(in)); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("ParseJSONArgs(%s): %v; want it to start %q", in, err, want)
+		}
+	}
 }

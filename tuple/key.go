@@ -9,6 +9,24 @@ import (
 // refuse more, and so does an index definition on the server.
 const MaxKeyParts = 16
 
+// MaxKeyBytes is the most bytes a primary key may take in the key encoding
+// (AppendKey). EncodeKey and ParseJSONKey refuse a longer key, and the
+// server refuses one in every write and every read by key alike.
+const MaxKeyBytes = 4 << 10
+
+// EncodeKey returns the key encoding of a primary key (AppendKey), and
+// refuses (ErrLimit) one that takes more than MaxKeyBytes.
+func EncodeKey(parts ...Value) ([]byte, error) {
+	kb, err := AppendKey(nil, parts...)
+	if err != nil {
+		return nil, err
+	}
+	if len(kb) > MaxKeyBytes {
+		return nil, newError(ErrLimit, "a key of %d bytes is more than %d", len(kb), MaxKeyBytes)
+	}
+	return kb, nil
+}
+
 // Tags of the key encoding, in the order of Compare. Frozen.
 const (
 	tagNull   = 0x01

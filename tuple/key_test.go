@@ -251,3 +251,30 @@ func ExampleAppendKey() {
 	// [7 "a\x00b"]
 	// key part 1: NaN cannot be part of a key
 }
+
+func TestEncodeKeyRefusesMoreThanMaxKeyBytes(t *testing.T) {
+	t.Parallel()
+	// A string takes its bytes, a tag and a two-byte terminator.
+	at := String(strings.Repeat("x", MaxKeyBytes-3))
+	if kb, err := EncodeKey(Uint(1), at); err == nil || !errors.Is(err, ErrLimit) || err.Error() != "a key of 4105 bytes is more than 4096" {
+		t.Errorf("EncodeKey of 4105 bytes = %d bytes, %v; want ErrLimit naming both sizes", len(kb), err)
+	}
+	kb, err := EncodeKey(at)
+	if err != nil || len(kb) != MaxKeyBytes {
+		t.Errorf("EncodeKey of exactly MaxKeyBytes = %d bytes, %v", len(kb), err)
+	}
+	if want, _ := AppendKey(nil, at); !bytes.Equal(kb, want) {
+		t.Errorf("EncodeKey = %x, AppendKey %x", kb, want)
+	}
+	if _, err := EncodeKey(Double(math.NaN())); !errors.Is(err, ErrNaN) {
+		t.Errorf("EncodeKey(NaN): %v, want ErrNaN", err)
+	}
+	// ParseJSONKey refuses the same key with the same message.
+	parts := Format{{Name: "id", Type: TypeString}}
+	if _, err := ParseJSONKey([]byte(`["`+strings.Repeat("x", 5000)+`"]`), parts); !errors.Is(err, ErrLimit) || err.Error() != "a key of 5003 bytes is more than 4096" {
+		t.Errorf("ParseJSONKey of a 5000-byte string: %v", err)
+	}
+	if _, err := ParseJSONKey([]byte(`["`+strings.Repeat("x", MaxKeyBytes-3)+`"]`), parts); err != nil {
+		t.Errorf("ParseJSONKey of a key of MaxKeyBytes: %v", err)
+	}
+}

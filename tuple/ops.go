@@ -58,12 +58,22 @@ func (r FieldRef) String() string {
 // Fields an operator does not use must be zero. Splice follows Tarantool:
 // an Offset past the end means the end, a Count past the end cuts to the
 // end, a negative Count keeps that many bytes at the end.
+//
+// Convert (for '=' and '!' only) says that Arg was written in JSON for a
+// field whose type was not known then: ParseJSONOps sets it for a negative
+// field number, which names a field only once the tuple's length is known.
+// ApplyOps then converts Arg by the declaration of the field it lands on,
+// as ParseJSONTuple converts an element: an integer to a double for a
+// double field, "NaN", "Infinity" and "-Infinity" to doubles there, a
+// base64 string to bytes for a bytes field, an 8-4-4-4-12 string to a
+// UUID for a uuid field. Beyond the format Arg stays as it is.
 type Op struct {
-	Code   byte
-	Field  FieldRef
-	Arg    Value
-	Count  int
-	Offset int
+	Code    byte
+	Field   FieldRef
+	Arg     Value
+	Count   int
+	Offset  int
+	Convert bool
 }
 
 func validCode(c byte) bool {
@@ -174,16 +184,26 @@ func applyOp(t Tuple, k int, op Op, f Format) (Tuple, *Error) {
 		return nil, opError(ErrOp, k, op, n, name, format, args...)
 	}
 	i := n - 1
+	if op.Convert && op.Code != OpAssign && op.Code != OpInsert {
+		return fail("only = and ! convert their operand by the field's type")
+	}
 	switch op.Code {
 	case OpAssign, OpInsert:
+		arg := op.Arg
+		if op.Convert && n <= len(f) {
+			var msg string
+			if arg, msg = convertArg(arg, &f[i]); msg != "" {
+				return nil, opError(ErrMismatch, k, op, n, name, "%s", msg)
+			}
+		}
 		if op.Code == OpAssign && i < len(t) {
-			t[i] = op.Arg
+			t[i] = arg
 			return t, nil
 		}
 		if len(t) >= MaxFields {
 			return nil, opError(ErrLimit, k, op, n, name, "the tuple already has %d fields, the most allowed", len(t))
 		}
-		return slices.Insert(t, i, op.Arg), nil
+		return slices.Insert(t, i, arg), nil
 	case OpDelete:
 		if op.Count < 1 {
 			return fail("delete count %d; it must be at least 1", op.Count)
@@ -217,6 +237,26 @@ func applyOp(t Tuple, k int, op Op, f Format) (Tuple, *Error) {
 		t[i] = v
 	}
 	return t, nil
+}
+
+// convertArg converts the operand of an op with Convert for the field fd,
+// as ParseJSONTuple converts an element: it was read as if beyond the
+// format (an integer, a double, a string). A value the field's type does
+// not take stays as it is, for Check to refuse.
+func convertArg(v Value, fd *Field) (Value, string) {
+	switch {
+	case fd.Type == TypeDouble && v.kind == KindUint:
+		return Double(float64(v.num)), ""
+	case fd.Type == TypeDouble && v.kind == KindInt:
+		return Double(float64(int64(v.num))), ""
+	case v.kind == KindString && (fd.Type == TypeBytes || fd.Type == TypeUUID || fd.Type == TypeDouble):
+		out, msg := stringFromJSON(v.str, fd, func() string { return "" })
+		if out.kind == KindNull && msg == "" {
+			return v, "" // a double field and a string other than NaN or an infinity
+		}
+		return out, msg
+	}
+	return v, ""
 }
 
 // arith adds or subtracts numbers: integers exactly within the int64 and

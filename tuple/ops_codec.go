@@ -18,7 +18,11 @@ import (
 // The value of = and ! is converted by the target field's declaration when
 // f declares it, as ParseJSONTuple converts a field; that of + and - is a
 // number (a double when the field is a double), that of & | ^ an unsigned
-// integer. Errors name the op (1-based) and its field.
+// integer. A negative field number counts from the end of the tuple, which
+// only the server knows: the value of its = or ! is converted when the op
+// is applied, by the field it lands on (Op.Convert), so that
+// ["=", -1, 2] converts as ["=", "price", 2] does when price is the last
+// field. Errors name the op (1-based) and its field.
 func ParseJSONOps(data []byte, f Format) ([]Op, error) {
 	var ops []Op
 	err := parseJSONArray(data, "update", "ops", MaxOps, func(i int, raw []byte) error {
@@ -107,7 +111,18 @@ func opFromJSON(k int, raw []byte, f Format) (Op, *Error) {
 	arg := args[len(args)-1]
 	switch op.Code {
 	case OpAssign, OpInsert:
+		// A negative number names a field only once the tuple's length is
+		// known: a number or a string is read as beyond the format, and
+		// ApplyOps converts it by the field it lands on (Op.Convert).
+		op.Convert = op.Field.Number < 0 && len(f) > 0 && (arg[0] == '"' || isJSONNumber(arg))
 		v, msg := fromJSON(arg, fd)
+		if msg != "" && op.Convert && isJSONNumber(arg) {
+			// An integer out of the int64 and uint64 ranges may be meant
+			// for a double field.
+			if d, dmsg := parseDouble(string(arg)); dmsg == "" {
+				v, msg = d, ""
+			}
+		}
 		if msg != "" {
 			return bad(ErrMismatch, "%s", msg)
 		}
@@ -144,9 +159,12 @@ func opFromJSON(k int, raw []byte, f Format) (Op, *Error) {
 		if err1 != nil || err2 != nil {
 			return bad(ErrOp, "the offset and count of a splice must be integers, got %s and %s", describeJSON(args[0]), describeJSON(args[1]))
 		}
-		var s string
-		if arg[0] != '"' || json.Unmarshal(arg, &s) != nil {
+		if arg[0] != '"' {
 			return bad(ErrOp, "a splice inserts a string, got %s", describeJSON(arg))
+		}
+		s, msg := jsonString(arg)
+		if msg != "" {
+			return bad(ErrMismatch, "%s", msg)
 		}
 		op.Offset, op.Count, op.Arg = int(o), int(c), String(s)
 	}
@@ -164,6 +182,10 @@ func isJSONNumber(raw []byte) bool {
 	return len(raw) > 0 && (raw[0] == '-' || '0' <= raw[0] && raw[0] <= '9')
 }
 
+// convertBit marks the Code byte of an op with Convert. The codes are
+// ASCII, so no op without Convert has it: their encoding is unchanged.
+const convertBit = 0x80
+
 // minOpSize is the fewest bytes an encoded op takes.
 const minOpSize = 6
 
@@ -171,7 +193,7 @@ const minOpSize = 6
 // in a Raft command. The encoding is frozen: the op count as a uvarint,
 // then for each op
 //
-//	1 byte           Code
+//	1 byte           Code, with its top bit (0x80) set for Convert
 //	varint           Field.Number (zigzag, as binary.AppendVarint)
 //	uvarint + bytes  Field.Name: its length, then its bytes
 //	value            Arg, as a field of the tuple encoding (AppendTuple)
@@ -183,7 +205,11 @@ const minOpSize = 6
 func AppendOps(dst []byte, ops []Op) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(ops)))
 	for _, op := range ops {
-		dst = append(dst, op.Code)
+		code := op.Code
+		if op.Convert {
+			code |= convertBit
+		}
+		dst = append(dst, code)
 		dst = binary.AppendVarint(dst, int64(op.Field.Number))
 		dst = binary.AppendUvarint(dst, uint64(len(op.Field.Name)))
 		dst = append(dst, op.Field.Name...)
@@ -230,10 +256,14 @@ func (r *reader) op() (Op, *Error) {
 	if err := r.need(1, "op"); err != nil {
 		return op, err
 	}
-	op.Code = r.b[r.pos]
+	code := r.b[r.pos]
 	r.pos++
-	if !validCode(op.Code) {
-		return op, newError(ErrMalformed, "unknown operator 0x%02x", op.Code)
+	op.Code, op.Convert = code&^convertBit, code&convertBit != 0
+	switch {
+	case !validCode(op.Code):
+		return op, newError(ErrMalformed, "unknown operator 0x%02x", code)
+	case op.Convert && op.Code != OpAssign && op.Code != OpInsert:
+		return op, newError(ErrMalformed, "operator 0x%02x: only = and ! convert their operand", code)
 	}
 	var err *Error
 	if op.Field.Number, err = r.varint("field number"); err != nil {

@@ -125,6 +125,11 @@ func TestApplyOpsRefusals(t *testing.T) {
 		{"splice bytes in", []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: 1, Arg: Bytes(nil)}}, "splice inserts a string; the operand is bytes", ErrOp, 1, 2},
 		{"splice at 0", []Op{{Code: ':', Field: FieldRef{Number: 2}, Arg: String("")}}, "splice offset 0", ErrOp, 1, 2},
 		{"splice before the start", []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: -5, Arg: String("")}}, "splice offset -5 is before the start of the 3-byte string", ErrOp, 1, 2},
+		{"splice cuts a character in two", []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: 2, Count: 1, Arg: String("\u00e9")}, {Code: ':', Field: FieldRef{Number: 2}, Offset: 3, Count: 1, Arg: String("")}},
+			"the updated tuple does not fit the format: field 2 (name): the string is not valid UTF-8: byte 0xc3 at offset 1", ErrMismatch, 0, 2},
+		{"convert on +", []Op{{Code: '+', Field: FieldRef{Number: -1}, Arg: Uint(1), Convert: true}}, `op 1 ("+" on field 4 (price)): only = and ! convert their operand`, ErrOp, 1, 4},
+		{"convert leaves a string that is no double", []Op{{Code: '=', Field: FieldRef{Number: 4}, Arg: String("x"), Convert: true}},
+			`the updated tuple does not fit the format: field 4 (price): expected double, got string "x"`, ErrMismatch, 0, 4},
 		{"too many ops", make([]Op, MaxOps+1), "1001 ops; at most 1000", ErrLimit, 0, 0},
 	} {
 		got, err := ApplyOps(base, c.ops, f)
@@ -147,7 +152,7 @@ func TestParseJSONOps(t *testing.T) {
 	t.Parallel()
 	f := opsFormat(t)
 	ops, err := ParseJSONOps([]byte(`[["=", "name", "x"], ["+", "price", 1], ["!", 2, "new"], ["#", 3, 1],
-		["-", "count", 2], ["+", -1, 1.5], ["|", 3, 6], [":", "name", -1, 0, "!"], ["=", 4, 7], ["=", 9, 7], ["=", "delta", null]]`), f)
+		["-", "count", 2], ["+", -1, 1.5], ["|", 3, 6], [":", "name", -1, 0, "!"], ["=", -2, 1], ["=", 4, 7], ["=", 9, 7], ["=", "delta", null]]`), f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +165,9 @@ func TestParseJSONOps(t *testing.T) {
 		{Code: '+', Field: FieldRef{Number: -1}, Arg: Double(1.5)},
 		{Code: '|', Field: FieldRef{Number: 3}, Arg: Uint(6)},
 		{Code: ':', Field: FieldRef{Name: "name"}, Offset: -1, Count: 0, Arg: String("!")},
-		{Code: '=', Field: FieldRef{Number: 4}, Arg: Double(7)}, // the price field makes it a double
-		{Code: '=', Field: FieldRef{Number: 9}, Arg: Uint(7)},   // beyond the format: inferred
+		{Code: '=', Field: FieldRef{Number: -2}, Arg: Uint(1), Convert: true}, // converted by the field it lands on
+		{Code: '=', Field: FieldRef{Number: 4}, Arg: Double(7)},               // the price field makes it a double
+		{Code: '=', Field: FieldRef{Number: 9}, Arg: Uint(7)},                 // beyond the format: inferred
 		{Code: '=', Field: FieldRef{Name: "delta"}, Arg: Null()},
 	}
 	if len(ops) != len(want) {
@@ -210,6 +216,72 @@ func TestParseJSONOps(t *testing.T) {
 	}
 }
 
+// A negative field number converts its value as the field's name or
+// positive number does, by the field it lands on once the tuple's length
+// is known (Tarantool counts from the end of the tuple).
+func TestNegativeFieldNumbersConvertAsNamesDo(t *testing.T) {
+	t.Parallel()
+	f := mustFormat(t, "id:unsigned", "price:double", "blob:bytes", "ref:uuid", "name:string", "note:double?")
+	ref, _ := ParseUUID("123e4567-e89b-12d3-a456-426614174000")
+	base := Tuple{Uint(1), Double(1.5), Bytes(nil), ref, String("n")} // note missing
+	extra := append(base[:5:5], Null(), String("x"))                  // note null, one field beyond
+	with := func(tup Tuple, i int, v Value) Tuple {
+		out := append(Tuple(nil), tup...)
+		out[i] = v
+		return out
+	}
+	for _, c := range []struct {
+		tup  Tuple
+		ops  []string // each gives want
+		want Tuple
+	}{
+		{base, []string{`[["=", -4, 2]]`, `[["=", "price", 2]]`, `[["=", 2, 2]]`}, with(base, 1, Double(2))},
+		{base, []string{`[["=", -4, -2]]`, `[["=", "price", -2]]`}, with(base, 1, Double(-2))},
+		{base, []string{`[["=", -4, "-Infinity"]]`, `[["=", "price", "-Infinity"]]`}, with(base, 1, Double(math.Inf(-1)))},
+		{base, []string{`[["=", -4, 99999999999999999999]]`, `[["=", "price", 99999999999999999999]]`}, with(base, 1, Double(1e20))},
+		{base, []string{`[["=", -3, "AQI="]]`, `[["=", "blob", "AQI="]]`}, with(base, 2, Bytes([]byte{1, 2}))},
+		{base, []string{`[["=", -2, "123E4567-E89B-12D3-A456-426614174000"]]`, `[["=", "ref", "123e4567-e89b-12d3-a456-426614174000"]]`}, base},
+		{base, []string{`[["=", -1, "AQI="]]`, `[["=", "name", "AQI="]]`}, with(base, 4, String("AQI="))},
+		{base, []string{`[["!", -1, 5]]`, `[["!", 6, 5]]`}, append(base[:5:5], Double(5))}, // appends the note field
+		{extra, []string{`[["=", -6, 3]]`, `[["=", "price", 3]]`}, with(extra, 1, Double(3))},
+		{extra, []string{`[["=", -2, 3]]`, `[["=", "note", 3]]`}, with(extra, 5, Double(3))},
+		{extra, []string{`[["=", -1, 3]]`, `[["=", 7, 3]]`}, with(extra, 6, Uint(3))},                  // beyond the format: inferred
+		{extra, []string{`[["=", -1, "AQI="]]`, `[["=", 7, "AQI="]]`}, with(extra, 6, String("AQI="))}, // a string stays one
+	} {
+		for _, in := range c.ops {
+			ops, err := ParseJSONOps([]byte(in), f)
+			if err != nil {
+				t.Errorf("ParseJSONOps(%s): %v", in, err)
+				continue
+			}
+			// As the server gets them.
+			if ops, err = DecodeOps(AppendOps(nil, ops)); err != nil {
+				t.Errorf("DecodeOps(AppendOps(%s)): %v", in, err)
+				continue
+			}
+			got, err := ApplyOps(c.tup, ops, f)
+			if err != nil || !got.Equal(c.want) {
+				t.Errorf("ApplyOps(%v, %s) = %v, %v; want %v", c.tup, in, got, err, c.want)
+			}
+		}
+	}
+	for in, want := range map[string]string{
+		`[["=", -3, "AQI"]]`: `op 1 ("=" on field 3 (blob)): expected bytes as a base64 string, got "AQI"`,
+		`[["=", -2, "x"]]`:   `op 1 ("=" on field 4 (ref)): expected a uuid written as 8-4-4-4-12 hex digits, got "x"`,
+		`[["=", -4, "x"]]`:   `the updated tuple does not fit the format: field 2 (price): expected double, got string "x"`,
+		`[["=", -5, 1.5]]`:   `the updated tuple does not fit the format: field 1 (id): expected unsigned, got double 1.5`,
+	} {
+		ops, err := ParseJSONOps([]byte(in), f)
+		if err != nil {
+			t.Errorf("ParseJSONOps(%s): %v", in, err)
+			continue
+		}
+		if got, err := ApplyOps(base, ops, f); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ApplyOps(%s) = %v, %v; want an error containing %q", in, got, err, want)
+		}
+	}
+}
+
 // The ops encoding is frozen: these bytes must never change.
 func TestAppendOpsGolden(t *testing.T) {
 	t.Parallel()
@@ -217,10 +289,12 @@ func TestAppendOpsGolden(t *testing.T) {
 		{Code: '=', Field: FieldRef{Name: "ab"}, Arg: String("x")},
 		{Code: '#', Field: FieldRef{Number: -1}, Count: 2},
 		{Code: ':', Field: FieldRef{Number: 3}, Offset: -2, Count: 1, Arg: String("")},
+		{Code: '!', Field: FieldRef{Number: -2}, Arg: Uint(1), Convert: true},
 	}
-	want := "03" + "3d" + "00" + "026162" + "070178" + "00" + "00" +
+	want := "04" + "3d" + "00" + "026162" + "070178" + "00" + "00" +
 		"23" + "01" + "00" + "01" + "04" + "00" +
-		"3a" + "06" + "00" + "0700" + "02" + "03"
+		"3a" + "06" + "00" + "0700" + "02" + "03" +
+		"a1" + "03" + "00" + "0501" + "00" + "00"
 	got := AppendOps(nil, ops)
 	if hex.EncodeToString(got) != want {
 		t.Errorf("AppendOps = %x, want %s", got, want)
@@ -246,6 +320,8 @@ func TestDecodeOpsRefusals(t *testing.T) {
 		{"e907", "1001 ops; at most 1000", ErrLimit},
 		{"02" + "3d0000010000", "claims 2 ops but only 6 bytes follow", ErrMalformed},
 		{"01" + "3f0000010000", "op 1: unknown operator 0x3f at byte 1", ErrMalformed},
+		{"01" + "bf0000010000", "op 1: unknown operator 0xbf at byte 1", ErrMalformed},
+		{"01" + "ab0000010000", "op 1: operator 0xab: only = and ! convert their operand at byte 1", ErrMalformed},
 		{"01" + "3d0009010000", "op 1: field name of 9 bytes but only 3 follow", ErrMalformed},
 		{"01" + "3d00000a0000", "op 1: operand: unknown tag 0x0a", ErrMalformed},
 		{"01" + "3d8000010000", "field number: varint not in its shortest form", ErrMalformed},
@@ -268,6 +344,8 @@ func FuzzParseJSONOps(f *testing.F) {
 	f.Add([]byte(`[["=", "name", "x"], ["+", "price", 1.5], ["!", 2, "new"], ["#", 3, 1]]`))
 	f.Add([]byte(`[[":", "name", -1, -2, "x"], ["^", "count", 3], ["-", -1, 2]]`))
 	f.Add([]byte(`[["=", 9, {"a": 1}], ["=", "delta", null]]`))
+	f.Add([]byte(`[["=", -2, 1], ["!", -1, "AQI="], ["=", -3, 1e400], ["=", -1, 99999999999999999999]]`))
+	f.Add([]byte(`[[":", "name", 1, 0, "\udc00"], ["=", -4, "\ud800\udc00"]]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		format := opsFormat(t)
 		ops, err := ParseJSONOps(data, format)
@@ -322,6 +400,7 @@ func FuzzApplyOps(f *testing.F) {
 	f.Add(base, AppendOps(nil, []Op{{Code: '#', Field: FieldRef{Number: 2}, Count: math.MaxInt}}))
 	f.Add(base, AppendOps(nil, []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: math.MinInt, Count: math.MinInt, Arg: String("x")}}))
 	f.Add(base, AppendOps(nil, []Op{{Code: '!', Field: FieldRef{Number: -7}, Arg: Null()}, {Code: '^', Field: FieldRef{Number: 3}, Arg: Uint(3)}}))
+	f.Add(base, AppendOps(nil, []Op{{Code: '=', Field: FieldRef{Number: -2}, Arg: Uint(3), Convert: true}, {Code: '!', Field: FieldRef{Number: -1}, Arg: String("NaN"), Convert: true}}))
 	f.Fuzz(func(t *testing.T, tb, ob []byte) {
 		tup, err := DecodeTuple(tb)
 		if err != nil {

@@ -212,7 +212,7 @@ type Result struct {
 	PreloadRows int64   `json:"preload_rows"`
 	PreloadS    float64 `json:"preload_s"`
 	// FirstError is the first failed call's error ("" when none failed).
-	FirstError string `json:"first_error,omitempty"`
+	FirstError string `json:"first_error"`
 }
 
 // newHist records latencies in microseconds, from 1 µs to 60 s or twice

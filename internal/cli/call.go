@@ -121,9 +121,9 @@ func procArgs(cmd *cobra.Command, args []string) (tuple.Tuple, error) {
 	if err != nil {
 		return nil, usageError(err)
 	}
-	t, err := tuple.ParseJSONTuple(data, nil)
+	t, err := tuple.ParseJSONArgs(data)
 	if err != nil {
-		return nil, usagef("call %s: the arguments: %w", args[0], err)
+		return nil, usagef("%s %s: %w", commandName(cmd), args[0], err)
 	}
 	return t, nil
 }

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -65,7 +64,7 @@ is shown, marked not confirmed, and the command exits with status 3.`,
 					return fmt.Errorf("rebalance status: %w", callError(f.timeout, err))
 				}
 				if format == "json" {
-					if err := writeJSONLine(cmd.OutOrStdout(), st); err != nil {
+					if err := writeProtoJSONLine(cmd.OutOrStdout(), st); err != nil {
 						return err
 					}
 				} else if err := writeBalance(cmd.OutOrStdout(), st); err != nil {
@@ -201,12 +200,6 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		fmt.Fprintf(w, "NOT CONFIRMED: %s; this is the answering instance's last known view, which may be behind\n", st.GetStaleReason())
 	}
 	return nil
-}
-
-func writeJSONLine(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetEscapeHTML(false)
-	return enc.Encode(v)
 }
 
 func newRebalanceConfigCmd() *cobra.Command {
@@ -649,7 +642,7 @@ not done.`,
 					}
 					out := cmd.OutOrStdout()
 					if format == "json" {
-						return writeJSONLine(out, resp)
+						return writeProtoJSONLine(out, resp)
 					}
 					if s.step == datav1.ReshardStep_RESHARD_STEP_PLAN {
 						for _, mv := range resp.GetMoves() {

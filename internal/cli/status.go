@@ -57,10 +57,7 @@ func runStatus(ctx context.Context, o statusOptions, out io.Writer) error {
 	}
 	st := statusview.FromProto(resp, o.all)
 	if o.format == "json" {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false)
-		err = enc.Encode(st)
+		err = writeStatusJSON(out, st)
 	} else {
 		err = statusview.WriteTable(out, st)
 	}
@@ -73,3 +70,12 @@ func runStatus(ctx context.Context, o statusOptions, out io.Writer) error {
 // exitNoQuorum is the exit code of a status that was printed but is not
 // confirmed: group 0 has no quorum (or no leader was confirmed in time).
 const exitNoQuorum = 3
+
+// writeStatusJSON prints the status as --format json does (indented; the
+// HTTP endpoint /api/v1/cluster writes the same View).
+func writeStatusJSON(out io.Writer, st statusview.View) error {
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(st)
+}

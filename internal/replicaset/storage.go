@@ -26,8 +26,9 @@ import (
 const (
 	// MaxTupleBytes bounds one encoded tuple.
 	MaxTupleBytes = 1 << 20
-	// MaxKeyBytes bounds one encoded primary key.
-	MaxKeyBytes = 4 << 10
+	// MaxKeyBytes bounds one encoded primary key, in writes and in reads
+	// by key alike (tuple.EncodeKey).
+	MaxKeyBytes = tuple.MaxKeyBytes
 	// MaxBatchOps bounds the operations of one write (or one batch).
 	MaxBatchOps = 1000
 	// MaxBatchBytes bounds the encoded size of one write.
@@ -542,12 +543,9 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 				return nil, invalid(i, "%s: the update operations: %v", what, err)
 			}
 		}
-		kb, err := tuple.AppendKey(nil, key...)
+		kb, err := tuple.EncodeKey(key...)
 		if err != nil {
 			return nil, invalid(i, "%s: the key: %v", what, err)
-		}
-		if len(kb) > MaxKeyBytes {
-			return nil, invalid(i, "%s: a key of %d bytes is more than %d", what, len(kb), MaxKeyBytes)
 		}
 		r.Key = kb
 		b, err := sp.BucketOf(key, count)
@@ -667,7 +665,7 @@ func (s *Storage) keyOf(sp *schema.Space, key []byte, bucket uint32) ([]byte, ui
 	if err != nil {
 		return nil, 0, invalid(0, "space %s: %v", sp.Name(), err)
 	}
-	kb, err := tuple.AppendKey(nil, k...)
+	kb, err := tuple.EncodeKey(k...)
 	if err != nil {
 		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name(), err)
 	}
@@ -712,7 +710,7 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 		if err != nil {
 			return nil, invalid(0, "space %s: after: %v", sp.Name(), err)
 		}
-		if after, err = tuple.AppendKey(nil, k...); err != nil {
+		if after, err = tuple.EncodeKey(k...); err != nil {
 			return nil, invalid(0, "the after key: %v", err)
 		}
 	}

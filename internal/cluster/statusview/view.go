@@ -37,7 +37,7 @@ type View struct {
 	GradesLastKnown bool   `json:"grades_last_known"`
 	// Security is how the answering instance's port is secured: "mutual
 	// TLS" or "plaintext" ("" from older instances).
-	Security string `json:"security,omitempty"`
+	Security string `json:"security"`
 
 	hasQuorumField bool // the answer said whether group 0 has a quorum
 }
