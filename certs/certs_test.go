@@ -8,7 +8,10 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/hex"
+	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -180,8 +183,24 @@ func TestHandshakeVerifyIdentify(t *testing.T) {
 		t.Fatal(err)
 	}
 	chain, _ = handshake(t, osrv, ocl, "127.0.0.1")
-	if err := srv.CA.Verify(chain, x509.ExtKeyUsageClientAuth, "", time.Now()); err == nil || !strings.Contains(err.Error(), "not signed by this cluster's CA") {
+	err = srv.CA.Verify(chain, x509.ExtKeyUsageClientAuth, "", time.Now())
+	if err == nil || !strings.Contains(err.Error(), "not signed by this cluster's CA") {
 		t.Fatalf("other CA: %v", err)
+	}
+	// The refusal names both CAs by subject and key fingerprint; the
+	// path of ca.crt is for this side only, never for the peer.
+	ours, theirs := readCert(t, filepath.Join(dir, certs.CACert)), readCert(t, filepath.Join(other, certs.CACert))
+	peer := certs.PeerText(err)
+	for _, want := range []string{ours.Subject.String(), theirs.Subject.String(), certs.KeyFingerprint(ours), certs.KeyFingerprint(theirs)} {
+		if !strings.Contains(peer, want) {
+			t.Errorf("the refusal for the peer does not name %q: %s", want, peer)
+		}
+	}
+	if strings.Contains(peer, dir) || strings.Contains(peer, certs.CACert) {
+		t.Errorf("the refusal for the peer names this side's path %s: %s", dir, peer)
+	}
+	if want := filepath.Join(dir, certs.CACert); !strings.Contains(err.Error(), want) {
+		t.Errorf("the refusal for this side does not name %s: %v", want, err)
 	}
 	// Expired.
 	past := func() time.Time { return time.Now().Add(-48 * time.Hour) }
@@ -199,6 +218,72 @@ func TestHandshakeVerifyIdentify(t *testing.T) {
 	// A client certificate cannot serve.
 	if err := srv.CA.Verify(chain[:1], x509.ExtKeyUsageServerAuth, "", past()); err == nil {
 		t.Fatal("a client certificate verified as a server")
+	}
+}
+
+func readCert(t *testing.T, path string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil {
+		t.Fatalf("%s holds no PEM block", path)
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// Every CA has its own subject (two CAs made in a row differ), with the
+// cluster's id when given and the start of its key's fingerprint; the
+// certificates it signs carry its whole key hash, so that a refusal
+// names the issuer's fingerprint from the leaf alone.
+func TestEachCAHasItsOwnSubject(t *testing.T) {
+	t.Parallel()
+	a, b := mustCA(t), mustCA(t)
+	ca, cb := readCert(t, filepath.Join(a, certs.CACert)), readCert(t, filepath.Join(b, certs.CACert))
+	if ca.Subject.String() == cb.Subject.String() {
+		t.Fatalf("two CAs have the same subject %q", ca.Subject)
+	}
+	for _, c := range []*x509.Certificate{ca, cb} {
+		id := strings.TrimPrefix(certs.KeyFingerprint(c), "sha256:")[:8]
+		if c.Subject.CommonName != "shardkit CA "+id {
+			t.Errorf("CA common name %q, want %q", c.Subject.CommonName, "shardkit CA "+id)
+		}
+		if got, want := hex.EncodeToString(c.SubjectKeyId), strings.TrimPrefix(certs.KeyFingerprint(c), "sha256:"); len(c.SubjectKeyId) != 32 || !strings.HasPrefix(got, want) {
+			t.Errorf("CA subject key id %s, want the SHA-256 of its key (starting %s)", got, want)
+		}
+	}
+	named := t.TempDir()
+	if err := certs.CreateCA(named, certs.Options{ClusterID: "prod-eu"}); err != nil {
+		t.Fatal(err)
+	}
+	if cn := readCert(t, filepath.Join(named, certs.CACert)).Subject.CommonName; !strings.HasPrefix(cn, "shardkit CA prod-eu ") {
+		t.Errorf("CA of cluster prod-eu: common name %q", cn)
+	}
+	for _, bad := range []string{"a b", "a/b", "a,b", strings.Repeat("x", 65)} {
+		if err := certs.CreateCA(t.TempDir(), certs.Options{ClusterID: bad}); !errors.Is(err, certs.ErrInvalid) || !strings.Contains(err.Error(), "cluster id") {
+			t.Errorf("cluster id %q: %v, want ErrInvalid naming the cluster id", bad, err)
+		}
+	}
+	// A client of CA b checked against CA a: its issuer's fingerprint
+	// comes from its authority key id.
+	if err := certs.CreateClient(b, "alice", certs.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	leaf := readCert(t, filepath.Join(b, certs.ClientCertFile("alice")))
+	caA, err := certs.LoadCA(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = caA.Verify([]*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth, "", time.Now())
+	want := fmt.Sprintf("it was issued by %q (key %s), and this cluster's CA is %q (key %s)", cb.Subject.String(), certs.KeyFingerprint(cb), ca.Subject.String(), certs.KeyFingerprint(ca))
+	if err == nil || !strings.Contains(certs.PeerText(err), want) {
+		t.Fatalf("client of another CA: %v\nwant it to say: %s", err, want)
 	}
 }
 

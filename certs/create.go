@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -81,6 +82,9 @@ type Options struct {
 	// Now tells the time (default time.Now): the certificate is valid from
 	// an hour before it, for clocks a little behind.
 	Now func() time.Time
+	// ClusterID, the cluster's name, goes into a CA's common name
+	// (CreateCA only; optional, a name as CheckClusterID allows).
+	ClusterID string
 }
 
 func (o Options) validity(def time.Duration) (time.Time, time.Time) {
@@ -96,8 +100,32 @@ func (o Options) validity(def time.Duration) (time.Time, time.Time) {
 	return t.Add(-time.Hour), t.Add(life)
 }
 
+var clusterIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
+// CheckClusterID refuses what cannot name a cluster in its CA's common
+// name: 1-64 letters, digits, '_', '.' or '-' (as `shardkit run
+// --cluster-id` takes).
+func CheckClusterID(id string) error {
+	if !clusterIDPattern.MatchString(id) {
+		return fmt.Errorf("%w: cluster id %q: use 1-64 letters, digits, '_', '.' or '-'", ErrInvalid, id)
+	}
+	return nil
+}
+
 // CreateCA makes ca.crt and ca.key in dir (created if missing, 0700).
+//
+// Every CA has its own subject, so that a refusal that names an issuer
+// tells two CAs apart: CN "shardkit CA [<cluster id> ]<key id>", where key id is
+// the start of the key's fingerprint (KeyFingerprint), fresh with each new
+// key. Its subject key id is the whole SHA-256 of its public key, so every
+// certificate it signs carries that fingerprint as its authority key id
+// (CA.Verify names it when it refuses a certificate of another CA).
 func CreateCA(dir string, o Options) error {
+	if o.ClusterID != "" {
+		if err := CheckClusterID(o.ClusterID); err != nil {
+			return err
+		}
+	}
 	if err := checkFree(dir, o, CACert, CAKey); err != nil {
 		return err
 	}
@@ -105,10 +133,20 @@ func CreateCA(dir string, o Options) error {
 	if err != nil {
 		return err
 	}
+	keyID, err := publicKeySHA256(key.Public())
+	if err != nil {
+		return err
+	}
+	cn := "shardkit CA "
+	if o.ClusterID != "" {
+		cn += o.ClusterID + " "
+	}
+	cn += hex.EncodeToString(keyID[:4])
 	from, to := o.validity(DefaultCALifetime)
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: "shardkit CA", Organization: []string{"shardkit"}},
+		Subject:               pkix.Name{CommonName: cn, Organization: []string{"shardkit"}},
+		SubjectKeyId:          keyID,
 		NotBefore:             from,
 		NotAfter:              to,
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
@@ -268,12 +306,15 @@ func writeAtomic(path string, data []byte, mode os.FileMode) error {
 
 // Info describes one certificate file, as `shardkit cert list` shows it.
 type Info struct {
-	File     string
-	Subject  string
-	Hosts    []string // DNS names and IP addresses
-	NotAfter time.Time
-	IsCA     bool
-	Err      error // the file could not be read or parsed
+	File    string
+	Subject string
+	// KeyFingerprint is the short fingerprint of the certificate's key
+	// (see KeyFingerprint): how a refusal names a CA.
+	KeyFingerprint string
+	Hosts          []string // DNS names and IP addresses
+	NotAfter       time.Time
+	IsCA           bool
+	Err            error // the file could not be read or parsed
 }
 
 // List describes every certificate (*.crt) in dir, by file name.
@@ -297,7 +338,7 @@ func List(dir string) ([]Info, error) {
 			continue
 		}
 		c := certs[0]
-		in.Subject, in.NotAfter, in.IsCA = c.Subject.String(), c.NotAfter, c.IsCA
+		in.Subject, in.NotAfter, in.IsCA, in.KeyFingerprint = c.Subject.String(), c.NotAfter, c.IsCA, KeyFingerprint(c)
 		in.Hosts = append(in.Hosts, c.DNSNames...)
 		for _, ip := range c.IPAddresses {
 			in.Hosts = append(in.Hosts, ip.String())

@@ -11,7 +11,11 @@
 // 0600, never overwriting unless asked), the tls.Config of each side
 // (instance server, instance-to-instance client, user client) that reload
 // the files when they change on disk (rotation without a restart), the
-// verification of a peer's chain against the current CA, and the one
+// verification of a peer's chain against the current CA (its refusal,
+// RefusedError, has one text for this side, naming the CA file, and one
+// for the peer, naming none; a certificate of another CA is refused with
+// both CAs' subjects and key fingerprints), a unique subject for each CA
+// (its key's fingerprint in the CN), and the one
 // parsing of a certificate into an identity (Identify): CN "node" with
 // server and client use is an instance, any other valid CN is a user.
 //

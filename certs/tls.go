@@ -121,22 +121,27 @@ func (r *reloading[T]) get() (T, uint64) {
 // certificates: during a CA rotation it holds the old and the new).
 type CA struct {
 	path string
-	r    *reloading[*x509.CertPool]
+	r    *reloading[caCerts]
+}
+
+type caCerts struct {
+	pool  *x509.CertPool
+	certs []*x509.Certificate
 }
 
 // LoadCA reads dir/ca.crt; it is read again when it changes.
 func LoadCA(dir string) (*CA, error) {
 	p := filepath.Join(dir, CACert)
-	r, err := newReloading(func() (*x509.CertPool, error) {
+	r, err := newReloading(func() (caCerts, error) {
 		certs, err := readCerts(p)
 		if err != nil {
-			return nil, err
+			return caCerts{}, err
 		}
 		pool := x509.NewCertPool()
 		for _, c := range certs {
 			pool.AddCert(c)
 		}
-		return pool, nil
+		return caCerts{pool: pool, certs: certs}, nil
 	}, p)
 	if err != nil {
 		return nil, fmt.Errorf("the cluster's CA certificate: %w", err)
@@ -147,21 +152,57 @@ func LoadCA(dir string) (*CA, error) {
 // Generation changes whenever the CA is read again.
 func (ca *CA) Generation() uint64 { _, g := ca.r.get(); return g }
 
+// RefusedError is a certificate that CA.Verify refused. Error names the
+// CA file the chain was checked against, for the side that holds that
+// file; Peer says the same without it, for the peer that presented the
+// certificate, which must not learn this side's paths.
+type RefusedError struct {
+	msg, peer string
+	err       error // what crypto/x509 said, if anything
+}
+
+func (e *RefusedError) Error() string { return e.msg }
+
+// Unwrap is crypto/x509's error, if the refusal came from one.
+func (e *RefusedError) Unwrap() error { return e.err }
+
+// Peer is the refusal in words for the peer: no path of this side.
+func (e *RefusedError) Peer() string { return e.peer }
+
+// PeerText is what a peer may be told of err: a RefusedError's Peer,
+// else err's text.
+func PeerText(err error) string {
+	var r *RefusedError
+	if errors.As(err, &r) {
+		return r.Peer()
+	}
+	return err.Error()
+}
+
+// refused makes a RefusedError whose text has no path, so the peer may
+// read all of it; a %w in format is unwrapped as with fmt.Errorf.
+func refused(format string, args ...any) *RefusedError {
+	err := fmt.Errorf(format, args...)
+	return &RefusedError{msg: err.Error(), peer: err.Error(), err: errors.Unwrap(err)}
+}
+
 // Verify checks a peer's chain (leaf first) against the CA for a use
 // (x509.ExtKeyUsageClientAuth for a client, ServerAuth for a server);
 // host, when not empty, must be one of the leaf's names or addresses. The
-// error says what was wrong in words a person can act on.
+// error (a *RefusedError) says what was wrong in words a person can act
+// on; one for a chain of another CA names the issuer's subject and key
+// fingerprint and this CA's.
 func (ca *CA) Verify(chain []*x509.Certificate, usage x509.ExtKeyUsage, host string, now time.Time) error {
 	if len(chain) == 0 {
-		return errors.New("no certificate was presented")
+		return refused("no certificate was presented")
 	}
-	pool, _ := ca.r.get()
+	cur, _ := ca.r.get()
 	leaf := chain[0]
 	inter := x509.NewCertPool()
 	for _, c := range chain[1:] {
 		inter.AddCert(c)
 	}
-	_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}, CurrentTime: now, DNSName: host})
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: cur.pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}, CurrentTime: now, DNSName: host})
 	if err == nil {
 		return nil
 	}
@@ -172,17 +213,22 @@ func (ca *CA) Verify(chain []*x509.Certificate, usage x509.ExtKeyUsage, host str
 	switch {
 	case errors.As(err, &inv) && inv.Reason == x509.Expired:
 		if now.After(leaf.NotAfter) {
-			return fmt.Errorf("%s expired at %s (now %s); make a new one", who, leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+			return refused("%s expired at %s (now %s); make a new one", who, leaf.NotAfter.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 		}
-		return fmt.Errorf("%s is not valid before %s (now %s)", who, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
+		return refused("%s is not valid before %s (now %s)", who, leaf.NotBefore.UTC().Format(time.RFC3339), now.UTC().Format(time.RFC3339))
 	case errors.As(err, &inv) && inv.Reason == x509.IncompatibleUsage:
-		return fmt.Errorf("%s may not be used for %s", who, usageName(usage))
+		return refused("%s may not be used for %s", who, usageName(usage))
 	case errors.As(err, &una):
-		return fmt.Errorf("%s is not signed by this cluster's CA (%s): it was issued by %q", who, ca.path, leaf.Issuer.String())
+		why := fmt.Sprintf("it was issued by %q (%s), and %s", leaf.Issuer.String(), issuerKey(chain), describeCAs(cur.certs))
+		return &RefusedError{
+			msg:  fmt.Sprintf("%s is not signed by this cluster's CA (%s): %s", who, ca.path, why),
+			peer: fmt.Sprintf("%s is not signed by this cluster's CA: %s", who, why),
+			err:  err,
+		}
 	case errors.As(err, &hst):
-		return fmt.Errorf("%s is not valid for host %q: %w; make the node certificate with every name and address the instance is reached at", who, host, err)
+		return refused("%s is not valid for host %q: %w; make the node certificate with every name and address the instance is reached at", who, host, err)
 	}
-	return fmt.Errorf("%s: %w", who, err)
+	return refused("%s: %w", who, err)
 }
 
 func usageName(u x509.ExtKeyUsage) string {

@@ -55,7 +55,8 @@ type Authorizer struct {
 
 type verdict struct {
 	id  certs.Identity
-	err error
+	err error  // for the caller: names no path of this instance
+	log string // the whole refusal, for this instance's log
 	gen uint64 // the CA's generation it was checked with
 }
 
@@ -84,35 +85,47 @@ type Caller struct {
 
 // Identify reads and verifies the certificate of the connection a call
 // came on. The error is a gRPC Unauthenticated status that says what was
-// wrong.
+// wrong without naming this instance's paths (the caller has not
+// authenticated); Authorize logs the whole refusal.
 func (a *Authorizer) Identify(ctx context.Context) (certs.Identity, error) {
+	id, v := a.identify(ctx)
+	return id, v.err
+}
+
+func (a *Authorizer) identify(ctx context.Context) (certs.Identity, verdict) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
-		return certs.Identity{}, status.Error(codes.Unauthenticated, "no peer information on the call")
+		return certs.Identity{}, refusal(status.Error(codes.Unauthenticated, "no peer information on the call"))
 	}
 	ti, ok := p.AuthInfo.(credentials.TLSInfo)
 	if !ok {
-		return certs.Identity{}, status.Error(codes.Unauthenticated, "this cluster requires TLS with a client certificate: pass --certs-dir DIR (with ca.crt and client.<user>.crt) and --user NAME")
+		return certs.Identity{}, refusal(status.Error(codes.Unauthenticated, "this cluster requires TLS with a client certificate: pass --certs-dir DIR (with ca.crt and client.<user>.crt) and --user NAME"))
 	}
-	return a.identifyChain(ti.State.PeerCertificates)
+	v := a.identifyChain(ti.State.PeerCertificates)
+	return v.id, v
 }
 
-func (a *Authorizer) identifyChain(chain []*x509.Certificate) (certs.Identity, error) {
+// refusal is a verdict whose caller may read all of it.
+func refusal(err error) verdict { return verdict{err: err, log: status.Convert(err).Message()} }
+
+func (a *Authorizer) identifyChain(chain []*x509.Certificate) verdict {
 	if len(chain) == 0 {
-		return certs.Identity{}, status.Error(codes.Unauthenticated, "no client certificate was presented: this cluster requires one; pass --certs-dir DIR (with client.<user>.crt) and --user NAME")
+		return refusal(status.Error(codes.Unauthenticated, "no client certificate was presented: this cluster requires one; pass --certs-dir DIR (with client.<user>.crt) and --user NAME"))
 	}
 	leaf, now, gen := chain[0], a.cfg.Now(), a.cfg.CA.Generation()
 	a.mu.Lock()
 	v, ok := a.cache[leaf]
 	a.mu.Unlock()
 	if ok && v.gen == gen && now.Before(leaf.NotAfter) && now.After(leaf.NotBefore) {
-		return v.id, v.err
+		return v
 	}
 	v = verdict{gen: gen}
 	if err := a.cfg.CA.Verify(chain, x509.ExtKeyUsageClientAuth, "", now); err != nil {
-		v.err = status.Errorf(codes.Unauthenticated, "client certificate refused: %v", err)
+		v.err = status.Errorf(codes.Unauthenticated, "client certificate refused: %s", certs.PeerText(err))
+		v.log = "client certificate refused: " + err.Error()
 	} else if v.id, err = certs.Identify(leaf); err != nil {
 		v.err = status.Errorf(codes.Unauthenticated, "client certificate refused: %v", err)
+		v.log = status.Convert(v.err).Message()
 	}
 	a.mu.Lock()
 	if len(a.cache) >= maxCache {
@@ -120,7 +133,15 @@ func (a *Authorizer) identifyChain(chain []*x509.Certificate) (certs.Identity, e
 	}
 	a.cache[leaf] = v
 	a.mu.Unlock()
-	return v.id, v.err
+	return v
+}
+
+// remoteAddr is the address a call came from, for the log.
+func remoteAddr(ctx context.Context) string {
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		return p.Addr.String()
+	}
+	return "unknown"
 }
 
 // Authorize decides one call of method (a full gRPC method name; req is
@@ -128,10 +149,10 @@ func (a *Authorizer) identifyChain(chain []*x509.Certificate) (certs.Identity, e
 // for a user's call, with UserHeader set to that user, so that a forwarded
 // call is checked for the same user where it lands.
 func (a *Authorizer) Authorize(ctx context.Context, method string, req any) (context.Context, error) {
-	id, err := a.Identify(ctx)
-	if err != nil {
-		a.log.Info("call refused", "method", method, "err", err)
-		return ctx, err
+	id, v := a.identify(ctx)
+	if v.err != nil {
+		a.log.Warn("call refused: the caller did not authenticate", "remote", remoteAddr(ctx), "method", method, "err", v.log)
+		return ctx, v.err
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	var c Caller
@@ -208,15 +229,26 @@ func (a *Authorizer) check(c Caller, method string, req any) error {
 	case need == Node:
 		return status.Errorf(codes.PermissionDenied, "user %q may not call %s: only instances (node certificates) may", c.User, method)
 	}
-	have, known := a.cfg.UserRole(c.User)
-	if !known {
-		return status.Errorf(codes.PermissionDenied, "user %q may not call %s (it needs role %s): the cluster has no user %q; an admin adds it with `shardkit user create %s --role %s`",
-			c.User, method, need, c.User, c.User, need)
-	}
-	if have < need {
-		return status.Errorf(codes.PermissionDenied, "user %q (role %s) may not call %s: it needs role %s", c.User, have, method, need)
+	if why := a.roleRefusal(c.User, "call "+method, need); why != "" {
+		return status.Error(codes.PermissionDenied, why)
 	}
 	return nil
+}
+
+// roleRefusal says why user may not do action ("call <method>", "read
+// <path>"), which needs role need: the user is unknown (and how an admin
+// adds it) or its role is too low. Empty when the user may. gRPC and
+// HTTP refuse in these same words.
+func (a *Authorizer) roleRefusal(user, action string, need Role) string {
+	have, known := a.cfg.UserRole(user)
+	if !known {
+		return fmt.Sprintf("user %q may not %s (it needs role %s): the cluster has no user %q; an admin adds it with `shardkit user create %s --role %s`",
+			user, action, need, user, user, need)
+	}
+	if have < need {
+		return fmt.Sprintf("user %q (role %s) may not %s: it needs role %s", user, have, action, need)
+	}
+	return ""
 }
 
 // Unary is the unary server interceptor.
@@ -262,11 +294,13 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 			http.Error(w, "this instance requires HTTPS with a client certificate", http.StatusUnauthorized)
 			return
 		}
-		id, err := a.identifyChain(r.TLS.PeerCertificates)
-		if err != nil {
-			http.Error(w, status.Convert(err).Message(), http.StatusUnauthorized)
+		v := a.identifyChain(r.TLS.PeerCertificates)
+		if v.err != nil {
+			a.log.Warn("HTTP request refused: the caller did not authenticate", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "err", v.log)
+			http.Error(w, status.Convert(v.err).Message(), http.StatusUnauthorized)
 			return
 		}
+		id := v.id
 		if !id.Node {
 			// Reading needs role reader; anything else (the failpoints of
 			// test builds change an instance) needs admin, and so do the
@@ -278,9 +312,9 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 			case strings.HasPrefix(r.URL.Path, "/debug/pprof/"):
 				need = Admin
 			}
-			have, known := a.cfg.UserRole(id.User)
-			if !known || have < need {
-				http.Error(w, fmt.Sprintf("user %q may not %s %s: it needs role %s", id.User, what, r.URL.Path, need), http.StatusForbidden)
+			if why := a.roleRefusal(id.User, what+" "+r.URL.Path, need); why != "" {
+				a.log.Info("HTTP request refused", "user", id.User, "method", r.Method, "path", r.URL.Path, "err", why)
+				http.Error(w, why, http.StatusForbidden)
 				return
 			}
 		}

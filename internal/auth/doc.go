@@ -12,7 +12,10 @@
 // forwards (UserHeader, trusted only from a node certificate), and the
 // wording of refusals: Unauthenticated for a missing or bad certificate,
 // PermissionDenied for a role too low, each naming the user, the full
-// method and the role needed.
+// method and the role needed, in the same words over gRPC and HTTP. A
+// caller that has not authenticated is told no path of the instance;
+// the whole refusal, with the path and the caller's address, goes to the
+// instance's log at warn.
 //
 // It must never log certificates' keys or any secret, never decide where a
 // call is served (that is internal/forward's and the router's), and never

@@ -60,23 +60,36 @@ func certError(err error) error {
 
 func newCertCreateCACmd() *cobra.Command {
 	var f certFlags
+	var clusterID string
 	cmd := &cobra.Command{
 		Use:   "create-ca",
 		Short: "Make the cluster's CA: ca.crt and ca.key",
-		Args:  cobra.NoArgs,
+		Long: `Make the cluster's CA: ca.crt and ca.key. Each CA has its own subject,
+CN "shardkit CA [<cluster id> ]<key id>" (key id: the start of its key's
+SHA-256 fingerprint), so that a certificate of another CA is refused with both CAs named.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o, err := f.options()
 			if err != nil {
 				return err
 			}
+			o.ClusterID = clusterID
 			if err := certs.CreateCA(f.dir, o); err != nil {
 				return certError(err)
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s/%s and %s/%s (keep ca.key away from the instances if you can: they need only ca.crt)\n", f.dir, certs.CACert, f.dir, certs.CAKey)
+			if list, err := certs.List(f.dir); err == nil {
+				for _, in := range list {
+					if in.File == certs.CACert && in.Err == nil {
+						fmt.Fprintf(cmd.OutOrStdout(), "the CA is %q, key %s\n", in.Subject, in.KeyFingerprint)
+					}
+				}
+			}
 			return nil
 		},
 	}
 	f.register(cmd, certs.DefaultCALifetime)
+	cmd.Flags().StringVar(&clusterID, "cluster-id", "", "the cluster's name, as shardkit run --cluster-id has it, put in the CA's subject (optional)")
 	return cmd
 }
 
@@ -152,7 +165,11 @@ func newCertListCmd() *cobra.Command {
 				if time.Now().After(in.NotAfter) {
 					exp += " (EXPIRED)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.File, in.Subject, strings.Join(in.Hosts, ","), exp)
+				subject := in.Subject
+				if in.IsCA {
+					subject += " (CA, key " + in.KeyFingerprint + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", in.File, subject, strings.Join(in.Hosts, ","), exp)
 			}
 			return tw.Flush()
 		},

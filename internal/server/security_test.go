@@ -6,8 +6,10 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -292,4 +294,136 @@ func copyFile(t *testing.T, from, to string) {
 	data, err := os.ReadFile(from)
 	mustCreate(t, err)
 	mustCreate(t, os.WriteFile(to, data, 0o600))
+}
+
+// A stranger (a client certificate of another CA) learns no path of the
+// instance, over gRPC or HTTPS: the refusal names both CAs by subject and
+// key fingerprint, so that the operator sees they differ, and the
+// instance logs the whole refusal, with the path of its ca.crt and the
+// stranger's address, at warn. A user the cluster does not know is told
+// over HTTPS, as over gRPC, how an admin adds it.
+func TestSecureRefusalsNameNoServerPath(t *testing.T) {
+	dir := t.TempDir()
+	mustCreate(t, certs.CreateCA(dir, certs.Options{}))
+	mustCreate(t, certs.CreateNode(dir, []string{"127.0.0.1"}, certs.Options{}))
+	for _, u := range []string{"root", "nobody"} {
+		mustCreate(t, certs.CreateClient(dir, u, certs.Options{}))
+	}
+	other := t.TempDir()
+	mustCreate(t, certs.CreateCA(other, certs.Options{}))
+	mustCreate(t, certs.CreateClient(other, "root", certs.Options{}))
+	// The stranger trusts our CA (so that it talks to us) but holds a
+	// certificate of its own CA.
+	stranger := t.TempDir()
+	for _, f := range []string{"client.root.crt", "client.root.key"} {
+		copyFile(t, filepath.Join(other, f), filepath.Join(stranger, f))
+	}
+	copyFile(t, filepath.Join(dir, "ca.crt"), filepath.Join(stranger, "ca.crt"))
+	var want []string // what the refusal names: both CAs
+	for _, d := range []string{dir, other} {
+		list, err := certs.List(d)
+		mustCreate(t, err)
+		for _, in := range list {
+			if in.IsCA {
+				want = append(want, in.Subject, in.KeyFingerprint)
+			}
+		}
+	}
+	if len(want) != 4 || want[0] == want[2] || want[1] == want[3] {
+		t.Fatalf("the two CAs are not told apart by subject and fingerprint: %q", want)
+	}
+	checkRefusal := func(how, text string) {
+		t.Helper()
+		if !strings.Contains(text, "not signed by this cluster's CA") {
+			t.Errorf("%s: the refusal does not say the certificate is of another CA: %s", how, text)
+		}
+		for _, w := range want {
+			if !strings.Contains(text, w) {
+				t.Errorf("%s: the refusal does not name %q: %s", how, w, text)
+			}
+		}
+		if strings.Contains(text, dir) || strings.Contains(text, "ca.crt") {
+			t.Errorf("%s: the refusal names the instance's path %s: %s", how, dir, text)
+		}
+	}
+
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	l, addr := servertest.Listen(t)
+	hl, err := net.Listen("tcp", "127.0.0.1:0")
+	mustCreate(t, err)
+	httpAddr := hl.Addr().String()
+	mustCreate(t, hl.Close())
+	servertest.Run(t, server.InstanceConfig{Listener: l, Peers: []string{addr}, InitReplicationFactor: 1, CertsDir: dir, HTTPListen: httpAddr,
+		AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second, Logger: log})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+
+	root := userClient(t, dir, "root", []string{addr})
+	pollOK(t, "the instance online", func() error {
+		_, _, err := root.Leases().Acquire(ctx, "sec/ready", "probe", time.Millisecond)
+		return err
+	})
+
+	// gRPC.
+	sc := userClient(t, stranger, "root", []string{addr})
+	var grpcErr error
+	pollOK(t, "the stranger's call answered", func() error {
+		_, grpcErr = sc.Status(ctx, false)
+		if !errors.Is(grpcErr, client.ErrUnauthenticated) {
+			return fmt.Errorf("want Unauthenticated, got %w", grpcErr)
+		}
+		return nil
+	})
+	checkRefusal("gRPC", grpcErr.Error())
+
+	// HTTPS.
+	get := func(user, certsDir string) (int, string, error) {
+		cfg, err := certs.LoadClient(certsDir, user)
+		if err != nil {
+			return 0, "", err
+		}
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Get("https://" + httpAddr + "/api/v1/cluster")
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body), err
+	}
+	var code int
+	var body string
+	pollOK(t, "the stranger's HTTPS request answered", func() error {
+		code, body, err = get("root", stranger)
+		return err
+	})
+	if code != http.StatusUnauthorized {
+		t.Errorf("the stranger over HTTPS: HTTP %d, want 401: %s", code, body)
+	}
+	checkRefusal("HTTPS", body)
+	pollOK(t, "the unknown user's HTTPS request answered", func() error {
+		code, body, err = get("nobody", dir)
+		return err
+	})
+	if hint := "the cluster has no user \"nobody\"; an admin adds it with `shardkit user create nobody --role reader`"; code != http.StatusForbidden || !strings.Contains(body, hint) {
+		t.Errorf("an unknown user over HTTPS: HTTP %d %s; want 403 saying: %s", code, body, hint)
+	}
+
+	// The instance's log has the whole refusal: its path, the stranger's
+	// address, at warn.
+	caPath := filepath.Join(dir, "ca.crt")
+	for _, what := range []string{"call refused: the caller did not authenticate", "HTTP request refused: the caller did not authenticate"} {
+		found := false
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, what) && strings.Contains(line, "level=WARN") && strings.Contains(line, caPath) && strings.Contains(line, "remote=127.0.0.1:") {
+				found = true
+				break
+			}
+		}
+		if !found {
+			t.Errorf("no WARN line %q naming %s and the remote address in the log:\n%s", what, caPath, logs.String())
+		}
+	}
 }
