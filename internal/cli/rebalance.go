@@ -43,8 +43,9 @@ its weight asks for (the target), its disbalance in percent, and the moves in
 progress. The rebalancer acts when the largest disbalance exceeds its
 threshold (default 1%) and then moves buckets until every replicaset has its
 target. --watch redraws it every second until the buckets are balanced,
-or until nothing moves them without an operator (the rebalancer off, or
-the disbalance within its threshold; the last line says which).
+or until nothing moves them without an operator (the rebalancer off, the
+disbalance within its threshold, or a drain that waits for pinned buckets,
+which never move; the last line says which, and how to go on).
 
 The answer comes from the asked instance's view of group 0, confirmed with
 group 0's leader first. When no instance given by --peer can confirm its
