@@ -151,7 +151,7 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 		return err
 	}
 	if res.Ops == 0 {
-		return fmt.Errorf("bench: no operation succeeded (%d errors)", res.Errors)
+		return fmt.Errorf("bench: no operation succeeded (%s)", count(res.Errors, "error"))
 	}
 	return nil
 }
@@ -168,7 +168,7 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 		_, err = fmt.Fprintf(w, "paced:      %.0f ops/s asked (latency from each call's scheduled start)\n", r.Rate)
 	}
 	if err == nil && r.PreloadRows > 0 {
-		_, err = fmt.Fprintf(w, "preload:    %d rows in %.1fs (untimed)\n", r.PreloadRows, r.PreloadS)
+		_, err = fmt.Fprintf(w, "preload:    %s in %.1fs (untimed)\n", count(r.PreloadRows, "row"), r.PreloadS)
 	}
 	return err
 }

@@ -114,7 +114,7 @@ changes nothing; other ranges for an existing datacenter are refused.`,
 				if err := s.Init(ctx, dc, ranges); err != nil {
 					return fmt.Errorf("init-leases of dc %q: %w", dc, err)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "dc %s: %d shards in %s %s\n", dc, len(ranges), db.where(), db.table)
+				fmt.Fprintf(cmd.OutOrStdout(), "dc %s: %s in %s %s\n", dc, count(len(ranges), "shard"), db.where(), db.table)
 				return nil
 			})
 		},

@@ -64,8 +64,9 @@ func runExpel(ctx context.Context, o expelOptions, instanceID string, out io.Wri
 			in.GetInstanceId(), in.GetRaftId(), in.GetUuid(), client.FormatGrade(in.GetCurrentGrade()))
 	}
 	if err == nil && resp.GetLostBuckets() > 0 {
-		_, err = fmt.Fprintf(out, "lost: the data of the %d buckets of replicaset %s (--lose-buckets); they stay assigned to %s, which is expelled\n",
-			resp.GetLostBuckets(), resp.GetLostReplicasetId(), resp.GetLostReplicasetId())
+		n := resp.GetLostBuckets()
+		_, err = fmt.Fprintf(out, "lost: the data of the %s of replicaset %s (--lose-buckets); %s %s assigned to %s, which is expelled\n",
+			nBuckets(n), resp.GetLostReplicasetId(), agree(n, "it", "they"), agree(n, "stays", "stay"), resp.GetLostReplicasetId())
 	}
 	return err
 }

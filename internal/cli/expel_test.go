@@ -161,4 +161,11 @@ func TestExpelLoseBucketsSaysWhatIsLost(t *testing.T) {
 	if _, _, _ = runMain(t, "expel", "--peer", addr, "i2"); f.lastExpelReq().GetLoseBuckets() {
 		t.Errorf("request %v: lose_buckets without the flag", f.lastExpelReq())
 	}
+	one := &fakeCluster{expel: func(_ context.Context, r *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+		return &clusterv1.ExpelResponse{LostBuckets: 1, LostReplicasetId: "r5"}, nil
+	}}
+	code, out, errOut = runMain(t, "expel", "--peer", one.serve(t), "--force", "--lose-buckets", "i5")
+	if want := "lost: the data of the 1 bucket of replicaset r5 (--lose-buckets); it stays assigned to r5, which is expelled\n"; code != 0 || !strings.HasSuffix(out, want) {
+		t.Errorf("one bucket lost: exit %d, output %q, want it to end %q (%s)", code, out, want, errOut)
+	}
 }

@@ -339,7 +339,7 @@ func newNumeratorInspectCmd() *cobra.Command {
 				reg := sharding.DefaultRegistry()
 				for _, id := range reg.IDs() {
 					s, _ := reg.Lookup(id)
-					fmt.Fprintf(out, "%d\t%s\t%d shards\n", s.ID, s.Name, s.Shards)
+					fmt.Fprintf(out, "%d\t%s\t%s\n", s.ID, s.Name, count(s.Shards, "shard"))
 				}
 				return nil
 			}

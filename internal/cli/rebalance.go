@@ -2,11 +2,14 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/mover"
+	"github.com/shardkit/shardkit/sharding"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // The operator's commands on bucket placement: rebalance, replicaset,
@@ -38,8 +43,9 @@ its weight asks for (the target), its disbalance in percent, and the moves in
 progress. The rebalancer acts when the largest disbalance exceeds its
 threshold (default 1%) and then moves buckets until every replicaset has its
 target. --watch redraws it every second until the buckets are balanced,
-or until nothing moves them without an operator (the rebalancer off, or
-the disbalance within its threshold; the last line says which).
+or until nothing moves them without an operator (the rebalancer off, the
+disbalance within its threshold, or a drain that waits for pinned buckets,
+which never move; the last line says which, and how to go on).
 
 The answer comes from the asked instance's view of group 0, confirmed with
 group 0's leader first. When no instance given by --peer can confirm its
@@ -121,6 +127,10 @@ func settledBalance(st *datav1.RebalanceStatusResponse) (settled bool, why strin
 	}
 	s := st.GetSettings()
 	switch {
+	case st.GetBucketsToMove() == 0 && len(drainWaits(st)) > 0:
+		// The targets count pinned buckets as staying: nothing is left
+		// to move, yet a drain does not end.
+		return true, "nothing moves the buckets left by itself: " + strings.Join(drainWaits(st), "; ")
 	case st.GetBucketsToMove() == 0:
 		return true, ""
 	case s.GetDisabled():
@@ -147,7 +157,7 @@ func frozenReplicasets(st *datav1.RebalanceStatusResponse) []string {
 		default:
 			continue
 		}
-		line := fmt.Sprintf("%s %s: the rebalancer leaves its %d buckets where they are", r.GetReplicasetId(), why, r.GetBuckets())
+		line := fmt.Sprintf("%s %s: the rebalancer leaves its %s where they are", r.GetReplicasetId(), why, nBuckets(r.GetBuckets()))
 		if r.GetWeight() == 0 && r.GetBuckets() > 0 {
 			line += ", so its weight 0 does not drain it"
 		}
@@ -156,12 +166,39 @@ func frozenReplicasets(st *datav1.RebalanceStatusResponse) []string {
 	return out
 }
 
-// nBuckets is "1 bucket" or "N buckets".
-func nBuckets(n uint32) string {
-	if n == 1 {
-		return "1 bucket"
+// drainWaits says, for each replicaset of weight 0 that holds pinned
+// buckets, that its drain waits for them and how to unpin them (the
+// server's words; an older server's status has only the count).
+func drainWaits(st *datav1.RebalanceStatusResponse) []string {
+	var out []string
+	for _, r := range st.GetReplicasets() {
+		switch {
+		case r.GetDrainWaits() != "":
+			out = append(out, r.GetDrainWaits())
+		case r.GetWeight() == 0 && r.GetPinned() > 0:
+			out = append(out, fmt.Sprintf("the drain of %s (weight 0) waits for its %s, which the rebalancer never moves: unpin %s (shardkit bucket unpin BUCKET...)",
+				r.GetReplicasetId(), count(r.GetPinned(), "pinned bucket"), agree(r.GetPinned(), "it", "them")))
+		}
 	}
-	return fmt.Sprintf("%d buckets", n)
+	return out
+}
+
+// nBuckets is "1 bucket" or "N buckets".
+func nBuckets(n uint32) string { return count(n, "bucket") }
+
+// count is "1 bucket" or "N buckets": a count and its noun (one whose
+// plural takes an s).
+func count[N ~int | ~int64 | ~uint32 | ~uint64](n N, noun string) string {
+	return fmt.Sprintf("%d %s", n, agree(n, noun, noun+"s"))
+}
+
+// agree is one for a count of 1, many for any other: the word that agrees
+// with a count ("it" or "them").
+func agree[N ~int | ~int64 | ~uint32 | ~uint64](n N, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
@@ -177,6 +214,8 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		case r.GetWeight() == 0 && r.GetBuckets() == 0:
 			// Drained, or new and not given its weight yet.
 			note = "weight 0, holds none"
+		case r.GetWeight() == 0 && r.GetPinned() > 0:
+			note = "drain waits for " + count(r.GetPinned(), "pinned bucket") + " (below)"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%s\t%d\t%d\t%d\t%s\n", r.GetReplicasetId(), r.GetWeight(), r.GetBuckets(), r.GetTarget(),
 			mover.FormatPercent(r.GetDisbalancePercent()), r.GetSending(), r.GetReceiving(), r.GetPinned(), note)
@@ -196,6 +235,9 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 		state, mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), mover.FormatPercent(st.GetMaxDisbalancePercent()))
 	done := st.GetBucketCount() - st.GetBucketsToMove()
 	fmt.Fprintf(w, "moves in progress: %d; buckets still to move: %d (%d of %d in place)\n", len(st.GetMoves()), st.GetBucketsToMove(), done, st.GetBucketCount())
+	for _, line := range drainWaits(st) {
+		fmt.Fprintln(w, line)
+	}
 	if st.GetStale() {
 		fmt.Fprintf(w, "NOT CONFIRMED: %s; this is the answering instance's last known view, which may be behind\n", st.GetStaleReason())
 	}
@@ -447,19 +489,27 @@ func newBucketCmd() *cobra.Command {
 	pin := func(use string, pinned bool) *cobra.Command {
 		var f clusterFlags
 		c := &cobra.Command{
-			Use:   use + " BUCKET",
-			Short: map[bool]string{true: "Pin a bucket to its replicaset: the rebalancer leaves it there", false: "Unpin a bucket"}[pinned],
-			Args:  cobra.ExactArgs(1),
+			Use: use + " BUCKET...",
+			Short: map[bool]string{true: "Pin buckets to their replicasets: the rebalancer leaves them there, and a move of them is refused",
+				false: "Unpin buckets"}[pinned],
+			Args: cobra.MinimumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				b, err := parseBucket(args[0])
-				if err != nil {
-					return err
-				}
-				return f.do(cmd, "bucket "+use, func(ctx context.Context, cl *client.Client) error {
-					if err := cl.Sharding().PinBucket(ctx, b, pinned); err != nil {
+				buckets := make([]uint32, len(args))
+				for i, a := range args {
+					var err error
+					if buckets[i], err = parseBucket(a); err != nil {
 						return err
 					}
-					fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: %sned\n", b, use)
+				}
+				return f.do(cmd, "bucket "+use, func(ctx context.Context, cl *client.Client) error {
+					// One at a time, each said when done: a refusal
+					// names its bucket, and those before it stay done.
+					for _, b := range buckets {
+						if err := cl.Sharding().PinBucket(ctx, b, pinned); err != nil {
+							return dataError(fmt.Sprintf("bucket %d", b), f.timeout, err)
+						}
+						fmt.Fprintf(cmd.OutOrStdout(), "bucket %d: %sned\n", b, use)
+					}
 					return nil
 				})
 			},
@@ -472,49 +522,72 @@ func newBucketCmd() *cobra.Command {
 		var space, key string
 		c := &cobra.Command{
 			Use:   "show BUCKET | show --space SPACE --key KEY",
-			Short: "Show where a bucket (or a key's bucket) is, and its move if one is under way",
+			Short: "Show where a bucket (or a key's bucket) is, its pin and its replicaset's lock, and its move if one is under way",
 			Long: `Show the replicaset that serves a bucket now (as routers send it: a bucket
-in a move counts on its destination once switched) and, when one is under
-way, its move: from, to, phase, how long, why. With --space and --key (a
-JSON array of the primary key's parts, as select takes it), the bucket is
-the one that key's sharding key falls in.`,
+in a move counts on its destination once switched), whether the bucket is
+pinned and its replicaset locked (either keeps it where it is), and, when
+one is under way, its move: from, to, phase, how long, why. With --space
+and --key, the bucket is the one that key's sharding key falls in: --key is
+a JSON array of the sharding key's parts alone, or of the whole primary key
+(as select takes it).`,
 			Args: cobra.MaximumNArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
 				var b uint32
-				switch {
-				case len(args) == 1 && space == "" && key == "":
+				switch byKey := space != "" || key != ""; {
+				case len(args) == 1 && !byKey:
 					var err error
 					if b, err = parseBucket(args[0]); err != nil {
 						return err
 					}
-				case len(args) == 0 && space != "" && key != "":
-				default:
+				case len(args) == 1:
 					return usagef("give a BUCKET, or --space and --key, not both")
+				case space == "" && key == "":
+					return usagef("give a BUCKET, or --space and --key: which bucket to show")
+				case space == "":
+					return usagef("--key needs --space: the space whose sharding key --key gives")
+				case key == "":
+					return usagef("--space needs --key: the key whose bucket to show, as a JSON array")
 				}
 				return f.do(cmd, "bucket show", func(ctx context.Context, cl *client.Client) error {
+					var def client.SpaceDef
+					var k []tuple.Value
 					if b == 0 {
-						def, err := lookupSpace(ctx, cl, f.timeout, space)
-						if err != nil {
+						var err error
+						if def, err = lookupSpace(ctx, cl, f.timeout, space); err != nil {
 							return err
 						}
-						k, err := parseKey([]byte(key), def)
-						if err != nil {
+						if k, err = parseBucketKey([]byte(key), def); err != nil {
 							return err
 						}
-						if b, err = cl.Space(def.Name).Bucket(ctx, k...); err != nil {
-							return err
+					}
+					st, err := cl.Sharding().Status(ctx)
+					if err != nil {
+						return err
+					}
+					if b == 0 {
+						if b, err = sharding.BucketOf(k, st.GetBucketCount()); err != nil {
+							return usageError(fmt.Errorf("space %s: %w", def.Name, err))
 						}
 					}
 					rs, err := cl.Sharding().BucketReplicaset(ctx, b)
 					if err != nil {
 						return err
 					}
-					st, err := cl.Sharding().Status(ctx)
-					if err != nil {
-						return err
-					}
 					out := cmd.OutOrStdout()
 					fmt.Fprintf(out, "bucket %d: on %s\n", b, rs)
+					for _, r := range st.GetReplicasets() {
+						id := r.GetReplicasetId()
+						if slices.Contains(r.GetPinnedBuckets(), b) {
+							line := fmt.Sprintf("pinned to %s: the rebalancer leaves it there and a move of it is refused (shardkit bucket unpin %d)", id, b)
+							if r.GetWeight() == 0 {
+								line += fmt.Sprintf("; %s has weight 0, and its drain waits for it", id)
+							}
+							fmt.Fprintln(out, line)
+						}
+						if id == rs && r.GetLocked() {
+							fmt.Fprintf(out, "%s is locked: it neither sends nor receives buckets (shardkit replicaset unlock %s)\n", id, id)
+						}
+					}
 					for _, mv := range st.GetMoves() {
 						if mv.GetBucket() == b {
 							fmt.Fprintf(out, "moving from %s to %s (generation %d): phase %s for %v, %s\n", mv.GetFrom(), mv.GetTo(),
@@ -527,11 +600,46 @@ the one that key's sharding key falls in.`,
 		}
 		f.register(c.Flags(), 10*time.Second, "how long to wait for the answer")
 		c.Flags().StringVar(&space, "space", "", "with --key: the space of the key")
-		c.Flags().StringVar(&key, "key", "", `with --space: a primary key, as a JSON array (e.g. '[42]')`)
+		c.Flags().StringVar(&key, "key", "", `with --space: the sharding key's parts, or the whole primary key, as a JSON array (e.g. '[42]')`)
 		return c
 	}
 	cmd.AddCommand(move(), pin("pin", true), pin("unpin", false), show())
 	return cmd
+}
+
+// parseBucketKey reads bucket show's --key, the parts of a space's
+// sharding key alone (in its own order) or its whole primary key, and
+// returns the sharding key's values.
+func parseBucketKey(data []byte, def client.SpaceDef) ([]tuple.Value, error) {
+	kf := keyFormat(def)
+	sk := def.ShardingFields()
+	sf := make(tuple.Format, 0, len(sk))
+	for _, name := range sk {
+		if i, ok := def.Format.Index(name); ok {
+			sf = append(sf, def.Format[i])
+		}
+	}
+	var parts []json.RawMessage
+	if len(sf) < len(kf) && json.Unmarshal(data, &parts) == nil && len(parts) == len(sf) {
+		k, err := tuple.ParseJSONKey(data, sf)
+		if err != nil {
+			return nil, usageError(jsonError("the key", err, "the sharding key", sf))
+		}
+		return k, nil
+	}
+	k, err := tuple.ParseJSONKey(data, kf)
+	if err != nil {
+		fname := "the primary key"
+		if len(sf) < len(kf) {
+			fname = "the sharding key " + formatString(sf) + ", or the primary key"
+		}
+		return nil, usageError(jsonError("the key", err, fname, kf))
+	}
+	out := make([]tuple.Value, 0, len(sk))
+	for _, name := range sk {
+		out = append(out, k[slices.Index(def.PrimaryKey, name)])
+	}
+	return out, nil
 }
 
 // waitMove shows a bucket's move phase by phase until it is done.

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/sharding"
@@ -25,6 +27,17 @@ type fakeSharding struct {
 	next []*datav1.RebalanceStatusResponse // the answers after resp, one per call; the last stays
 	sets int                               // SetRebalancer calls
 	last *datav1.RebalancerSettings        // the last settings sent
+	pins []string                          // PinBucket calls: "pin 4", "unpin 9"
+}
+
+func (f *fakeSharding) PinBucket(_ context.Context, req *datav1.PinBucketRequest) (*datav1.PinBucketResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pins = append(f.pins, map[bool]string{true: "pin", false: "unpin"}[req.GetPinned()]+fmt.Sprint(" ", req.GetBucket()))
+	if req.GetBucket() > 30 {
+		return nil, status.Errorf(codes.InvalidArgument, "bucket %d is outside [1, 30]", req.GetBucket())
+	}
+	return &datav1.PinBucketResponse{}, nil
 }
 
 func (f *fakeSharding) SetRebalancer(_ context.Context, req *datav1.SetRebalancerRequest) (*datav1.SetRebalancerResponse, error) {
@@ -125,6 +138,12 @@ func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
 	moving.Moves = []*datav1.MoveInfo{{Bucket: 17, From: "r2", To: "r1", Phase: "copy"}}
 	frozen := balance(false)
 	frozen.Replicasets[1].Weight, frozen.Replicasets[1].Available = 0, false
+	pinnedDrain := balance(false)
+	pinnedDrain.Replicasets[0].Buckets, pinnedDrain.Replicasets[0].Target = 29, 29
+	pinnedDrain.Replicasets[1] = &datav1.ReplicasetBalance{ReplicasetId: "r2", Buckets: 1, Target: 1, Pinned: 1, PinnedBuckets: []uint32{5}, Available: true,
+		DrainWaits: "the drain of r2 (weight 0) waits for its 1 pinned bucket, which the rebalancer never moves: unpin it (shardkit bucket unpin 5)"}
+	olderServer := balance(false) // a status without pinned_buckets and drain_waits
+	olderServer.Replicasets[1] = &datav1.ReplicasetBalance{ReplicasetId: "r2", Buckets: 3, Target: 3, Pinned: 3, Available: true}
 	for _, c := range []struct {
 		name  string
 		seq   []*datav1.RebalanceStatusResponse
@@ -141,6 +160,13 @@ func TestRebalanceStatusWatchEndsWhenNothingMovesByItself(t *testing.T) {
 		{"balanced", []*datav1.RebalanceStatusResponse{balance(false)}, 1, ""},
 		{"balanced but r2 frozen with weight 0", []*datav1.RebalanceStatusResponse{frozen}, 1,
 			"r2 has no quorum (start its instances again): the rebalancer leaves its 15 buckets where they are, so its weight 0 does not drain it"},
+		// Nothing left to move (the targets count pinned buckets as
+		// staying), yet the drain does not end: that is said, with the
+		// command that ends it.
+		{"drained but for a pinned bucket", []*datav1.RebalanceStatusResponse{pinnedDrain}, 2,
+			"nothing moves the buckets left by itself: the drain of r2 (weight 0) waits for its 1 pinned bucket, which the rebalancer never moves: unpin it (shardkit bucket unpin 5)"},
+		{"drained but for pinned buckets, an older server", []*datav1.RebalanceStatusResponse{olderServer}, 2,
+			"nothing moves the buckets left by itself: the drain of r2 (weight 0) waits for its 3 pinned buckets, which the rebalancer never moves: unpin them (shardkit bucket unpin BUCKET...)"},
 	} {
 		f := &fakeSharding{resp: c.seq[0], next: c.seq[1:]}
 		code, out, errOut := runMain(t, "rebalance", "status", "--peer", f.serve(t), "--watch")
@@ -254,14 +280,18 @@ type fakeRouting struct {
 var fakeSpace = &datav1.Space{Name: "s", Id: 1, PrimaryKey: []uint32{1}, ShardingKey: []uint32{1}, SchemaVersion: 1,
 	Format: []*datav1.Field{{Name: "id", Type: "unsigned"}}}
 
+// fakeSpace2's primary key is (region, id); its sharding key is region.
+var fakeSpace2 = &datav1.Space{Name: "s2", Id: 2, PrimaryKey: []uint32{2, 1}, ShardingKey: []uint32{2}, SchemaVersion: 1,
+	Format: []*datav1.Field{{Name: "id", Type: "unsigned"}, {Name: "region", Type: "string"}}}
+
 func (fakeRouting) GetRouting(context.Context, *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
 	return &datav1.GetRoutingResponse{BucketCount: 30, Buckets: []*datav1.BucketRange{
 		{First: 1, Last: 15, ReplicasetId: "r1"}, {First: 16, Last: 30, ReplicasetId: "r2"}},
-		Spaces: []*datav1.Space{fakeSpace}, SchemaVersion: 1}, nil
+		Spaces: []*datav1.Space{fakeSpace, fakeSpace2}, SchemaVersion: 1}, nil
 }
 
 func (fakeRouting) ListSpaces(context.Context, *datav1.ListSpacesRequest) (*datav1.ListSpacesResponse, error) {
-	return &datav1.ListSpacesResponse{Spaces: []*datav1.Space{fakeSpace}}, nil
+	return &datav1.ListSpacesResponse{Spaces: []*datav1.Space{fakeSpace, fakeSpace2}}, nil
 }
 
 // bucket show names the bucket's replicaset and its move, if any.
@@ -299,10 +329,56 @@ func TestBucketShow(t *testing.T) {
 	if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("bucket %d: on %s\n", want, rs)) {
 		t.Errorf("bucket show of key [42]: exit %d, want bucket %d on %s\n%s%s", code, want, rs, out, errOut)
 	}
-	for _, args := range [][]string{{"3", "--space", "s", "--key", "[42]"}, {"--space", "s"}, {"--space", "s", "--key", `["x"]`}} {
-		if code, _, errOut := runMain(t, append([]string{"bucket", "show", "--peer", addr}, args...)...); code != exitUsage {
-			t.Errorf("bucket show %v: exit %d, want %d: %s", args, code, exitUsage, errOut)
+	// A sharding key's parts alone pick the bucket, as the whole primary
+	// key does.
+	want, err = sharding.BucketOf([]tuple.Value{tuple.String("eu")}, 30)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs = "r1"
+	if want > 15 {
+		rs = "r2"
+	}
+	for _, key := range []string{`["eu"]`, `["eu", 42]`} {
+		code, out, errOut = runMain(t, "bucket", "show", "--space", "s2", "--key", key, "--peer", addr)
+		if code != 0 || !strings.HasPrefix(out, fmt.Sprintf("bucket %d: on %s\n", want, rs)) {
+			t.Errorf("bucket show of s2's key %s: exit %d, want bucket %d on %s\n%s%s", key, code, want, rs, out, errOut)
 		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string // all of stderr
+	}{
+		{[]string{}, "shardkit: give a BUCKET, or --space and --key: which bucket to show\n"},
+		{[]string{"3", "--space", "s", "--key", "[42]"}, "shardkit: give a BUCKET, or --space and --key, not both\n"},
+		{[]string{"3", "--key", "[42]"}, "shardkit: give a BUCKET, or --space and --key, not both\n"},
+		{[]string{"--space", "s"}, "shardkit: --space needs --key: the key whose bucket to show, as a JSON array\n"},
+		{[]string{"--key", "[42]"}, "shardkit: --key needs --space: the space whose sharding key --key gives\n"},
+		{[]string{"--space", "s", "--key", `["x"]`}, ""},
+		{[]string{"--space", "s2", "--key", `[42]`}, ""},
+		{[]string{"--space", "s2", "--key", `["eu", 42, 1]`},
+			"shardkit: bucket show: the key has 3 elements; it needs 2 (region, id) (the sharding key region:string, or the primary key: region:string, id:unsigned)\n"},
+	} {
+		code, _, errOut := runMain(t, append([]string{"bucket", "show", "--peer", addr}, tc.args...)...)
+		if code != exitUsage || tc.want != "" && errOut != tc.want {
+			t.Errorf("bucket show %v: exit %d, stderr %q; want %d, %q", tc.args, code, errOut, exitUsage, tc.want)
+		}
+	}
+	// A pinned bucket and a locked replicaset are shown so, with the
+	// commands that undo them.
+	st = balance(false)
+	st.Replicasets[0].Locked = true
+	st.Replicasets[1].Pinned, st.Replicasets[1].PinnedBuckets = 2, []uint32{16, 17}
+	f.mu.Lock()
+	f.resp = st
+	f.mu.Unlock()
+	code, out, errOut = runMain(t, "bucket", "show", "17", "--peer", addr)
+	if code != 0 || out != "bucket 17: on r2\npinned to r2: the rebalancer leaves it there and a move of it is refused (shardkit bucket unpin 17)\n" {
+		t.Errorf("bucket show 17, pinned: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runMain(t, "bucket", "show", "3", "--peer", addr)
+	if code != 0 || out != "bucket 3: on r1\nr1 is locked: it neither sends nor receives buckets (shardkit replicaset unlock r1)\n" {
+		t.Errorf("bucket show 3, r1 locked: exit %d\n%s%s", code, out, errOut)
 	}
 }
 
@@ -383,12 +459,15 @@ func TestRebalanceStatusNotes(t *testing.T) {
 	st.Replicasets = append(st.Replicasets,
 		&datav1.ReplicasetBalance{ReplicasetId: "r3", Weight: 1, Locked: true, Available: true},
 		&datav1.ReplicasetBalance{ReplicasetId: "r4", Weight: 1, Buckets: 3},
-		&datav1.ReplicasetBalance{ReplicasetId: "r5", Available: true})
+		&datav1.ReplicasetBalance{ReplicasetId: "r5", Available: true},
+		&datav1.ReplicasetBalance{ReplicasetId: "r6", Available: true, Buckets: 2, Target: 2, Pinned: 2, PinnedBuckets: []uint32{4, 9},
+			DrainWaits: "the drain of r6 (weight 0) waits for its 2 pinned buckets, which the rebalancer never moves: unpin them (shardkit bucket unpin 4 9)"})
 	var out strings.Builder
 	if err := writeBalance(&out, st); err != nil {
 		t.Fatal(err)
 	}
-	notes := map[string]string{"r3": "locked", "r4": "no quorum: fewer than a majority of its members in service", "r5": "weight 0, holds none"}
+	notes := map[string]string{"r3": "locked", "r4": "no quorum: fewer than a majority of its members in service", "r5": "weight 0, holds none",
+		"r6": "drain waits for 2 pinned buckets (below)"}
 	found := 0
 	for _, line := range strings.Split(out.String(), "\n") {
 		f := strings.Fields(line)
@@ -404,5 +483,44 @@ func TestRebalanceStatusNotes(t *testing.T) {
 	}
 	if found != len(notes) {
 		t.Errorf("%d of %d replicasets shown:\n%s", found, len(notes), out.String())
+	}
+	if !strings.HasSuffix(out.String(), "\n"+st.Replicasets[5].DrainWaits+"\n") {
+		t.Errorf("the table does not end with r6's drain_waits:\n%s", out.String())
+	}
+}
+
+// bucket pin and unpin take several buckets (the command a drain's status
+// gives names every pinned bucket): each is done in turn and said; a
+// refusal names its bucket; a wrong one on the command line is refused
+// before any is asked.
+func TestBucketPinAndUnpinTakeSeveralBuckets(t *testing.T) {
+	t.Parallel()
+	f := &fakeSharding{resp: balance(false)}
+	addr := f.serve(t)
+	code, out, errOut := runMain(t, "bucket", "unpin", "4", "9", "--peer", addr)
+	if code != 0 || out != "bucket 4: unpinned\nbucket 9: unpinned\n" {
+		t.Errorf("unpin 4 9: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = runMain(t, "bucket", "pin", "5", "31", "6", "--peer", addr)
+	if code != exitUsage || out != "bucket 5: pinned\n" || !strings.HasPrefix(errOut, "shardkit: bucket pin: bucket 31: ") || !strings.Contains(errOut, "bucket 31 is outside [1, 30]") {
+		t.Errorf("pin 5 31 6: exit %d\n%s%s", code, out, errOut)
+	}
+	code, _, errOut = runMain(t, "bucket", "unpin", "7", "x", "--peer", addr)
+	if code != exitUsage || !strings.Contains(errOut, `invalid bucket "x"`) {
+		t.Errorf("unpin 7 x: exit %d: %s", code, errOut)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got := strings.Join(f.pins, ", "); got != "unpin 4, unpin 9, pin 5, pin 31" {
+		t.Errorf("calls: %s", got)
+	}
+}
+
+// count and agree make a count's words agree with it.
+func TestCountAgrees(t *testing.T) {
+	t.Parallel()
+	got := strings.Join([]string{count(1, "tuple"), count(0, "tuple"), count(uint32(2), "pinned bucket"), agree(1, "it", "them"), agree(int64(3), "it", "them")}, ", ")
+	if want := "1 tuple, 0 tuples, 2 pinned buckets, it, them"; got != want {
+		t.Errorf("%q, want %q", got, want)
 	}
 }

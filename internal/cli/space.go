@@ -190,7 +190,7 @@ func newSpaceDropCmd() *cobra.Command {
 			if err != nil {
 				return dataError("drop space "+args[0], o.timeout, err)
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "space %s dropped (it held %d tuples)\n", args[0], n)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "space %s dropped (it held %s)\n", args[0], count(n, "tuple"))
 			return err
 		},
 	}

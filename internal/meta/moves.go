@@ -2,7 +2,10 @@ package meta
 
 import (
 	"encoding/binary"
+	"fmt"
 	"maps"
+	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -55,13 +58,15 @@ func (t *txn) startMove(c *metapb.StartMove) Result {
 	if mv := t.s.Moves[b]; mv != nil {
 		return Result{Err: refuse(CodeFailedPrecondition, "bucket %d is already moving from %s to %s", b, mv.GetFrom(), mv.GetTo())}
 	}
-	if t.s.Pinned[b] {
-		return Result{Err: refuse(CodeFailedPrecondition, "bucket %d is pinned to %s; unpin it first (shardkit bucket unpin %d)", b, t.s.Buckets[b-1], b)}
-	}
 	from := t.s.Buckets[b-1]
 	to := c.GetTo()
+	// Checked before the pin: a pinned bucket asked to stay where it is
+	// is refused for what was asked, not for the pin.
 	if from == to {
 		return Result{Err: refuse(CodeInvalid, "bucket %d is on %s already", b, to)}
+	}
+	if t.s.Pinned[b] {
+		return Result{Err: refuse(CodeFailedPrecondition, "bucket %d is pinned to %s; unpin it first (shardkit bucket unpin %d)", b, from, b)}
 	}
 	for _, id := range []string{from, to} {
 		rs := t.s.Replicasets[id]
@@ -173,6 +178,45 @@ func (t *txn) pinBucket(c *metapb.PinBucket) Result {
 		}
 	}
 	return Result{}
+}
+
+// PinnedOn returns the pinned buckets that group 0 places on a
+// replicaset, lowest first.
+func (s *State) PinnedOn(rsID string) []uint32 {
+	var out []uint32
+	for b := range s.Pinned {
+		if b >= 1 && int(b) <= len(s.Buckets) && s.Buckets[b-1] == rsID {
+			out = append(out, b)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// unpinListed is how many buckets UnpinCommand names at most.
+const unpinListed = 20
+
+// UnpinCommand is the command that unpins buckets (lowest first): all of
+// them, or the first unpinListed and how many more there are.
+func UnpinCommand(buckets []uint32) string {
+	var b strings.Builder
+	b.WriteString("shardkit bucket unpin")
+	for _, n := range buckets[:min(len(buckets), unpinListed)] {
+		fmt.Fprintf(&b, " %d", n)
+	}
+	if more := len(buckets) - unpinListed; more > 0 {
+		fmt.Fprintf(&b, ", then the %s that `shardkit rebalance status --format json` lists as pinned_buckets", Count(more, "more pinned bucket"))
+	}
+	return b.String()
+}
+
+// Count is "1 bucket" or "N buckets": a count and its noun (one whose
+// plural takes an s).
+func Count[N ~int | ~int64 | ~uint32 | ~uint64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // BalanceGroups returns the replicasets in service as the bucket balance

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,6 +80,8 @@ func TestMovesRespectPinsAndLocks(t *testing.T) {
 	f := twoReplicasets(t)
 	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 3, Pinned: true}}})
 	f.refused(moveCmd(3, "r2"), "pinned to r1")
+	// Asked to stay where it is, a pinned bucket is refused for that.
+	f.refused(moveCmd(3, "r1"), "bucket 3 is on r1 already")
 	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 3}}})
 	locked := true
 	f.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Locked: &locked}}})
@@ -183,5 +186,48 @@ func TestMoveStepsApplyEachStepOnItsOwn(t *testing.T) {
 	}
 	if st := re.State(); st.Buckets[0] != "r2" || st.Generation(2) != 2 || len(st.Moves) != 0 {
 		t.Fatalf("reloaded: bucket 1 on %s, generation of 2 %d, moves %v", st.Buckets[0], st.Generation(2), st.Moves)
+	}
+}
+
+// The command that unpins buckets names each (the first 20 of many) and
+// runs as printed.
+func TestUnpinCommand(t *testing.T) {
+	var many []uint32
+	for b := uint32(1); b <= 23; b++ {
+		many = append(many, b)
+	}
+	for _, tc := range []struct {
+		buckets []uint32
+		want    string
+	}{
+		{[]uint32{5}, "shardkit bucket unpin 5"},
+		{[]uint32{4, 17, 300}, "shardkit bucket unpin 4 17 300"},
+		{many, "shardkit bucket unpin 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20, then the 3 more pinned buckets that `shardkit rebalance status --format json` lists as pinned_buckets"},
+	} {
+		if got := UnpinCommand(tc.buckets); got != tc.want {
+			t.Errorf("UnpinCommand(%v) = %q, want %q", tc.buckets, got, tc.want)
+		}
+	}
+	if got := Count(1, "bucket") + ", " + Count(0, "bucket") + ", " + Count(uint32(2), "tuple"); got != "1 bucket, 0 buckets, 2 tuples" {
+		t.Errorf("Count: %q", got)
+	}
+}
+
+// PinnedOn lists a replicaset's pinned buckets, lowest first, wherever
+// group 0 places them now.
+func TestPinnedOn(t *testing.T) {
+	f := twoReplicasets(t)
+	for _, b := range []uint32{9, 2, 7} {
+		f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: b, Pinned: true}}})
+	}
+	f.must(moveCmd(4, "r2"))
+	f.must(phaseCmd(4, 2, metapb.Move_PHASE_COPY))
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 4, Pinned: true}}})
+	st := f.sm.State()
+	if got := st.PinnedOn("r1"); !slices.Equal(got, []uint32{2, 7, 9}) {
+		t.Errorf("r1: %v", got)
+	}
+	if got := st.PinnedOn("r2"); !slices.Equal(got, []uint32{4}) {
+		t.Errorf("r2: %v", got)
 	}
 }

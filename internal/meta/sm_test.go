@@ -507,6 +507,33 @@ func TestExpelOfAReplicasetsLastInstanceKeepsItsBuckets(t *testing.T) {
 	}
 }
 
+// The expel of a replicaset's last instance, refused while it holds
+// buckets, says when pins keep a drain from ever emptying it, and names
+// the command that unpins them; one bucket is "1 bucket".
+func TestExpelRefusalNamesThePinsThatHoldADrain(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("i1", "", nil)))
+	f.must(joinCmd(joinReq("i2", "", nil)))
+	f.must(&metapb.Command{Op: &metapb.Command_AssignBuckets{AssignBuckets: &metapb.AssignBuckets{
+		Ranges: []*metapb.BucketRange{{First: 1, Last: DefaultBucketCount, ReplicasetId: "r1"}}}}})
+	f.must(moveCmd(5, "r2"))
+	f.must(phaseCmd(5, 2, metapb.Move_PHASE_COPY))
+	f.must(phaseCmd(5, 2, metapb.Move_PHASE_CLEANUP))
+	f.must(finishCmd(5, 2))
+	const unpinned = `cannot expel "i2": it is the last instance of replicaset r2, which holds 1 bucket, and its data would be lost; ` +
+		"drain r2 first while it runs (shardkit replicaset weight r2 0, then shardkit rebalance status --watch until it holds none; a stopped replicaset cannot be drained: start it again), " +
+		`or add an instance to r2 (shardkit run --replicaset-id r2 ...) and expel "i2" once the new one is Online, or rerun with --lose-buckets to give up the data of that bucket`
+	f.refused(targetCmd("i2", Expelled), unpinned)
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 5, Pinned: true}}})
+	f.refused(targetCmd("i2", Expelled), `which holds 1 bucket, and its data would be lost; `+
+		"r2 cannot be drained while 1 bucket on it is pinned (the rebalancer never moves a pinned bucket): unpin it first (shardkit bucket unpin 5), then drain r2 while it runs (")
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 3, Pinned: true}}})
+	f.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 1, Pinned: true}}})
+	f.refused(targetCmd("i1", Expelled), "which holds 2999 buckets, and their data would be lost; "+
+		"r1 cannot be drained while 2 buckets on it are pinned (the rebalancer never moves a pinned bucket): unpin them first (shardkit bucket unpin 1 3), then drain r1")
+	f.refused(targetCmd("i1", Expelled), "give up the data of those 2999 buckets")
+}
+
 // A new replicaset is named after the instance i<N> it is made for (raft
 // ids follow the join order, so --instance-id i2 used to get raft_id 3 and
 // replicaset r3 when i3 joined first); other ids take the next number.

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -215,18 +216,36 @@ func (s *State) BucketsLostByExpel(inst *metapb.Instance) (int, string) {
 
 // CheckExpelKeepsBuckets refuses the expel of the last instance of a
 // replicaset that holds buckets: their data is only there, until a drain
-// (weight 0) moves them elsewhere.
+// (weight 0) moves them elsewhere. When some of them are pinned, no drain
+// can move those (the rebalancer never moves a pinned bucket): the
+// refusal names them and the command that unpins them.
 func (s *State) CheckExpelKeepsBuckets(inst *metapb.Instance) *Refusal {
 	n, rs := s.BucketsLostByExpel(inst)
 	if n == 0 {
 		return nil
 	}
+	their, those := "their", "those "+Count(n, "bucket")
+	if n == 1 {
+		their, those = "its", "that bucket"
+	}
+	drain := func(first string) string {
+		return fmt.Sprintf("drain %s%s while it runs (shardkit replicaset weight %s 0, then shardkit rebalance status --watch until it holds none; a stopped replicaset cannot be drained: start it again)", rs, first, rs)
+	}
+	how := drain(" first")
+	if pinned := s.PinnedOn(rs); len(pinned) > 0 {
+		are, them := "are", "them"
+		if len(pinned) == 1 {
+			are, them = "is", "it"
+		}
+		how = fmt.Sprintf("%s cannot be drained while %s on it %s pinned (the rebalancer never moves a pinned bucket): unpin %s first (%s), then %s",
+			rs, Count(len(pinned), "bucket"), are, them, UnpinCommand(pinned), drain(""))
+	}
 	return refuse(CodeFailedPrecondition,
-		"cannot expel %q: it is the last instance of replicaset %s, which holds %d buckets, and their data would be lost; "+
-			"drain %s first while it runs (shardkit replicaset weight %s 0, then shardkit rebalance status --watch until it holds none; a stopped replicaset cannot be drained: start it again), "+
+		"cannot expel %q: it is the last instance of replicaset %s, which holds %s, and %s data would be lost; "+
+			"%s, "+
 			"or add an instance to %s (shardkit run --replicaset-id %s ...) and expel %q once the new one is Online, "+
-			"or rerun with --lose-buckets to give up the data of those %d buckets",
-		inst.GetInstanceId(), rs, n, rs, rs, rs, rs, inst.GetInstanceId(), n)
+			"or rerun with --lose-buckets to give up the data of %s",
+		inst.GetInstanceId(), rs, Count(n, "bucket"), their, how, rs, rs, inst.GetInstanceId(), those)
 }
 
 // CountNotExpelled counts the instances neither expelled nor being expelled.

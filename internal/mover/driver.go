@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
@@ -435,7 +436,7 @@ func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move, copied map[uint
 				m.log.Debug("bucket copied", "bucket", r.GetBucket(), "to", to, "sent", r.GetSent(), "copied", r.GetCopied())
 			}
 			if len(why) > 0 {
-				errs = append(errs, fmt.Errorf("copy: %s refused %d of %d buckets: %s", to, len(why), len(part), summarize(why)))
+				errs = append(errs, fmt.Errorf("copy: %s refused %d of %s: %s", to, len(why), meta.Count(len(part), "bucket"), summarize(why)))
 			}
 		})
 	}

@@ -323,7 +323,7 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	}
 	res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
 	if err != nil {
-		return fmt.Errorf("start moving %d buckets: %w", len(steps), err)
+		return fmt.Errorf("start moving %s: %w", meta.Count(len(steps), "bucket"), err)
 	}
 	started := 0
 	for i, r := range res.Steps {

@@ -80,17 +80,15 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 		Stale:                staleReason != "",
 		StaleReason:          staleReason,
 	}
-	pinned := map[string]int{}
-	for b := range st.Pinned {
-		pinned[st.Buckets[b-1]]++
-	}
 	counts := st.BucketCounts()
 	for _, g := range p.Groups {
 		rs := st.Replicasets[g.ID]
+		pinned := st.PinnedOn(g.ID)
 		resp.Replicasets = append(resp.Replicasets, &datav1.ReplicasetBalance{
 			ReplicasetId: g.ID, Weight: rs.GetWeight(), Locked: rs.GetLocked(), Buckets: uint32(counts[g.ID]),
-			Target: uint32(p.Targets[g.ID]), DisbalancePercent: p.Disbalance[g.ID], Pinned: uint32(pinned[g.ID]),
+			Target: uint32(p.Targets[g.ID]), DisbalancePercent: p.Disbalance[g.ID], Pinned: uint32(len(pinned)),
 			Sending: uint32(p.Sending[g.ID]), Receiving: uint32(p.Receiving[g.ID]), Available: available(st, g.ID),
+			PinnedBuckets: pinned, DrainWaits: drainWaits(g.ID, rs.GetWeight(), pinned),
 		})
 	}
 	for _, r := range p.Routes {
@@ -109,6 +107,18 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 		}
 	}
 	return resp, nil
+}
+
+// drainWaits says what the drain of a replicaset of weight 0 waits for
+// when pinned buckets stay on it (the targets count pinned buckets as
+// staying, so nothing else shows that the drain cannot end), and the
+// command that unpins them; "" when nothing.
+func drainWaits(rsID string, weight uint32, pinned []uint32) string {
+	if weight != 0 || len(pinned) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the drain of %s (weight 0) waits for its %s, which the rebalancer never moves: unpin %s (%s)",
+		rsID, meta.Count(len(pinned), "pinned bucket"), agree(len(pinned), "it", "them"), meta.UnpinCommand(pinned))
 }
 
 func (s *Service) propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
@@ -256,7 +266,7 @@ func (s *Service) reshardPlan() (*datav1.ReshardResponse, error) {
 		mv.StartedUnixMs = now.UnixMilli()
 		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
-	resp.Summary = fmt.Sprintf("%d buckets would move (max disbalance %s)", len(resp.Moves), FormatPercent(p.MaxDisbalance))
+	resp.Summary = fmt.Sprintf("%s would move (max disbalance %s)", meta.Count(len(resp.Moves), "bucket"), FormatPercent(p.MaxDisbalance))
 	if _, _, _, disabled := Settings(st.Props.GetRebalancer()); !disabled && len(resp.Moves) > 0 {
 		resp.Summary += "; the rebalancer is on and may move them itself before `reshard start` (shardkit rebalance config --disable keeps them for the reshard)"
 	}
@@ -317,7 +327,7 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 func (s *Service) startMoves(ctx context.Context) (int, error) {
 	st := s.m.cfg.Zero.State()
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)) + len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); n > 0 {
-		return 0, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%d buckets switched); copy, finish and clean it up first", n)
+		return 0, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%s switched); copy, finish and clean it up first", meta.Count(n, "bucket"))
 	}
 	if len(planned(st, MakePlan(st))) == 0 {
 		return 0, nil
@@ -365,7 +375,8 @@ func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.Reshard
 		}
 		select {
 		case <-ctx.Done():
-			return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets are still switching; rerun `reshard start` to wait again", s.switching())
+			n := s.switching()
+			return nil, status.Errorf(codes.DeadlineExceeded, "%s still switching; rerun `reshard start` to wait again", meta.Count(n, "bucket")+" "+agree(n, "is", "are"))
 		case <-ch:
 		case <-time.After(200 * time.Millisecond):
 		}
@@ -375,9 +386,9 @@ func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.Reshard
 	for _, mv := range s.operatorMoves(metapb.Move_PHASE_COPY) {
 		resp.Moves = append(resp.Moves, moveInfo(mv, now))
 	}
-	resp.Summary = fmt.Sprintf("%d buckets switched (curr = new replicaset, prev = old); next: reshard copy", len(resp.Moves))
+	resp.Summary = fmt.Sprintf("%s switched (curr = new replicaset, prev = old); next: reshard copy", meta.Count(len(resp.Moves), "bucket"))
 	if n := asked - len(resp.Moves); n > 0 {
-		resp.Summary += fmt.Sprintf("; %d were not (their switch took longer than %v and was aborted: run the procedure again after cleanup)", n, s.m.cfg.SwitchTimeout)
+		resp.Summary += fmt.Sprintf("; %d %s not (%s switch took longer than %v and was aborted: run the procedure again after cleanup)", n, agree(n, "was", "were"), agree(n, "its", "their"), s.m.cfg.SwitchTimeout)
 	}
 	return resp, nil
 }
@@ -437,7 +448,7 @@ func (s *Service) checkUnderWay(step string) error {
 	case copying > 0:
 		return nil
 	case finished > 0:
-		return status.Errorf(codes.FailedPrecondition, "nothing to %s: the reshard's %d buckets are copied and finished; next: reshard cleanup", step, finished)
+		return status.Errorf(codes.FailedPrecondition, "nothing to %s: the reshard's %s copied and finished; next: reshard cleanup", step, meta.Count(finished, "bucket")+" "+agree(finished, "is", "are"))
 	}
 	return errNoReshard
 }
@@ -465,7 +476,7 @@ func quotaOnly(err error) bool {
 // buckets are still switching (a start that ran out of time).
 func (s *Service) checkNoneSwitching() error {
 	if n := s.switching(); n > 0 {
-		return status.Errorf(codes.FailedPrecondition, "%d buckets of the reshard are still switching: run `reshard start` again to wait for them", n)
+		return status.Errorf(codes.FailedPrecondition, "%s of the reshard %s still switching: run `reshard start` again to wait for %s", meta.Count(n, "bucket"), agree(n, "is", "are"), agree(n, "it", "them"))
 	}
 	return nil
 }
@@ -495,13 +506,13 @@ func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, err
 			left = without(left, copied)
 			select {
 			case <-ctx.Done():
-				return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets still wait for room in the receive quota: %v", len(left), err)
+				return nil, status.Errorf(codes.DeadlineExceeded, "%s still %s for room in the receive quota: %v", meta.Count(len(left), "bucket"), agree(len(left), "waits", "wait"), err)
 			case <-time.After(quotaRetry):
 			}
 		}
 	}
 	resp.Counts = s.spaceCounts(bySpace)
-	resp.Summary = fmt.Sprintf("%d buckets copied; next: reshard finish", len(resp.Moves))
+	resp.Summary = fmt.Sprintf("%s copied; next: reshard finish", meta.Count(len(resp.Moves), "bucket"))
 	return resp, nil
 }
 
@@ -528,7 +539,7 @@ func (s *Service) reshardFinish(ctx context.Context) (*datav1.ReshardResponse, e
 			return nil, status.Errorf(codes.FailedPrecondition, "%v (run `reshard copy` first)", err)
 		}
 	}
-	resp.Summary = fmt.Sprintf("prev dropped for %d buckets (each active on its new replicaset alone); next: reshard cleanup", len(resp.Moves))
+	resp.Summary = fmt.Sprintf("prev dropped for %s (each active on its new replicaset alone); next: reshard cleanup", meta.Count(len(resp.Moves), "bucket"))
 	return resp, nil
 }
 
@@ -538,7 +549,7 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 	}
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)); n > 0 {
 		return nil, status.Errorf(codes.FailedPrecondition,
-			"%d buckets of the reshard are not finished (prev still in use): run `reshard finish` first (after `reshard copy`, if it has not run)", n)
+			"%s of the reshard %s not finished (prev still in use): run `reshard finish` first (after `reshard copy`, if it has not run)", meta.Count(n, "bucket"), agree(n, "is", "are"))
 	}
 	paused := s.m.cfg.Zero.State().Props.GetRebalancer().GetPausedByReshard()
 	if len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)) == 0 && !paused {
@@ -576,6 +587,15 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 		after = "the rebalancer is on again"
 	}
 	resp.Counts = s.spaceCounts(bySpace)
-	resp.Summary = fmt.Sprintf("%d buckets cleaned up on their old replicasets; %s", len(resp.Moves), after)
+	resp.Summary = fmt.Sprintf("%s cleaned up on %s old %s; %s", meta.Count(len(resp.Moves), "bucket"), agree(len(resp.Moves), "its", "their"), agree(len(resp.Moves), "replicaset", "replicasets"), after)
 	return resp, nil
+}
+
+// agree is one for a count of 1, many for any other: the word that agrees
+// with a count ("is" or "are", "its" or "their").
+func agree(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -70,7 +70,8 @@ func TestRebalanceStatus(t *testing.T) {
 		BucketCount: 40,
 		Settings:    &datav1.RebalancerSettings{ThresholdPercent: 2.5, MaxSending: 9, MaxReceiving: DefaultMaxReceiving},
 		Replicasets: []*datav1.ReplicasetBalance{
-			{ReplicasetId: "r1", Weight: 1, Buckets: 28, Target: 20, DisbalancePercent: sharding.Disbalance(26, 20), Pinned: 2, Sending: 2, Available: true},
+			{ReplicasetId: "r1", Weight: 1, Buckets: 28, Target: 20, DisbalancePercent: sharding.Disbalance(26, 20), Pinned: 2, Sending: 2, Available: true,
+				PinnedBuckets: []uint32{1, 2}},
 			{ReplicasetId: "r2", Weight: 1, Buckets: 10, Target: 20, DisbalancePercent: sharding.Disbalance(12, 20), Receiving: 2, Available: true},
 			{ReplicasetId: "r3", Buckets: 2, DisbalancePercent: math.MaxFloat64, Available: true},
 		},
@@ -103,6 +104,74 @@ func TestRebalanceStatus(t *testing.T) {
 	}
 	if r2 := got.GetReplicasets()[1]; r2.GetAvailable() {
 		t.Errorf("r2 with its instance Offline: %v", r2)
+	}
+}
+
+// A pinned bucket on a replicaset of weight 0 stays there (the targets
+// count it as staying, so nothing is left "to move"): the drain moves the
+// others and then waits for it for good. The status says so, naming the
+// command that unpins it; unpinned, it drains too.
+func TestRebalanceStatusSaysADrainWaitsForPinnedBuckets(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 30, 1, 1)
+	c.moveInZero("r2", span(16, 30)...)
+	for b := uint32(16); b <= 30; b++ { // the data follows group 0's map
+		c.rs["r2"].records[b], c.rs["r2"].tuples[b] = c.rs["r1"].records[b], c.rs["r1"].tuples[b]
+		delete(c.rs["r1"].records, b)
+		delete(c.rs["r1"].tuples, b)
+	}
+	c.pin(20)
+	c.pin(5)
+	c.must(&metapb.Command{Op: &metapb.Command_SetReplicaset{SetReplicaset: &metapb.SetReplicaset{ReplicasetId: "r2", Weight: new(uint32(0))}}})
+	m := c.mover(0)
+	s := NewService(m, nil)
+	status := func() *datav1.RebalanceStatusResponse {
+		t.Helper()
+		got, err := s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	drain := func() {
+		t.Helper()
+		for range 10 {
+			if len(c.rebalanceRound(m)) == 0 {
+				return
+			}
+			c.driveAll(m)
+		}
+		t.Fatal("the drain did not end in 10 rounds")
+	}
+	drain()
+	st := c.zero.State()
+	if n := st.BucketCounts()["r2"]; n != 1 || st.Buckets[19] != "r2" {
+		t.Fatalf("after the drain r2 holds %d buckets (bucket 20 on %s): want bucket 20 alone", n, st.Buckets[19])
+	}
+	got := status()
+	r1, r2 := got.GetReplicasets()[0], got.GetReplicasets()[1]
+	if got.GetBucketsToMove() != 0 || r2.GetPinned() != 1 || !slices.Equal(r2.GetPinnedBuckets(), []uint32{20}) {
+		t.Errorf("status after the drain: to move %d, r2 %v", got.GetBucketsToMove(), r2)
+	}
+	if want := "the drain of r2 (weight 0) waits for its 1 pinned bucket, which the rebalancer never moves: unpin it (shardkit bucket unpin 20)"; r2.GetDrainWaits() != want {
+		t.Errorf("r2's drain_waits %q, want %q", r2.GetDrainWaits(), want)
+	}
+	// r1's pin is no drain's: its weight is not 0.
+	if !slices.Equal(r1.GetPinnedBuckets(), []uint32{5}) || r1.GetDrainWaits() != "" {
+		t.Errorf("r1: %v", r1)
+	}
+	c.must(&metapb.Command{Op: &metapb.Command_PinBucket{PinBucket: &metapb.PinBucket{Bucket: 20}}})
+	drain()
+	if n := c.zero.State().BucketCounts()["r2"]; n != 0 {
+		t.Errorf("unpinned, r2 still holds %d buckets", n)
+	}
+	if r2 := status().GetReplicasets()[1]; r2.GetDrainWaits() != "" || len(r2.GetPinnedBuckets()) != 0 {
+		t.Errorf("r2 drained: %v", r2)
+	}
+	// Many pins: the command names the first 20 and says how many more.
+	if got := drainWaits("r3", 0, span(1, 25)); !strings.HasSuffix(got,
+		"waits for its 25 pinned buckets, which the rebalancer never moves: unpin them (shardkit bucket unpin 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20, then the 5 more pinned buckets that `shardkit rebalance status --format json` lists as pinned_buckets)") {
+		t.Errorf("25 pins: %q", got)
 	}
 }
 
@@ -195,6 +264,7 @@ func TestMoveBucketAndPinBucket(t *testing.T) {
 	}{
 		{2, "r2", codes.FailedPrecondition, "bucket 2 is already moving from r1 to r2"},
 		{4, "r2", codes.FailedPrecondition, "bucket 4 is pinned to r1"},
+		{4, "r1", codes.InvalidArgument, "bucket 4 is on r1 already"}, // pinned, but not what is wrong
 		{5, "r3", codes.FailedPrecondition, "replicaset r3 is locked"},
 		{5, "r9", codes.NotFound, `no replicaset "r9"`},
 		{5, "r1", codes.InvalidArgument, "bucket 5 is on r1 already"},
@@ -506,12 +576,12 @@ func TestReshardStepsWaitForSwitchingBuckets(t *testing.T) {
 	for _, st := range []datav1.ReshardStep{datav1.ReshardStep_RESHARD_STEP_COPY, datav1.ReshardStep_RESHARD_STEP_FINISH, datav1.ReshardStep_RESHARD_STEP_CLEANUP} {
 		_, err := s.Reshard(t.Context(), &datav1.ReshardRequest{Step: st})
 		wantStatus(t, st.String()+" while a bucket switches", err, codes.FailedPrecondition,
-			"1 buckets of the reshard are still switching: run `reshard start` again to wait for them")
+			"1 bucket of the reshard is still switching: run `reshard start` again to wait for it")
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	_, err := s.Reshard(ctx, &datav1.ReshardRequest{Step: datav1.ReshardStep_RESHARD_STEP_START})
-	wantStatus(t, "start again, the switch not done in time", err, codes.DeadlineExceeded, "1 buckets are still switching; rerun `reshard start` to wait again")
+	wantStatus(t, "start again, the switch not done in time", err, codes.DeadlineExceeded, "1 bucket is still switching; rerun `reshard start` to wait again")
 	if n := len(c.zero.State().Moves); n != 1 {
 		t.Errorf("a start run again recorded more moves: %d, want the 1 switching", n)
 	}

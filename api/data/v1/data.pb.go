@@ -2370,7 +2370,13 @@ type ReplicasetBalance struct {
 	Sending           uint32  `protobuf:"varint,8,opt,name=sending,proto3" json:"sending,omitempty"`
 	Receiving         uint32  `protobuf:"varint,9,opt,name=receiving,proto3" json:"receiving,omitempty"`
 	// Whether a member is in service (a replicaset with none is left alone).
-	Available     bool `protobuf:"varint,10,opt,name=available,proto3" json:"available,omitempty"`
+	Available bool `protobuf:"varint,10,opt,name=available,proto3" json:"available,omitempty"`
+	// The buckets pinned on it (pinned counts them), lowest first.
+	PinnedBuckets []uint32 `protobuf:"varint,11,rep,packed,name=pinned_buckets,json=pinnedBuckets,proto3" json:"pinned_buckets,omitempty"`
+	// When its weight is 0 and pinned buckets stay on it (the rebalancer
+	// never moves a pinned bucket, so the drain cannot end): what the drain
+	// waits for and the command that unpins them. Empty otherwise.
+	DrainWaits    string `protobuf:"bytes,12,opt,name=drain_waits,json=drainWaits,proto3" json:"drain_waits,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2473,6 +2479,20 @@ func (x *ReplicasetBalance) GetAvailable() bool {
 		return x.Available
 	}
 	return false
+}
+
+func (x *ReplicasetBalance) GetPinnedBuckets() []uint32 {
+	if x != nil {
+		return x.PinnedBuckets
+	}
+	return nil
+}
+
+func (x *ReplicasetBalance) GetDrainWaits() string {
+	if x != nil {
+		return x.DrainWaits
+	}
+	return ""
 }
 
 type MoveInfo struct {
@@ -3960,7 +3980,7 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"maxSending\x12#\n" +
 	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
 	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\x12*\n" +
-	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\"\xb7\x02\n" +
+	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\"\xff\x02\n" +
 	"\x11ReplicasetBalance\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x16\n" +
@@ -3972,7 +3992,10 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\asending\x18\b \x01(\rR\asending\x12\x1c\n" +
 	"\treceiving\x18\t \x01(\rR\treceiving\x12\x1c\n" +
 	"\tavailable\x18\n" +
-	" \x01(\bR\tavailable\"\xc7\x01\n" +
+	" \x01(\bR\tavailable\x12%\n" +
+	"\x0epinned_buckets\x18\v \x03(\rR\rpinnedBuckets\x12\x1f\n" +
+	"\vdrain_waits\x18\f \x01(\tR\n" +
+	"drainWaits\"\xc7\x01\n" +
 	"\bMoveInfo\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +
