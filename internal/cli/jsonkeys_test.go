@@ -116,7 +116,7 @@ func TestRebalanceStatusJSONPrintsZeroFields(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	want := `{"bucket_count":3000,"replicasets":[{"replicaset_id":"r2","weight":0,"locked":false,"buckets":1,"target":0,` +
-		`"disbalance_percent":"Infinity","pinned":1,"sending":0,"receiving":0,"available":false}],"moves":[],` +
+		`"disbalance_percent":"Infinity","pinned":1,"sending":0,"receiving":0,"available":false,"pinned_buckets":[],"drain_waits":""}],"moves":[],` +
 		`"settings":{"disabled":false,"threshold_percent":0,"max_sending":0,"max_receiving":0,"copy_bytes_per_s":0,"paused_by_reshard":false},` +
 		`"max_disbalance_percent":"Infinity","buckets_to_move":1,"stale":false,"stale_reason":""}` + "\n"
 	if out != want {
