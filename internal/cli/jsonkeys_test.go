@@ -13,7 +13,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/bench"
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/internal/statusview"
 	"github.com/shardkit/shardkit/tuple"
 )
 

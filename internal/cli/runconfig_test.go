@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
 	"github.com/shardkit/shardkit/internal/server"
+	"github.com/shardkit/shardkit/internal/statusview"
 )
 
 // loadFor parses args as `shardkit run` flags with the given environment

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/internal/statusview"
 )
 
 type statusOptions struct {

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/internal/statusview"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata golden files")

@@ -8,7 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/internal/statusview"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 

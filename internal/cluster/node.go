@@ -24,6 +24,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/multiraft/grpcnet"
 )
 
 // GroupMeta is group 0, the cluster's metadata log.
@@ -104,7 +105,7 @@ type Node struct {
 	res   *resolver
 	peers *peerPool
 
-	transport atomic.Pointer[multiraft.GRPCTransport]
+	transport atomic.Pointer[grpcnet.Transport]
 	hostPtr   atomic.Pointer[multiraft.Host]
 	g0        atomic.Pointer[multiraft.Group]
 
@@ -319,7 +320,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 	if err := n.meta.Load(n.db); err != nil {
 		return err
 	}
-	tr := multiraft.NewGRPCTransport(multiraft.GRPCTransportConfig{
+	tr := grpcnet.New(grpcnet.Config{
 		NodeID: multiraft.NodeID(ident.RaftID), Resolver: n.res, Logger: n.log, DialOptions: client.DialOptions(n.cfg.Credentials),
 	})
 	host, err := multiraft.NewHost(multiraft.Config{

@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -28,15 +27,7 @@ func (n *Node) proposeMeta(ctx context.Context, c *metapb.Command) (meta.Result,
 	if err != nil {
 		return meta.Result{}, err
 	}
-	v, err := g.Propose(ctx, data)
-	if err != nil {
-		return meta.Result{}, err
-	}
-	res, ok := v.(meta.Result)
-	if !ok {
-		return meta.Result{}, fmt.Errorf("cluster: unexpected group-0 result %T", v)
-	}
-	return res, nil
+	return multiraft.ProposeAs[meta.Result](ctx, g, data)
 }
 
 // StatusError maps a group-0 refusal or an engine error to the gRPC

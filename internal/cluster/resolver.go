@@ -39,7 +39,7 @@ func (r *resolver) setSelf(id uint64, addr string) {
 	r.selfID, r.selfAddress = id, addr
 }
 
-// RaftAddress implements multiraft.AddressResolver.
+// RaftAddress implements grpcnet.AddressResolver.
 func (r *resolver) RaftAddress(node multiraft.NodeID) (string, error) {
 	id := uint64(node)
 	r.mu.RLock()

@@ -20,7 +20,7 @@ import (
 
 	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/client"
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
+	"github.com/shardkit/shardkit/internal/statusview"
 	"github.com/shardkit/shardkit/tuple"
 )
 

@@ -1,6 +1,7 @@
 // Package multiraft runs many Raft groups in one process on
 // go.etcd.io/raft/v3 (RawNode), with every group's log in the instance's one
-// Pebble database and one gRPC stream per peer node for all of them.
+// Pebble database and one stream per peer node for all of them (over gRPC,
+// subpackage grpcnet).
 //
 // It owns: the scheduling of groups onto a small pool of workers, the
 // persistence of raft state (log entries, hard state, applied state,
@@ -133,12 +134,12 @@
 // Raft asks Storage.Snapshot for metadata only. The sender takes a Pebble
 // snapshot, reads the group's applied state from it (which may be newer
 // than what raft asked for; the follower then acknowledges a higher index)
-// and streams the state machine's data from it in chunks on a separate
-// gRPC stream. The receiver spools the data to a file and fsyncs it before
-// raft sees the MsgSnap; when raft accepts it, step 4 persists a restore
-// marker with the new log position and drops the old log, step 7 restores
-// the state machine from the file and then records the applied state and
-// deletes the marker. A crash in between finds the marker at the next open
+// and streams the state machine's data from it in chunks on a stream of
+// its own (Transport.SendSnapshot). The receiver spools the data to a file
+// and fsyncs it before raft sees the MsgSnap; when raft accepts it, step 4
+// persists a restore marker with the new log position and drops the old
+// log, step 7 restores the state machine from the file and then records
+// the applied state and deletes the marker. A crash in between finds the marker at the next open
 // and restores again.
 //
 // # Lease reads
@@ -225,12 +226,14 @@
 //
 // # Transport
 //
-// GRPCTransport keeps one bidi stream per peer node for every group's
-// messages, fed from a bounded queue that drops on overflow (raft
-// retransmits), batched up to MaxBatchBytes, reconnecting with backoff and
-// looking the peer's address up again each time. memnet is the in-memory
-// network for tests: its ordinary messages are reproducible from a seed,
-// its snapshots are not (see its documentation).
+// The engine talks to its peers through the Transport interface and
+// imports no network library. Subpackage grpcnet is the production
+// transport: one bidi stream per peer node for every group's messages, fed
+// from a bounded queue that drops on overflow (raft retransmits), batched
+// up to its MaxBatchBytes, reconnecting with backoff and looking the peer's
+// address up again each time. Subpackage memnet is the in-memory network
+// for tests: its ordinary messages are reproducible from a seed, its
+// snapshots are not (see its documentation).
 //
 // # Failpoints
 //

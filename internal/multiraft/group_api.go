@@ -46,6 +46,25 @@ func (G *Group) Propose(ctx context.Context, cmd []byte) (any, error) {
 	return g.submit(ctx, p, &g.props)
 }
 
+// ProposeAs is Propose for a group whose state machine gives every
+// command a result of type T (each state machine has its one result type:
+// meta.Result, replicaset.Result, kvsm.Result), so that its callers read
+// the result's fields and assert nothing. A result of another type is an
+// error that names both types: the group runs another state machine than
+// the caller thinks, and the command was applied.
+func ProposeAs[T any](ctx context.Context, g *Group, cmd []byte) (T, error) {
+	var zero T
+	v, err := g.Propose(ctx, cmd)
+	if err != nil {
+		return zero, err
+	}
+	res, ok := v.(T)
+	if !ok {
+		return zero, fmt.Errorf("multiraft: group %d applied the command with a result of type %T, not %T", g.ID(), v, zero)
+	}
+	return res, nil
+}
+
 func (g *group) submit(ctx context.Context, p *proposal, queue *[]*proposal) (any, error) {
 	g.register(p)
 	g.inMu.Lock()

@@ -378,11 +378,10 @@ func (c *cluster) propose(ctx context.Context, id multiraft.NodeID, gid multiraf
 	if g == nil {
 		return kvsm.Result{}, fmt.Errorf("node %d has no group %d", id, gid)
 	}
-	v, err := g.Propose(ctx, cmd.Encode())
+	r, err := multiraft.ProposeAs[kvsm.Result](ctx, g, cmd.Encode())
 	if err != nil {
 		return kvsm.Result{}, err
 	}
-	r, _ := v.(kvsm.Result)
 	return r, r.Err
 }
 

@@ -274,7 +274,7 @@ func doOp(c *cluster, node multiraft.NodeID, in kvInput) (kvOutput, opResult) {
 		if in.op == "put" {
 			cmd = kvsm.Command{Op: kvsm.OpPut, Key: []byte(in.key), Value: []byte(in.value)}
 		}
-		v, err := g.Propose(ctx, cmd.Encode())
+		r, err := multiraft.ProposeAs[kvsm.Result](ctx, g, cmd.Encode())
 		switch {
 		case err == nil:
 		case in.op != "put", errors.Is(err, multiraft.ErrProposalDropped):
@@ -282,7 +282,6 @@ func doOp(c *cluster, node multiraft.NodeID, in kvInput) (kvOutput, opResult) {
 		default:
 			return kvOutput{}, opUnknown
 		}
-		r := v.(kvsm.Result)
 		if r.Err != nil {
 			return kvOutput{}, opFailed
 		}

@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/raft/v3/raftpb"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/multiraft/kvsm"
 )
 
 const g1 multiraft.GroupID = 1
@@ -53,6 +54,31 @@ func TestElectionOneLeaderPerTerm(t *testing.T) {
 	}
 	if term := c.group(newLead, g1).Status().Term; term <= oldTerm {
 		t.Fatalf("new leader's term %d is not above the old %d", term, oldTerm)
+	}
+}
+
+// ProposeAs hands back the state machine's result as its own type, and
+// names both types when the group's state machine gives another.
+func TestProposeAsTypesTheResult(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1, 1, nil)
+	c.addGroup(g1, 1)
+	c.start()
+	lead := c.leader(g1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	g := c.group(lead, g1)
+	res, err := multiraft.ProposeAs[kvsm.Result](ctx, g, put("a", "1").Encode())
+	if err != nil || res.Err != nil {
+		t.Fatalf("put: %v, %v", err, res.Err)
+	}
+	res, err = multiraft.ProposeAs[kvsm.Result](ctx, g, put("a", "2").Encode())
+	if err != nil || !res.Found || string(res.Value) != "1" {
+		t.Fatalf("second put: %+v, %v; want the old value 1", res, err)
+	}
+	_, err = multiraft.ProposeAs[string](ctx, g, put("a", "3").Encode())
+	if err == nil || !strings.Contains(err.Error(), "kvsm.Result, not string") {
+		t.Fatalf("a result of another type: %v, want an error naming kvsm.Result and string", err)
 	}
 }
 

@@ -18,6 +18,20 @@ import (
 	"github.com/shardkit/shardkit/tuple"
 )
 
+// Result is what applying one command gives its proposer (the state
+// machine's one result type, multiraft.ProposeAs[Result]): Err, or the
+// outcome of the command's kind in its field.
+type Result struct {
+	// Err: the command could not be applied as a whole (undecodable,
+	// unknown, an empty bucket range, a space that does not compile).
+	Err     error
+	Batch   *BatchOutcome       // Batch
+	Schema  SchemaOutcome       // SetSchema
+	Buckets BucketsOutcome      // CreateBuckets
+	Steps   []*SetBucketOutcome // SetBuckets (and SetBucket: one step), in order
+	Copies  []*CopyOutcome      // CopyChunks (and CopyChunk: one chunk), in order
+}
+
 // BatchOutcome is what applying a Batch returns to its proposer.
 type BatchOutcome struct {
 	Result *rspb.BatchResult
@@ -544,18 +558,18 @@ func bucketStateName(st *rspb.BucketState) string {
 
 // setSchema makes the replicaset's schema group 0's at c.Version. Spaces
 // it no longer names are dropped with their tuples, in every bucket.
-func (a *applier) setSchema(c *rspb.SetSchema) any {
+func (a *applier) setSchema(c *rspb.SetSchema) (SchemaOutcome, error) {
 	sm := a.sm
 	old := sm.Schema()
 	if c.GetVersion() <= old.Version {
-		return SchemaOutcome{Version: old.Version}
+		return SchemaOutcome{Version: old.Version}, nil
 	}
 	next := emptySchema()
 	next.Version = c.GetVersion()
 	for _, d := range c.GetSpaces() {
 		sp, err := compileSpace(d)
 		if err != nil {
-			return fmt.Errorf("replicaset: schema version %d: %w", c.GetVersion(), err)
+			return SchemaOutcome{}, fmt.Errorf("replicaset: schema version %d: %w", c.GetVersion(), err)
 		}
 		next.add(sp)
 	}
@@ -585,24 +599,24 @@ func (a *applier) setSchema(c *rspb.SetSchema) any {
 		v, err := proto.Marshal(d)
 		if err != nil {
 			a.err = err
-			return nil
+			return SchemaOutcome{}, nil
 		}
 		a.set(sm.k.space(d.GetId()), v)
 	}
 	a.set(sm.k.schema(), binary.BigEndian.AppendUint64(nil, next.Version))
 	sm.schema.Store(next)
-	return SchemaOutcome{Version: next.Version}
+	return SchemaOutcome{Version: next.Version}, nil
 }
 
 // createBuckets creates active records for buckets without one.
-func (a *applier) createBuckets(c *rspb.CreateBuckets) any {
+func (a *applier) createBuckets(c *rspb.CreateBuckets) (BucketsOutcome, error) {
 	if c.GetFirst() < 1 || c.GetFirst() > c.GetLast() {
-		return fmt.Errorf("replicaset: bucket range [%d, %d] is empty", c.GetFirst(), c.GetLast())
+		return BucketsOutcome{}, fmt.Errorf("replicaset: bucket range [%d, %d] is empty", c.GetFirst(), c.GetLast())
 	}
 	rec, err := proto.Marshal(&rspb.BucketState{State: rspb.BucketState_STATE_ACTIVE, Generation: c.GetGeneration()})
 	if err != nil {
 		a.err = err
-		return nil
+		return BucketsOutcome{}, nil
 	}
 	st := &rspb.BucketState{State: rspb.BucketState_STATE_ACTIVE, Generation: c.GetGeneration()}
 	created := 0
@@ -613,5 +627,5 @@ func (a *applier) createBuckets(c *rspb.CreateBuckets) any {
 		a.putBucketEncoded(b, st, rec)
 		created++
 	}
-	return BucketsOutcome{Created: created}
+	return BucketsOutcome{Created: created}, nil
 }

@@ -68,12 +68,12 @@ func applyRun(b *testing.B, db *pebble.DB, sm multiraft.StateMachine, entries []
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, v := range out {
-		if e, ok := v.(error); ok {
-			b.Fatal(e)
+	for _, r := range results(b, out) {
+		if r.Err != nil {
+			b.Fatal(r.Err)
 		}
-		if o, ok := v.(*BatchOutcome); ok && o.Result.GetRefusal() != nil {
-			b.Fatal(o.Result.GetRefusal())
+		if r.Batch != nil && r.Batch.Result.GetRefusal() != nil {
+			b.Fatal(r.Batch.Result.GetRefusal())
 		}
 	}
 	if err := batch.Commit(pebble.NoSync); err != nil {

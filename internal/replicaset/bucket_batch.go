@@ -49,13 +49,13 @@ func (b *BucketService) SetBuckets(ctx context.Context, req *rspb.SetBucketsRequ
 	if err != nil {
 		return nil, err
 	}
-	v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: req.GetSteps()}}})
+	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: req.GetSteps()}}})
 	if err != nil {
 		return nil, err
 	}
-	outs, ok := v.([]*SetBucketOutcome)
-	if !ok || len(outs) != len(req.GetSteps()) {
-		return nil, status.Errorf(codes.Internal, "replicaset: unexpected result %T of a batch of bucket steps", v)
+	outs := res.Steps
+	if len(outs) != len(req.GetSteps()) {
+		return nil, status.Errorf(codes.Internal, "replicaset: %d outcomes of a batch of %d bucket steps", len(outs), len(req.GetSteps()))
 	}
 	resp := &rspb.SetBucketsResponse{Results: make([]*rspb.SetBucketResult, len(outs))}
 	for i, o := range outs {
@@ -137,13 +137,13 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	)
 	// apply logs chunks as one entry and records their outcomes.
 	apply := func(ctx context.Context, chunks []*rspb.CopyChunk) error {
-		v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})
+		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})
 		if err != nil {
 			return err
 		}
-		outs, ok := v.([]*CopyOutcome)
-		if !ok || len(outs) != len(chunks) {
-			return status.Errorf(codes.Internal, "replicaset: unexpected result %T of a copy", v)
+		outs := res.Copies
+		if len(outs) != len(chunks) {
+			return status.Errorf(codes.Internal, "replicaset: %d outcomes of a copy of %d chunks", len(outs), len(chunks))
 		}
 		mu.Lock()
 		defer mu.Unlock()

@@ -89,14 +89,10 @@ func TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete(t *testing.T) {
 	}
 	copied := func(tp tuple.Tuple, last bool) {
 		t.Helper()
-		outs, _ := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: 2, Last: last,
-			Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 9, Tuple: enc(tp)}}}}}}})[0].([]*CopyOutcome)
-		var o *CopyOutcome
-		if len(outs) == 1 {
-			o = outs[0]
-		}
-		if o == nil || o.Refused != nil || o.Copied != 1 {
-			t.Fatalf("copy of %v: %+v", tp, o)
+		outs := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: 2, Last: last,
+			Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 9, Tuple: enc(tp)}}}}}}})[0].Copies
+		if len(outs) != 1 || outs[0].Refused != nil || outs[0].Copied != 1 {
+			t.Fatalf("copy of %v: %+v", tp, outs)
 		}
 	}
 	copied(offer(1, "a", 1), false)
@@ -199,9 +195,9 @@ func TestFilterBuildsOfOneApplyStayWithinTheScanBudget(t *testing.T) {
 	// and 3 are read in the database, which still refuses duplicates.
 	out := f.apply(ins(1, "c", 1), ins(2, "a", 2), ins(2, "c", 1), ins(3, "b", 2), ins(3, "c", 1))
 	for i, want := range []rspb.Refusal_Code{0, rspb.Refusal_CODE_DUPLICATE_KEY, 0, rspb.Refusal_CODE_DUPLICATE_KEY, 0} {
-		o, ok := out[i].(*BatchOutcome)
-		if !ok {
-			t.Fatalf("write %d: %T", i+1, out[i])
+		o := out[i].Batch
+		if o == nil {
+			t.Fatalf("write %d: %+v, no batch outcome", i+1, out[i])
 		}
 		if got := o.Result.GetRefusal().GetCode(); got != want {
 			t.Fatalf("write %d: refusal %v, want %v", i+1, got, want)

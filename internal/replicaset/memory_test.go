@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -376,35 +377,33 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 }
 
 func describeOutcome(o any) string {
-	switch v := o.(type) {
-	case *BatchOutcome:
-		s := fmt.Sprintf("index %d refusal %v", v.Result.GetIndex(), v.Result.GetRefusal().GetCode())
+	r, ok := o.(Result)
+	if !ok {
+		return fmt.Sprintf("%T %v", o, o)
+	}
+	var s []string
+	if r.Err != nil {
+		s = append(s, fmt.Sprintf("err %v", r.Err))
+	}
+	if v := r.Batch; v != nil {
+		b := fmt.Sprintf("index %d refusal %v", v.Result.GetIndex(), v.Result.GetRefusal().GetCode())
 		if v.Duplicate {
-			s += " duplicate"
+			b += " duplicate"
 		}
 		for _, r := range v.Result.GetResults() {
 			tp, _ := tuple.DecodeTuple(r.GetTuple())
-			s += fmt.Sprintf(" [%v %v %d]", r.GetFound(), tp, r.GetVersion())
+			b += fmt.Sprintf(" [%v %v %d]", r.GetFound(), tp, r.GetVersion())
 		}
-		return s
-	case *SetBucketOutcome:
-		return fmt.Sprintf("set bucket changed %v refused %v deleted %v", v.Changed, v.Refused, v.Deleted)
-	case *CopyOutcome:
-		return fmt.Sprintf("copy %d %v refused %v", v.Copied, v.BySpace, v.Refused)
-	case []*SetBucketOutcome:
-		var s []string
-		for _, x := range v {
-			s = append(s, describeOutcome(x))
-		}
-		return fmt.Sprint(s)
-	case []*CopyOutcome:
-		var s []string
-		for _, x := range v {
-			s = append(s, describeOutcome(x))
-		}
-		return fmt.Sprint(s)
+		s = append(s, b)
 	}
-	return fmt.Sprintf("%v", o)
+	for _, v := range r.Steps {
+		s = append(s, fmt.Sprintf("set bucket changed %v refused %v deleted %v", v.Changed, v.Refused, v.Deleted))
+	}
+	for _, v := range r.Copies {
+		s = append(s, fmt.Sprintf("copy %d %v refused %v", v.Copied, v.BySpace, v.Refused))
+	}
+	s = append(s, fmt.Sprintf("schema %d buckets created %d", r.Schema.Version, r.Buckets.Created))
+	return strings.Join(s, "; ")
 }
 
 // The window's has, asked by a leader outside the apply loop (refuseFrozen),

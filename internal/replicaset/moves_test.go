@@ -17,20 +17,20 @@ import (
 
 func (f *fixture) setBucket(b uint32, state rspb.BucketState_State, gen uint64, peer string) *SetBucketOutcome {
 	f.t.Helper()
-	outs, ok := f.apply(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: b, State: state, Generation: gen, Peer: peer}}}}})[0].([]*SetBucketOutcome)
-	if !ok || len(outs) != 1 {
-		f.t.Fatal("SetBuckets of one step did not return one *SetBucketOutcome")
+	out := f.apply(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: b, State: state, Generation: gen, Peer: peer}}}}})[0].Steps
+	if len(out) != 1 {
+		f.t.Fatalf("SetBucket returned %d outcomes, want 1", len(out))
 	}
-	return outs[0]
+	return out[0]
 }
 
 func (f *fixture) copyChunk(b uint32, gen uint64, ts ...*rspb.CopiedTuple) *CopyOutcome {
 	f.t.Helper()
-	outs, ok := f.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: gen, Tuples: ts}}}}})[0].([]*CopyOutcome)
-	if !ok || len(outs) != 1 {
-		f.t.Fatal("CopyChunks of one chunk did not return one *CopyOutcome")
+	out := f.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: gen, Tuples: ts}}}}})[0].Copies
+	if len(out) != 1 {
+		f.t.Fatalf("CopyChunk returned %d outcomes, want 1", len(out))
 	}
-	return outs[0]
+	return out[0]
 }
 
 // chunk reads every tuple of a bucket as the source would stream it.
@@ -125,7 +125,7 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); o.Refused == nil || !strings.Contains(o.Refused.Error(), "not complete") {
 		t.Fatalf("ACTIVE before the last chunk: %+v", o)
 	}
-	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: 2, Last: true}}}}})[0].([]*CopyOutcome)[0]; out.Refused != nil {
+	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Generation: 2, Last: true}}}}})[0].Copies; len(out) != 1 || out[0].Refused != nil {
 		t.Fatalf("the last chunk: %+v", out)
 	}
 	// Copied whole, still receiving: dst holds all of the bucket, so a
@@ -193,8 +193,8 @@ func TestBatchedStepsApplyEachBucketOnItsOwn(t *testing.T) {
 	}
 	setBuckets := func(f *fixture, steps ...*rspb.SetBucket) []*SetBucketOutcome {
 		t.Helper()
-		outs, ok := f.apply(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: steps}}})[0].([]*SetBucketOutcome)
-		if !ok || len(outs) != len(steps) {
+		outs := f.apply(&rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: steps}}})[0].Steps
+		if len(outs) != len(steps) {
 			t.Fatalf("SetBuckets returned %d outcomes for %d steps", len(outs), len(steps))
 		}
 		return outs
@@ -225,9 +225,9 @@ func TestBatchedStepsApplyEachBucketOnItsOwn(t *testing.T) {
 		{Bucket: 6, Generation: 3, Tuples: src.chunk(6), Last: true},
 		{Bucket: 6, Generation: 2, Tuples: src.chunk(6)},
 	}}}})[0]
-	copies, ok := v.([]*CopyOutcome)
-	if !ok || len(copies) != 3 {
-		t.Fatalf("CopyChunks returned %T", v)
+	copies := v.Copies
+	if len(copies) != 3 {
+		t.Fatalf("CopyChunks returned %+v, want 3 outcomes", v)
 	}
 	if copies[0].Copied != 2 || copies[1].Refused == nil || copies[2].Copied != 2 {
 		t.Fatalf("copies: %+v, %+v, %+v", copies[0], copies[1], copies[2])

@@ -200,7 +200,7 @@ func scan(r pebble.Reader, prefix []byte, fn func(k, v []byte) error) error {
 // Encode marshals a command for Group.Propose.
 func Encode(c *rspb.Command) ([]byte, error) { return c.MarshalVT() }
 
-// Apply implements multiraft.StateMachine.
+// Apply implements multiraft.StateMachine; each entry's result is a Result.
 func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 	if sm.reloadErr != nil {
 		return nil, sm.reloadErr
@@ -211,11 +211,11 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 	for i, e := range entries {
 		cmd := &rspb.Command{}
 		if len(e.Cmd) == 0 {
-			out[i] = nil // an empty entry (a new leader's first) does nothing
+			out[i] = Result{} // an empty entry (a new leader's first) does nothing
 			continue
 		}
 		if err := cmd.UnmarshalVT(e.Cmd); err != nil {
-			out[i] = fmt.Errorf("%w at index %d: %w", ErrBadCommand, e.Index, err)
+			out[i] = Result{Err: fmt.Errorf("%w at index %d: %w", ErrBadCommand, e.Index, err)}
 			continue
 		}
 		sm.clock = max(sm.clock, cmd.GetNowUnixMs())
@@ -225,12 +225,14 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 		a := &applier{sm: sm, b: b, index: e.Index, now: sm.clock}
 		switch op := cmd.GetOp().(type) {
 		case *rspb.Command_Batch:
-			out[i] = a.batch(op.Batch)
+			out[i] = Result{Batch: a.batch(op.Batch)}
 		case *rspb.Command_SetSchema:
-			out[i] = a.setSchema(op.SetSchema)
+			o, err := a.setSchema(op.SetSchema)
+			out[i] = Result{Schema: o, Err: err}
 			notify = true
 		case *rspb.Command_CreateBuckets:
-			out[i] = a.createBuckets(op.CreateBuckets)
+			o, err := a.createBuckets(op.CreateBuckets)
+			out[i] = Result{Buckets: o, Err: err}
 			notify = true
 		case *rspb.Command_SetBuckets:
 			outs := make([]*SetBucketOutcome, len(op.SetBuckets.GetSteps()))
@@ -239,7 +241,7 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 				outs[j] = a.setBucket(st)
 				states[st.GetState()] = true
 			}
-			out[i] = outs
+			out[i] = Result{Steps: outs}
 			notify = true
 			for st := range states {
 				if err := sm.fp.Eval(FailpointAppliedSetBucket + "/" + st.String()); err != nil {
@@ -251,12 +253,12 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			for j, c := range op.CopyChunks.GetChunks() {
 				outs[j] = a.copyChunk(c)
 			}
-			out[i] = outs
+			out[i] = Result{Copies: outs}
 			if err := sm.fp.Eval(FailpointAppliedCopyChunk); err != nil {
 				return nil, err
 			}
 		default:
-			out[i] = fmt.Errorf("%w at index %d: unknown operation %T", ErrBadCommand, e.Index, op)
+			out[i] = Result{Err: fmt.Errorf("%w at index %d: unknown operation %T", ErrBadCommand, e.Index, op)}
 		}
 		if a.err != nil {
 			return nil, a.err

@@ -44,7 +44,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // apply applies the commands as one run and returns their results.
-func (f *fixture) apply(cmds ...*rspb.Command) []any {
+func (f *fixture) apply(cmds ...*rspb.Command) []Result {
 	f.t.Helper()
 	b := f.db.NewIndexedBatch()
 	var entries []multiraft.Entry
@@ -67,14 +67,28 @@ func (f *fixture) apply(cmds ...*rspb.Command) []any {
 		f.t.Fatal(err)
 	}
 	f.sm.ApplyDone(true)
-	return out
+	return results(f.t, out)
+}
+
+// results are Apply's results as the state machine's Result type.
+func results(tb testing.TB, out []any) []Result {
+	tb.Helper()
+	rs := make([]Result, len(out))
+	for i, v := range out {
+		r, ok := v.(Result)
+		if !ok {
+			tb.Fatalf("Apply's result %d is a %T, not a Result", i, v)
+		}
+		rs[i] = r
+	}
+	return rs
 }
 
 func (f *fixture) batch(c *rspb.Batch) *BatchOutcome {
 	f.t.Helper()
-	out, ok := f.apply(&rspb.Command{Op: &rspb.Command_Batch{Batch: c}})[0].(*BatchOutcome)
-	if !ok {
-		f.t.Fatal("a batch did not return a *BatchOutcome")
+	out := f.apply(&rspb.Command{Op: &rspb.Command_Batch{Batch: c}})[0].Batch
+	if out == nil {
+		f.t.Fatal("a batch did not return a BatchOutcome")
 	}
 	return out
 }
@@ -266,8 +280,8 @@ func TestWrongBucketAndSchemaBehindAreRefused(t *testing.T) {
 	f.refused(&rspb.Batch{SchemaVersion: 2, Bucket: 1, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}}, rspb.Refusal_CODE_SCHEMA_BEHIND, "applied schema version 1, the write names 2")
 	f.refused(&rspb.Batch{Bucket: 1, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_INSERT, SpaceId: 9}}}, rspb.Refusal_CODE_NO_SUCH_SPACE, "no space with id 9")
 	// CreateBuckets never overwrites a record.
-	if out := f.apply(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 5, Last: 12, Generation: 1}}})[0]; out.(BucketsOutcome).Created != 2 {
-		t.Fatalf("CreateBuckets over 5..12 created %v, want 2 (11, 12)", out)
+	if out := f.apply(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 5, Last: 12, Generation: 1}}})[0]; out.Buckets.Created != 2 {
+		t.Fatalf("CreateBuckets over 5..12 created %+v, want 2 (11, 12)", out)
 	}
 }
 
@@ -307,8 +321,8 @@ func TestDroppingASpaceDeletesItsTuplesEverywhere(t *testing.T) {
 		t.Fatalf("%d tuple or count keys of the dropped space are left", left)
 	}
 	// An older schema is ignored.
-	if out := f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 2}}})[0]; out.(SchemaOutcome).Version != 3 {
-		t.Fatalf("an older schema changed the version: %v", out)
+	if out := f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 2}}})[0]; out.Schema.Version != 3 {
+		t.Fatalf("an older schema changed the version: %+v", out)
 	}
 }
 

@@ -194,21 +194,22 @@ func (s *Storage) wrongBucket(bucket uint32, st *rspb.BucketState) error {
 		fmt.Sprintf("bucket %d is %s on replicaset %s", bucket, bucketStateName(st), s.cfg.ReplicasetID))
 }
 
-// propose stamps, proposes and waits for a command's result.
-func (s *Storage) propose(ctx context.Context, c *rspb.Command) (any, error) {
+// propose stamps, proposes and waits for a command's result; a command
+// that could not be applied (Result.Err) is an Internal error.
+func (s *Storage) propose(ctx context.Context, c *rspb.Command) (Result, error) {
 	c.NowUnixMs = s.cfg.Now().UnixMilli()
 	data, err := Encode(c)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+		return Result{}, status.Error(codes.Internal, err.Error())
 	}
-	v, err := s.g.Propose(ctx, data)
+	res, err := multiraft.ProposeAs[Result](ctx, s.g, data)
 	if err != nil {
-		return nil, engineError(err)
+		return Result{}, engineError(err)
 	}
-	if e, ok := v.(error); ok {
-		return nil, status.Error(codes.Internal, e.Error())
+	if res.Err != nil {
+		return Result{}, status.Error(codes.Internal, res.Err.Error())
 	}
-	return v, nil
+	return res, nil
 }
 
 // ensureSchema makes sure this replicaset has applied at least schema
@@ -295,12 +296,12 @@ func (s *Storage) bootstrapBuckets(ctx context.Context) error {
 	if st, err := s.sm.BucketStateOf(s.cfg.DB, count); err != nil || st != nil {
 		return err // done (the last bucket is created with the rest)
 	}
-	v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: count, Generation: 1}}})
+	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: count, Generation: 1}}})
 	if err != nil {
 		return err
 	}
-	if o, ok := v.(BucketsOutcome); ok && o.Created > 0 {
-		s.log.Info("bucket records created", "buckets", o.Created)
+	if n := res.Buckets.Created; n > 0 {
+		s.log.Info("bucket records created", "buckets", n)
 	}
 	return nil
 }
@@ -442,13 +443,13 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
-	v, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_Batch{Batch: batch}})
+	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_Batch{Batch: batch}})
 	if err != nil {
 		return nil, err
 	}
-	out, ok := v.(*BatchOutcome)
-	if !ok || out == nil {
-		return nil, status.Errorf(codes.Internal, "replicaset: unexpected result %T of a batch", v)
+	out := res.Batch
+	if out == nil {
+		return nil, status.Error(codes.Internal, "replicaset: a batch was applied without an outcome")
 	}
 	if ref := out.Result.GetRefusal(); ref != nil {
 		return nil, s.refused(batch.GetBucket(), ref)

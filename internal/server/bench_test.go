@@ -21,7 +21,7 @@ import (
 // linearizable read (get) of 100-byte values over 64,000 keys, with 4, 64 and
 // 256 concurrent clients. It reports ops/s, p50/p99 and the process's CPU
 // per operation (the three instances and the client together). It is the
-// data layer's counterpart of multiraft's BenchmarkProposals3Nodes, and
+// data layer's counterpart of grpcnet's BenchmarkProposals3Nodes, and
 // the place to take profiles from without separate processes:
 //
 //	go test -run '^$' -bench 'BenchmarkData3Instances/replace/clients=256' -benchtime 20000x -cpuprofile cpu.out ./internal/server/

@@ -11,8 +11,8 @@ import (
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/cluster"
-	"github.com/shardkit/shardkit/internal/cluster/statusview"
 	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/statusview"
 )
 
 // newHTTPHandler serves /health/live, /health/ready, /metrics, the JSON

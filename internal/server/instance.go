@@ -20,7 +20,7 @@ import (
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/forward"
-	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/multiraft/grpcnet"
 	"github.com/shardkit/shardkit/internal/storage"
 	"github.com/shardkit/shardkit/proc"
 )
@@ -120,7 +120,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		// Every call is checked before it is forwarded or served.
 		unary = []grpc.UnaryServerInterceptor{rpc.unary, authz.Unary(), fwd.Interceptor()}
 	}
-	opts := append(multiraft.ServerOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ForceServerCodecV2(rpccodec.Codec{}))
+	opts := append(grpcnet.ServerOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ForceServerCodecV2(rpccodec.Codec{}))
 	opts = append(opts, sec.serverOptions(authz)...)
 	srv := grpc.NewServer(opts...)
 	node.Register(srv)

@@ -1,4 +1,4 @@
-package multiraft_test
+package grpcnet_test
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // proposals/s, p50/p99 latency and process CPU time per proposal (all three
 // members run in this process, so that is the cost of the whole group).
 //
-//	go test -run '^$' -bench BenchmarkProposals3Nodes -benchtime 20000x ./internal/multiraft/
+//	go test -run '^$' -bench BenchmarkProposals3Nodes -benchtime 20000x ./internal/multiraft/grpcnet/
 //
 // Two state machine commands: sm=put reads the key's old value before
 // writing (the put of kvsm, which returns it), sm=set writes blindly, so

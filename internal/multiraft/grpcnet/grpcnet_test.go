@@ -1,9 +1,11 @@
-package multiraft_test
+package grpcnet_test
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -14,9 +16,33 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/multiraft/grpcnet"
 	"github.com/shardkit/shardkit/internal/multiraft/kvsm"
 	"github.com/shardkit/shardkit/internal/storage"
 )
+
+// g1 is the group every test here runs.
+const g1 multiraft.GroupID = 1
+
+// testLogger logs at debug to stderr when SHARDKIT_TEST_LOG is set.
+func testLogger() *slog.Logger {
+	if os.Getenv("SHARDKIT_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// waitFor polls cond until it holds, failing the test after timeout.
+func waitFor(tb testing.TB, timeout time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
 
 // grpcNode is a host with a real gRPC server on loopback and a real
 // Pebble database in a temp dir, in the normal (worker and ticker) mode.
@@ -26,7 +52,7 @@ type grpcNode struct {
 	addr    string
 	db      *pebble.DB
 	host    *multiraft.Host
-	tr      *multiraft.GRPCTransport
+	tr      *grpcnet.Transport
 	srv     *grpc.Server
 	sm      *kvsm.SM
 	group   *multiraft.Group
@@ -35,15 +61,15 @@ type grpcNode struct {
 
 type grpcCluster struct {
 	t        testing.TB
-	resolver *multiraft.StaticResolver
-	tweak    func(*multiraft.Config, *multiraft.GRPCTransportConfig, *[]grpc.ServerOption)
+	resolver *grpcnet.StaticResolver
+	tweak    func(*multiraft.Config, *grpcnet.Config, *[]grpc.ServerOption)
 	mu       sync.Mutex
 	nodes    map[multiraft.NodeID]*grpcNode
 }
 
-func newGRPCCluster(tb testing.TB, n int, tweak func(*multiraft.Config, *multiraft.GRPCTransportConfig, *[]grpc.ServerOption)) *grpcCluster {
+func newGRPCCluster(tb testing.TB, n int, tweak func(*multiraft.Config, *grpcnet.Config, *[]grpc.ServerOption)) *grpcCluster {
 	tb.Helper()
-	c := &grpcCluster{t: tb, resolver: multiraft.NewStaticResolver(nil), tweak: tweak, nodes: map[multiraft.NodeID]*grpcNode{}}
+	c := &grpcCluster{t: tb, resolver: grpcnet.NewStaticResolver(nil), tweak: tweak, nodes: map[multiraft.NodeID]*grpcNode{}}
 	var members []multiraft.NodeID
 	for i := 1; i <= n; i++ {
 		members = append(members, multiraft.NodeID(i))
@@ -77,14 +103,14 @@ func (c *grpcCluster) start(nd *grpcNode) {
 		NodeID: nd.id, DB: db, SnapshotDir: nd.dir + "/snapshots", Logger: testLogger(),
 		TickInterval: 20 * time.Millisecond,
 	}
-	tcfg := multiraft.GRPCTransportConfig{NodeID: nd.id, Resolver: c.resolver, Logger: testLogger(),
+	tcfg := grpcnet.Config{NodeID: nd.id, Resolver: c.resolver, Logger: testLogger(),
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		BackoffMin:  10 * time.Millisecond, BackoffMax: 100 * time.Millisecond}
-	sopts := multiraft.ServerOptions()
+	sopts := grpcnet.ServerOptions()
 	if c.tweak != nil {
 		c.tweak(&cfg, &tcfg, &sopts)
 	}
-	tr := multiraft.NewGRPCTransport(tcfg)
+	tr := grpcnet.New(tcfg)
 	cfg.Transport = tr
 	h, err := multiraft.NewHost(cfg)
 	if err != nil {
@@ -137,13 +163,14 @@ func (c *grpcCluster) leader() multiraft.NodeID {
 	return lead
 }
 
-func (c *grpcCluster) propose(cmd kvsm.Command) {
+// put proposes key=value to the group through its leader.
+func (c *grpcCluster) put(k, v string) {
 	c.t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		lead := c.leader()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := c.nodes[lead].group.Propose(ctx, cmd.Encode())
+		_, err := c.nodes[lead].group.Propose(ctx, kvsm.Command{Op: kvsm.OpPut, Key: []byte(k), Value: []byte(v)}.Encode())
 		cancel()
 		if err == nil {
 			return
@@ -168,7 +195,7 @@ func (c *grpcCluster) waitValue(id multiraft.NodeID, key, want string) {
 func TestGRPCTransportReconnectsAfterPeerRestart(t *testing.T) {
 	t.Parallel()
 	c := newGRPCCluster(t, 3, nil)
-	c.propose(put("a", "1"))
+	c.put("a", "1")
 	for id := range c.nodes {
 		c.waitValue(id, "a", "1")
 	}
@@ -178,10 +205,10 @@ func TestGRPCTransportReconnectsAfterPeerRestart(t *testing.T) {
 
 	// Restart the follower on the same address: the others reconnect.
 	c.stop(nd)
-	c.propose(put("b", "2"))
+	c.put("b", "2")
 	c.start(nd)
 	c.waitValue(follower, "b", "2")
-	c.propose(put("c", "3"))
+	c.put("c", "3")
 	c.waitValue(follower, "c", "3")
 
 	// Restart it on another port: the resolver learns the new address at
@@ -189,12 +216,12 @@ func TestGRPCTransportReconnectsAfterPeerRestart(t *testing.T) {
 	c.stop(nd)
 	nd.addr = "127.0.0.1:0"
 	c.start(nd)
-	c.propose(put("d", "4"))
+	c.put("d", "4")
 	c.waitValue(follower, "d", "4")
 
 	// Restart the leader: a new one is elected and the old one rejoins.
 	c.stop(c.nodes[lead])
-	c.propose(put("e", "5"))
+	c.put("e", "5")
 	c.start(c.nodes[lead])
 	c.waitValue(lead, "e", "5")
 }
@@ -203,7 +230,7 @@ func TestGRPCSnapshotInBoundedChunks(t *testing.T) {
 	t.Parallel()
 	// Every gRPC message is capped at 64 KiB: a snapshot of ~1.5 MB only
 	// gets through if it is cut into chunks.
-	c := newGRPCCluster(t, 3, func(cfg *multiraft.Config, tcfg *multiraft.GRPCTransportConfig, sopts *[]grpc.ServerOption) {
+	c := newGRPCCluster(t, 3, func(cfg *multiraft.Config, tcfg *grpcnet.Config, sopts *[]grpc.ServerOption) {
 		cfg.LogCompactionThreshold = 40
 		cfg.LogCompactionKeep = 4
 		cfg.MaxSizePerMsg = 16 << 10
@@ -216,7 +243,7 @@ func TestGRPCSnapshotInBoundedChunks(t *testing.T) {
 	c.stop(c.nodes[down])
 	v := strings.Repeat("x", 4000)
 	for i := range 400 {
-		c.propose(put(fmt.Sprintf("k%03d", i), v))
+		c.put(fmt.Sprintf("k%03d", i), v)
 	}
 	c.start(c.nodes[down])
 	for i := range 400 {
@@ -234,7 +261,7 @@ func TestGRPCSnapshotInBoundedChunks(t *testing.T) {
 func TestClosedTransportLetsGracefulStopReturn(t *testing.T) {
 	t.Parallel()
 	c := newGRPCCluster(t, 3, nil)
-	c.propose(put("a", "1"))
+	c.put("a", "1")
 	for id := range c.nodes {
 		c.waitValue(id, "a", "1") // every node has streams from the others
 	}

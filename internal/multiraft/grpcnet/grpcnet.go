@@ -1,6 +1,7 @@
-package multiraft
+package grpcnet
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,23 +19,24 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
+	"github.com/shardkit/shardkit/internal/multiraft"
 )
 
 // AddressResolver tells the transport where a node listens. It is asked
 // again before every reconnect, so an address may change at runtime.
 type AddressResolver interface {
-	RaftAddress(node NodeID) (string, error)
+	RaftAddress(node multiraft.NodeID) (string, error)
 }
 
 // StaticResolver is a mutable map of node addresses.
 type StaticResolver struct {
 	mu    sync.RWMutex
-	addrs map[NodeID]string
+	addrs map[multiraft.NodeID]string
 }
 
 // NewStaticResolver returns a resolver with the given addresses.
-func NewStaticResolver(addrs map[NodeID]string) *StaticResolver {
-	r := &StaticResolver{addrs: make(map[NodeID]string)}
+func NewStaticResolver(addrs map[multiraft.NodeID]string) *StaticResolver {
+	r := &StaticResolver{addrs: make(map[multiraft.NodeID]string)}
 	for k, v := range addrs {
 		r.addrs[k] = v
 	}
@@ -42,26 +44,26 @@ func NewStaticResolver(addrs map[NodeID]string) *StaticResolver {
 }
 
 // Set records node's address.
-func (r *StaticResolver) Set(node NodeID, addr string) {
+func (r *StaticResolver) Set(node multiraft.NodeID, addr string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.addrs[node] = addr
 }
 
 // RaftAddress implements AddressResolver.
-func (r *StaticResolver) RaftAddress(node NodeID) (string, error) {
+func (r *StaticResolver) RaftAddress(node multiraft.NodeID) (string, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	a, ok := r.addrs[node]
 	if !ok {
-		return "", fmt.Errorf("multiraft: no address known for node %d", node)
+		return "", fmt.Errorf("grpcnet: no address known for node %d", node)
 	}
 	return a, nil
 }
 
-// GRPCTransportConfig configures a GRPCTransport.
-type GRPCTransportConfig struct {
-	NodeID   NodeID
+// Config configures a Transport.
+type Config struct {
+	NodeID   multiraft.NodeID
 	Resolver AddressResolver
 	Logger   *slog.Logger
 	// QueueMessages bounds each peer's queue (default 10000); messages
@@ -89,58 +91,58 @@ func ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageBytes)}
 }
 
-// GRPCTransport is the production Transport: one long-lived bidi stream per
+// Transport is the production multiraft.Transport: one long-lived bidi stream per
 // peer node carrying every group's messages in batches, a bounded queue per
 // peer that drops on overflow so raft never waits for a slow peer,
 // reconnects with backoff, and snapshots on their own streams in chunks.
-type GRPCTransport struct {
+type Transport struct {
 	raftv1.UnimplementedRaftTransportServiceServer
 
-	cfg     GRPCTransportConfig
+	cfg     Config
 	log     *slog.Logger
-	handler Handler
+	handler multiraft.Handler
 
 	mu    sync.Mutex
-	peers map[NodeID]*peer
+	peers map[multiraft.NodeID]*peer
 
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-var _ Transport = (*GRPCTransport)(nil)
+var _ multiraft.Transport = (*Transport)(nil)
 
-// NewGRPCTransport makes a transport. Call SetHandler before traffic arrives.
-func NewGRPCTransport(cfg GRPCTransportConfig) *GRPCTransport {
-	setDefault(&cfg.QueueMessages, 10000)
-	setDefault(&cfg.MaxBatchBytes, 4<<20)
-	setDefault(&cfg.SnapshotChunkBytes, 1<<20)
-	setDefault(&cfg.BackoffMin, 50*time.Millisecond)
-	setDefault(&cfg.BackoffMax, 2*time.Second)
+// New makes a transport. Call SetHandler before traffic arrives.
+func New(cfg Config) *Transport {
+	cfg.QueueMessages = cmp.Or(cfg.QueueMessages, 10000)
+	cfg.MaxBatchBytes = cmp.Or(cfg.MaxBatchBytes, 4<<20)
+	cfg.SnapshotChunkBytes = cmp.Or(cfg.SnapshotChunkBytes, 1<<20)
+	cfg.BackoffMin = cmp.Or(cfg.BackoffMin, 50*time.Millisecond)
+	cfg.BackoffMax = cmp.Or(cfg.BackoffMax, 2*time.Second)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	cfg.DialOptions = append(slices.Clip(cfg.DialOptions), grpc.WithDefaultCallOptions(grpc.MaxCallSendMsgSize(MaxMessageBytes)))
 	ctx, cancel := context.WithCancel(context.Background())
-	return &GRPCTransport{
+	return &Transport{
 		cfg:    cfg,
 		log:    cfg.Logger.With("component", "raft-transport", "node", uint64(cfg.NodeID)),
-		peers:  make(map[NodeID]*peer),
+		peers:  make(map[multiraft.NodeID]*peer),
 		ctx:    ctx,
 		cancel: cancel,
 	}
 }
 
 // SetHandler sets where inbound traffic goes (normally the Host).
-func (t *GRPCTransport) SetHandler(h Handler) { t.handler = h }
+func (t *Transport) SetHandler(h multiraft.Handler) { t.handler = h }
 
 // Register adds the transport's service to a gRPC server.
-func (t *GRPCTransport) Register(s grpc.ServiceRegistrar) {
+func (t *Transport) Register(s grpc.ServiceRegistrar) {
 	raftv1.RegisterRaftTransportServiceServer(s, t)
 }
 
 // Close stops every peer stream and waits for them.
-func (t *GRPCTransport) Close() {
+func (t *Transport) Close() {
 	t.cancel()
 	t.wg.Wait()
 	t.mu.Lock()
@@ -150,7 +152,7 @@ func (t *GRPCTransport) Close() {
 	}
 }
 
-func (t *GRPCTransport) peer(id NodeID) *peer {
+func (t *Transport) peer(id multiraft.NodeID) *peer {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	p := t.peers[id]
@@ -164,17 +166,17 @@ func (t *GRPCTransport) peer(id NodeID) *peer {
 	return p
 }
 
-// Send implements Transport. It marshals on the caller's goroutine (the
+// Send implements multiraft.Transport. It marshals on the caller's goroutine (the
 // raft round), so messages are encoded before their entries can change.
-func (t *GRPCTransport) Send(msgs []OutboundMessage) {
-	byPeer := make(map[NodeID][]*raftv1.GroupMessage, 2)
+func (t *Transport) Send(msgs []multiraft.OutboundMessage) {
+	byPeer := make(map[multiraft.NodeID][]*raftv1.GroupMessage, 2)
 	for _, m := range msgs {
 		data, err := proto.Marshal(m.Msg)
 		if err != nil {
 			t.log.Error("cannot marshal raft message", "err", err)
 			continue
 		}
-		to := NodeID(m.Msg.GetTo())
+		to := multiraft.NodeID(m.Msg.GetTo())
 		byPeer[to] = append(byPeer[to], &raftv1.GroupMessage{GroupId: uint64(m.Group), Message: data})
 	}
 	for to, ms := range byPeer {
@@ -184,8 +186,8 @@ func (t *GRPCTransport) Send(msgs []OutboundMessage) {
 
 // peer is the outbound side of one peer node.
 type peer struct {
-	t    *GRPCTransport
-	id   NodeID
+	t    *Transport
+	id   multiraft.NodeID
 	wake chan struct{}
 
 	mu      sync.Mutex
@@ -251,7 +253,7 @@ func (p *peer) client() (raftv1.RaftTransportServiceClient, error) {
 		}
 		conn, err := grpc.NewClient(addr, p.t.cfg.DialOptions...)
 		if err != nil {
-			return nil, fmt.Errorf("multiraft: dial node %d at %s: %w", p.id, addr, err)
+			return nil, fmt.Errorf("grpcnet: dial node %d at %s: %w", p.id, addr, err)
 		}
 		p.conn, p.connAddr = conn, addr
 	}
@@ -349,12 +351,12 @@ func (p *peer) stream(ctx context.Context) (sent bool, err error) {
 }
 
 // RaftMessages implements the server side of a peer's message stream.
-func (t *GRPCTransport) RaftMessages(s grpc.BidiStreamingServer[raftv1.RaftMessagesRequest, raftv1.RaftMessagesResponse]) error {
+func (t *Transport) RaftMessages(s grpc.BidiStreamingServer[raftv1.RaftMessagesRequest, raftv1.RaftMessagesResponse]) error {
 	// A peer keeps its stream open for as long as it runs, and Recv waits
 	// for it. The handler must end when this transport closes, though: the
-	// server's graceful stop waits for every handler (it used to wait for
-	// these until its bound, 2 s, at every stop). So Recv runs beside it;
-	// it returns once the handler has (the stream's context ends).
+	// server's graceful stop waits for every handler (up to its bound, 2 s,
+	// at every stop). So Recv runs beside it; it returns once the handler
+	// has (the stream's context ends).
 	type received struct {
 		req *raftv1.RaftMessagesRequest
 		err error
@@ -402,13 +404,13 @@ func (t *GRPCTransport) RaftMessages(s grpc.BidiStreamingServer[raftv1.RaftMessa
 				t.log.Warn("undecodable raft message dropped", "from", req.GetFromNode(), "err", err)
 				continue
 			}
-			h.HandleRaftMessage(GroupID(gm.GetGroupId()), m)
+			h.HandleRaftMessage(multiraft.GroupID(gm.GetGroupId()), m)
 		}
 	}
 }
 
-// SendSnapshot implements Transport.
-func (t *GRPCTransport) SendSnapshot(ctx context.Context, to NodeID, group GroupID, msg *raftpb.Message, write func(io.Writer) error) error {
+// SendSnapshot implements multiraft.Transport.
+func (t *Transport) SendSnapshot(ctx context.Context, to multiraft.NodeID, group multiraft.GroupID, msg *raftpb.Message, write func(io.Writer) error) error {
 	c, err := t.peer(to).client()
 	if err != nil {
 		return err
@@ -427,17 +429,17 @@ func (t *GRPCTransport) SendSnapshot(ctx context.Context, to NodeID, group Group
 		FromNode: uint64(t.cfg.NodeID), ToNode: uint64(to), GroupId: uint64(group), Message: hdr,
 	}}
 	if err := write(w); err != nil {
-		return fmt.Errorf("multiraft: write snapshot of group %d: %w", group, err)
+		return fmt.Errorf("grpcnet: write snapshot of group %d: %w", group, err)
 	}
 	if err := w.finish(); err != nil {
-		return fmt.Errorf("multiraft: send snapshot of group %d to node %d: %w", group, to, err)
+		return fmt.Errorf("grpcnet: send snapshot of group %d to node %d: %w", group, to, err)
 	}
 	resp, err := s.CloseAndRecv()
 	if err != nil {
-		return fmt.Errorf("multiraft: send snapshot of group %d to node %d: %w", group, to, err)
+		return fmt.Errorf("grpcnet: send snapshot of group %d to node %d: %w", group, to, err)
 	}
 	if !resp.GetAccepted() {
-		return fmt.Errorf("multiraft: node %d refused snapshot of group %d: %s", to, group, resp.GetError())
+		return fmt.Errorf("grpcnet: node %d refused snapshot of group %d: %s", to, group, resp.GetError())
 	}
 	return nil
 }
@@ -477,7 +479,7 @@ func (w *chunkWriter) flush(final bool) error {
 func (w *chunkWriter) finish() error { return w.flush(true) }
 
 // RaftSnapshot implements the server side of a snapshot stream.
-func (t *GRPCTransport) RaftSnapshot(s grpc.ClientStreamingServer[raftv1.RaftSnapshotRequest, raftv1.RaftSnapshotResponse]) error {
+func (t *Transport) RaftSnapshot(s grpc.ClientStreamingServer[raftv1.RaftSnapshotRequest, raftv1.RaftSnapshotResponse]) error {
 	first, err := s.Recv()
 	if err != nil {
 		return err
@@ -501,7 +503,7 @@ func (t *GRPCTransport) RaftSnapshot(s grpc.ClientStreamingServer[raftv1.RaftSna
 		return refuse("raft host not ready")
 	}
 	r := &chunkReader{s: s, buf: first.GetData(), done: first.GetFinal()}
-	if err := h.HandleRaftSnapshot(s.Context(), GroupID(hdr.GetGroupId()), m, r); err != nil {
+	if err := h.HandleRaftSnapshot(s.Context(), multiraft.GroupID(hdr.GetGroupId()), m, r); err != nil {
 		return refuse("%v", err)
 	}
 	if !r.done {
