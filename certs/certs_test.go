@@ -287,6 +287,55 @@ func TestEachCAHasItsOwnSubject(t *testing.T) {
 	}
 }
 
+// A CA that another tool made (its key id of another hash, here 20 bytes
+// as SHA-1's) is named by that key id, not as a fingerprint; when the
+// client sends its CA's certificate along, by that certificate's
+// fingerprint.
+func TestRefusalNamesAForeignIssuer(t *testing.T) {
+	t.Parallel()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skid := []byte("0123456789abcdefghij")
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(7), Subject: pkix.Name{CommonName: "elsewhere CA"}, SubjectKeyId: skid,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, key.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreignCA, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(8), Subject: pkix.Name{CommonName: "alice"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leafTmpl, foreignCA, leafKey.Public(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(leafDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := certs.LoadCA(mustCA(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = ca.Verify([]*x509.Certificate{leaf}, x509.ExtKeyUsageClientAuth, "", time.Now())
+	if want := `it was issued by "CN=elsewhere CA" (key id ` + hex.EncodeToString(skid) + ")"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("leaf alone: %v\nwant it to say: %s", err, want)
+	}
+	err = ca.Verify([]*x509.Certificate{leaf, foreignCA}, x509.ExtKeyUsageClientAuth, "", time.Now())
+	if want := `it was issued by "CN=elsewhere CA" (key ` + certs.KeyFingerprint(foreignCA) + ")"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("leaf and its CA: %v\nwant it to say: %s", err, want)
+	}
+}
+
 func TestReloadOnChange(t *testing.T) {
 	t.Parallel()
 	dir := mustCA(t)

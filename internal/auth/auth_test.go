@@ -151,6 +151,10 @@ func TestAuthorize(t *testing.T) {
 			t.Errorf("%s: %v, want %v containing %q", tc.name, err, tc.code, tc.want)
 			continue
 		}
+		// No caller learns where the instance keeps its files.
+		if err != nil && strings.Contains(err.Error(), dir) {
+			t.Errorf("%s: the refusal names the instance's directory %s: %v", tc.name, dir, err)
+		}
 		if err == nil && tc.name == "writer writes" {
 			md, _ := metadata.FromIncomingContext(ctx)
 			if got := md.Get(auth.UserHeader); len(got) != 1 || got[0] != "walt" {

@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+
 	"github.com/spf13/cobra"
 
 	"github.com/shardkit/shardkit/internal/demo"
@@ -15,6 +17,9 @@ func newDemoCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Redraw = !plain && isTerminal(cmd.OutOrStdout())
+			if f, ok := cmd.OutOrStdout().(*os.File); ok && o.Redraw {
+				o.TermSize = demo.TerminalSize(f)
+			}
 			return demo.Run(cmd.Context(), o, cmd.OutOrStdout())
 		},
 	}

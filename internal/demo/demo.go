@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/shardkit/shardkit/certs"
@@ -46,6 +49,9 @@ type Options struct {
 	// Insecure runs the cluster in plaintext; by default the demo makes
 	// certificates in Dir/certs and runs it with mutual TLS.
 	Insecure bool
+	// TermSize tells the terminal's width and height in characters, read
+	// at each redraw, so that a frame fits it (false, or nil: 80×24).
+	TermSize func() (width, height int, ok bool)
 }
 
 type demoInstance struct {
@@ -145,10 +151,14 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		return err
 	}
 	defer cl.Close()
-	var header bytes.Buffer
-	writeHeader(&header, o, insts, peers, filepath.Base(exe), scheme, certsDir, secArgs)
+	wd, _ := os.Getwd()
+	var pkg, mod string
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		pkg, mod = bi.Path, bi.Main.Path
+	}
+	h := newHeader(o, insts, peers, commandPrefix(exe, wd, pkg, mod), scheme, certsDir, secArgs)
 	if !o.Redraw {
-		_, _ = out.Write(header.Bytes())
+		h.write(out)
 	}
 	sample := &sampleData{rows: o.Rows}
 	if o.Rows > 0 {
@@ -159,63 +169,213 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if o.Redraw {
+				fmt.Fprintln(out) // below the last frame, which ends without a newline
+			}
 			fmt.Fprintln(out, "stopping the instances (SIGTERM)...")
 			stopDemo(insts)
 			fmt.Fprintln(out, "stopped")
 			return nil
 		case <-tick.C:
 		}
-		var frame bytes.Buffer
-		if o.Redraw {
-			frame.WriteString("\x1b[H\x1b[2J") // home, clear the screen
-			frame.Write(header.Bytes())
-		}
-		fmt.Fprintf(&frame, "\n--- %s ---\n", time.Now().Format(time.TimeOnly))
+		var table bytes.Buffer
+		var summary []string
+		stamp := fmt.Sprintf("--- %s ---", time.Now().Format(time.TimeOnly))
 		st, err := cl.Status(ctx, false)
 		if err != nil {
-			fmt.Fprintf(&frame, "no status yet: %v\n", err)
+			summary = []string{fmt.Sprintf("no status yet: %v", err)}
+			table.WriteString(summary[0] + "\n")
 		} else {
-			if err := statusview.WriteTable(&frame, statusview.FromProto(st, false)); err != nil {
+			v := statusview.FromProto(st, false)
+			if err := statusview.WriteTable(&table, v); err != nil {
 				return err
 			}
-			frame.WriteString(bucketsNote + "\n")
+			summary = statusSummary(v)
 		}
+		var sampleLine string
 		if o.Rows > 0 {
-			fmt.Fprintf(&frame, "sample space %s: %s\n", sampleSpace, sample.String())
+			sampleLine = fmt.Sprintf("sample space %s: %s", sampleSpace, sample.String())
 		}
-		if _, err := out.Write(frame.Bytes()); err != nil {
+		var frame []byte
+		if o.Redraw {
+			width, height := 80, 24
+			if o.TermSize != nil {
+				if w, ht, ok := o.TermSize(); ok {
+					width, height = w, ht
+				}
+			}
+			// One column to spare: a line that fills its row leaves some
+			// terminals about to wrap, and the next newline would then
+			// take two rows.
+			width--
+			blocks := h.blocks(width)
+			if err == nil {
+				table.WriteString(bucketsNote + "\n")
+			}
+			blocks = append(blocks, screenBlock{full: append([]string{"", stamp}, strings.Split(strings.TrimSuffix(table.String(), "\n"), "\n")...),
+				small: append([]string{stamp}, summary...), shrink: 3})
+			if sampleLine != "" {
+				blocks = append(blocks, screenBlock{full: []string{sampleLine}, small: []string{sampleLine}, shrink: 5})
+			}
+			frame = redrawFrame(fitScreen(width, height, blocks))
+		} else {
+			var b bytes.Buffer
+			fmt.Fprintf(&b, "\n%s\n", stamp)
+			b.Write(table.Bytes())
+			if err == nil {
+				b.WriteString(bucketsNote + "\n")
+			}
+			if sampleLine != "" {
+				b.WriteString(sampleLine + "\n")
+			}
+			frame = b.Bytes()
+		}
+		if _, err := out.Write(frame); err != nil {
 			return err
 		}
 	}
 }
 
-// writeHeader prints where the instances are and the commands to try.
-func writeHeader(w io.Writer, o Options, insts []*demoInstance, peers []string, exe, scheme, certsDir string, secArgs []string) {
+// statusSummary is the status table in two lines, for a small terminal:
+// the leader and how many instances are in each grade; each replicaset's
+// buckets, held and targeted.
+func statusSummary(v statusview.View) []string {
+	leader := "none known"
+	counts := map[string]int{}
+	var grades []string
+	for _, in := range v.Instances {
+		if v.LeaderRaftID != 0 && in.RaftID == v.LeaderRaftID {
+			leader = in.InstanceID
+		}
+		g := in.CurrentGrade.Variant
+		if counts[g] == 0 {
+			grades = append(grades, g)
+		}
+		counts[g]++
+	}
+	var byGrade []string
+	for _, g := range grades {
+		byGrade = append(byGrade, fmt.Sprintf("%d %s", counts[g], g))
+	}
+	first := fmt.Sprintf("cluster %s: leader %s; %d instances: %s", v.ClusterID, leader, len(v.Instances), strings.Join(byGrade, ", "))
+	if v.NoQuorum() {
+		first += "; " + v.QuorumSummary()
+	}
+	var rs []string
+	for _, r := range v.Replicasets {
+		rs = append(rs, fmt.Sprintf("%s %d/%d", r.ReplicasetID, r.BucketCount, r.TargetBucketCount))
+	}
+	return []string{first, "buckets held/target: " + strings.Join(rs, ", ")}
+}
+
+// header says where the instances are and the commands to try, whole
+// (before the first table when the demo does not redraw) or fitted to a
+// terminal's width (blocks).
+type header struct {
+	title, titleShort string
+	security          []string   // its last line is the curl command, when secure
+	curl              []string   // the curl command's words
+	dirLine           string     // where the data and logs are, under titleShort
+	instances         []string   // a line each, where to reach it and its log
+	instancesShort    []string   // the same, narrower (the log's dir on dirLine)
+	instancesOne      string     // one line for all
+	commands          [][]string // shell words, the first the prefix
+}
+
+func newHeader(o Options, insts []*demoInstance, peers []string, prefix []string, scheme, certsDir string, secArgs []string) *header {
 	rs := o.Instances / o.ReplicationFactor
-	fmt.Fprintf(w, "shardkit demo: %d instances, replication factor %d (%d replicasets); data and logs in %s; Ctrl+C to stop\n",
-		len(insts), o.ReplicationFactor, rs, o.Dir)
+	h := &header{
+		title: fmt.Sprintf("shardkit demo: %d instances, replication factor %d (%d replicasets); data and logs in %s; Ctrl+C to stop",
+			len(insts), o.ReplicationFactor, rs, o.Dir),
+		titleShort:   fmt.Sprintf("shardkit demo: %d instances, replication factor %d; Ctrl+C to stop", len(insts), o.ReplicationFactor),
+		dirLine:      "  data and logs in " + o.Dir,
+		instancesOne: fmt.Sprintf("  instances i1..i%d, their logs i1.log..i%d.log in %s", len(insts), len(insts), o.Dir),
+	}
 	if o.Insecure {
-		fmt.Fprintln(w, "  security: plaintext (--insecure)")
+		h.security = []string{"  security: plaintext (--insecure)"}
 	} else {
-		fmt.Fprintf(w, "  security: mutual TLS; certificates (CA, node, client root) in %s; HTTPS needs a client certificate:\n"+
-			"    curl --cacert %[1]s/ca.crt --cert %[1]s/client.root.crt --key %[1]s/client.root.key https://%s/api/v1/cluster\n", certsDir, insts[0].http)
+		h.security = []string{fmt.Sprintf("  security: mutual TLS; certificates (CA, node, client root) in %s; HTTPS needs a client certificate:", certsDir)}
+		h.curl = []string{"curl", "--cacert", shellQuote(filepath.Join(certsDir, "ca.crt")), "--cert", shellQuote(filepath.Join(certsDir, "client.root.crt")),
+			"--key", shellQuote(filepath.Join(certsDir, "client.root.key")), fmt.Sprintf("https://%s/api/v1/cluster", insts[0].http)}
 	}
 	for i, in := range insts {
-		fmt.Fprintf(w, "  i%d  gRPC %s  HTTP %s://%s/health/ready  %s://%s/api/v1/cluster  log %s\n",
-			i+1, in.listen, scheme, in.http, scheme, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1)))
+		h.instances = append(h.instances, fmt.Sprintf("  i%d  gRPC %s  HTTP %s://%s/health/ready  %s://%s/api/v1/cluster  log %s",
+			i+1, in.listen, scheme, in.http, scheme, in.http, filepath.Join(o.Dir, fmt.Sprintf("i%d.log", i+1))))
+		h.instancesShort = append(h.instancesShort, fmt.Sprintf("  i%d  gRPC %s  %s %s  log i%d.log", i+1, in.listen, strings.ToUpper(scheme), in.http, i+1))
 	}
-	p := strings.Join(peers[:min(3, len(peers))], ",") + strings.Join(append([]string{""}, secArgs...), " ")
-	fmt.Fprintf(w, "in another terminal (docs/data.md walks through more):\n")
-	fmt.Fprintf(w, "  %s status --peer %s\n", exe, p)
+	flags := []string{"--peer", strings.Join(peers[:min(3, len(peers))], ",")}
+	for _, a := range secArgs {
+		flags = append(flags, shellQuote(a))
+	}
+	cmd := func(args ...string) []string {
+		return slices.Concat(prefix, args[:1], flags, args[1:])
+	}
+	h.commands = append(h.commands, slices.Concat(prefix, []string{"status"}, flags))
 	if o.Rows > 0 {
-		fmt.Fprintf(w, "  %s space list --peer %s\n", exe, p)
-		fmt.Fprintf(w, "  %s select --peer %s %s '[7, \"o3\"]'\n", exe, p, sampleSpace)
-		fmt.Fprintf(w, "  %s insert --peer %s %s '[7, \"pen\", 1.5]'\n", exe, p, sampleSpace)
-		fmt.Fprintf(w, "  %s update --peer %s %s '[7, \"o3\"]' '[[\"+\", \"price\", 1]]'\n", exe, p, sampleSpace)
-		fmt.Fprintf(w, "  %s space count --peer %s %s\n", exe, p, sampleSpace)
-		fmt.Fprintf(w, "  %s map-call --peer %s count '[\"%s\"]'\n", exe, p, sampleSpace)
+		h.commands = append(h.commands,
+			slices.Concat(prefix, []string{"space", "list"}, flags),
+			cmd("select", sampleSpace, `'[7, "o3"]'`),
+			cmd("insert", sampleSpace, `'[7, "pen", 1.5]'`),
+			cmd("update", sampleSpace, `'[7, "o3"]'`, `'[["+", "price", 1]]'`),
+			slices.Concat(prefix, []string{"space", "count"}, flags, []string{sampleSpace}),
+			cmd("map-call", "count", `'["`+sampleSpace+`"]'`))
 	}
-	fmt.Fprintf(w, "  %s rebalance status --peer %s\n", exe, p)
+	h.commands = append(h.commands, slices.Concat(prefix, []string{"rebalance", "status"}, flags))
+	return h
+}
+
+const tryHead = "in another terminal (docs/data.md walks through more):"
+
+// write prints the whole header, a line per command.
+func (h *header) write(w io.Writer) {
+	fmt.Fprintln(w, h.title)
+	for _, l := range h.security {
+		fmt.Fprintln(w, l)
+	}
+	if h.curl != nil {
+		fmt.Fprintln(w, "    "+strings.Join(h.curl, " "))
+	}
+	for _, l := range h.instances {
+		fmt.Fprintln(w, l)
+	}
+	fmt.Fprintln(w, tryHead)
+	for _, c := range h.commands {
+		fmt.Fprintln(w, "  "+strings.Join(c, " "))
+	}
+}
+
+// blocks are the header's parts of a redrawn screen, the commands
+// wrapped to width. On a small screen the security lines go first, then
+// the instances' lines give way to one, and the commands to the first
+// (the status table gives way to its summary between the two).
+func (h *header) blocks(width int) []screenBlock {
+	security := slices.Clone(h.security)
+	if h.curl != nil {
+		security = append(security, wrapCommand("    ", h.curl, width)...)
+	}
+	cmds := []string{tryHead}
+	for _, c := range h.commands {
+		cmds = append(cmds, wrapCommand("  ", c, width)...)
+	}
+	first := append([]string{"in another terminal (a larger terminal shows more commands to try):"}, wrapCommand("  ", h.commands[0], width)...)
+	return []screenBlock{
+		{full: []string{h.titleShort, h.dirLine}, small: []string{h.titleShort}, shrink: 5},
+		{full: security, shrink: 0},
+		{full: h.instancesShort, small: []string{h.instancesOne}, shrink: 2},
+		{full: cmds, small: first, shrink: 4},
+	}
+}
+
+// TerminalSize reads the size of the terminal f is (for
+// Options.TermSize).
+func TerminalSize(f *os.File) func() (width, height int, ok bool) {
+	return func() (int, int, bool) {
+		ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+		if err != nil || ws.Col == 0 || ws.Row == 0 {
+			return 0, 0, false
+		}
+		return int(ws.Col), int(ws.Row), true
+	}
 }
 
 // bucketsNote explains the two bucket columns under each table.

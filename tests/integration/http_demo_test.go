@@ -1,11 +1,14 @@
 package integration
 
 import (
+	"bufio"
 	"encoding/json"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -127,5 +130,74 @@ func TestDemo(t *testing.T) {
 		if addrOf[id] == "" || !strings.Contains(string(b), `msg="instance started" listen=`+addrOf[id]+" ") {
 			t.Fatalf("%s.log is not the log of the cluster's %s (at %q):\n%s", id, id, addrOf[id], out)
 		}
+	}
+}
+
+// The demo's commands to try run as pasted into another shell, from any
+// directory: they start with the full path of the binary, not its name
+// (which need not be on PATH).
+func TestDemoCommandsRunAsPasted(t *testing.T) {
+	dir := t.TempDir()
+	demo := exec.Command(binary, "demo", "--instances", "3", "--rows", "0", "--every", "1s", "--duration", "3m", "--data-dir", dir)
+	out, err := demo.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	demo.Stderr = os.Stderr
+	if err := demo.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	lines := make(chan string, 1)
+	go func() {
+		// Reads all the demo prints, so that it never blocks on a full pipe.
+		sc := bufio.NewScanner(out)
+		found := false
+		for sc.Scan() {
+			if l := sc.Text(); !found && strings.Contains(l, " status --peer ") {
+				found = true
+				lines <- strings.TrimSpace(l)
+			}
+		}
+		close(lines)
+		done <- demo.Wait()
+	}()
+	defer func() {
+		_ = demo.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("demo: %v", err)
+			}
+		case <-time.After(90 * time.Second):
+			_ = demo.Process.Kill()
+			t.Error("the demo did not stop within 90s of SIGTERM")
+		}
+	}()
+	var status string
+	select {
+	case status = <-lines:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the demo printed no status command within 60s")
+	}
+	if status == "" {
+		t.Fatal("the demo ended without printing a status command")
+	}
+	if want := binary + " status --peer 127.0.0.1:"; !strings.HasPrefix(status, want) {
+		t.Fatalf("the demo's status command %q does not start with %q", status, want)
+	}
+	// Pasted into a shell elsewhere, with a PATH that has no shardkit.
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		sh := exec.Command("/bin/sh", "-c", status)
+		sh.Dir, sh.Env = t.TempDir(), []string{"PATH=/usr/bin:/bin", "HOME=" + t.TempDir()}
+		b, err := sh.CombinedOutput()
+		if err == nil && strings.Count(string(b), "Online(") >= 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s, pasted: %v\n%s", status, err, b)
+		}
+		time.Sleep(time.Second)
 	}
 }
