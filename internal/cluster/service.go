@@ -11,6 +11,7 @@ import (
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -37,40 +38,27 @@ type unimplemented struct {
 	clusterv1.UnimplementedClusterServiceServer
 }
 
-// leaderOnly lists the ClusterService calls that only the group-0 leader
-// serves; any other instance forwards them there (Route).
-var leaderOnly = map[string]bool{
-	clusterv1.ClusterService_RaftJoin_FullMethodName:       true,
-	clusterv1.ClusterService_UpdateInstance_FullMethodName: true,
-	clusterv1.ClusterService_Expel_FullMethodName:          true,
-	clusterv1.ClusterService_AcquireLease_FullMethodName:   true,
-	clusterv1.ClusterService_RenewLease_FullMethodName:     true,
-	clusterv1.ClusterService_ReleaseLease_FullMethodName:   true,
-	clusterv1.ClusterService_GetLease_FullMethodName:       true,
-	clusterv1.ClusterService_CreateUser_FullMethodName:     true,
-	clusterv1.ClusterService_DropUser_FullMethodName:       true,
-	clusterv1.ClusterService_SetUserRole_FullMethodName:    true,
-	clusterv1.ClusterService_ListUsers_FullMethodName:      true,
-}
-
 // Forwarder routes the calls only the group-0 leader serves to it; the
 // server installs its Interceptor, and the node calls its own handlers
 // through its Call.
 func (n *Node) Forwarder() *forward.Forwarder { return n.fwd }
 
-// Route is the forward.Route of ClusterService: the leader-only calls go
-// to the group-0 leader (waiting up to LeaderWait for one to be known);
-// every answer names the leader's address in client.LeaderHeader.
+// Route is the instance's forward.Route: the methods that only group 0's
+// leader serves (auth.LeaderOnly, the one method table: the cluster's
+// membership, leases and users, the data layer's DDL, the sharding
+// changes) go to the leader, waiting up to LeaderWait for one to be
+// known, and every answer names the leader's address in
+// client.LeaderHeader; every other call is served here.
 func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decision, error) {
-	if !leaderOnly[method] {
+	if !auth.LeaderOnly(method) {
 		return forward.Decision{}, nil
 	}
-	return n.LeaderDecision(ctx)
+	return n.leaderDecision(ctx)
 }
 
-// LeaderDecision routes a call to the group-0 leader (this instance when
-// it leads), for any service whose calls only the leader may serve.
-func (n *Node) LeaderDecision(ctx context.Context) (forward.Decision, error) {
+// leaderDecision routes a call to the group-0 leader (this instance when
+// it leads).
+func (n *Node) leaderDecision(ctx context.Context) (forward.Decision, error) {
 	g0 := n.g0.Load()
 	if g0 == nil {
 		return forward.Decision{}, n.errNotRunning()
