@@ -199,7 +199,8 @@ func (a *Authorizer) AuthorizeItem(ctx context.Context, it *datav1.MultiItem) er
 // Need returns the role a call of method with req needs; false when no
 // rule names the method.
 func (a *Authorizer) Need(method string, req any) (Role, bool) {
-	need, ok := rules[method]
+	m, ok := methods[method]
+	need := m.Role
 	if need == ByItems {
 		// The call as a whole: what every item needs at least. Each item
 		// is then checked as its own call (AuthorizeItem, by the router).

@@ -46,64 +46,82 @@ const ByProcedure Role = -1
 // others are served.
 const ByItems Role = -2
 
-// rules is the role each gRPC method needs: the one table. TestRulesCover
-// fails when a method the server registers has no entry here.
-var rules = map[string]Role{
+// Method is what the one method table says of a gRPC method.
+type Method struct {
+	// Role is what a caller needs (or ByProcedure, ByItems).
+	Role Role
+	// Leader: only group 0's leader serves the method (it changes or reads
+	// group 0 through its leader). Any other instance forwards the call
+	// there, one hop (internal/forward, with the route internal/cluster
+	// keeps); every other call is served where it arrives (the data calls
+	// then route themselves to their bucket, in the router).
+	Leader bool
+}
+
+// methods is the one table of every gRPC method an instance serves: the
+// role it needs (this package checks it) and whether only group 0's
+// leader serves it (the cluster's route reads that). TestRulesCover fails
+// when a method the server registers has no entry here.
+var methods = map[string]Method{
 	// Cluster: membership is for instances; status, reads of leases and
 	// discovery for any user; leases for writers; expel and users for admins.
-	clusterv1.ClusterService_Discover_FullMethodName:       Reader,
-	clusterv1.ClusterService_RaftJoin_FullMethodName:       Node,
-	clusterv1.ClusterService_UpdateInstance_FullMethodName: Node,
-	clusterv1.ClusterService_Expel_FullMethodName:          Admin,
-	clusterv1.ClusterService_GetStatus_FullMethodName:      Reader,
-	clusterv1.ClusterService_AcquireLease_FullMethodName:   Writer,
-	clusterv1.ClusterService_RenewLease_FullMethodName:     Writer,
-	clusterv1.ClusterService_ReleaseLease_FullMethodName:   Writer,
-	clusterv1.ClusterService_GetLease_FullMethodName:       Reader,
-	clusterv1.ClusterService_GroupAdmin_FullMethodName:     Node,
-	clusterv1.ClusterService_SyncSharding_FullMethodName:   Node,
-	clusterv1.ClusterService_GetProgress_FullMethodName:    Reader,
-	clusterv1.ClusterService_CreateUser_FullMethodName:     Admin,
-	clusterv1.ClusterService_DropUser_FullMethodName:       Admin,
-	clusterv1.ClusterService_SetUserRole_FullMethodName:    Admin,
-	clusterv1.ClusterService_ListUsers_FullMethodName:      Admin,
+	clusterv1.ClusterService_Discover_FullMethodName:       {Role: Reader},
+	clusterv1.ClusterService_RaftJoin_FullMethodName:       {Role: Node, Leader: true},
+	clusterv1.ClusterService_UpdateInstance_FullMethodName: {Role: Node, Leader: true},
+	clusterv1.ClusterService_Expel_FullMethodName:          {Role: Admin, Leader: true},
+	clusterv1.ClusterService_GetStatus_FullMethodName:      {Role: Reader},
+	clusterv1.ClusterService_AcquireLease_FullMethodName:   {Role: Writer, Leader: true},
+	clusterv1.ClusterService_RenewLease_FullMethodName:     {Role: Writer, Leader: true},
+	clusterv1.ClusterService_ReleaseLease_FullMethodName:   {Role: Writer, Leader: true},
+	clusterv1.ClusterService_GetLease_FullMethodName:       {Role: Reader, Leader: true},
+	clusterv1.ClusterService_GroupAdmin_FullMethodName:     {Role: Node},
+	clusterv1.ClusterService_SyncSharding_FullMethodName:   {Role: Node},
+	clusterv1.ClusterService_GetProgress_FullMethodName:    {Role: Reader},
+	clusterv1.ClusterService_CreateUser_FullMethodName:     {Role: Admin, Leader: true},
+	clusterv1.ClusterService_DropUser_FullMethodName:       {Role: Admin, Leader: true},
+	clusterv1.ClusterService_SetUserRole_FullMethodName:    {Role: Admin, Leader: true},
+	clusterv1.ClusterService_ListUsers_FullMethodName:      {Role: Admin, Leader: true},
 
 	// Data.
-	datav1.DataService_Write_FullMethodName:       Writer,
-	datav1.DataService_Get_FullMethodName:         Reader,
-	datav1.DataService_Range_FullMethodName:       Reader,
-	datav1.DataService_Call_FullMethodName:        ByProcedure,
-	datav1.DataService_MapCall_FullMethodName:     ByProcedure,
-	datav1.DataService_GetRouting_FullMethodName:  Reader,
-	datav1.DataService_CreateSpace_FullMethodName: Admin,
-	datav1.DataService_DropSpace_FullMethodName:   Admin,
-	datav1.DataService_ListSpaces_FullMethodName:  Reader,
-	datav1.DataService_Multi_FullMethodName:       ByItems,
-	datav1.DataService_Stream_FullMethodName:      ByItems,
+	datav1.DataService_Write_FullMethodName:       {Role: Writer},
+	datav1.DataService_Get_FullMethodName:         {Role: Reader},
+	datav1.DataService_Range_FullMethodName:       {Role: Reader},
+	datav1.DataService_Call_FullMethodName:        {Role: ByProcedure},
+	datav1.DataService_MapCall_FullMethodName:     {Role: ByProcedure},
+	datav1.DataService_GetRouting_FullMethodName:  {Role: Reader},
+	datav1.DataService_CreateSpace_FullMethodName: {Role: Admin, Leader: true},
+	datav1.DataService_DropSpace_FullMethodName:   {Role: Admin, Leader: true},
+	datav1.DataService_ListSpaces_FullMethodName:  {Role: Reader},
+	datav1.DataService_Multi_FullMethodName:       {Role: ByItems},
+	datav1.DataService_Stream_FullMethodName:      {Role: ByItems},
 
 	// Sharding: looking is reading; changing is an admin's.
-	datav1.ShardingService_RebalanceStatus_FullMethodName: Reader,
-	datav1.ShardingService_SetWeight_FullMethodName:       Admin,
-	datav1.ShardingService_SetLocked_FullMethodName:       Admin,
-	datav1.ShardingService_MoveBucket_FullMethodName:      Admin,
-	datav1.ShardingService_PinBucket_FullMethodName:       Admin,
-	datav1.ShardingService_SetRebalancer_FullMethodName:   Admin,
-	datav1.ShardingService_Reshard_FullMethodName:         Admin,
+	datav1.ShardingService_RebalanceStatus_FullMethodName: {Role: Reader},
+	datav1.ShardingService_SetWeight_FullMethodName:       {Role: Admin, Leader: true},
+	datav1.ShardingService_SetLocked_FullMethodName:       {Role: Admin, Leader: true},
+	datav1.ShardingService_MoveBucket_FullMethodName:      {Role: Admin, Leader: true},
+	datav1.ShardingService_PinBucket_FullMethodName:       {Role: Admin, Leader: true},
+	datav1.ShardingService_SetRebalancer_FullMethodName:   {Role: Admin, Leader: true},
+	datav1.ShardingService_Reshard_FullMethodName:         {Role: Admin, Leader: true},
 
 	// Between instances only.
-	raftv1.RaftTransportService_RaftMessages_FullMethodName: Node,
-	raftv1.RaftTransportService_RaftSnapshot_FullMethodName: Node,
-	rspb.BucketService_SetBuckets_FullMethodName:            Node,
-	rspb.BucketService_ReceiveBuckets_FullMethodName:        Node,
-	rspb.BucketService_SendBuckets_FullMethodName:           Node,
-	rspb.BucketService_Lookup_FullMethodName:                Node,
-	rspb.BucketService_LookupRange_FullMethodName:           Node,
-	rspb.BucketService_Buckets_FullMethodName:               Node,
+	raftv1.RaftTransportService_RaftMessages_FullMethodName: {Role: Node},
+	raftv1.RaftTransportService_RaftSnapshot_FullMethodName: {Role: Node},
+	rspb.BucketService_SetBuckets_FullMethodName:            {Role: Node},
+	rspb.BucketService_ReceiveBuckets_FullMethodName:        {Role: Node},
+	rspb.BucketService_SendBuckets_FullMethodName:           {Role: Node},
+	rspb.BucketService_Lookup_FullMethodName:                {Role: Node},
+	rspb.BucketService_LookupRange_FullMethodName:           {Role: Node},
+	rspb.BucketService_Buckets_FullMethodName:               {Role: Node},
 }
 
 // Rule returns the role a method needs; false when the table has none
 // (users are refused such a method).
 func Rule(method string) (Role, bool) {
-	r, ok := rules[method]
-	return r, ok
+	m, ok := methods[method]
+	return m.Role, ok
 }
+
+// LeaderOnly reports whether only group 0's leader serves method; false
+// for a method the table does not name.
+func LeaderOnly(method string) bool { return methods[method].Leader }

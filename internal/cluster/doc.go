@@ -5,6 +5,13 @@
 // of it over gRPC. It also says, in one line, what an instance whose data
 // dir is damaged must do (it refuses to go on; see datadir.go).
 //
+// Two types split it by concern: Node is the instance (its lifecycle,
+// group 0 and the replicaset group, the governor, the sentinel), and
+// Service (Node.Service) is its RPC surface, the ClusterService methods,
+// each in the file of its concern (join.go, expel.go, leases.go,
+// users.go, status.go, service.go), which check and convert a request and
+// ask the Node.
+//
 // It owns the decisions: which instance bootstraps, where a joiner goes,
 // which instances vote, when a grade may advance. It keeps its state in
 // group 0 (through internal/meta) and runs groups through

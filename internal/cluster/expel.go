@@ -12,9 +12,10 @@ import (
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 )
 
-// Expel implements ClusterService (K14): target Expelled, then wait until
+// Expel implements clusterv1.ClusterServiceServer (K14): target Expelled, then wait until
 // the governor has made the current grade Expelled. Idempotent.
-func (n *Node) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+func (s *Service) Expel(ctx context.Context, req *clusterv1.ExpelRequest) (*clusterv1.ExpelResponse, error) {
+	n := s.n
 	if err := n.checkClusterID(req.GetClusterId()); err != nil {
 		return nil, err
 	}

@@ -68,8 +68,9 @@ func (n *Node) joined(resp *clusterv1.RaftJoinResponse) (*Identity, error) {
 	return ident, nil
 }
 
-// RaftJoin implements ClusterService (on the leader; others forward).
-func (n *Node) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*clusterv1.RaftJoinResponse, error) {
+// RaftJoin implements clusterv1.ClusterServiceServer (on the leader; others forward).
+func (s *Service) RaftJoin(ctx context.Context, req *clusterv1.RaftJoinRequest) (*clusterv1.RaftJoinResponse, error) {
+	n := s.n
 	if err := quickJoinCheck(n.meta.State(), req); err != nil {
 		return nil, StatusError(err)
 	}

@@ -15,9 +15,9 @@ import (
 // call goes to the leader, which stamps it with its clock; expiry is judged
 // by that leader-stamped time as written in the log.
 
-// AcquireLease implements ClusterService.
-func (n *Node) AcquireLease(ctx context.Context, req *clusterv1.AcquireLeaseRequest) (*clusterv1.AcquireLeaseResponse, error) {
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_AcquireLease{AcquireLease: &metapb.AcquireLease{
+// AcquireLease implements clusterv1.ClusterServiceServer.
+func (s *Service) AcquireLease(ctx context.Context, req *clusterv1.AcquireLeaseRequest) (*clusterv1.AcquireLeaseResponse, error) {
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_AcquireLease{AcquireLease: &metapb.AcquireLease{
 		Name: req.GetName(), Holder: req.GetHolder(), TtlMs: req.GetTtlMs()}}})
 	if err != nil {
 		return nil, err
@@ -25,9 +25,9 @@ func (n *Node) AcquireLease(ctx context.Context, req *clusterv1.AcquireLeaseRequ
 	return &clusterv1.AcquireLeaseResponse{Granted: res.Granted, Lease: apiLease(res.Lease)}, nil
 }
 
-// RenewLease implements ClusterService.
-func (n *Node) RenewLease(ctx context.Context, req *clusterv1.RenewLeaseRequest) (*clusterv1.RenewLeaseResponse, error) {
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_RenewLease{RenewLease: &metapb.RenewLease{
+// RenewLease implements clusterv1.ClusterServiceServer.
+func (s *Service) RenewLease(ctx context.Context, req *clusterv1.RenewLeaseRequest) (*clusterv1.RenewLeaseResponse, error) {
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_RenewLease{RenewLease: &metapb.RenewLease{
 		Name: req.GetName(), Holder: req.GetHolder(), Ticket: req.GetTicket(), TtlMs: req.GetTtlMs()}}})
 	if err != nil {
 		return nil, err
@@ -35,9 +35,9 @@ func (n *Node) RenewLease(ctx context.Context, req *clusterv1.RenewLeaseRequest)
 	return &clusterv1.RenewLeaseResponse{Renewed: res.Granted, Lease: apiLease(res.Lease)}, nil
 }
 
-// ReleaseLease implements ClusterService.
-func (n *Node) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequest) (*clusterv1.ReleaseLeaseResponse, error) {
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_ReleaseLease{ReleaseLease: &metapb.ReleaseLease{
+// ReleaseLease implements clusterv1.ClusterServiceServer.
+func (s *Service) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequest) (*clusterv1.ReleaseLeaseResponse, error) {
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_ReleaseLease{ReleaseLease: &metapb.ReleaseLease{
 		Name: req.GetName(), Holder: req.GetHolder(), Ticket: req.GetTicket(),
 		SetValue: req.GetSetValue(), Value: req.GetValue()}}})
 	if err != nil {
@@ -46,8 +46,9 @@ func (n *Node) ReleaseLease(ctx context.Context, req *clusterv1.ReleaseLeaseRequ
 	return &clusterv1.ReleaseLeaseResponse{Released: res.Granted}, nil
 }
 
-// GetLease implements ClusterService: a linearizable read on the leader.
-func (n *Node) GetLease(ctx context.Context, req *clusterv1.GetLeaseRequest) (*clusterv1.GetLeaseResponse, error) {
+// GetLease implements clusterv1.ClusterServiceServer: a linearizable read on the leader.
+func (s *Service) GetLease(ctx context.Context, req *clusterv1.GetLeaseRequest) (*clusterv1.GetLeaseResponse, error) {
+	n := s.n
 	if err := n.g0.Load().ReadIndex(ctx); err != nil {
 		return nil, StatusError(err)
 	}

@@ -129,6 +129,7 @@ type Node struct {
 	targetRefused atomic.Pointer[string]
 	metrics       *Metrics
 	fwd           *forward.Forwarder
+	svc           *Service
 	clock         Clock
 }
 
@@ -159,6 +160,7 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 		clock:    cfg.Clock,
 	}
 	n.fwd = forward.New(n.Route, n.DialPeer)
+	n.svc = &Service{n: n}
 	return n
 }
 
@@ -583,7 +585,7 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 		}
 		rctx, cancel := context.WithTimeout(ctx, n.cfg.Timeouts.PeerCall)
 		out, err := n.fwd.Call(rctx, clusterv1.ClusterService_UpdateInstance_FullMethodName, req, func(ctx context.Context) (any, error) {
-			return n.UpdateInstance(ctx, req)
+			return n.svc.UpdateInstance(ctx, req)
 		})
 		cancel()
 		resp, _ := out.(*clusterv1.UpdateInstanceResponse)

@@ -11,46 +11,33 @@ import (
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 )
 
+// Service is a node's RPC surface: ClusterService, whose methods are in
+// the files of their concern (join.go, expel.go, leases.go, users.go,
+// status.go, and here), each a thin edge that checks and converts the
+// request and asks the Node. The Node is the instance itself: its
+// lifecycle, group 0 and its governor. The embedded Unimplemented server
+// only provides forward compatibility; every method of today's service is
+// Service's own.
+type Service struct {
+	clusterv1.UnimplementedClusterServiceServer
+	n *Node
+}
+
+// Service returns the node's RPC surface.
+func (n *Node) Service() *Service { return n.svc }
+
 // Register adds the node's services to a gRPC server: ClusterService and
 // the raft transport (which answers Unavailable until raft runs).
-func (n *Node) Register(s *grpc.Server) {
-	clusterv1.RegisterClusterServiceServer(s, &service{Node: n})
-	raftv1.RegisterRaftTransportServiceServer(s, &transportProxy{n: n})
-}
-
-// service is the Node as a ClusterServiceServer; the embedded
-// Unimplemented server only provides forward compatibility, every method
-// of today's service is the Node's.
-type service struct {
-	unimplemented
-	*Node
-}
-
-// unimplemented sits one level deeper than *Node, so the Node's methods win.
-type unimplemented struct {
-	clusterv1.UnimplementedClusterServiceServer
-}
-
-// leaderOnly lists the ClusterService calls that only the group-0 leader
-// serves; any other instance forwards them there (Route).
-var leaderOnly = map[string]bool{
-	clusterv1.ClusterService_RaftJoin_FullMethodName:       true,
-	clusterv1.ClusterService_UpdateInstance_FullMethodName: true,
-	clusterv1.ClusterService_Expel_FullMethodName:          true,
-	clusterv1.ClusterService_AcquireLease_FullMethodName:   true,
-	clusterv1.ClusterService_RenewLease_FullMethodName:     true,
-	clusterv1.ClusterService_ReleaseLease_FullMethodName:   true,
-	clusterv1.ClusterService_GetLease_FullMethodName:       true,
-	clusterv1.ClusterService_CreateUser_FullMethodName:     true,
-	clusterv1.ClusterService_DropUser_FullMethodName:       true,
-	clusterv1.ClusterService_SetUserRole_FullMethodName:    true,
-	clusterv1.ClusterService_ListUsers_FullMethodName:      true,
+func (s *Service) Register(srv *grpc.Server) {
+	clusterv1.RegisterClusterServiceServer(srv, s)
+	raftv1.RegisterRaftTransportServiceServer(srv, &transportProxy{n: s.n})
 }
 
 // Forwarder routes the calls only the group-0 leader serves to it; the
@@ -58,19 +45,22 @@ var leaderOnly = map[string]bool{
 // through its Call.
 func (n *Node) Forwarder() *forward.Forwarder { return n.fwd }
 
-// Route is the forward.Route of ClusterService: the leader-only calls go
-// to the group-0 leader (waiting up to LeaderWait for one to be known);
-// every answer names the leader's address in client.LeaderHeader.
+// Route is the instance's forward.Route: the methods that only group 0's
+// leader serves (auth.LeaderOnly, the one method table: the cluster's
+// membership, leases and users, the data layer's DDL, the sharding
+// changes) go to the leader, waiting up to LeaderWait for one to be
+// known, and every answer names the leader's address in
+// client.LeaderHeader; every other call is served here.
 func (n *Node) Route(ctx context.Context, method string, _ any) (forward.Decision, error) {
-	if !leaderOnly[method] {
+	if !auth.LeaderOnly(method) {
 		return forward.Decision{}, nil
 	}
-	return n.LeaderDecision(ctx)
+	return n.leaderDecision(ctx)
 }
 
-// LeaderDecision routes a call to the group-0 leader (this instance when
-// it leads), for any service whose calls only the leader may serve.
-func (n *Node) LeaderDecision(ctx context.Context) (forward.Decision, error) {
+// leaderDecision routes a call to the group-0 leader (this instance when
+// it leads).
+func (n *Node) leaderDecision(ctx context.Context) (forward.Decision, error) {
 	g0 := n.g0.Load()
 	if g0 == nil {
 		return forward.Decision{}, n.errNotRunning()
@@ -96,8 +86,9 @@ func (n *Node) LeaderDecision(ctx context.Context) (forward.Decision, error) {
 // forward.Dial of its peer connections).
 func (n *Node) DialPeer(addr string) (grpc.ClientConnInterface, error) { return n.peers.conn(addr) }
 
-// Discover implements ClusterService.
-func (n *Node) Discover(_ context.Context, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error) {
+// Discover implements clusterv1.ClusterServiceServer.
+func (s *Service) Discover(_ context.Context, req *clusterv1.DiscoverRequest) (*clusterv1.DiscoverResponse, error) {
+	n := s.n
 	if g0 := n.g0.Load(); g0 != nil && g0.Leader() != 0 {
 		if addr, err := n.res.RaftAddress(g0.Leader()); err == nil {
 			return &clusterv1.DiscoverResponse{Result: &clusterv1.DiscoverResponse_LeaderAddress{LeaderAddress: addr}}, nil
@@ -112,9 +103,9 @@ func (n *Node) Discover(_ context.Context, req *clusterv1.DiscoverRequest) (*clu
 	return d.handle(req), nil
 }
 
-// UpdateInstance implements ClusterService.
-func (n *Node) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstanceRequest) (*clusterv1.UpdateInstanceResponse, error) {
-	if err := n.checkClusterID(req.GetClusterId()); err != nil {
+// UpdateInstance implements clusterv1.ClusterServiceServer.
+func (s *Service) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstanceRequest) (*clusterv1.UpdateInstanceResponse, error) {
+	if err := s.n.checkClusterID(req.GetClusterId()); err != nil {
 		return nil, err
 	}
 	target := metaVariant(req.GetTargetGrade())
@@ -123,10 +114,10 @@ func (n *Node) UpdateInstance(ctx context.Context, req *clusterv1.UpdateInstance
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "an instance may ask for target Online or Offline, not %s", meta.VariantName(target))
 	}
-	if err := n.updateAddress(ctx, req); err != nil {
+	if err := s.n.updateAddress(ctx, req); err != nil {
 		return nil, err
 	}
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetTargetGrade{SetTargetGrade: &metapb.SetTargetGrade{
 		InstanceId: req.GetInstanceId(), Variant: target, Reason: req.GetReason(), Uuid: req.GetUuid(),
 	}}})
 	if err != nil {
@@ -169,10 +160,10 @@ func (n *Node) checkClusterID(id string) error {
 	return nil
 }
 
-// GroupAdmin implements ClusterService.
-func (n *Node) GroupAdmin(ctx context.Context, req *clusterv1.GroupAdminRequest) (*clusterv1.GroupAdminResponse, error) {
+// GroupAdmin implements clusterv1.ClusterServiceServer.
+func (s *Service) GroupAdmin(ctx context.Context, req *clusterv1.GroupAdminRequest) (*clusterv1.GroupAdminResponse, error) {
 	gid := multiraft.GroupID(req.GetGroupId())
-	g := n.group(gid)
+	g := s.n.group(gid)
 	if g == nil {
 		return nil, status.Errorf(codes.NotFound, "group %d is not open on this instance", gid)
 	}
@@ -217,9 +208,9 @@ func (n *Node) GroupAdmin(ctx context.Context, req *clusterv1.GroupAdminRequest)
 	return resp, nil
 }
 
-// SyncSharding implements ClusterService.
-func (n *Node) SyncSharding(ctx context.Context, req *clusterv1.SyncShardingRequest) (*clusterv1.SyncShardingResponse, error) {
-	g0 := n.g0.Load()
+// SyncSharding implements clusterv1.ClusterServiceServer.
+func (s *Service) SyncSharding(ctx context.Context, req *clusterv1.SyncShardingRequest) (*clusterv1.SyncShardingResponse, error) {
+	g0 := s.n.g0.Load()
 	if g0 == nil {
 		return nil, errNoGroup0
 	}
@@ -229,8 +220,9 @@ func (n *Node) SyncSharding(ctx context.Context, req *clusterv1.SyncShardingRequ
 	return &clusterv1.SyncShardingResponse{AppliedIndex: g0.Applied()}, nil
 }
 
-// GetProgress implements ClusterService.
-func (n *Node) GetProgress(context.Context, *clusterv1.GetProgressRequest) (*clusterv1.GetProgressResponse, error) {
+// GetProgress implements clusterv1.ClusterServiceServer.
+func (s *Service) GetProgress(context.Context, *clusterv1.GetProgressRequest) (*clusterv1.GetProgressResponse, error) {
+	n := s.n
 	id := n.Identity()
 	if id == nil || n.g0.Load() == nil {
 		return nil, errNoGroup0

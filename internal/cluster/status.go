@@ -11,10 +11,11 @@ import (
 	"github.com/shardkit/shardkit/sharding"
 )
 
-// GetStatus implements ClusterService. It first catches up with the
+// GetStatus implements clusterv1.ClusterServiceServer. It first catches up with the
 // leader (a read index); without a leader it answers from what it has,
 // and says so: Quorum tells how many voters of group 0 answer a probe.
-func (n *Node) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (*clusterv1.GetStatusResponse, error) {
+func (s *Service) GetStatus(ctx context.Context, req *clusterv1.GetStatusRequest) (*clusterv1.GetStatusResponse, error) {
+	n := s.n
 	g0 := n.g0.Load()
 	if g0 == nil {
 		return nil, n.errNotRunning()

@@ -18,9 +18,9 @@ func apiUser(u *metapb.User) *clusterv1.User {
 	return &clusterv1.User{Name: u.GetName(), Role: clusterv1.Role(u.GetRole())}
 }
 
-// CreateUser implements ClusterService (on the group-0 leader).
-func (n *Node) CreateUser(ctx context.Context, req *clusterv1.CreateUserRequest) (*clusterv1.CreateUserResponse, error) {
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_CreateUser{CreateUser: &metapb.CreateUser{User: &metapb.User{
+// CreateUser implements clusterv1.ClusterServiceServer (on the group-0 leader).
+func (s *Service) CreateUser(ctx context.Context, req *clusterv1.CreateUserRequest) (*clusterv1.CreateUserResponse, error) {
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_CreateUser{CreateUser: &metapb.CreateUser{User: &metapb.User{
 		Name: req.GetUser().GetName(), Role: metapb.UserRole(req.GetUser().GetRole()),
 	}}}})
 	if err != nil {
@@ -29,17 +29,17 @@ func (n *Node) CreateUser(ctx context.Context, req *clusterv1.CreateUserRequest)
 	return &clusterv1.CreateUserResponse{User: apiUser(res.User)}, nil
 }
 
-// DropUser implements ClusterService (on the group-0 leader).
-func (n *Node) DropUser(ctx context.Context, req *clusterv1.DropUserRequest) (*clusterv1.DropUserResponse, error) {
-	if _, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_DropUser{DropUser: &metapb.DropUser{Name: req.GetName()}}}); err != nil {
+// DropUser implements clusterv1.ClusterServiceServer (on the group-0 leader).
+func (s *Service) DropUser(ctx context.Context, req *clusterv1.DropUserRequest) (*clusterv1.DropUserResponse, error) {
+	if _, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_DropUser{DropUser: &metapb.DropUser{Name: req.GetName()}}}); err != nil {
 		return nil, err
 	}
 	return &clusterv1.DropUserResponse{}, nil
 }
 
-// SetUserRole implements ClusterService (on the group-0 leader).
-func (n *Node) SetUserRole(ctx context.Context, req *clusterv1.SetUserRoleRequest) (*clusterv1.SetUserRoleResponse, error) {
-	res, err := n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetUserRole{SetUserRole: &metapb.SetUserRole{
+// SetUserRole implements clusterv1.ClusterServiceServer (on the group-0 leader).
+func (s *Service) SetUserRole(ctx context.Context, req *clusterv1.SetUserRoleRequest) (*clusterv1.SetUserRoleResponse, error) {
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetUserRole{SetUserRole: &metapb.SetUserRole{
 		Name: req.GetName(), Role: metapb.UserRole(req.GetRole()),
 	}}})
 	if err != nil {
@@ -48,18 +48,18 @@ func (n *Node) SetUserRole(ctx context.Context, req *clusterv1.SetUserRoleReques
 	return &clusterv1.SetUserRoleResponse{User: apiUser(res.User)}, nil
 }
 
-// ListUsers implements ClusterService (on the group-0 leader, so the list
+// ListUsers implements clusterv1.ClusterServiceServer (on the group-0 leader, so the list
 // is current): root first, then every stored user by name.
-func (n *Node) ListUsers(ctx context.Context, _ *clusterv1.ListUsersRequest) (*clusterv1.ListUsersResponse, error) {
-	g0 := n.g0.Load()
+func (s *Service) ListUsers(ctx context.Context, _ *clusterv1.ListUsersRequest) (*clusterv1.ListUsersResponse, error) {
+	g0 := s.n.g0.Load()
 	if g0 == nil {
-		return nil, n.errNotRunning()
+		return nil, s.n.errNotRunning()
 	}
 	if err := g0.ReadIndex(ctx); err != nil {
 		return nil, StatusError(err)
 	}
 	resp := &clusterv1.ListUsersResponse{Users: []*clusterv1.User{{Name: meta.RootUser, Role: clusterv1.Role_ROLE_ADMIN}}}
-	for _, u := range n.meta.State().SortedUsers() {
+	for _, u := range s.n.meta.State().SortedUsers() {
 		resp.Users = append(resp.Users, apiUser(u))
 	}
 	return resp, nil

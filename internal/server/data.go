@@ -35,21 +35,11 @@ import (
 // the start (answering Unavailable until group 0 runs). Group 0's state is
 // adapted to what each room needs here, and nowhere else.
 
-// routeCall is the instance's forward.Route: the cluster's calls as the
-// cluster routes them, the data layer's DDL to the group-0 leader (its
-// other calls route themselves, in the router).
-func routeCall(node *cluster.Node) forward.Route {
-	return func(ctx context.Context, method string, req any) (forward.Decision, error) {
-		switch method {
-		case datav1.DataService_CreateSpace_FullMethodName, datav1.DataService_DropSpace_FullMethodName,
-			datav1.ShardingService_SetWeight_FullMethodName, datav1.ShardingService_SetLocked_FullMethodName,
-			datav1.ShardingService_MoveBucket_FullMethodName, datav1.ShardingService_PinBucket_FullMethodName,
-			datav1.ShardingService_SetRebalancer_FullMethodName, datav1.ShardingService_Reshard_FullMethodName:
-			return node.LeaderDecision(ctx)
-		}
-		return node.Route(ctx, method, req)
-	}
-}
+// routeCall is the instance's forward.Route: the node's, which sends the
+// methods only group 0's leader serves (auth's method table: the cluster's
+// and the data layer's DDL and sharding changes) there; the other data
+// calls route themselves, in the router.
+func routeCall(node *cluster.Node) forward.Route { return node.Route }
 
 // dataLayer holds one instance's storage and router.
 type dataLayer struct {

@@ -34,7 +34,7 @@ func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry, profiles bool)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /api/v1/cluster", func(w http.ResponseWriter, r *http.Request) {
 		all := r.URL.Query().Get("all") == "1" || r.URL.Query().Get("all") == "true"
-		resp, err := node.GetStatus(r.Context(), &clusterv1.GetStatusRequest{All: all})
+		resp, err := node.Service().GetStatus(r.Context(), &clusterv1.GetStatusRequest{All: all})
 		if err != nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": status.Convert(err).Message()})
 			return

@@ -123,7 +123,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	opts := append(grpcnet.ServerOptions(), grpc.ChainUnaryInterceptor(unary...), grpc.ForceServerCodecV2(rpccodec.Codec{}))
 	opts = append(opts, sec.serverOptions(authz)...)
 	srv := grpc.NewServer(opts...)
-	node.Register(srv)
+	node.Service().Register(srv)
 	data.register(srv)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(lis) }()

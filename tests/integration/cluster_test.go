@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/tests/framework"
 )
 
 // K2: instances started at the same moment with the same --peer list form
@@ -42,12 +43,12 @@ func startTogether(t *testing.T, run, n int) {
 			}
 			// Every instance sees the same cluster.
 			for _, inst := range c.insts {
-				s, err := status(inst.listen, false)
+				s, err := status(inst.Listen, false)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if s.ClusterUUID != st.ClusterUUID || len(s.Instances) != n {
-					t.Fatalf("%s sees cluster %s with %d instances, want %s with %d", inst.name, s.ClusterUUID, len(s.Instances), st.ClusterUUID, n)
+					t.Fatalf("%s sees cluster %s with %d instances, want %s with %d", inst.Name, s.ClusterUUID, len(s.Instances), st.ClusterUUID, n)
 				}
 			}
 			wantVoters := map[int]int{2: 1, 3: 3, 5: 5}[n]
@@ -72,51 +73,51 @@ func TestJoinRestartAndColdRestart(t *testing.T) {
 
 	// A joiner that knows only a follower.
 	j1 := c.add()
-	j1.args = replacePeer(j1.args, follower.listen)
+	j1.Args = replacePeer(j1.Args, follower.Listen)
 	j1.start(t)
 	c.waitOnline(4)
 
 	// A joiner whose first peer is dead.
-	dead := freePorts(t, 1)[0]
+	dead := framework.FreePorts(t, 1)[0]
 	j2 := c.add()
-	j2.args = replacePeer(j2.args, dead+","+lead.listen)
+	j2.Args = replacePeer(j2.Args, dead+","+lead.Listen)
 	j2.start(t)
 	st = c.waitOnline(5)
 
 	// Restart a follower: same raft_id, incarnation + 1.
-	before := *st.byAddress(follower.listen)
+	before := *st.byAddress(follower.Listen)
 	follower.term(t)
 	follower.start(t)
 	st = c.waitStatus("the follower back Online with a new incarnation", 60*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(follower.listen)
+		i := s.byAddress(follower.Listen)
 		// At least +1: a sentinel flap around the restart may add another.
 		return i != nil && online(i) && i.CurrentGrade.Incarnation > before.CurrentGrade.Incarnation
 	})
-	if after := st.byAddress(follower.listen); after.RaftID != before.RaftID || after.InstanceID != before.InstanceID || after.UUID != before.UUID {
+	if after := st.byAddress(follower.Listen); after.RaftID != before.RaftID || after.InstanceID != before.InstanceID || after.UUID != before.UUID {
 		t.Fatalf("restart changed identity: before %+v after %+v", before, after)
 	}
 
 	// Restart the leader (kill -9): a new leader, and the old one rejoins.
-	before = *st.byAddress(lead.listen)
-	lead.kill()
+	before = *st.byAddress(lead.Listen)
+	lead.Kill()
 	lead.start(t)
 	st = c.waitStatus("the old leader back Online with a new incarnation", 60*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(lead.listen)
+		i := s.byAddress(lead.Listen)
 		return i != nil && online(i) && i.CurrentGrade.Incarnation > before.CurrentGrade.Incarnation
 	})
-	if after := st.byAddress(lead.listen); after.RaftID != before.RaftID {
+	if after := st.byAddress(lead.Listen); after.RaftID != before.RaftID {
 		t.Fatalf("leader restart changed raft_id %d -> %d", before.RaftID, after.RaftID)
 	}
 
 	// A joiner that knows only the former leader.
 	j3 := c.add()
-	j3.args = replacePeer(j3.args, lead.listen)
+	j3.Args = replacePeer(j3.Args, lead.Listen)
 	j3.start(t)
 	c.waitOnline(6)
 
 	// Full cold restart.
 	for _, inst := range c.insts {
-		inst.kill()
+		inst.Kill()
 	}
 	for _, inst := range c.insts {
 		inst.start(t)
@@ -137,19 +138,19 @@ func TestAnInstanceRestartedOnAnotherAddressIsReachedThere(t *testing.T) {
 	c.startAll()
 	st := c.waitOnline(3)
 	moved := c.follower(st)
-	before := *st.byAddress(moved.listen)
+	before := *st.byAddress(moved.Listen)
 	moved.term(t)
-	addrs := freePorts(t, 2)
-	moved.args = replaceArg(replaceArg(moved.args, "--listen", addrs[0]), "--http-listen", addrs[1])
-	moved.listen, moved.http = addrs[0], addrs[1]
+	addrs := framework.FreePorts(t, 2)
+	moved.Args = replaceArg(replaceArg(moved.Args, "--listen", addrs[0]), "--http-listen", addrs[1])
+	moved.Listen, moved.http = addrs[0], addrs[1]
 	moved.start(t)
 	// Online: the governor saw it catch up with group 0's log, which only
 	// the leader's messages to its new address bring.
 	st = c.waitStatus("the instance Online at its new address", 60*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(moved.listen)
+		i := s.byAddress(moved.Listen)
 		return i != nil && online(i) && i.HTTPAddress == moved.http
 	})
-	if after := st.byAddress(moved.listen); after.RaftID != before.RaftID || after.UUID != before.UUID {
+	if after := st.byAddress(moved.Listen); after.RaftID != before.RaftID || after.UUID != before.UUID {
 		t.Fatalf("the move changed the identity: before %+v, after %+v", before, after)
 	}
 }
@@ -165,10 +166,10 @@ func TestAnInstanceRestartedOnATakenAddressSaysWhy(t *testing.T) {
 	lead := c.leader(st)
 	moved := c.follower(st)
 	moved.term(t)
-	free := freePorts(t, 1)[0]
-	moved.args = replaceArg(moved.args, "--listen", free)
-	moved.listen = free
-	moved.start(t, "--advertise", lead.listen)
+	free := framework.FreePorts(t, 1)[0]
+	moved.Args = replaceArg(moved.Args, "--listen", free)
+	moved.Listen = free
+	moved.start(t, "--advertise", lead.Listen)
 	deadline := time.Now().Add(60 * time.Second)
 	var code int
 	var body string
@@ -179,10 +180,10 @@ func TestAnInstanceRestartedOnATakenAddressSaysWhy(t *testing.T) {
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
-	if code != 503 || !strings.Contains(body, "refuses this instance's request for target Online: ") || !strings.Contains(body, lead.listen) {
-		t.Fatalf("/health/ready of an instance advertising %s (the leader's): %d %s", lead.listen, code, body)
+	if code != 503 || !strings.Contains(body, "refuses this instance's request for target Online: ") || !strings.Contains(body, lead.Listen) {
+		t.Fatalf("/health/ready of an instance advertising %s (the leader's): %d %s", lead.Listen, code, body)
 	}
-	if b, _ := os.ReadFile(moved.logf); !strings.Contains(string(b), "group 0 refuses this instance's target grade") {
+	if b, _ := os.ReadFile(moved.Log); !strings.Contains(string(b), "group 0 refuses this instance's target grade") {
 		t.Errorf("no warning of the refusal in the log:\n%s", lastLines(string(b), 20))
 	}
 }
@@ -219,15 +220,15 @@ func TestLeaderShutdownAndVoterCrash(t *testing.T) {
 	lead := c.leader(st)
 	oldLeader := st.LeaderRaftID
 	lead.term(t)
-	if !strings.Contains(lead.logText(), "transferring leadership") {
+	if !strings.Contains(lead.LogText(), "transferring leadership") {
 		t.Errorf("the leader's log does not show a leadership transfer")
 	}
 	st = c.waitStatus("a new leader and the old one Offline", 30*time.Second, func(s *statusJSON) bool {
-		old := s.byAddress(lead.listen)
+		old := s.byAddress(lead.Listen)
 		return s.LeaderRaftID != 0 && s.LeaderRaftID != oldLeader && old != nil && old.CurrentGrade.Variant == "Offline"
 	})
 	// The rest keep working: a lease can be taken.
-	if granted, _, err := acquire(c.leader(st).listen, "after-shutdown", "x", time.Minute); err != nil || !granted {
+	if granted, _, err := acquire(c.leader(st).Listen, "after-shutdown", "x", time.Minute); err != nil || !granted {
 		t.Fatalf("the cluster cannot take a lease after the leader's shutdown: granted=%v, %v", granted, err)
 	}
 	lead.start(t)
@@ -243,7 +244,7 @@ func TestLeaderShutdownAndVoterCrash(t *testing.T) {
 			break
 		}
 	}
-	victim.kill()
+	victim.Kill()
 	st = c.waitStatus("the sentinel to mark the killed voter Offline and a learner to be promoted", 60*time.Second, func(s *statusJSON) bool {
 		v := s.byRaftID(victimID)
 		return v != nil && v.TargetGrade.Variant == "Offline" && v.CurrentGrade.Variant == "Offline" &&
@@ -293,7 +294,7 @@ func TestLeaseRace(t *testing.T) {
 	const ttl = 6 * time.Second
 	res := make(chan result, 2)
 	for i, holder := range []string{"A", "B"} {
-		addr := c.insts[i].listen
+		addr := c.insts[i].Listen
 		go func() {
 			g, l, err := acquire(addr, "shard-7", holder, ttl)
 			res <- result{g, l, err}
@@ -320,7 +321,7 @@ func TestLeaseRace(t *testing.T) {
 	}
 	deadline := time.Now().Add(ttl + 30*time.Second)
 	for {
-		g, l, err := acquire(c.insts[2].listen, "shard-7", loserName, ttl)
+		g, l, err := acquire(c.insts[2].Listen, "shard-7", loserName, ttl)
 		if err != nil {
 			t.Fatal(err)
 		}

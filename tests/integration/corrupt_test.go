@@ -9,15 +9,6 @@ import (
 	"time"
 )
 
-// lastRun is the part of an instance's log written since its last start.
-func (inst *instance) lastRun() string {
-	text := inst.logText()
-	if i := strings.LastIndex(text, "==== start "); i >= 0 {
-		return text[i:]
-	}
-	return text
-}
-
 // newestWAL is the path of the newest Pebble write-ahead log in an
 // instance's data dir.
 func newestWAL(t *testing.T, inst *instance) string {
@@ -63,14 +54,14 @@ func testDamagedDataDir(t *testing.T, cut func(int64) int64) {
 	// (--lose-buckets), as an operator would for a lost disk.
 	var victim *instance
 	for _, inst := range c.insts {
-		if in := st.byAddress(inst.listen); in != nil && in.RaftID != st.LeaderRaftID && victim == nil {
+		if in := st.byAddress(inst.Listen); in != nil && in.RaftID != st.LeaderRaftID && victim == nil {
 			victim = inst
 		}
 	}
 	if victim == nil {
 		t.Fatalf("no follower: %+v", st)
 	}
-	old := *st.byAddress(victim.listen)
+	old := *st.byAddress(victim.Listen)
 	lead := c.leader(st)
 
 	victim.term(t)
@@ -89,7 +80,7 @@ func testDamagedDataDir(t *testing.T, cut func(int64) int64) {
 
 	victim.start(t)
 	code := victim.wait(t, 90*time.Second)
-	run := victim.lastRun()
+	run := victim.LastRun()
 	if code != 91 {
 		t.Fatalf("restart on a damaged data dir: exit code %d, want 91 (refused, not restarted):\n%s", code, run)
 	}
@@ -116,7 +107,7 @@ func testDamagedDataDir(t *testing.T, cut func(int64) int64) {
 	}
 
 	// The recovery the line names.
-	if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.listen, "--force", "--lose-buckets", "--timeout", "60s", old.InstanceID); code != 0 {
+	if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.Listen, "--force", "--lose-buckets", "--timeout", "60s", old.InstanceID); code != 0 {
 		t.Fatalf("expel %s: exit %d: %s %s", old.InstanceID, code, out, errs)
 	}
 	if err := os.RemoveAll(filepath.Join(victim.dir, "data")); err != nil {
@@ -128,7 +119,7 @@ func testDamagedDataDir(t *testing.T, cut func(int64) int64) {
 	})
 	var back *instanceJSON
 	for i := range st.Instances {
-		if in := &st.Instances[i]; in.Address == victim.listen && online(in) {
+		if in := &st.Instances[i]; in.Address == victim.Listen && online(in) {
 			back = in
 		}
 	}

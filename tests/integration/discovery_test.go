@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/shardkit/shardkit/tests/framework"
 )
 
 // An instance whose --peer list names a peer that never answers waits in
@@ -13,20 +15,20 @@ import (
 // to log "discovering peers" once, and status said only that it was not
 // part of a running cluster yet.)
 func TestDiscoveryNamesTheSilentPeer(t *testing.T) {
-	dead := freePorts(t, 1)[0] // nothing listens there
+	dead := framework.FreePorts(t, 1)[0] // nothing listens there
 	c := newCluster(t, 1, "--peer", dead)
 	inst := c.insts[0]
 	inst.start(t)
 
 	deadline := time.Now().Add(60 * time.Second)
-	for !strings.Contains(inst.logText(), "still waiting for peers that do not answer") {
+	for !strings.Contains(inst.LogText(), "still waiting for peers that do not answer") {
 		if time.Now().After(deadline) {
-			t.Fatalf("no warning about the silent peer after 60s:\n%s", inst.lastRun())
+			t.Fatalf("no warning about the silent peer after 60s:\n%s", inst.LastRun())
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	var warning string
-	for _, l := range strings.Split(inst.logText(), "\n") {
+	for _, l := range strings.Split(inst.LogText(), "\n") {
 		if strings.Contains(l, "still waiting for peers that do not answer") {
 			warning = l
 			break
@@ -36,7 +38,7 @@ func TestDiscoveryNamesTheSilentPeer(t *testing.T) {
 		t.Fatalf("the warning does not name %s, how long and why: %s", dead, warning)
 	}
 
-	_, errs, code := shardkit(30*time.Second, "status", "--peer", inst.listen)
+	_, errs, code := shardkit(30*time.Second, "status", "--peer", inst.Listen)
 	if code == 0 || !strings.Contains(errs, "discovering peers") || !strings.Contains(errs, "no answer from "+dead+" for ") {
 		t.Fatalf("status of a discovering instance: exit %d, stderr %q; want it to name %s", code, errs, dead)
 	}

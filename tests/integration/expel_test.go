@@ -25,25 +25,25 @@ func TestExpel(t *testing.T) {
 			break
 		}
 	}
-	fid := st.byAddress(follower.listen).InstanceID
+	fid := st.byAddress(follower.Listen).InstanceID
 
 	// An Online instance is not expelled without --force.
-	_, errs, code := shardkit(30*time.Second, "expel", "--peer", lead.listen, fid)
+	_, errs, code := shardkit(30*time.Second, "expel", "--peer", lead.Listen, fid)
 	if code == 0 || !strings.Contains(errs, "not Offline") {
 		t.Fatalf("expel of an Online instance without --force: exit %d, stderr %q", code, errs)
 	}
 	// Stopped, it is; the command waits until Expelled and is idempotent.
 	follower.term(t)
 	for range 2 {
-		if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.listen, "--lose-buckets", "--timeout", "60s", fid); code != 0 {
+		if out, errs, code := shardkit(90*time.Second, "expel", "--peer", lead.Listen, "--lose-buckets", "--timeout", "60s", fid); code != 0 {
 			t.Fatalf("expel %s: exit %d: %s %s", fid, code, out, errs)
 		}
 	}
 	c.waitStatus("the follower Expelled and out of group 0", 30*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(follower.listen)
+		i := s.byAddress(follower.Listen)
 		return i != nil && i.CurrentGrade.Variant == "Expelled" && i.RaftRole == "none"
 	})
-	if s, err := status(lead.listen, false); err != nil || s.byAddress(follower.listen) != nil {
+	if s, err := status(lead.Listen, false); err != nil || s.byAddress(follower.Listen) != nil {
 		t.Fatalf("an expelled instance is listed without --all: %v %v", err, s)
 	}
 	// Restarting it fails with a clear message.
@@ -51,13 +51,13 @@ func TestExpel(t *testing.T) {
 	if code := follower.wait(t, 60*time.Second); code == 0 {
 		t.Fatal("an expelled instance restarted with exit code 0")
 	}
-	if !strings.Contains(follower.logText(), "expelled") {
+	if !strings.Contains(follower.LogText(), "expelled") {
 		t.Fatalf("the restarted expelled instance did not say why it stopped")
 	}
 
 	// The leader, with --force while Online: leadership moves, the process exits.
-	st, _ = status(lead.listen, false)
-	lid := st.byAddress(lead.listen).InstanceID
+	st, _ = status(lead.Listen, false)
+	lid := st.byAddress(lead.Listen).InstanceID
 	var other *instance
 	for _, inst := range c.insts {
 		if inst != lead && inst != follower {
@@ -67,10 +67,10 @@ func TestExpel(t *testing.T) {
 	// If its replicaset holds the buckets (it was the first one full), it is
 	// their only copy: the expel is refused unless it says to lose them
 	// (it used to be accepted, stranding the buckets).
-	args := []string{"expel", "--peer", other.listen, "--force", "--timeout", "60s", lid}
+	args := []string{"expel", "--peer", other.Listen, "--force", "--timeout", "60s", lid}
 	held := 0
 	for _, rs := range st.Replicasets {
-		if rs.ReplicasetID == st.byAddress(lead.listen).ReplicasetID {
+		if rs.ReplicasetID == st.byAddress(lead.Listen).ReplicasetID {
 			held = rs.BucketCount
 		}
 	}
@@ -93,10 +93,10 @@ func TestExpel(t *testing.T) {
 		t.Fatalf("the expelled leader exited 0")
 	}
 	st = c.waitStatus("one instance left, leading", 30*time.Second, func(s *statusJSON) bool {
-		return s.count(online) == 1 && s.LeaderRaftID == s.byAddress(other.listen).RaftID
+		return s.count(online) == 1 && s.LeaderRaftID == s.byAddress(other.Listen).RaftID
 	})
 	// The last instance cannot be expelled.
-	_, errs, code = shardkit(30*time.Second, "expel", "--peer", other.listen, "--force", "--lose-buckets", st.byAddress(other.listen).InstanceID)
+	_, errs, code = shardkit(30*time.Second, "expel", "--peer", other.Listen, "--force", "--lose-buckets", st.byAddress(other.Listen).InstanceID)
 	if code == 0 || !strings.Contains(errs, "last instance") {
 		t.Fatalf("expel of the last instance: exit %d, stderr %q", code, errs)
 	}
@@ -115,10 +115,10 @@ func TestExpelLeaderWhileTheOtherIsDown(t *testing.T) {
 	if other == lead {
 		other = c.insts[1]
 	}
-	lid := st.byAddress(lead.listen).InstanceID
+	lid := st.byAddress(lead.Listen).InstanceID
 	other.term(t)
 	c.waitStatus("the other instance Offline", 30*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(other.listen)
+		i := s.byAddress(other.Listen)
 		return i != nil && i.CurrentGrade.Variant == "Offline"
 	})
 	type result struct {
@@ -128,11 +128,11 @@ func TestExpelLeaderWhileTheOtherIsDown(t *testing.T) {
 	res := make(chan result, 1)
 	go func() {
 		// --lose-buckets: the leader's replicaset may hold every bucket.
-		out, errs, code := shardkit(150*time.Second, "expel", "--peer", lead.listen, "--force", "--lose-buckets", "--timeout", "120s", lid)
+		out, errs, code := shardkit(150*time.Second, "expel", "--peer", lead.Listen, "--force", "--lose-buckets", "--timeout", "120s", lid)
 		res <- result{out, errs, code}
 	}()
 	c.waitStatus("the leader's target Expelled", 30*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(lead.listen)
+		i := s.byAddress(lead.Listen)
 		return i != nil && i.TargetGrade.Variant == "Expelled"
 	})
 	other.start(t)
@@ -143,7 +143,7 @@ func TestExpelLeaderWhileTheOtherIsDown(t *testing.T) {
 		t.Fatal("the expelled leader exited 0")
 	}
 	c.waitStatus("the other instance Online and leading", 60*time.Second, func(s *statusJSON) bool {
-		i := s.byAddress(other.listen)
+		i := s.byAddress(other.Listen)
 		return i != nil && online(i) && s.LeaderRaftID == i.RaftID
 	})
 }

@@ -6,15 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,8 +20,10 @@ import (
 
 	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/tests/framework"
 )
 
+// binary is the shardkit binary the tests run, built once by TestMain.
 var binary string
 
 func TestMain(m *testing.M) {
@@ -38,11 +37,8 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "shardkit")
-	cmd := exec.Command("go", "build", "-tags", buildTags, "-o", binary, "github.com/shardkit/shardkit/cmd/shardkit")
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building shardkit: %v\n", err)
+	if binary, err = framework.Build(dir, "-tags", buildTags); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	if os.Getenv("SHARDKIT_TEST_SECURE") != "" {
@@ -59,38 +55,13 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// freePorts returns n loopback addresses that were free a moment ago.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return out
-}
-
-// instance is one `shardkit run` process (a supervisor and its worker).
+// instance is one `shardkit run` process (a supervisor and its worker),
+// with its HTTP address and its own directory (the data dir is its
+// "data").
 type instance struct {
-	name   string
-	listen string
-	http   string
-	dir    string
-	args   []string
-	logf   string
-
-	mu     sync.Mutex
-	cmd    *exec.Cmd
-	exited chan struct{}
-	state  *os.ProcessState
+	*framework.Instance
+	http string
+	dir  string
 }
 
 type cluster struct {
@@ -99,42 +70,42 @@ type cluster struct {
 	insts []*instance
 }
 
+// newInstance allocates an instance (not started) named name on two free
+// ports, with the suite's run arguments and extra ones.
+func (c *cluster) newInstance(name, listen, http string, extra ...string) *instance {
+	dir := c.t.TempDir()
+	inst := &instance{
+		Instance: &framework.Instance{Name: name, Listen: listen, Log: filepath.Join(dir, "..", name+".log"), Binary: binary},
+		http:     http,
+		dir:      dir,
+	}
+	inst.Args = append([]string{
+		"--listen", listen, "--http-listen", http,
+		"--peer", strings.Join(c.peers, ","), "--data-dir", filepath.Join(dir, "data"),
+		"--auto-offline-timeout", "3s", "--shutdown-timeout", "15s", "--log-level", "debug",
+	}, extra...)
+	return inst
+}
+
 // newCluster allocates n instances sharing a --peer list of the first
 // min(n, 3) addresses; extra run arguments go to every instance.
 func newCluster(t *testing.T, n int, extra ...string) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
-	addrs := freePorts(t, 2*n)
-	for i := range n {
-		inst := &instance{
-			name:   fmt.Sprintf("n%d", i+1),
-			listen: addrs[2*i],
-			http:   addrs[2*i+1],
-			dir:    t.TempDir(),
-		}
-		inst.logf = filepath.Join(inst.dir, "..", inst.name+".log")
-		c.insts = append(c.insts, inst)
-	}
+	addrs := framework.FreePorts(t, 2*n)
 	for i := range min(n, 3) {
-		c.peers = append(c.peers, c.insts[i].listen)
+		c.peers = append(c.peers, addrs[2*i])
 	}
-	for _, inst := range c.insts {
-		inst.args = append([]string{
-			"--listen", inst.listen, "--http-listen", inst.http,
-			"--peer", strings.Join(c.peers, ","), "--data-dir", filepath.Join(inst.dir, "data"),
-			"--auto-offline-timeout", "3s", "--shutdown-timeout", "15s", "--log-level", "debug",
-		}, extra...)
+	for i := range n {
+		c.insts = append(c.insts, c.newInstance(fmt.Sprintf("n%d", i+1), addrs[2*i], addrs[2*i+1], extra...))
 	}
 	t.Cleanup(func() {
 		for _, inst := range c.insts {
-			inst.kill()
+			inst.Kill()
 		}
 		if t.Failed() {
 			for _, inst := range c.insts {
-				b, _ := os.ReadFile(inst.logf)
-				lines := strings.Split(string(b), "\n")
-				lines = lines[max(0, len(lines)-60):]
-				t.Logf("---- %s (%s) log tail ----\n%s", inst.name, inst.listen, strings.Join(lines, "\n"))
+				t.Logf("---- %s (%s) log tail ----\n%s", inst.Name, inst.Listen, inst.LogTail(60))
 			}
 		}
 	})
@@ -143,14 +114,8 @@ func newCluster(t *testing.T, n int, extra ...string) *cluster {
 
 // add allocates one more instance (not started).
 func (c *cluster) add(extra ...string) *instance {
-	addrs := freePorts(c.t, 2)
-	inst := &instance{name: fmt.Sprintf("n%d", len(c.insts)+1), listen: addrs[0], http: addrs[1], dir: c.t.TempDir()}
-	inst.logf = filepath.Join(inst.dir, "..", inst.name+".log")
-	inst.args = append([]string{
-		"--listen", inst.listen, "--http-listen", inst.http,
-		"--peer", strings.Join(c.peers, ","), "--data-dir", filepath.Join(inst.dir, "data"),
-		"--auto-offline-timeout", "3s", "--shutdown-timeout", "15s", "--log-level", "debug",
-	}, extra...)
+	addrs := framework.FreePorts(c.t, 2)
+	inst := c.newInstance(fmt.Sprintf("n%d", len(c.insts)+1), addrs[0], addrs[1], extra...)
 	c.insts = append(c.insts, inst)
 	return inst
 }
@@ -161,94 +126,30 @@ func (c *cluster) startAll() {
 	}
 }
 
+// start starts the instance with its arguments and extra ones.
 func (inst *instance) start(t *testing.T, extra ...string) {
 	t.Helper()
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	logf, err := os.OpenFile(inst.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := inst.Start(extra...); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintf(logf, "==== start %s %v\n", time.Now().Format(time.RFC3339Nano), append(inst.args, extra...))
-	cmd := exec.Command(binary, append(append([]string{"run"}, inst.args...), extra...)...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	inst.cmd = cmd
-	inst.exited = make(chan struct{})
-	inst.state = nil
-	exited := inst.exited
-	go func() {
-		_ = cmd.Wait()
-		_ = logf.Close()
-		inst.mu.Lock()
-		inst.state = cmd.ProcessState
-		inst.mu.Unlock()
-		close(exited)
-	}()
-}
-
-// kill sends SIGKILL to the whole process group (supervisor and worker).
-func (inst *instance) kill() {
-	inst.mu.Lock()
-	cmd, exited := inst.cmd, inst.exited
-	inst.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	<-exited
 }
 
 // term sends SIGTERM to the supervisor and waits for it to exit.
 func (inst *instance) term(t *testing.T) {
 	t.Helper()
-	inst.mu.Lock()
-	cmd, exited := inst.cmd, inst.exited
-	inst.mu.Unlock()
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exited:
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s did not exit within 60s of SIGTERM", inst.name)
+	if err := inst.Term(60 * time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
 
 // wait waits for the process to exit on its own and returns its exit code.
 func (inst *instance) wait(t *testing.T, timeout time.Duration) int {
 	t.Helper()
-	inst.mu.Lock()
-	exited := inst.exited
-	inst.mu.Unlock()
-	select {
-	case <-exited:
-	case <-time.After(timeout):
-		t.Fatalf("%s still runs after %v", inst.name, timeout)
+	code, err := inst.Wait(timeout)
+	if err != nil {
+		t.Fatal(err)
 	}
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.state.ExitCode()
-}
-
-func (inst *instance) running() bool {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	if inst.exited == nil {
-		return false
-	}
-	select {
-	case <-inst.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-func (inst *instance) logText() string {
-	b, _ := os.ReadFile(inst.logf)
-	return string(b)
+	return code
 }
 
 type grade struct {
@@ -358,10 +259,10 @@ func (c *cluster) waitStatus(what string, timeout time.Duration, cond func(*stat
 	var lastErr error
 	for time.Now().Before(deadline) {
 		for _, inst := range c.insts {
-			if !inst.running() {
+			if !inst.Running() {
 				continue
 			}
-			st, err := status(inst.listen, true)
+			st, err := status(inst.Listen, true)
 			if err != nil {
 				lastErr = err
 				continue
@@ -393,7 +294,7 @@ func (c *cluster) waitOnline(n int) *statusJSON {
 
 func (c *cluster) instanceAt(addr string) *instance {
 	for _, inst := range c.insts {
-		if inst.listen == addr {
+		if inst.Listen == addr {
 			return inst
 		}
 	}

@@ -29,7 +29,7 @@ func newClient(t *testing.T, c *cluster) *client.Client {
 	t.Helper()
 	var peers []string
 	for _, inst := range c.insts {
-		peers = append(peers, inst.listen)
+		peers = append(peers, inst.Listen)
 	}
 	cl, err := client.New(t.Context(), client.Config{Peers: peers, Timeout: 5 * time.Second, Attempts: 20, Credentials: testCredentials(t)})
 	if err != nil {
@@ -260,7 +260,7 @@ func setFailpoint(t *testing.T, inst *instance, name, action string) {
 			err = fmt.Errorf("HTTP %s", resp.Status)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("failpoint %s on %s: %v", name, inst.name, err)
+			t.Fatalf("failpoint %s on %s: %v", name, inst.Name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -364,7 +364,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 		}
 		setFailpoint(t, victim, sc.failpoint, "kill")
 		b := buckets[i]
-		what := fmt.Sprintf("scenario %d: bucket %d, %s on %s (%s, leader %v)", i, b, sc.failpoint, victim.name, sc.rs, sc.leader)
+		what := fmt.Sprintf("scenario %d: bucket %d, %s on %s (%s, leader %v)", i, b, sc.failpoint, victim.Name, sc.rs, sc.leader)
 		if out, errs, code := shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", dst, "--peer", strings.Join(c.peers, ",")); code != 0 {
 			t.Fatalf("%s: bucket move: %s %s", what, out, errs)
 		}
@@ -418,8 +418,8 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	}
 	var stopped []string
 	for _, inst := range c.insts {
-		if !inst.running() {
-			stopped = append(stopped, inst.name)
+		if !inst.Running() {
+			stopped = append(stopped, inst.Name)
 		}
 	}
 	if len(stopped) > 0 {

@@ -18,9 +18,9 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	c.waitOnline(3)
 	st := c.waitStatus("3 voters", 60*time.Second, func(s *statusJSON) bool { return len(voters(s)) == 3 })
 	survivor := c.insts[0]
-	self := st.byAddress(survivor.listen)
-	c.insts[1].kill()
-	c.insts[2].kill()
+	self := st.byAddress(survivor.Listen)
+	c.insts[1].Kill()
+	c.insts[2].Kill()
 
 	// Until the survivor notices, status may still find the old leader's
 	// lease; poll for the refusal with a deadline.
@@ -28,7 +28,7 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	var code int
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		out, errs, code = shardkit(30*time.Second, "status", "--peer", survivor.listen)
+		out, errs, code = shardkit(30*time.Second, "status", "--peer", survivor.Listen)
 		if code == 3 || time.Now().After(deadline) {
 			break
 		}
@@ -47,7 +47,7 @@ func TestStatusWithoutQuorum(t *testing.T) {
 	}
 	t.Logf("status:\n%s%s", out, errs)
 
-	out, _, code = shardkit(30*time.Second, "status", "--peer", survivor.listen, "--format", "json")
+	out, _, code = shardkit(30*time.Second, "status", "--peer", survivor.Listen, "--format", "json")
 	var doc struct {
 		Quorum struct {
 			HasQuorum          bool     `json:"has_quorum"`

@@ -11,7 +11,7 @@ import (
 func TestJoinRefusals(t *testing.T) {
 	c := newCluster(t, 2)
 	for i, inst := range c.insts {
-		inst.args = append(inst.args, "--instance-id", []string{"alpha", "beta"}[i], "--failure-domain", "dc="+[]string{"a", "b"}[i])
+		inst.Args = append(inst.Args, "--instance-id", []string{"alpha", "beta"}[i], "--failure-domain", "dc="+[]string{"a", "b"}[i])
 	}
 	c.startAll()
 	st := c.waitOnline(2)
@@ -24,13 +24,13 @@ func TestJoinRefusals(t *testing.T) {
 			t.Fatalf("%s: joiner exited 0", name)
 		}
 		var lines []string
-		for _, l := range strings.Split(j.logText(), "\n") {
+		for _, l := range strings.Split(j.LogText(), "\n") {
 			if strings.Contains(l, want) {
 				lines = append(lines, l)
 			}
 		}
 		if len(lines) == 0 {
-			t.Fatalf("%s: log does not contain %q:\n%s", name, want, j.logText())
+			t.Fatalf("%s: log does not contain %q:\n%s", name, want, j.LogText())
 		}
 		after := c.waitOnline(2)
 		if len(after.Instances) != len(st.Instances) {
@@ -42,8 +42,8 @@ func TestJoinRefusals(t *testing.T) {
 	check("missing failure domain", nil, "missing failure domain names: dc")
 	// Another instance's address: it used to join as a learner "at" that
 	// instance's address (and then take 32 s to stop).
-	check("advertise address of a live instance", []string{"--advertise", c.insts[0].listen, "--failure-domain", "dc=c"},
-		`advertise address `+c.insts[0].listen+` belongs to instance "alpha"`)
+	check("advertise address of a live instance", []string{"--advertise", c.insts[0].Listen, "--failure-domain", "dc=c"},
+		`advertise address `+c.insts[0].Listen+` belongs to instance "alpha"`)
 
 	// Restart with a changed --instance-id is refused.
 	a := c.insts[0]
@@ -52,8 +52,8 @@ func TestJoinRefusals(t *testing.T) {
 	if code := a.wait(t, 30*time.Second); code == 0 {
 		t.Fatal("restart with a changed --instance-id exited 0")
 	}
-	if !strings.Contains(a.logText(), "different instance_id") {
-		t.Fatalf("restart with a changed --instance-id: no clear message:\n%s", a.logText())
+	if !strings.Contains(a.LogText(), "different instance_id") {
+		t.Fatalf("restart with a changed --instance-id: no clear message:\n%s", a.LogText())
 	}
 }
 
@@ -63,7 +63,7 @@ func TestFailureDomainsAndReplicationFactor(t *testing.T) {
 	c := newCluster(t, 4, "--init-replication-factor", "2")
 	dcs := []string{"a", "a", "b", "b"}
 	for i, inst := range c.insts {
-		inst.args = append(inst.args, "--failure-domain", "dc="+dcs[i])
+		inst.Args = append(inst.Args, "--failure-domain", "dc="+dcs[i])
 	}
 	c.startAll()
 	c.waitOnline(4)

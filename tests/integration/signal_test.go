@@ -13,13 +13,11 @@ import (
 // process group (supervisor and worker, as a closing terminal does).
 func (inst *instance) hangup(t *testing.T, group bool) {
 	t.Helper()
-	inst.mu.Lock()
-	pid := inst.cmd.Process.Pid
-	inst.mu.Unlock()
+	send := inst.Signal
 	if group {
-		pid = -pid
+		send = inst.SignalGroup
 	}
-	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+	if err := send(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -51,7 +49,7 @@ func TestSIGHUPStopsGracefully(t *testing.T) {
 		inst := followers[i]
 		inst.hangup(t, group)
 		code := inst.wait(t, 60*time.Second)
-		run := inst.lastRun()
+		run := inst.LastRun()
 		if code != 0 {
 			t.Fatalf("SIGHUP (to the process group: %v): exit code %d, want 0 (a graceful stop):\n%s", group, code, run)
 		}
@@ -71,7 +69,7 @@ func TestSIGHUPStopsGracefully(t *testing.T) {
 			t.Fatalf("SIGHUP (to the process group: %v): a server's graceful stop ran into its bound:\n%s", group, run)
 		}
 		c.waitStatus("the hung-up instance Offline after its shutdown", 30*time.Second, func(s *statusJSON) bool {
-			in := s.byAddress(inst.listen)
+			in := s.byAddress(inst.Listen)
 			return in != nil && in.CurrentGrade.Variant == "Offline"
 		})
 		// Back, so that the next one's stop has a quorum to record it.
@@ -91,22 +89,22 @@ func TestAClusterStoppedTogetherDoesNotWaitOutItsShutdownTimeout(t *testing.T) {
 	c.startAll()
 	c.waitOnline(3)
 	for _, inst := range c.insts {
-		inst.mu.Lock()
-		_ = inst.cmd.Process.Signal(syscall.SIGTERM)
-		inst.mu.Unlock()
-	}
-	for _, inst := range c.insts {
-		if code := inst.wait(t, 60*time.Second); code != 0 {
-			t.Errorf("%s exited %d, want 0", inst.name, code)
+		if err := inst.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
 		}
 	}
 	for _, inst := range c.insts {
-		b, err := os.ReadFile(inst.logf)
+		if code := inst.wait(t, 60*time.Second); code != 0 {
+			t.Errorf("%s exited %d, want 0", inst.Name, code)
+		}
+	}
+	for _, inst := range c.insts {
+		b, err := os.ReadFile(inst.Log)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(string(b), "not applied in time") {
-			t.Errorf("%s waited out its shutdown timeout:\n%s", inst.name, lastLines(string(b), 15))
+			t.Errorf("%s waited out its shutdown timeout:\n%s", inst.Name, lastLines(string(b), 15))
 		}
 	}
 }

@@ -5,22 +5,19 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/tests/framework"
 )
 
 // binary is the shardkit binary the tests run, built once by TestMain.
@@ -41,239 +38,20 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	binary = filepath.Join(dir, "shardkit")
-	args := []string{"build", "-o", binary}
+	var flags []string
 	if os.Getenv("SHARDKIT_ROBUSTNESS_RACE") == "1" {
-		args = append(args, "-race")
+		flags = append(flags, "-race")
 	}
-	cmd := exec.Command("go", append(args, "github.com/shardkit/shardkit/cmd/shardkit")...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "building shardkit: %v\n", err)
+	if binary, err = framework.Build(dir, flags...); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	return m.Run()
 }
 
-// freePorts returns n loopback addresses that were free a moment ago.
-func freePorts(t *testing.T, n int) []string {
-	t.Helper()
-	var out []string
-	var ls []net.Listener
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		_ = l.Close()
-	}
-	return out
-}
-
-// instance is one `shardkit run` process tree: the supervisor (its own
-// process group) and the worker it starts (the instance proper).
-type instance struct {
-	name   string
-	listen string
-	logf   string
-	args   []string
-
-	mu      sync.Mutex
-	proc    *process
-	stopped bool // SIGSTOPped
-}
-
-// process is one start of an instance's supervisor.
-type process struct {
-	pid    int
-	exited chan struct{}
-	state  *os.ProcessState
-}
-
-// start starts the supervisor. The goroutine that starts it keeps its OS
-// thread until the process ends, so that Pdeathsig (the supervisor dies
-// with the test binary) is not fired early by the thread's exit.
-func (inst *instance) start() error {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	if inst.proc != nil {
-		select {
-		case <-inst.proc.exited:
-		default:
-			return fmt.Errorf("%s is running", inst.name)
-		}
-	}
-	logf, err := os.OpenFile(inst.logf, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(logf, "==== robustness: start %s %s %v\n", inst.name, time.Now().Format(time.RFC3339Nano), inst.args)
-	p := &process{exited: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		defer logf.Close()
-		cmd := exec.Command(binary, append([]string{"run"}, inst.args...)...)
-		cmd.Stdout, cmd.Stderr = logf, logf
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		p.pid = cmd.Process.Pid
-		started <- nil
-		_ = cmd.Wait()
-		p.state = cmd.ProcessState
-		close(p.exited)
-	}()
-	if err := <-started; err != nil {
-		return err
-	}
-	inst.proc, inst.stopped = p, false
-	return nil
-}
-
-func (inst *instance) current() (*process, bool) {
-	inst.mu.Lock()
-	defer inst.mu.Unlock()
-	return inst.proc, inst.stopped
-}
-
-func (inst *instance) running() bool {
-	p, _ := inst.current()
-	if p == nil {
-		return false
-	}
-	select {
-	case <-p.exited:
-		return false
-	default:
-		return true
-	}
-}
-
-// signalGroup sends sig to the supervisor's process group (the worker is
-// in it too).
-func (inst *instance) signalGroup(sig syscall.Signal) error {
-	p, _ := inst.current()
-	if p == nil {
-		return fmt.Errorf("%s was never started", inst.name)
-	}
-	select {
-	case <-p.exited:
-		return fmt.Errorf("%s is not running", inst.name)
-	default:
-	}
-	return syscall.Kill(-p.pid, sig)
-}
-
-// kill sends SIGKILL to the supervisor and the worker and waits for the
-// supervisor to be reaped. It works on a stopped process too.
-func (inst *instance) kill() {
-	p, _ := inst.current()
-	if p == nil {
-		return
-	}
-	select {
-	case <-p.exited:
-		// Gone already (its worker dies with it: Pdeathsig).
-	default:
-		_ = syscall.Kill(-p.pid, syscall.SIGKILL)
-		<-p.exited
-	}
-	inst.mu.Lock()
-	inst.stopped = false
-	inst.mu.Unlock()
-}
-
-// killWorker sends SIGKILL to the worker alone: the supervisor sees a
-// crash and starts a new one (after its backoff).
-func (inst *instance) killWorker() (int, error) {
-	p, _ := inst.current()
-	if p == nil {
-		return 0, fmt.Errorf("%s was never started", inst.name)
-	}
-	kids, err := children(p.pid)
-	if err != nil {
-		return 0, err
-	}
-	if len(kids) == 0 {
-		return 0, fmt.Errorf("%s (supervisor %d) has no worker now", inst.name, p.pid)
-	}
-	for _, k := range kids {
-		_ = syscall.Kill(k, syscall.SIGKILL)
-	}
-	return kids[0], nil
-}
-
-// stop sends SIGSTOP to the whole instance; cont resumes it.
-func (inst *instance) stop() error {
-	if err := inst.signalGroup(syscall.SIGSTOP); err != nil {
-		return err
-	}
-	inst.mu.Lock()
-	inst.stopped = true
-	inst.mu.Unlock()
-	return nil
-}
-
-func (inst *instance) cont() error {
-	err := inst.signalGroup(syscall.SIGCONT)
-	inst.mu.Lock()
-	inst.stopped = false
-	inst.mu.Unlock()
-	return err
-}
-
-// term sends SIGTERM to the supervisor and waits for it to exit; after
-// timeout it kills the instance and says so.
-func (inst *instance) term(timeout time.Duration) error {
-	p, _ := inst.current()
-	if p == nil {
-		return nil
-	}
-	_ = syscall.Kill(p.pid, syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(timeout):
-		inst.kill()
-		return fmt.Errorf("%s did not exit within %v of SIGTERM (killed)", inst.name, timeout)
-	}
-}
-
-// children returns the pids of a process's children (Linux).
-func children(pid int) ([]int, error) {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if k, err := strconv.Atoi(f); err == nil && !slices.Contains(out, k) {
-				out = append(out, k)
-			}
-		}
-	}
-	return out, nil
-}
-
-// logTail returns the last n lines of the instance's log.
-func (inst *instance) logTail(n int) string {
-	b, _ := os.ReadFile(inst.logf)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(lines[max(0, len(lines)-n):], "\n")
-}
+// instance is one `shardkit run` process tree, which the nemesis kills,
+// stops and restarts.
+type instance = framework.Instance
 
 // cluster is n instances on loopback in replicasets of rf instances each.
 type cluster struct {
@@ -288,17 +66,18 @@ type cluster struct {
 func newCluster(t *testing.T, n, rf int, logDir string) *cluster {
 	t.Helper()
 	c := &cluster{t: t, logDir: logDir, rf: rf}
-	ports := freePorts(t, n)
+	ports := framework.FreePorts(t, n)
 	for i := range n {
 		dataDir := filepath.Join(t.TempDir(), "data")
-		inst := &instance{name: fmt.Sprintf("n%d", i+1), listen: ports[i], logf: filepath.Join(logDir, fmt.Sprintf("n%d.log", i+1))}
-		inst.args = []string{
-			"--listen", inst.listen, "--peer", strings.Join(ports, ","), "--data-dir", dataDir,
-			"--instance-id", inst.name, "--init-replication-factor", strconv.Itoa(rf),
+		name := fmt.Sprintf("n%d", i+1)
+		inst := &instance{Name: name, Listen: ports[i], Log: filepath.Join(logDir, name+".log"), Binary: binary}
+		inst.Args = []string{
+			"--listen", inst.Listen, "--peer", strings.Join(ports, ","), "--data-dir", dataDir,
+			"--instance-id", inst.Name, "--init-replication-factor", strconv.Itoa(rf),
 			"--auto-offline-timeout", "3s", "--shutdown-timeout", "10s", "--log-level", "debug",
 		}
 		c.insts = append(c.insts, inst)
-		c.addrs = append(c.addrs, inst.listen)
+		c.addrs = append(c.addrs, inst.Listen)
 	}
 	admin, err := client.New(context.Background(), client.Config{Peers: c.addrs, Timeout: 3 * time.Second})
 	if err != nil {
@@ -309,7 +88,7 @@ func newCluster(t *testing.T, n, rf int, logDir string) *cluster {
 	// their removal: every process is gone before its files are.
 	t.Cleanup(func() {
 		for _, inst := range c.insts {
-			inst.kill()
+			inst.Kill()
 		}
 		_ = admin.Close()
 	})
@@ -319,7 +98,7 @@ func newCluster(t *testing.T, n, rf int, logDir string) *cluster {
 func (c *cluster) startAll() {
 	c.t.Helper()
 	for _, inst := range c.insts {
-		if err := inst.start(); err != nil {
+		if err := inst.Start(); err != nil {
 			c.t.Fatal(err)
 		}
 	}
@@ -329,14 +108,14 @@ func (c *cluster) startAll() {
 func (c *cluster) names() map[string]string {
 	out := map[string]string{}
 	for _, inst := range c.insts {
-		out[inst.listen] = inst.name
+		out[inst.Listen] = inst.Name
 	}
 	return out
 }
 
 func (c *cluster) byAddr(addr string) *instance {
 	for _, inst := range c.insts {
-		if inst.listen == addr {
+		if inst.Listen == addr {
 			return inst
 		}
 	}
@@ -354,11 +133,11 @@ func online(i *clusterv1.Instance) bool {
 // and with a leader all its members agree on. "" when whole.
 func (c *cluster) health(ctx context.Context) string {
 	for _, inst := range c.insts {
-		if !inst.running() {
-			return inst.name + " is not running"
+		if !inst.Running() {
+			return inst.Name + " is not running"
 		}
-		if _, stopped := inst.current(); stopped {
-			return inst.name + " is stopped"
+		if inst.Stopped() {
+			return inst.Name + " is stopped"
 		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -428,10 +207,10 @@ type leaderView struct{ rs, leader string }
 func (c *cluster) replicasetLeaders(ctx context.Context) map[string]leaderView {
 	out := map[string]leaderView{}
 	for _, inst := range c.insts {
-		if !inst.running() {
+		if !inst.Running() {
 			continue
 		}
-		conn, err := c.admin.Conn(inst.listen)
+		conn, err := c.admin.Conn(inst.Listen)
 		if err != nil {
 			continue
 		}
@@ -442,9 +221,9 @@ func (c *cluster) replicasetLeaders(ctx context.Context) map[string]leaderView {
 			continue
 		}
 		for _, rs := range resp.GetReplicasets() {
-			own := slices.ContainsFunc(rs.GetMembers(), func(m *datav1.Member) bool { return m.GetAddress() == inst.listen })
+			own := slices.ContainsFunc(rs.GetMembers(), func(m *datav1.Member) bool { return m.GetAddress() == inst.Listen })
 			if own && rs.GetLeaderAddress() != "" {
-				out[inst.name] = leaderView{rs: rs.GetReplicasetId(), leader: rs.GetLeaderAddress()}
+				out[inst.Name] = leaderView{rs: rs.GetReplicasetId(), leader: rs.GetLeaderAddress()}
 			}
 		}
 	}
@@ -481,15 +260,15 @@ func (c *cluster) leaders(ctx context.Context) (rs, g0 *instance) {
 func (c *cluster) scanLogs() []string {
 	var out []string
 	for _, inst := range c.insts {
-		b, err := os.ReadFile(inst.logf)
+		b, err := os.ReadFile(inst.Log)
 		if err != nil {
-			out = append(out, fmt.Sprintf("%s: %v", inst.name, err))
+			out = append(out, fmt.Sprintf("%s: %v", inst.Name, err))
 			continue
 		}
 		for i, line := range strings.Split(string(b), "\n") {
 			for _, bad := range []string{"panic:", "fatal error:", "WARNING: DATA RACE"} {
 				if strings.HasPrefix(strings.TrimSpace(line), bad) {
-					out = append(out, fmt.Sprintf("%s line %d: %s", inst.logf, i+1, line))
+					out = append(out, fmt.Sprintf("%s line %d: %s", inst.Log, i+1, line))
 				}
 			}
 		}
@@ -501,12 +280,12 @@ func (c *cluster) scanLogs() []string {
 func (c *cluster) copyLogs(dir string) error {
 	var errs []error
 	for _, inst := range c.insts {
-		if filepath.Dir(inst.logf) == dir {
+		if filepath.Dir(inst.Log) == dir {
 			continue
 		}
-		b, err := os.ReadFile(inst.logf)
+		b, err := os.ReadFile(inst.Log)
 		if err == nil {
-			err = os.WriteFile(filepath.Join(dir, filepath.Base(inst.logf)), b, 0o644)
+			err = os.WriteFile(filepath.Join(dir, filepath.Base(inst.Log)), b, 0o644)
 		}
 		errs = append(errs, err)
 	}

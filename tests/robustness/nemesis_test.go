@@ -127,7 +127,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 		if target == nil {
 			target, why = n.c.insts[n.rng.IntN(len(n.c.insts))], "at random"
 		}
-		desc := fmt.Sprintf("%s %s (%s; replicaset leader %s, group-0 leader %s)", fault, target.name, why, nameOf(rs), nameOf(g0))
+		desc := fmt.Sprintf("%s %s (%s; replicaset leader %s, group-0 leader %s)", fault, target.Name, why, nameOf(rs), nameOf(g0))
 		e := event{Start: n.h.now(), What: desc}
 		n.log("nemesis: %s", desc)
 		detail, err := n.inject(ctx, fault, target)
@@ -149,7 +149,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 			}
 			return fmt.Errorf("after %s: %w", desc, err)
 		}
-		n.log("nemesis: whole again %.1fs after %s %s", time.Since(began).Seconds(), fault, target.name)
+		n.log("nemesis: whole again %.1fs after %s %s", time.Since(began).Seconds(), fault, target.Name)
 	}
 	return nil
 }
@@ -158,7 +158,7 @@ func nameOf(inst *instance) string {
 	if inst == nil {
 		return "unknown"
 	}
-	return inst.name
+	return inst.Name
 }
 
 // inject does one fault and undoes it (restarts, resumes) before it
@@ -167,15 +167,15 @@ func (n *nemesis) inject(ctx context.Context, fault string, target *instance) (s
 	hold := n.between(500*time.Millisecond, n.cfg.hold)
 	switch fault {
 	case faultKillWorker:
-		pid, err := target.killWorker()
+		pid, err := target.KillWorker()
 		if err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("worker pid %d killed", pid), nil
 	case faultCrash:
-		target.kill()
+		target.Kill()
 		sleep(ctx, hold)
-		return fmt.Sprintf("down for %v", hold.Round(time.Millisecond)), target.start()
+		return fmt.Sprintf("down for %v", hold.Round(time.Millisecond)), target.Start()
 	case faultCrashQuorum, faultCrashAll:
 		victims := []*instance{target}
 		others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == target })
@@ -186,26 +186,26 @@ func (n *nemesis) inject(ctx context.Context, fault string, target *instance) (s
 		}
 		var names []string
 		for _, v := range victims {
-			v.kill()
-			names = append(names, v.name)
+			v.Kill()
+			names = append(names, v.Name)
 		}
 		sleep(ctx, hold)
 		var errs []error
 		for _, v := range victims {
-			errs = append(errs, v.start())
+			errs = append(errs, v.Start())
 		}
 		return fmt.Sprintf("%s down for %v", strings.Join(names, ", "), hold.Round(time.Millisecond)), errors.Join(errs...)
 	case faultStall:
-		if err := target.stop(); err != nil {
+		if err := target.Stop(); err != nil {
 			return "", err
 		}
 		sleep(ctx, hold)
-		return fmt.Sprintf("stopped for %v", hold.Round(time.Millisecond)), target.cont()
+		return fmt.Sprintf("stopped for %v", hold.Round(time.Millisecond)), target.Cont()
 	case faultRestart:
 		began := time.Now()
-		termErr := target.term(n.cfg.termTimeout)
+		termErr := target.Term(n.cfg.termTimeout)
 		took := time.Since(began)
-		if err := target.start(); err != nil {
+		if err := target.Start(); err != nil {
 			return "", err
 		}
 		return fmt.Sprintf("exited %v after SIGTERM", took.Round(time.Millisecond)), termErr
@@ -216,13 +216,13 @@ func (n *nemesis) inject(ctx context.Context, fault string, target *instance) (s
 // heal makes sure that every instance runs and none is stopped.
 func (c *cluster) heal() error {
 	for _, inst := range c.insts {
-		if _, stopped := inst.current(); stopped {
-			if err := inst.cont(); err != nil {
+		if inst.Stopped() {
+			if err := inst.Cont(); err != nil {
 				return err
 			}
 		}
-		if !inst.running() {
-			if err := inst.start(); err != nil {
+		if !inst.Running() {
+			if err := inst.Start(); err != nil {
 				return err
 			}
 		}

@@ -149,7 +149,7 @@ func TestRobustness(t *testing.T) {
 		t.Cleanup(func() {
 			if !t.Failed() {
 				for _, inst := range c.insts {
-					inst.kill()
+					inst.Kill()
 				}
 				_ = os.RemoveAll(logDir)
 			}
@@ -394,7 +394,7 @@ func (r *run) countDiagnosis(ctx context.Context, final map[uint64]output) {
 func (r *run) divergence(ctx context.Context, final map[uint64]output) string {
 	var diffs []string
 	for _, inst := range r.c.insts {
-		conn, err := r.c.admin.Conn(inst.listen)
+		conn, err := r.c.admin.Conn(inst.Listen)
 		if err != nil {
 			return err.Error()
 		}
@@ -404,7 +404,7 @@ func (r *run) divergence(ctx context.Context, final map[uint64]output) string {
 			resp, err := dc.Get(gctx, &datav1.GetRequest{Space: spaceName, Key: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k)}), Mode: datav1.Mode_MODE_RO})
 			cancel()
 			if err != nil {
-				diffs = append(diffs, fmt.Sprintf("%s k%d: %v", inst.name, k, err))
+				diffs = append(diffs, fmt.Sprintf("%s k%d: %v", inst.Name, k, err))
 				continue
 			}
 			got := output{Result: resOK, Found: resp.GetFound(), Version: resp.GetVersion()}
@@ -419,7 +419,7 @@ func (r *run) divergence(ctx context.Context, final map[uint64]output) string {
 			}
 			if want := final[k]; got != want {
 				diffs = append(diffs, fmt.Sprintf("%s has k%d=%s, the leader %s (served by %s, applied %d)",
-					inst.name, k, describeFinal(got), describeFinal(want), resp.GetInfo().GetInstanceId(), resp.GetInfo().GetAppliedIndex()))
+					inst.Name, k, describeFinal(got), describeFinal(want), resp.GetInfo().GetInstanceId(), resp.GetInfo().GetAppliedIndex()))
 			}
 		}
 	}
@@ -547,7 +547,7 @@ func (r *run) dumpOnFailure() {
 		t.Logf("writing the report: %v", err)
 	}
 	for _, inst := range r.c.insts {
-		t.Logf("---- %s (%s) log tail ----\n%s", inst.name, inst.listen, inst.logTail(40))
+		t.Logf("---- %s (%s) log tail ----\n%s", inst.Name, inst.Listen, inst.LogTail(40))
 	}
 	t.Logf("FAILED with seed %d (%s=%d); report in %s: %s and the instance logs", r.cfg.seed, envSeed, r.cfg.seed, dir, strings.Join(files, ", "))
 }
