@@ -48,8 +48,9 @@ const DefaultPipelineDepth = 2
 // none at all could hold a slot forever against an instance that never
 // answers. A caller whose deadline is earlier gives up on its own.
 //
-// An instance that does not know Multi (Unimplemented: an older version)
-// gets unary calls from then on; the items of that Multi are sent again
+// A server that does not implement Multi (Unimplemented: the public
+// DataService implemented in part, e.g. by a proxy) gets unary calls from
+// then on; the items of that Multi are sent again
 // as unary calls (an Unimplemented call did nothing).
 type pipe struct {
 	datav1.DataServiceClient

@@ -29,8 +29,8 @@ import (
 // outcome is unknown, as after a unary call whose connection broke (the
 // request id makes the Client's retry apply it once). A caller whose
 // context ends stops waiting (the instance serves the call within the
-// timeout it was sent with). An instance without Stream (Unimplemented:
-// an older version) gets the pipe's calls from then on, the calls of
+// timeout it was sent with). A server without Stream (Unimplemented:
+// the public DataService implemented in part) gets the pipe's calls from then on, the calls of
 // that stream sent again (an Unimplemented stream served nothing).
 type dataStream struct {
 	dc datav1.DataServiceClient
