@@ -56,17 +56,11 @@ type Config struct {
 	// (DefaultRetryBackoff when zero); it doubles at each try, up to
 	// MaxRetryBackoff (or stays as set when larger). A redirect to where
 	// the routing table, just refreshed, now places the bucket is followed
-	// at once, without a wait.
+	// at once, without a wait. A bucket in its move's switch is waited out
+	// by the router the call reaches, not here (package retry): a
+	// REASON_BUCKET_MOVING that reaches the client is retried as any
+	// other refusal, counted against Attempts.
 	RetryBackoff time.Duration
-	// MoveWait bounds how long a data call waits out a bucket whose move
-	// is switching over (refused with REASON_BUCKET_MOVING; the switch is
-	// bounded by the mover's switch timeout, 2 s by default): DefaultMoveWait
-	// when zero. Those tries do not count against Attempts (after MoveWait
-	// they do again); they come RetryBackoff apart, doubling to
-	// MaxMoveRetryBackoff (staying as set when larger), and each asks for
-	// the routing table, which places the bucket on its new replicaset as
-	// soon as the switch is done.
-	MoveWait time.Duration
 	// DisablePipelining turns off client pipelining: each write and point
 	// read is then its own unary call. With it on (the default), they go
 	// on one data stream per instance (DisableStream below), or, without
@@ -114,15 +108,6 @@ const (
 	MaxRetryBackoff     = 500 * time.Millisecond
 )
 
-// DefaultMoveWait is Config.MoveWait's default (the routers' MoveWait),
-// and MaxMoveRetryBackoff the longest wait between tries of a bucket that
-// is switching over: a switch takes tens of milliseconds, and a wait that
-// doubled on past it would add up to as much again.
-const (
-	DefaultMoveWait     = 3 * time.Second
-	MaxMoveRetryBackoff = 40 * time.Millisecond
-)
-
 // Client talks to one cluster. Make it with New; it is safe for
 // concurrent use; Close it when done.
 type Client struct {
@@ -165,9 +150,6 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
-	}
-	if cfg.MoveWait <= 0 {
-		cfg.MoveWait = DefaultMoveWait
 	}
 	if cfg.PipelineDepth <= 0 {
 		cfg.PipelineDepth = DefaultPipelineDepth
