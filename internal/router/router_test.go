@@ -350,3 +350,23 @@ func TestACallNamesWhatWasWrong(t *testing.T) {
 		})
 	}
 }
+
+// A call forwarded to an instance that is unavailable (a leader killed
+// during a failover) is answered naming that instance: the caller must not
+// blame the instance that forwarded it for the other's refusal. The
+// answer keeps the code, so the client retries it as before.
+func TestAForwardToAnUnavailableInstanceNamesIt(t *testing.T) {
+	topo := &fakeTopology{holder: "r1"}
+	var mu sync.Mutex
+	var calls []string
+	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:27301: connect: connection refused"`)
+	r := New(Config{Topology: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+		return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return refused }}, nil
+	}})
+	_, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5})
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.Unavailable || !strings.HasPrefix(msg, ForwardFailedPrefix+"r1-leader (replicaset r1), which is unavailable: ") ||
+		!strings.HasSuffix(msg, "connection refused\"") {
+		t.Fatalf("a forward to a dead leader: %v, want Unavailable naming r1-leader, then its own error", err)
+	}
+}
