@@ -86,16 +86,17 @@ func TestPrevFactsAreOfTheMovesGeneration(t *testing.T) {
 	}
 }
 
-// A call for a receiving bucket whose source keeps saying it does not send
-// it (the move not frozen yet, reached by a router whose routing is behind)
-// ends in a redirect, so that the router or client reads its routing again
-// and goes where the bucket is served, instead of an error.
+// A call for a receiving bucket whose source says it does not send it
+// (the move not frozen yet, reached by a router whose routing is behind,
+// or completed and not yet applied here) ends at once in a BUCKET_MOVING
+// redirect, so that the router reads its routing again and goes where the
+// bucket is served, or waits the switch out, instead of an error.
 func TestASourceNotSendingRedirects(t *testing.T) {
 	s := &Storage{cfg: StorageConfig{ReplicasetID: "r2"}}
 	err := s.sourceNotSending(48, sourceError(48, "r1", status.Error(codes.FailedPrecondition, `bucket 48 is ACTIVE(generation 1, peer "") on r1, not being sent`)))
 	rd := datav1.RedirectOf(err)
-	if rd == nil || rd.GetReason() != datav1.Redirect_REASON_WRONG_BUCKET || rd.GetBucket() != 48 {
-		t.Fatalf("%v: redirect %v, want WRONG_BUCKET for bucket 48", err, rd)
+	if rd == nil || rd.GetReason() != datav1.Redirect_REASON_BUCKET_MOVING || rd.GetBucket() != 48 {
+		t.Fatalf("%v: redirect %v, want BUCKET_MOVING for bucket 48", err, rd)
 	}
 	for _, want := range []string{"receiving on replicaset r2", "does not serve it yet", "ACTIVE"} {
 		if !strings.Contains(err.Error(), want) {
