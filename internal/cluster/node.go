@@ -24,6 +24,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // GroupMeta is group 0, the cluster's metadata log.
@@ -404,8 +405,8 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 				return err // retrying cannot help; the process exits and restarts
 			}
 			n.log.Info("waiting to propose the cluster's first entry", "err", err)
-			if sleep(ctx, 100*time.Millisecond) {
-				return ctx.Err()
+			if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
 			}
 		}
 		st = n.meta.State()
@@ -570,7 +571,7 @@ func (n *Node) group(gid multiraft.GroupID) *multiraft.Group {
 // this instance is expelled, it reports that on n.expelled.
 func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason string) bool {
 	id := n.Identity()
-	backoff := 100 * time.Millisecond
+	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		req := &clusterv1.UpdateInstanceRequest{
 			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: apiVariant(v), Reason: reason, Uuid: id.UUID,
@@ -617,10 +618,9 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 			n.targetRefused.Store(&why)
 			n.log.Warn("group 0 refuses this instance's target grade; asking again", "target", meta.VariantName(v), "err", err)
 		}
-		if sleep(ctx, backoff) {
+		if retry.Sleep(ctx, backoff.Next()) != nil {
 			return false
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
