@@ -126,8 +126,14 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 	if brokeAfterSending(st) {
 		kind = ErrOutcomeUnknown
 	}
+	msg := st.Message()
+	if tooLarge(st) {
+		// gRPC's message-size limit: the same call would meet it again.
+		kind = ErrInvalid
+		msg = "the request or its answer is larger than gRPC carries: " + msg
+	}
 	retry := errors.Is(kind, ErrUnavailable) || (errors.Is(kind, ErrOutcomeUnknown) || errors.Is(kind, ErrInternal)) && idempotent
-	e := &Error{Op: op, Peer: peer, Code: st.Code(), Msg: st.Message(), Retryable: retry, kind: kind}
+	e := &Error{Op: op, Peer: peer, Code: st.Code(), Msg: msg, Retryable: retry, kind: kind}
 	for _, d := range st.Details() {
 		if r, ok := d.(*datav1.Refusal); ok {
 			e.OpIndex = int(r.GetOp()) + 1
@@ -137,6 +143,12 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 		}
 	}
 	return e
+}
+
+// tooLarge reports whether st is gRPC's own refusal of a message larger
+// than its limit (sending or receiving): a refusal that no retry changes.
+func tooLarge(st *status.Status) bool {
+	return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max")
 }
 
 // brokeAfterSending reports whether an Unavailable answer is gRPC's own
@@ -149,7 +161,7 @@ func brokeAfterSending(st *status.Status) bool {
 		return false
 	}
 	msg := st.Message()
-	if strings.HasPrefix(msg, "connection error:") {
+	if strings.Contains(msg, "connection error:") { // also when a router forwarded the call
 		return false
 	}
 	for _, m := range []string{
