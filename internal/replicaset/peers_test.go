@@ -12,6 +12,7 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/proc"
 )
 
 // A source that refuses a lookup because it no longer sends the bucket
@@ -102,5 +103,20 @@ func TestASourceNotSendingRedirects(t *testing.T) {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not say %q", err, want)
 		}
+	}
+}
+
+// A call's arguments over datav1.MaxCallArgsBytes are refused as invalid,
+// naming the limit, before the procedure runs (a client other than the Go
+// one may send them).
+func TestOversizedCallArgumentsAreRefused(t *testing.T) {
+	reg, err := proc.NewRegistry(proc.Builtins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Storage{cfg: StorageConfig{ReplicasetID: "r1", Procs: reg}}
+	_, err = s.Call(t.Context(), &datav1.CallRequest{Procedure: "echo", Args: make([]byte, datav1.MaxCallArgsBytes+1)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "procedure echo: the arguments: a tuple of 1048577 bytes is more than 1048576") {
+		t.Fatalf("oversized arguments: %v, want InvalidArgument naming the size and the limit", err)
 	}
 }
