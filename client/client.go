@@ -311,8 +311,8 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 			e.Msg = fmt.Sprintf("did not answer within %v", at.Round(time.Millisecond))
 		}
 		if !e.Retryable {
-			if unknown != nil && !errors.Is(e, ErrOutcomeUnknown) {
-				return outcomeUnknownAfter(unknown, e)
+			if unknown != nil {
+				return outcomeUnknownAfter(false, unknown, e)
 			}
 			return e
 		}
@@ -329,8 +329,8 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 	if len(tried) > 1 {
 		last.Msg = fmt.Sprintf("%s (tried %s)", last.Msg, strings.Join(tried, ", "))
 	}
-	if unknown != nil && !errors.Is(last, ErrOutcomeUnknown) {
-		return outcomeUnknownAfter(unknown, last)
+	if unknown != nil {
+		return outcomeUnknownAfter(false, unknown, last)
 	}
 	return last
 }

@@ -34,8 +34,8 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	// second time, so the call ends with ErrOutcomeUnknown instead.
 	var unknownRS string
 	giveUp := func(e *Error) *Error {
-		if unknown != nil && rw && !errors.Is(e, ErrOutcomeUnknown) {
-			return outcomeUnknownAfter(unknown, e)
+		if unknown != nil && rw {
+			return outcomeUnknownAfter(true, unknown, e)
 		}
 		return e
 	}

@@ -175,14 +175,32 @@ func brokeAfterSending(st *status.Status) bool {
 	return false
 }
 
-// outcomeUnknownAfter is the error of a call that gave up after an
-// attempt whose outcome is unknown (first): whatever the later attempts
-// met, that attempt may have been applied.
-func outcomeUnknownAfter(first, last *Error) *Error {
+// outcomeUnknownAfter is the error of a call (a write when write) that
+// gave up after an attempt whose outcome is unknown (first): whatever the
+// later attempts met (last), that attempt may have been applied. It reads
+// "the write's outcome is unknown (<first's account>)", then, when a later
+// attempt failed otherwise, "; the retries did not learn it: <last>".
+// first's Peer is the instance that attempt went to.
+func outcomeUnknownAfter(write bool, first, last *Error) *Error {
 	e := *first
 	e.kind = ErrOutcomeUnknown
+	e.Msg = outcomeUnknown(write, first.Msg)
 	if last != nil && last != first {
-		e.Msg = fmt.Sprintf("%s; the retries did not learn its outcome: %s", first.Msg, last.Error())
+		e.Msg = fmt.Sprintf("%s; the retries did not learn it: %s", e.Msg, last.Error())
 	}
 	return &e
+}
+
+// outcomeUnknown says that the outcome of a call (a write when write)
+// whose attempt failed with msg is unknown, unless msg says so already
+// (a replicaset's own "the write's outcome is unknown (...)").
+func outcomeUnknown(write bool, msg string) string {
+	if strings.HasPrefix(msg, "the write's outcome is unknown") || strings.HasPrefix(msg, "the call's outcome is unknown") {
+		return msg
+	}
+	what := "call"
+	if write {
+		what = "write"
+	}
+	return fmt.Sprintf("the %s's outcome is unknown (%s)", what, msg)
 }
