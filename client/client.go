@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/retry"
 )
 
 // DefaultTimeout bounds one attempt on one instance when Config.Timeout is
@@ -273,7 +275,8 @@ func attemptShare(ctx context.Context, timeout time.Duration, left int) time.Dur
 
 // invoke runs call on the candidates in turn until one gives an answer
 // that is not "unavailable" (nor, for an idempotent call, "no answer in
-// time"), and returns that answer as an error or nil.
+// time"), and returns that answer as an error or nil: retry.Policy, each
+// candidate once, going on to the next at once.
 func (c *Client) invoke(ctx context.Context, op string, o callOptions, call CallFunc) error {
 	timeout := c.cfg.Timeout
 	if o.timeout > 0 {
@@ -282,13 +285,16 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 	var tried []string
 	var last, unknown *Error // unknown: the first attempt whose outcome is unknown
 	cands := c.candidates()
-	for i, addr := range cands {
-		if ctx.Err() != nil {
-			break
+	served := false
+	policy := retry.Policy{Attempts: len(cands)}
+	out, err := policy.Run(ctx, func(i int) (retry.Verdict, error) {
+		if i >= len(cands) || ctx.Err() != nil {
+			return retry.Stop, nil // no candidate: the answer is made below
 		}
+		addr := cands[i]
 		conn, err := c.Conn(addr)
 		if err != nil {
-			return err
+			return retry.Stop, err
 		}
 		at := attemptShare(ctx, timeout, len(cands)-i)
 		actx, cancel := attemptContext(ctx, at)
@@ -298,23 +304,24 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		cancel()
 		c.learn(addr, hdr, err)
 		if err == nil {
-			return nil
+			served = true
+			return retry.Stop, nil
 		}
 		e := newError(op, addr, err, o.idempotent)
 		if ctx.Err() != nil {
 			// The caller's deadline, not the attempt's: say so as it is.
 			e = newError(op, addr, ctx.Err(), o.idempotent)
 			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
-			return e
+			return retry.Stop, e
 		}
 		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
 			e.Msg = fmt.Sprintf("did not answer within %v", at.Round(time.Millisecond))
 		}
 		if !e.Retryable {
 			if unknown != nil {
-				return outcomeUnknownAfter(false, unknown, e)
+				return retry.Stop, outcomeUnknownAfter(false, unknown, e)
 			}
-			return e
+			return retry.Stop, e
 		}
 		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
 			unknown = e
@@ -322,6 +329,13 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		c.log.Debug("instance did not serve the call; trying the next", "op", op, "peer", addr, "err", e.Msg)
 		tried = append(tried, addr)
 		last = e
+		return retry.Follow, e
+	})
+	switch {
+	case served:
+		return nil
+	case out == retry.Stopped && err != nil:
+		return err
 	}
 	if last == nil {
 		return newError(op, "", ctx.Err(), o.idempotent)

@@ -636,7 +636,8 @@ func (n *Node) TargetRefused() string {
 
 // askOthers tries call on the other instances group 0 knows, in turn,
 // until one answers with anything but Unavailable (the client package's
-// failover), and returns that answer.
+// failover, Client.Do, which runs on the one retry policy of package
+// retry), and returns that answer.
 func (n *Node) askOthers(ctx context.Context, op string, call client.CallFunc) error {
 	self := n.Identity().RaftID
 	var others []string
