@@ -15,6 +15,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // Service serves ShardingService on every instance; the server routes the
@@ -493,10 +494,8 @@ func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, err
 			// moves, say, started before the reshard): copy within it, as
 			// the rebalancer does, when there is room again.
 			left = without(left, copied)
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, quotaRetry) != nil {
 				return nil, status.Errorf(codes.DeadlineExceeded, "%d buckets still wait for room in the receive quota: %v", len(left), err)
-			case <-time.After(quotaRetry):
 			}
 		}
 	}
