@@ -22,7 +22,8 @@ func (s *Storage) onLeaderOf(ctx context.Context, rsID string, call func(context
 // errSourceDone: the source of a receiving bucket does not send it at the
 // move's generation: no longer (the copy completed, this replicaset made
 // the bucket active, and the source cleaned it up, all after this member
-// read RECEIVING: read the local record again), or not yet (the mover
+// read RECEIVING: once this member applies that, its record says ACTIVE),
+// or not yet (the mover
 // prepares the destination before it freezes the source, and a caller
 // whose routing is behind reached this replicaset in between: the bucket
 // is served at the source, see sourceNotSending).

@@ -17,9 +17,10 @@ import (
 
 // A source that refuses a lookup because it no longer sends the bucket
 // (the move completed after this member read RECEIVING) is told apart
-// from a source that cannot be reached: the first makes the caller read
-// its own record again (scripts/bench-moves.sh saw writes fail with the
-// source's FailedPrecondition), the second is the caller's error.
+// from a source that cannot be reached: the first is a BUCKET_MOVING
+// redirect, which the router waits out and retries, reading this member's
+// record again (scripts/bench-moves.sh saw writes fail with the source's
+// FailedPrecondition), the second is the caller's error.
 func TestSourceErrorTellsADoneMoveApart(t *testing.T) {
 	done := sourceError(48, "r1", status.Error(codes.FailedPrecondition, `bucket 48 is GARBAGE(generation 2, peer "") on r1, not being sent`))
 	if !errors.Is(done, errSourceDone) {
