@@ -370,3 +370,33 @@ func TestAForwardToAnUnavailableInstanceNamesIt(t *testing.T) {
 		t.Fatalf("a forward to a dead leader: %v, want Unavailable naming r1-leader, then its own error", err)
 	}
 }
+
+// movingLocal is this instance's storage of r1, its leader, whose writes
+// answer BUCKET_MOVING at once while refusals last, as a storage does
+// for a bucket in its switch (it never waits the switch out itself).
+type movingLocal struct {
+	fakeLocal
+	refusals int
+}
+
+func (l *movingLocal) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+	if l.refusals > 0 {
+		l.refusals--
+		return nil, movingOn("r1")
+	}
+	return l.fakeLocal.Write(ctx, req)
+}
+
+// The router is the one layer that waits out a switch: a storage's
+// BUCKET_MOVING for a bucket group 0 still places here is tried again
+// after the backoff, without spending attempts (here 2, and 5 refusals).
+func TestTheRouterWaitsOutASwitchItsStorageAnswersAtOnce(t *testing.T) {
+	local := &movingLocal{fakeLocal: fakeLocal{rs: "r1"}, refusals: 5}
+	r := New(Config{Topology: &fakeTopology{holder: "r1"}, Attempts: 2, MoveBackoff: time.Millisecond, Local: func() Local { return local }})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	resp, err := r.Write(ctx, &datav1.WriteRequest{Bucket: 5})
+	if err != nil || resp.GetIndex() != 9 || local.writes != 1 || local.refusals != 0 {
+		t.Fatalf("write: %v %v after %d refusals left, %d served: want it served once the switch passed", resp, err, local.refusals, local.writes)
+	}
+}
