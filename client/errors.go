@@ -178,13 +178,19 @@ func brokeAfterSending(st *status.Status) bool {
 // outcomeUnknownAfter is the error of a call (a write when write) that
 // gave up after an attempt whose outcome is unknown (first): whatever the
 // later attempts met (last), that attempt may have been applied. It reads
-// "the write's outcome is unknown (<first's account>)", then, when a later
+// "the write's outcome is unknown (<first's account>)" (after a broken
+// connection; a timeout's own account as it is), then, when a later
 // attempt failed otherwise, "; the retries did not learn it: <last>".
 // first's Peer is the instance that attempt went to.
 func outcomeUnknownAfter(write bool, first, last *Error) *Error {
 	e := *first
 	e.kind = ErrOutcomeUnknown
-	e.Msg = outcomeUnknown(write, first.Msg)
+	if first.Code == codes.Unavailable {
+		// gRPC's account of a broken connection does not say that the
+		// outcome is unknown; a timeout's does ("did not answer within",
+		// or the instance's own).
+		e.Msg = outcomeUnknown(write, first.Msg)
+	}
 	if last != nil && last != first {
 		e.Msg = fmt.Sprintf("%s; the retries did not learn it: %s", e.Msg, last.Error())
 	}
