@@ -32,6 +32,9 @@ type CallOptions struct {
 func (c *Client) Call(ctx context.Context, procedure string, args tuple.Tuple, o CallOptions) (tuple.Tuple, error) {
 	req := &datav1.CallRequest{Procedure: procedure, Args: tuple.AppendTuple(nil, args), Bucket: o.Bucket,
 		ReplicasetId: o.Replicaset, RequestId: make([]byte, 16)}
+	if err := checkArgs("call "+procedure, req.Args); err != nil {
+		return nil, err
+	}
 	_, _ = rand.Read(req.RequestId)
 	rw := true
 	if o.Mode != nil {
@@ -54,6 +57,18 @@ func (c *Client) Call(ctx context.Context, procedure string, args tuple.Tuple, o
 	return t, nil
 }
 
+// checkArgs refuses encoded arguments larger than an instance takes
+// (datav1.MaxCallArgsBytes) before anything is sent: a refusal that no
+// retry can change.
+func checkArgs(op string, args []byte) error {
+	if len(args) <= datav1.MaxCallArgsBytes {
+		return nil
+	}
+	e := invalidf("the arguments: a tuple of %d bytes is more than %d", len(args), datav1.MaxCallArgsBytes)
+	e.Op = op
+	return e
+}
+
 // ReplicasetResult is one replicaset's part of a MapCall.
 type ReplicasetResult struct {
 	Replicaset string
@@ -72,6 +87,9 @@ var ErrPartial = errors.New("failed on some replicasets")
 // results of the others are returned too.
 func (c *Client) MapCall(ctx context.Context, procedure string, args tuple.Tuple, mode Mode) ([]ReplicasetResult, error) {
 	req := &datav1.MapCallRequest{Procedure: procedure, Args: tuple.AppendTuple(nil, args), Mode: mode.api()}
+	if err := checkArgs("map-call "+procedure, req.Args); err != nil {
+		return nil, err
+	}
 	var resp *datav1.MapCallResponse
 	err := c.invoke(ctx, "map-call "+procedure, callOptions{idempotent: mode == RO}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
 		var err error

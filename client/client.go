@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/shardkit/shardkit/retry"
 )
 
 // DefaultTimeout bounds one attempt on one instance when Config.Timeout is
@@ -56,17 +58,11 @@ type Config struct {
 	// (DefaultRetryBackoff when zero); it doubles at each try, up to
 	// MaxRetryBackoff (or stays as set when larger). A redirect to where
 	// the routing table, just refreshed, now places the bucket is followed
-	// at once, without a wait.
+	// at once, without a wait. A bucket in its move's switch is waited out
+	// by the router the call reaches, not here (package retry): a
+	// REASON_BUCKET_MOVING that reaches the client is retried as any
+	// other refusal, counted against Attempts.
 	RetryBackoff time.Duration
-	// MoveWait bounds how long a data call waits out a bucket whose move
-	// is switching over (refused with REASON_BUCKET_MOVING; the switch is
-	// bounded by the mover's switch timeout, 2 s by default): DefaultMoveWait
-	// when zero. Those tries do not count against Attempts (after MoveWait
-	// they do again); they come RetryBackoff apart, doubling to
-	// MaxMoveRetryBackoff (staying as set when larger), and each asks for
-	// the routing table, which places the bucket on its new replicaset as
-	// soon as the switch is done.
-	MoveWait time.Duration
 	// DisablePipelining turns off client pipelining: each write and point
 	// read is then its own unary call. With it on (the default), they go
 	// on one data stream per instance (DisableStream below), or, without
@@ -114,15 +110,6 @@ const (
 	MaxRetryBackoff     = 500 * time.Millisecond
 )
 
-// DefaultMoveWait is Config.MoveWait's default (the routers' MoveWait),
-// and MaxMoveRetryBackoff the longest wait between tries of a bucket that
-// is switching over: a switch takes tens of milliseconds, and a wait that
-// doubled on past it would add up to as much again.
-const (
-	DefaultMoveWait     = 3 * time.Second
-	MaxMoveRetryBackoff = 40 * time.Millisecond
-)
-
 // Client talks to one cluster. Make it with New; it is safe for
 // concurrent use; Close it when done.
 type Client struct {
@@ -165,9 +152,6 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
-	}
-	if cfg.MoveWait <= 0 {
-		cfg.MoveWait = DefaultMoveWait
 	}
 	if cfg.PipelineDepth <= 0 {
 		cfg.PipelineDepth = DefaultPipelineDepth
@@ -291,7 +275,8 @@ func attemptShare(ctx context.Context, timeout time.Duration, left int) time.Dur
 
 // invoke runs call on the candidates in turn until one gives an answer
 // that is not "unavailable" (nor, for an idempotent call, "no answer in
-// time"), and returns that answer as an error or nil.
+// time"), and returns that answer as an error or nil: retry.Policy, each
+// candidate once, going on to the next at once.
 func (c *Client) invoke(ctx context.Context, op string, o callOptions, call CallFunc) error {
 	timeout := c.cfg.Timeout
 	if o.timeout > 0 {
@@ -300,13 +285,16 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 	var tried []string
 	var last, unknown *Error // unknown: the first attempt whose outcome is unknown
 	cands := c.candidates()
-	for i, addr := range cands {
-		if ctx.Err() != nil {
-			break
+	served := false
+	policy := retry.Policy{Attempts: len(cands)}
+	out, err := policy.Run(ctx, func(i int) (retry.Verdict, error) {
+		if i >= len(cands) || ctx.Err() != nil {
+			return retry.Stop, nil // no candidate: the answer is made below
 		}
+		addr := cands[i]
 		conn, err := c.Conn(addr)
 		if err != nil {
-			return err
+			return retry.Stop, err
 		}
 		at := attemptShare(ctx, timeout, len(cands)-i)
 		actx, cancel := attemptContext(ctx, at)
@@ -316,23 +304,24 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		cancel()
 		c.learn(addr, hdr, err)
 		if err == nil {
-			return nil
+			served = true
+			return retry.Stop, nil
 		}
 		e := newError(op, addr, err, o.idempotent)
 		if ctx.Err() != nil {
 			// The caller's deadline, not the attempt's: say so as it is.
 			e = newError(op, addr, ctx.Err(), o.idempotent)
 			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
-			return e
+			return retry.Stop, e
 		}
 		if attemptExpired && status.Code(err) == codes.DeadlineExceeded {
 			e.Msg = fmt.Sprintf("did not answer within %v", at.Round(time.Millisecond))
 		}
 		if !e.Retryable {
-			if unknown != nil && !errors.Is(e, ErrOutcomeUnknown) {
-				return outcomeUnknownAfter(unknown, e)
+			if unknown != nil {
+				return retry.Stop, outcomeUnknownAfter(false, unknown, e)
 			}
-			return e
+			return retry.Stop, e
 		}
 		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
 			unknown = e
@@ -340,6 +329,13 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 		c.log.Debug("instance did not serve the call; trying the next", "op", op, "peer", addr, "err", e.Msg)
 		tried = append(tried, addr)
 		last = e
+		return retry.Follow, e
+	})
+	switch {
+	case served:
+		return nil
+	case out == retry.Stopped && err != nil:
+		return err
 	}
 	if last == nil {
 		return newError(op, "", ctx.Err(), o.idempotent)
@@ -347,8 +343,8 @@ func (c *Client) invoke(ctx context.Context, op string, o callOptions, call Call
 	if len(tried) > 1 {
 		last.Msg = fmt.Sprintf("%s (tried %s)", last.Msg, strings.Join(tried, ", "))
 	}
-	if unknown != nil && !errors.Is(last, ErrOutcomeUnknown) {
-		return outcomeUnknownAfter(unknown, last)
+	if unknown != nil {
+		return outcomeUnknownAfter(false, unknown, last)
 	}
 	return last
 }

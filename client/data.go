@@ -10,19 +10,20 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // dataCall runs one data-layer call about bucket b (0: not known): at the
 // member the routing table names (the leader for rw), following redirects
-// and retrying what is safe to retry, each attempt bounded by
-// Config.Timeout and the whole by ctx and Config.Attempts. Without a
-// routing table it asks any instance, which routes the call itself.
+// and retrying what is safe to retry (retry.Policy), each attempt bounded
+// by Config.Timeout and the whole by ctx and Config.Attempts. Without a
+// routing table it asks any instance, which routes the call itself. A
+// bucket in its move's switch is waited out by the router the call
+// reaches (package retry): a REASON_BUCKET_MOVING that still reaches the
+// client is one more counted attempt, after the table is read again.
 func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempotent bool,
 	call func(ctx context.Context, dc datav1.DataServiceClient) error,
 ) error {
-	backoff := c.cfg.RetryBackoff
-	moveBackoff := c.cfg.RetryBackoff
-	var movingSince time.Time // the first refusal of a switching bucket
 	// unknown is the first attempt of a write whose outcome is unknown:
 	// a write retried under the same request id is applied at most once,
 	// but if the call gives up, it must not say "nothing was done".
@@ -33,16 +34,17 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	// second time, so the call ends with ErrOutcomeUnknown instead.
 	var unknownRS string
 	giveUp := func(e *Error) *Error {
-		if unknown != nil && rw && !errors.Is(e, ErrOutcomeUnknown) {
-			return outcomeUnknownAfter(unknown, e)
+		if unknown != nil && rw {
+			return outcomeUnknownAfter(true, unknown, e)
 		}
 		return e
 	}
-	for attempt := 0; attempt < c.cfg.Attempts; attempt++ {
+	policy := retry.Policy{Attempts: c.cfg.Attempts, Backoff: retry.Backoff{Initial: c.cfg.RetryBackoff, Max: MaxRetryBackoff}}
+	out, err := policy.Run(ctx, func(attempt int) (retry.Verdict, error) {
 		rt := c.routingFor(ctx)
 		rs, addr := c.addressFor(rt, b, rw)
 		if unknown != nil && rw && unknownRS != "" && rs != unknownRS {
-			return giveUp(&Error{Op: op, Code: codes.Unavailable, kind: ErrUnavailable,
+			return retry.Stop, giveUp(&Error{Op: op, Code: codes.Unavailable, kind: ErrUnavailable,
 				Msg: fmt.Sprintf("bucket %d moved from replicaset %s to %s after an attempt whose outcome is unknown; not retried there: a replicaset deduplicates only the request ids it applied itself, so a retry elsewhere could apply the write twice",
 					b, unknownRS, firstOf(rs, "no replicaset this client's routing names"))})
 		}
@@ -52,7 +54,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		}
 		conn, err := c.Conn(addr)
 		if err != nil {
-			return err
+			return retry.Stop, err
 		}
 		actx, cancel := attemptContext(ctx, c.cfg.Timeout)
 		err = call(actx, c.dataClient(addr, conn))
@@ -62,12 +64,12 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			c.mu.Lock()
 			c.last = addr
 			c.mu.Unlock()
-			return nil
+			return retry.Stop, nil
 		}
 		if ctx.Err() != nil {
 			e := newError(op, addr, ctx.Err(), idempotent)
 			e.Msg = fmt.Sprintf("no answer before the call's deadline: %s", e.Msg)
-			return giveUp(e)
+			return retry.Stop, giveUp(e)
 		}
 		if rd := datav1.RedirectOf(err); rd != nil {
 			last = newError(op, addr, err, idempotent)
@@ -76,7 +78,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			case datav1.Redirect_REASON_NOT_LEADER:
 				if l := rd.GetLeaderAddress(); l != "" && l != addr {
 					c.learnLeader(firstOf(rd.GetReplicasetId(), rs), l)
-					continue
+					return retry.Follow, last
 				}
 				c.learnLeader(firstOf(rd.GetReplicasetId(), rs), "")
 			default:
@@ -84,35 +86,18 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 				// places it elsewhere, go there now.
 				if rt, err := c.refresh(ctx); err == nil && rs != "" {
 					if now, _ := c.addressFor(rt, b, rw); now != "" && now != rs {
-						continue
+						return retry.Follow, last
 					}
 				}
 			}
-			if rd.GetReason() == datav1.Redirect_REASON_BUCKET_MOVING {
-				if movingSince.IsZero() {
-					movingSince = time.Now()
-				}
-				if time.Since(movingSince) < c.cfg.MoveWait {
-					attempt-- // waiting out a switch is not a failed try: MoveWait bounds it
-					if sleepCtx(ctx, moveBackoff) {
-						return giveUp(last)
-					}
-					moveBackoff = doubled(moveBackoff, MaxMoveRetryBackoff)
-					continue
-				}
-			}
-			if sleepCtx(ctx, backoff) {
-				return giveUp(last)
-			}
-			backoff = doubled(backoff, MaxRetryBackoff)
-			continue
+			return retry.Again, last
 		}
 		e := newError(op, addr, err, idempotent)
 		if expired && status.Code(err) == codes.DeadlineExceeded {
 			e.Msg = fmt.Sprintf("did not answer within %v", c.cfg.Timeout)
 		}
 		if !e.Retryable {
-			return giveUp(e)
+			return retry.Stop, giveUp(e)
 		}
 		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
 			unknown, unknownRS = e, rs
@@ -123,22 +108,17 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			c.learnLeader(rs, "")
 		}
 		c.log.Debug("data call not served; retrying", "op", op, "peer", addr, "err", e.Msg)
-		if sleepCtx(ctx, backoff) {
-			return giveUp(last)
-		}
-		backoff = doubled(backoff, MaxRetryBackoff)
-	}
-	if last == nil {
+		return retry.Again, last
+	})
+	switch {
+	case out == retry.Stopped:
+		return err
+	case last == nil:
 		return newError(op, "", context.DeadlineExceeded, idempotent)
+	case out == retry.Exhausted:
+		last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, c.cfg.Attempts)
 	}
-	last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, c.cfg.Attempts)
 	return giveUp(last)
-}
-
-// doubled is the next wait of a backoff that doubles up to limit (a wait
-// set above limit stays as set).
-func doubled(d, limit time.Duration) time.Duration {
-	return max(d, min(2*d, limit))
 }
 
 func firstOf(a, b string) string {
@@ -160,14 +140,3 @@ func attemptContext(ctx context.Context, timeout time.Duration) (context.Context
 }
 
 func noCancel() {}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
-}

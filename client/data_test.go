@@ -107,7 +107,7 @@ func TestCRUDWithTheSeedsAnswers(t *testing.T) {
 	if _, err := c.Space("no_such_space").Insert(ctx, offer(1, "a", 1)); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("a missing space: %v", err)
 	}
-	if _, err := c.DropSpace(ctx, "crud_offers", false); !errors.Is(err, client.ErrRefused) || !strings.Contains(err.Error(), "holds 1 tuples") {
+	if _, err := c.DropSpace(ctx, "crud_offers", false); !errors.Is(err, client.ErrRefused) || !strings.Contains(err.Error(), "holds 1 tuple;") {
 		t.Fatalf("dropping a space with a tuple: %v", err)
 	}
 }

@@ -126,8 +126,14 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 	if brokeAfterSending(st) {
 		kind = ErrOutcomeUnknown
 	}
+	msg := st.Message()
+	if tooLarge(st) {
+		// gRPC's message-size limit: the same call would meet it again.
+		kind = ErrInvalid
+		msg = "the request or its answer is larger than gRPC carries: " + msg
+	}
 	retry := errors.Is(kind, ErrUnavailable) || (errors.Is(kind, ErrOutcomeUnknown) || errors.Is(kind, ErrInternal)) && idempotent
-	e := &Error{Op: op, Peer: peer, Code: st.Code(), Msg: st.Message(), Retryable: retry, kind: kind}
+	e := &Error{Op: op, Peer: peer, Code: st.Code(), Msg: msg, Retryable: retry, kind: kind}
 	for _, d := range st.Details() {
 		if r, ok := d.(*datav1.Refusal); ok {
 			e.OpIndex = int(r.GetOp()) + 1
@@ -137,6 +143,12 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 		}
 	}
 	return e
+}
+
+// tooLarge reports whether st is gRPC's own refusal of a message larger
+// than its limit (sending or receiving): a refusal that no retry changes.
+func tooLarge(st *status.Status) bool {
+	return st.Code() == codes.ResourceExhausted && strings.Contains(st.Message(), "message larger than max")
 }
 
 // brokeAfterSending reports whether an Unavailable answer is gRPC's own
@@ -149,7 +161,7 @@ func brokeAfterSending(st *status.Status) bool {
 		return false
 	}
 	msg := st.Message()
-	if strings.HasPrefix(msg, "connection error:") {
+	if strings.Contains(msg, "connection error:") { // also when a router forwarded the call
 		return false
 	}
 	for _, m := range []string{
@@ -163,14 +175,38 @@ func brokeAfterSending(st *status.Status) bool {
 	return false
 }
 
-// outcomeUnknownAfter is the error of a call that gave up after an
-// attempt whose outcome is unknown (first): whatever the later attempts
-// met, that attempt may have been applied.
-func outcomeUnknownAfter(first, last *Error) *Error {
+// outcomeUnknownAfter is the error of a call (a write when write) that
+// gave up after an attempt whose outcome is unknown (first): whatever the
+// later attempts met (last), that attempt may have been applied. It reads
+// "the write's outcome is unknown (<first's account>)" (after a broken
+// connection; a timeout's own account as it is), then, when a later
+// attempt failed otherwise, "; the retries did not learn it: <last>".
+// first's Peer is the instance that attempt went to.
+func outcomeUnknownAfter(write bool, first, last *Error) *Error {
 	e := *first
 	e.kind = ErrOutcomeUnknown
+	if first.Code == codes.Unavailable {
+		// gRPC's account of a broken connection does not say that the
+		// outcome is unknown; a timeout's does ("did not answer within",
+		// or the instance's own).
+		e.Msg = outcomeUnknown(write, first.Msg)
+	}
 	if last != nil && last != first {
-		e.Msg = fmt.Sprintf("%s; the retries did not learn its outcome: %s", first.Msg, last.Error())
+		e.Msg = fmt.Sprintf("%s; the retries did not learn it: %s", e.Msg, last.Error())
 	}
 	return &e
+}
+
+// outcomeUnknown says that the outcome of a call (a write when write)
+// whose attempt failed with msg is unknown, unless msg says so already
+// (a replicaset's own "the write's outcome is unknown (...)").
+func outcomeUnknown(write bool, msg string) string {
+	if strings.HasPrefix(msg, "the write's outcome is unknown") || strings.HasPrefix(msg, "the call's outcome is unknown") {
+		return msg
+	}
+	what := "call"
+	if write {
+		what = "write"
+	}
+	return fmt.Sprintf("the %s's outcome is unknown (%s)", what, msg)
 }

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/sharding"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -305,7 +306,7 @@ const (
 // CountRetryMaxWait, until ctx ends. Its errors: countAll's as they are,
 // ErrBadCount, and ErrCountInFlux when ctx ended with buckets still moving.
 func CountCluster(ctx context.Context, bucketCount uint32, countAll func(context.Context) ([]tuple.Tuple, error)) (uint64, error) {
-	wait := CountRetryWait
+	wait := retry.Backoff{Initial: CountRetryWait, Max: CountRetryMaxWait}
 	for {
 		results, err := countAll(ctx)
 		if err != nil {
@@ -315,13 +316,8 @@ func CountCluster(ctx context.Context, bucketCount uint32, countAll func(context
 		if !errors.Is(err, ErrCountInFlux) {
 			return n, err
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, fmt.Errorf("%w (buckets kept moving until the deadline: %w)", err, ctx.Err())
-		case <-t.C:
+		if serr := retry.Sleep(ctx, wait.Next()); serr != nil {
+			return 0, fmt.Errorf("%w (buckets kept moving until the deadline: %w)", err, serr)
 		}
-		wait = min(2*wait, CountRetryMaxWait)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -276,7 +277,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 		res.PreloadRows, res.PreloadS = n, time.Since(start).Seconds()
 		fmt.Fprintf(logw, "bench: preloaded %d rows of space %s in %.1fs; settling %v\n", n, cfg.Space, res.PreloadS, cfg.Settle)
-		if err := sleep(ctx, cfg.Settle); err != nil {
+		if err := retry.Sleep(ctx, cfg.Settle); err != nil {
 			return Result{}, err
 		}
 	}
@@ -455,7 +456,7 @@ func preload(ctx context.Context, clients []*client.Client, cfg Config) (int64, 
 func preloadBatch(ctx context.Context, c *client.Client, cfg Config, keys []uint64, val []byte) error {
 	var err error
 	for attempt := range 3 {
-		if err := sleep(ctx, time.Duration(attempt)*time.Second); err != nil {
+		if err := retry.Sleep(ctx, time.Duration(attempt)*time.Second); err != nil {
 			return err
 		}
 		b := c.Batch()
@@ -553,22 +554,6 @@ func (p *pacer) due() time.Time {
 	return t
 }
 
-// sleep waits for d (not at all when d is not positive), or until ctx
-// ends: then it returns ctx's error.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-timer.C:
-		return nil
-	}
-}
-
 // work is one client's loop: it takes the next operation while the count
 // or the duration allows (at its time on the schedule, when paced), and
 // records each successful call's latency (from that time, when paced).
@@ -594,7 +579,7 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 			// Due at t0: past the deadline it is not made; late (the
 			// call before ran long), it starts at once and counts its
 			// wait.
-			if t0 = pace.due(); (!deadline.IsZero() && !t0.Before(deadline)) || sleep(ctx, time.Until(t0)) != nil {
+			if t0 = pace.due(); (!deadline.IsZero() && !t0.Before(deadline)) || retry.Sleep(ctx, time.Until(t0)) != nil {
 				break
 			}
 		}

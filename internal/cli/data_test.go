@@ -283,6 +283,12 @@ func TestDataCommands(t *testing.T) {
 			{name: "unknown replicaset", args: []string{"call", "--replicaset", "r9", "echo", `[]`}, code: 1,
 				err: []string{"call echo", `no replicaset "r9" in service (replicasets in service: r1)`}},
 			{name: "args from stdin", args: []string{"call", "echo", "-"}, stdin: `["in"]`, out: "[\"in\"]\n"},
+			// 5 MB of arguments: refused before sending, naming the limit
+			// (not sent, refused by gRPC and retried).
+			{name: "oversized args", args: []string{"call", "echo", "-"}, stdin: `["` + strings.Repeat("x", 5_000_000) + `"]`, code: 2,
+				err: []string{"call echo: the arguments: a tuple of 5000006 bytes is more than 1048576"}},
+			{name: "map-call oversized args", args: []string{"map-call", "echo", "-"}, stdin: `["` + strings.Repeat("x", 5_000_000) + `"]`, code: 2,
+				err: []string{"map-call echo: the arguments: a tuple of 5000006 bytes is more than 1048576"}},
 			{name: "map-call", args: []string{"map-call", "count", `["offers"]`}, out: "{\"replicaset\":\"r1\",\"result\":[4]}\n"},
 			{name: "map-call ro", args: []string{"map-call", "--mode", "ro", "echo", `["x"]`}, out: "{\"replicaset\":\"r1\",\"result\":[\"x\"]}\n"},
 			{name: "map-call failing", args: []string{"map-call", "count", `["nope"]`}, code: 1,

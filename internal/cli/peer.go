@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/router"
 )
 
 // defaultPeer is the address client commands ask when --peer is not given
@@ -81,6 +82,12 @@ func callError(timeout time.Duration, err error) error {
 	switch {
 	case ce.Peer == "":
 		return errors.New(oneLine(ce.Msg))
+	case errors.Is(err, client.ErrOutcomeUnknown) && ce.Code == codes.Unavailable,
+		ce.Code == codes.Unavailable && strings.HasPrefix(ce.Msg, router.ForwardFailedPrefix):
+		// The peer answered: the write's outcome is unknown, or another
+		// instance it forwarded the call to was unavailable (the message
+		// names that one). The peer itself is not to blame.
+		return fmt.Errorf("peer %s: %s", ce.Peer, oneLine(ce.Msg))
 	case ce.Code == codes.Unavailable && looksLikeHTTP(ce.Msg):
 		return httpPortError(ce.Peer)
 	case ce.Code == codes.Unavailable && strings.Contains(ce.Msg, "error reading server preface: EOF"):

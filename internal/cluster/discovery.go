@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // Discovery (K2): instances exchange the peers they know in rounds until
@@ -232,10 +233,8 @@ func (d *discovery) run(ctx context.Context, call discoverCall, round, probe tim
 
 		d.maybeWarn()
 
-		select {
-		case <-ctx.Done():
-			return discoveryResult{}, ctx.Err()
-		case <-time.After(round):
+		if err := retry.Sleep(ctx, round); err != nil {
+			return discoveryResult{}, err
 		}
 	}
 }

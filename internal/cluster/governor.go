@@ -11,6 +11,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // The governor (K12) runs on the leader of group 0. Each iteration it looks
@@ -45,7 +46,7 @@ func newGovernor(n *Node) *governor {
 var errWaiting = errors.New("waiting")
 
 func (gv *governor) run(ctx context.Context) {
-	backoff := 100 * time.Millisecond
+	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil {
 		g0 := gv.n.g0.Load()
 		self := multiraft.NodeID(gv.n.Identity().RaftID)
@@ -76,15 +77,11 @@ func (gv *governor) run(ctx context.Context) {
 		}
 		switch {
 		case err == nil && step != "":
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 			continue
 		case err != nil && !errors.Is(err, errWaiting):
 			gv.log.Warn("governor activity failed; will retry", "step", step, "err", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(backoff):
-			}
-			backoff = min(2*backoff, 2*time.Second)
+			_ = retry.Sleep(ctx, backoff.Next()) // the loop ends with ctx
 			continue
 		}
 		select {

@@ -13,6 +13,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // join asks the cluster (through any instance) to add this one (K7) and
@@ -21,7 +22,7 @@ import (
 func (n *Node) join(ctx context.Context, addr string) (*Identity, error) {
 	uuid := newUUID()
 	req := n.joinRequest(uuid)
-	backoff := 200 * time.Millisecond
+	backoff := retry.Backoff{Initial: 200 * time.Millisecond, Max: 3 * time.Second}
 	for {
 		c, err := n.peers.client(addr)
 		if err != nil {
@@ -38,10 +39,9 @@ func (n *Node) join(ctx context.Context, addr string) (*Identity, error) {
 			return nil, &RefusedError{Err: fmt.Errorf("join refused: %s", status.Convert(err).Message())}
 		}
 		n.log.Info("join: retrying", "through", addr, "err", err)
-		if sleep(ctx, backoff) {
-			return nil, ctx.Err()
+		if err := retry.Sleep(ctx, backoff.Next()); err != nil {
+			return nil, err
 		}
-		backoff = min(2*backoff, 3*time.Second)
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/multiraft/grpcnet"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // GroupMeta is group 0, the cluster's metadata log.
@@ -407,8 +408,8 @@ func (n *Node) ensureBooted(ctx context.Context, ident *Identity) error {
 				return err // retrying cannot help; the process exits and restarts
 			}
 			n.log.Info("waiting to propose the cluster's first entry", "err", err)
-			if sleep(ctx, 100*time.Millisecond) {
-				return ctx.Err()
+			if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
+				return err
 			}
 		}
 		st = n.meta.State()
@@ -573,7 +574,7 @@ func (n *Node) group(gid multiraft.GroupID) *multiraft.Group {
 // this instance is expelled, it reports that on n.expelled.
 func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason string) bool {
 	id := n.Identity()
-	backoff := 100 * time.Millisecond
+	backoff := retry.Backoff{Initial: 100 * time.Millisecond, Max: 2 * time.Second}
 	for {
 		req := &clusterv1.UpdateInstanceRequest{
 			ClusterId: id.ClusterID, InstanceId: id.InstanceID, TargetGrade: apiVariant(v), Reason: reason, Uuid: id.UUID,
@@ -620,10 +621,9 @@ func (n *Node) requestTarget(ctx context.Context, v metapb.GradeVariant, reason 
 			n.targetRefused.Store(&why)
 			n.log.Warn("group 0 refuses this instance's target grade; asking again", "target", meta.VariantName(v), "err", err)
 		}
-		if sleep(ctx, backoff) {
+		if retry.Sleep(ctx, backoff.Next()) != nil {
 			return false
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 
@@ -639,7 +639,8 @@ func (n *Node) TargetRefused() string {
 
 // askOthers tries call on the other instances group 0 knows, in turn,
 // until one answers with anything but Unavailable (the client package's
-// failover), and returns that answer.
+// failover, Client.Do, which runs on the one retry policy of package
+// retry), and returns that answer.
 func (n *Node) askOthers(ctx context.Context, op string, call client.CallFunc) error {
 	self := n.Identity().RaftID
 	var others []string

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // selfSentinel runs on every instance: while the instance is alive and not
@@ -21,19 +22,19 @@ func (n *Node) selfSentinel(ctx context.Context, started <-chan struct{}) {
 		return
 	case <-started:
 	}
-	backoff := time.Second
+	backoff := retry.Backoff{Initial: time.Second, Max: 30 * time.Second}
+	wait := backoff.Next()
 	for {
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, wait) != nil {
 			return
-		case <-time.After(backoff):
 		}
 		if n.shuttingDown.Load() {
 			return
 		}
 		inst := n.selfInstance()
 		if inst == nil || inst.GetTargetGrade().GetVariant() != meta.Offline || inst.GetCommitIndex() < n.onlineIndex.Load() {
-			backoff = time.Second
+			backoff.Reset()
+			wait = backoff.Next()
 			continue
 		}
 		n.log.Info("target grade is Offline while this instance runs; asking for Online", "reason", inst.GetTargetReason())
@@ -41,7 +42,7 @@ func (n *Node) selfSentinel(ctx context.Context, started <-chan struct{}) {
 		ok := n.requestTarget(rctx, meta.Online, "auto-online")
 		cancel()
 		if !ok {
-			backoff = min(2*backoff, 30*time.Second)
+			wait = backoff.Next()
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"context"
 	"time"
 )
 
@@ -63,15 +62,3 @@ type Clock interface{ Now() time.Time }
 type realClock struct{}
 
 func (realClock) Now() time.Time { return time.Now() }
-
-// sleep waits d or until ctx ends; it reports whether ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
-}

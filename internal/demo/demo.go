@@ -24,6 +24,7 @@ import (
 	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/statusview"
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -436,7 +437,7 @@ func (d *sampleData) load(ctx context.Context, cl *client.Client) {
 			return
 		}
 		d.set("waiting for the cluster to take DDL: %v", err)
-		if sleep(ctx, time.Second) {
+		if retry.Sleep(ctx, time.Second) != nil {
 			return
 		}
 	}
@@ -465,7 +466,7 @@ func (d *sampleData) load(ctx context.Context, cl *client.Client) {
 						return
 					}
 					retried.Add(1)
-					if sleep(ctx, 200*time.Millisecond) {
+					if retry.Sleep(ctx, 200*time.Millisecond) != nil {
 						return
 					}
 				}
@@ -481,17 +482,6 @@ func (d *sampleData) load(ctx context.Context, cl *client.Client) {
 		msg += fmt.Sprintf("; %d writes were retried (while the cluster formed)", n)
 	}
 	d.set("%s", msg)
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 func stopDemo(insts []*demoInstance) {

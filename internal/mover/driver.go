@@ -17,6 +17,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // The driver steps moves through their phases in batches: the moves of
@@ -93,7 +94,7 @@ func (m *Mover) drive(ctx context.Context, buckets []uint32) {
 			release(b)
 		}
 	}()
-	backoff := 50 * time.Millisecond
+	backoff := retry.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
 	for ctx.Err() == nil && m.cfg.Zero.Leads() {
 		st := m.cfg.Zero.State()
 		type key struct {
@@ -138,14 +139,10 @@ func (m *Mover) drive(ctx context.Context, buckets []uint32) {
 			}
 		}
 		if failed == nil {
-			backoff = 50 * time.Millisecond
+			backoff.Reset()
 			continue
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
+		_ = retry.Sleep(ctx, backoff.Next()) // the loop ends with ctx
 	}
 }
 

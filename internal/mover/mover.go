@@ -14,6 +14,7 @@ import (
 	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/replicaset/rsclient"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/sharding"
 )
@@ -363,5 +364,5 @@ func (m *Mover) onLeader(ctx context.Context, rsID string, call func(context.Con
 	for _, mem := range st.Members(rsID) {
 		addrs = append(addrs, mem.GetAddress())
 	}
-	return rspb.OnLeader(ctx, m.cfg.Dial, rsID, addrs, call)
+	return rsclient.OnLeader(ctx, m.cfg.Dial, rsID, addrs, call)
 }

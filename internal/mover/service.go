@@ -15,6 +15,7 @@ import (
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // Service serves ShardingService on every instance; the server routes the
@@ -504,10 +505,8 @@ func (s *Service) reshardCopy(ctx context.Context) (*datav1.ReshardResponse, err
 			// moves, say, started before the reshard): copy within it, as
 			// the rebalancer does, when there is room again.
 			left = without(left, copied)
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, quotaRetry) != nil {
 				return nil, status.Errorf(codes.DeadlineExceeded, "%s still %s for room in the receive quota: %v", meta.Count(len(left), "bucket"), agree(len(left), "waits", "wait"), err)
-			case <-time.After(quotaRetry):
 			}
 		}
 	}

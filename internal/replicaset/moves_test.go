@@ -402,7 +402,7 @@ func TestADestinationPreparedBeforeItsSourceFreezesServesNothing(t *testing.T) {
 		t.Fatalf("the active source asked for generation 2: %v, want FailedPrecondition, not being sent", err)
 	}
 	if !errors.Is(sourceError(b, "src", err), errSourceDone) {
-		t.Fatal("an active source's refusal is not errSourceDone: the destination would fail the call instead of reading its record again and redirecting")
+		t.Fatal("an active source's refusal is not errSourceDone: the destination would fail the call instead of redirecting it for the router to wait out")
 	}
 	// It still takes writes of its own; once it freezes, the destination
 	// may read it at the move's generation (and at no other).

@@ -29,16 +29,11 @@ import (
 // getMoving reads one key of bucket b, falling back to the source while b
 // is receiving.
 func (s *Storage) getMoving(ctx context.Context, b uint32, sp *schema.Space, key []byte) (Stored, bool, error) {
-	for attempt := 0; ; attempt++ {
-		st, found, err := s.getMovingOnce(ctx, b, sp, key)
-		if !errors.Is(err, errSourceDone) {
-			return st, found, err
-		}
-		// The move completed meanwhile: read the local state again.
-		if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
-			return Stored{}, false, s.sourceNotSending(b, err)
-		}
+	st, found, err := s.getMovingOnce(ctx, b, sp, key)
+	if errors.Is(err, errSourceDone) {
+		return Stored{}, false, s.sourceNotSending(b, err)
 	}
+	return st, found, err
 }
 
 func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *schema.Space, key []byte) (Stored, bool, error) {
@@ -80,15 +75,11 @@ func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *schema.Space,
 // b is receiving: this replicaset's tuple wins, a tombstone hides the
 // source's.
 func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *schema.Space, after []byte, limit int) ([]Stored, bool, error) {
-	for attempt := 0; ; attempt++ {
-		out, more, err := s.rangeMovingOnce(ctx, b, sp, after, limit)
-		if !errors.Is(err, errSourceDone) {
-			return out, more, err
-		}
-		if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
-			return nil, false, s.sourceNotSending(b, err)
-		}
+	out, more, err := s.rangeMovingOnce(ctx, b, sp, after, limit)
+	if errors.Is(err, errSourceDone) {
+		return nil, false, s.sourceNotSending(b, err)
 	}
+	return out, more, err
 }
 
 func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *schema.Space, after []byte, limit int) ([]Stored, bool, error) {

@@ -9,31 +9,35 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/replicaset/rsclient"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
-// onLeaderOf runs call on the leader of another replicaset (rspb.OnLeader).
+// onLeaderOf runs call on the leader of another replicaset (rsclient.OnLeader).
 func (s *Storage) onLeaderOf(ctx context.Context, rsID string, call func(context.Context, rspb.BucketServiceClient) error) error {
 	leader, members := s.cfg.Zero.Replicaset(rsID)
-	return rspb.OnLeader(ctx, s.cfg.Dial, rsID, append([]string{leader}, members...), call)
+	return rsclient.OnLeader(ctx, s.cfg.Dial, rsID, append([]string{leader}, members...), call)
 }
 
 // errSourceDone: the source of a receiving bucket does not send it at the
 // move's generation: no longer (the copy completed, this replicaset made
 // the bucket active, and the source cleaned it up, all after this member
-// read RECEIVING: read the local record again), or not yet (the mover
+// read RECEIVING: once this member applies that, its record says ACTIVE),
+// or not yet (the mover
 // prepares the destination before it freezes the source, and a caller
 // whose routing is behind reached this replicaset in between: the bucket
 // is served at the source, see sourceNotSending).
 var errSourceDone = errors.New("replicaset: the bucket's source does not send it")
 
 // sourceNotSending is the answer to a call for receiving bucket b whose
-// source kept refusing (errSourceDone, err) while this member's record
-// stayed RECEIVING: a redirect, so that the router or client reads its
-// routing again (the bucket is served at the source until the switch, and
-// here after it) instead of failing.
+// source refused (errSourceDone, err) while this member's record is
+// RECEIVING: the bucket is in its move's switch as this member sees it (it
+// is served at the source until the switch, and here once this member has
+// applied its end), so it is a BUCKET_MOVING redirect, answered at once:
+// the router reads its routing again and waits the switch out (package
+// retry), instead of failing.
 func (s *Storage) sourceNotSending(b uint32, err error) error {
-	return Redirect(datav1.Redirect_REASON_WRONG_BUCKET, b, "", "",
+	return Redirect(datav1.Redirect_REASON_BUCKET_MOVING, b, "", "",
 		fmt.Sprintf("bucket %d is receiving on replicaset %s, which does not serve it yet: %v", b, s.cfg.ReplicasetID, err))
 }
 

@@ -12,13 +12,15 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/proc"
 )
 
 // A source that refuses a lookup because it no longer sends the bucket
 // (the move completed after this member read RECEIVING) is told apart
-// from a source that cannot be reached: the first makes the caller read
-// its own record again (scripts/bench-moves.sh saw writes fail with the
-// source's FailedPrecondition), the second is the caller's error.
+// from a source that cannot be reached: the first is a BUCKET_MOVING
+// redirect, which the router waits out and retries, reading this member's
+// record again (scripts/bench-moves.sh saw writes fail with the source's
+// FailedPrecondition), the second is the caller's error.
 func TestSourceErrorTellsADoneMoveApart(t *testing.T) {
 	done := sourceError(48, "r1", status.Error(codes.FailedPrecondition, `bucket 48 is GARBAGE(generation 2, peer "") on r1, not being sent`))
 	if !errors.Is(done, errSourceDone) {
@@ -86,20 +88,36 @@ func TestPrevFactsAreOfTheMovesGeneration(t *testing.T) {
 	}
 }
 
-// A call for a receiving bucket whose source keeps saying it does not send
-// it (the move not frozen yet, reached by a router whose routing is behind)
-// ends in a redirect, so that the router or client reads its routing again
-// and goes where the bucket is served, instead of an error.
+// A call for a receiving bucket whose source says it does not send it
+// (the move not frozen yet, reached by a router whose routing is behind,
+// or completed and not yet applied here) ends at once in a BUCKET_MOVING
+// redirect, so that the router reads its routing again and goes where the
+// bucket is served, or waits the switch out, instead of an error.
 func TestASourceNotSendingRedirects(t *testing.T) {
 	s := &Storage{cfg: StorageConfig{ReplicasetID: "r2"}}
 	err := s.sourceNotSending(48, sourceError(48, "r1", status.Error(codes.FailedPrecondition, `bucket 48 is ACTIVE(generation 1, peer "") on r1, not being sent`)))
 	rd := datav1.RedirectOf(err)
-	if rd == nil || rd.GetReason() != datav1.Redirect_REASON_WRONG_BUCKET || rd.GetBucket() != 48 {
-		t.Fatalf("%v: redirect %v, want WRONG_BUCKET for bucket 48", err, rd)
+	if rd == nil || rd.GetReason() != datav1.Redirect_REASON_BUCKET_MOVING || rd.GetBucket() != 48 {
+		t.Fatalf("%v: redirect %v, want BUCKET_MOVING for bucket 48", err, rd)
 	}
 	for _, want := range []string{"receiving on replicaset r2", "does not serve it yet", "ACTIVE"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not say %q", err, want)
 		}
+	}
+}
+
+// A call's arguments over datav1.MaxCallArgsBytes are refused as invalid,
+// naming the limit, before the procedure runs (a client other than the Go
+// one may send them).
+func TestOversizedCallArgumentsAreRefused(t *testing.T) {
+	reg, err := proc.NewRegistry(proc.Builtins()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Storage{cfg: StorageConfig{ReplicasetID: "r1", Procs: reg}}
+	_, err = s.Call(t.Context(), &datav1.CallRequest{Procedure: "echo", Args: make([]byte, datav1.MaxCallArgsBytes+1)})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "procedure echo: the arguments: a tuple of 1048577 bytes is more than 1048576") {
+		t.Fatalf("oversized arguments: %v, want InvalidArgument naming the size and the limit", err)
 	}
 }

@@ -31,6 +31,9 @@ func (s *Storage) Call(ctx context.Context, req *datav1.CallRequest) (*datav1.Ca
 	if p.Mode == proc.RW && req.GetMode() == datav1.Mode_MODE_RO {
 		return nil, status.Errorf(codes.InvalidArgument, "procedure %s writes (rw); call it in mode rw", p.Name)
 	}
+	if n := len(req.GetArgs()); n > datav1.MaxCallArgsBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "procedure %s: the arguments: a tuple of %d bytes is more than %d", p.Name, n, datav1.MaxCallArgsBytes)
+	}
 	args, err := tuple.DecodeTuple(req.GetArgs())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "procedure %s: the arguments: %v", p.Name, err)

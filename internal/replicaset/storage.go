@@ -353,25 +353,6 @@ func (s *Storage) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.
 	return resp, nil
 }
 
-// How often and how long apart a call that found the bucket's source done
-// reads the local record again before it says "retry".
-const (
-	sourceDoneRetries = 10
-	sourceDoneWait    = 20 * time.Millisecond
-)
-
-// sleepCtx waits d; false when ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
-
 // SlowWrite is how long a write on the leader may take before it is
 // logged as slow (at warn, with the time spent asking a moving bucket's
 // source and the rest: proposing, committing and applying it, and the
@@ -409,12 +390,11 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *Batch
 				if !errors.Is(err, errSourceDone) {
 					return nil, err
 				}
-				// The move completed meanwhile: once this member has
-				// applied it, the bucket is active here and needs no prev.
-				if attempt >= sourceDoneRetries || !sleepCtx(ctx, sourceDoneWait) {
-					return nil, s.sourceNotSending(batch.GetBucket(), err)
-				}
-				continue
+				// The move completed meanwhile (once this member has
+				// applied it, the bucket is active here and needs no prev),
+				// or the source still serves the bucket: the router waits
+				// that out, not the storage (package retry).
+				return nil, s.sourceNotSending(batch.GetBucket(), err)
 			}
 		}
 		out, err := s.applyBatch(ctx, batch)

@@ -19,6 +19,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -277,8 +278,11 @@ func forwardedTo(ctx context.Context) string {
 }
 
 // route runs one call on the member of replicaset rsID that must serve it,
-// following redirects. Over RPC the call is marked forwarded; a forwarded
-// call that this instance cannot serve is answered with a redirect.
+// following redirects (retry.Policy). Over RPC the call is marked
+// forwarded; a forwarded call that this instance cannot serve is answered
+// with a redirect. A bucket in its move's switch is waited out here, up to
+// MoveWait, without spending attempts: of the client, the router and the
+// storage, the router alone waits a switch out (package retry).
 func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID string, bucket uint32, rw bool, req Req,
 	local func(Local, context.Context, Req) (Resp, error),
 	remote func(datav1.DataServiceClient, context.Context, Req, ...grpc.CallOption) (Resp, error),
@@ -301,32 +305,41 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			rsID = to
 		}
 	}
-	var last error
-	// A bucket in its move's switch refuses writes for a moment (bounded
-	// by the mover's switch timeout): wait it out rather than fail, up to
-	// MoveWait, without spending attempts.
-	moveDeadline := time.Now().Add(MoveWait)
-	moveBackoff := r.cfg.MoveBackoff
-	for attempt := 0; attempt < r.cfg.Attempts; attempt++ {
+	policy := retry.Policy{
+		Attempts: r.cfg.Attempts,
+		// A NOT_LEADER without a leader: an election; give it a moment.
+		Backoff:   retry.Backoff{Initial: electionWait, Max: electionWait},
+		Switch:    retry.Backoff{Initial: r.cfg.MoveBackoff, Max: maxMoveBackoff},
+		SwitchFor: MoveWait,
+		// A wait ends early when group 0 places the bucket elsewhere.
+		Wait: func(ctx context.Context, d time.Duration) error {
+			var done bool
+			if rsID, done = r.waitSwitch(ctx, bucket, rsID, d); done {
+				return ctx.Err()
+			}
+			return nil
+		},
+	}
+	var resp Resp
+	out, err := policy.Run(ctx, func(int) (retry.Verdict, error) {
 		if rsID == "" {
-			return zero, status.Errorf(codes.Unavailable, "bucket %d is not assigned to a replicaset yet (are the buckets bootstrapped? `shardkit status`); retry", bucket)
+			return retry.Stop, status.Errorf(codes.Unavailable, "bucket %d is not assigned to a replicaset yet (are the buckets bootstrapped? `shardkit status`); retry", bucket)
 		}
 		t, err := r.pick(rsID, rw)
 		if err != nil {
-			return zero, err
+			return retry.Stop, err
 		}
-		var resp Resp
 		switch {
 		case t.local != nil:
 			resp, err = local(t.local, ctx, req)
 		case forwarded:
 			// Another router sent it here believing this instance serves
 			// it: say where to go instead, never forward a second time.
-			return zero, r.redirectFor(rsID, bucket, t.addr)
+			return retry.Stop, r.redirectFor(rsID, bucket, t.addr)
 		default:
 			conn, derr := r.cfg.Dial(t.addr)
 			if derr != nil {
-				return zero, status.Errorf(codes.Unavailable, "cannot reach %s of replicaset %s: %v", t.addr, rsID, derr)
+				return retry.Stop, status.Errorf(codes.Unavailable, "cannot reach %s of replicaset %s: %v", t.addr, rsID, derr)
 			}
 			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx, what, rsID), req)
 		}
@@ -334,15 +347,17 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			if rw && t.addr != "" {
 				r.learnLeader(rsID, t.addr)
 			}
-			return resp, nil
+			return retry.Stop, nil
 		}
-		last = err
 		rd := datav1.RedirectOf(err)
 		if rd == nil || ctx.Err() != nil {
-			if t.addr != "" && status.Code(err) == codes.Unavailable && rw {
-				r.forgetLeader(rsID, t.addr)
+			if t.addr != "" && status.Code(err) == codes.Unavailable && rd == nil {
+				if rw {
+					r.forgetLeader(rsID, t.addr)
+				}
+				return retry.Stop, forwardFailed(t.addr, rsID, err)
 			}
-			return zero, err
+			return retry.Stop, err
 		}
 		switch rd.GetReason() {
 		case datav1.Redirect_REASON_NOT_LEADER:
@@ -353,60 +368,74 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 				// its leader hint is about that replicaset, never ours.
 				r.learnLeader(other, rd.GetLeaderAddress())
 				if rerr := r.cfg.Topology.Refresh(ctx); rerr != nil {
-					return zero, err
+					return retry.Stop, err
 				}
 				if next := r.cfg.Topology.ReplicasetOf(bucket); bucket != 0 && next != "" && next != rsID {
 					rsID = next
-					continue
+					return retry.Follow, err
 				}
-				var done bool
-				if rsID, done = r.waitSwitch(ctx, bucket, rsID, moveBackoff); done {
-					return zero, err
-				}
-				moveBackoff = longerMoveBackoff(moveBackoff)
-				continue
+				return retry.Switch, err
 			}
 			if rd.GetLeaderAddress() != "" && rd.GetLeaderAddress() != t.addr {
 				r.learnLeader(rsID, rd.GetLeaderAddress())
-				continue
+				return retry.Follow, err
 			}
-			// No leader known there: an election; give it a moment.
-			if sleep(ctx, 100*time.Millisecond) {
-				return zero, err
-			}
+			return retry.Again, err
 		case datav1.Redirect_REASON_WRONG_BUCKET, datav1.Redirect_REASON_BUCKET_MOVING:
 			if what == "call" && rd.GetBucket() != 0 && rd.GetBucket() != bucket {
 				// The procedure's own write to a bucket the call was not
 				// routed by (a call by replicaset has no bucket): no other
 				// replicaset serves the call better.
-				return zero, procBucketError(rsID, rd, err)
+				return retry.Stop, procBucketError(rsID, rd, err)
 			}
 			// This instance's view of group 0 may be behind: catch up
 			// and look again.
 			if rerr := r.cfg.Topology.Refresh(ctx); rerr != nil {
-				return zero, err
+				return retry.Stop, err
 			}
 			next := r.cfg.Topology.ReplicasetOf(bucket)
 			if next == rsID && rd.GetReason() == datav1.Redirect_REASON_WRONG_BUCKET {
-				return zero, err
+				return retry.Stop, err
 			}
-			if next == rsID && time.Now().Before(moveDeadline) {
-				attempt-- // the switch is under way: wait, do not count it
-				var done bool
-				if rsID, done = r.waitSwitch(ctx, bucket, rsID, min(moveBackoff, time.Until(moveDeadline))); done {
-					return zero, err
-				}
-				moveBackoff = longerMoveBackoff(moveBackoff)
-				continue
+			if next == rsID {
+				return retry.Switch, err // the switch is under way: wait
 			}
 			rsID = next
-		default:
-			return zero, err
+			return retry.Follow, err
 		}
+		return retry.Stop, err
+	})
+	if err != nil {
+		if out != retry.Stopped {
+			r.log.Debug("giving up after redirects", "call", what, "replicaset", rsID, "err", err)
+		}
+		return zero, err
 	}
-	r.log.Debug("giving up after redirects", "call", what, "replicaset", rsID, "err", last)
-	return zero, last
+	return resp, nil
 }
+
+// How long the router waits for an election (a NOT_LEADER that names no
+// leader), and the longest wait between tries of a bucket in its switch
+// (Config.MoveBackoff doubles up to it).
+const (
+	electionWait   = 100 * time.Millisecond
+	maxMoveBackoff = 200 * time.Millisecond
+)
+
+// forwardFailed is the answer to a call this instance forwarded to addr,
+// a member of replicaset rsID, that failed there as unavailable: it names
+// addr, so that the caller does not blame this instance for it.
+func forwardFailed(addr, rsID string, err error) error {
+	st := status.Convert(err)
+	p := st.Proto()
+	p.Message = fmt.Sprintf("%s%s (replicaset %s), which is unavailable: %s", ForwardFailedPrefix, addr, rsID, st.Message())
+	return status.ErrorProto(p)
+}
+
+// ForwardFailedPrefix starts the message of a call this instance forwarded
+// to another that was unavailable: the CLI names that instance, not this
+// one, as the one that failed.
+const ForwardFailedPrefix = "forwarded to "
 
 // procBucketError is the answer to a call whose procedure wrote a key of
 // a bucket that replicaset rsID, where it ran, does not serve (err, the
@@ -420,11 +449,6 @@ func procBucketError(rsID string, rd *datav1.Redirect, err error) error {
 	return status.Errorf(codes.FailedPrecondition,
 		"the procedure ran on replicaset %s and wrote a key of bucket %d, which that replicaset does not hold (%s): a procedure writes only the buckets of its replicaset; call it by that bucket (shardkit call --bucket %d) to run it where the key is",
 		rsID, rd.GetBucket(), status.Convert(err).Message(), rd.GetBucket())
-}
-
-// longerMoveBackoff is the next wait of Config.MoveBackoff's doubling.
-func longerMoveBackoff(d time.Duration) time.Duration {
-	return max(d, min(2*d, 200*time.Millisecond))
 }
 
 // waitSwitch waits, during a bucket's move, until this instance's view of
@@ -462,17 +486,6 @@ func (r *Router) redirectFor(rsID string, bucket uint32, addr string) error {
 		return d.Err()
 	}
 	return st.Err()
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return true
-	case <-t.C:
-		return false
-	}
 }
 
 // bucketOfKey returns the bucket of an encoded key (a tuple of its parts)
@@ -881,7 +894,11 @@ func (r *Router) DropSpace(ctx context.Context, req *datav1.DropSpaceRequest) (*
 		return nil, fmt.Errorf("cannot count the tuples of space %s before dropping it (--force drops it anyway): %w", req.GetName(), err)
 	}
 	if n > 0 && !req.GetForce() {
-		return nil, status.Errorf(codes.FailedPrecondition, "space %s holds %d tuples; delete them first, or drop it with them (--force)", req.GetName(), n)
+		noun := "tuples"
+		if n == 1 {
+			noun = "tuple"
+		}
+		return nil, status.Errorf(codes.FailedPrecondition, "space %s holds %d %s; delete them first, or drop it with them (--force)", req.GetName(), n, noun)
 	}
 	if err := r.cfg.DDL.DropSpace(ctx, req.GetName()); err != nil {
 		return nil, err

@@ -350,3 +350,53 @@ func TestACallNamesWhatWasWrong(t *testing.T) {
 		})
 	}
 }
+
+// A call forwarded to an instance that is unavailable (a leader killed
+// during a failover) is answered naming that instance: the caller must not
+// blame the instance that forwarded it for the other's refusal. The
+// answer keeps the code, so the client retries it as before.
+func TestAForwardToAnUnavailableInstanceNamesIt(t *testing.T) {
+	topo := &fakeTopology{holder: "r1"}
+	var mu sync.Mutex
+	var calls []string
+	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:27301: connect: connection refused"`)
+	r := New(Config{Topology: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+		return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return refused }}, nil
+	}})
+	_, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5})
+	msg := status.Convert(err).Message()
+	if status.Code(err) != codes.Unavailable || !strings.HasPrefix(msg, ForwardFailedPrefix+"r1-leader (replicaset r1), which is unavailable: ") ||
+		!strings.HasSuffix(msg, "connection refused\"") {
+		t.Fatalf("a forward to a dead leader: %v, want Unavailable naming r1-leader, then its own error", err)
+	}
+}
+
+// movingLocal is this instance's storage of r1, its leader, whose writes
+// answer BUCKET_MOVING at once while refusals last, as a storage does
+// for a bucket in its switch (it never waits the switch out itself).
+type movingLocal struct {
+	fakeLocal
+	refusals int
+}
+
+func (l *movingLocal) Write(ctx context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+	if l.refusals > 0 {
+		l.refusals--
+		return nil, movingOn("r1")
+	}
+	return l.fakeLocal.Write(ctx, req)
+}
+
+// The router is the one layer that waits out a switch: a storage's
+// BUCKET_MOVING for a bucket group 0 still places here is tried again
+// after the backoff, without spending attempts (here 2, and 5 refusals).
+func TestTheRouterWaitsOutASwitchItsStorageAnswersAtOnce(t *testing.T) {
+	local := &movingLocal{fakeLocal: fakeLocal{rs: "r1"}, refusals: 5}
+	r := New(Config{Topology: &fakeTopology{holder: "r1"}, Attempts: 2, MoveBackoff: time.Millisecond, Local: func() Local { return local }})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	resp, err := r.Write(ctx, &datav1.WriteRequest{Bucket: 5})
+	if err != nil || resp.GetIndex() != 9 || local.writes != 1 || local.refusals != 0 {
+		t.Fatalf("write: %v %v after %d refusals left, %d served: want it served once the switch passed", resp, err, local.refusals, local.writes)
+	}
+}

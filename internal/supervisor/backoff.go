@@ -1,15 +1,13 @@
 package supervisor
 
-import "time"
+import (
+	"time"
 
-// nextBackoff is the delay before the next restart after a crash, given the
-// previous delay (0 after a reset): initial, then doubling up to max.
-func nextBackoff(prev, initial, maxDelay time.Duration) time.Duration {
-	if prev <= 0 {
-		return min(initial, maxDelay)
-	}
-	if prev >= maxDelay/2 {
-		return maxDelay
-	}
-	return min(prev*2, maxDelay)
+	"github.com/shardkit/shardkit/retry"
+)
+
+// restartBackoff is the delays before restarts after crashes: initial,
+// then doubling up to maxDelay (an initial above maxDelay is cut to it).
+func restartBackoff(initial, maxDelay time.Duration) retry.Backoff {
+	return retry.Backoff{Initial: min(initial, maxDelay), Max: maxDelay}
 }

@@ -106,8 +106,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 	}
 	log := cfg.Logger
 	entrypoint := ""
-	var delay time.Duration // the last crash backoff; 0 after a reset
-	quick := 0              // rebootstraps in a row by short-lived workers
+	backoff := restartBackoff(cfg.InitialBackoff, cfg.MaxBackoff) // the crash backoff
+	quick := 0                                                    // rebootstraps in a row by short-lived workers
 	for {
 		if ctx.Err() != nil {
 			log.Info("stop requested before the worker was restarted")
@@ -120,7 +120,8 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 		}
 		ran := cfg.Now().Sub(started)
 		if ran >= cfg.ResetAfter {
-			delay, quick = 0, 0
+			backoff.Reset()
+			quick = 0
 		}
 		if res.stopped {
 			log.Info("worker stopped", "pid", res.pid, "exit", res.describe())
@@ -143,15 +144,13 @@ func Run(ctx context.Context, cfg Config) (int, error) {
 			entrypoint = res.entrypoint
 			quick++
 			if quick > cfg.QuickRebootstraps {
-				delay = nextBackoff(delay, cfg.InitialBackoff, cfg.MaxBackoff)
-				wait = delay
+				wait = backoff.Next()
 			}
 		default:
 			if code == ExitRebootstrap {
 				log.Warn("worker exited with the rebootstrap code but sent no valid request; treating it as a crash", "pid", res.pid)
 			}
-			delay = nextBackoff(delay, cfg.InitialBackoff, cfg.MaxBackoff)
-			wait = delay
+			wait = backoff.Next()
 			log.Warn("worker crashed; restarting", "pid", res.pid, "exit", res.describe(), "ran", ran.Round(time.Millisecond), "backoff", wait)
 		}
 		if wait > 0 && !sleep(ctx, sigs, wait) {

@@ -17,10 +17,9 @@ func TestNextBackoff(t *testing.T) {
 	t.Parallel()
 	const initial, maxDelay = 100 * time.Millisecond, 10 * time.Second
 	var got []time.Duration
-	d := time.Duration(0)
+	b := restartBackoff(initial, maxDelay)
 	for range 10 {
-		d = nextBackoff(d, initial, maxDelay)
-		got = append(got, d)
+		got = append(got, b.Next())
 	}
 	want := []time.Duration{
 		100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond,
@@ -32,7 +31,8 @@ func TestNextBackoff(t *testing.T) {
 			t.Fatalf("backoff sequence %v, want %v", got, want)
 		}
 	}
-	if d := nextBackoff(0, time.Minute, time.Second); d != time.Second {
+	b = restartBackoff(time.Minute, time.Second)
+	if d := b.Next(); d != time.Second {
 		t.Errorf("initial above max: %v, want the max", d)
 	}
 }

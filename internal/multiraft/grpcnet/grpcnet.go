@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 
 	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
 	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/retry"
 )
 
 // AddressResolver tells the transport where a node listens. It is asked
@@ -272,27 +272,25 @@ func (p *peer) closeConn() {
 // run keeps a stream to the peer open and drains the queue into it.
 func (p *peer) run() {
 	ctx := p.t.ctx
-	backoff := p.t.cfg.BackoffMin
+	// Each wait is the doubling backoff plus up to half of it drawn at
+	// random: from BackoffMin to BackoffMax, each drawn in [b, 1.5b].
+	backoff := retry.Backoff{Initial: p.t.cfg.BackoffMin * 3 / 2, Max: p.t.cfg.BackoffMax * 3 / 2, Jitter: 1.0 / 3}
 	for ctx.Err() == nil {
 		sent, err := p.stream(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if sent {
-			backoff = p.t.cfg.BackoffMin
+			backoff.Reset()
 		}
 		p.t.log.Debug("raft stream to peer ended", "peer", uint64(p.id), "err", err)
 		p.clear()
 		if h := p.t.handler; h != nil {
 			h.ReportUnreachable(p.id)
 		}
-		jitter := time.Duration(rand.Int64N(int64(backoff)/2 + 1))
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, backoff.Next()) != nil {
 			return
-		case <-time.After(backoff + jitter):
 		}
-		backoff = min(2*backoff, p.t.cfg.BackoffMax)
 	}
 }
 
