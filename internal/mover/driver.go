@@ -50,7 +50,7 @@ const MaxBatch = 1024
 // startDrivers starts a driver for every batch of recorded moves not
 // driven yet, a batch per route.
 func (m *Mover) startDrivers(ctx context.Context) {
-	st := m.cfg.Zero.State()
+	st := m.cfg.GroupZero.State()
 	routes := map[[2]string][]uint32{}
 	m.mu.Lock()
 	for b, mv := range st.Moves {
@@ -95,8 +95,8 @@ func (m *Mover) drive(ctx context.Context, buckets []uint32) {
 		}
 	}()
 	backoff := retry.Backoff{Initial: 50 * time.Millisecond, Max: 2 * time.Second}
-	for ctx.Err() == nil && m.cfg.Zero.Leads() {
-		st := m.cfg.Zero.State()
+	for ctx.Err() == nil && m.cfg.GroupZero.Leads() {
+		st := m.cfg.GroupZero.State()
 		type key struct {
 			phase    metapb.Move_Phase
 			from, to string
@@ -385,7 +385,7 @@ func summarize(why []string) string {
 // nil, adds up the tuples inserted, by space.
 func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move, copied map[uint32]uint64) ([]*metapb.Move, error) {
 	from, to := mvs[0].GetFrom(), mvs[0].GetTo()
-	_, maxSend, maxRecv, _ := Settings(m.cfg.Zero.State().Props.GetRebalancer())
+	_, maxSend, maxRecv, _ := Settings(m.cfg.GroupZero.State().Props.GetRebalancer())
 	var (
 		mu   sync.Mutex
 		done []*metapb.Move
@@ -474,7 +474,7 @@ func (m *Mover) finishes(ctx context.Context, mvs []*metapb.Move) ([]*metapb.Mov
 func (m *Mover) moveSteps(ctx context.Context, mvs []*metapb.Move, steps []*metapb.Command, done func(*metapb.Move)) ([]*metapb.Move, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.cfg.StepTimeout)
 	defer cancel()
-	res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
+	res, err := m.cfg.GroupZero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
 	if err != nil {
 		return nil, fmt.Errorf("group 0: moves of buckets %s: %w", describeBuckets(mvs), err)
 	}

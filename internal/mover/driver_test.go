@@ -262,7 +262,7 @@ func TestDriverRetriesAStepCallThatNeverAnswers(t *testing.T) {
 		}
 		return nil
 	})
-	m := New(Config{Zero: c.zero, Dial: c.dial, SwitchTimeout: switchTimeoutForTest, StepTimeout: 100 * time.Millisecond,
+	m := New(Config{GroupZero: c.zero, Dial: c.dial, SwitchTimeout: switchTimeoutForTest, StepTimeout: 100 * time.Millisecond,
 		Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now: time.Now})
 	c.driveAll(m)

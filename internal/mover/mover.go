@@ -60,9 +60,9 @@ const (
 // quotas maxSend and maxRecv (BatchSize).
 func batchSize(maxSend, maxRecv int) int { return max(BatchSize, min(maxSend, maxRecv)/3) }
 
-// Zero is what the mover needs of group 0 (the server adapts the cluster
+// GroupZero is what the mover needs of group 0 (the server adapts the cluster
 // node and internal/meta).
-type Zero interface {
+type GroupZero interface {
 	State() *meta.State
 	// Changed returns a channel closed at the next change of group 0.
 	Changed() <-chan struct{}
@@ -74,7 +74,7 @@ type Zero interface {
 
 // Config configures a Mover.
 type Config struct {
-	Zero Zero
+	GroupZero GroupZero
 	// Dial returns a connection to another instance (kept by the caller).
 	Dial func(addr string) (grpc.ClientConnInterface, error)
 	// SwitchTimeout: DefaultSwitchTimeout when zero.
@@ -150,8 +150,8 @@ func New(cfg Config) *Mover {
 func (m *Mover) Run(ctx context.Context) {
 	defer m.wg.Wait()
 	for ctx.Err() == nil {
-		ch := m.cfg.Zero.Changed()
-		if m.cfg.Zero.Leads() && m.cfg.Zero.State().Booted() {
+		ch := m.cfg.GroupZero.Changed()
+		if m.cfg.GroupZero.Leads() && m.cfg.GroupZero.State().Booted() {
 			m.startDrivers(ctx)
 			m.round.Lock()
 			err := m.rebalance(ctx)
@@ -273,7 +273,7 @@ func available(st *meta.State, rsID string) bool {
 // rebalance starts moves when the largest disbalance exceeds the
 // threshold, within the send and receive quotas.
 func (m *Mover) rebalance(ctx context.Context) error {
-	st := m.cfg.Zero.State()
+	st := m.cfg.GroupZero.State()
 	if !st.Props.GetBucketsBootstrapped() {
 		return nil
 	}
@@ -322,7 +322,7 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	if len(steps) == 0 {
 		return nil
 	}
-	res, err := m.cfg.Zero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
+	res, err := m.cfg.GroupZero.Propose(ctx, &metapb.Command{Op: &metapb.Command_MoveSteps{MoveSteps: &metapb.MoveSteps{Steps: steps}}})
 	if err != nil {
 		return fmt.Errorf("start moving %s: %w", meta.Count(len(steps), "bucket"), err)
 	}
@@ -354,7 +354,7 @@ func isRefused(err error) bool {
 // onLeader runs call on a replicaset's leader: the one group 0 recorded,
 // then whoever a redirect names, then every member.
 func (m *Mover) onLeader(ctx context.Context, rsID string, call func(context.Context, rspb.BucketServiceClient) error) error {
-	st := m.cfg.Zero.State()
+	st := m.cfg.GroupZero.State()
 	var addrs []string
 	if rs := st.Replicasets[rsID]; rs != nil {
 		if l := st.Instance(rs.GetLeaderInstanceId()); l != nil {

@@ -591,7 +591,7 @@ func (c *cluster) start(to string, buckets ...uint32) {
 
 // mover returns a mover of the cluster.
 func (c *cluster) mover(switchTimeout time.Duration) *Mover {
-	return New(Config{Zero: c.zero, Dial: c.dial, SwitchTimeout: switchTimeout, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(c.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
+	return New(Config{GroupZero: c.zero, Dial: c.dial, SwitchTimeout: switchTimeout, Interval: 10 * time.Millisecond, Logger: slog.New(slog.NewTextHandler(c.t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Now: func() time.Time { return time.UnixMilli(c.zero.nowMs.Load()) }})
 }
 

@@ -65,7 +65,7 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 		}
 		cancel()
 	}
-	st := s.m.cfg.Zero.State()
+	st := s.m.cfg.GroupZero.State()
 	if !st.Booted() {
 		return nil, status.Error(codes.Unavailable, "the cluster is not bootstrapped yet")
 	}
@@ -123,7 +123,7 @@ func drainWaits(rsID string, weight uint32, pinned []uint32) string {
 }
 
 func (s *Service) propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
-	return s.m.cfg.Zero.Propose(ctx, c)
+	return s.m.cfg.GroupZero.Propose(ctx, c)
 }
 
 // checkNotExpelled refuses an operator's weight or lock for an expelled
@@ -131,7 +131,7 @@ func (s *Service) propose(ctx context.Context, c *metapb.Command) (meta.Result, 
 // (Checked here, not when group 0 applies the change, so that instances
 // of an older version, which apply it, cannot disagree with these.)
 func (s *Service) checkNotExpelled(rsID string) error {
-	st := s.m.cfg.Zero.State()
+	st := s.m.cfg.GroupZero.State()
 	if rs := st.Replicasets[rsID]; rs.GetExpelled() {
 		return status.Errorf(codes.FailedPrecondition, "replicaset %s is expelled: it takes no weight or lock (%s)", rsID, st.InService())
 	}
@@ -170,7 +170,7 @@ func (s *Service) SetLocked(ctx context.Context, req *datav1.SetLockedRequest) (
 func (s *Service) MoveBucket(ctx context.Context, req *datav1.MoveBucketRequest) (*datav1.MoveBucketResponse, error) {
 	// A replicaset without a quorum cannot take its steps: the move would
 	// wait for the switch timeout and abort. (Group 0 checks the rest.)
-	st := s.m.cfg.Zero.State()
+	st := s.m.cfg.GroupZero.State()
 	if b := req.GetBucket(); b >= 1 && int(b) <= len(st.Buckets) {
 		for _, id := range []string{st.Buckets[b-1], req.GetTo()} {
 			if rs := st.Replicasets[id]; rs != nil && !rs.GetExpelled() && !available(st, id) {
@@ -259,7 +259,7 @@ func planned(st *meta.State, p Plan) []*metapb.Move {
 }
 
 func (s *Service) reshardPlan() (*datav1.ReshardResponse, error) {
-	st := s.m.cfg.Zero.State()
+	st := s.m.cfg.GroupZero.State()
 	p := MakePlan(st)
 	resp := &datav1.ReshardResponse{}
 	now := s.m.cfg.Now()
@@ -290,7 +290,7 @@ var errNoReshard = status.Error(codes.FailedPrecondition,
 
 func (s *Service) operatorMoves(phase metapb.Move_Phase) []*metapb.Move {
 	var out []*metapb.Move
-	for _, mv := range sortedMoves(s.m.cfg.Zero.State()) {
+	for _, mv := range sortedMoves(s.m.cfg.GroupZero.State()) {
 		if mv.GetOperator() && mv.GetPhase() == phase {
 			out = append(out, mv)
 		}
@@ -317,7 +317,7 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 		if asked == 0 {
 			return &datav1.ReshardResponse{Summary: fmt.Sprintf(
 				"nothing to move: every replicaset holds its target (max disbalance %s); the rebalancer's settings are unchanged",
-				FormatPercent(MakePlan(s.m.cfg.Zero.State()).MaxDisbalance))}, nil
+				FormatPercent(MakePlan(s.m.cfg.GroupZero.State()).MaxDisbalance))}, nil
 		}
 	}
 	return s.awaitSwitches(ctx, asked)
@@ -326,7 +326,7 @@ func (s *Service) reshardStart(ctx context.Context) (*datav1.ReshardResponse, er
 // startMoves turns the rebalancer off (marked, when it was on) and records
 // the plan's moves, and returns how many; nothing when the plan is empty.
 func (s *Service) startMoves(ctx context.Context) (int, error) {
-	st := s.m.cfg.Zero.State()
+	st := s.m.cfg.GroupZero.State()
 	if n := len(s.operatorMoves(metapb.Move_PHASE_COPY)) + len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)); n > 0 {
 		return 0, status.Errorf(codes.FailedPrecondition, "a reshard is under way (%s switched); copy, finish and clean it up first", meta.Count(n, "bucket"))
 	}
@@ -351,7 +351,7 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 	// (as moving) instead of asking for the same buckets.
 	s.m.round.Lock()
 	s.m.round.Unlock() //nolint:staticcheck // an empty critical section: a barrier
-	plan := planned(s.m.cfg.Zero.State(), MakePlan(s.m.cfg.Zero.State()))
+	plan := planned(s.m.cfg.GroupZero.State(), MakePlan(s.m.cfg.GroupZero.State()))
 	steps := make([]*metapb.Command, len(plan))
 	for i, mv := range plan {
 		steps[i] = &metapb.Command{Op: &metapb.Command_StartMove{StartMove: &metapb.StartMove{
@@ -370,7 +370,7 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 // answers with those switched; asked is how many were asked.
 func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.ReshardResponse, error) {
 	for {
-		ch := s.m.cfg.Zero.Changed()
+		ch := s.m.cfg.GroupZero.Changed()
 		if s.switching() == 0 {
 			break
 		}
@@ -397,7 +397,7 @@ func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.Reshard
 // spaceCounts turns counts by space id into the seed's (space, count).
 func (s *Service) spaceCounts(bySpace map[uint32]uint64) []*datav1.SpaceCount {
 	names := map[uint32]string{}
-	for _, sp := range s.m.cfg.Zero.State().Spaces {
+	for _, sp := range s.m.cfg.GroupZero.State().Spaces {
 		names[sp.GetId()] = sp.GetName()
 	}
 	var out []*datav1.SpaceCount
@@ -550,7 +550,7 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 		return nil, status.Errorf(codes.FailedPrecondition,
 			"%s of the reshard %s not finished (prev still in use): run `reshard finish` first (after `reshard copy`, if it has not run)", meta.Count(n, "bucket"), agree(n, "is", "are"))
 	}
-	paused := s.m.cfg.Zero.State().Props.GetRebalancer().GetPausedByReshard()
+	paused := s.m.cfg.GroupZero.State().Props.GetRebalancer().GetPausedByReshard()
 	if len(s.operatorMoves(metapb.Move_PHASE_CLEANUP)) == 0 && !paused {
 		return nil, errNoReshard
 	}
@@ -572,10 +572,10 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 		}
 	}
 	after := "the rebalancer is off (shardkit rebalance config --enable turns it on)"
-	if !s.m.cfg.Zero.State().Props.GetRebalancer().GetDisabled() {
+	if !s.m.cfg.GroupZero.State().Props.GetRebalancer().GetDisabled() {
 		after = "the rebalancer is on"
 	}
-	if st := s.m.cfg.Zero.State(); st.Props.GetRebalancer().GetPausedByReshard() {
+	if st := s.m.cfg.GroupZero.State(); st.Props.GetRebalancer().GetPausedByReshard() {
 		// Only what `reshard start` turned off: an operator's settings
 		// since (which clear the mark) stand.
 		on := proto.CloneOf(st.Props.GetRebalancer()) // every other setting stays

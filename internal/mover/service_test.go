@@ -41,7 +41,7 @@ func wantStatus(t *testing.T, what string, err error, code codes.Code, parts ...
 
 func TestRebalanceStatusBeforeTheBoot(t *testing.T) {
 	t.Parallel()
-	s := NewService(New(Config{Zero: newFakeZero(t)}), nil)
+	s := NewService(New(Config{GroupZero: newFakeZero(t)}), nil)
 	_, err := s.RebalanceStatus(t.Context(), &datav1.RebalanceStatusRequest{})
 	wantStatus(t, "status before the boot", err, codes.Unavailable, "not bootstrapped")
 }

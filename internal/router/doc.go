@@ -16,4 +16,13 @@
 // through the Local interface (this instance's storage, wired by the
 // server) or over RPC, and it never imports internal/replicaset (depguard
 // enforces it). It never decides where a bucket is: group 0 does.
+//
+// Its files, by concern: router.go (the Router, its config, its views of
+// group 0 and of this instance's storage, the leaders it learned),
+// place.go (a call's space, key and bucket, by the compiled schema.Space),
+// route.go (which member serves a bucket, forwarding, redirects, the wait
+// for a switch), serve.go (the DataService calls: write, get, multi,
+// range, call, map-call), spaces.go (the routing table, DDL, the
+// cluster-wide count), stream.go (the data stream) and workers.go (its
+// goroutines).
 package router

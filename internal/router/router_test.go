@@ -20,17 +20,17 @@ import (
 	"github.com/shardkit/shardkit/tuple"
 )
 
-// fakeTopology places every bucket on one replicaset, r1 or r2.
-type fakeTopology struct {
-	Topology // methods the tests do not reach panic
-	mu       sync.Mutex
-	holder   string
-	changed  chan struct{} // closed by move
-	looked   chan struct{} // when set, told of every call of Changed
+// fakeGroupZero places every bucket on one replicaset, r1 or r2.
+type fakeGroupZero struct {
+	GroupZero // methods the tests do not reach panic
+	mu        sync.Mutex
+	holder    string
+	changed   chan struct{} // closed by move
+	looked    chan struct{} // when set, told of every call of Changed
 }
 
 // move places every bucket on rsID, as a switch applied in group 0 does.
-func (f *fakeTopology) move(rsID string) {
+func (f *fakeGroupZero) move(rsID string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.holder = rsID
@@ -40,7 +40,7 @@ func (f *fakeTopology) move(rsID string) {
 	f.changed = make(chan struct{})
 }
 
-func (f *fakeTopology) Changed() <-chan struct{} {
+func (f *fakeGroupZero) Changed() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.changed == nil {
@@ -52,7 +52,7 @@ func (f *fakeTopology) Changed() <-chan struct{} {
 	return f.changed
 }
 
-func (f *fakeTopology) ReplicasetOf(b uint32) string {
+func (f *fakeGroupZero) ReplicasetOf(b uint32) string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if b == 0 { // no bucket: none holds it, as in group 0's map
@@ -61,16 +61,16 @@ func (f *fakeTopology) ReplicasetOf(b uint32) string {
 	return f.holder
 }
 
-func (f *fakeTopology) Replicasets() []Replicaset {
+func (f *fakeGroupZero) Replicasets() []Replicaset {
 	return []Replicaset{
 		{ID: "r1", LeaderAddress: "r1-leader", Members: []Member{{Address: "r1-leader"}}},
 		{ID: "r2", LeaderAddress: "r2-leader", Members: []Member{{Address: "r2-leader"}}},
 	}
 }
 
-func (f *fakeTopology) Refresh(context.Context) error { return nil }
-func (f *fakeTopology) BucketCount() uint32           { return 3000 }
-func (f *fakeTopology) SchemaVersion() uint64         { return 1 }
+func (f *fakeGroupZero) Refresh(context.Context) error { return nil }
+func (f *fakeGroupZero) BucketCount() uint32           { return 3000 }
+func (f *fakeGroupZero) SchemaVersion() uint64         { return 1 }
 
 // fakeConn answers a Write at one address: with answer while it has
 // one, then with success. It records the calls.
@@ -108,11 +108,11 @@ func notLeaderOf(rsID, leader string) error {
 // r2's calls to r1's leader, which sends them back, until the call gives
 // up). It tries r2's leader again once that one has caught up.
 func TestANotLeaderAnswerAboutAnotherReplicasetIsNotOurLeader(t *testing.T) {
-	topo := &fakeTopology{holder: "r2"}
+	topo := &fakeGroupZero{holder: "r2"}
 	var mu sync.Mutex
 	var calls []string
 	stale := 1 // r2's leader answers once from a view where bucket 5 is on r1
-	r := New(Config{Topology: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+	r := New(Config{GroupZero: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
 		return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -159,7 +159,7 @@ func movingOn(rsID string) error {
 // backoff.
 func TestAWriteWaitsOutASwitchUntilGroupZeroMovesTheBucket(t *testing.T) {
 	for _, aborted := range []bool{false, true} {
-		topo := &fakeTopology{holder: "r1", looked: make(chan struct{}, 16)}
+		topo := &fakeGroupZero{holder: "r1", looked: make(chan struct{}, 16)}
 		var mu sync.Mutex
 		var calls []string
 		moving := 3 // an aborted move: r1 refuses three times, then serves again
@@ -167,7 +167,7 @@ func TestAWriteWaitsOutASwitchUntilGroupZeroMovesTheBucket(t *testing.T) {
 		if aborted {
 			backoff = 0 // the default
 		}
-		r := New(Config{Topology: topo, Attempts: 3, MoveBackoff: backoff, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+		r := New(Config{GroupZero: topo, Attempts: 3, MoveBackoff: backoff, Dial: func(addr string) (grpc.ClientConnInterface, error) {
 			return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error {
 				if addr != "r1-leader" {
 					return nil
@@ -258,7 +258,7 @@ func (c *headerConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grp
 // older sender) the member answers from its view, as before.
 func TestAForwardedWriteIsServedByTheReplicasetItWasSentTo(t *testing.T) {
 	local := &fakeLocal{rs: "r2"}
-	r := New(Config{Topology: &fakeTopology{holder: "r1"}, Local: func() Local { return local },
+	r := New(Config{GroupZero: &fakeGroupZero{holder: "r1"}, Local: func() Local { return local },
 		Dial: func(addr string) (grpc.ClientConnInterface, error) {
 			return nil, status.Errorf(codes.Internal, "dialled %s", addr)
 		}})
@@ -288,7 +288,7 @@ func TestAForwardedWriteIsServedByTheReplicasetItWasSentTo(t *testing.T) {
 
 	// The sender names the replicaset it routed to.
 	conn := &headerConn{}
-	s := New(Config{Topology: &fakeTopology{holder: "r2"}, Dial: func(string) (grpc.ClientConnInterface, error) { return conn, nil }})
+	s := New(Config{GroupZero: &fakeGroupZero{holder: "r2"}, Dial: func(string) (grpc.ClientConnInterface, error) { return conn, nil }})
 	if _, err := s.Write(context.Background(), &datav1.WriteRequest{Bucket: 5}); err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestACallNamesWhatWasWrong(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var mu sync.Mutex
 			var calls []string
-			r := New(Config{Topology: &fakeTopology{holder: "r2"}, Procs: procs, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+			r := New(Config{GroupZero: &fakeGroupZero{holder: "r2"}, Procs: procs, Dial: func(addr string) (grpc.ClientConnInterface, error) {
 				return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return tt.answer }}, nil
 			}})
 			_, err := r.Call(context.Background(), tt.req)
@@ -356,11 +356,11 @@ func TestACallNamesWhatWasWrong(t *testing.T) {
 // blame the instance that forwarded it for the other's refusal. The
 // answer keeps the code, so the client retries it as before.
 func TestAForwardToAnUnavailableInstanceNamesIt(t *testing.T) {
-	topo := &fakeTopology{holder: "r1"}
+	topo := &fakeGroupZero{holder: "r1"}
 	var mu sync.Mutex
 	var calls []string
 	refused := status.Error(codes.Unavailable, `connection error: desc = "transport: Error while dialing: dial tcp 127.0.0.1:27301: connect: connection refused"`)
-	r := New(Config{Topology: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+	r := New(Config{GroupZero: topo, Dial: func(addr string) (grpc.ClientConnInterface, error) {
 		return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return refused }}, nil
 	}})
 	_, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5})
@@ -392,7 +392,7 @@ func (l *movingLocal) Write(ctx context.Context, req *datav1.WriteRequest) (*dat
 // after the backoff, without spending attempts (here 2, and 5 refusals).
 func TestTheRouterWaitsOutASwitchItsStorageAnswersAtOnce(t *testing.T) {
 	local := &movingLocal{fakeLocal: fakeLocal{rs: "r1"}, refusals: 5}
-	r := New(Config{Topology: &fakeTopology{holder: "r1"}, Attempts: 2, MoveBackoff: time.Millisecond, Local: func() Local { return local }})
+	r := New(Config{GroupZero: &fakeGroupZero{holder: "r1"}, Attempts: 2, MoveBackoff: time.Millisecond, Local: func() Local { return local }})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
 	resp, err := r.Write(ctx, &datav1.WriteRequest{Bucket: 5})

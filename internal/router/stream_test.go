@@ -51,7 +51,7 @@ func (s *fakeStream) Send(resp *datav1.StreamResponse) error {
 // reported as its unary method, and a client that closes its side still
 // gets every answer before the stream ends.
 func TestStreamAnswersEachCallByIDBeforeItEnds(t *testing.T) {
-	topo := &fakeTopology{holder: "r2"}
+	topo := &fakeGroupZero{holder: "r2"}
 	var mu sync.Mutex
 	var calls []string
 	type observed struct {
@@ -60,7 +60,7 @@ func TestStreamAnswersEachCallByIDBeforeItEnds(t *testing.T) {
 	}
 	var seen []observed
 	r := New(Config{
-		Topology: topo,
+		GroupZero: topo,
 		Dial: func(addr string) (grpc.ClientConnInterface, error) {
 			return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return nil }}, nil
 		},
@@ -122,7 +122,7 @@ func TestStreamAnswersEachCallByIDBeforeItEnds(t *testing.T) {
 
 // A request over the limit ends the stream with InvalidArgument naming it.
 func TestStreamRefusesARequestOverTheLimit(t *testing.T) {
-	r := New(Config{Topology: &fakeTopology{holder: "r1"}})
+	r := New(Config{GroupZero: &fakeGroupZero{holder: "r1"}})
 	big := &datav1.StreamRequest{}
 	for i := range datav1.MaxMultiItems + 1 {
 		big.Calls = append(big.Calls, &datav1.StreamCall{Id: uint64(i)})
@@ -139,7 +139,7 @@ func TestMultiChecksEachItem(t *testing.T) {
 	var mu sync.Mutex
 	var calls []string
 	r := New(Config{
-		Topology: &fakeTopology{holder: "r2"},
+		GroupZero: &fakeGroupZero{holder: "r2"},
 		Dial: func(addr string) (grpc.ClientConnInterface, error) {
 			return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error { return nil }}, nil
 		},

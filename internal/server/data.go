@@ -59,16 +59,16 @@ type dataLayer struct {
 	mover   *mover.Mover
 }
 
-// moverZero adapts the cluster node to the mover.
-type moverZero struct{ node *cluster.Node }
+// moverGroupZero is the mover's view of group 0 (mover.GroupZero).
+type moverGroupZero struct{ node *cluster.Node }
 
-func (z *moverZero) State() *meta.State       { return z.node.Meta().State() }
-func (z *moverZero) Changed() <-chan struct{} { return z.node.Meta().Changed() }
-func (z *moverZero) Propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
+func (z *moverGroupZero) State() *meta.State       { return z.node.Meta().State() }
+func (z *moverGroupZero) Changed() <-chan struct{} { return z.node.Meta().Changed() }
+func (z *moverGroupZero) Propose(ctx context.Context, c *metapb.Command) (meta.Result, error) {
 	return z.node.Propose(ctx, c)
 }
 
-func (z *moverZero) Leads() bool {
+func (z *moverGroupZero) Leads() bool {
 	g0, id := z.node.Group0(), z.node.Identity()
 	return g0 != nil && id != nil && uint64(g0.Leader()) == id.RaftID
 }
@@ -84,11 +84,11 @@ func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *
 // tells of each such call (the RPC latency metric).
 func (d *dataLayer) attach(node *cluster.Node, authz *auth.Authorizer, observe func(string, codes.Code, time.Duration)) {
 	d.node = node
-	d.mover = mover.New(mover.Config{Zero: &moverZero{node: node}, Dial: node.DialPeer, Failpoints: d.fp, Logger: d.log})
+	d.mover = mover.New(mover.Config{GroupZero: &moverGroupZero{node: node}, Dial: node.DialPeer, Failpoints: d.fp, Logger: d.log})
 	d.wg.Go(func() { d.mover.Run(d.ctx) })
-	topo := &topology{node: node, log: d.log}
+	zero := &routerGroupZero{node: node, log: d.log}
 	cfg := router.Config{
-		Topology: topo,
+		GroupZero: zero,
 		Local: func() router.Local {
 			if s := d.local(); s != nil {
 				return s
@@ -137,7 +137,7 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		Group:        g,
 		SM:           rsm,
 		DB:           d.db,
-		Zero:         &groupZero{node: d.node, log: d.log},
+		Zero:         &storageGroupZero{node: d.node, log: d.log},
 		Procs:        d.procs,
 		Dial:         d.node.DialPeer,
 		// The replicaset's own quotas of buckets sent and received at
@@ -165,7 +165,7 @@ func (d *dataLayer) wait() { d.wg.Wait() }
 func (d *dataLayer) register(s *grpc.Server) {
 	datav1.RegisterDataServiceServer(s, d.router)
 	rspb.RegisterBucketServiceServer(s, replicaset.NewBucketService(d.local))
-	datav1.RegisterShardingServiceServer(s, mover.NewService(d.mover, (&topology{node: d.node, log: d.log}).Refresh))
+	datav1.RegisterShardingServiceServer(s, mover.NewService(d.mover, (&routerGroupZero{node: d.node, log: d.log}).Refresh))
 }
 
 // bucketCounts is the cluster's hook for status: each replicaset's active
@@ -193,18 +193,18 @@ func (d *dataLayer) bucketCounts(ctx context.Context) map[string]int {
 	return out
 }
 
-// topology adapts group 0's state to the router.
-type topology struct {
+// routerGroupZero is the router's view of group 0 (router.GroupZero).
+type routerGroupZero struct {
 	node   *cluster.Node
 	log    *slog.Logger
 	spaces atomic.Pointer[compiledSpaces]
 }
 
-func (t *topology) st() *meta.State { return t.node.Meta().State() }
+func (t *routerGroupZero) st() *meta.State { return t.node.Meta().State() }
 
-func (t *topology) BucketCount() uint32 { return t.st().Props.GetBucketCount() }
+func (t *routerGroupZero) BucketCount() uint32 { return t.st().Props.GetBucketCount() }
 
-func (t *topology) ReplicasetOf(b uint32) string {
+func (t *routerGroupZero) ReplicasetOf(b uint32) string {
 	st := t.st()
 	if b < 1 || int(b) > len(st.Buckets) {
 		return ""
@@ -212,7 +212,7 @@ func (t *topology) ReplicasetOf(b uint32) string {
 	return st.Buckets[b-1]
 }
 
-func (t *topology) Replicasets() []router.Replicaset {
+func (t *routerGroupZero) Replicasets() []router.Replicaset {
 	st := t.st()
 	counts := st.BucketCounts()
 	var out []router.Replicaset
@@ -233,12 +233,12 @@ func (t *topology) Replicasets() []router.Replicaset {
 }
 
 // Space returns a space compiled once per schema version (compiled.go).
-func (t *topology) Space(name string) (*schema.Space, bool) {
+func (t *routerGroupZero) Space(name string) (*schema.Space, bool) {
 	sp := t.compiled().byName[name]
 	return sp, sp != nil
 }
 
-func (t *topology) Spaces() []*datav1.Space {
+func (t *routerGroupZero) Spaces() []*datav1.Space {
 	c := t.compiled()
 	out := make([]*datav1.Space, 0, len(c.sorted))
 	for _, sp := range c.sorted {
@@ -256,7 +256,7 @@ type compiledSpaces struct {
 
 // compiled returns the spaces of this instance's view of group 0,
 // compiling them when the schema version changed since the last call.
-func (t *topology) compiled() *compiledSpaces {
+func (t *routerGroupZero) compiled() *compiledSpaces {
 	st := t.st()
 	v := st.Props.GetSchemaVersion()
 	if c := t.spaces.Load(); c != nil && c.version == v {
@@ -278,17 +278,17 @@ func (t *topology) compiled() *compiledSpaces {
 	return c
 }
 
-func (t *topology) SchemaVersion() uint64   { return t.st().Props.GetSchemaVersion() }
-func (t *topology) ShardingVersion() uint64 { return t.st().Props.GetShardingVersion() }
+func (t *routerGroupZero) SchemaVersion() uint64   { return t.st().Props.GetSchemaVersion() }
+func (t *routerGroupZero) ShardingVersion() uint64 { return t.st().Props.GetShardingVersion() }
 
-func (t *topology) Self() router.Member {
+func (t *routerGroupZero) Self() router.Member {
 	inst := t.node.SelfInstance()
 	return router.Member{InstanceID: inst.GetInstanceId(), Address: inst.GetAddress(), FailureDomain: inst.GetFailureDomain()}
 }
 
-func (t *topology) Changed() <-chan struct{} { return t.node.Meta().Changed() }
+func (t *routerGroupZero) Changed() <-chan struct{} { return t.node.Meta().Changed() }
 
-func (t *topology) Refresh(ctx context.Context) error {
+func (t *routerGroupZero) Refresh(ctx context.Context) error {
 	g0 := t.node.Group0()
 	if g0 == nil {
 		return fmt.Errorf("group 0 is not running on this instance yet")
@@ -296,13 +296,14 @@ func (t *topology) Refresh(ctx context.Context) error {
 	return g0.ReadIndex(ctx)
 }
 
-// groupZero adapts group 0's state to a replicaset's storage.
-type groupZero struct {
+// storageGroupZero is a replicaset storage's view of group 0
+// (replicaset.GroupZero).
+type storageGroupZero struct {
 	node *cluster.Node
 	log  *slog.Logger
 }
 
-func (z *groupZero) Schema() (uint64, []*rspb.Space) {
+func (z *storageGroupZero) Schema() (uint64, []*rspb.Space) {
 	st := z.node.Meta().State()
 	var out []*rspb.Space
 	for _, sp := range st.SortedSpaces() {
@@ -316,7 +317,7 @@ func (z *groupZero) Schema() (uint64, []*rspb.Space) {
 	return st.Props.GetSchemaVersion(), out
 }
 
-func (z *groupZero) WaitSchema(ctx context.Context, v uint64) error {
+func (z *storageGroupZero) WaitSchema(ctx context.Context, v uint64) error {
 	for {
 		ch := z.node.Meta().Changed()
 		if z.node.Meta().State().Props.GetSchemaVersion() >= v {
@@ -330,21 +331,21 @@ func (z *groupZero) WaitSchema(ctx context.Context, v uint64) error {
 	}
 }
 
-func (z *groupZero) Buckets() (uint32, string) {
+func (z *storageGroupZero) Buckets() (uint32, string) {
 	p := z.node.Meta().State().Props
 	return p.GetBucketCount(), p.GetBucketBootstrapReplicaset()
 }
 
-func (z *groupZero) Address(raftID uint64) string {
+func (z *storageGroupZero) Address(raftID uint64) string {
 	if inst := z.node.Meta().State().InstanceByRaftID(raftID); inst != nil {
 		return inst.GetAddress()
 	}
 	return ""
 }
 
-func (z *groupZero) Changed() <-chan struct{} { return z.node.Meta().Changed() }
+func (z *storageGroupZero) Changed() <-chan struct{} { return z.node.Meta().Changed() }
 
-func (z *groupZero) Replicaset(id string) (string, []string) {
+func (z *storageGroupZero) Replicaset(id string) (string, []string) {
 	st := z.node.Meta().State()
 	var leader string
 	if rs := st.Replicasets[id]; rs != nil {

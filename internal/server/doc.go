@@ -6,9 +6,11 @@
 // servertest).
 //
 // Beside wiring, start-up order and shutdown order, it holds one kind of
-// logic: adapting group 0's state to what each room needs of it (data.go:
-// the router's topology, a replicaset's groupZero, the mover's moverZero,
-// and which calls go to the group-0 leader), so that the rooms never
+// logic: adapting group 0's state to what each room needs of it. Each
+// room names its view of group 0 GroupZero (router.GroupZero,
+// replicaset.GroupZero, mover.GroupZero); data.go implements them
+// (routerGroupZero, which also compiles the spaces once per schema
+// version, storageGroupZero, moverGroupZero), so that the rooms never
 // import each other. It must never hold
 // a room's behaviour: deciding, storing, routing and moving live in the
 // rooms it connects.
