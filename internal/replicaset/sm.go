@@ -32,7 +32,7 @@ var ErrBadCommand = errors.New("replicaset: bad command")
 // SM is one replicaset group's state machine. It keeps in memory the
 // applied schema (a published, immutable Schema), the bucket records, the
 // per-bucket tuple counts and the request ids within the window (see
-// memory.go); the tuples are read from the database.
+// sm_memory.go); the tuples are read from the database.
 type SM struct {
 	db    *pebble.DB
 	group multiraft.GroupID
@@ -44,7 +44,7 @@ type SM struct {
 
 	// Only the applying goroutine uses these (but reqs, which other
 	// goroutines ask has, under its lock); load sets them from the
-	// database, Apply changes them with its batch (memory.go).
+	// database, Apply changes them with its batch (sm_memory.go).
 	clock          int64
 	buckets        map[uint32]*rspb.BucketState
 	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
@@ -52,7 +52,7 @@ type SM struct {
 	reqDropped     int64                  // request ids written before this (ms) are deleted
 	changedBuckets map[uint32]struct{}    // records changed since the last commit
 	changedCounts  map[uint64]struct{}    // counts changed in this Apply call (countKey)
-	copies         map[uint32]*copyCursor // receiving buckets this member saw start receiving (moves.go)
+	copies         map[uint32]*copyCursor // receiving buckets this member saw start receiving (apply_moves.go)
 	notifyOnCommit bool
 	reloadErr      error       // a reload after a dropped batch failed: Apply fails
 	rows           *rowCache   // what the apply path read and wrote lately (rowcache.go)
