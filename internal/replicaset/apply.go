@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -567,7 +568,7 @@ func (a *applier) setSchema(c *rspb.SetSchema) (SchemaOutcome, error) {
 	next := emptySchema()
 	next.Version = c.GetVersion()
 	for _, d := range c.GetSpaces() {
-		sp, err := compileSpace(d)
+		sp, err := meta.CompileSpace(d)
 		if err != nil {
 			return SchemaOutcome{}, fmt.Errorf("replicaset: schema version %d: %w", c.GetVersion(), err)
 		}

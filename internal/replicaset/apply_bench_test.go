@@ -9,6 +9,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/multiraft/kvsm"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
@@ -87,9 +89,9 @@ func applyRun(b *testing.B, db *pebble.DB, sm multiraft.StateMachine, entries []
 
 // benchSpace is the space `shardkit bench` creates: an unsigned key and
 // a bytes value.
-func benchSpace() *rspb.Space {
-	return &rspb.Space{Id: 1, Name: "bench", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0}, Format: []*rspb.Field{
-		{Name: "key", Type: uint32(tuple.TypeUnsigned)}, {Name: "value", Type: uint32(tuple.TypeBytes)},
+func benchSpace() *metapb.Space {
+	return &metapb.Space{Id: 1, Name: "bench", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0}, Format: []*metapb.Field{
+		{Name: "key", Type: "unsigned"}, {Name: "value", Type: "bytes"},
 	}}
 }
 
@@ -149,7 +151,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 	sm.window = window
 	sm.SetRowCacheBytes(rowCache)
 	def := benchSpace()
-	sp, err := compileSpace(def)
+	sp, err := meta.CompileSpace(def)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -170,7 +172,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 			flush()
 		}
 	}
-	add(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{def}}}})
+	add(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{def}}}})
 	add(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: buckets, Generation: 1}}})
 	flush()
 	val := make([]byte, 100)
@@ -244,7 +246,7 @@ func benchCopy(b *testing.B, written bool) {
 		}
 		applyRun(b, db, sm, run)
 	}
-	apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{def}}}})
+	apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{def}}}})
 	var steps []*rspb.Command
 	for bk := uint32(1); bk <= buckets; bk++ {
 		steps = append(steps, &rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: bk, State: rspb.BucketState_STATE_RECEIVING, Generation: 2, Peer: "r1"}}}}})

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -64,7 +65,7 @@ func prevOf(f *fixture, b uint32, k []byte) *rspb.PrevFact {
 func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	src, dst := newFixture(t), newFixture(t)
 	src.setup()
-	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
 	const b = 5
 	for _, id := range []string{"a", "b", "c"} {
 		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
@@ -187,7 +188,7 @@ func TestAnAbortedSendReactivatesTheSource(t *testing.T) {
 func TestBatchedStepsApplyEachBucketOnItsOwn(t *testing.T) {
 	src, dst := newFixture(t), newFixture(t)
 	src.setup()
-	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
 	for _, b := range []uint32{5, 6} {
 		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(uint64(b), "a", 1)), insertOp(t, offer(uint64(b), "b", 2))}})
 	}
@@ -255,7 +256,7 @@ func TestBatchedStepsApplyEachBucketOnItsOwn(t *testing.T) {
 func TestTheCopySkipsLookupsOnlyWhenNothingCanBeThere(t *testing.T) {
 	src, dst := newFixture(t), newFixture(t)
 	src.setup()
-	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
 	const b = 9
 	for _, id := range []string{"a", "b", "c", "d", "e"} {
 		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
@@ -387,7 +388,7 @@ func TestCheckStepFencesAnAbortedMove(t *testing.T) {
 func TestADestinationPreparedBeforeItsSourceFreezesServesNothing(t *testing.T) {
 	src, dst := newFixture(t), newFixture(t)
 	src.setup()
-	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
 	const b = 5
 	src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
 	if o := dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src"); !o.Changed {

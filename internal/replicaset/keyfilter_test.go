@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
@@ -75,7 +76,7 @@ func TestARestoredMemberFindsTheTuplesOfItsSnapshot(t *testing.T) {
 // complete the next look builds a filter that holds the copied tuples.
 func TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete(t *testing.T) {
 	dst := filtered(t)
-	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}})
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
 	const b = 5
 	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
 	notOnSource := func(tp tuple.Tuple) *rspb.Op {

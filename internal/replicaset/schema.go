@@ -1,48 +1,8 @@
 package replicaset
 
 import (
-	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/schema"
-	"github.com/shardkit/shardkit/tuple"
 )
-
-// A replicaset's log carries a space's definition as rspb.Space (0-based
-// field indexes, types by number); every check of it is schema.Space's.
-
-// storageDefinition converts a replicaset's space message.
-func storageDefinition(d *rspb.Space) schema.Definition {
-	out := schema.Definition{Name: d.GetName(), ID: d.GetId()}
-	for _, f := range d.GetFormat() {
-		out.Format = append(out.Format, tuple.Field{Name: f.GetName(), Type: tuple.Type(f.GetType()), Nullable: f.GetNullable()})
-	}
-	for _, i := range d.GetPrimaryKey() {
-		out.PrimaryKey = append(out.PrimaryKey, int(i))
-	}
-	for _, i := range d.GetShardingKey() {
-		out.ShardingKey = append(out.ShardingKey, int(i))
-	}
-	return out
-}
-
-// StorageSpace converts a definition to a replicaset's space message.
-func StorageSpace(d schema.Definition) *rspb.Space {
-	out := &rspb.Space{Id: d.ID, Name: d.Name}
-	for _, f := range d.Format {
-		out.Format = append(out.Format, &rspb.Field{Name: f.Name, Type: uint32(f.Type), Nullable: f.Nullable})
-	}
-	for _, i := range d.PrimaryKey {
-		out.PrimaryKey = append(out.PrimaryKey, uint32(i))
-	}
-	for _, i := range d.ShardingKey {
-		out.ShardingKey = append(out.ShardingKey, uint32(i))
-	}
-	return out
-}
-
-// compileSpace compiles a replicaset's space message.
-func compileSpace(d *rspb.Space) (*schema.Space, error) {
-	return schema.Compile(storageDefinition(d))
-}
 
 // Schema is the set of spaces a replicaset has applied, at a version. It
 // never changes once published; a new one replaces it.

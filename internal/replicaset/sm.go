@@ -15,6 +15,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/failpoint"
+	"github.com/shardkit/shardkit/internal/meta"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -137,11 +139,11 @@ func (sm *SM) load(r pebble.Reader) error {
 		s.Version = binary.BigEndian.Uint64(v)
 	}
 	err := scan(r, sm.k.spaces(), func(_, v []byte) error {
-		d := &rspb.Space{}
+		d := &metapb.Space{}
 		if err := proto.Unmarshal(v, d); err != nil {
 			return fmt.Errorf("replicaset: stored space: %w", err)
 		}
-		sp, err := compileSpace(d)
+		sp, err := meta.CompileSpace(d)
 		if err != nil {
 			return err
 		}

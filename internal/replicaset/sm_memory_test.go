@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -204,7 +205,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 	var cmds []*rspb.Command
 	now := int64(1_800_000_000_000)
 	cmds = append(cmds,
-		&rspb.Command{NowUnixMs: now, Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{sp}}}},
+		&rspb.Command{NowUnixMs: now, Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{sp}}}},
 		&rspb.Command{NowUnixMs: now, Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 20, Generation: 1}}})
 	rng := mrand.New(mrand.NewPCG(3, 4))
 	var ids [][]byte

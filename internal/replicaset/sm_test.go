@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/internal/storage"
@@ -113,18 +114,18 @@ func (f *fixture) refused(c *rspb.Batch, code rspb.Refusal_Code, msg string) *rs
 
 // offers: shop unsigned, offer string, price double? ; key (shop, offer),
 // sharded by shop.
-func offersSpace(id uint32) *rspb.Space {
-	return &rspb.Space{Id: id, Name: "offers", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0, 1}, Format: []*rspb.Field{
-		{Name: "shop", Type: uint32(tuple.TypeUnsigned)},
-		{Name: "offer", Type: uint32(tuple.TypeString)},
-		{Name: "price", Type: uint32(tuple.TypeDouble), Nullable: true},
+func offersSpace(id uint32) *metapb.Space {
+	return &metapb.Space{Id: id, Name: "offers", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0, 1}, Format: []*metapb.Field{
+		{Name: "shop", Type: "unsigned"},
+		{Name: "offer", Type: "string"},
+		{Name: "price", Type: "double", Nullable: true},
 	}}
 }
 
 func (f *fixture) setup() {
 	f.t.Helper()
 	f.apply(
-		&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}},
+		&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}},
 		&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 3000, Generation: 1}}},
 	)
 }
@@ -274,7 +275,7 @@ func TestAWriteIsAppliedOnceWithinTheWindow(t *testing.T) {
 
 func TestWrongBucketAndSchemaBehindAreRefused(t *testing.T) {
 	f := newFixture(t)
-	f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*rspb.Space{offersSpace(1)}}}},
+	f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}},
 		&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 10, Generation: 1}}})
 	f.refused(&rspb.Batch{Bucket: 11, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}}, rspb.Refusal_CODE_WRONG_BUCKET, "bucket 11 is not held")
 	f.refused(&rspb.Batch{SchemaVersion: 2, Bucket: 1, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}}, rspb.Refusal_CODE_SCHEMA_BEHIND, "applied schema version 1, the write names 2")
@@ -306,7 +307,7 @@ func TestDroppingASpaceDeletesItsTuplesEverywhere(t *testing.T) {
 	}
 	states := offersSpace(2)
 	states.Name = "states"
-	f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 3, Spaces: []*rspb.Space{states}}}})
+	f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 3, Spaces: []*metapb.Space{states}}}})
 	if f.sm.Schema().ByName("offers") != nil || f.sm.Schema().ByName("states") == nil || f.sm.Schema().Version != 3 {
 		t.Fatalf("schema after the drop: %+v", f.sm.Schema())
 	}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/proc"
@@ -42,7 +43,7 @@ const (
 // metadata log (the server adapts internal/meta to it).
 type GroupZero interface {
 	// Schema returns group 0's schema version and spaces.
-	Schema() (version uint64, spaces []*rspb.Space)
+	Schema() (version uint64, spaces []*metapb.Space)
 	// WaitSchema returns once this instance has applied group 0 at least
 	// up to schema version v, or when ctx ends.
 	WaitSchema(ctx context.Context, v uint64) error

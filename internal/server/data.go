@@ -303,18 +303,9 @@ type storageGroupZero struct {
 	log  *slog.Logger
 }
 
-func (z *storageGroupZero) Schema() (uint64, []*rspb.Space) {
+func (z *storageGroupZero) Schema() (uint64, []*metapb.Space) {
 	st := z.node.Meta().State()
-	var out []*rspb.Space
-	for _, sp := range st.SortedSpaces() {
-		d, err := meta.SpaceDefinition(sp)
-		if err != nil {
-			z.log.Error("a space in group 0 does not convert", "space", sp.GetName(), "err", err)
-			continue
-		}
-		out = append(out, replicaset.StorageSpace(d))
-	}
-	return st.Props.GetSchemaVersion(), out
+	return st.Props.GetSchemaVersion(), st.SortedSpaces()
 }
 
 func (z *storageGroupZero) WaitSchema(ctx context.Context, v uint64) error {
