@@ -123,7 +123,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	}
 	// The destination must know every space the source may send.
 	if _, err := s.ensureSchema(ctx, 0); err != nil {
-		v, _ := s.cfg.Zero.Schema()
+		v, _ := s.cfg.GroupZero.Schema()
 		if _, err := s.ensureSchema(ctx, v); err != nil {
 			return nil, err
 		}

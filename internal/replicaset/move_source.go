@@ -15,7 +15,7 @@ import (
 
 // onLeaderOf runs call on the leader of another replicaset (rsclient.OnLeader).
 func (s *Storage) onLeaderOf(ctx context.Context, rsID string, call func(context.Context, rspb.BucketServiceClient) error) error {
-	leader, members := s.cfg.Zero.Replicaset(rsID)
+	leader, members := s.cfg.GroupZero.Replicaset(rsID)
 	return rsclient.OnLeader(ctx, s.cfg.Dial, rsID, append([]string{leader}, members...), call)
 }
 

@@ -64,7 +64,7 @@ func (c *lookupConn) NewStream(context.Context, *grpc.StreamDesc, string, ...grp
 // other): both halves of the rule in TestABucketMovesWithPrevSemantics.
 func TestPrevFactsAreOfTheMovesGeneration(t *testing.T) {
 	conn := &lookupConn{}
-	s := &Storage{cfg: StorageConfig{Zero: sourceZero{}, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+	s := &Storage{cfg: StorageConfig{GroupZero: sourceZero{}, Dial: func(addr string) (grpc.ClientConnInterface, error) {
 		if addr != "src" {
 			return nil, errors.New("dialled " + addr)
 		}

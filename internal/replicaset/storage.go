@@ -67,7 +67,7 @@ type StorageConfig struct {
 	Group        *multiraft.Group
 	SM           *SM
 	DB           *pebble.DB
-	Zero         GroupZero
+	GroupZero    GroupZero
 	Procs        *proc.Registry
 	// Dial returns a connection to another instance (kept by the caller).
 	Dial func(addr string) (grpc.ClientConnInterface, error)
@@ -176,7 +176,7 @@ func (s *Storage) LeaderAddress() string {
 	if l == 0 {
 		return ""
 	}
-	return s.cfg.Zero.Address(uint64(l))
+	return s.cfg.GroupZero.Address(uint64(l))
 }
 
 func (s *Storage) notLeader(bucket uint32) error {
@@ -236,7 +236,7 @@ func (s *Storage) ensureSchema(ctx context.Context, want uint64) (*Schema, error
 			}
 		}
 	}
-	if err := s.cfg.Zero.WaitSchema(ctx, want); err != nil {
+	if err := s.cfg.GroupZero.WaitSchema(ctx, want); err != nil {
 		return nil, status.Errorf(codes.Unavailable, "this instance has not applied schema version %d of group 0: %v", want, err)
 	}
 	if err := s.syncSchema(ctx); err != nil {
@@ -253,7 +253,7 @@ func (s *Storage) ensureSchema(ctx context.Context, want uint64) (*Schema, error
 func (s *Storage) syncSchema(ctx context.Context) error {
 	s.schemaMu.Lock()
 	defer s.schemaMu.Unlock()
-	v, spaces := s.cfg.Zero.Schema()
+	v, spaces := s.cfg.GroupZero.Schema()
 	if v <= s.sm.Schema().Version {
 		return nil
 	}
@@ -267,7 +267,7 @@ func (s *Storage) syncSchema(ctx context.Context) error {
 // replicaset got every bucket at their bootstrap. It returns when ctx ends.
 func (s *Storage) Run(ctx context.Context) {
 	for ctx.Err() == nil {
-		zch := s.cfg.Zero.Changed()
+		zch := s.cfg.GroupZero.Changed()
 		if s.IsLeader() {
 			actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := s.syncSchema(actx); err != nil && ctx.Err() == nil {
@@ -290,7 +290,7 @@ func (s *Storage) Run(ctx context.Context) {
 // on the replicaset that got them all at bootstrap, once: the state
 // machine never overwrites a record.
 func (s *Storage) bootstrapBuckets(ctx context.Context) error {
-	count, boot := s.cfg.Zero.Buckets()
+	count, boot := s.cfg.GroupZero.Buckets()
 	if boot != s.cfg.ReplicasetID || count == 0 {
 		return nil
 	}
@@ -317,7 +317,7 @@ func (s *Storage) BucketCounts() (BucketCounts, error) {
 // schemaFor returns the schema a call with schema version want uses.
 func (s *Storage) schemaFor(ctx context.Context, want uint64) (*Schema, error) {
 	if want == 0 {
-		want, _ = s.cfg.Zero.Schema()
+		want, _ = s.cfg.GroupZero.Schema()
 	}
 	return s.ensureSchema(ctx, want)
 }
@@ -480,7 +480,7 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 	if len(ops) > MaxBatchOps {
 		return nil, status.Errorf(codes.InvalidArgument, "a write of %d operations is more than %d", len(ops), MaxBatchOps)
 	}
-	count, _ := s.cfg.Zero.Buckets()
+	count, _ := s.cfg.GroupZero.Buckets()
 	out := &rspb.Batch{Bucket: bucket}
 	size := 0
 	for i, op := range ops {
@@ -651,7 +651,7 @@ func (s *Storage) keyOf(sp *schema.Space, key []byte, bucket uint32) ([]byte, ui
 	if err != nil {
 		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name(), err)
 	}
-	count, _ := s.cfg.Zero.Buckets()
+	count, _ := s.cfg.GroupZero.Buckets()
 	b, err := sp.BucketOf(k, count)
 	if err != nil {
 		return nil, 0, invalid(0, "space %s: %v", sp.Name(), err)
@@ -672,7 +672,7 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 	if sp == nil {
 		return nil, noSpace(0, req.GetSpace())
 	}
-	count, _ := s.cfg.Zero.Buckets()
+	count, _ := s.cfg.GroupZero.Buckets()
 	if count == 0 {
 		return nil, status.Errorf(codes.Unavailable, "this instance does not know the bucket count yet (it has not caught up with group 0); retry")
 	}

@@ -137,7 +137,7 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		Group:        g,
 		SM:           rsm,
 		DB:           d.db,
-		Zero:         &storageGroupZero{node: d.node, log: d.log},
+		GroupZero:    &storageGroupZero{node: d.node, log: d.log},
 		Procs:        d.procs,
 		Dial:         d.node.DialPeer,
 		// The replicaset's own quotas of buckets sent and received at
