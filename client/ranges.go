@@ -130,7 +130,7 @@ func decodeCursor(c string) (bucket uint32, key []byte, err error) {
 	}
 	if len(b) > 5 {
 		if _, err := tuple.DecodeTuple(b[5:]); err != nil {
-			return 0, nil, fmt.Errorf("cursor %q is not one a scan returned: its key: %v", c, err)
+			return 0, nil, fmt.Errorf("cursor %q is not one a scan returned: its key: %w", c, err)
 		}
 	}
 	return binary.BigEndian.Uint32(b[1:5]), b[5:], nil

@@ -79,7 +79,8 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 			return resp, nil
 		}
 		if b++; b > count {
-			return resp, nil // the space's last bucket is read
+			resp.More, resp.NextBucket = false, 0 // the space's last bucket is read
+			return resp, nil
 		}
 		resp.More, resp.NextBucket = true, b
 		if len(resp.Tuples) == limit || !s.holds(b) {
