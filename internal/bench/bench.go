@@ -48,10 +48,14 @@ const (
 	// PageSize rows), each client from the start again when it ends; an
 	// operation is a row read, a latency a page's; preloaded like Get.
 	Scan = "scan"
+	// Range reads PageSize rows of a bucket drawn uniformly (from its
+	// first key, linearizably) with Space.Range: an operation is a call,
+	// Result.Reads counts the rows; preloaded like Get.
+	Range = "range"
 )
 
 // Workloads lists the workloads, for help texts and checks.
-var Workloads = []string{Insert, Replace, Get, Mixed, Scan}
+var Workloads = []string{Insert, Replace, Get, Mixed, Scan, Range}
 
 // DefaultSpace is the space the bench makes when none is named.
 const DefaultSpace = "bench"
@@ -281,10 +285,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Pipelining: !cfg.NoPipelining, PipelineDepth: pipelineDepth(cfg), PipelineWrites: !cfg.NoPipelining && cfg.PipelineWrites,
 		Stream: !cfg.NoPipelining && !cfg.NoStream,
 		Keys:   cfg.Keys, ValueSize: cfg.ValueSize}
-	if cfg.Workload == Scan {
+	if cfg.Workload == Scan || cfg.Workload == Range {
 		res.PageSize = cmp.Or(cfg.PageSize, 1000)
 	}
-	if cfg.Preload && (cfg.Workload == Get || cfg.Workload == Mixed || cfg.Workload == Scan) {
+	if cfg.Preload && (cfg.Workload == Get || cfg.Workload == Mixed || cfg.Workload == Scan || cfg.Workload == Range) {
 		start := time.Now()
 		n, err := preload(ctx, clients, cfg)
 		if err != nil {
@@ -608,6 +612,10 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 	val := value(cfg.ValueSize, rng)
 	sp := c.Space(cfg.Space)
 	keys := uint64(cfg.Keys)
+	buckets := uint32(1)
+	if cfg.Workload == Range {
+		buckets = bucketCount(ctx, c)
+	}
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		if !deadline.IsZero() && !t0.Before(deadline) {
@@ -635,7 +643,12 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 		read := cfg.Workload == Get || (cfg.Workload == Mixed && rng.IntN(2) == 0)
 		cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		var err error
+		rows := int64(1) // rows read (a range's), or one
 		switch {
+		case cfg.Workload == Range:
+			var ts []client.Versioned
+			ts, _, err = sp.Range(cctx, client.RangeOptions{Bucket: 1 + uint32(rng.Uint64N(uint64(buckets))), Limit: cmp.Or(cfg.PageSize, 1000)})
+			rows = int64(len(ts))
 		case read:
 			var got client.Result
 			got, _, err = sp.Select(cctx, []tuple.Value{tuple.Uint(k)}, client.RW)
@@ -661,8 +674,8 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 		}
 		us := time.Since(t0).Microseconds()
 		_ = r.hist.RecordValue(max(us, 1)) // never above the maximum: the call has a deadline of half of it
-		if read {
-			r.reads++
+		if read || cfg.Workload == Range {
+			r.reads += rows
 		} else {
 			r.writes++
 		}

@@ -122,6 +122,17 @@ func TestWorkloadsCountsAddUp(t *testing.T) {
 	if res.Ops != 1000 || res.Reads != 1000 || res.Writes != 0 || res.Errors != 0 || res.PageSize != 50 || res.OpsPerS <= 0 || res.P50Ms <= 0 {
 		t.Fatalf("scan: %+v, want 1000 rows read in pages of 50, no error", res)
 	}
+	// A range workload's operations are calls, its reads the rows they
+	// read: 300 ranges of random buckets (of 3000) find some of the 400.
+	cfg = config(addr, bench.Range)
+	cfg.Keys, cfg.Count, cfg.PageSize, cfg.Settle = 400, 300, 100, time.Millisecond
+	res, err = bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != 300 || res.Errors != 0 || res.Reads == 0 || res.Reads > 400 || res.Writes != 0 || res.PageSize != 100 {
+		t.Fatalf("range: %+v, want 300 calls reading some of the 400 rows, no error", res)
+	}
 }
 
 // A duration run stops by itself; a get without a preload counts the

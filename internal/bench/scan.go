@@ -74,3 +74,17 @@ func scanWork(ctx context.Context, cfg Config, c *client.Client, deadline time.T
 	}
 	return r
 }
+
+// bucketCount returns the cluster's bucket count, from its status (1 when
+// it cannot be read: a range then reads bucket 1).
+func bucketCount(ctx context.Context, c *client.Client) uint32 {
+	st, err := c.Status(ctx, false)
+	if err != nil {
+		return 1
+	}
+	var n uint32
+	for _, rs := range st.GetReplicasets() {
+		n += rs.GetBucketCount()
+	}
+	return max(n, 1)
+}
