@@ -16,8 +16,8 @@ import (
 // Range reads tuples of one space in one bucket within the request's
 // bounds, or a page of a scan of the space (RangeRequest.scan): the
 // bucket's tuples past after, then those of the following buckets while
-// this replicaset holds them, each bucket read at one point (one
-// iterator, merged with the source's while it is receiving).
+// they are active here, each bucket read at one point (one iterator,
+// merged with the source's while it is receiving).
 func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.RangeResponse, error) {
 	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
 	if err != nil {
@@ -83,25 +83,21 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 			return resp, nil
 		}
 		resp.More, resp.NextBucket = true, b
-		if len(resp.Tuples) == limit || !s.holds(b) {
+		if len(resp.Tuples) == limit || !s.active(b) {
 			return resp, nil
 		}
 		kr = KeyRange{}
 	}
 }
 
-// holds reports whether this member's state has bucket b here, to be read
-// (active, being sent or being received).
-func (s *Storage) holds(b uint32) bool {
+// active reports whether this member's state has bucket b active here. A
+// scan's page goes on only into active buckets: one being moved (sent,
+// or received and perhaps not served here yet) starts a page of its own,
+// routed by its bucket as a select is, so that the router's checks of a
+// moving bucket apply to it too.
+func (s *Storage) active(b uint32) bool {
 	st, err := s.sm.BucketStateOf(s.cfg.DB, b)
-	if err != nil {
-		return false
-	}
-	switch st.GetState() {
-	case rspb.BucketState_STATE_ACTIVE, rspb.BucketState_STATE_SENDING, rspb.BucketState_STATE_RECEIVING:
-		return true
-	}
-	return false
+	return err == nil && st.GetState() == rspb.BucketState_STATE_ACTIVE
 }
 
 // rangeBounds checks a range's bounds against the space's key and returns

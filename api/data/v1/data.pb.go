@@ -1037,7 +1037,8 @@ type RangeRequest struct {
 	Reverse bool `protobuf:"varint,10,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	// A page of a scan of the whole space, in (bucket, key) order: from
 	// bucket's keys past after, then on into the following buckets while
-	// this replicaset holds them and the page is not full. Takes no prefix,
+	// they are active on this replicaset (not being moved) and the page is
+	// not full. Takes no prefix,
 	// from, until or reverse. The response's next_bucket and next_after say
 	// where the next page starts.
 	Scan          bool `protobuf:"varint,11,opt,name=scan,proto3" json:"scan,omitempty"`
