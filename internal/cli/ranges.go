@@ -26,7 +26,7 @@ type rangeFlags struct {
 }
 
 func (r *rangeFlags) register(f *pflag.FlagSet) {
-	f.Uint32Var(&r.bucket, "bucket", 0, "without KEY: read a range of this bucket (shardkit bucket show --key finds a key's)")
+	f.Uint32Var(&r.bucket, "bucket", 0, "without KEY: read a range of this bucket (shardkit bucket show --space S --key K finds a key's)")
 	f.StringVar(&r.prefix, "prefix", "", "a range: only keys that start with these leading key parts (a JSON array)")
 	f.StringVar(&r.from, "from", "", "a range: only keys from the first that starts with these leading key parts (inclusive)")
 	f.StringVar(&r.after, "after", "", "a range: only keys past every key that starts with these leading key parts (exclusive)")
