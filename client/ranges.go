@@ -103,6 +103,9 @@ type ScanResult struct {
 // Cursor returns the cursor that resumes the scan after this tuple
 // (ScanOptions.Cursor). It is opaque: the bucket and the tuple's key.
 func (r ScanResult) Cursor() string {
+	if r.sp == nil {
+		return "" // not a tuple a scan returned
+	}
 	key, err := r.sp.KeyOf(r.Tuple)
 	if err != nil {
 		return "" // the cluster sends tuples of the space's format
