@@ -67,6 +67,12 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 		if err != nil {
 			return nil, err
 		}
+		if b != req.GetBucket() && !s.stillHeld(b) {
+			// It left during the read (its cleanup deletes its tuples with
+			// its record): its own page, routed by it, reads it.
+			resp.More, resp.NextBucket = true, b
+			return resp, nil
+		}
 		for _, t := range ts {
 			resp.Tuples = append(resp.Tuples, &datav1.VersionedTuple{Tuple: t.Tuple, Version: t.Version, Bucket: b})
 		}
@@ -98,6 +104,13 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 func (s *Storage) active(b uint32) bool {
 	st, err := s.sm.BucketStateOf(s.cfg.DB, b)
 	return err == nil && st.GetState() == rspb.BucketState_STATE_ACTIVE
+}
+
+// stillHeld reports whether bucket b, read here as active, still has its
+// tuples here: active, or frozen for its move (sending).
+func (s *Storage) stillHeld(b uint32) bool {
+	st, err := s.sm.BucketStateOf(s.cfg.DB, b)
+	return err == nil && (st.GetState() == rspb.BucketState_STATE_ACTIVE || st.GetState() == rspb.BucketState_STATE_SENDING)
 }
 
 // rangeBounds checks a range's bounds against the space's key and returns
