@@ -30,8 +30,9 @@ func bucketCounts(ctx context.Context, c *client.Client) string {
 }
 
 // Scans run while the rebalancer moves half the buckets to a second
-// replicaset and a writer replaces rows: every scan reads every row once,
-// none missed or repeated, also one that stops every 97 rows and resumes
+// replicaset and a writer replaces rows and inserts new ones: every scan
+// reads every row written before it once, none missed or repeated, and a
+// new row at most once, also a scan that stops every 97 rows and resumes
 // from its cursor.
 func TestAScanFollowsBucketsThatMove(t *testing.T) {
 	if testing.Short() {
@@ -86,9 +87,15 @@ func TestAScanFollowsBucketsThatMove(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		for k := uint64(0); !stop.Load(); k = (k + 7) % rows {
+		for k, n := uint64(0), uint64(rows); !stop.Load(); k = (k + 7) % rows {
 			if _, err := s.Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.String(fmt.Sprint("w", k))}); err == nil {
 				writes.Add(1)
+			}
+			if k%5 == 0 { // and new rows, which a scan may read or not, but once
+				if _, err := s.Insert(ctx, tuple.Tuple{tuple.Uint(n), tuple.String("new")}); err == nil {
+					writes.Add(1)
+				}
+				n++
 			}
 		}
 	}()
@@ -96,8 +103,8 @@ func TestAScanFollowsBucketsThatMove(t *testing.T) {
 
 	scan := func(resume bool) {
 		t.Helper()
-		seen := make([]int, rows)
-		where := make([]string, rows)
+		seen := map[uint64]int{}
+		where := map[uint64]string{}
 		cursor := ""
 		for pass := 0; ; pass++ {
 			read := 0
@@ -119,9 +126,14 @@ func TestAScanFollowsBucketsThatMove(t *testing.T) {
 				break
 			}
 		}
+		for k := range uint64(rows) {
+			if seen[k] != 1 {
+				t.Fatalf("a scan (resumed from cursors: %v) read row %d %d times (%s), while buckets moved (%s before, %s now)", resume, k, seen[k], where[k], before, bucketCounts(ctx, c))
+			}
+		}
 		for k, n := range seen {
-			if n != 1 {
-				t.Fatalf("a scan (resumed from cursors: %v) read row %d %d times (%s), while buckets moved (%s before, %s now)", resume, k, n, where[k], before, bucketCounts(ctx, c))
+			if n > 1 {
+				t.Fatalf("a scan (resumed from cursors: %v) read row %d, inserted during the scans, %d times (%s)", resume, k, n, where[k])
 			}
 		}
 	}
@@ -134,12 +146,15 @@ func TestAScanFollowsBucketsThatMove(t *testing.T) {
 		if from != to {
 			moving++
 		}
-		if to == fmt.Sprintf("r1=%d r2=%d ", buckets/2, buckets/2) && moving >= 2 {
+		if to == fmt.Sprintf("r1=%d r2=%d ", buckets/2, buckets/2) {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("buckets did not balance in time (%s), %d scans, %d during moves", to, scans, moving)
 		}
+	}
+	if moving == 0 {
+		t.Fatalf("none of %d scans ran while buckets moved (%s before, balanced after)", scans, before)
 	}
 	t.Logf("%d scans, %d of them while buckets moved, %d writes meanwhile", scans, moving, writes.Load())
 }
