@@ -62,12 +62,20 @@ func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.
 		}
 		return resp, nil
 	}
-	for b := req.GetBucket(); ; {
+	return s.scanPage(ctx, resp, sp, req.GetBucket(), kr, limit, count)
+}
+
+// scanPage fills resp with a scan's page: bucket first's tuples within kr,
+// then those of the following buckets (of count) while they are active
+// here and the page is not full; resp.more and next_* say where the next
+// page starts.
+func (s *Storage) scanPage(ctx context.Context, resp *datav1.RangeResponse, sp *schema.Space, first uint32, kr KeyRange, limit int, count uint32) (*datav1.RangeResponse, error) {
+	for b := first; ; {
 		ts, more, err := s.rangeMoving(ctx, b, sp, kr, limit-len(resp.Tuples))
 		if err != nil {
 			return nil, err
 		}
-		if b != req.GetBucket() && !s.stillHeld(b) {
+		if b != first && !s.stillHeld(b) {
 			// It left during the read (its cleanup deletes its tuples with
 			// its record): its own page, routed by it, reads it.
 			resp.More, resp.NextBucket = true, b

@@ -213,3 +213,70 @@ func TestRangeOfAReceivingBucketHonoursBoundsAndReverse(t *testing.T) {
 		}
 	}
 }
+
+// A scan's page reads its first bucket past the cursor, then the
+// following buckets while they are active here, and says where the next
+// page starts: in a bucket past its last key, at a bucket being moved
+// (its own page), or nowhere after the space's last bucket.
+func TestScanPage(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	for _, b := range []uint32{5, 6, 7, 8, 3000} {
+		for _, id := range []string{"a", "b"} {
+			f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(uint64(b), id, 1))}})
+		}
+	}
+	f.setBucket(7, rspb.BucketState_STATE_SENDING, 2, "dst")
+	st := &Storage{sm: f.sm, cfg: StorageConfig{DB: f.db}}
+	sp := f.sm.Schema().ByID(1)
+	page := func(first uint32, after []byte, limit int) string {
+		t.Helper()
+		resp, err := st.scanPage(t.Context(), &datav1.RangeResponse{}, sp, first, KeyRange{Lower: afterOf(after)}, limit, 3000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, v := range resp.GetTuples() {
+			tp, _ := tuple.DecodeTuple(v.GetTuple())
+			id, _ := tp[1].AsString()
+			out = append(out, fmt.Sprintf("%d%s", v.GetBucket(), id))
+		}
+		next := "end"
+		if resp.GetMore() {
+			next = fmt.Sprint("next ", resp.GetNextBucket())
+			if a := resp.GetNextAfter(); len(a) > 0 {
+				k, _ := tuple.DecodeTuple(a)
+				id, _ := k[1].AsString()
+				next += " after " + id
+			}
+		} else if resp.GetNextBucket() != 0 {
+			next = fmt.Sprint("end, but next bucket ", resp.GetNextBucket())
+		}
+		return strings.Join(out, " ") + "; " + next
+	}
+	for _, c := range []struct {
+		name string
+		got  string
+		want string
+	}{
+		{"stops at a bucket being sent", page(5, nil, 100), "5a 5b 6a 6b; next 7"},
+		{"full mid-bucket", page(5, nil, 3), "5a 5b 6a; next 6 after a"},
+		{"full at a bucket's end", page(5, nil, 4), "5a 5b 6a 6b; next 7"},
+		{"after the cursor's key", page(6, key(t, tuple.Uint(6), tuple.String("a")), 100), "6b; next 7"},
+		{"a page of the bucket being sent, on to the last", page(7, nil, 100), "7a 7b 8a 8b 3000a 3000b; end"},
+		{"the last bucket exactly", page(2999, nil, 2), "3000a 3000b; end"},
+		{"the last bucket's end", page(3000, key(t, tuple.Uint(3000), tuple.String("b")), 10), "; end"},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: %q, want %q", c.name, c.got, c.want)
+		}
+	}
+}
+
+// afterOf is the lower bound past key (none for nil), as a cursor's after.
+func afterOf(key []byte) []byte {
+	if key == nil {
+		return nil
+	}
+	return afterKey(key)
+}
