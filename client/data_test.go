@@ -230,11 +230,11 @@ func TestRangeAndMapCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	page, more, err := s.Range(ctx, b, nil, 3, client.RW)
+	page, more, err := s.Range(ctx, client.RangeOptions{Bucket: b, Limit: 3})
 	if err != nil || !more || len(page) != 3 {
 		t.Fatalf("Range = %d tuples, more %v, %v", len(page), more, err)
 	}
-	rest, more, err := s.Range(ctx, b, page[2].Tuple[:2], 3, client.RO)
+	rest, more, err := s.Range(ctx, client.RangeOptions{Bucket: b, After: page[2].Tuple[:2], Limit: 3, Mode: client.RO})
 	if err != nil || more || len(rest) != 1 {
 		t.Fatalf("Range after = %d, more %v, %v", len(rest), more, err)
 	}
@@ -329,7 +329,7 @@ func TestAShardingKeyChosenAmongTheKeysFields(t *testing.T) {
 	if err != nil || qb != eb {
 		t.Fatalf("a queue row of e42 is in bucket %d (%v), the entity in %d", qb, err, eb)
 	}
-	rows, _, err := c.Space("sk_queue").Range(ctx, eb, nil, 10, client.RW)
+	rows, _, err := c.Space("sk_queue").Range(ctx, client.RangeOptions{Bucket: eb, Limit: 10})
 	if err != nil || len(rows) != 3 {
 		t.Fatalf("the bucket's queue rows: %v, %v", rows, err)
 	}

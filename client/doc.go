@@ -15,6 +15,13 @@
 // the cluster's own calls (Status, Expel) on Client, leases with fencing
 // tickets on Client.Leases. The data layer's calls are added the same way.
 //
+// Ranges and scans: Space.Range reads one bucket's tuples within bounds
+// that are leading parts of the primary key; Space.Scan is an iterator
+// (iter.Seq2) over a whole space in (bucket, key) order, a page a call,
+// each page asked of the replicaset that holds its bucket when it is
+// asked, resumable from any tuple's cursor (docs/data.md, "Ranges and
+// scans").
+//
 // Pipelining: the writes and point reads made on one Client to the same
 // instance go on one DataService.Stream, each a message with an id,
 // those made together sent together, each answered by its id; each

@@ -172,33 +172,6 @@ func (s *Space) Bucket(ctx context.Context, key ...tuple.Value) (uint32, error) 
 	return bucketOf(sp, key, rt.bucketCount)
 }
 
-// Range reads up to limit tuples of the space in one bucket, in
-// primary-key order, after the key after (from the first when nil); more
-// says whether tuples follow.
-func (s *Space) Range(ctx context.Context, bucket uint32, after []tuple.Value, limit int, mode Mode) (ts []Versioned, more bool, err error) {
-	req := &datav1.RangeRequest{Space: s.name, Bucket: bucket, Limit: uint32(max(0, limit)), Mode: mode.api()}
-	if after != nil {
-		req.After = tuple.AppendTuple(nil, after)
-	}
-	var resp *datav1.RangeResponse
-	err = s.c.dataCall(ctx, "range of "+s.name, bucket, mode == RW, true, func(ctx context.Context, dc datav1.DataServiceClient) error {
-		var err error
-		resp, err = dc.Range(ctx, req)
-		return err
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	for _, v := range resp.GetTuples() {
-		t, err := tuple.DecodeTuple(v.GetTuple())
-		if err != nil {
-			return nil, false, &Error{Op: "range of " + s.name, Msg: "a tuple the cluster sent: " + err.Error(), kind: ErrInternal}
-		}
-		ts = append(ts, Versioned{Tuple: t, Version: v.GetVersion()})
-	}
-	return ts, resp.GetMore(), nil
-}
-
 // Batch collects write operations on keys of one bucket (any spaces) to
 // apply atomically: all or none. Keys share a bucket when their sharding
 // keys are equal (every space hashes its sharding key the same way).

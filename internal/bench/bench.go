@@ -12,6 +12,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -44,10 +45,18 @@ const (
 	// Mixed draws, for each operation, a Get (50%) or a Replace (50%) of
 	// a key drawn uniformly from 0..Keys-1; preloaded like Get.
 	Mixed = "mixed"
+	// Scan reads the whole space with Space.Scan (linearizable pages of
+	// PageSize rows), each client from the start again when it ends; an
+	// operation is a row read, a latency a page's; preloaded like Get.
+	Scan = "scan"
+	// Range reads PageSize rows of a bucket drawn uniformly (from its
+	// first key, linearizably) with Space.Range: an operation is a call,
+	// Result.Reads counts the rows; preloaded like Get.
+	Range = "range"
 )
 
 // Workloads lists the workloads, for help texts and checks.
-var Workloads = []string{Insert, Replace, Get, Mixed}
+var Workloads = []string{Insert, Replace, Get, Mixed, Scan, Range}
 
 // DefaultSpace is the space the bench makes when none is named.
 const DefaultSpace = "bench"
@@ -104,6 +113,8 @@ type Config struct {
 	Preload bool
 	// Settle is the pause between the preload and the timed part.
 	Settle time.Duration
+	// PageSize (scan) is how many rows one page reads (0: 1000).
+	PageSize int
 	// NoPipelining turns the clients' pipelining off
 	// (client.Config.DisablePipelining): each call its own RPC.
 	NoPipelining bool
@@ -162,6 +173,10 @@ func (c Config) Check() error {
 		return fmt.Errorf("timeout %v: want a positive duration", c.Timeout)
 	case c.Settle < 0:
 		return fmt.Errorf("settle %v: want 0 or more", c.Settle)
+	case c.PageSize < 0 || c.PageSize > 10000:
+		return fmt.Errorf("page size %d: want 1 to 10000 (0: 1000)", c.PageSize)
+	case c.Workload == Scan && c.Rate != 0:
+		return errors.New("a scan is not paced: give no rate")
 	case c.Rate < 0 || math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
 		return fmt.Errorf("rate %v: want 0 (no pacing) or a positive number of operations a second", c.Rate)
 	case c.Rate > 0 && c.interval() < time.Microsecond:
@@ -195,7 +210,9 @@ type Result struct {
 	PipelineWrites bool `json:"pipeline_writes"`
 	// Stream: the clients sent writes and point reads on one data stream
 	// per instance.
-	Stream    bool    `json:"stream"`
+	Stream bool `json:"stream"`
+	// PageSize is a scan's rows per page (0 for the other workloads).
+	PageSize  int     `json:"page_size"`
 	Keys      int     `json:"keys"`
 	ValueSize int     `json:"value_size"`
 	Ops       int64   `json:"ops"`
@@ -269,7 +286,10 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		Pipelining: !cfg.NoPipelining, PipelineDepth: pipelineDepth(cfg), PipelineWrites: !cfg.NoPipelining && cfg.PipelineWrites,
 		Stream: !cfg.NoPipelining && !cfg.NoStream,
 		Keys:   cfg.Keys, ValueSize: cfg.ValueSize}
-	if cfg.Preload && (cfg.Workload == Get || cfg.Workload == Mixed) {
+	if cfg.Workload == Scan || cfg.Workload == Range {
+		res.PageSize = cmp.Or(cfg.PageSize, 1000)
+	}
+	if cfg.Preload && (cfg.Workload == Get || cfg.Workload == Mixed || cfg.Workload == Scan || cfg.Workload == Range) {
 		start := time.Now()
 		n, err := preload(ctx, clients, cfg)
 		if err != nil {
@@ -288,6 +308,9 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	ms := func(q float64) float64 { return float64(t.hist.ValueAtQuantile(q)) / 1000 }
 	res.Ops = t.hist.TotalCount()
+	if cfg.Workload == Scan {
+		res.Ops = t.reads // rows; the histogram holds pages
+	}
 	res.Errors = t.errors
 	res.Reads, res.Writes = t.reads, t.writes
 	res.DurationS = t.elapsed.Seconds()
@@ -507,6 +530,10 @@ func timed(ctx context.Context, clients []*client.Client, cfg Config) timedResul
 	var wg sync.WaitGroup
 	for w := range cfg.Clients {
 		wg.Go(func() {
+			if cfg.Workload == Scan {
+				workers[w] = scanWork(ctx, cfg, clients[w%len(clients)], deadline, &issued, &done, &failed)
+				return
+			}
 			workers[w] = work(ctx, cfg, clients[w%len(clients)], w, newPacer(cfg, w, start), deadline, &issued, &done, &failed)
 		})
 	}
@@ -570,6 +597,10 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 	val := value(cfg.ValueSize, rng)
 	sp := c.Space(cfg.Space)
 	keys := uint64(cfg.Keys)
+	buckets := uint32(1)
+	if cfg.Workload == Range {
+		buckets = bucketCount(ctx, c)
+	}
 	for ctx.Err() == nil {
 		t0 := time.Now()
 		if !deadline.IsZero() && !t0.Before(deadline) {
@@ -597,7 +628,12 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 		read := cfg.Workload == Get || (cfg.Workload == Mixed && rng.IntN(2) == 0)
 		cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		var err error
+		rows := int64(1) // rows read (a range's), or one
 		switch {
+		case cfg.Workload == Range:
+			var ts []client.Versioned
+			ts, _, err = sp.Range(cctx, client.RangeOptions{Bucket: 1 + uint32(rng.Uint64N(uint64(buckets))), Limit: cmp.Or(cfg.PageSize, 1000)})
+			rows = int64(len(ts))
 		case read:
 			var got client.Result
 			got, _, err = sp.Select(cctx, []tuple.Value{tuple.Uint(k)}, client.RW)
@@ -623,8 +659,8 @@ func work(ctx context.Context, cfg Config, c *client.Client, w int, pace *pacer,
 		}
 		us := time.Since(t0).Microseconds()
 		_ = r.hist.RecordValue(max(us, 1)) // never above the maximum: the call has a deadline of half of it
-		if read {
-			r.reads++
+		if read || cfg.Workload == Range {
+			r.reads += rows
 		} else {
 			r.writes++
 		}

@@ -109,6 +109,30 @@ func TestWorkloadsCountsAddUp(t *testing.T) {
 	if n := count(t, addr, "b"); n != 400 {
 		t.Fatalf("after the preload of keys 0..399 the space holds %d rows", n)
 	}
+
+	// A scan reads rows: 1000 of them is two passes and a half of the 400,
+	// in pages of 50 (8 a pass and a page of the next, per client), shared
+	// by the clients.
+	cfg = config(addr, bench.Scan)
+	cfg.Keys, cfg.Count, cfg.PageSize, cfg.Clients, cfg.Settle = 400, 1000, 50, 2, time.Millisecond
+	res, err = bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != 1000 || res.Reads != 1000 || res.Writes != 0 || res.Errors != 0 || res.PageSize != 50 || res.OpsPerS <= 0 || res.P50Ms <= 0 {
+		t.Fatalf("scan: %+v, want 1000 rows read in pages of 50, no error", res)
+	}
+	// A range workload's operations are calls, its reads the rows they
+	// read: 300 ranges of random buckets (of 3000) find some of the 400.
+	cfg = config(addr, bench.Range)
+	cfg.Keys, cfg.Count, cfg.PageSize, cfg.Settle = 400, 300, 100, time.Millisecond
+	res, err = bench.Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Ops != 300 || res.Errors != 0 || res.Reads == 0 || res.Reads > 400 || res.Writes != 0 || res.PageSize != 100 {
+		t.Fatalf("range: %+v, want 300 calls reading some of the 400 rows, no error", res)
+	}
 }
 
 // A duration run stops by itself; a get without a preload counts the
@@ -189,6 +213,8 @@ func TestConfigCheck(t *testing.T) {
 		"negative value":   func(c *bench.Config) { c.ValueSize = -1 },
 		"negative rate":    func(c *bench.Config) { c.Rate = -1 },
 		"rate too high":    func(c *bench.Config) { c.Rate = 1e9 },
+		"paced scan":       func(c *bench.Config) { c.Workload, c.Rate = bench.Scan, 10 },
+		"page too large":   func(c *bench.Config) { c.PageSize = 10001 },
 	} {
 		c := ok
 		mut(&c)

@@ -43,6 +43,13 @@ Workloads (keys are unsigned integers 0..--keys-1):
            uniformly; every key is written first, untimed (--preload)
   mixed    each operation a get (50%) or a replace (50%) of a uniformly
            drawn key; preloaded like get
+  scan     each client reads the whole space (client Space.Scan, pages of
+           --page-size rows), again from the start when it ends; an
+           operation is a row, a latency a page's; preloaded like get
+           (--keys 1000000 --count 1000000: an export of a million rows)
+  range    each operation reads --page-size rows of a bucket drawn
+           uniformly (client Space.Range, at the leader); reads counts
+           the rows; preloaded like get
 
 Without --space it uses the space "bench" (key unsigned, the primary key;
 value bytes), made when missing; a named space is made with that definition
@@ -63,7 +70,8 @@ with --progress. The load shape matches bench/etcd's etcd-bench, for
 scripts/bench-vs-etcd.sh.`,
 		Example: `  shardkit bench --peer 127.0.0.1:3301 --workload replace --clients 64 --duration 10s
   shardkit bench --peer 127.0.0.1:3301 --workload insert --keys 100000 --count 100000 --clients 64 --format json
-  shardkit bench --peer 127.0.0.1:3301 --workload replace --clients 64 --rate 5000 --duration 30s`,
+  shardkit bench --peer 127.0.0.1:3301 --workload replace --clients 64 --rate 5000 --duration 30s
+  shardkit bench --peer 127.0.0.1:3301 --workload scan --keys 1000000 --count 1000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if cmd.Flags().Changed("count") && cmd.Flags().Changed("duration") {
@@ -87,8 +95,9 @@ scripts/bench-vs-etcd.sh.`,
 	f.IntVar(&o.cfg.Conns, "conns", bench.DefaultConns, "connections shared by the clients (one client.Client each)")
 	f.IntVar(&o.cfg.ValueSize, "value-size", bench.DefaultValueSize, "bytes per value")
 	f.DurationVar(&o.cfg.Timeout, "timeout", bench.DefaultTimeout, "deadline of each call")
-	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed: write every key before the timed part (untimed)")
+	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed, scan, range: write every key before the timed part (untimed)")
 	f.DurationVar(&o.cfg.Settle, "settle", bench.DefaultSettle, "pause between the preload and the timed part")
+	f.IntVar(&o.cfg.PageSize, "page-size", 1000, "scan: rows per page; range: rows per call (at most 10000)")
 	f.BoolVar(&o.pipelining, "pipelining", true, "client pipelining: calls made together to one instance go together (a data stream, or Multi calls); false: one RPC per call")
 	f.IntVar(&o.cfg.PipelineDepth, "pipeline-depth", client.DefaultPipelineDepth, "with --stream=false: calls under way at once per instance, per connection")
 	f.BoolVar(&o.cfg.PipelineWrites, "pipeline-writes", false, "with --stream=false: writes into the Multi pipeline too (client.Config.PipelineWrites); by default only point reads")
@@ -164,6 +173,13 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 		"ops:        %d in %.2fs (%d reads, %d writes)\nops/s:      %.0f\nerrors:     %d\nlatency:    p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms, max %.3f ms\n",
 		r.System, r.Workload, r.Space, r.Keys, r.ValueSize, r.Clients, r.Conns, onOff(r.Pipelining), r.Ops, r.DurationS, r.Reads, r.Writes,
 		r.OpsPerS, r.Errors, r.P50Ms, r.P99Ms, r.P999Ms, r.MaxMs)
+	switch {
+	case err != nil:
+	case r.Workload == bench.Scan:
+		_, err = fmt.Fprintf(w, "scan:       an op is a row read; the latencies are of pages of %d rows\n", r.PageSize)
+	case r.Workload == bench.Range:
+		_, err = fmt.Fprintf(w, "range:      an op is a call of up to %d rows; %.0f rows/s\n", r.PageSize, float64(r.Reads)/max(r.DurationS, 1e-9))
+	}
 	if err == nil && r.Rate > 0 {
 		_, err = fmt.Fprintf(w, "paced:      %.0f ops/s asked (latency from each call's scheduled start)\n", r.Rate)
 	}

@@ -194,7 +194,7 @@ func newDataCmds() []*cobra.Command {
 	for _, op := range dataOps {
 		out = append(out, newDataCmd(op))
 	}
-	return out
+	return append(out, newScanCmd())
 }
 
 func newDataCmd(op dataOp) *cobra.Command {
@@ -213,6 +213,9 @@ func newDataCmd(op dataOp) *cobra.Command {
 	}
 	asDataCommand(cmd, append([]string{"SPACE"}, op.args...)...)
 	f := cmd.Flags()
+	if op.use == "select" {
+		selectRange(cmd, &o)
+	}
 	o.register(f, dataTimeout, dataTimeoutHelp)
 	f.BoolVar(&o.versions, "versions", false, `print each tuple as {"tuple":[...],"version":N}`)
 	if op.ifVersion {

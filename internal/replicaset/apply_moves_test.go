@@ -38,7 +38,7 @@ func (f *fixture) copyChunk(b uint32, gen uint64, ts ...*rspb.CopiedTuple) *Copy
 func (f *fixture) chunk(b uint32) []*rspb.CopiedTuple {
 	f.t.Helper()
 	sp := f.sm.Schema().ByID(1)
-	ts, _, err := f.sm.Range(f.db, b, sp.ID(), nil, 100)
+	ts, _, err := f.sm.Range(f.db, b, sp.ID(), KeyRange{}, 100)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestABucketMovesWithPrevSemantics(t *testing.T) {
 	if n, _ := src.sm.Count(src.db, 1); n != 0 {
 		t.Fatalf("src count %d after cleanup, want 0", n)
 	}
-	if ts, _, _ := src.sm.Range(src.db, b, src.sm.Schema().ByID(1).ID(), nil, 10); len(ts) != 0 {
+	if ts, _, _ := src.sm.Range(src.db, b, src.sm.Schema().ByID(1).ID(), KeyRange{}, 10); len(ts) != 0 {
 		t.Fatalf("src keeps %d tuples of the moved bucket", len(ts))
 	}
 	// Repeated steps are no-ops; wrong ones are refused.

@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"time"
@@ -171,11 +172,22 @@ func (b *BucketService) LookupRange(ctx context.Context, req *rspb.LookupRangeRe
 		return nil, err
 	}
 	defer snap.Close()
+	return s.sm.lookupRange(snap, req)
+}
+
+// lookupRange answers a LookupRange from r.
+func (sm *SM) lookupRange(r pebble.Reader, req *rspb.LookupRangeRequest) (*rspb.LookupRangeResponse, error) {
 	limit := int(req.GetLimit())
 	if limit <= 0 || limit > MaxRangeLimit {
 		limit = MaxRangeLimit
 	}
-	ts, more, err := s.sm.Range(snap, req.GetBucket(), req.GetSpaceId(), req.GetAfter(), limit)
+	kr := KeyRange{Lower: req.GetFrom(), Upper: req.GetUntil(), Reverse: req.GetReverse()}
+	if len(req.GetAfter()) > 0 {
+		if a := afterKey(req.GetAfter()); bytes.Compare(a, kr.Lower) > 0 {
+			kr.Lower = a
+		}
+	}
+	ts, more, err := sm.Range(r, req.GetBucket(), req.GetSpaceId(), kr, limit)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

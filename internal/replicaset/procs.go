@@ -130,16 +130,18 @@ func (c *procContext) Range(space string, bucket uint32, after []tuple.Value, li
 	if err := c.held(bucket); err != nil {
 		return nil, false, err
 	}
-	var a []byte
+	var kr KeyRange
 	if after != nil {
-		if a, err = tuple.AppendKey(nil, after...); err != nil {
+		a, err := tuple.AppendKey(nil, after...)
+		if err != nil {
 			return nil, false, err
 		}
+		kr.Lower = afterKey(a)
 	}
 	if limit <= 0 || limit > MaxRangeLimit {
 		limit = MaxRangeLimit
 	}
-	ts, more, err := c.s.rangeMoving(context.Background(), bucket, sp, a, limit)
+	ts, more, err := c.s.rangeMoving(context.Background(), bucket, sp, kr, limit)
 	if err != nil {
 		return nil, false, err
 	}

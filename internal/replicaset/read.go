@@ -62,22 +62,59 @@ func (sm *SM) Get(r pebble.Reader, b uint32, spaceID uint32, key []byte) (Stored
 	return Stored{Version: ver, Tuple: t}, true, nil
 }
 
-// Range reads up to limit tuples of space spaceID in bucket b, in primary-key
-// order, after the encoded key after (from the first when empty); more
-// says whether tuples follow the last one returned.
-func (sm *SM) Range(r pebble.Reader, b uint32, spaceID uint32, after []byte, limit int) (out []Stored, more bool, err error) {
-	prefix := sm.k.tuplePrefix(b, spaceID)
-	lower := prefix
-	if len(after) > 0 {
-		// The smallest key greater than prefix+after: after followed by 0x00.
-		lower = append(append(bytes.Clone(prefix), after...), 0)
+// KeyRange bounds a range read within one space of one bucket, in the
+// key encoding (tuple.AppendKey): keys >= Lower (empty: from the first)
+// and < Upper (empty: to the last), in ascending order or, with Reverse,
+// descending.
+type KeyRange struct {
+	Lower, Upper []byte
+	Reverse      bool
+}
+
+// afterKey returns the smallest key encoding greater than key and than
+// every key encoding that starts with it: a lower bound past key. A key
+// encoding starts with a tag byte below 0xff, so it has one.
+func afterKey(key []byte) []byte {
+	return storage.PrefixEnd(key)
+}
+
+// empty reports whether no key fits the range.
+func (kr KeyRange) empty() bool {
+	return len(kr.Lower) > 0 && len(kr.Upper) > 0 && bytes.Compare(kr.Lower, kr.Upper) >= 0
+}
+
+// before reports whether key a comes before key b in kr's order.
+func (kr KeyRange) before(a, b []byte) bool {
+	if kr.Reverse {
+		return bytes.Compare(a, b) > 0
 	}
-	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: storage.PrefixEnd(prefix)})
+	return bytes.Compare(a, b) < 0
+}
+
+// Range reads up to limit tuples of space spaceID in bucket b within kr,
+// in its order; more says that another tuple within kr follows.
+func (sm *SM) Range(r pebble.Reader, b uint32, spaceID uint32, kr KeyRange, limit int) (out []Stored, more bool, err error) {
+	if kr.empty() {
+		return nil, false, nil
+	}
+	prefix := sm.k.tuplePrefix(b, spaceID)
+	opts := &pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)}
+	if len(kr.Lower) > 0 {
+		opts.LowerBound = append(bytes.Clone(prefix), kr.Lower...)
+	}
+	if len(kr.Upper) > 0 {
+		opts.UpperBound = append(bytes.Clone(prefix), kr.Upper...)
+	}
+	it, err := r.NewIter(opts)
 	if err != nil {
 		return nil, false, err
 	}
 	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
+	first, next := it.First, it.Next
+	if kr.Reverse {
+		first, next = it.Last, it.Prev
+	}
+	for ok := first(); ok; ok = next() {
 		if len(out) == limit {
 			return out, true, it.Error()
 		}

@@ -73,17 +73,17 @@ func (s *Storage) getMovingOnce(ctx context.Context, b uint32, sp *schema.Space,
 
 // rangeMoving reads a range of bucket b, merging the source's tuples while
 // b is receiving: this replicaset's tuple wins, a tombstone hides the
-// source's.
-func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *schema.Space, after []byte, limit int) ([]Stored, bool, error) {
-	out, more, err := s.rangeMovingOnce(ctx, b, sp, after, limit)
+// source's. It honours kr's bounds and order as SM.Range does.
+func (s *Storage) rangeMoving(ctx context.Context, b uint32, sp *schema.Space, kr KeyRange, limit int) ([]Stored, bool, error) {
+	out, more, err := s.rangeMovingOnce(ctx, b, sp, kr, limit)
 	if errors.Is(err, errSourceDone) {
 		return nil, false, s.sourceNotSending(b, err)
 	}
 	return out, more, err
 }
 
-func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *schema.Space, after []byte, limit int) ([]Stored, bool, error) {
-	local, more, err := s.sm.Range(s.cfg.DB, b, sp.ID(), after, limit)
+func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *schema.Space, kr KeyRange, limit int) ([]Stored, bool, error) {
+	local, more, err := s.sm.Range(s.cfg.DB, b, sp.ID(), kr, limit)
 	if err != nil {
 		return nil, false, status.Error(codes.Internal, err.Error())
 	}
@@ -96,35 +96,62 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *schema.Spac
 	}
 	if rec.GetCopied() {
 		// All here now, perhaps only since the read above: read again.
-		local, more, err := s.sm.Range(s.cfg.DB, b, sp.ID(), after, limit)
+		local, more, err := s.sm.Range(s.cfg.DB, b, sp.ID(), kr, limit)
 		if err != nil {
 			return nil, false, status.Error(codes.Internal, err.Error())
 		}
 		return local, more, nil
 	}
-	var resp *rspb.LookupRangeResponse
-	err = s.onLeaderOf(ctx, rec.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
-		var err error
-		resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID(), After: after, Limit: uint32(limit),
-			Generation: rec.GetGeneration()})
-		return err
-	})
-	if err != nil {
-		return nil, false, sourceError(b, rec.GetPeer(), err)
-	}
 	var out []Stored
-	i, j := 0, 0
-	src := resp.GetTuples()
-	for len(out) < limit && (i < len(local) || j < len(src)) {
-		var next Stored
-		switch {
-		case j >= len(src) || i < len(local) && bytes.Compare(local[i].Key, src[j].GetKey()) <= 0:
-			next = local[i]
-			if j < len(src) && bytes.Equal(local[i].Key, src[j].GetKey()) {
-				j++ // this replicaset's tuple wins
+	for round := 0; ; round++ {
+		if round > 0 {
+			if local, more, err = s.sm.Range(s.cfg.DB, b, sp.ID(), kr, limit-len(out)); err != nil {
+				return nil, false, status.Error(codes.Internal, err.Error())
 			}
-			i++
-		default:
+		}
+		var resp *rspb.LookupRangeResponse
+		err = s.onLeaderOf(ctx, rec.GetPeer(), func(ctx context.Context, c rspb.BucketServiceClient) error {
+			var err error
+			resp, err = c.LookupRange(ctx, &rspb.LookupRangeRequest{ReplicasetId: rec.GetPeer(), Bucket: b, SpaceId: sp.ID(),
+				From: kr.Lower, Until: kr.Upper, Reverse: kr.Reverse, Limit: uint32(limit - len(out)), Generation: rec.GetGeneration()})
+			return err
+		})
+		if err != nil {
+			return nil, false, sourceError(b, rec.GetPeer(), err)
+		}
+		src := resp.GetTuples()
+		// Each side read at most what is left of the page; past the last
+		// key of a side that has more, the other side's tuples may be
+		// interleaved with ones not read yet: merge up to that key only.
+		var stop []byte
+		if more && len(local) > 0 {
+			stop = local[len(local)-1].Key
+		}
+		if resp.GetMore() && len(src) > 0 {
+			if k := src[len(src)-1].GetKey(); stop == nil || kr.before(k, stop) {
+				stop = k
+			}
+		}
+		i, j := 0, 0
+		for len(out) < limit && (i < len(local) || j < len(src)) {
+			useLocal := j >= len(src) || i < len(local) && !kr.before(src[j].GetKey(), local[i].Key)
+			var key []byte
+			if useLocal {
+				key = local[i].Key
+			} else {
+				key = src[j].GetKey()
+			}
+			if stop != nil && kr.before(stop, key) {
+				break
+			}
+			if useLocal {
+				if j < len(src) && bytes.Equal(local[i].Key, src[j].GetKey()) {
+					j++ // this replicaset's tuple wins
+				}
+				out = append(out, local[i])
+				i++
+				continue
+			}
 			t := src[j]
 			j++
 			if tomb, err := get(s.cfg.DB, s.sm.k.tombstone(b, sp.ID(), t.GetKey())); err != nil {
@@ -132,11 +159,22 @@ func (s *Storage) rangeMovingOnce(ctx context.Context, b uint32, sp *schema.Spac
 			} else if tomb != nil {
 				continue
 			}
-			next = Stored{Version: t.GetVersion(), Tuple: t.GetTuple(), Key: t.GetKey()}
+			out = append(out, Stored{Version: t.GetVersion(), Tuple: t.GetTuple(), Key: t.GetKey()})
 		}
-		out = append(out, next)
+		if stop == nil {
+			// Both sides were read to the range's end.
+			return out, i < len(local) || j < len(src), nil
+		}
+		if len(out) == limit {
+			return out, true, nil
+		}
+		// Tombstones hid some of the source's tuples: read on past stop.
+		if kr.Reverse {
+			kr.Upper = stop
+		} else {
+			kr.Lower = afterKey(stop)
+		}
 	}
-	return out, more || resp.GetMore() || i < len(local) || j < len(src), nil
 }
 
 // CountHeld counts space sp's tuples in the buckets this replicaset

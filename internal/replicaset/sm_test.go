@@ -360,11 +360,11 @@ func TestRangeReadsOneSpaceOfOneBucketInKeyOrder(t *testing.T) {
 	}
 	f.ok(&rspb.Batch{Bucket: 9, Ops: []*rspb.Op{insertOp(t, offer(1, "zz-other-bucket", 1))}})
 	sp := f.sm.Schema().ByID(1)
-	got, more, err := f.sm.Range(f.db, 8, sp.ID(), nil, 3)
+	got, more, err := f.sm.Range(f.db, 8, sp.ID(), KeyRange{}, 3)
 	if err != nil || !more || len(got) != 3 {
 		t.Fatalf("first page: %d tuples, more %v, %v", len(got), more, err)
 	}
-	rest, more, err := f.sm.Range(f.db, 8, sp.ID(), key(t, tuple.Uint(1), tuple.String("c")), 3)
+	rest, more, err := f.sm.Range(f.db, 8, sp.ID(), KeyRange{Lower: afterKey(key(t, tuple.Uint(1), tuple.String("c")))}, 3)
 	if err != nil || more || len(rest) != 1 {
 		t.Fatalf("second page: %d tuples, more %v, %v", len(rest), more, err)
 	}

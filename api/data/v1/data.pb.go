@@ -1015,13 +1015,33 @@ type RangeRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Space  string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
 	Bucket uint32                 `protobuf:"varint,2,opt,name=bucket,proto3" json:"bucket,omitempty"`
-	// Start after this primary key (its parts encoded as a tuple); empty:
-	// from the first.
+	// Bounds within the bucket, each the leading parts of a primary key (1
+	// to all of them) encoded as a tuple, each part of its field's type;
+	// empty: unbounded. A bound of fewer parts than the key stands for every
+	// key that starts with it. after: only keys past every key starting
+	// with it (exclusive); from (inclusive; not with after): only keys from
+	// the first starting with it; until (exclusive): only keys before every
+	// key starting with it; prefix: only keys starting with it. They
+	// combine: prefix [s] and until [s, 10] reads the keys starting with s
+	// whose second part is less than 10.
 	After []byte `protobuf:"bytes,3,opt,name=after,proto3" json:"after,omitempty"`
 	// At most this many tuples (0: 1000; at most 10000).
 	Limit         uint32 `protobuf:"varint,4,opt,name=limit,proto3" json:"limit,omitempty"`
 	Mode          Mode   `protobuf:"varint,5,opt,name=mode,proto3,enum=shardkit.data.v1.Mode" json:"mode,omitempty"`
 	SchemaVersion uint64 `protobuf:"varint,6,opt,name=schema_version,json=schemaVersion,proto3" json:"schema_version,omitempty"`
+	Prefix        []byte `protobuf:"bytes,7,opt,name=prefix,proto3" json:"prefix,omitempty"`
+	From          []byte `protobuf:"bytes,8,opt,name=from,proto3" json:"from,omitempty"`
+	Until         []byte `protobuf:"bytes,9,opt,name=until,proto3" json:"until,omitempty"`
+	// In descending key order (resume a reverse range with until set to
+	// the last key read).
+	Reverse bool `protobuf:"varint,10,opt,name=reverse,proto3" json:"reverse,omitempty"`
+	// A page of a scan of the whole space, in (bucket, key) order: from
+	// bucket's keys past after, then on into the following buckets while
+	// they are active on this replicaset (not being moved) and the page is
+	// not full. Takes no prefix,
+	// from, until or reverse. The response's next_bucket and next_after say
+	// where the next page starts.
+	Scan          bool `protobuf:"varint,11,opt,name=scan,proto3" json:"scan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1098,10 +1118,47 @@ func (x *RangeRequest) GetSchemaVersion() uint64 {
 	return 0
 }
 
+func (x *RangeRequest) GetPrefix() []byte {
+	if x != nil {
+		return x.Prefix
+	}
+	return nil
+}
+
+func (x *RangeRequest) GetFrom() []byte {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *RangeRequest) GetUntil() []byte {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *RangeRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
+}
+
+func (x *RangeRequest) GetScan() bool {
+	if x != nil {
+		return x.Scan
+	}
+	return false
+}
+
 type VersionedTuple struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Tuple         []byte                 `protobuf:"bytes,1,opt,name=tuple,proto3" json:"tuple,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Tuple   []byte                 `protobuf:"bytes,1,opt,name=tuple,proto3" json:"tuple,omitempty"`
+	Version uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The tuple's bucket (set in a scan's page).
+	Bucket        uint32 `protobuf:"varint,3,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1150,12 +1207,25 @@ func (x *VersionedTuple) GetVersion() uint64 {
 	return 0
 }
 
+func (x *VersionedTuple) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
 type RangeResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tuples []*VersionedTuple      `protobuf:"bytes,1,rep,name=tuples,proto3" json:"tuples,omitempty"`
-	// There are more tuples after the last one returned.
-	More          bool      `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
-	Info          *ReadInfo `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
+	// There are more tuples after the last one returned (a scan: more
+	// buckets follow, or more tuples in this one).
+	More bool      `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Info *ReadInfo `protobuf:"bytes,3,opt,name=info,proto3" json:"info,omitempty"`
+	// A scan's next page starts in next_bucket, past the key next_after (its
+	// parts encoded as a tuple; empty: from the bucket's first key). Set
+	// when more is.
+	NextBucket    uint32 `protobuf:"varint,4,opt,name=next_bucket,json=nextBucket,proto3" json:"next_bucket,omitempty"`
+	NextAfter     []byte `protobuf:"bytes,5,opt,name=next_after,json=nextAfter,proto3" json:"next_after,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1207,6 +1277,20 @@ func (x *RangeResponse) GetMore() bool {
 func (x *RangeResponse) GetInfo() *ReadInfo {
 	if x != nil {
 		return x.Info
+	}
+	return nil
+}
+
+func (x *RangeResponse) GetNextBucket() uint32 {
+	if x != nil {
+		return x.NextBucket
+	}
+	return 0
+}
+
+func (x *RangeResponse) GetNextAfter() []byte {
+	if x != nil {
+		return x.NextAfter
 	}
 	return nil
 }
@@ -3876,21 +3960,32 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05tuple\x18\x02 \x01(\fR\x05tuple\x12\x18\n" +
 	"\aversion\x18\x03 \x01(\x04R\aversion\x12.\n" +
-	"\x04info\x18\x04 \x01(\v2\x1a.shardkit.data.v1.ReadInfoR\x04info\"\xbb\x01\n" +
+	"\x04info\x18\x04 \x01(\v2\x1a.shardkit.data.v1.ReadInfoR\x04info\"\xab\x02\n" +
 	"\fRangeRequest\x12\x14\n" +
 	"\x05space\x18\x01 \x01(\tR\x05space\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x14\n" +
 	"\x05after\x18\x03 \x01(\fR\x05after\x12\x14\n" +
 	"\x05limit\x18\x04 \x01(\rR\x05limit\x12*\n" +
 	"\x04mode\x18\x05 \x01(\x0e2\x16.shardkit.data.v1.ModeR\x04mode\x12%\n" +
-	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\"@\n" +
+	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\x12\x16\n" +
+	"\x06prefix\x18\a \x01(\fR\x06prefix\x12\x12\n" +
+	"\x04from\x18\b \x01(\fR\x04from\x12\x14\n" +
+	"\x05until\x18\t \x01(\fR\x05until\x12\x18\n" +
+	"\areverse\x18\n" +
+	" \x01(\bR\areverse\x12\x12\n" +
+	"\x04scan\x18\v \x01(\bR\x04scan\"X\n" +
 	"\x0eVersionedTuple\x12\x14\n" +
 	"\x05tuple\x18\x01 \x01(\fR\x05tuple\x12\x18\n" +
-	"\aversion\x18\x02 \x01(\x04R\aversion\"\x8d\x01\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x16\n" +
+	"\x06bucket\x18\x03 \x01(\rR\x06bucket\"\xcd\x01\n" +
 	"\rRangeResponse\x128\n" +
 	"\x06tuples\x18\x01 \x03(\v2 .shardkit.data.v1.VersionedTupleR\x06tuples\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12.\n" +
-	"\x04info\x18\x03 \x01(\v2\x1a.shardkit.data.v1.ReadInfoR\x04info\"\xee\x01\n" +
+	"\x04info\x18\x03 \x01(\v2\x1a.shardkit.data.v1.ReadInfoR\x04info\x12\x1f\n" +
+	"\vnext_bucket\x18\x04 \x01(\rR\n" +
+	"nextBucket\x12\x1d\n" +
+	"\n" +
+	"next_after\x18\x05 \x01(\fR\tnextAfter\"\xee\x01\n" +
 	"\vCallRequest\x12\x1c\n" +
 	"\tprocedure\x18\x01 \x01(\tR\tprocedure\x12\x12\n" +
 	"\x04args\x18\x02 \x01(\fR\x04args\x12*\n" +

@@ -200,7 +200,13 @@ type LookupRangeRequest struct {
 	// The move's generation the reader knows (0: any): the source answers
 	// only while it sends the bucket at that generation, with no ReadIndex
 	// when it does (see LookupRequest.generation).
-	Generation    uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,6,opt,name=generation,proto3" json:"generation,omitempty"`
+	// Bounds in the key encoding: from the first key >= from, before until
+	// (empty: unbounded); with after, past it too.
+	From  []byte `protobuf:"bytes,7,opt,name=from,proto3" json:"from,omitempty"`
+	Until []byte `protobuf:"bytes,8,opt,name=until,proto3" json:"until,omitempty"`
+	// In descending key order.
+	Reverse       bool `protobuf:"varint,9,opt,name=reverse,proto3" json:"reverse,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -275,6 +281,27 @@ func (x *LookupRangeRequest) GetGeneration() uint64 {
 		return x.Generation
 	}
 	return 0
+}
+
+func (x *LookupRangeRequest) GetFrom() []byte {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *LookupRangeRequest) GetUntil() []byte {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+func (x *LookupRangeRequest) GetReverse() bool {
+	if x != nil {
+		return x.Reverse
+	}
+	return false
 }
 
 type LookupRangeResponse struct {
@@ -1013,7 +1040,7 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\"H\n" +
 	"\x0eLookupResponse\x126\n" +
-	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\"\xb8\x01\n" +
+	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\"\xfc\x01\n" +
 	"\x12LookupRangeRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x19\n" +
@@ -1022,7 +1049,10 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x06 \x01(\x04R\n" +
-	"generation\"f\n" +
+	"generation\x12\x12\n" +
+	"\x04from\x18\a \x01(\fR\x04from\x12\x14\n" +
+	"\x05until\x18\b \x01(\fR\x05until\x12\x18\n" +
+	"\areverse\x18\t \x01(\bR\areverse\"f\n" +
 	"\x13LookupRangeResponse\x12;\n" +
 	"\x06tuples\x18\x01 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\"5\n" +
