@@ -51,8 +51,11 @@ type Config struct {
 	// goes to the replica sharing the most of it (R2, R6).
 	FailureDomain map[string]string
 	// Attempts bounds how many times one data call is tried (a redirect,
-	// an instance that does not answer); DefaultAttempts when zero. The
-	// call's context bounds it too.
+	// an instance that does not answer). When zero, a call whose context
+	// has a deadline is tried until that deadline (an instance refusing
+	// connections, a redirect or a leader election do not use the call
+	// up), and one without a deadline DefaultAttempts times. The call's
+	// context bounds it too.
 	Attempts int
 	// RetryBackoff is the first wait before a data call is tried again
 	// (DefaultRetryBackoff when zero); it doubles at each try, up to
@@ -98,9 +101,14 @@ type Config struct {
 	// goroutines per Client on a CPU-bound host; with a few it makes them
 	// take turns (docs/benchmarks.md, "Writes out of the pipeline").
 	PipelineDepth int
+
+	// untilDeadline: Attempts was left zero, so a call with a deadline is
+	// tried until it.
+	untilDeadline bool
 }
 
-// DefaultAttempts is Config.Attempts's default.
+// DefaultAttempts is how many times a data call without a deadline is
+// tried when Config.Attempts is zero.
 const DefaultAttempts = 8
 
 // DefaultRetryBackoff is Config.RetryBackoff's default, and
@@ -148,7 +156,7 @@ func New(_ context.Context, cfg Config) (*Client, error) {
 		cfg.Timeout = DefaultTimeout
 	}
 	if cfg.Attempts <= 0 {
-		cfg.Attempts = DefaultAttempts
+		cfg.Attempts, cfg.untilDeadline = DefaultAttempts, true
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff

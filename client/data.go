@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -16,7 +17,8 @@ import (
 // dataCall runs one data-layer call about bucket b (0: not known): at the
 // member the routing table names (the leader for rw), following redirects
 // and retrying what is safe to retry (retry.Policy), each attempt bounded
-// by Config.Timeout and the whole by ctx and Config.Attempts. Without a
+// by Config.Timeout and the whole by ctx and Config.Attempts (with
+// Attempts left zero, a ctx with a deadline is tried until it). Without a
 // routing table it asks any instance, which routes the call itself. A
 // bucket in its move's switch is waited out by the router the call
 // reaches (package retry): a REASON_BUCKET_MOVING that still reaches the
@@ -39,7 +41,11 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		}
 		return e
 	}
-	policy := retry.Policy{Attempts: c.cfg.Attempts, Backoff: retry.Backoff{Initial: c.cfg.RetryBackoff, Max: MaxRetryBackoff}}
+	attempts := c.cfg.Attempts
+	if _, ok := ctx.Deadline(); ok && c.cfg.untilDeadline {
+		attempts = math.MaxInt
+	}
+	policy := retry.Policy{Attempts: attempts, Backoff: retry.Backoff{Initial: c.cfg.RetryBackoff, Max: MaxRetryBackoff}}
 	out, err := policy.Run(ctx, func(attempt int) (retry.Verdict, error) {
 		rt := c.routingFor(ctx)
 		rs, addr := c.addressFor(rt, b, rw)
@@ -116,7 +122,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	case last == nil:
 		return newError(op, "", context.DeadlineExceeded, idempotent)
 	case out == retry.Exhausted:
-		last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, c.cfg.Attempts)
+		last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, attempts)
 	}
 	return giveUp(last)
 }

@@ -59,3 +59,36 @@ func TestAnUnknownOutcomeSaysSoInTheDocumentedWords(t *testing.T) {
 		t.Fatalf("a replicaset's own account became %q", got)
 	}
 }
+
+// With Config.Attempts left zero, a call with a deadline is tried until
+// its deadline: a leader election (NOT_LEADER naming no leader) longer
+// than DefaultAttempts tries does not fail it. A call without a deadline
+// still gives up after DefaultAttempts.
+func TestACallWithADeadlineIsTriedUntilIt(t *testing.T) {
+	f := &fakeData{noMulti: true}
+	var n atomic.Int64
+	election := int64(DefaultAttempts + 4)
+	f.write = func(_ context.Context, req *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+		if n.Add(1) <= election {
+			st, _ := status.New(codes.Unavailable, "no leader yet").WithDetails(&datav1.Redirect{Reason: datav1.Redirect_REASON_NOT_LEADER, ReplicasetId: "r1"})
+			return nil, st.Err()
+		}
+		return &datav1.WriteResponse{Results: []*datav1.OpResult{{Tuple: req.GetOps()[0].GetTuple(), Version: 1}}}, nil
+	}
+	serveData(t, f)
+	c := newPipeClient(t, Config{RetryBackoff: time.Millisecond, DisablePipelining: true}, f.addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.String("v")}); err != nil {
+		t.Fatalf("a write through an election of %d refusals, with a deadline: %v", election, err)
+	}
+	if got := n.Load(); got != election+1 {
+		t.Fatalf("%d tries, want %d", got, election+1)
+	}
+
+	n.Store(0)
+	_, err := c.Space(pipeSpace).Replace(t.Context(), tuple.Tuple{tuple.Uint(1), tuple.String("v")})
+	if err == nil || !strings.Contains(err.Error(), "gave up after 8 attempts") || n.Load() != DefaultAttempts {
+		t.Fatalf("without a deadline: %v after %d tries, want a refusal after %d", err, n.Load(), DefaultAttempts)
+	}
+}
