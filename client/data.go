@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -70,6 +71,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			c.mu.Lock()
 			c.last = addr
 			c.mu.Unlock()
+			c.answered(addr)
 			return retry.Stop, nil
 		}
 		if ctx.Err() != nil {
@@ -109,6 +111,11 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			unknown, unknownRS = e, rs
 		}
 		last = e
+		if expired || unreachable(err) {
+			// The instance may be gone: the next attempt asks another
+			// member (addressFor passes this one over for FailedFor).
+			c.markFailed(addr)
+		}
 		if rw && rs != "" {
 			// The leader we knew may be gone: ask the replicaset's members.
 			c.learnLeader(rs, "")
@@ -125,6 +132,24 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		last.Msg = fmt.Sprintf("%s (gave up after %d attempts)", last.Msg, attempts)
 	}
 	return giveUp(last)
+}
+
+// unreachable reports whether an attempt's error says that the instance
+// asked could not be reached or went away (gRPC's own words for a
+// connection that failed or broke), not that it answered with a refusal:
+// an instance that answers "forwarded to B, which is unavailable" is
+// alive, B is not.
+func unreachable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable || strings.HasPrefix(st.Message(), "forwarded to ") {
+		return false
+	}
+	for _, s := range []string{"connection error", "error reading from server", "transport is closing", "connection refused"} {
+		if strings.Contains(st.Message(), s) {
+			return true
+		}
+	}
+	return false
 }
 
 func firstOf(a, b string) string {

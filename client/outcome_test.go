@@ -92,3 +92,49 @@ func TestACallWithADeadlineIsTriedUntilIt(t *testing.T) {
 		t.Fatalf("without a deadline: %v after %d tries, want a refusal after %d", err, n.Load(), DefaultAttempts)
 	}
 }
+
+// twoMembers routes rs1 to a leader that does not answer (dead) and a
+// member that serves (f).
+type twoMembers struct {
+	*fakeData
+	dead string
+}
+
+func (m *twoMembers) GetRouting(ctx context.Context, req *datav1.GetRoutingRequest) (*datav1.GetRoutingResponse, error) {
+	r, _ := m.fakeData.GetRouting(ctx, req)
+	r.Replicasets[0].LeaderAddress = m.dead
+	r.Replicasets[0].Members = []*datav1.Member{{InstanceId: "i0", Address: m.dead}, {InstanceId: "i1", Address: m.addr}}
+	return r, nil
+}
+
+// A leader the routing table names that cannot be reached is asked once,
+// not again and again: the calls after it go to another member, also
+// after the table is read again and still names the dead leader.
+func TestADeadLeaderIsAskedOnceThenPassedOver(t *testing.T) {
+	dead := &fakeData{noMulti: true}
+	dead.write = func(context.Context, *datav1.WriteRequest) (*datav1.WriteResponse, error) {
+		return nil, status.Error(codes.Unavailable, "connection error: desc = \"transport: Error while dialing: dial tcp: connect: connection refused\"")
+	}
+	serveData(t, dead)
+	live := &fakeData{noMulti: true}
+	serveAs(t, live, &twoMembers{fakeData: live, dead: dead.addr})
+	c := newPipeClient(t, Config{RetryBackoff: time.Millisecond, DisablePipelining: true}, live.addr)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	for i := range uint64(5) {
+		if i == 3 {
+			if _, err := c.refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c.Space(pipeSpace).Replace(ctx, tuple.Tuple{tuple.Uint(i), tuple.String("v")}); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	if n := dead.unaryWrites.Load(); n != 1 {
+		t.Fatalf("the dead leader was asked %d times, want once", n)
+	}
+	if n := live.unaryWrites.Load(); n != 5 {
+		t.Fatalf("the live member served %d writes, want 5", n)
+	}
+}

@@ -64,6 +64,44 @@ type router struct {
 	rt *routing
 	// flight is the routing read under way, if any (refresh).
 	flight *routingFlight
+	// failed holds the instances a data call found unavailable, by
+	// address, with when: addressFor passes them over for FailedFor, so
+	// that a dead leader the routing table still names is not dialed
+	// again and again; another member serves the call or names the new
+	// leader.
+	failed map[string]time.Time
+}
+
+// FailedFor is how long an instance that did not answer a data call is
+// passed over while another member of its replicaset may serve it.
+const FailedFor = 3 * time.Second
+
+// markFailed records that addr did not answer.
+func (c *Client) markFailed(addr string) {
+	c.rt.mu.Lock()
+	if c.rt.failed == nil {
+		c.rt.failed = map[string]time.Time{}
+	}
+	c.rt.failed[addr] = time.Now()
+	c.rt.mu.Unlock()
+}
+
+// answered forgets that addr did not answer.
+func (c *Client) answered(addr string) {
+	c.rt.mu.Lock()
+	delete(c.rt.failed, addr)
+	c.rt.mu.Unlock()
+}
+
+// failedRecently reports whether addr did not answer within FailedFor
+// (under c.rt.mu).
+func (c *Client) failedRecently(addr string) bool {
+	at, ok := c.rt.failed[addr]
+	if ok && time.Since(at) > FailedFor {
+		delete(c.rt.failed, addr)
+		return false
+	}
+	return ok
 }
 
 // routingFlight is one read of the routing table, shared by the callers of
@@ -218,11 +256,21 @@ func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 	c.rt.mu.Lock()
 	leader := rt.leaders[rs]
 	members := rt.members[rs]
+	leaderFailed := leader != "" && c.failedRecently(leader)
+	live := make([]*datav1.Member, 0, len(members))
+	for _, m := range members {
+		if !c.failedRecently(m.GetAddress()) {
+			live = append(live, m)
+		}
+	}
 	c.rt.mu.Unlock()
-	if rw && leader != "" {
+	if rw && leader != "" && !leaderFailed {
 		return rs, leader
 	}
-	if m := c.nearest(members); m != "" {
+	if len(live) == 0 {
+		live = members
+	}
+	if m := c.nearest(live); m != "" {
 		return rs, m
 	}
 	return rs, leader

@@ -37,21 +37,43 @@ func (r *Router) pick(rsID string, rw bool) (target, error) {
 		return target{}, status.Errorf(codes.Unavailable, "replicaset %s is not known to this instance yet; retry", rsID)
 	}
 	if rw {
+		// The leader learned from answers, the one group 0 records, then
+		// the members: the first that has not just failed to answer (a
+		// member that is not the leader names it, or says an election is
+		// under way). When every one has, the first of them.
 		r.mu.Lock()
-		addr := r.leaders[rsID]
+		cands := []string{r.leaders[rsID], rs.LeaderAddress}
 		r.mu.Unlock()
-		if addr == "" {
-			addr = rs.LeaderAddress
+		for _, m := range rs.Members {
+			cands = append(cands, m.Address)
 		}
-		if addr == "" && len(rs.Members) > 0 {
-			addr = rs.Members[0].Address
+		first := ""
+		for _, addr := range cands {
+			if addr == "" {
+				continue
+			}
+			if first == "" {
+				first = addr
+			}
+			if !r.failedRecently(addr) {
+				return target{addr: addr}, nil
+			}
 		}
-		if addr == "" {
+		if first == "" {
 			return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no member with an address; retry", rsID)
 		}
-		return target{addr: addr}, nil
+		return target{addr: first}, nil
 	}
-	m, ok := nearest(r.cfg.GroupZero.Self(), rs.Members)
+	live := make([]Member, 0, len(rs.Members))
+	for _, m := range rs.Members {
+		if !r.failedRecently(m.Address) {
+			live = append(live, m)
+		}
+	}
+	if len(live) == 0 {
+		live = rs.Members
+	}
+	m, ok := nearest(r.cfg.GroupZero.Self(), live)
 	if !ok {
 		return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no members; retry", rsID)
 	}
@@ -178,16 +200,26 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 			resp, err = remote(datav1.NewDataServiceClient(conn), forwardedCtx(ctx, what, rsID), req)
 		}
 		if err == nil {
-			if rw && t.addr != "" {
-				r.learnLeader(rsID, t.addr)
+			if t.addr != "" {
+				r.answered(t.addr)
+				if rw {
+					r.learnLeader(rsID, t.addr)
+				}
 			}
 			return retry.Stop, nil
 		}
 		rd := datav1.RedirectOf(err)
 		if rd == nil || ctx.Err() != nil {
-			if t.addr != "" && status.Code(err) == codes.Unavailable && rd == nil {
+			if t.addr != "" && status.Code(err) == codes.Unavailable && rd == nil && ctx.Err() == nil {
+				r.markFailed(t.addr)
 				if rw {
 					r.forgetLeader(rsID, t.addr)
+				}
+				if sendAgain(what, req) {
+					// The next attempt asks another of the replicaset's
+					// members (pick passes this one over), which serves
+					// the call or names the leader.
+					return retry.Again, forwardFailed(t.addr, rsID, err)
 				}
 				return retry.Stop, forwardFailed(t.addr, rsID, err)
 			}
@@ -246,6 +278,21 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 		return zero, err
 	}
 	return resp, nil
+}
+
+// sendAgain reports whether a call that may have reached a member that
+// then did not answer may be sent to another member of the replicaset: a
+// read, or a write with a request id (the replicaset applies it once);
+// not a procedure call, which may have run.
+func sendAgain(what string, req any) bool {
+	switch what {
+	case "get", "range":
+		return true
+	case writeCall:
+		w, ok := req.(*datav1.WriteRequest)
+		return ok && len(w.GetRequestId()) > 0
+	}
+	return false
 }
 
 // How long the router waits for an election (a NOT_LEADER that names no

@@ -119,6 +119,11 @@ type Router struct {
 
 	mu      sync.Mutex
 	leaders map[string]string // replicaset -> leader address learned from answers
+	// failed holds the members found unavailable, by address, with when:
+	// pick passes them over for FailedFor, so that a dead leader is not
+	// dialed again and again while group 0 still names it; a live member
+	// serves the call or names its replicaset's new leader.
+	failed map[string]time.Time
 
 	workers *workers // the goroutines of stream requests and Multi items (workers.go)
 }
@@ -136,7 +141,7 @@ func New(cfg Config) *Router {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}, workers: newWorkers()}
+	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}, failed: map[string]time.Time{}, workers: newWorkers()}
 }
 
 func (r *Router) local() Local {
@@ -161,6 +166,36 @@ func (r *Router) forgetLeader(rs, addr string) {
 		delete(r.leaders, rs)
 	}
 	r.mu.Unlock()
+}
+
+// FailedFor is how long a member that did not answer is passed over
+// while another may serve (pick).
+const FailedFor = 3 * time.Second
+
+// markFailed records that addr did not answer.
+func (r *Router) markFailed(addr string) {
+	r.mu.Lock()
+	r.failed[addr] = time.Now()
+	r.mu.Unlock()
+}
+
+// answered forgets that addr did not answer.
+func (r *Router) answered(addr string) {
+	r.mu.Lock()
+	delete(r.failed, addr)
+	r.mu.Unlock()
+}
+
+// failedRecently reports whether addr did not answer within FailedFor.
+func (r *Router) failedRecently(addr string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.failed[addr]
+	if ok && time.Since(at) > FailedFor {
+		delete(r.failed, addr)
+		return false
+	}
+	return ok
 }
 
 func (r *Router) replicaset(id string) (Replicaset, bool) {

@@ -400,3 +400,59 @@ func TestTheRouterWaitsOutASwitchItsStorageAnswersAtOnce(t *testing.T) {
 		t.Fatalf("write: %v %v after %d refusals left, %d served: want it served once the switch passed", resp, err, local.refusals, local.writes)
 	}
 }
+
+// deadLeaderZero is group 0 still naming a dead leader of r3, whose other
+// members are alive.
+type deadLeaderZero struct{ fakeGroupZero }
+
+func (*deadLeaderZero) Replicasets() []Replicaset {
+	return []Replicaset{{ID: "r3", LeaderAddress: "r3-dead", Members: []Member{{Address: "r3-dead"}, {Address: "r3-b"}, {Address: "r3-c"}}}}
+}
+
+// A leader that does not answer is asked no more while group 0 still
+// names it: the next attempt goes to another member, which names the new
+// leader (from its own Raft state), and later calls go there at once. A
+// write is sent again only when it carries a request id.
+func TestADeadLeaderIsNotDialedAgainAndAgain(t *testing.T) {
+	zero := &deadLeaderZero{fakeGroupZero{holder: "r3"}}
+	var mu sync.Mutex
+	var calls []string
+	r := New(Config{GroupZero: zero, Dial: func(addr string) (grpc.ClientConnInterface, error) {
+		return &fakeConn{addr: addr, calls: &calls, mu: &mu, next: func() error {
+			switch addr {
+			case "r3-dead":
+				return status.Error(codes.Unavailable, "connection error: dial tcp: connection refused")
+			case "r3-c":
+				return nil // the new leader
+			}
+			return notLeaderOf("r3", "r3-c")
+		}}, nil
+	}})
+	for i := range 3 {
+		resp, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5, RequestId: []byte{byte(i + 1)}})
+		if err != nil || resp.GetIndex() != 7 {
+			t.Fatalf("write %d: %v, %v (calls %v)", i, resp, err, calls)
+		}
+	}
+	dead := 0
+	for _, a := range calls {
+		if a == "r3-dead" {
+			dead++
+		}
+	}
+	if dead != 1 || calls[len(calls)-1] != "r3-c" || len(calls) != 5 {
+		t.Fatalf("calls %v: want the dead leader asked once, then r3-b (which names r3-c), then r3-c for every later call", calls)
+	}
+	// A write without a request id is not sent again after no answer.
+	r.mu.Lock()
+	r.leaders = map[string]string{}
+	r.failed = map[string]time.Time{}
+	r.mu.Unlock()
+	calls = nil
+	if _, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5}); err == nil || !strings.Contains(err.Error(), ForwardFailedPrefix+"r3-dead") {
+		t.Fatalf("a write without a request id: %v (calls %v), want the dead member's failure", err, calls)
+	}
+	if len(calls) != 1 {
+		t.Fatalf("a write without a request id was sent %d times: %v", len(calls), calls)
+	}
+}
