@@ -441,7 +441,18 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 	}
 	key := op.GetKey()
 	switch op.GetKind() {
+	case rspb.OpKind_OP_KIND_CHECK:
+		if ref := a.check(sp, i, op, c); ref != nil {
+			return nil, ref
+		}
+		if !found {
+			return &rspb.OpResult{}, nil
+		}
+		return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
 	case rspb.OpKind_OP_KIND_INSERT:
+		if found && op.GetIfAbsent() {
+			return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
+		}
 		if found {
 			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(key), sp.Name())
 		}
@@ -472,6 +483,99 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 		return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
 	}
 	return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: unknown kind %d", i+1, op.GetKind())
+}
+
+// check refuses the batch unless every condition of a check op holds on
+// the key's tuple as c has it. A condition on a field fails when there is
+// no tuple. The refusal names the op, the condition and the actual value.
+func (a *applier) check(sp *schema.Space, i int, op *rspb.Op, c current) *rspb.BatchResult {
+	if op.IfVersion == nil && len(op.GetConditions()) == 0 {
+		return refusal(rspb.Refusal_CODE_INVALID, i, "op %d (check in space %s): no condition; give if_version or a field condition", i+1, sp.Name())
+	}
+	for n, cond := range op.GetConditions() {
+		f := int(cond.GetField())
+		want, err := decodeOne(cond.GetValue())
+		if err != nil || f >= len(sp.Format()) || cond.GetCompare() == rspb.Compare_COMPARE_UNSPECIFIED || cond.GetCompare() > rspb.Compare_COMPARE_GE {
+			return refusal(rspb.Refusal_CODE_INVALID, i, "op %d (check in space %s): condition %d is malformed", i+1, sp.Name(), n+1)
+		}
+		what := func() string {
+			return fmt.Sprintf("op %d (check in space %s): condition %d (%s %s %s) does not hold",
+				i+1, sp.Name(), n+1, sp.Format()[f].Name, compareSymbol(cond.GetCompare()), want)
+		}
+		if !c.found {
+			ref := refusal(rspb.Refusal_CODE_CONDITION_FAILED, i, "%s: there is no tuple with key %s", what(), keyString(op.GetKey()))
+			ref.Refusal.Condition = uint32(n + 1)
+			return ref
+		}
+		got, err := tuple.DecodeField(c.tuple, f)
+		if err != nil {
+			a.err = fmt.Errorf("replicaset: stored tuple in space %s: %w", sp.Name(), err)
+			return nil
+		}
+		if !compareHolds(cond.GetCompare(), got, want) {
+			ref := refusal(rspb.Refusal_CODE_CONDITION_FAILED, i, "%s: the field is %s", what(), got)
+			ref.Refusal.Condition, ref.Refusal.ActualVersion = uint32(n+1), c.version
+			ref.Refusal.ActualValue = tuple.AppendTuple(nil, tuple.Tuple{got})
+			return ref
+		}
+	}
+	return nil
+}
+
+// decodeOne reads a value encoded as a tuple of one value.
+func decodeOne(b []byte) (tuple.Value, error) {
+	t, err := tuple.DecodeTuple(b)
+	if err != nil {
+		return tuple.Value{}, err
+	}
+	if len(t) != 1 {
+		return tuple.Value{}, fmt.Errorf("a tuple of %d values, want one", len(t))
+	}
+	return t[0], nil
+}
+
+// compareHolds reports whether "got c want" holds in tuple.Compare's
+// order. Values of kinds that do not compare (tuple.Comparable) are
+// neither less nor greater: only != holds for them.
+func compareHolds(c rspb.Compare, got, want tuple.Value) bool {
+	if !tuple.Comparable(got, want) {
+		return c == rspb.Compare_COMPARE_NE
+	}
+	r := tuple.Compare(got, want)
+	switch c {
+	case rspb.Compare_COMPARE_EQ:
+		return r == 0
+	case rspb.Compare_COMPARE_NE:
+		return r != 0
+	case rspb.Compare_COMPARE_LT:
+		return r < 0
+	case rspb.Compare_COMPARE_LE:
+		return r <= 0
+	case rspb.Compare_COMPARE_GT:
+		return r > 0
+	case rspb.Compare_COMPARE_GE:
+		return r >= 0
+	}
+	return false
+}
+
+// compareSymbol writes a comparison as the CLI takes it.
+func compareSymbol(c rspb.Compare) string {
+	switch c {
+	case rspb.Compare_COMPARE_EQ:
+		return "="
+	case rspb.Compare_COMPARE_NE:
+		return "!="
+	case rspb.Compare_COMPARE_LT:
+		return "<"
+	case rspb.Compare_COMPARE_LE:
+		return "<="
+	case rspb.Compare_COMPARE_GT:
+		return ">"
+	case rspb.Compare_COMPARE_GE:
+		return ">="
+	}
+	return "?"
 }
 
 // update applies an op's update operations to the stored tuple cur.
@@ -515,6 +619,8 @@ func opName(k rspb.OpKind) string {
 		return "upsert"
 	case rspb.OpKind_OP_KIND_DELETE:
 		return "delete"
+	case rspb.OpKind_OP_KIND_CHECK:
+		return "check"
 	}
 	return "unknown op"
 }
