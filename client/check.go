@@ -78,7 +78,8 @@ func IfAbsent() WriteOption {
 // (ErrConditionFailed; Error.OpIndex, Error.Condition and
 // Error.ActualValue say which op, which condition and what the field
 // holds) unless every condition holds on the tuple with key. Its Result
-// is that tuple as it is (Found false when there is none).
+// says whether there is a tuple (Found) and its Version; it carries no
+// tuple (Select reads it).
 func (b *Batch) Check(space string, key []tuple.Value, conds ...Condition) *Batch {
 	op := &datav1.Op{Kind: datav1.OpKind_OP_KIND_CHECK, Space: space, Key: tuple.AppendTuple(nil, key)}
 	p := pendingOp{op: op, space: space, key: key}
@@ -102,8 +103,9 @@ func (b *Batch) Check(space string, key []tuple.Value, conds ...Condition) *Batc
 	return b
 }
 
-// Check runs a check op alone: it returns the tuple with key when every
-// condition holds, else ErrConditionFailed.
+// Check runs a check op alone: it returns whether there is a tuple with
+// key and its version when every condition holds, else
+// ErrConditionFailed.
 func (s *Space) Check(ctx context.Context, key []tuple.Value, conds ...Condition) (Result, error) {
 	b := (&Batch{c: s.c}).Check(s.name, key, conds...)
 	res, err := b.do(ctx, "check in "+s.name)

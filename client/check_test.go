@@ -28,7 +28,7 @@ func TestACheckOpGuardsABatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !res[0].Found || !res[0].Tuple.Equal(offer(1, "fence", 5)) || res[0].Version != ins.Version || !res[1].Tuple.Equal(offer(1, "fence", 6)) {
+	if !res[0].Found || res[0].Tuple != nil || res[0].Version != ins.Version || !res[1].Tuple.Equal(offer(1, "fence", 6)) {
 		t.Fatalf("results %+v", res)
 	}
 	_, err = c.Batch().

@@ -33,7 +33,7 @@ func (m Mode) api() datav1.Mode {
 // Result is the outcome of one write operation or point read.
 type Result struct {
 	// Found: a tuple with the key existed (before a write; for a read or a
-	// check, now). For an Insert with IfAbsent, Found says that the key
+	// check, now; a check's Result has no Tuple). For an Insert with IfAbsent, Found says that the key
 	// existed and nothing was inserted (Tuple is the existing one).
 	Found bool
 	// Tuple after a write (Insert, Replace, Update, Upsert), the deleted

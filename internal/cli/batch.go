@@ -290,7 +290,7 @@ and ["min", FIELD, V].
 Prints one JSON array with each op's result, in order:
 {"op":KIND,"found":BOOL,"tuple":[...]|null,"version":N}; "found" is
 whether the key had a tuple before the op (for an insert with if_absent:
-that it was skipped). Exits 2 when OPS is wrong (naming the op), 1 when
+that it was skipped); a check's tuple is null. Exits 2 when OPS is wrong (naming the op), 1 when
 the cluster refuses the batch (a failed check names the op, the condition
 and the value found). See docs/data.md.`
 

@@ -166,7 +166,7 @@ func TestBatchCommand(t *testing.T) {
 		t.Fatalf("insert --if-absent of an existing key: exit %d, %q, %q", code, out, errOut)
 	}
 	code, out, errOut = runMain(t, "batch", "leases", `[{"check": ["a"], "where": [["ticket", "=", 6]]}, {"insert": ["a", 2], "space": "jobs"}, {"check": ["a", 9], "space": "jobs", "if_version": 0}]`, "--peer", addr)
-	if code != 0 || !regexpLine(out, `\[\{"op":"check","found":true,"tuple":\["a",6\],"version":\d+\},\{"op":"insert","found":false,"tuple":\["a",2\],"version":\d+\},\{"op":"check","found":false,"tuple":null,"version":0\}\]`) {
+	if code != 0 || !regexpLine(out, `\[\{"op":"check","found":true,"tuple":null,"version":\d+\},\{"op":"insert","found":false,"tuple":\["a",2\],"version":\d+\},\{"op":"check","found":false,"tuple":null,"version":0\}\]`) {
 		t.Fatalf("batch: exit %d, %q, %q", code, out, errOut)
 	}
 	// The stale ticket's batch applied nothing: jobs holds ["a",1] and ["a",2] only.

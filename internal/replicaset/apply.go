@@ -445,10 +445,10 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 		if ref := a.check(sp, i, op, c); ref != nil {
 			return nil, ref
 		}
-		if !found {
-			return &rspb.OpResult{}, nil
-		}
-		return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
+		// The result carries no tuple: it would be kept with the request
+		// id's answer, doubling what a checked write stores (a reader
+		// who wants it reads it).
+		return &rspb.OpResult{Found: found, Version: curVer}, nil
 	case rspb.OpKind_OP_KIND_INSERT:
 		if found && op.GetIfAbsent() {
 			return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
@@ -494,7 +494,10 @@ func (a *applier) check(sp *schema.Space, i int, op *rspb.Op, c current) *rspb.B
 	}
 	for n, cond := range op.GetConditions() {
 		f := int(cond.GetField())
-		want, err := decodeOne(cond.GetValue())
+		// The proposer checked that the value is one value of the
+		// field's type: the first field is read without decoding a
+		// tuple.
+		want, err := tuple.DecodeField(cond.GetValue(), 0)
 		if err != nil || f >= len(sp.Format()) || cond.GetCompare() == rspb.Compare_COMPARE_UNSPECIFIED || cond.GetCompare() > rspb.Compare_COMPARE_GE {
 			return refusal(rspb.Refusal_CODE_INVALID, i, "op %d (check in space %s): condition %d is malformed", i+1, sp.Name(), n+1)
 		}

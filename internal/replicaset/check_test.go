@@ -56,8 +56,8 @@ func TestACheckOpComparesAFieldOfTheTuple(t *testing.T) {
 		otherKey := key(t, other[0], other[1])
 		if c.holds {
 			r := f.ok(batch).GetResults()
-			if ch := r[1]; !ch.GetFound() || !bytes.Equal(ch.GetTuple(), enc(tp)) || ch.GetVersion() != v {
-				t.Fatalf("condition %d: the check's result %v, want the tuple at version %d", n, ch, v)
+			if ch := r[1]; !ch.GetFound() || len(ch.GetTuple()) != 0 || ch.GetVersion() != v {
+				t.Fatalf("condition %d: the check's result %v, want found at version %d, no tuple", n, ch, v)
 			}
 			f.ok(&rspb.Batch{Bucket: 4, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: otherKey}}})
 			continue

@@ -93,8 +93,8 @@ const (
 	OpKind_OP_KIND_DELETE OpKind = 5
 	// Write nothing; refuse the whole write (CODE_CONDITION_FAILED) unless
 	// every condition holds on the key's current tuple: if_version, and
-	// each of conditions. At least one is given. Its result is the tuple as
-	// it is (found, tuple, version).
+	// each of conditions. At least one is given. Its result is found and
+	// the tuple's version (no tuple: read it if you need it).
 	OpKind_OP_KIND_CHECK OpKind = 6
 )
 
@@ -810,8 +810,8 @@ type OpResult struct {
 	// Whether a tuple with the key existed before the op (for an INSERT
 	// with if_absent: it was skipped).
 	Found bool `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
-	// The tuple after the op (INSERT, REPLACE, UPDATE, UPSERT, CHECK), or
-	// the one deleted (DELETE); empty when there is none.
+	// The tuple after the op (INSERT, REPLACE, UPDATE, UPSERT), or the one
+	// deleted (DELETE); empty when there is none, and for CHECK.
 	Tuple []byte `protobuf:"bytes,2,opt,name=tuple,proto3" json:"tuple,omitempty"`
 	// The tuple's version after the op; for DELETE, the version it had. A
 	// version names the write that made the tuple: the replicaset's Raft
