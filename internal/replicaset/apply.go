@@ -182,6 +182,18 @@ type overlay struct {
 	writes []overlayWrite
 	index  map[string]int // key -> its place in writes, once there are more than overlayScan
 	counts []spaceCount   // the change of each space's tuple count in the bucket
+	puts   int            // how many puts so far: a look made before the last put is stale
+	last   lastLook       // the last key looked up, for the next op on the same key
+}
+
+// lastLook is what look found for an op's key (a check then a write of the
+// same key look it up once): valid while no put followed it.
+type lastLook struct {
+	space uint32
+	key   []byte // the op's key (keys.tuple's is in c)
+	puts  int
+	c     current
+	ok    bool
 }
 
 type overlayWrite struct {
@@ -216,6 +228,7 @@ func (o *overlay) get(k []byte) ([]byte, bool) {
 // put records a write of v (nil: a deletion) at k, which the overlay
 // keeps: it must not change afterwards.
 func (o *overlay) put(k []byte, v []byte) {
+	o.puts++
 	if o.index != nil {
 		if i, ok := o.index[string(k)]; ok {
 			o.writes[i].val = v
@@ -375,6 +388,17 @@ type current struct {
 }
 
 func (a *applier) look(ov *overlay, bucket uint32, sp *schema.Space, op *rspb.Op, receiving bool) current {
+	if l := &ov.last; l.ok && l.puts == ov.puts && l.space == sp.ID() && bytes.Equal(l.key, op.GetKey()) {
+		return l.c
+	}
+	c := a.lookUp(ov, bucket, sp, op, receiving)
+	if a.err == nil {
+		ov.last = lastLook{space: sp.ID(), key: op.GetKey(), puts: ov.puts, c: c, ok: true}
+	}
+	return c
+}
+
+func (a *applier) lookUp(ov *overlay, bucket uint32, sp *schema.Space, op *rspb.Op, receiving bool) current {
 	key := a.sm.k.tuple(bucket, sp.ID(), op.GetKey())
 	ver, t, found := a.read(ov, key)
 	c := current{key: key, version: ver, tuple: t, found: found, local: found}
