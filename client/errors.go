@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // The kinds of failure. Every error a Client returns wraps one of them
@@ -40,9 +41,11 @@ var (
 	ErrUnauthenticated = errors.New("unauthenticated")
 	// ErrInternal: the instance failed; the outcome is unknown.
 	ErrInternal = errors.New("internal error")
-	// ErrConditionFailed: a write's if_version condition did not hold
-	// (Error.ActualVersion is the tuple's version, 0 when there is none);
-	// nothing of the write was applied.
+	// ErrConditionFailed: a write's if_version condition, or a condition
+	// of a check op, did not hold (Error.ActualVersion is the tuple's
+	// version, 0 when there is none; Error.Condition and
+	// Error.ActualValue say which condition of a check and what the field
+	// holds); nothing of the write was applied.
 	ErrConditionFailed = errors.New("condition failed")
 )
 
@@ -64,6 +67,12 @@ type Error struct {
 	OpIndex int
 	// ActualVersion is, for ErrConditionFailed, the tuple's version.
 	ActualVersion uint64
+	// Condition is, for ErrConditionFailed of a check op, which of its
+	// field conditions failed (1-based, counting field conditions only;
+	// 0: the version condition), and ActualValue the field's value in the
+	// tuple (null when there is no tuple).
+	Condition   int
+	ActualValue tuple.Value
 
 	kind error
 }
@@ -138,7 +147,10 @@ func newError(op, peer string, err error, idempotent bool) *Error {
 		if r, ok := d.(*datav1.Refusal); ok {
 			e.OpIndex = int(r.GetOp()) + 1
 			if r.GetCode() == datav1.Refusal_CODE_CONDITION_FAILED {
-				e.kind, e.ActualVersion = ErrConditionFailed, r.GetActualVersion()
+				e.kind, e.ActualVersion, e.Condition = ErrConditionFailed, r.GetActualVersion(), int(r.GetCondition())
+				if t, err := tuple.DecodeTuple(r.GetActualValue()); err == nil && len(t) == 1 {
+					e.ActualValue = t[0]
+				}
 			}
 		}
 	}

@@ -32,7 +32,9 @@ func (m Mode) api() datav1.Mode {
 
 // Result is the outcome of one write operation or point read.
 type Result struct {
-	// Found: a tuple with the key existed (before a write; for a read, now).
+	// Found: a tuple with the key existed (before a write; for a read or a
+	// check, now; a check's Result has no Tuple). For an Insert with IfAbsent, Found says that the key
+	// existed and nothing was inserted (Tuple is the existing one).
 	Found bool
 	// Tuple after a write (Insert, Replace, Update, Upsert), the deleted
 	// one (Delete), or the one read; nil when there is none.
@@ -87,9 +89,10 @@ func IfVersion(v uint64) WriteOption {
 	return func(o *datav1.Op) { o.IfVersion = &v }
 }
 
-// Insert inserts a tuple; a key that exists is ErrAlreadyExists.
-func (s *Space) Insert(ctx context.Context, t tuple.Tuple) (Result, error) {
-	return s.one(ctx, "insert", &datav1.Op{Kind: datav1.OpKind_OP_KIND_INSERT, Tuple: tuple.AppendTuple(nil, t)}, t, nil)
+// Insert inserts a tuple; a key that exists is ErrAlreadyExists, or with
+// IfAbsent a Result with Found true (nothing inserted).
+func (s *Space) Insert(ctx context.Context, t tuple.Tuple, opts ...WriteOption) (Result, error) {
+	return s.one(ctx, "insert", &datav1.Op{Kind: datav1.OpKind_OP_KIND_INSERT, Tuple: tuple.AppendTuple(nil, t)}, t, nil, opts...)
 }
 
 // Replace inserts a tuple or overwrites the one with its key.
@@ -185,6 +188,7 @@ type pendingOp struct {
 	space string
 	tuple tuple.Tuple
 	key   []tuple.Value
+	err   *Error // the op cannot be sent (Do returns it)
 }
 
 // Batch starts an atomic batch.
@@ -208,9 +212,10 @@ func (b *Batch) add(kind datav1.OpKind, space string, t tuple.Tuple, key []tuple
 	return b
 }
 
-// Insert adds an insert to the batch.
-func (b *Batch) Insert(space string, t tuple.Tuple) *Batch {
-	return b.add(datav1.OpKind_OP_KIND_INSERT, space, t, nil, nil, nil)
+// Insert adds an insert to the batch (IfAbsent: skipped when its key
+// exists).
+func (b *Batch) Insert(space string, t tuple.Tuple, opts ...WriteOption) *Batch {
+	return b.add(datav1.OpKind_OP_KIND_INSERT, space, t, nil, nil, opts)
 }
 
 // Replace adds a replace.
@@ -245,6 +250,9 @@ func (b *Batch) do(ctx context.Context, what string) ([]Result, error) {
 	}
 	var bucket uint32
 	for i, p := range b.ops {
+		if p.err != nil {
+			return nil, opError(p.err, i)
+		}
 		sp, rt, err := b.c.space(ctx, p.space)
 		if err != nil {
 			return nil, err

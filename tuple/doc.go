@@ -67,8 +67,9 @@
 //
 // # Update ops
 //
-// An update is a list of Tarantool's ops (= + - & | ^ ! # :) on fields
-// named or numbered (1-based, negative from the end). ApplyOps applies
+// An update is a list of Tarantool's ops (= + - & | ^ ! # :), and max and
+// min (the greater or lesser of the field and a value, by Compare), on
+// fields named or numbered (1-based, negative from the end). ApplyOps applies
 // them in order to a copy of a tuple and checks the result against the
 // format: integer arithmetic is exact and refuses overflow, a double on
 // either side makes a double, an unsigned field driven negative is

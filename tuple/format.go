@@ -154,6 +154,19 @@ func (f Format) Check(t Tuple) error {
 	return nil
 }
 
+// CheckField checks that v fits field i (0-based) of the format, as Check
+// checks that field of a tuple: of its type, or null when it is nullable.
+// The refusal (ErrMismatch) names the field.
+func (f Format) CheckField(i int, v Value) error {
+	if i < 0 || i >= len(f) {
+		return newError(ErrMismatch, "field %d is not in the format of %d fields", i+1, len(f))
+	}
+	if msg := checkValue(f[i], v); msg != "" {
+		return fieldError(ErrMismatch, "field", i+1, f[i].Name, "%s", msg)
+	}
+	return nil
+}
+
 // checkUTF8 says why a string value is not valid UTF-8, or "" (also for
 // any other kind).
 func checkUTF8(v Value) string {

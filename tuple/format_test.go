@@ -185,3 +185,30 @@ func FuzzParseField(f *testing.F) {
 		}
 	})
 }
+
+func TestFormatCheckField(t *testing.T) {
+	t.Parallel()
+	f := mustFormat(t, "id:unsigned", "note:string?")
+	for _, c := range []struct {
+		i    int
+		v    Value
+		want string // "" : accepted
+	}{
+		{0, Uint(3), ""},
+		{1, Null(), ""},
+		{1, String("x"), ""},
+		{0, Int(-1), "field 1 (id): expected unsigned, got integer -1"},
+		{0, Null(), "field 1 (id): expected unsigned, got null"},
+		{1, String("\xff"), "field 2 (note): the string is not valid UTF-8"},
+		{2, Uint(1), "field 3 is not in the format of 2 fields"},
+		{-1, Uint(1), "field 0 is not in the format of 2 fields"},
+	} {
+		err := f.CheckField(c.i, c.v)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("CheckField(%d, %v) = %v, want nil", c.i, c.v, err)
+		case c.want != "" && (!errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("CheckField(%d, %v) = %v, want ErrMismatch containing %q", c.i, c.v, err, c.want)
+		}
+	}
+}

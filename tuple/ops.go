@@ -22,7 +22,35 @@ const (
 	OpInsert = '!' // insert Arg before the field; on field len+1, append
 	OpDelete = '#' // delete Count fields from the field on
 	OpSplice = ':' // replace Count bytes of a string at Offset with Arg
+	OpMax    = '>' // set the field to Arg if Arg is greater (JSON: "max")
+	OpMin    = '<' // set the field to Arg if Arg is less (JSON: "min")
 )
+
+// opName is how an operator is written in JSON and in refusals: "max" and
+// "min" for OpMax and OpMin, the code itself for the others.
+func opName(code byte) string {
+	switch code {
+	case OpMax:
+		return "max"
+	case OpMin:
+		return "min"
+	}
+	return string([]byte{code})
+}
+
+// opCode is the operator written name in JSON, and whether it is one.
+func opCode(name string) (byte, bool) {
+	switch name {
+	case "max":
+		return OpMax, true
+	case "min":
+		return OpMin, true
+	}
+	if len(name) == 1 && validCode(name[0]) && name[0] != OpMax && name[0] != OpMin {
+		return name[0], true
+	}
+	return 0, false
+}
 
 // FieldRef names the field an op acts on: by Name, resolved through the
 // format, or by Number, 1-based, where a negative number counts from the
@@ -54,6 +82,10 @@ func (r FieldRef) String() string {
 //	                              byte Offset (1-based; negative from
 //	                              the end, -1 after the last byte) and
 //	                              put the string Arg there
+//	'>' (max)  Arg                the greater of the field and Arg, by
+//	'<' (min)  Arg                Compare (the lesser for min): Arg is
+//	                              null, of the field's kind, or both
+//	                              are integers; a null field takes Arg
 //
 // Fields an operator does not use must be zero. Splice follows Tarantool:
 // an Offset past the end means the end, a Count past the end cuts to the
@@ -78,7 +110,7 @@ type Op struct {
 
 func validCode(c byte) bool {
 	switch c {
-	case OpAssign, OpAdd, OpSub, OpAnd, OpOr, OpXor, OpInsert, OpDelete, OpSplice:
+	case OpAssign, OpAdd, OpSub, OpAnd, OpOr, OpXor, OpInsert, OpDelete, OpSplice, OpMax, OpMin:
 		return true
 	}
 	return false
@@ -91,7 +123,7 @@ func opError(class error, k int, op Op, n int, name, format string, args ...any)
 	if n > 0 {
 		field = fieldLabel("field", n, name)
 	}
-	e := newError(class, "op %d (%s on %s): "+format, append([]any{k, strconv.Quote(string([]byte{op.Code})), field}, args...)...)
+	e := newError(class, "op %d (%s on %s): "+format, append([]any{k, strconv.Quote(opName(op.Code)), field}, args...)...)
 	e.Op, e.Field, e.Name = k, n, name
 	return e
 }
@@ -170,7 +202,7 @@ func resolve(k int, op Op, f Format, size int) (int, *Error) {
 
 func applyOp(t Tuple, k int, op Op, f Format) (Tuple, *Error) {
 	if !validCode(op.Code) {
-		return nil, opError(ErrOp, k, op, 0, "", "unknown operator; the operators are = + - & | ^ ! # :")
+		return nil, opError(ErrOp, k, op, 0, "", "unknown operator; the operators are "+operators)
 	}
 	n, err := resolve(k, op, f, len(t))
 	if err != nil {
@@ -235,8 +267,32 @@ func applyOp(t Tuple, k int, op Op, f Format) (Tuple, *Error) {
 			return fail("%s", msg)
 		}
 		t[i] = v
+	case OpMax, OpMin:
+		if !Comparable(t[i], op.Arg) {
+			return fail("cannot compare %s with %s", describe(op.Arg), describe(t[i]))
+		}
+		c := Compare(op.Arg, t[i])
+		if op.Code == OpMax && c > 0 || op.Code == OpMin && c < 0 {
+			t[i] = op.Arg
+		}
 	}
 	return t, nil
+}
+
+// operators lists the update operators as JSON writes them.
+const operators = "= + - & | ^ ! # : max min"
+
+// Comparable reports whether a and b are of one kind for max, min and a
+// condition's comparison: either is null, both have the same kind, or
+// both are integers (negative or not). Compare orders any two values,
+// but across kinds it orders the kinds, which a comparison of a field
+// with a value does not mean.
+func Comparable(a, b Value) bool {
+	if a.kind == KindNull || b.kind == KindNull || a.kind == b.kind {
+		return true
+	}
+	ai, bi := a.kind == KindInt || a.kind == KindUint, b.kind == KindInt || b.kind == KindUint
+	return ai && bi
 }
 
 // convertArg converts the operand of an op with Convert for the field fd,

@@ -10,15 +10,15 @@ import (
 // and the HTTP API take it:
 //
 //	[["=", "name", "x"], ["+", "price", 1.5], ["!", 2, "new"], ["#", 3, 1],
-//	 [":", "name", 1, 2, "ab"]]
+//	 [":", "name", 1, 2, "ab"], ["max", "seen", 7], ["min", "low", 0.5]]
 //
 // Each op is the operator, the field (its name in f, or its 1-based
 // number, negative from the end) and the operator's arguments: one value
-// for = + - & | ^ !, the count for #, the offset, count and string for :.
-// The value of = and ! is converted by the target field's declaration when
-// f declares it, as ParseJSONTuple converts a field; that of + and - is a
-// number (a double when the field is a double), that of & | ^ an unsigned
-// integer. A negative field number counts from the end of the tuple, which
+// for = + - & | ^ ! max min, the count for #, the offset, count and string
+// for :. The value of = ! max min is converted by the target field's
+// declaration when f declares it, as ParseJSONTuple converts a field; that
+// of + and - is a number (a double when the field is a double), that of
+// & | ^ an unsigned integer. A negative field number counts from the end of the tuple, which
 // only the server knows: the value of its = or ! is converted when the op
 // is applied, by the field it lands on (Op.Convert), so that
 // ["=", -1, 2] converts as ["=", "price", 2] does when price is the last
@@ -47,13 +47,17 @@ func opFromJSON(k int, raw []byte, f Format) (Op, *Error) {
 	if len(elems) < 2 {
 		return Op{}, newOpError(k, "must have an operator and a field, as in [\"=\", \"name\", value]")
 	}
-	var code string
-	if json.Unmarshal(elems[0], &code) != nil || len(code) != 1 || !validCode(code[0]) {
-		return Op{}, newOpError(k, "unknown operator %s; the operators are = + - & | ^ ! # :", describeJSON(elems[0]))
+	var name string
+	if json.Unmarshal(elems[0], &name) != nil {
+		return Op{}, newOpError(k, "unknown operator %s; the operators are %s", describeJSON(elems[0]), operators)
 	}
-	op := Op{Code: code[0]}
+	code, ok := opCode(name)
+	if !ok {
+		return Op{}, newOpError(k, "unknown operator %s; the operators are %s", describeJSON(elems[0]), operators)
+	}
+	op := Op{Code: code}
 	fail := func(format string) (Op, *Error) {
-		e := newError(ErrOp, "op %d (%s on field %s): %s", k, strconv.Quote(code), shorten(string(elems[1])), format)
+		e := newError(ErrOp, "op %d (%s on field %s): %s", k, strconv.Quote(name), shorten(string(elems[1])), format)
 		e.Op = k
 		return Op{}, e
 	}
@@ -110,6 +114,16 @@ func opFromJSON(k int, raw []byte, f Format) (Op, *Error) {
 	}
 	arg := args[len(args)-1]
 	switch op.Code {
+	case OpMax, OpMin:
+		// The operand is converted by the field when f declares it; for
+		// a negative field number it is read as beyond the format, and
+		// ApplyOps refuses a kind the field's value cannot be compared
+		// with.
+		v, msg := fromJSON(arg, fd)
+		if msg != "" {
+			return bad(ErrMismatch, "%s", msg)
+		}
+		op.Arg = v
 	case OpAssign, OpInsert:
 		// A negative number names a field only once the tuple's length is
 		// known: a number or a string is read as beyond the format, and

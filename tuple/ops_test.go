@@ -50,6 +50,16 @@ func TestApplyOps(t *testing.T) {
 			Tuple{Uint(1), String("pawn"), Uint(10), Double(1.5), Int(-3)}},
 		{"ops see earlier ops", []Op{byNum('=', 6, Uint(1)), byNum('+', 6, Uint(1)), byNum('+', -1, Uint(1))},
 			append(base[:5:5], Uint(3))},
+		{"max raises", []Op{byName(OpMax, "count", Uint(12))}, Tuple{Uint(1), String("pen"), Uint(12), Double(1.5), Int(-3)}},
+		{"max keeps a greater field", []Op{byName(OpMax, "count", Uint(9))}, base},
+		{"max of equal values", []Op{byName(OpMax, "count", Uint(10))}, base},
+		{"min lowers", []Op{byName(OpMin, "price", Double(0.25))}, Tuple{Uint(1), String("pen"), Uint(10), Double(0.25), Int(-3)}},
+		{"min keeps a lesser field", []Op{byName(OpMin, "price", Double(2))}, base},
+		{"max of a negative and an unsigned", []Op{byName(OpMax, "delta", Uint(4))}, Tuple{Uint(1), String("pen"), Uint(10), Double(1.5), Uint(4)}},
+		{"min of integers", []Op{byName(OpMin, "delta", Int(-7))}, Tuple{Uint(1), String("pen"), Uint(10), Double(1.5), Int(-7)}},
+		{"max of strings", []Op{byName(OpMax, "name", String("pin")), byName(OpMax, "name", String("ink"))}, Tuple{Uint(1), String("pin"), Uint(10), Double(1.5), Int(-3)}},
+		{"max on a null field", []Op{byName('=', "delta", Null()), byName(OpMax, "delta", Int(-1))}, append(base[:4:4], Int(-1))},
+		{"min with null makes null", []Op{byName(OpMin, "delta", Null())}, append(base[:4:4], Null())},
 	} {
 		in := append(Tuple(nil), base...)
 		got, err := ApplyOps(in, c.ops, f)
@@ -131,6 +141,13 @@ func TestApplyOpsRefusals(t *testing.T) {
 		{"convert leaves a string that is no double", []Op{{Code: '=', Field: FieldRef{Number: 4}, Arg: String("x"), Convert: true}},
 			`the updated tuple does not fit the format: field 4 (price): expected double, got string "x"`, ErrMismatch, 0, 4},
 		{"too many ops", make([]Op, MaxOps+1), "1001 ops; at most 1000", ErrLimit, 0, 0},
+		{"max of a string and an unsigned", []Op{{Code: OpMax, Field: FieldRef{Name: "count"}, Arg: String("9")}},
+			`op 1 ("max" on field 3 (count)): cannot compare string "9" with unsigned 10`, ErrOp, 1, 3},
+		{"min of an integer and a double", []Op{{Code: OpMin, Field: FieldRef{Name: "price"}, Arg: Uint(1)}},
+			`op 1 ("min" on field 4 (price)): cannot compare unsigned 1 with double 1.5`, ErrOp, 1, 4},
+		{"max past the end", []Op{{Code: OpMax, Field: FieldRef{Number: 5}, Arg: Uint(1)}}, `op 1 ("max" on field 5 (delta)): the tuple has only 4 fields`, ErrOp, 1, 5},
+		{"min null into a field that is not nullable", []Op{{Code: OpMin, Field: FieldRef{Name: "count"}, Arg: Null()}},
+			"the updated tuple does not fit the format: field 3 (count): expected unsigned, got null", ErrMismatch, 0, 3},
 	} {
 		got, err := ApplyOps(base, c.ops, f)
 		var e *Error
@@ -152,7 +169,8 @@ func TestParseJSONOps(t *testing.T) {
 	t.Parallel()
 	f := opsFormat(t)
 	ops, err := ParseJSONOps([]byte(`[["=", "name", "x"], ["+", "price", 1], ["!", 2, "new"], ["#", 3, 1],
-		["-", "count", 2], ["+", -1, 1.5], ["|", 3, 6], [":", "name", -1, 0, "!"], ["=", -2, 1], ["=", 4, 7], ["=", 9, 7], ["=", "delta", null]]`), f)
+		["-", "count", 2], ["+", -1, 1.5], ["|", 3, 6], [":", "name", -1, 0, "!"], ["=", -2, 1], ["=", 4, 7], ["=", 9, 7], ["=", "delta", null],
+		["max", "count", 3], ["min", "price", 2], ["max", -1, 5], ["min", "delta", null]]`), f)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +187,10 @@ func TestParseJSONOps(t *testing.T) {
 		{Code: '=', Field: FieldRef{Number: 4}, Arg: Double(7)},               // the price field makes it a double
 		{Code: '=', Field: FieldRef{Number: 9}, Arg: Uint(7)},                 // beyond the format: inferred
 		{Code: '=', Field: FieldRef{Name: "delta"}, Arg: Null()},
+		{Code: OpMax, Field: FieldRef{Name: "count"}, Arg: Uint(3)},
+		{Code: OpMin, Field: FieldRef{Name: "price"}, Arg: Double(2)}, // the price field makes it a double
+		{Code: OpMax, Field: FieldRef{Number: -1}, Arg: Uint(5)},      // beyond the format: inferred
+		{Code: OpMin, Field: FieldRef{Name: "delta"}, Arg: Null()},
 	}
 	if len(ops) != len(want) {
 		t.Fatalf("ParseJSONOps = %v", ops)
@@ -187,6 +209,11 @@ func TestParseJSONOps(t *testing.T) {
 		{`[["=", "id", null]]`, `op 1 ("=" on field 1 (id)): expected unsigned, got null (the field is not nullable)`, ErrMismatch},
 		{`[["?", 1, 1]]`, `op 1: unknown operator string "?"`, ErrOp},
 		{`[["==", 1, 1]]`, `unknown operator string "=="`, ErrOp},
+		{`[[">", 3, 1]]`, `op 1: unknown operator string ">"; the operators are = + - & | ^ ! # : max min`, ErrOp},
+		{`[["MAX", 3, 1]]`, `unknown operator string "MAX"`, ErrOp},
+		{`[["max", "count", "x"]]`, `op 1 ("max" on field 3 (count)): expected unsigned, got string "x"`, ErrMismatch},
+		{`[["min", "count"]]`, `op 1 ("min" on field 3 (count)): takes one value after the field, got 0 arguments`, ErrOp},
+		{`[["max", "nope", 1]]`, `op 1 ("max" on field "nope"): no field is named "nope"`, ErrOp},
 		{`[[1, 1, 1]]`, `unknown operator number 1`, ErrOp},
 		{`[["=", 0, 1]]`, `op 1 ("=" on field 0): a field is a name or a number`, ErrOp},
 		{`[["=", 1.5, 1]]`, `op 1 ("=" on field 1.5): a field is a name or a number`, ErrOp},
@@ -346,6 +373,8 @@ func FuzzParseJSONOps(f *testing.F) {
 	f.Add([]byte(`[["=", 9, {"a": 1}], ["=", "delta", null]]`))
 	f.Add([]byte(`[["=", -2, 1], ["!", -1, "AQI="], ["=", -3, 1e400], ["=", -1, 99999999999999999999]]`))
 	f.Add([]byte(`[[":", "name", 1, 0, "\udc00"], ["=", -4, "\ud800\udc00"]]`))
+	f.Add([]byte(`[["max", "count", 12], ["min", "price", 0.5], ["max", -1, "x"], ["min", 2, null], ["max", 9, 1]]`))
+	f.Add([]byte(`[["max", "delta", -9223372036854775808], ["min", "count", 18446744073709551615], ["max", "name"]]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		format := opsFormat(t)
 		ops, err := ParseJSONOps(data, format)
@@ -375,6 +404,7 @@ func FuzzDecodeOps(f *testing.F) {
 	f.Add(AppendOps(nil, []Op{{Code: '=', Field: FieldRef{Name: "ab"}, Arg: String("x")}, {Code: '#', Field: FieldRef{Number: -1}, Count: 2}}))
 	f.Add(AppendOps(nil, []Op{{Code: ':', Field: FieldRef{Number: 3}, Offset: -2, Count: 1, Arg: String("")}}))
 	f.Add([]byte{0x01, 0x3d, 0x00, 0x80})
+	f.Add(AppendOps(nil, []Op{{Code: OpMax, Field: FieldRef{Name: "n"}, Arg: Uint(7)}, {Code: OpMin, Field: FieldRef{Number: 2}, Arg: Int(-1)}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ops, err := DecodeOps(b)
 		if err != nil {
@@ -401,6 +431,8 @@ func FuzzApplyOps(f *testing.F) {
 	f.Add(base, AppendOps(nil, []Op{{Code: ':', Field: FieldRef{Number: 2}, Offset: math.MinInt, Count: math.MinInt, Arg: String("x")}}))
 	f.Add(base, AppendOps(nil, []Op{{Code: '!', Field: FieldRef{Number: -7}, Arg: Null()}, {Code: '^', Field: FieldRef{Number: 3}, Arg: Uint(3)}}))
 	f.Add(base, AppendOps(nil, []Op{{Code: '=', Field: FieldRef{Number: -2}, Arg: Uint(3), Convert: true}, {Code: '!', Field: FieldRef{Number: -1}, Arg: String("NaN"), Convert: true}}))
+	f.Add(base, AppendOps(nil, []Op{{Code: OpMax, Field: FieldRef{Name: "count"}, Arg: Uint(11)}, {Code: OpMin, Field: FieldRef{Number: -1}, Arg: Int(-4)}}))
+	f.Add(base, AppendOps(nil, []Op{{Code: OpMin, Field: FieldRef{Number: 4}, Arg: Double(math.NaN())}, {Code: OpMax, Field: FieldRef{Number: 2}, Arg: Bytes([]byte("x"))}}))
 	f.Fuzz(func(t *testing.T, tb, ob []byte) {
 		tup, err := DecodeTuple(tb)
 		if err != nil {

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"errors"
+	"io"
+	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -17,6 +19,7 @@ type dataOptions struct {
 	clusterFlags
 	versions  bool
 	ifVersion uint64
+	ifAbsent  bool
 	mode      string
 	readInfo  bool
 }
@@ -27,6 +30,7 @@ type dataOp struct {
 	use, short      string
 	args            []string // after SPACE
 	ifVersion, mode bool     // takes --if-version, --mode
+	ifAbsent        bool     // takes --if-absent
 	do              func(x *dataCall) (client.Result, error)
 	what            string // "insert into": names the call in errors
 }
@@ -96,14 +100,14 @@ func (x *dataCall) ops(i int) ([]tuple.Op, error) {
 
 var dataOps = []dataOp{
 	{
-		use: "insert", args: []string{"TUPLE"}, what: "insert into",
-		short: "Insert a tuple; refused if a tuple with its key exists",
+		use: "insert", args: []string{"TUPLE"}, what: "insert into", ifAbsent: true,
+		short: "Insert a tuple; refused if a tuple with its key exists (skipped with --if-absent)",
 		do: func(x *dataCall) (client.Result, error) {
 			t, err := x.tuple(0)
 			if err != nil {
 				return client.Result{}, err
 			}
-			return x.sp.Insert(x.ctx, t)
+			return x.sp.Insert(x.ctx, t, x.opts...)
 		},
 	},
 	{
@@ -190,11 +194,11 @@ value that does not fit its field names the field), 1 when the cluster
 refuses or cannot serve it. See docs/data.md.`
 
 func newDataCmds() []*cobra.Command {
-	out := make([]*cobra.Command, 0, len(dataOps))
+	out := make([]*cobra.Command, 0, len(dataOps)+1)
 	for _, op := range dataOps {
 		out = append(out, newDataCmd(op))
 	}
-	return append(out, newScanCmd())
+	return append(out, newScanCmd(), newBatchCmd())
 }
 
 func newDataCmd(op dataOp) *cobra.Command {
@@ -221,6 +225,9 @@ func newDataCmd(op dataOp) *cobra.Command {
 	if op.ifVersion {
 		f.Uint64Var(&o.ifVersion, "if-version", 0, "apply only if the tuple's version is N (0: only if there is no tuple); the version is printed by --versions")
 	}
+	if op.ifAbsent {
+		f.BoolVar(&o.ifAbsent, "if-absent", false, `skip the insert when a tuple with its key exists, and print {"inserted":BOOL,"tuple":[...],"version":N} (the tuple inserted, or the one that exists)`)
+	}
 	if op.mode {
 		f.StringVar(&o.mode, "mode", "rw", "rw: the replicaset's leader (linearizable); ro: a replica (may be stale)")
 		f.BoolVar(&o.readInfo, "read-info", false, `print on stderr who served the read and how fresh it is: {"replicaset","instance","leader","applied_index","lag_entries","leader_contact_ms"}`)
@@ -242,6 +249,9 @@ func runData(cmd *cobra.Command, op dataOp, o *dataOptions, args []string) error
 	}
 	if op.ifVersion && cmd.Flags().Changed("if-version") {
 		x.opts = append(x.opts, client.IfVersion(o.ifVersion))
+	}
+	if op.ifAbsent && o.ifAbsent {
+		x.opts = append(x.opts, client.IfAbsent())
 	}
 	cl, ctx, done, err := o.dataClient(cmd.Context())
 	if err != nil {
@@ -267,7 +277,23 @@ func runData(cmd *cobra.Command, op dataOp, o *dataOptions, args []string) error
 			return err
 		}
 	}
+	if op.ifAbsent && o.ifAbsent {
+		return writeInserted(cmd.OutOrStdout(), r)
+	}
 	return writeTuples(cmd.OutOrStdout(), o.versions, r)
+}
+
+// writeInserted prints the result of an insert --if-absent: whether it
+// inserted, and the tuple with the key (inserted, or found) with its
+// version.
+func writeInserted(out io.Writer, r client.Result) error {
+	b := append([]byte(`{"inserted":`), strconv.FormatBool(!r.Found)...)
+	b = append(b, `,"tuple":`...)
+	b = tuple.AppendJSON(b, r.Tuple)
+	b = append(b, `,"version":`...)
+	b = strconv.AppendUint(b, r.Version, 10)
+	_, err := out.Write(append(b, '}', '\n'))
+	return err
 }
 
 // jsonError says what is wrong with a JSON argument (what: "the tuple"),

@@ -70,6 +70,18 @@ func TestJSONOutputsPrintTheirDocumentedKeys(t *testing.T) {
 			whereDocs: "docs/data.md, Consistency",
 		},
 		{
+			name:      "insert --if-absent",
+			doc:       docJSONKeys(t, "data.md", "**`insert --if-absent`**"),
+			out:       func(b *bytes.Buffer) error { return writeInserted(b, client.Result{}) },
+			whereDocs: "docs/data.md, The commands",
+		},
+		{
+			name:      "batch",
+			doc:       docJSONKeys(t, "data.md", "`shardkit batch` prints one JSON array"),
+			out:       func(b *bytes.Buffer) error { return writeBatchResults(b, []batchOp{{}}, []client.Result{{}}) },
+			whereDocs: "docs/data.md, Compare ops",
+		},
+		{
 			name:      "bench --format json",
 			doc:       docTableKeys(t, "benchmarks.md", "| `--format json` |"),
 			out:       func(b *bytes.Buffer) error { return writeBenchResult(b, "json", bench.Result{}) },

@@ -197,6 +197,18 @@ type overlay struct {
 	writes []overlayWrite
 	index  map[string]int // key -> its place in writes, once there are more than overlayScan
 	counts []spaceCount   // the change of each space's tuple count in the bucket
+	puts   int            // how many puts so far: a look made before the last put is stale
+	last   lastLook       // the last key looked up, for the next op on the same key
+}
+
+// lastLook is what look found for an op's key (a check then a write of the
+// same key look it up once): valid while no put followed it.
+type lastLook struct {
+	space uint32
+	key   []byte // the op's key (keys.tuple's is in c)
+	puts  int
+	c     current
+	ok    bool
 }
 
 type overlayWrite struct {
@@ -231,6 +243,7 @@ func (o *overlay) get(k []byte) ([]byte, bool) {
 // put records a write of v (nil: a deletion) at k, which the overlay
 // keeps: it must not change afterwards.
 func (o *overlay) put(k []byte, v []byte) {
+	o.puts++
 	if o.index != nil {
 		if i, ok := o.index[string(k)]; ok {
 			o.writes[i].val = v
@@ -390,6 +403,17 @@ type current struct {
 }
 
 func (a *applier) look(ov *overlay, bucket uint32, sp *schema.Space, op *rspb.Op, receiving bool) current {
+	if l := &ov.last; l.ok && l.puts == ov.puts && l.space == sp.ID() && bytes.Equal(l.key, op.GetKey()) {
+		return l.c
+	}
+	c := a.lookUp(ov, bucket, sp, op, receiving)
+	if a.err == nil {
+		ov.last = lastLook{space: sp.ID(), key: op.GetKey(), puts: ov.puts, c: c, ok: true}
+	}
+	return c
+}
+
+func (a *applier) lookUp(ov *overlay, bucket uint32, sp *schema.Space, op *rspb.Op, receiving bool) current {
 	key := a.sm.k.tuple(bucket, sp.ID(), op.GetKey())
 	ver, t, found := a.read(ov, key)
 	c := current{key: key, version: ver, tuple: t, found: found, local: found}
@@ -456,7 +480,18 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 	}
 	key := op.GetKey()
 	switch op.GetKind() {
+	case rspb.OpKind_OP_KIND_CHECK:
+		if ref := a.check(sp, i, op, c); ref != nil {
+			return nil, ref
+		}
+		// The result carries no tuple: it would be kept with the request
+		// id's answer, doubling what a checked write stores (a reader
+		// who wants it reads it).
+		return &rspb.OpResult{Found: found, Version: curVer}, nil
 	case rspb.OpKind_OP_KIND_INSERT:
+		if found && op.GetIfAbsent() {
+			return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
+		}
 		if found {
 			return nil, refusal(rspb.Refusal_CODE_DUPLICATE_KEY, i, "op %d: duplicate key %s in space %s", i+1, keyString(key), sp.Name())
 		}
@@ -487,6 +522,102 @@ func (a *applier) op(schema *Schema, bucket uint32, i int, op *rspb.Op, ov *over
 		return &rspb.OpResult{Found: true, Tuple: bytes.Clone(cur), Version: curVer}, nil
 	}
 	return nil, refusal(rspb.Refusal_CODE_INVALID, i, "op %d: unknown kind %d", i+1, op.GetKind())
+}
+
+// check refuses the batch unless every condition of a check op holds on
+// the key's tuple as c has it. A condition on a field fails when there is
+// no tuple. The refusal names the op, the condition and the actual value.
+func (a *applier) check(sp *schema.Space, i int, op *rspb.Op, c current) *rspb.BatchResult {
+	if op.IfVersion == nil && len(op.GetConditions()) == 0 {
+		return refusal(rspb.Refusal_CODE_INVALID, i, "op %d (check in space %s): no condition; give if_version or a field condition", i+1, sp.Name())
+	}
+	for n, cond := range op.GetConditions() {
+		f := int(cond.GetField())
+		// The proposer checked that the value is one value of the
+		// field's type: the first field is read without decoding a
+		// tuple.
+		want, err := tuple.DecodeField(cond.GetValue(), 0)
+		if err != nil || f >= len(sp.Format()) || cond.GetCompare() == rspb.Compare_COMPARE_UNSPECIFIED || cond.GetCompare() > rspb.Compare_COMPARE_GE {
+			return refusal(rspb.Refusal_CODE_INVALID, i, "op %d (check in space %s): condition %d is malformed", i+1, sp.Name(), n+1)
+		}
+		what := func() string {
+			return fmt.Sprintf("op %d (check in space %s): condition %d (%s %s %s) does not hold",
+				i+1, sp.Name(), n+1, sp.Format()[f].Name, compareSymbol(cond.GetCompare()), want)
+		}
+		if !c.found {
+			ref := refusal(rspb.Refusal_CODE_CONDITION_FAILED, i, "%s: there is no tuple with key %s", what(), keyString(op.GetKey()))
+			ref.Refusal.Condition = uint32(n + 1)
+			return ref
+		}
+		got, err := tuple.DecodeField(c.tuple, f)
+		if err != nil {
+			a.err = fmt.Errorf("replicaset: stored tuple in space %s: %w", sp.Name(), err)
+			return nil
+		}
+		if !compareHolds(cond.GetCompare(), got, want) {
+			ref := refusal(rspb.Refusal_CODE_CONDITION_FAILED, i, "%s: the field is %s", what(), got)
+			ref.Refusal.Condition, ref.Refusal.ActualVersion = uint32(n+1), c.version
+			ref.Refusal.ActualValue = tuple.AppendTuple(nil, tuple.Tuple{got})
+			return ref
+		}
+	}
+	return nil
+}
+
+// decodeOne reads a value encoded as a tuple of one value.
+func decodeOne(b []byte) (tuple.Value, error) {
+	t, err := tuple.DecodeTuple(b)
+	if err != nil {
+		return tuple.Value{}, err
+	}
+	if len(t) != 1 {
+		return tuple.Value{}, fmt.Errorf("a tuple of %d values, want one", len(t))
+	}
+	return t[0], nil
+}
+
+// compareHolds reports whether "got c want" holds in tuple.Compare's
+// order. Values of kinds that do not compare (tuple.Comparable) are
+// neither less nor greater: only != holds for them.
+func compareHolds(c rspb.Compare, got, want tuple.Value) bool {
+	if !tuple.Comparable(got, want) {
+		return c == rspb.Compare_COMPARE_NE
+	}
+	r := tuple.Compare(got, want)
+	switch c {
+	case rspb.Compare_COMPARE_EQ:
+		return r == 0
+	case rspb.Compare_COMPARE_NE:
+		return r != 0
+	case rspb.Compare_COMPARE_LT:
+		return r < 0
+	case rspb.Compare_COMPARE_LE:
+		return r <= 0
+	case rspb.Compare_COMPARE_GT:
+		return r > 0
+	case rspb.Compare_COMPARE_GE:
+		return r >= 0
+	}
+	return false
+}
+
+// compareSymbol writes a comparison as the CLI takes it.
+func compareSymbol(c rspb.Compare) string {
+	switch c {
+	case rspb.Compare_COMPARE_EQ:
+		return "="
+	case rspb.Compare_COMPARE_NE:
+		return "!="
+	case rspb.Compare_COMPARE_LT:
+		return "<"
+	case rspb.Compare_COMPARE_LE:
+		return "<="
+	case rspb.Compare_COMPARE_GT:
+		return ">"
+	case rspb.Compare_COMPARE_GE:
+		return ">="
+	}
+	return "?"
 }
 
 // update applies an op's update operations to the stored tuple cur.
@@ -530,6 +661,8 @@ func opName(k rspb.OpKind) string {
 		return "upsert"
 	case rspb.OpKind_OP_KIND_DELETE:
 		return "delete"
+	case rspb.OpKind_OP_KIND_CHECK:
+		return "check"
 	}
 	return "unknown op"
 }

@@ -35,15 +35,21 @@ import (
 // sm=replicaset-replace/no-request-id is a write without a request id (no
 // lookup, nothing remembered), which shows what the ids cost;
 // sm=replicaset-replace/no-row-cache is the first without the row cache
-// (rowcache.go): every write reads the tuple it replaces from Pebble.
+// (rowcache.go): every write reads the tuple it replaces from Pebble;
+// sm=replicaset-replace/checked is the first with a check op before the
+// replace, on the same key (a condition on its key field, which holds):
+// what a check adds to a batch. cpu-ns/op is the process's CPU time per
+// write (user and system, Pebble's goroutines included), steadier than
+// ns/op on a machine shared with other load.
 //
 //	go test -run '^$' -bench BenchmarkApply -benchtime 100000x ./internal/replicaset/
 func BenchmarkApply(b *testing.B) {
 	b.Run("sm=kvsm-put", benchKVSM)
-	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, DefaultRowCacheBytes) })
-	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond, true, DefaultRowCacheBytes) })
-	b.Run("sm=replicaset-replace/no-request-id", func(b *testing.B) { benchReplace(b, RequestIDWindow, false, DefaultRowCacheBytes) })
-	b.Run("sm=replicaset-replace/no-row-cache", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, 0) })
+	b.Run("sm=replicaset-replace", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, DefaultRowCacheBytes, false) })
+	b.Run("sm=replicaset-replace/expiring", func(b *testing.B) { benchReplace(b, 100*time.Millisecond, true, DefaultRowCacheBytes, false) })
+	b.Run("sm=replicaset-replace/no-request-id", func(b *testing.B) { benchReplace(b, RequestIDWindow, false, DefaultRowCacheBytes, false) })
+	b.Run("sm=replicaset-replace/no-row-cache", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, 0, false) })
+	b.Run("sm=replicaset-replace/checked", func(b *testing.B) { benchReplace(b, RequestIDWindow, true, DefaultRowCacheBytes, true) })
 }
 
 const (
@@ -141,7 +147,7 @@ func benchKVSM(b *testing.B) {
 	flush()
 }
 
-func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int64) {
+func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int64, check bool) {
 	b.Helper()
 	db := benchDB(b)
 	sm, err := New(db, 7)
@@ -176,6 +182,7 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 	add(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: buckets, Generation: 1}}})
 	flush()
 	val := make([]byte, 100)
+	loaded := false // the rows are loaded: a checked write may check
 	write := func(k uint64) *rspb.Command {
 		key := []tuple.Value{tuple.Uint(k)}
 		kb, err := tuple.AppendKey(nil, key...)
@@ -191,13 +198,20 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 			id = make([]byte, 16)
 			_, _ = rand.Read(id)
 		}
-		return &rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: bucket, SchemaVersion: 1, RequestId: id, Ops: []*rspb.Op{{
+		ops := []*rspb.Op{{
 			Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: kb, Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.Bytes(val)}),
-		}}}}}
+		}}
+		if check && loaded {
+			ops = append([]*rspb.Op{{Kind: rspb.OpKind_OP_KIND_CHECK, SpaceId: 1, Key: kb, Conditions: []*rspb.Condition{
+				{Field: 0, Compare: rspb.Compare_COMPARE_EQ, Value: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k)})},
+			}}}, ops...)
+		}
+		return &rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: bucket, SchemaVersion: 1, RequestId: id, Ops: ops}}}
 	}
 	for k := range uint64(benchRows) {
 		add(write(k))
 	}
+	loaded = true
 	flush()
 	rng := mrand.New(mrand.NewPCG(1, 2))
 	// The commands are made before the clock starts: the proposer makes
@@ -207,10 +221,14 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 		cmds[i] = write(rng.Uint64N(benchRows))
 	}
 	b.ResetTimer()
+	cpu0, ok := processCPU()
 	for _, c := range cmds {
 		add(c)
 	}
 	flush()
+	if cpu1, ok1 := processCPU(); ok && ok1 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
 }
 
 // BenchmarkApplyCopy measures what the copy of a moving bucket costs its

@@ -50,7 +50,8 @@ func refusalError(r *rspb.Refusal) error {
 	default:
 		return status.Error(codes.Internal, r.GetMessage())
 	}
-	return withDetail(code, r.GetMessage(), &datav1.Refusal{Code: api, Op: r.GetOp(), ActualVersion: r.GetActualVersion()})
+	return withDetail(code, r.GetMessage(), &datav1.Refusal{Code: api, Op: r.GetOp(), ActualVersion: r.GetActualVersion(),
+		Condition: r.GetCondition(), ActualValue: r.GetActualValue()})
 }
 
 func invalid(op int, format string, args ...any) error {

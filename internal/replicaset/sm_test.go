@@ -384,6 +384,11 @@ func FuzzApplyNeverPanics(f *testing.F) {
 		{Kind: rspb.OpKind_OP_KIND_UPDATE, SpaceId: 1, Key: []byte{5, 0, 0, 0, 0, 0, 0, 0, 1}, Ops: []byte{1, '+', 6}},
 	}}}})
 	f.Add(seed)
+	check, _ := Encode(&rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: 1, Ops: []*rspb.Op{
+		{Kind: rspb.OpKind_OP_KIND_CHECK, SpaceId: 1, Key: []byte{5, 0, 0, 0, 0, 0, 0, 0, 1}, Conditions: []*rspb.Condition{{Field: 2, Compare: rspb.Compare_COMPARE_LE, Value: []byte{1, 6}}}},
+		{Kind: rspb.OpKind_OP_KIND_INSERT, SpaceId: 1, Key: []byte{5, 0, 0, 0, 0, 0, 0, 0, 1}, IfAbsent: true},
+	}}}})
+	f.Add(check)
 	f.Add([]byte{0xff, 0x01})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		fx := newFixture(t)

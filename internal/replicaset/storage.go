@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -492,7 +493,7 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 		if size > MaxBatchBytes {
 			return nil, invalid(i, "the write is larger than %d bytes", MaxBatchBytes)
 		}
-		r := &rspb.Op{Kind: rspb.OpKind(op.GetKind()), SpaceId: sp.ID(), Ops: op.GetOps(), IfVersion: op.IfVersion}
+		r := &rspb.Op{Kind: rspb.OpKind(op.GetKind()), SpaceId: sp.ID(), Ops: op.GetOps(), IfVersion: op.IfVersion, IfAbsent: op.GetIfAbsent()}
 		var key []tuple.Value
 		what := opWhat{n: i + 1, kind: r.GetKind(), space: sp.Name()}
 		switch op.GetKind() {
@@ -511,7 +512,7 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 				return nil, invalid(i, "%s: %v", what, err)
 			}
 			r.Tuple = op.GetTuple()
-		case datav1.OpKind_OP_KIND_UPDATE, datav1.OpKind_OP_KIND_DELETE:
+		case datav1.OpKind_OP_KIND_UPDATE, datav1.OpKind_OP_KIND_DELETE, datav1.OpKind_OP_KIND_CHECK:
 			k, err := sp.DecodeKey(op.GetKey())
 			if err != nil {
 				return nil, invalid(i, "%s: %v", what, err)
@@ -519,6 +520,18 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 			key = k
 		default:
 			return nil, invalid(i, "op %d: unknown kind %v", i+1, op.GetKind())
+		}
+		if op.GetIfAbsent() && op.GetKind() != datav1.OpKind_OP_KIND_INSERT {
+			return nil, invalid(i, "%s: if_absent is an insert's; this op is not one", what)
+		}
+		if op.GetKind() == datav1.OpKind_OP_KIND_CHECK {
+			conds, err := prepareConditions(sp, what, op)
+			if err != nil {
+				return nil, invalid(i, "%v", err)
+			}
+			r.Conditions = conds
+		} else if len(op.GetConditions()) > 0 {
+			return nil, invalid(i, "%s: conditions are a check op's; this op is not one", what)
 		}
 		if op.GetKind() == datav1.OpKind_OP_KIND_UPDATE || op.GetKind() == datav1.OpKind_OP_KIND_UPSERT {
 			if _, err := tuple.DecodeOps(op.GetOps()); err != nil {
@@ -543,6 +556,65 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 		out.Ops = append(out.Ops, r)
 	}
 	return out, nil
+}
+
+// MaxConditions is the most conditions one check op may carry.
+const MaxConditions = 64
+
+// prepareConditions resolves the fields of a check op's conditions and
+// checks their values against the fields' types.
+func prepareConditions(sp *schema.Space, what opWhat, op *datav1.Op) ([]*rspb.Condition, error) {
+	conds := op.GetConditions()
+	if op.IfVersion == nil && len(conds) == 0 {
+		return nil, fmt.Errorf("%s: no condition; give if_version or a field condition", what)
+	}
+	if len(conds) > MaxConditions {
+		return nil, fmt.Errorf("%s: %d conditions; at most %d are allowed", what, len(conds), MaxConditions)
+	}
+	format := sp.Format()
+	out := make([]*rspb.Condition, 0, len(conds))
+	for n, c := range conds {
+		label := fmt.Sprintf("%s: condition %d", what, n+1)
+		var f int
+		switch {
+		case c.GetField() != "" && c.GetFieldNumber() != 0:
+			return nil, fmt.Errorf("%s: the field is given both by name (%q) and by number (%d); give one", label, c.GetField(), c.GetFieldNumber())
+		case c.GetField() != "":
+			i, ok := format.Index(c.GetField())
+			if !ok {
+				return nil, fmt.Errorf("%s: no field %q in space %s (its fields: %s)", label, c.GetField(), sp.Name(), fieldNames(format))
+			}
+			f = i
+		case c.GetFieldNumber() != 0:
+			if int(c.GetFieldNumber()) > len(format) {
+				return nil, fmt.Errorf("%s: field %d: space %s has %d fields", label, c.GetFieldNumber(), sp.Name(), len(format))
+			}
+			f = int(c.GetFieldNumber()) - 1
+		default:
+			return nil, fmt.Errorf("%s: no field given (by name, or by number from 1)", label)
+		}
+		if c.GetCompare() == datav1.Compare_COMPARE_UNSPECIFIED || c.GetCompare() > datav1.Compare_COMPARE_GE {
+			return nil, fmt.Errorf("%s (field %s): no comparison given; one of = != < <= > >=", label, format[f].Name)
+		}
+		v, err := decodeOne(c.GetValue())
+		if err != nil {
+			return nil, fmt.Errorf("%s (field %s): the value: %w", label, format[f].Name, err)
+		}
+		if err := format.CheckField(f, v); err != nil {
+			return nil, fmt.Errorf("%s: %w", label, err)
+		}
+		out = append(out, &rspb.Condition{Field: uint32(f), Compare: rspb.Compare(c.GetCompare()), Value: c.GetValue()})
+	}
+	return out, nil
+}
+
+// fieldNames lists a format's field names for a message.
+func fieldNames(f tuple.Format) string {
+	names := make([]string, len(f))
+	for i, fd := range f {
+		names[i] = fd.Name
+	}
+	return strings.Join(names, ", ")
 }
 
 // readAt checks that this member may serve a read in mode, and makes an

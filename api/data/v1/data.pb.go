@@ -91,6 +91,11 @@ const (
 	OpKind_OP_KIND_UPSERT OpKind = 4
 	// Delete the tuple with a key; returns it.
 	OpKind_OP_KIND_DELETE OpKind = 5
+	// Write nothing; refuse the whole write (CODE_CONDITION_FAILED) unless
+	// every condition holds on the key's current tuple: if_version, and
+	// each of conditions. At least one is given. Its result is found and
+	// the tuple's version (no tuple: read it if you need it).
+	OpKind_OP_KIND_CHECK OpKind = 6
 )
 
 // Enum value maps for OpKind.
@@ -102,6 +107,7 @@ var (
 		3: "OP_KIND_UPDATE",
 		4: "OP_KIND_UPSERT",
 		5: "OP_KIND_DELETE",
+		6: "OP_KIND_CHECK",
 	}
 	OpKind_value = map[string]int32{
 		"OP_KIND_UNSPECIFIED": 0,
@@ -110,6 +116,7 @@ var (
 		"OP_KIND_UPDATE":      3,
 		"OP_KIND_UPSERT":      4,
 		"OP_KIND_DELETE":      5,
+		"OP_KIND_CHECK":       6,
 	}
 )
 
@@ -138,6 +145,69 @@ func (x OpKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use OpKind.Descriptor instead.
 func (OpKind) EnumDescriptor() ([]byte, []int) {
 	return file_api_data_v1_data_proto_rawDescGZIP(), []int{1}
+}
+
+// Compare is how a condition compares a field with its value, in the
+// tuple package's order of values (tuple.Compare).
+type Compare int32
+
+const (
+	Compare_COMPARE_UNSPECIFIED Compare = 0
+	Compare_COMPARE_EQ          Compare = 1 // =
+	Compare_COMPARE_NE          Compare = 2 // !=
+	Compare_COMPARE_LT          Compare = 3 // <
+	Compare_COMPARE_LE          Compare = 4 // <=
+	Compare_COMPARE_GT          Compare = 5 // >
+	Compare_COMPARE_GE          Compare = 6 // >=
+)
+
+// Enum value maps for Compare.
+var (
+	Compare_name = map[int32]string{
+		0: "COMPARE_UNSPECIFIED",
+		1: "COMPARE_EQ",
+		2: "COMPARE_NE",
+		3: "COMPARE_LT",
+		4: "COMPARE_LE",
+		5: "COMPARE_GT",
+		6: "COMPARE_GE",
+	}
+	Compare_value = map[string]int32{
+		"COMPARE_UNSPECIFIED": 0,
+		"COMPARE_EQ":          1,
+		"COMPARE_NE":          2,
+		"COMPARE_LT":          3,
+		"COMPARE_LE":          4,
+		"COMPARE_GT":          5,
+		"COMPARE_GE":          6,
+	}
+)
+
+func (x Compare) Enum() *Compare {
+	p := new(Compare)
+	*p = x
+	return p
+}
+
+func (x Compare) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Compare) Descriptor() protoreflect.EnumDescriptor {
+	return file_api_data_v1_data_proto_enumTypes[2].Descriptor()
+}
+
+func (Compare) Type() protoreflect.EnumType {
+	return &file_api_data_v1_data_proto_enumTypes[2]
+}
+
+func (x Compare) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Compare.Descriptor instead.
+func (Compare) EnumDescriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{2}
 }
 
 // ReshardStep is a step of the seed's procedure: set curr and prev
@@ -194,11 +264,11 @@ func (x ReshardStep) String() string {
 }
 
 func (ReshardStep) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_data_v1_data_proto_enumTypes[2].Descriptor()
+	return file_api_data_v1_data_proto_enumTypes[3].Descriptor()
 }
 
 func (ReshardStep) Type() protoreflect.EnumType {
-	return &file_api_data_v1_data_proto_enumTypes[2]
+	return &file_api_data_v1_data_proto_enumTypes[3]
 }
 
 func (x ReshardStep) Number() protoreflect.EnumNumber {
@@ -207,7 +277,7 @@ func (x ReshardStep) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ReshardStep.Descriptor instead.
 func (ReshardStep) EnumDescriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{2}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{3}
 }
 
 type Redirect_Reason int32
@@ -249,11 +319,11 @@ func (x Redirect_Reason) String() string {
 }
 
 func (Redirect_Reason) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_data_v1_data_proto_enumTypes[3].Descriptor()
+	return file_api_data_v1_data_proto_enumTypes[4].Descriptor()
 }
 
 func (Redirect_Reason) Type() protoreflect.EnumType {
-	return &file_api_data_v1_data_proto_enumTypes[3]
+	return &file_api_data_v1_data_proto_enumTypes[4]
 }
 
 func (x Redirect_Reason) Number() protoreflect.EnumNumber {
@@ -262,7 +332,7 @@ func (x Redirect_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Redirect_Reason.Descriptor instead.
 func (Redirect_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{28, 0}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29, 0}
 }
 
 type Refusal_Code int32
@@ -271,7 +341,7 @@ const (
 	Refusal_CODE_UNSPECIFIED Refusal_Code = 0
 	// INSERT of a key that exists.
 	Refusal_CODE_DUPLICATE_KEY Refusal_Code = 1
-	// An if_version condition does not hold.
+	// An if_version condition, or a check op's condition, does not hold.
 	Refusal_CODE_CONDITION_FAILED Refusal_Code = 2
 	// The space does not exist (or not yet on this replicaset).
 	Refusal_CODE_NO_SUCH_SPACE Refusal_Code = 3
@@ -308,11 +378,11 @@ func (x Refusal_Code) String() string {
 }
 
 func (Refusal_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_api_data_v1_data_proto_enumTypes[4].Descriptor()
+	return file_api_data_v1_data_proto_enumTypes[5].Descriptor()
 }
 
 func (Refusal_Code) Type() protoreflect.EnumType {
-	return &file_api_data_v1_data_proto_enumTypes[4]
+	return &file_api_data_v1_data_proto_enumTypes[5]
 }
 
 func (x Refusal_Code) Number() protoreflect.EnumNumber {
@@ -321,7 +391,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29, 0}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30, 0}
 }
 
 // Field is one field of a space's format.
@@ -478,6 +548,80 @@ func (x *Space) GetShardingKey() []uint32 {
 	return nil
 }
 
+// Condition is a comparison of one field of a check op's tuple with a
+// value: "field compare value" must hold. It fails when there is no
+// tuple.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The field by name, or by 1-based number (field_number); one of them.
+	Field       string  `protobuf:"bytes,1,opt,name=field,proto3" json:"field,omitempty"`
+	FieldNumber uint32  `protobuf:"varint,2,opt,name=field_number,json=fieldNumber,proto3" json:"field_number,omitempty"`
+	Compare     Compare `protobuf:"varint,3,opt,name=compare,proto3,enum=shardkit.data.v1.Compare" json:"compare,omitempty"`
+	// The value, encoded as a tuple of one value (tuple.AppendTuple): of
+	// the field's type, or null for a nullable field.
+	Value         []byte `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_api_data_v1_data_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Condition) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *Condition) GetFieldNumber() uint32 {
+	if x != nil {
+		return x.FieldNumber
+	}
+	return 0
+}
+
+func (x *Condition) GetCompare() Compare {
+	if x != nil {
+		return x.Compare
+	}
+	return Compare_COMPARE_UNSPECIFIED
+}
+
+func (x *Condition) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // Op is one operation of a Write.
 type Op struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -485,20 +629,25 @@ type Op struct {
 	Space string                 `protobuf:"bytes,2,opt,name=space,proto3" json:"space,omitempty"`
 	// INSERT, REPLACE, UPSERT: the tuple.
 	Tuple []byte `protobuf:"bytes,3,opt,name=tuple,proto3" json:"tuple,omitempty"`
-	// UPDATE, DELETE: the primary key (its parts encoded as a tuple).
+	// UPDATE, DELETE, CHECK: the primary key (its parts encoded as a tuple).
 	Key []byte `protobuf:"bytes,4,opt,name=key,proto3" json:"key,omitempty"`
 	// UPDATE, UPSERT: the update operations (tuple.AppendOps).
 	Ops []byte `protobuf:"bytes,5,opt,name=ops,proto3" json:"ops,omitempty"`
 	// Compare-and-set: apply only if the tuple's version is this one (0:
 	// only if there is no tuple). Not allowed with INSERT.
-	IfVersion     *uint64 `protobuf:"varint,6,opt,name=if_version,json=ifVersion,proto3,oneof" json:"if_version,omitempty"`
+	IfVersion *uint64 `protobuf:"varint,6,opt,name=if_version,json=ifVersion,proto3,oneof" json:"if_version,omitempty"`
+	// CHECK: the conditions on the key's tuple, all of which must hold.
+	Conditions []*Condition `protobuf:"bytes,7,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// INSERT: when a tuple with the key exists, skip the op instead of
+	// refusing the write; its result is then found, with that tuple.
+	IfAbsent      bool `protobuf:"varint,8,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_api_data_v1_data_proto_msgTypes[2]
+	mi := &file_api_data_v1_data_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -510,7 +659,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[2]
+	mi := &file_api_data_v1_data_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -523,7 +672,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{2}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -568,6 +717,20 @@ func (x *Op) GetIfVersion() uint64 {
 	return 0
 }
 
+func (x *Op) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *Op) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
 type WriteRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The bucket every op's key belongs to; 0: the instance computes it
@@ -586,7 +749,7 @@ type WriteRequest struct {
 
 func (x *WriteRequest) Reset() {
 	*x = WriteRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[3]
+	mi := &file_api_data_v1_data_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -598,7 +761,7 @@ func (x *WriteRequest) String() string {
 func (*WriteRequest) ProtoMessage() {}
 
 func (x *WriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[3]
+	mi := &file_api_data_v1_data_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -611,7 +774,7 @@ func (x *WriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteRequest.ProtoReflect.Descriptor instead.
 func (*WriteRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{3}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *WriteRequest) GetBucket() uint32 {
@@ -644,10 +807,11 @@ func (x *WriteRequest) GetSchemaVersion() uint64 {
 
 type OpResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// Whether a tuple with the key existed before the op.
+	// Whether a tuple with the key existed before the op (for an INSERT
+	// with if_absent: it was skipped).
 	Found bool `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
 	// The tuple after the op (INSERT, REPLACE, UPDATE, UPSERT), or the one
-	// deleted (DELETE); empty when there is none.
+	// deleted (DELETE); empty when there is none, and for CHECK.
 	Tuple []byte `protobuf:"bytes,2,opt,name=tuple,proto3" json:"tuple,omitempty"`
 	// The tuple's version after the op; for DELETE, the version it had. A
 	// version names the write that made the tuple: the replicaset's Raft
@@ -660,7 +824,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_api_data_v1_data_proto_msgTypes[4]
+	mi := &file_api_data_v1_data_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +836,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[4]
+	mi := &file_api_data_v1_data_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +849,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{4}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -723,7 +887,7 @@ type WriteResponse struct {
 
 func (x *WriteResponse) Reset() {
 	*x = WriteResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[5]
+	mi := &file_api_data_v1_data_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -735,7 +899,7 @@ func (x *WriteResponse) String() string {
 func (*WriteResponse) ProtoMessage() {}
 
 func (x *WriteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[5]
+	mi := &file_api_data_v1_data_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -748,7 +912,7 @@ func (x *WriteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteResponse.ProtoReflect.Descriptor instead.
 func (*WriteResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{5}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *WriteResponse) GetResults() []*OpResult {
@@ -795,7 +959,7 @@ type ReadInfo struct {
 
 func (x *ReadInfo) Reset() {
 	*x = ReadInfo{}
-	mi := &file_api_data_v1_data_proto_msgTypes[6]
+	mi := &file_api_data_v1_data_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +971,7 @@ func (x *ReadInfo) String() string {
 func (*ReadInfo) ProtoMessage() {}
 
 func (x *ReadInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[6]
+	mi := &file_api_data_v1_data_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +984,7 @@ func (x *ReadInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadInfo.ProtoReflect.Descriptor instead.
 func (*ReadInfo) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{6}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ReadInfo) GetReplicasetId() string {
@@ -880,7 +1044,7 @@ type GetRequest struct {
 
 func (x *GetRequest) Reset() {
 	*x = GetRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[7]
+	mi := &file_api_data_v1_data_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1056,7 @@ func (x *GetRequest) String() string {
 func (*GetRequest) ProtoMessage() {}
 
 func (x *GetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[7]
+	mi := &file_api_data_v1_data_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1069,7 @@ func (x *GetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRequest.ProtoReflect.Descriptor instead.
 func (*GetRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{7}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRequest) GetSpace() string {
@@ -955,7 +1119,7 @@ type GetResponse struct {
 
 func (x *GetResponse) Reset() {
 	*x = GetResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[8]
+	mi := &file_api_data_v1_data_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1131,7 @@ func (x *GetResponse) String() string {
 func (*GetResponse) ProtoMessage() {}
 
 func (x *GetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[8]
+	mi := &file_api_data_v1_data_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1144,7 @@ func (x *GetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetResponse.ProtoReflect.Descriptor instead.
 func (*GetResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{8}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetResponse) GetFound() bool {
@@ -1048,7 +1212,7 @@ type RangeRequest struct {
 
 func (x *RangeRequest) Reset() {
 	*x = RangeRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[9]
+	mi := &file_api_data_v1_data_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1224,7 @@ func (x *RangeRequest) String() string {
 func (*RangeRequest) ProtoMessage() {}
 
 func (x *RangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[9]
+	mi := &file_api_data_v1_data_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1237,7 @@ func (x *RangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeRequest.ProtoReflect.Descriptor instead.
 func (*RangeRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{9}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RangeRequest) GetSpace() string {
@@ -1165,7 +1329,7 @@ type VersionedTuple struct {
 
 func (x *VersionedTuple) Reset() {
 	*x = VersionedTuple{}
-	mi := &file_api_data_v1_data_proto_msgTypes[10]
+	mi := &file_api_data_v1_data_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1177,7 +1341,7 @@ func (x *VersionedTuple) String() string {
 func (*VersionedTuple) ProtoMessage() {}
 
 func (x *VersionedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[10]
+	mi := &file_api_data_v1_data_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1190,7 +1354,7 @@ func (x *VersionedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use VersionedTuple.ProtoReflect.Descriptor instead.
 func (*VersionedTuple) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{10}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *VersionedTuple) GetTuple() []byte {
@@ -1232,7 +1396,7 @@ type RangeResponse struct {
 
 func (x *RangeResponse) Reset() {
 	*x = RangeResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[11]
+	mi := &file_api_data_v1_data_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1408,7 @@ func (x *RangeResponse) String() string {
 func (*RangeResponse) ProtoMessage() {}
 
 func (x *RangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[11]
+	mi := &file_api_data_v1_data_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1421,7 @@ func (x *RangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RangeResponse.ProtoReflect.Descriptor instead.
 func (*RangeResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{11}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RangeResponse) GetTuples() []*VersionedTuple {
@@ -1314,7 +1478,7 @@ type CallRequest struct {
 
 func (x *CallRequest) Reset() {
 	*x = CallRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[12]
+	mi := &file_api_data_v1_data_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1490,7 @@ func (x *CallRequest) String() string {
 func (*CallRequest) ProtoMessage() {}
 
 func (x *CallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[12]
+	mi := &file_api_data_v1_data_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1503,7 @@ func (x *CallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallRequest.ProtoReflect.Descriptor instead.
 func (*CallRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{12}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CallRequest) GetProcedure() string {
@@ -1402,7 +1566,7 @@ type CallResponse struct {
 
 func (x *CallResponse) Reset() {
 	*x = CallResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[13]
+	mi := &file_api_data_v1_data_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1414,7 +1578,7 @@ func (x *CallResponse) String() string {
 func (*CallResponse) ProtoMessage() {}
 
 func (x *CallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[13]
+	mi := &file_api_data_v1_data_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1427,7 +1591,7 @@ func (x *CallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CallResponse.ProtoReflect.Descriptor instead.
 func (*CallResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{13}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CallResponse) GetResult() []byte {
@@ -1456,7 +1620,7 @@ type MapCallRequest struct {
 
 func (x *MapCallRequest) Reset() {
 	*x = MapCallRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[14]
+	mi := &file_api_data_v1_data_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1468,7 +1632,7 @@ func (x *MapCallRequest) String() string {
 func (*MapCallRequest) ProtoMessage() {}
 
 func (x *MapCallRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[14]
+	mi := &file_api_data_v1_data_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1481,7 +1645,7 @@ func (x *MapCallRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapCallRequest.ProtoReflect.Descriptor instead.
 func (*MapCallRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{14}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MapCallRequest) GetProcedure() string {
@@ -1524,7 +1688,7 @@ type ReplicasetResult struct {
 
 func (x *ReplicasetResult) Reset() {
 	*x = ReplicasetResult{}
-	mi := &file_api_data_v1_data_proto_msgTypes[15]
+	mi := &file_api_data_v1_data_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1700,7 @@ func (x *ReplicasetResult) String() string {
 func (*ReplicasetResult) ProtoMessage() {}
 
 func (x *ReplicasetResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[15]
+	mi := &file_api_data_v1_data_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1713,7 @@ func (x *ReplicasetResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetResult.ProtoReflect.Descriptor instead.
 func (*ReplicasetResult) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{15}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ReplicasetResult) GetReplicasetId() string {
@@ -1583,7 +1747,7 @@ type MapCallResponse struct {
 
 func (x *MapCallResponse) Reset() {
 	*x = MapCallResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[16]
+	mi := &file_api_data_v1_data_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1759,7 @@ func (x *MapCallResponse) String() string {
 func (*MapCallResponse) ProtoMessage() {}
 
 func (x *MapCallResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[16]
+	mi := &file_api_data_v1_data_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1772,7 @@ func (x *MapCallResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MapCallResponse.ProtoReflect.Descriptor instead.
 func (*MapCallResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{16}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MapCallResponse) GetResults() []*ReplicasetResult {
@@ -1626,7 +1790,7 @@ type GetRoutingRequest struct {
 
 func (x *GetRoutingRequest) Reset() {
 	*x = GetRoutingRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[17]
+	mi := &file_api_data_v1_data_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1638,7 +1802,7 @@ func (x *GetRoutingRequest) String() string {
 func (*GetRoutingRequest) ProtoMessage() {}
 
 func (x *GetRoutingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[17]
+	mi := &file_api_data_v1_data_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1651,7 +1815,7 @@ func (x *GetRoutingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingRequest.ProtoReflect.Descriptor instead.
 func (*GetRoutingRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{17}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{18}
 }
 
 type BucketRange struct {
@@ -1665,7 +1829,7 @@ type BucketRange struct {
 
 func (x *BucketRange) Reset() {
 	*x = BucketRange{}
-	mi := &file_api_data_v1_data_proto_msgTypes[18]
+	mi := &file_api_data_v1_data_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1677,7 +1841,7 @@ func (x *BucketRange) String() string {
 func (*BucketRange) ProtoMessage() {}
 
 func (x *BucketRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[18]
+	mi := &file_api_data_v1_data_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1690,7 +1854,7 @@ func (x *BucketRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
 func (*BucketRange) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{18}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BucketRange) GetFirst() uint32 {
@@ -1725,7 +1889,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_api_data_v1_data_proto_msgTypes[19]
+	mi := &file_api_data_v1_data_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1737,7 +1901,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[19]
+	mi := &file_api_data_v1_data_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1750,7 +1914,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{19}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Member) GetInstanceId() string {
@@ -1788,7 +1952,7 @@ type ReplicasetRoute struct {
 
 func (x *ReplicasetRoute) Reset() {
 	*x = ReplicasetRoute{}
-	mi := &file_api_data_v1_data_proto_msgTypes[20]
+	mi := &file_api_data_v1_data_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1964,7 @@ func (x *ReplicasetRoute) String() string {
 func (*ReplicasetRoute) ProtoMessage() {}
 
 func (x *ReplicasetRoute) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[20]
+	mi := &file_api_data_v1_data_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1977,7 @@ func (x *ReplicasetRoute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetRoute.ProtoReflect.Descriptor instead.
 func (*ReplicasetRoute) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{20}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReplicasetRoute) GetReplicasetId() string {
@@ -1859,7 +2023,7 @@ type GetRoutingResponse struct {
 
 func (x *GetRoutingResponse) Reset() {
 	*x = GetRoutingResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[21]
+	mi := &file_api_data_v1_data_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1871,7 +2035,7 @@ func (x *GetRoutingResponse) String() string {
 func (*GetRoutingResponse) ProtoMessage() {}
 
 func (x *GetRoutingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[21]
+	mi := &file_api_data_v1_data_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1884,7 +2048,7 @@ func (x *GetRoutingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRoutingResponse.ProtoReflect.Descriptor instead.
 func (*GetRoutingResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{21}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetRoutingResponse) GetBucketCount() uint32 {
@@ -1940,7 +2104,7 @@ type CreateSpaceRequest struct {
 
 func (x *CreateSpaceRequest) Reset() {
 	*x = CreateSpaceRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[22]
+	mi := &file_api_data_v1_data_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2116,7 @@ func (x *CreateSpaceRequest) String() string {
 func (*CreateSpaceRequest) ProtoMessage() {}
 
 func (x *CreateSpaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[22]
+	mi := &file_api_data_v1_data_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2129,7 @@ func (x *CreateSpaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSpaceRequest.ProtoReflect.Descriptor instead.
 func (*CreateSpaceRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{22}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateSpaceRequest) GetSpace() *Space {
@@ -1991,7 +2155,7 @@ type CreateSpaceResponse struct {
 
 func (x *CreateSpaceResponse) Reset() {
 	*x = CreateSpaceResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[23]
+	mi := &file_api_data_v1_data_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2167,7 @@ func (x *CreateSpaceResponse) String() string {
 func (*CreateSpaceResponse) ProtoMessage() {}
 
 func (x *CreateSpaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[23]
+	mi := &file_api_data_v1_data_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2180,7 @@ func (x *CreateSpaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateSpaceResponse.ProtoReflect.Descriptor instead.
 func (*CreateSpaceResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{23}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateSpaceResponse) GetSpace() *Space {
@@ -2037,7 +2201,7 @@ type DropSpaceRequest struct {
 
 func (x *DropSpaceRequest) Reset() {
 	*x = DropSpaceRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[24]
+	mi := &file_api_data_v1_data_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2213,7 @@ func (x *DropSpaceRequest) String() string {
 func (*DropSpaceRequest) ProtoMessage() {}
 
 func (x *DropSpaceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[24]
+	mi := &file_api_data_v1_data_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2226,7 @@ func (x *DropSpaceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropSpaceRequest.ProtoReflect.Descriptor instead.
 func (*DropSpaceRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{24}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DropSpaceRequest) GetName() string {
@@ -2089,7 +2253,7 @@ type DropSpaceResponse struct {
 
 func (x *DropSpaceResponse) Reset() {
 	*x = DropSpaceResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[25]
+	mi := &file_api_data_v1_data_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2101,7 +2265,7 @@ func (x *DropSpaceResponse) String() string {
 func (*DropSpaceResponse) ProtoMessage() {}
 
 func (x *DropSpaceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[25]
+	mi := &file_api_data_v1_data_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2114,7 +2278,7 @@ func (x *DropSpaceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropSpaceResponse.ProtoReflect.Descriptor instead.
 func (*DropSpaceResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{25}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DropSpaceResponse) GetTuples() uint64 {
@@ -2132,7 +2296,7 @@ type ListSpacesRequest struct {
 
 func (x *ListSpacesRequest) Reset() {
 	*x = ListSpacesRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[26]
+	mi := &file_api_data_v1_data_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2144,7 +2308,7 @@ func (x *ListSpacesRequest) String() string {
 func (*ListSpacesRequest) ProtoMessage() {}
 
 func (x *ListSpacesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[26]
+	mi := &file_api_data_v1_data_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2157,7 +2321,7 @@ func (x *ListSpacesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpacesRequest.ProtoReflect.Descriptor instead.
 func (*ListSpacesRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{26}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{27}
 }
 
 type ListSpacesResponse struct {
@@ -2170,7 +2334,7 @@ type ListSpacesResponse struct {
 
 func (x *ListSpacesResponse) Reset() {
 	*x = ListSpacesResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[27]
+	mi := &file_api_data_v1_data_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2182,7 +2346,7 @@ func (x *ListSpacesResponse) String() string {
 func (*ListSpacesResponse) ProtoMessage() {}
 
 func (x *ListSpacesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[27]
+	mi := &file_api_data_v1_data_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2195,7 +2359,7 @@ func (x *ListSpacesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSpacesResponse.ProtoReflect.Descriptor instead.
 func (*ListSpacesResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{27}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSpacesResponse) GetSpaces() []*Space {
@@ -2228,7 +2392,7 @@ type Redirect struct {
 
 func (x *Redirect) Reset() {
 	*x = Redirect{}
-	mi := &file_api_data_v1_data_proto_msgTypes[28]
+	mi := &file_api_data_v1_data_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2404,7 @@ func (x *Redirect) String() string {
 func (*Redirect) ProtoMessage() {}
 
 func (x *Redirect) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[28]
+	mi := &file_api_data_v1_data_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2417,7 @@ func (x *Redirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redirect.ProtoReflect.Descriptor instead.
 func (*Redirect) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{28}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *Redirect) GetReason() Redirect_Reason {
@@ -2292,13 +2456,18 @@ type Refusal struct {
 	Op uint32 `protobuf:"varint,2,opt,name=op,proto3" json:"op,omitempty"`
 	// For CODE_CONDITION_FAILED: the tuple's version (0: there is none).
 	ActualVersion uint64 `protobuf:"varint,3,opt,name=actual_version,json=actualVersion,proto3" json:"actual_version,omitempty"`
+	// For CODE_CONDITION_FAILED of a check op's condition: which one
+	// (1-based; 0: if_version), and the field's value in the tuple,
+	// encoded as a tuple of one value (empty when there is no tuple).
+	Condition     uint32 `protobuf:"varint,4,opt,name=condition,proto3" json:"condition,omitempty"`
+	ActualValue   []byte `protobuf:"bytes,5,opt,name=actual_value,json=actualValue,proto3" json:"actual_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_api_data_v1_data_proto_msgTypes[29]
+	mi := &file_api_data_v1_data_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2479,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[29]
+	mi := &file_api_data_v1_data_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2492,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -2345,6 +2514,20 @@ func (x *Refusal) GetActualVersion() uint64 {
 		return x.ActualVersion
 	}
 	return 0
+}
+
+func (x *Refusal) GetCondition() uint32 {
+	if x != nil {
+		return x.Condition
+	}
+	return 0
+}
+
+func (x *Refusal) GetActualValue() []byte {
+	if x != nil {
+		return x.ActualValue
+	}
+	return nil
 }
 
 type RebalancerSettings struct {
@@ -2369,7 +2552,7 @@ type RebalancerSettings struct {
 
 func (x *RebalancerSettings) Reset() {
 	*x = RebalancerSettings{}
-	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	mi := &file_api_data_v1_data_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2381,7 +2564,7 @@ func (x *RebalancerSettings) String() string {
 func (*RebalancerSettings) ProtoMessage() {}
 
 func (x *RebalancerSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	mi := &file_api_data_v1_data_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2394,7 +2577,7 @@ func (x *RebalancerSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancerSettings.ProtoReflect.Descriptor instead.
 func (*RebalancerSettings) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RebalancerSettings) GetDisabled() bool {
@@ -2467,7 +2650,7 @@ type ReplicasetBalance struct {
 
 func (x *ReplicasetBalance) Reset() {
 	*x = ReplicasetBalance{}
-	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	mi := &file_api_data_v1_data_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2662,7 @@ func (x *ReplicasetBalance) String() string {
 func (*ReplicasetBalance) ProtoMessage() {}
 
 func (x *ReplicasetBalance) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	mi := &file_api_data_v1_data_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2675,7 @@ func (x *ReplicasetBalance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetBalance.ProtoReflect.Descriptor instead.
 func (*ReplicasetBalance) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{31}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReplicasetBalance) GetReplicasetId() string {
@@ -2596,7 +2779,7 @@ type MoveInfo struct {
 
 func (x *MoveInfo) Reset() {
 	*x = MoveInfo{}
-	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	mi := &file_api_data_v1_data_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2608,7 +2791,7 @@ func (x *MoveInfo) String() string {
 func (*MoveInfo) ProtoMessage() {}
 
 func (x *MoveInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	mi := &file_api_data_v1_data_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2621,7 +2804,7 @@ func (x *MoveInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveInfo.ProtoReflect.Descriptor instead.
 func (*MoveInfo) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{32}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MoveInfo) GetBucket() uint32 {
@@ -2688,7 +2871,7 @@ type RebalanceStatusRequest struct {
 
 func (x *RebalanceStatusRequest) Reset() {
 	*x = RebalanceStatusRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	mi := &file_api_data_v1_data_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2700,7 +2883,7 @@ func (x *RebalanceStatusRequest) String() string {
 func (*RebalanceStatusRequest) ProtoMessage() {}
 
 func (x *RebalanceStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	mi := &file_api_data_v1_data_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2713,7 +2896,7 @@ func (x *RebalanceStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatusRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{33}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{34}
 }
 
 type RebalanceStatusResponse struct {
@@ -2739,7 +2922,7 @@ type RebalanceStatusResponse struct {
 
 func (x *RebalanceStatusResponse) Reset() {
 	*x = RebalanceStatusResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	mi := &file_api_data_v1_data_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2934,7 @@ func (x *RebalanceStatusResponse) String() string {
 func (*RebalanceStatusResponse) ProtoMessage() {}
 
 func (x *RebalanceStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	mi := &file_api_data_v1_data_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2947,7 @@ func (x *RebalanceStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatusResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{34}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RebalanceStatusResponse) GetBucketCount() uint32 {
@@ -2833,7 +3016,7 @@ type SetWeightRequest struct {
 
 func (x *SetWeightRequest) Reset() {
 	*x = SetWeightRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[35]
+	mi := &file_api_data_v1_data_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2845,7 +3028,7 @@ func (x *SetWeightRequest) String() string {
 func (*SetWeightRequest) ProtoMessage() {}
 
 func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[35]
+	mi := &file_api_data_v1_data_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2858,7 +3041,7 @@ func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{35}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *SetWeightRequest) GetReplicasetId() string {
@@ -2883,7 +3066,7 @@ type SetWeightResponse struct {
 
 func (x *SetWeightResponse) Reset() {
 	*x = SetWeightResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[36]
+	mi := &file_api_data_v1_data_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2895,7 +3078,7 @@ func (x *SetWeightResponse) String() string {
 func (*SetWeightResponse) ProtoMessage() {}
 
 func (x *SetWeightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[36]
+	mi := &file_api_data_v1_data_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2908,7 +3091,7 @@ func (x *SetWeightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{36}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{37}
 }
 
 type SetLockedRequest struct {
@@ -2921,7 +3104,7 @@ type SetLockedRequest struct {
 
 func (x *SetLockedRequest) Reset() {
 	*x = SetLockedRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[37]
+	mi := &file_api_data_v1_data_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2933,7 +3116,7 @@ func (x *SetLockedRequest) String() string {
 func (*SetLockedRequest) ProtoMessage() {}
 
 func (x *SetLockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[37]
+	mi := &file_api_data_v1_data_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2946,7 +3129,7 @@ func (x *SetLockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockedRequest.ProtoReflect.Descriptor instead.
 func (*SetLockedRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{37}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *SetLockedRequest) GetReplicasetId() string {
@@ -2971,7 +3154,7 @@ type SetLockedResponse struct {
 
 func (x *SetLockedResponse) Reset() {
 	*x = SetLockedResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[38]
+	mi := &file_api_data_v1_data_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2983,7 +3166,7 @@ func (x *SetLockedResponse) String() string {
 func (*SetLockedResponse) ProtoMessage() {}
 
 func (x *SetLockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[38]
+	mi := &file_api_data_v1_data_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2996,7 +3179,7 @@ func (x *SetLockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockedResponse.ProtoReflect.Descriptor instead.
 func (*SetLockedResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{38}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{39}
 }
 
 type MoveBucketRequest struct {
@@ -3009,7 +3192,7 @@ type MoveBucketRequest struct {
 
 func (x *MoveBucketRequest) Reset() {
 	*x = MoveBucketRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[39]
+	mi := &file_api_data_v1_data_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3021,7 +3204,7 @@ func (x *MoveBucketRequest) String() string {
 func (*MoveBucketRequest) ProtoMessage() {}
 
 func (x *MoveBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[39]
+	mi := &file_api_data_v1_data_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3034,7 +3217,7 @@ func (x *MoveBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveBucketRequest.ProtoReflect.Descriptor instead.
 func (*MoveBucketRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{39}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *MoveBucketRequest) GetBucket() uint32 {
@@ -3060,7 +3243,7 @@ type MoveBucketResponse struct {
 
 func (x *MoveBucketResponse) Reset() {
 	*x = MoveBucketResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[40]
+	mi := &file_api_data_v1_data_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3255,7 @@ func (x *MoveBucketResponse) String() string {
 func (*MoveBucketResponse) ProtoMessage() {}
 
 func (x *MoveBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[40]
+	mi := &file_api_data_v1_data_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3268,7 @@ func (x *MoveBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveBucketResponse.ProtoReflect.Descriptor instead.
 func (*MoveBucketResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{40}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *MoveBucketResponse) GetMove() *MoveInfo {
@@ -3105,7 +3288,7 @@ type PinBucketRequest struct {
 
 func (x *PinBucketRequest) Reset() {
 	*x = PinBucketRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[41]
+	mi := &file_api_data_v1_data_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3117,7 +3300,7 @@ func (x *PinBucketRequest) String() string {
 func (*PinBucketRequest) ProtoMessage() {}
 
 func (x *PinBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[41]
+	mi := &file_api_data_v1_data_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3130,7 +3313,7 @@ func (x *PinBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinBucketRequest.ProtoReflect.Descriptor instead.
 func (*PinBucketRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{41}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PinBucketRequest) GetBucket() uint32 {
@@ -3155,7 +3338,7 @@ type PinBucketResponse struct {
 
 func (x *PinBucketResponse) Reset() {
 	*x = PinBucketResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[42]
+	mi := &file_api_data_v1_data_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3350,7 @@ func (x *PinBucketResponse) String() string {
 func (*PinBucketResponse) ProtoMessage() {}
 
 func (x *PinBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[42]
+	mi := &file_api_data_v1_data_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3363,7 @@ func (x *PinBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinBucketResponse.ProtoReflect.Descriptor instead.
 func (*PinBucketResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{42}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{43}
 }
 
 type SetRebalancerRequest struct {
@@ -3192,7 +3375,7 @@ type SetRebalancerRequest struct {
 
 func (x *SetRebalancerRequest) Reset() {
 	*x = SetRebalancerRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[43]
+	mi := &file_api_data_v1_data_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3387,7 @@ func (x *SetRebalancerRequest) String() string {
 func (*SetRebalancerRequest) ProtoMessage() {}
 
 func (x *SetRebalancerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[43]
+	mi := &file_api_data_v1_data_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3400,7 @@ func (x *SetRebalancerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRebalancerRequest.ProtoReflect.Descriptor instead.
 func (*SetRebalancerRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{43}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetRebalancerRequest) GetSettings() *RebalancerSettings {
@@ -3235,7 +3418,7 @@ type SetRebalancerResponse struct {
 
 func (x *SetRebalancerResponse) Reset() {
 	*x = SetRebalancerResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[44]
+	mi := &file_api_data_v1_data_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3247,7 +3430,7 @@ func (x *SetRebalancerResponse) String() string {
 func (*SetRebalancerResponse) ProtoMessage() {}
 
 func (x *SetRebalancerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[44]
+	mi := &file_api_data_v1_data_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3260,7 +3443,7 @@ func (x *SetRebalancerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRebalancerResponse.ProtoReflect.Descriptor instead.
 func (*SetRebalancerResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{44}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{45}
 }
 
 type ReshardRequest struct {
@@ -3272,7 +3455,7 @@ type ReshardRequest struct {
 
 func (x *ReshardRequest) Reset() {
 	*x = ReshardRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[45]
+	mi := &file_api_data_v1_data_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3284,7 +3467,7 @@ func (x *ReshardRequest) String() string {
 func (*ReshardRequest) ProtoMessage() {}
 
 func (x *ReshardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[45]
+	mi := &file_api_data_v1_data_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3297,7 +3480,7 @@ func (x *ReshardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReshardRequest.ProtoReflect.Descriptor instead.
 func (*ReshardRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{45}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReshardRequest) GetStep() ReshardStep {
@@ -3317,7 +3500,7 @@ type SpaceCount struct {
 
 func (x *SpaceCount) Reset() {
 	*x = SpaceCount{}
-	mi := &file_api_data_v1_data_proto_msgTypes[46]
+	mi := &file_api_data_v1_data_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3512,7 @@ func (x *SpaceCount) String() string {
 func (*SpaceCount) ProtoMessage() {}
 
 func (x *SpaceCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[46]
+	mi := &file_api_data_v1_data_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3525,7 @@ func (x *SpaceCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpaceCount.ProtoReflect.Descriptor instead.
 func (*SpaceCount) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{46}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SpaceCount) GetSpace() string {
@@ -3374,7 +3557,7 @@ type ReshardResponse struct {
 
 func (x *ReshardResponse) Reset() {
 	*x = ReshardResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[47]
+	mi := &file_api_data_v1_data_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3386,7 +3569,7 @@ func (x *ReshardResponse) String() string {
 func (*ReshardResponse) ProtoMessage() {}
 
 func (x *ReshardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[47]
+	mi := &file_api_data_v1_data_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3399,7 +3582,7 @@ func (x *ReshardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReshardResponse.ProtoReflect.Descriptor instead.
 func (*ReshardResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{47}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ReshardResponse) GetMoves() []*MoveInfo {
@@ -3437,7 +3620,7 @@ type MultiItem struct {
 
 func (x *MultiItem) Reset() {
 	*x = MultiItem{}
-	mi := &file_api_data_v1_data_proto_msgTypes[48]
+	mi := &file_api_data_v1_data_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3449,7 +3632,7 @@ func (x *MultiItem) String() string {
 func (*MultiItem) ProtoMessage() {}
 
 func (x *MultiItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[48]
+	mi := &file_api_data_v1_data_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3462,7 +3645,7 @@ func (x *MultiItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiItem.ProtoReflect.Descriptor instead.
 func (*MultiItem) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{48}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *MultiItem) GetOp() isMultiItem_Op {
@@ -3515,7 +3698,7 @@ type MultiRequest struct {
 
 func (x *MultiRequest) Reset() {
 	*x = MultiRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[49]
+	mi := &file_api_data_v1_data_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3710,7 @@ func (x *MultiRequest) String() string {
 func (*MultiRequest) ProtoMessage() {}
 
 func (x *MultiRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[49]
+	mi := &file_api_data_v1_data_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3723,7 @@ func (x *MultiRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiRequest.ProtoReflect.Descriptor instead.
 func (*MultiRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{49}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *MultiRequest) GetItems() []*MultiItem {
@@ -3567,7 +3750,7 @@ type MultiResult struct {
 
 func (x *MultiResult) Reset() {
 	*x = MultiResult{}
-	mi := &file_api_data_v1_data_proto_msgTypes[50]
+	mi := &file_api_data_v1_data_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3579,7 +3762,7 @@ func (x *MultiResult) String() string {
 func (*MultiResult) ProtoMessage() {}
 
 func (x *MultiResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[50]
+	mi := &file_api_data_v1_data_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3592,7 +3775,7 @@ func (x *MultiResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiResult.ProtoReflect.Descriptor instead.
 func (*MultiResult) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{50}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *MultiResult) GetResult() isMultiResult_Result {
@@ -3661,7 +3844,7 @@ type MultiResponse struct {
 
 func (x *MultiResponse) Reset() {
 	*x = MultiResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[51]
+	mi := &file_api_data_v1_data_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3673,7 +3856,7 @@ func (x *MultiResponse) String() string {
 func (*MultiResponse) ProtoMessage() {}
 
 func (x *MultiResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[51]
+	mi := &file_api_data_v1_data_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3686,7 +3869,7 @@ func (x *MultiResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiResponse.ProtoReflect.Descriptor instead.
 func (*MultiResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{51}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *MultiResponse) GetResults() []*MultiResult {
@@ -3710,7 +3893,7 @@ type StreamCall struct {
 
 func (x *StreamCall) Reset() {
 	*x = StreamCall{}
-	mi := &file_api_data_v1_data_proto_msgTypes[52]
+	mi := &file_api_data_v1_data_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3722,7 +3905,7 @@ func (x *StreamCall) String() string {
 func (*StreamCall) ProtoMessage() {}
 
 func (x *StreamCall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[52]
+	mi := &file_api_data_v1_data_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3735,7 +3918,7 @@ func (x *StreamCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCall.ProtoReflect.Descriptor instead.
 func (*StreamCall) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{52}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *StreamCall) GetId() uint64 {
@@ -3768,7 +3951,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[53]
+	mi := &file_api_data_v1_data_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3780,7 +3963,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[53]
+	mi := &file_api_data_v1_data_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3793,7 +3976,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{53}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *StreamRequest) GetCalls() []*StreamCall {
@@ -3814,7 +3997,7 @@ type StreamReply struct {
 
 func (x *StreamReply) Reset() {
 	*x = StreamReply{}
-	mi := &file_api_data_v1_data_proto_msgTypes[54]
+	mi := &file_api_data_v1_data_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3826,7 +4009,7 @@ func (x *StreamReply) String() string {
 func (*StreamReply) ProtoMessage() {}
 
 func (x *StreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[54]
+	mi := &file_api_data_v1_data_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3839,7 +4022,7 @@ func (x *StreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
 func (*StreamReply) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{54}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *StreamReply) GetId() uint64 {
@@ -3865,7 +4048,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[55]
+	mi := &file_api_data_v1_data_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3877,7 +4060,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[55]
+	mi := &file_api_data_v1_data_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3890,7 +4073,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{55}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *StreamResponse) GetReplies() []*StreamReply {
@@ -3916,7 +4099,12 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\vprimary_key\x18\x04 \x03(\rR\n" +
 	"primaryKey\x12%\n" +
 	"\x0eschema_version\x18\x06 \x01(\x04R\rschemaVersion\x12!\n" +
-	"\fsharding_key\x18\a \x03(\rR\vshardingKeyJ\x04\b\x05\x10\x06R\x12sharding_key_parts\"\xb5\x01\n" +
+	"\fsharding_key\x18\a \x03(\rR\vshardingKeyJ\x04\b\x05\x10\x06R\x12sharding_key_parts\"\x8f\x01\n" +
+	"\tCondition\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\tR\x05field\x12!\n" +
+	"\ffield_number\x18\x02 \x01(\rR\vfieldNumber\x123\n" +
+	"\acompare\x18\x03 \x01(\x0e2\x19.shardkit.data.v1.CompareR\acompare\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\"\x8f\x02\n" +
 	"\x02Op\x12,\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x18.shardkit.data.v1.OpKindR\x04kind\x12\x14\n" +
 	"\x05space\x18\x02 \x01(\tR\x05space\x12\x14\n" +
@@ -3924,7 +4112,11 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x03key\x18\x04 \x01(\fR\x03key\x12\x10\n" +
 	"\x03ops\x18\x05 \x01(\fR\x03ops\x12\"\n" +
 	"\n" +
-	"if_version\x18\x06 \x01(\x04H\x00R\tifVersion\x88\x01\x01B\r\n" +
+	"if_version\x18\x06 \x01(\x04H\x00R\tifVersion\x88\x01\x01\x12;\n" +
+	"\n" +
+	"conditions\x18\a \x03(\v2\x1b.shardkit.data.v1.ConditionR\n" +
+	"conditions\x12\x1b\n" +
+	"\tif_absent\x18\b \x01(\bR\bifAbsentB\r\n" +
 	"\v_if_version\"\x94\x01\n" +
 	"\fWriteRequest\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12&\n" +
@@ -4057,11 +4249,13 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13REASON_WRONG_BUCKET\x10\x01\x12\x15\n" +
 	"\x11REASON_NOT_LEADER\x10\x02\x12\x18\n" +
-	"\x14REASON_BUCKET_MOVING\x10\x03\"\xef\x01\n" +
+	"\x14REASON_BUCKET_MOVING\x10\x03\"\xb0\x02\n" +
 	"\aRefusal\x122\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1e.shardkit.data.v1.Refusal.CodeR\x04code\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\rR\x02op\x12%\n" +
-	"\x0eactual_version\x18\x03 \x01(\x04R\ractualVersion\"y\n" +
+	"\x0eactual_version\x18\x03 \x01(\x04R\ractualVersion\x12\x1c\n" +
+	"\tcondition\x18\x04 \x01(\rR\tcondition\x12!\n" +
+	"\factual_value\x18\x05 \x01(\fR\vactualValue\"y\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
@@ -4171,14 +4365,29 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x04Mode\x12\x14\n" +
 	"\x10MODE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aMODE_RW\x10\x01\x12\v\n" +
-	"\aMODE_RO\x10\x02*\x86\x01\n" +
+	"\aMODE_RO\x10\x02*\x99\x01\n" +
 	"\x06OpKind\x12\x17\n" +
 	"\x13OP_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOP_KIND_INSERT\x10\x01\x12\x13\n" +
 	"\x0fOP_KIND_REPLACE\x10\x02\x12\x12\n" +
 	"\x0eOP_KIND_UPDATE\x10\x03\x12\x12\n" +
 	"\x0eOP_KIND_UPSERT\x10\x04\x12\x12\n" +
-	"\x0eOP_KIND_DELETE\x10\x05*\xa4\x01\n" +
+	"\x0eOP_KIND_DELETE\x10\x05\x12\x11\n" +
+	"\rOP_KIND_CHECK\x10\x06*\x82\x01\n" +
+	"\aCompare\x12\x17\n" +
+	"\x13COMPARE_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"COMPARE_EQ\x10\x01\x12\x0e\n" +
+	"\n" +
+	"COMPARE_NE\x10\x02\x12\x0e\n" +
+	"\n" +
+	"COMPARE_LT\x10\x03\x12\x0e\n" +
+	"\n" +
+	"COMPARE_LE\x10\x04\x12\x0e\n" +
+	"\n" +
+	"COMPARE_GT\x10\x05\x12\x0e\n" +
+	"\n" +
+	"COMPARE_GE\x10\x06*\xa4\x01\n" +
 	"\vReshardStep\x12\x1c\n" +
 	"\x18RESHARD_STEP_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11RESHARD_STEP_PLAN\x10\x01\x12\x16\n" +
@@ -4222,156 +4431,160 @@ func file_api_data_v1_data_proto_rawDescGZIP() []byte {
 	return file_api_data_v1_data_proto_rawDescData
 }
 
-var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_api_data_v1_data_proto_goTypes = []any{
 	(Mode)(0),                       // 0: shardkit.data.v1.Mode
 	(OpKind)(0),                     // 1: shardkit.data.v1.OpKind
-	(ReshardStep)(0),                // 2: shardkit.data.v1.ReshardStep
-	(Redirect_Reason)(0),            // 3: shardkit.data.v1.Redirect.Reason
-	(Refusal_Code)(0),               // 4: shardkit.data.v1.Refusal.Code
-	(*Field)(nil),                   // 5: shardkit.data.v1.Field
-	(*Space)(nil),                   // 6: shardkit.data.v1.Space
-	(*Op)(nil),                      // 7: shardkit.data.v1.Op
-	(*WriteRequest)(nil),            // 8: shardkit.data.v1.WriteRequest
-	(*OpResult)(nil),                // 9: shardkit.data.v1.OpResult
-	(*WriteResponse)(nil),           // 10: shardkit.data.v1.WriteResponse
-	(*ReadInfo)(nil),                // 11: shardkit.data.v1.ReadInfo
-	(*GetRequest)(nil),              // 12: shardkit.data.v1.GetRequest
-	(*GetResponse)(nil),             // 13: shardkit.data.v1.GetResponse
-	(*RangeRequest)(nil),            // 14: shardkit.data.v1.RangeRequest
-	(*VersionedTuple)(nil),          // 15: shardkit.data.v1.VersionedTuple
-	(*RangeResponse)(nil),           // 16: shardkit.data.v1.RangeResponse
-	(*CallRequest)(nil),             // 17: shardkit.data.v1.CallRequest
-	(*CallResponse)(nil),            // 18: shardkit.data.v1.CallResponse
-	(*MapCallRequest)(nil),          // 19: shardkit.data.v1.MapCallRequest
-	(*ReplicasetResult)(nil),        // 20: shardkit.data.v1.ReplicasetResult
-	(*MapCallResponse)(nil),         // 21: shardkit.data.v1.MapCallResponse
-	(*GetRoutingRequest)(nil),       // 22: shardkit.data.v1.GetRoutingRequest
-	(*BucketRange)(nil),             // 23: shardkit.data.v1.BucketRange
-	(*Member)(nil),                  // 24: shardkit.data.v1.Member
-	(*ReplicasetRoute)(nil),         // 25: shardkit.data.v1.ReplicasetRoute
-	(*GetRoutingResponse)(nil),      // 26: shardkit.data.v1.GetRoutingResponse
-	(*CreateSpaceRequest)(nil),      // 27: shardkit.data.v1.CreateSpaceRequest
-	(*CreateSpaceResponse)(nil),     // 28: shardkit.data.v1.CreateSpaceResponse
-	(*DropSpaceRequest)(nil),        // 29: shardkit.data.v1.DropSpaceRequest
-	(*DropSpaceResponse)(nil),       // 30: shardkit.data.v1.DropSpaceResponse
-	(*ListSpacesRequest)(nil),       // 31: shardkit.data.v1.ListSpacesRequest
-	(*ListSpacesResponse)(nil),      // 32: shardkit.data.v1.ListSpacesResponse
-	(*Redirect)(nil),                // 33: shardkit.data.v1.Redirect
-	(*Refusal)(nil),                 // 34: shardkit.data.v1.Refusal
-	(*RebalancerSettings)(nil),      // 35: shardkit.data.v1.RebalancerSettings
-	(*ReplicasetBalance)(nil),       // 36: shardkit.data.v1.ReplicasetBalance
-	(*MoveInfo)(nil),                // 37: shardkit.data.v1.MoveInfo
-	(*RebalanceStatusRequest)(nil),  // 38: shardkit.data.v1.RebalanceStatusRequest
-	(*RebalanceStatusResponse)(nil), // 39: shardkit.data.v1.RebalanceStatusResponse
-	(*SetWeightRequest)(nil),        // 40: shardkit.data.v1.SetWeightRequest
-	(*SetWeightResponse)(nil),       // 41: shardkit.data.v1.SetWeightResponse
-	(*SetLockedRequest)(nil),        // 42: shardkit.data.v1.SetLockedRequest
-	(*SetLockedResponse)(nil),       // 43: shardkit.data.v1.SetLockedResponse
-	(*MoveBucketRequest)(nil),       // 44: shardkit.data.v1.MoveBucketRequest
-	(*MoveBucketResponse)(nil),      // 45: shardkit.data.v1.MoveBucketResponse
-	(*PinBucketRequest)(nil),        // 46: shardkit.data.v1.PinBucketRequest
-	(*PinBucketResponse)(nil),       // 47: shardkit.data.v1.PinBucketResponse
-	(*SetRebalancerRequest)(nil),    // 48: shardkit.data.v1.SetRebalancerRequest
-	(*SetRebalancerResponse)(nil),   // 49: shardkit.data.v1.SetRebalancerResponse
-	(*ReshardRequest)(nil),          // 50: shardkit.data.v1.ReshardRequest
-	(*SpaceCount)(nil),              // 51: shardkit.data.v1.SpaceCount
-	(*ReshardResponse)(nil),         // 52: shardkit.data.v1.ReshardResponse
-	(*MultiItem)(nil),               // 53: shardkit.data.v1.MultiItem
-	(*MultiRequest)(nil),            // 54: shardkit.data.v1.MultiRequest
-	(*MultiResult)(nil),             // 55: shardkit.data.v1.MultiResult
-	(*MultiResponse)(nil),           // 56: shardkit.data.v1.MultiResponse
-	(*StreamCall)(nil),              // 57: shardkit.data.v1.StreamCall
-	(*StreamRequest)(nil),           // 58: shardkit.data.v1.StreamRequest
-	(*StreamReply)(nil),             // 59: shardkit.data.v1.StreamReply
-	(*StreamResponse)(nil),          // 60: shardkit.data.v1.StreamResponse
-	nil,                             // 61: shardkit.data.v1.Member.FailureDomainEntry
-	(*status.Status)(nil),           // 62: google.rpc.Status
+	(Compare)(0),                    // 2: shardkit.data.v1.Compare
+	(ReshardStep)(0),                // 3: shardkit.data.v1.ReshardStep
+	(Redirect_Reason)(0),            // 4: shardkit.data.v1.Redirect.Reason
+	(Refusal_Code)(0),               // 5: shardkit.data.v1.Refusal.Code
+	(*Field)(nil),                   // 6: shardkit.data.v1.Field
+	(*Space)(nil),                   // 7: shardkit.data.v1.Space
+	(*Condition)(nil),               // 8: shardkit.data.v1.Condition
+	(*Op)(nil),                      // 9: shardkit.data.v1.Op
+	(*WriteRequest)(nil),            // 10: shardkit.data.v1.WriteRequest
+	(*OpResult)(nil),                // 11: shardkit.data.v1.OpResult
+	(*WriteResponse)(nil),           // 12: shardkit.data.v1.WriteResponse
+	(*ReadInfo)(nil),                // 13: shardkit.data.v1.ReadInfo
+	(*GetRequest)(nil),              // 14: shardkit.data.v1.GetRequest
+	(*GetResponse)(nil),             // 15: shardkit.data.v1.GetResponse
+	(*RangeRequest)(nil),            // 16: shardkit.data.v1.RangeRequest
+	(*VersionedTuple)(nil),          // 17: shardkit.data.v1.VersionedTuple
+	(*RangeResponse)(nil),           // 18: shardkit.data.v1.RangeResponse
+	(*CallRequest)(nil),             // 19: shardkit.data.v1.CallRequest
+	(*CallResponse)(nil),            // 20: shardkit.data.v1.CallResponse
+	(*MapCallRequest)(nil),          // 21: shardkit.data.v1.MapCallRequest
+	(*ReplicasetResult)(nil),        // 22: shardkit.data.v1.ReplicasetResult
+	(*MapCallResponse)(nil),         // 23: shardkit.data.v1.MapCallResponse
+	(*GetRoutingRequest)(nil),       // 24: shardkit.data.v1.GetRoutingRequest
+	(*BucketRange)(nil),             // 25: shardkit.data.v1.BucketRange
+	(*Member)(nil),                  // 26: shardkit.data.v1.Member
+	(*ReplicasetRoute)(nil),         // 27: shardkit.data.v1.ReplicasetRoute
+	(*GetRoutingResponse)(nil),      // 28: shardkit.data.v1.GetRoutingResponse
+	(*CreateSpaceRequest)(nil),      // 29: shardkit.data.v1.CreateSpaceRequest
+	(*CreateSpaceResponse)(nil),     // 30: shardkit.data.v1.CreateSpaceResponse
+	(*DropSpaceRequest)(nil),        // 31: shardkit.data.v1.DropSpaceRequest
+	(*DropSpaceResponse)(nil),       // 32: shardkit.data.v1.DropSpaceResponse
+	(*ListSpacesRequest)(nil),       // 33: shardkit.data.v1.ListSpacesRequest
+	(*ListSpacesResponse)(nil),      // 34: shardkit.data.v1.ListSpacesResponse
+	(*Redirect)(nil),                // 35: shardkit.data.v1.Redirect
+	(*Refusal)(nil),                 // 36: shardkit.data.v1.Refusal
+	(*RebalancerSettings)(nil),      // 37: shardkit.data.v1.RebalancerSettings
+	(*ReplicasetBalance)(nil),       // 38: shardkit.data.v1.ReplicasetBalance
+	(*MoveInfo)(nil),                // 39: shardkit.data.v1.MoveInfo
+	(*RebalanceStatusRequest)(nil),  // 40: shardkit.data.v1.RebalanceStatusRequest
+	(*RebalanceStatusResponse)(nil), // 41: shardkit.data.v1.RebalanceStatusResponse
+	(*SetWeightRequest)(nil),        // 42: shardkit.data.v1.SetWeightRequest
+	(*SetWeightResponse)(nil),       // 43: shardkit.data.v1.SetWeightResponse
+	(*SetLockedRequest)(nil),        // 44: shardkit.data.v1.SetLockedRequest
+	(*SetLockedResponse)(nil),       // 45: shardkit.data.v1.SetLockedResponse
+	(*MoveBucketRequest)(nil),       // 46: shardkit.data.v1.MoveBucketRequest
+	(*MoveBucketResponse)(nil),      // 47: shardkit.data.v1.MoveBucketResponse
+	(*PinBucketRequest)(nil),        // 48: shardkit.data.v1.PinBucketRequest
+	(*PinBucketResponse)(nil),       // 49: shardkit.data.v1.PinBucketResponse
+	(*SetRebalancerRequest)(nil),    // 50: shardkit.data.v1.SetRebalancerRequest
+	(*SetRebalancerResponse)(nil),   // 51: shardkit.data.v1.SetRebalancerResponse
+	(*ReshardRequest)(nil),          // 52: shardkit.data.v1.ReshardRequest
+	(*SpaceCount)(nil),              // 53: shardkit.data.v1.SpaceCount
+	(*ReshardResponse)(nil),         // 54: shardkit.data.v1.ReshardResponse
+	(*MultiItem)(nil),               // 55: shardkit.data.v1.MultiItem
+	(*MultiRequest)(nil),            // 56: shardkit.data.v1.MultiRequest
+	(*MultiResult)(nil),             // 57: shardkit.data.v1.MultiResult
+	(*MultiResponse)(nil),           // 58: shardkit.data.v1.MultiResponse
+	(*StreamCall)(nil),              // 59: shardkit.data.v1.StreamCall
+	(*StreamRequest)(nil),           // 60: shardkit.data.v1.StreamRequest
+	(*StreamReply)(nil),             // 61: shardkit.data.v1.StreamReply
+	(*StreamResponse)(nil),          // 62: shardkit.data.v1.StreamResponse
+	nil,                             // 63: shardkit.data.v1.Member.FailureDomainEntry
+	(*status.Status)(nil),           // 64: google.rpc.Status
 }
 var file_api_data_v1_data_proto_depIdxs = []int32{
-	5,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
-	1,  // 1: shardkit.data.v1.Op.kind:type_name -> shardkit.data.v1.OpKind
-	7,  // 2: shardkit.data.v1.WriteRequest.ops:type_name -> shardkit.data.v1.Op
-	9,  // 3: shardkit.data.v1.WriteResponse.results:type_name -> shardkit.data.v1.OpResult
-	0,  // 4: shardkit.data.v1.GetRequest.mode:type_name -> shardkit.data.v1.Mode
-	11, // 5: shardkit.data.v1.GetResponse.info:type_name -> shardkit.data.v1.ReadInfo
-	0,  // 6: shardkit.data.v1.RangeRequest.mode:type_name -> shardkit.data.v1.Mode
-	15, // 7: shardkit.data.v1.RangeResponse.tuples:type_name -> shardkit.data.v1.VersionedTuple
-	11, // 8: shardkit.data.v1.RangeResponse.info:type_name -> shardkit.data.v1.ReadInfo
-	0,  // 9: shardkit.data.v1.CallRequest.mode:type_name -> shardkit.data.v1.Mode
-	0,  // 10: shardkit.data.v1.MapCallRequest.mode:type_name -> shardkit.data.v1.Mode
-	20, // 11: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
-	61, // 12: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
-	24, // 13: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
-	23, // 14: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
-	25, // 15: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
-	6,  // 16: shardkit.data.v1.GetRoutingResponse.spaces:type_name -> shardkit.data.v1.Space
-	6,  // 17: shardkit.data.v1.CreateSpaceRequest.space:type_name -> shardkit.data.v1.Space
-	6,  // 18: shardkit.data.v1.CreateSpaceResponse.space:type_name -> shardkit.data.v1.Space
-	6,  // 19: shardkit.data.v1.ListSpacesResponse.spaces:type_name -> shardkit.data.v1.Space
-	3,  // 20: shardkit.data.v1.Redirect.reason:type_name -> shardkit.data.v1.Redirect.Reason
-	4,  // 21: shardkit.data.v1.Refusal.code:type_name -> shardkit.data.v1.Refusal.Code
-	36, // 22: shardkit.data.v1.RebalanceStatusResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetBalance
-	37, // 23: shardkit.data.v1.RebalanceStatusResponse.moves:type_name -> shardkit.data.v1.MoveInfo
-	35, // 24: shardkit.data.v1.RebalanceStatusResponse.settings:type_name -> shardkit.data.v1.RebalancerSettings
-	37, // 25: shardkit.data.v1.MoveBucketResponse.move:type_name -> shardkit.data.v1.MoveInfo
-	35, // 26: shardkit.data.v1.SetRebalancerRequest.settings:type_name -> shardkit.data.v1.RebalancerSettings
-	2,  // 27: shardkit.data.v1.ReshardRequest.step:type_name -> shardkit.data.v1.ReshardStep
-	37, // 28: shardkit.data.v1.ReshardResponse.moves:type_name -> shardkit.data.v1.MoveInfo
-	51, // 29: shardkit.data.v1.ReshardResponse.counts:type_name -> shardkit.data.v1.SpaceCount
-	8,  // 30: shardkit.data.v1.MultiItem.write:type_name -> shardkit.data.v1.WriteRequest
-	12, // 31: shardkit.data.v1.MultiItem.get:type_name -> shardkit.data.v1.GetRequest
-	53, // 32: shardkit.data.v1.MultiRequest.items:type_name -> shardkit.data.v1.MultiItem
-	10, // 33: shardkit.data.v1.MultiResult.write:type_name -> shardkit.data.v1.WriteResponse
-	13, // 34: shardkit.data.v1.MultiResult.get:type_name -> shardkit.data.v1.GetResponse
-	62, // 35: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
-	55, // 36: shardkit.data.v1.MultiResponse.results:type_name -> shardkit.data.v1.MultiResult
-	53, // 37: shardkit.data.v1.StreamCall.item:type_name -> shardkit.data.v1.MultiItem
-	57, // 38: shardkit.data.v1.StreamRequest.calls:type_name -> shardkit.data.v1.StreamCall
-	55, // 39: shardkit.data.v1.StreamReply.result:type_name -> shardkit.data.v1.MultiResult
-	59, // 40: shardkit.data.v1.StreamResponse.replies:type_name -> shardkit.data.v1.StreamReply
-	8,  // 41: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
-	12, // 42: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
-	14, // 43: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
-	17, // 44: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
-	19, // 45: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
-	22, // 46: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
-	27, // 47: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
-	29, // 48: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
-	31, // 49: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
-	54, // 50: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
-	58, // 51: shardkit.data.v1.DataService.Stream:input_type -> shardkit.data.v1.StreamRequest
-	38, // 52: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
-	40, // 53: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
-	42, // 54: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
-	44, // 55: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
-	46, // 56: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
-	48, // 57: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
-	50, // 58: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
-	10, // 59: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
-	13, // 60: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
-	16, // 61: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
-	18, // 62: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
-	21, // 63: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
-	26, // 64: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
-	28, // 65: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
-	30, // 66: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
-	32, // 67: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
-	56, // 68: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
-	60, // 69: shardkit.data.v1.DataService.Stream:output_type -> shardkit.data.v1.StreamResponse
-	39, // 70: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
-	41, // 71: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
-	43, // 72: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
-	45, // 73: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
-	47, // 74: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
-	49, // 75: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
-	52, // 76: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
-	59, // [59:77] is the sub-list for method output_type
-	41, // [41:59] is the sub-list for method input_type
-	41, // [41:41] is the sub-list for extension type_name
-	41, // [41:41] is the sub-list for extension extendee
-	0,  // [0:41] is the sub-list for field type_name
+	6,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
+	2,  // 1: shardkit.data.v1.Condition.compare:type_name -> shardkit.data.v1.Compare
+	1,  // 2: shardkit.data.v1.Op.kind:type_name -> shardkit.data.v1.OpKind
+	8,  // 3: shardkit.data.v1.Op.conditions:type_name -> shardkit.data.v1.Condition
+	9,  // 4: shardkit.data.v1.WriteRequest.ops:type_name -> shardkit.data.v1.Op
+	11, // 5: shardkit.data.v1.WriteResponse.results:type_name -> shardkit.data.v1.OpResult
+	0,  // 6: shardkit.data.v1.GetRequest.mode:type_name -> shardkit.data.v1.Mode
+	13, // 7: shardkit.data.v1.GetResponse.info:type_name -> shardkit.data.v1.ReadInfo
+	0,  // 8: shardkit.data.v1.RangeRequest.mode:type_name -> shardkit.data.v1.Mode
+	17, // 9: shardkit.data.v1.RangeResponse.tuples:type_name -> shardkit.data.v1.VersionedTuple
+	13, // 10: shardkit.data.v1.RangeResponse.info:type_name -> shardkit.data.v1.ReadInfo
+	0,  // 11: shardkit.data.v1.CallRequest.mode:type_name -> shardkit.data.v1.Mode
+	0,  // 12: shardkit.data.v1.MapCallRequest.mode:type_name -> shardkit.data.v1.Mode
+	22, // 13: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
+	63, // 14: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
+	26, // 15: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
+	25, // 16: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
+	27, // 17: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
+	7,  // 18: shardkit.data.v1.GetRoutingResponse.spaces:type_name -> shardkit.data.v1.Space
+	7,  // 19: shardkit.data.v1.CreateSpaceRequest.space:type_name -> shardkit.data.v1.Space
+	7,  // 20: shardkit.data.v1.CreateSpaceResponse.space:type_name -> shardkit.data.v1.Space
+	7,  // 21: shardkit.data.v1.ListSpacesResponse.spaces:type_name -> shardkit.data.v1.Space
+	4,  // 22: shardkit.data.v1.Redirect.reason:type_name -> shardkit.data.v1.Redirect.Reason
+	5,  // 23: shardkit.data.v1.Refusal.code:type_name -> shardkit.data.v1.Refusal.Code
+	38, // 24: shardkit.data.v1.RebalanceStatusResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetBalance
+	39, // 25: shardkit.data.v1.RebalanceStatusResponse.moves:type_name -> shardkit.data.v1.MoveInfo
+	37, // 26: shardkit.data.v1.RebalanceStatusResponse.settings:type_name -> shardkit.data.v1.RebalancerSettings
+	39, // 27: shardkit.data.v1.MoveBucketResponse.move:type_name -> shardkit.data.v1.MoveInfo
+	37, // 28: shardkit.data.v1.SetRebalancerRequest.settings:type_name -> shardkit.data.v1.RebalancerSettings
+	3,  // 29: shardkit.data.v1.ReshardRequest.step:type_name -> shardkit.data.v1.ReshardStep
+	39, // 30: shardkit.data.v1.ReshardResponse.moves:type_name -> shardkit.data.v1.MoveInfo
+	53, // 31: shardkit.data.v1.ReshardResponse.counts:type_name -> shardkit.data.v1.SpaceCount
+	10, // 32: shardkit.data.v1.MultiItem.write:type_name -> shardkit.data.v1.WriteRequest
+	14, // 33: shardkit.data.v1.MultiItem.get:type_name -> shardkit.data.v1.GetRequest
+	55, // 34: shardkit.data.v1.MultiRequest.items:type_name -> shardkit.data.v1.MultiItem
+	12, // 35: shardkit.data.v1.MultiResult.write:type_name -> shardkit.data.v1.WriteResponse
+	15, // 36: shardkit.data.v1.MultiResult.get:type_name -> shardkit.data.v1.GetResponse
+	64, // 37: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
+	57, // 38: shardkit.data.v1.MultiResponse.results:type_name -> shardkit.data.v1.MultiResult
+	55, // 39: shardkit.data.v1.StreamCall.item:type_name -> shardkit.data.v1.MultiItem
+	59, // 40: shardkit.data.v1.StreamRequest.calls:type_name -> shardkit.data.v1.StreamCall
+	57, // 41: shardkit.data.v1.StreamReply.result:type_name -> shardkit.data.v1.MultiResult
+	61, // 42: shardkit.data.v1.StreamResponse.replies:type_name -> shardkit.data.v1.StreamReply
+	10, // 43: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
+	14, // 44: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
+	16, // 45: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
+	19, // 46: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
+	21, // 47: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
+	24, // 48: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
+	29, // 49: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
+	31, // 50: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
+	33, // 51: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
+	56, // 52: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
+	60, // 53: shardkit.data.v1.DataService.Stream:input_type -> shardkit.data.v1.StreamRequest
+	40, // 54: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
+	42, // 55: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
+	44, // 56: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
+	46, // 57: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
+	48, // 58: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
+	50, // 59: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
+	52, // 60: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
+	12, // 61: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
+	15, // 62: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
+	18, // 63: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
+	20, // 64: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
+	23, // 65: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
+	28, // 66: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
+	30, // 67: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
+	32, // 68: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
+	34, // 69: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
+	58, // 70: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
+	62, // 71: shardkit.data.v1.DataService.Stream:output_type -> shardkit.data.v1.StreamResponse
+	41, // 72: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
+	43, // 73: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
+	45, // 74: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
+	47, // 75: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
+	49, // 76: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
+	51, // 77: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
+	54, // 78: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
+	61, // [61:79] is the sub-list for method output_type
+	43, // [43:61] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_api_data_v1_data_proto_init() }
@@ -4379,12 +4592,12 @@ func file_api_data_v1_data_proto_init() {
 	if File_api_data_v1_data_proto != nil {
 		return
 	}
-	file_api_data_v1_data_proto_msgTypes[2].OneofWrappers = []any{}
-	file_api_data_v1_data_proto_msgTypes[48].OneofWrappers = []any{
+	file_api_data_v1_data_proto_msgTypes[3].OneofWrappers = []any{}
+	file_api_data_v1_data_proto_msgTypes[49].OneofWrappers = []any{
 		(*MultiItem_Write)(nil),
 		(*MultiItem_Get)(nil),
 	}
-	file_api_data_v1_data_proto_msgTypes[50].OneofWrappers = []any{
+	file_api_data_v1_data_proto_msgTypes[51].OneofWrappers = []any{
 		(*MultiResult_Write)(nil),
 		(*MultiResult_Get)(nil),
 		(*MultiResult_Error)(nil),
@@ -4394,8 +4607,8 @@ func file_api_data_v1_data_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_data_v1_data_proto_rawDesc), len(file_api_data_v1_data_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   57,
+			NumEnums:      6,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

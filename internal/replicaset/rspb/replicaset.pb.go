@@ -32,6 +32,8 @@ const (
 	OpKind_OP_KIND_UPDATE      OpKind = 3
 	OpKind_OP_KIND_UPSERT      OpKind = 4
 	OpKind_OP_KIND_DELETE      OpKind = 5
+	// Writes nothing; refuses the batch unless its conditions hold.
+	OpKind_OP_KIND_CHECK OpKind = 6
 )
 
 // Enum value maps for OpKind.
@@ -43,6 +45,7 @@ var (
 		3: "OP_KIND_UPDATE",
 		4: "OP_KIND_UPSERT",
 		5: "OP_KIND_DELETE",
+		6: "OP_KIND_CHECK",
 	}
 	OpKind_value = map[string]int32{
 		"OP_KIND_UNSPECIFIED": 0,
@@ -51,6 +54,7 @@ var (
 		"OP_KIND_UPDATE":      3,
 		"OP_KIND_UPSERT":      4,
 		"OP_KIND_DELETE":      5,
+		"OP_KIND_CHECK":       6,
 	}
 )
 
@@ -79,6 +83,68 @@ func (x OpKind) Number() protoreflect.EnumNumber {
 // Deprecated: Use OpKind.Descriptor instead.
 func (OpKind) EnumDescriptor() ([]byte, []int) {
 	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{0}
+}
+
+// Compare is a condition's comparison (tuple.Compare's order).
+type Compare int32
+
+const (
+	Compare_COMPARE_UNSPECIFIED Compare = 0
+	Compare_COMPARE_EQ          Compare = 1
+	Compare_COMPARE_NE          Compare = 2
+	Compare_COMPARE_LT          Compare = 3
+	Compare_COMPARE_LE          Compare = 4
+	Compare_COMPARE_GT          Compare = 5
+	Compare_COMPARE_GE          Compare = 6
+)
+
+// Enum value maps for Compare.
+var (
+	Compare_name = map[int32]string{
+		0: "COMPARE_UNSPECIFIED",
+		1: "COMPARE_EQ",
+		2: "COMPARE_NE",
+		3: "COMPARE_LT",
+		4: "COMPARE_LE",
+		5: "COMPARE_GT",
+		6: "COMPARE_GE",
+	}
+	Compare_value = map[string]int32{
+		"COMPARE_UNSPECIFIED": 0,
+		"COMPARE_EQ":          1,
+		"COMPARE_NE":          2,
+		"COMPARE_LT":          3,
+		"COMPARE_LE":          4,
+		"COMPARE_GT":          5,
+		"COMPARE_GE":          6,
+	}
+)
+
+func (x Compare) Enum() *Compare {
+	p := new(Compare)
+	*p = x
+	return p
+}
+
+func (x Compare) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Compare) Descriptor() protoreflect.EnumDescriptor {
+	return file_internal_replicaset_rspb_replicaset_proto_enumTypes[1].Descriptor()
+}
+
+func (Compare) Type() protoreflect.EnumType {
+	return &file_internal_replicaset_rspb_replicaset_proto_enumTypes[1]
+}
+
+func (x Compare) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Compare.Descriptor instead.
+func (Compare) EnumDescriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{1}
 }
 
 type Refusal_Code int32
@@ -136,11 +202,11 @@ func (x Refusal_Code) String() string {
 }
 
 func (Refusal_Code) Descriptor() protoreflect.EnumDescriptor {
-	return file_internal_replicaset_rspb_replicaset_proto_enumTypes[1].Descriptor()
+	return file_internal_replicaset_rspb_replicaset_proto_enumTypes[2].Descriptor()
 }
 
 func (Refusal_Code) Type() protoreflect.EnumType {
-	return &file_internal_replicaset_rspb_replicaset_proto_enumTypes[1]
+	return &file_internal_replicaset_rspb_replicaset_proto_enumTypes[2]
 }
 
 func (x Refusal_Code) Number() protoreflect.EnumNumber {
@@ -149,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13, 0}
 }
 
 type BucketState_State int32
@@ -191,11 +257,11 @@ func (x BucketState_State) String() string {
 }
 
 func (BucketState_State) Descriptor() protoreflect.EnumDescriptor {
-	return file_internal_replicaset_rspb_replicaset_proto_enumTypes[2].Descriptor()
+	return file_internal_replicaset_rspb_replicaset_proto_enumTypes[3].Descriptor()
 }
 
 func (BucketState_State) Type() protoreflect.EnumType {
-	return &file_internal_replicaset_rspb_replicaset_proto_enumTypes[2]
+	return &file_internal_replicaset_rspb_replicaset_proto_enumTypes[3]
 }
 
 func (x BucketState_State) Number() protoreflect.EnumNumber {
@@ -204,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -855,6 +921,70 @@ func (x *CreateBuckets) GetGeneration() uint64 {
 	return 0
 }
 
+// Condition is "field compare value" on a check op's tuple. The proposer
+// has resolved the field and checked the value against its type.
+type Condition struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// 0-based field index.
+	Field   uint32  `protobuf:"varint,1,opt,name=field,proto3" json:"field,omitempty"`
+	Compare Compare `protobuf:"varint,2,opt,name=compare,proto3,enum=shardkit.replicaset.v1.Compare" json:"compare,omitempty"`
+	// One value, encoded as a tuple of one value.
+	Value         []byte `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Condition) Reset() {
+	*x = Condition{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Condition) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Condition) ProtoMessage() {}
+
+func (x *Condition) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Condition.ProtoReflect.Descriptor instead.
+func (*Condition) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *Condition) GetField() uint32 {
+	if x != nil {
+		return x.Field
+	}
+	return 0
+}
+
+func (x *Condition) GetCompare() Compare {
+	if x != nil {
+		return x.Compare
+	}
+	return Compare_COMPARE_UNSPECIFIED
+}
+
+func (x *Condition) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
 // Op is one operation of a batch. The proposer has checked the tuple
 // against the space's format and encoded the key; apply checks the rest.
 type Op struct {
@@ -870,14 +1000,18 @@ type Op struct {
 	IfVersion *uint64 `protobuf:"varint,6,opt,name=if_version,json=ifVersion,proto3,oneof" json:"if_version,omitempty"`
 	// For a receiving bucket: the source's tuple with this key (apply
 	// refuses an op on a receiving bucket without it).
-	Prev          *PrevFact `protobuf:"bytes,7,opt,name=prev,proto3" json:"prev,omitempty"`
+	Prev *PrevFact `protobuf:"bytes,7,opt,name=prev,proto3" json:"prev,omitempty"`
+	// CHECK: all must hold.
+	Conditions []*Condition `protobuf:"bytes,8,rep,name=conditions,proto3" json:"conditions,omitempty"`
+	// INSERT: skip the op when its key exists.
+	IfAbsent      bool `protobuf:"varint,9,opt,name=if_absent,json=ifAbsent,proto3" json:"if_absent,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1023,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1036,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -954,6 +1088,20 @@ func (x *Op) GetPrev() *PrevFact {
 	return nil
 }
 
+func (x *Op) GetConditions() []*Condition {
+	if x != nil {
+		return x.Conditions
+	}
+	return nil
+}
+
+func (x *Op) GetIfAbsent() bool {
+	if x != nil {
+		return x.IfAbsent
+	}
+	return false
+}
+
 // Batch is a write of one bucket: all its ops or none.
 type Batch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -975,7 +1123,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1135,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1148,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1049,7 +1197,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1061,7 +1209,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1074,7 +1222,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1105,13 +1253,18 @@ type Refusal struct {
 	Op            uint32                 `protobuf:"varint,2,opt,name=op,proto3" json:"op,omitempty"`
 	Message       string                 `protobuf:"bytes,3,opt,name=message,proto3" json:"message,omitempty"`
 	ActualVersion uint64                 `protobuf:"varint,4,opt,name=actual_version,json=actualVersion,proto3" json:"actual_version,omitempty"`
+	// For CODE_CONDITION_FAILED of a check op's condition: which one
+	// (1-based; 0: if_version) and the field's value (a tuple of one
+	// value; empty when there is no tuple).
+	Condition     uint32 `protobuf:"varint,5,opt,name=condition,proto3" json:"condition,omitempty"`
+	ActualValue   []byte `protobuf:"bytes,6,opt,name=actual_value,json=actualValue,proto3" json:"actual_value,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1276,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1289,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1167,6 +1320,20 @@ func (x *Refusal) GetActualVersion() uint64 {
 	return 0
 }
 
+func (x *Refusal) GetCondition() uint32 {
+	if x != nil {
+		return x.Condition
+	}
+	return 0
+}
+
+func (x *Refusal) GetActualValue() []byte {
+	if x != nil {
+		return x.ActualValue
+	}
+	return nil
+}
+
 // BatchResult is a batch's outcome; it is also what the replicaset keeps
 // under the request id.
 type BatchResult struct {
@@ -1180,7 +1347,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1359,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1372,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1246,7 +1413,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1425,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1438,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1359,7 +1526,11 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x04last\x18\x02 \x01(\rR\x04last\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x03 \x01(\x04R\n" +
-	"generation\"\xf6\x01\n" +
+	"generation\"r\n" +
+	"\tCondition\x12\x14\n" +
+	"\x05field\x18\x01 \x01(\rR\x05field\x129\n" +
+	"\acompare\x18\x02 \x01(\x0e2\x1f.shardkit.replicaset.v1.CompareR\acompare\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\"\xd6\x02\n" +
 	"\x02Op\x122\n" +
 	"\x04kind\x18\x01 \x01(\x0e2\x1e.shardkit.replicaset.v1.OpKindR\x04kind\x12\x19\n" +
 	"\bspace_id\x18\x02 \x01(\rR\aspaceId\x12\x10\n" +
@@ -1368,7 +1539,11 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x03ops\x18\x05 \x01(\fR\x03ops\x12\"\n" +
 	"\n" +
 	"if_version\x18\x06 \x01(\x04H\x00R\tifVersion\x88\x01\x01\x124\n" +
-	"\x04prev\x18\a \x01(\v2 .shardkit.replicaset.v1.PrevFactR\x04prevB\r\n" +
+	"\x04prev\x18\a \x01(\v2 .shardkit.replicaset.v1.PrevFactR\x04prev\x12A\n" +
+	"\n" +
+	"conditions\x18\b \x03(\v2!.shardkit.replicaset.v1.ConditionR\n" +
+	"conditions\x12\x1b\n" +
+	"\tif_absent\x18\t \x01(\bR\bifAbsentB\r\n" +
 	"\v_if_version\"\xbc\x01\n" +
 	"\x05Batch\x12\x1d\n" +
 	"\n" +
@@ -1380,12 +1555,14 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\bOpResult\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05tuple\x18\x02 \x01(\fR\x05tuple\x12\x18\n" +
-	"\aversion\x18\x03 \x01(\x04R\aversion\"\xec\x02\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"\xad\x03\n" +
 	"\aRefusal\x128\n" +
 	"\x04code\x18\x01 \x01(\x0e2$.shardkit.replicaset.v1.Refusal.CodeR\x04code\x12\x0e\n" +
 	"\x02op\x18\x02 \x01(\rR\x02op\x12\x18\n" +
 	"\amessage\x18\x03 \x01(\tR\amessage\x12%\n" +
-	"\x0eactual_version\x18\x04 \x01(\x04R\ractualVersion\"\xd5\x01\n" +
+	"\x0eactual_version\x18\x04 \x01(\x04R\ractualVersion\x12\x1c\n" +
+	"\tcondition\x18\x05 \x01(\rR\tcondition\x12!\n" +
+	"\factual_value\x18\x06 \x01(\fR\vactualValue\"\xd5\x01\n" +
 	"\x04Code\x12\x14\n" +
 	"\x10CODE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
@@ -1412,14 +1589,29 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\fSTATE_ACTIVE\x10\x01\x12\x11\n" +
 	"\rSTATE_SENDING\x10\x02\x12\x13\n" +
 	"\x0fSTATE_RECEIVING\x10\x03\x12\x11\n" +
-	"\rSTATE_GARBAGE\x10\x04*\x86\x01\n" +
+	"\rSTATE_GARBAGE\x10\x04*\x99\x01\n" +
 	"\x06OpKind\x12\x17\n" +
 	"\x13OP_KIND_UNSPECIFIED\x10\x00\x12\x12\n" +
 	"\x0eOP_KIND_INSERT\x10\x01\x12\x13\n" +
 	"\x0fOP_KIND_REPLACE\x10\x02\x12\x12\n" +
 	"\x0eOP_KIND_UPDATE\x10\x03\x12\x12\n" +
 	"\x0eOP_KIND_UPSERT\x10\x04\x12\x12\n" +
-	"\x0eOP_KIND_DELETE\x10\x05B<Z:github.com/shardkit/shardkit/internal/replicaset/rspb;rspbb\x06proto3"
+	"\x0eOP_KIND_DELETE\x10\x05\x12\x11\n" +
+	"\rOP_KIND_CHECK\x10\x06*\x82\x01\n" +
+	"\aCompare\x12\x17\n" +
+	"\x13COMPARE_UNSPECIFIED\x10\x00\x12\x0e\n" +
+	"\n" +
+	"COMPARE_EQ\x10\x01\x12\x0e\n" +
+	"\n" +
+	"COMPARE_NE\x10\x02\x12\x0e\n" +
+	"\n" +
+	"COMPARE_LT\x10\x03\x12\x0e\n" +
+	"\n" +
+	"COMPARE_LE\x10\x04\x12\x0e\n" +
+	"\n" +
+	"COMPARE_GT\x10\x05\x12\x0e\n" +
+	"\n" +
+	"COMPARE_GE\x10\x06B<Z:github.com/shardkit/shardkit/internal/replicaset/rspb;rspbb\x06proto3"
 
 var (
 	file_internal_replicaset_rspb_replicaset_proto_rawDescOnce sync.Once
@@ -1433,53 +1625,57 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 	return file_internal_replicaset_rspb_replicaset_proto_rawDescData
 }
 
-var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
-	(Refusal_Code)(0),      // 1: shardkit.replicaset.v1.Refusal.Code
-	(BucketState_State)(0), // 2: shardkit.replicaset.v1.BucketState.State
-	(*Command)(nil),        // 3: shardkit.replicaset.v1.Command
-	(*SetBucket)(nil),      // 4: shardkit.replicaset.v1.SetBucket
-	(*CopyChunk)(nil),      // 5: shardkit.replicaset.v1.CopyChunk
-	(*SetBuckets)(nil),     // 6: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),     // 7: shardkit.replicaset.v1.CopyChunks
-	(*CopiedTuple)(nil),    // 8: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 9: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),      // 10: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 11: shardkit.replicaset.v1.CreateBuckets
-	(*Op)(nil),             // 12: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 13: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 14: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 15: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 16: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 17: shardkit.replicaset.v1.BucketState
-	(*metapb.Space)(nil),   // 18: shardkit.meta.v1.Space
+	(Compare)(0),           // 1: shardkit.replicaset.v1.Compare
+	(Refusal_Code)(0),      // 2: shardkit.replicaset.v1.Refusal.Code
+	(BucketState_State)(0), // 3: shardkit.replicaset.v1.BucketState.State
+	(*Command)(nil),        // 4: shardkit.replicaset.v1.Command
+	(*SetBucket)(nil),      // 5: shardkit.replicaset.v1.SetBucket
+	(*CopyChunk)(nil),      // 6: shardkit.replicaset.v1.CopyChunk
+	(*SetBuckets)(nil),     // 7: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),     // 8: shardkit.replicaset.v1.CopyChunks
+	(*CopiedTuple)(nil),    // 9: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 10: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),      // 11: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 12: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),      // 13: shardkit.replicaset.v1.Condition
+	(*Op)(nil),             // 14: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 15: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 16: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 17: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 18: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 19: shardkit.replicaset.v1.BucketState
+	(*metapb.Space)(nil),   // 20: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	13, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	10, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	11, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	6,  // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	7,  // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
-	2,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	2,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	8,  // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	4,  // 8: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	5,  // 9: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	18, // 10: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	0,  // 11: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	9,  // 12: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	12, // 13: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	1,  // 14: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	14, // 15: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	15, // 16: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	2,  // 17: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	18, // [18:18] is the sub-list for method output_type
-	18, // [18:18] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	15, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	11, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	12, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	7,  // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	8,  // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	3,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	3,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
+	9,  // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	5,  // 8: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	6,  // 9: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	20, // 10: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 11: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 12: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	10, // 13: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	13, // 14: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	14, // 15: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	2,  // 16: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	16, // 17: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	17, // 18: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 19: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1494,14 +1690,14 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_SetBuckets)(nil),
 		(*Command_CopyChunks)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[9].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   15,
+			NumEnums:      4,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
