@@ -114,3 +114,28 @@ func (s *Space) Check(ctx context.Context, key []tuple.Value, conds ...Condition
 	}
 	return res[0], nil
 }
+
+// Fence guards a batch with a lease's fencing ticket (a lease of
+// Client.Leases, a ZooKeeper znode's version, any number that grows with
+// each new holder): the tuple with Key in Space holds, in its unsigned
+// field Field, the highest ticket that wrote through it. The fence tuple
+// must exist (create it once, e.g. with ticket 0 and Insert(..., IfAbsent())).
+type Fence struct {
+	Space  string
+	Key    []tuple.Value
+	Field  string
+	Ticket uint64
+}
+
+// Fence adds a fence to the batch: a check that the fence tuple's ticket
+// is at most f.Ticket and an update that raises it to f.Ticket. Once a
+// holder with a higher ticket wrote through the fence, every batch of an
+// older holder is refused whole (ErrConditionFailed on the check, whose
+// ActualValue is the newer ticket), however late it arrives: a holder that
+// was paused past its lease writes nothing. The two ops come first in the
+// batch's results; the fence tuple must share the bucket of the batch's
+// other keys (the same sharding key).
+func (b *Batch) Fence(f Fence) *Batch {
+	b.Check(f.Space, f.Key, Where(f.Field, LE, tuple.Uint(f.Ticket)))
+	return b.Update(f.Space, f.Key, []tuple.Op{{Code: tuple.OpMax, Field: tuple.FieldRef{Name: f.Field}, Arg: tuple.Uint(f.Ticket)}})
+}

@@ -352,3 +352,59 @@ func TestAShardingKeyChosenAmongTheKeysFields(t *testing.T) {
 		t.Fatalf("a get routed by the instance: %v, %v", resp, err)
 	}
 }
+
+// A fenced batch of an older holder is refused whole once a newer holder
+// wrote through the fence, however late it comes; the newer holder's
+// batches go on.
+func TestAFencedBatchOfAnOlderHolderIsRefused(t *testing.T) {
+	c := dataClient(t)
+	ctx := t.Context()
+	for _, d := range []client.SpaceDef{
+		{Name: "fence_fences", Format: tuple.Format{{Name: "shard", Type: tuple.TypeString}, {Name: "ticket", Type: tuple.TypeUnsigned}}, PrimaryKey: []string{"shard"}},
+		{Name: "fence_data", Format: tuple.Format{{Name: "shard", Type: tuple.TypeString}, {Name: "k", Type: tuple.TypeString}, {Name: "v", Type: tuple.TypeUnsigned}},
+			PrimaryKey: []string{"shard", "k"}, ShardingKey: []string{"shard"}},
+	} {
+		if _, err := c.CreateSpace(ctx, d, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shard := []tuple.Value{tuple.String("s1")}
+	if _, err := c.Space("fence_fences").Insert(ctx, tuple.Tuple{tuple.String("s1"), tuple.Uint(0)}); err != nil {
+		t.Fatal(err)
+	}
+	write := func(ticket, v uint64) error {
+		_, err := c.Batch().
+			Fence(client.Fence{Space: "fence_fences", Key: shard, Field: "ticket", Ticket: ticket}).
+			Replace("fence_data", tuple.Tuple{tuple.String("s1"), tuple.String("x"), tuple.Uint(v)}).
+			Do(ctx)
+		return err
+	}
+	if err := write(1, 10); err != nil { // A, ticket 1
+		t.Fatalf("the first holder's write: %v", err)
+	}
+	if err := write(2, 20); err != nil { // B takes over with ticket 2
+		t.Fatalf("the second holder's write: %v", err)
+	}
+	err := write(1, 11) // A again, paused past its lease
+	var ce *client.Error
+	if !errors.Is(err, client.ErrConditionFailed) || !errors.As(err, &ce) || ce.OpIndex != 1 {
+		t.Fatalf("the older holder's write after the newer one's: %v, want ErrConditionFailed on op 1", err)
+	}
+	if got, _ := ce.ActualValue.AsUint(); got != 2 {
+		t.Fatalf("the refusal names ticket %v, want 2", ce.ActualValue)
+	}
+	if err := write(2, 21); err != nil {
+		t.Fatalf("the newer holder's next write: %v", err)
+	}
+	r, _, err := c.Space("fence_data").Select(ctx, []tuple.Value{tuple.String("s1"), tuple.String("x")}, client.RW)
+	if err != nil || !r.Found {
+		t.Fatal(r, err)
+	}
+	if v, _ := r.Tuple[2].AsUint(); v != 21 {
+		t.Fatalf("the data holds %d, want 21 (the older holder's 11 refused)", v)
+	}
+	f, _, _ := c.Space("fence_fences").Select(ctx, shard, client.RW)
+	if tk, _ := f.Tuple[1].AsUint(); tk != 2 {
+		t.Fatalf("the fence holds ticket %d, want 2", tk)
+	}
+}
