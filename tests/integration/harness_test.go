@@ -27,6 +27,9 @@ import (
 var binary string
 
 func TestMain(m *testing.M) {
+	if os.Getenv(fenceHolderEnv) != "" {
+		os.Exit(runFenceHolder()) // a holder process of TestAPausedHolderWritesNothing
+	}
 	os.Exit(runMain(m))
 }
 
