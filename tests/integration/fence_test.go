@@ -135,10 +135,10 @@ func TestAPausedHolderWritesNothing(t *testing.T) {
 	var ticketA uint64
 	for oks := 0; oks < 5; {
 		l := next()
-		switch f := strings.Fields(l); {
-		case f[0] == "granted":
+		switch f := strings.Fields(l); f[0] {
+		case "granted":
 			ticketA, _ = strconv.ParseUint(f[1], 10, 64)
-		case f[0] == "ok":
+		case "ok":
 			oks++
 		default:
 			t.Fatalf("the holder before its pause: %s", l)
