@@ -19,13 +19,9 @@ import (
 // they are active here, each bucket read at one point (one iterator,
 // merged with the source's while it is receiving).
 func (s *Storage) Range(ctx context.Context, req *datav1.RangeRequest) (*datav1.RangeResponse, error) {
-	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
+	sp, err := s.spaceAt(ctx, req.GetSchemaVersion(), req.GetSpace())
 	if err != nil {
 		return nil, err
-	}
-	sp := sc.ByName(req.GetSpace())
-	if sp == nil {
-		return nil, noSpace(0, req.GetSpace())
 	}
 	count, _ := s.cfg.GroupZero.Buckets()
 	if count == 0 {

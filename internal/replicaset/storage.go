@@ -688,14 +688,24 @@ func (s *Storage) GetMany(ctx context.Context, reqs []*datav1.GetRequest) (resps
 	return resps, errs
 }
 
-func (s *Storage) get(ctx context.Context, req *datav1.GetRequest, indexed bool) (*datav1.GetResponse, error) {
-	sc, err := s.schemaFor(ctx, req.GetSchemaVersion())
+// spaceAt returns a space of the schema at version (at least), refusing
+// one that schema does not have.
+func (s *Storage) spaceAt(ctx context.Context, version uint64, name string) (*schema.Space, error) {
+	sc, err := s.schemaFor(ctx, version)
 	if err != nil {
 		return nil, err
 	}
-	sp := sc.ByName(req.GetSpace())
+	sp := sc.ByName(name)
 	if sp == nil {
-		return nil, noSpace(0, req.GetSpace())
+		return nil, noSpace(0, name)
+	}
+	return sp, nil
+}
+
+func (s *Storage) get(ctx context.Context, req *datav1.GetRequest, indexed bool) (*datav1.GetResponse, error) {
+	sp, err := s.spaceAt(ctx, req.GetSchemaVersion(), req.GetSpace())
+	if err != nil {
+		return nil, err
 	}
 	kb, b, err := s.keyOf(sp, req.GetKey(), req.GetBucket())
 	if err != nil {
