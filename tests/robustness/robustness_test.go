@@ -133,8 +133,8 @@ func configFromEnv(t *testing.T) runConfig {
 // TestRobustness: clients insert, replace, CAS, delete and read a few
 // shared keys through every instance of a 3-instance cluster (one
 // replicaset, replication factor 3) while a nemesis kills workers and
-// whole instances with SIGKILL, stalls instances with SIGSTOP, and
-// restarts them with SIGTERM. Then: every key's history is linearizable
+// whole instances with SIGKILL, stalls instances with SIGSTOP, restarts
+// them with SIGTERM, and cuts raft links (with failpoints). Then: every key's history is linearizable
 // (porcupine), no write is applied twice, no acknowledged write is lost,
 // no write that failed with ErrUnavailable is applied, the replicas
 // converge, and Count agrees with the keys present.
