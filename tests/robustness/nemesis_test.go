@@ -45,9 +45,12 @@ const (
 	// them) from the rest, both ways or one way at random.
 	faultPartition = "partition"
 	// faultFlap: over 4 to 8s, cut the links of whichever instance leads
-	// the replicaset then (the target when none is known) both ways for
-	// 1.2 to 2.5s, mend them for 0.2 to 0.8s, and again: leadership moves
-	// under the clients several times.
+	// the replicaset then (the target when none is known), both ways or
+	// only what it receives, mend them after 0.2 to 0.8s, and again. Half
+	// of the cuts are short (0.2 to 0.9s, less than an election takes):
+	// the leader stays, the writes sent meanwhile wait, are retried, and
+	// commit once the link is back. The others last 1.2 to 2.5s:
+	// leadership moves under the clients.
 	faultFlap = "flap"
 )
 
@@ -312,16 +315,23 @@ func (n *nemesis) injectNetwork(ctx context.Context, fault string, target *insta
 			leader = target
 		}
 		others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == leader })
-		links := append(between([]*instance{leader}, others), between(others, []*instance{leader})...)
+		links, how := between(others, []*instance{leader}), "to"
+		if n.rng.IntN(2) == 0 {
+			links, how = append(links, between([]*instance{leader}, others)...), "both ways"
+		}
+		d := n.between(200*time.Millisecond, 900*time.Millisecond)
+		if n.rng.IntN(2) == 0 {
+			d = n.between(1200*time.Millisecond, 2500*time.Millisecond)
+		}
 		if err := n.c.cutLinks(ctx, links); err != nil {
 			return "", errors.Join(err, n.c.mendLinks(context.WithoutCancel(ctx), links))
 		}
-		sleep(ctx, n.between(1200*time.Millisecond, 2500*time.Millisecond))
+		sleep(ctx, d)
 		views := n.c.describeLeaders(ctx)
 		if err := n.c.mendLinks(context.WithoutCancel(ctx), links); err != nil {
 			return "", err
 		}
-		cut = append(cut, fmt.Sprintf("%s (then %s)", leader.Name, views))
+		cut = append(cut, fmt.Sprintf("%s %s for %v (then %s)", leader.Name, how, d.Round(time.Millisecond), views))
 		sleep(ctx, n.between(200*time.Millisecond, 800*time.Millisecond))
 	}
 	return fmt.Sprintf("over %v, cut in turn: %s", hold.Round(time.Millisecond), strings.Join(cut, "; ")), nil
