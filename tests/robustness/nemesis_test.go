@@ -45,12 +45,13 @@ const (
 	// them) from the rest, both ways or one way at random.
 	faultPartition = "partition"
 	// faultFlap: over 4 to 8s, cut the links of whichever instance leads
-	// the replicaset then (the target when none is known), both ways or
-	// only what it receives, mend them after 0.2 to 0.8s, and again. Half
-	// of the cuts are short (0.2 to 0.9s, less than an election takes):
-	// the leader stays, the writes sent meanwhile wait, are retried, and
-	// commit once the link is back. The others last 1.2 to 2.5s:
-	// leadership moves under the clients.
+	// the replicaset then (the target when none is known), mend them
+	// after 0.2 to 0.8s, and again. Half of the cuts are short (0.2 to
+	// 0.9s, less than an election takes; both ways or only what the
+	// leader receives): the leader stays, the writes sent meanwhile wait,
+	// are retried, and commit once the link is back. The others last 1.8
+	// to 3s, both ways: the others elect a new leader while the old one,
+	// until it steps down, still answers the clients that ask it.
 	faultFlap = "flap"
 )
 
@@ -184,9 +185,11 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 	return nil
 }
 
-// pick chooses the next fault: a network fault half of the time when the
-// faults include both kinds (there are fewer of them, and only they give
-// a leader that clients still reach after the others elected another).
+// pick chooses the next fault: a network fault two times in three when
+// the faults include both kinds, and then flap half of the time when it
+// is among them. Only the network faults give a leader that clients still
+// reach after the others elected another, or writes retried while their
+// first attempt waits to commit; flap gives several of each.
 func (n *nemesis) pick() string {
 	var proc, net []string
 	for _, f := range n.cfg.faults {
@@ -196,14 +199,13 @@ func (n *nemesis) pick() string {
 			proc = append(proc, f)
 		}
 	}
-	from := n.cfg.faults
-	if len(proc) > 0 && len(net) > 0 {
-		from = proc
-		if n.rng.IntN(2) == 0 {
-			from = net
-		}
+	if len(net) == 0 || (len(proc) > 0 && n.rng.IntN(3) == 0) {
+		return proc[n.rng.IntN(len(proc))]
 	}
-	return from[n.rng.IntN(len(from))]
+	if slices.Contains(net, faultFlap) && n.rng.IntN(2) == 0 {
+		return faultFlap
+	}
+	return net[n.rng.IntN(len(net))]
 }
 
 func nameOf(inst *instance) string {
@@ -316,12 +318,13 @@ func (n *nemesis) injectNetwork(ctx context.Context, fault string, target *insta
 		}
 		others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == leader })
 		links, how := between(others, []*instance{leader}), "to"
-		if n.rng.IntN(2) == 0 {
-			links, how = append(links, between([]*instance{leader}, others)...), "both ways"
-		}
 		d := n.between(200*time.Millisecond, 900*time.Millisecond)
-		if n.rng.IntN(2) == 0 {
-			d = n.between(1200*time.Millisecond, 2500*time.Millisecond)
+		long := n.rng.IntN(2) == 0
+		if long {
+			d = n.between(1800*time.Millisecond, 3*time.Second)
+		}
+		if long || n.rng.IntN(2) == 0 {
+			links, how = append(links, between([]*instance{leader}, others)...), "both ways"
 		}
 		if err := n.c.cutLinks(ctx, links); err != nil {
 			return "", errors.Join(err, n.c.mendLinks(context.WithoutCancel(ctx), links))
