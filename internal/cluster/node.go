@@ -20,6 +20,7 @@ import (
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -74,6 +75,9 @@ type Config struct {
 	// call (corruption Pebble found in its background work); one ends the
 	// instance like a failure of its raft storage. Nil: none.
 	StorageErrors <-chan error
+	// Failpoints are test hooks of the raft engine and its transport
+	// (package failpoint: no-ops unless built with the "failpoints" tag).
+	Failpoints *failpoint.Points
 }
 
 // RebootstrapRequest is returned by Run after discovery: the process must
@@ -325,6 +329,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 	}
 	tr := grpcnet.New(grpcnet.Config{
 		NodeID: multiraft.NodeID(ident.RaftID), Resolver: n.res, Logger: n.log, DialOptions: client.DialOptions(n.cfg.Credentials),
+		Failpoints: n.cfg.Failpoints,
 	})
 	host, err := multiraft.NewHost(multiraft.Config{
 		NodeID:      multiraft.NodeID(ident.RaftID),
@@ -333,6 +338,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 		Transport:   tr,
 		Logger:      n.log,
 		LeaseReads:  !n.cfg.DisableLeaseReads,
+		Failpoints:  n.cfg.Failpoints,
 		Observer:    n.roundObserver(),
 		OnFatal: func(err error) {
 			select {

@@ -239,6 +239,8 @@
 //
 // Built with the "failpoints" tag, Config.Failpoints runs test hooks at
 // raftBeforeSave, raftAfterSave, raftBeforeSend and raftBeforeApplySnapshot;
-// a hook's error stops the host there as a crash would. Release builds
+// a hook's error stops the host there as a crash would. One more,
+// raftDefectLeaseUnchecked, is a deliberate defect for the robustness
+// test: a leader serves lease reads past its lease's end. Release builds
 // compile them to nothing.
 package multiraft

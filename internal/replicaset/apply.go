@@ -282,7 +282,7 @@ func (o *overlay) count(sp uint32, d int64) {
 func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	sm := a.sm
 	id := c.GetRequestId()
-	if len(id) > 0 {
+	if len(id) > 0 && sm.remembersRequests() {
 		if ms, ok := sm.reqs.lookup(id, sm.requestCutoff(a.now)); ok {
 			v := a.get(sm.k.requestID(ms, id))
 			if a.err != nil {

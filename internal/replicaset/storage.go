@@ -632,7 +632,7 @@ func (s *Storage) readAfter(ctx context.Context, mode datav1.Mode, bucket uint32
 			return nil, s.notLeader(bucket)
 		}
 		if !indexed {
-			if err := s.g.ReadIndex(ctx); err != nil {
+			if err := s.readIndex(ctx); err != nil {
 				return nil, engineError(err)
 			}
 		}
@@ -675,7 +675,7 @@ func (s *Storage) GetMany(ctx context.Context, reqs []*datav1.GetRequest) (resps
 	for i, req := range reqs {
 		rw := req.GetMode() != datav1.Mode_MODE_RO
 		if rw && !indexed && indexErr == nil && s.IsLeader() {
-			if indexErr = s.g.ReadIndex(ctx); indexErr == nil {
+			if indexErr = s.readIndex(ctx); indexErr == nil {
 				indexed = true
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -40,6 +41,39 @@ func withFailpoints(h http.Handler, fp *failpoint.Points) http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	return mux
+}
+
+// EnvFailpoints names the environment variable whose failpoints an
+// instance built with the failpoints tag sets as it starts, before any
+// traffic: "name=action" pairs separated by ";", the actions as for
+// /debug/failpoints (e.g. "replicasetSkipReadIndex=error"). Unlike the
+// HTTP endpoint it holds through restarts: a robustness run's deliberate
+// defects are set this way. A build without failpoints ignores it.
+const EnvFailpoints = "SHARDKIT_FAILPOINTS"
+
+// setFailpointsFromEnv sets the failpoints EnvFailpoints lists; an error
+// names the pair it cannot parse.
+func setFailpointsFromEnv(fp *failpoint.Points) error {
+	spec := os.Getenv(EnvFailpoints)
+	if !fp.Enabled() || strings.TrimSpace(spec) == "" {
+		return nil
+	}
+	for _, pair := range strings.Split(spec, ";") {
+		if strings.TrimSpace(pair) == "" {
+			continue
+		}
+		name, action, ok := strings.Cut(pair, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return fmt.Errorf("%s: %q is not name=action", EnvFailpoints, pair)
+		}
+		hook, err := parseHook(strings.TrimSpace(action))
+		if err != nil {
+			return fmt.Errorf("%s: failpoint %s: %w", EnvFailpoints, name, err)
+		}
+		fp.Set(name, hook)
+	}
+	return nil
 }
 
 func parseHook(s string) (func() error, error) {

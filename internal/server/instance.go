@@ -74,6 +74,9 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		}
 	}
 	fp := &failpoint.Points{}
+	if err := setFailpointsFromEnv(fp); err != nil {
+		return &RefusedError{Err: err}
+	}
 	dataCtx, stopData := context.WithCancel(ctx)
 	data := newDataLayer(dataCtx, db, procs, fp, cfg.CacheSize/RowCacheShare, log)
 	defer func() {
@@ -104,6 +107,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		BucketCounts:          data.bucketCounts,
 		StorageErrors:         storageErrs,
 		Credentials:           sec.peer,
+		Failpoints:            fp,
 	}, db, metrics)
 	nodePtr.Store(node)
 	var authz *auth.Authorizer

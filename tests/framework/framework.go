@@ -60,6 +60,7 @@ type Instance struct {
 	Log    string   // the log file; every start appends to it
 	Args   []string // the arguments of `shardkit run`
 	Binary string   // the shardkit binary
+	Env    []string // added to the test's environment ("NAME=value")
 
 	mu      sync.Mutex
 	proc    *process
@@ -101,6 +102,9 @@ func (inst *Instance) Start(extra ...string) error {
 		defer logf.Close()
 		cmd := exec.Command(inst.Binary, args...)
 		cmd.Stdout, cmd.Stderr = logf, logf
+		if len(inst.Env) > 0 {
+			cmd.Env = append(os.Environ(), inst.Env...)
+		}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			started <- err

@@ -42,6 +42,9 @@ func runMain(m *testing.M) int {
 	if os.Getenv("SHARDKIT_ROBUSTNESS_RACE") == "1" {
 		flags = append(flags, "-race")
 	}
+	if failpoints {
+		flags = append(flags, "-tags", "failpoints")
+	}
 	if binary, err = framework.Build(dir, flags...); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -55,24 +58,31 @@ type instance = framework.Instance
 
 // cluster is n instances on loopback in replicasets of rf instances each.
 type cluster struct {
-	t      *testing.T
-	insts  []*instance
-	addrs  []string
+	t     *testing.T
+	insts []*instance
+	addrs []string
+	// http maps an instance's name to its --http-listen address (its
+	// /debug/failpoints endpoint).
+	http   map[string]string
 	rf     int
 	logDir string
 	admin  *client.Client
 }
 
-func newCluster(t *testing.T, n, rf int, logDir string) *cluster {
+// Every instance gets env added to its environment (the deliberate
+// defect's failpoints).
+func newCluster(t *testing.T, n, rf int, logDir string, env []string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, logDir: logDir, rf: rf}
-	ports := framework.FreePorts(t, n)
+	c := &cluster{t: t, logDir: logDir, rf: rf, http: map[string]string{}}
+	all := framework.FreePorts(t, 2*n)
+	ports, httpPorts := all[:n], all[n:]
 	for i := range n {
 		dataDir := filepath.Join(t.TempDir(), "data")
 		name := fmt.Sprintf("n%d", i+1)
-		inst := &instance{Name: name, Listen: ports[i], Log: filepath.Join(logDir, name+".log"), Binary: binary}
+		inst := &instance{Name: name, Listen: ports[i], Log: filepath.Join(logDir, name+".log"), Binary: binary, Env: env}
+		c.http[name] = httpPorts[i]
 		inst.Args = []string{
-			"--listen", inst.Listen, "--peer", strings.Join(ports, ","), "--data-dir", dataDir,
+			"--listen", inst.Listen, "--http-listen", httpPorts[i], "--peer", strings.Join(ports, ","), "--data-dir", dataDir,
 			"--instance-id", inst.Name, "--init-replication-factor", strconv.Itoa(rf),
 			"--auto-offline-timeout", "3s", "--shutdown-timeout", "10s", "--log-level", "debug",
 		}
@@ -230,19 +240,27 @@ func (c *cluster) replicasetLeaders(ctx context.Context) map[string]leaderView {
 	return out
 }
 
-// leaders returns the instances leading the replicaset and group 0 as
-// the cluster reports them now (nil when unknown).
-func (c *cluster) leaders(ctx context.Context) (rs, g0 *instance) {
+// replicasetLeader returns the instance most members of the replicasets
+// name as their leader (nil when none names one).
+func (c *cluster) replicasetLeader(ctx context.Context) *instance {
 	count := map[string]int{}
 	for _, v := range c.replicasetLeaders(ctx) {
 		count[v.leader]++
 	}
+	var out *instance
 	best := 0
 	for addr, n := range count {
 		if n > best {
-			rs, best = c.byAddr(addr), n
+			out, best = c.byAddr(addr), n
 		}
 	}
+	return out
+}
+
+// leaders returns the instances leading the replicaset and group 0 as
+// the cluster reports them now (nil when unknown).
+func (c *cluster) leaders(ctx context.Context) (rs, g0 *instance) {
+	rs = c.replicasetLeader(ctx)
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if st, err := c.admin.Status(sctx, false); err == nil {

@@ -32,9 +32,34 @@ const (
 	// faultCrashAll: SIGKILL every instance at once and start them again
 	// (a cold restart: whatever was acknowledged must have been durable).
 	faultCrashAll = "crash-all"
+
+	// The network faults (netfaults_test.go) cut raft links only; the
+	// clients still reach every instance. They need a binary with
+	// failpoints.
+
+	// faultIsolate: cut the replicaset's leader (when known; the target
+	// otherwise) from every other instance, both ways: it goes on being
+	// asked by clients while the others elect a new leader.
+	faultIsolate = "isolate"
+	// faultPartition: cut a minority of the instances (the target among
+	// them) from the rest, both ways or one way at random.
+	faultPartition = "partition"
+	// faultFlap: over 4 to 8s, cut the links of whichever instance leads
+	// the replicaset then (the target when none is known), mend them
+	// after 0.2 to 0.8s, and again. Half of the cuts are short (0.2 to
+	// 0.9s, less than an election takes; both ways or only what the
+	// leader receives): the leader stays, the writes sent meanwhile wait,
+	// are retried, and commit once the link is back. The others last 1.8
+	// to 3s, both ways: the others elect a new leader while the old one,
+	// until it steps down, still answers the clients that ask it.
+	faultFlap = "flap"
 )
 
-var allFaults = []string{faultKillWorker, faultCrash, faultStall, faultRestart, faultCrashQuorum, faultCrashAll}
+var (
+	processFaults = []string{faultKillWorker, faultCrash, faultStall, faultRestart, faultCrashQuorum, faultCrashAll}
+	networkFaults = []string{faultIsolate, faultPartition, faultFlap}
+	allFaults     = append(slices.Clone(processFaults), networkFaults...)
+)
 
 // nemesisConfig shapes the faults.
 type nemesisConfig struct {
@@ -114,7 +139,7 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 		if !time.Now().Before(until) {
 			return nil
 		}
-		fault := n.cfg.faults[n.rng.IntN(len(n.cfg.faults))]
+		fault := n.pick()
 		rs, g0 := n.c.leaders(ctx)
 		var target *instance
 		var why string
@@ -123,6 +148,9 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 			target, why = rs, "the replicaset's leader"
 		case 1:
 			target, why = g0, "group 0's leader"
+		}
+		if fault == faultIsolate && rs != nil {
+			target, why = rs, "the replicaset's leader"
 		}
 		if target == nil {
 			target, why = n.c.insts[n.rng.IntN(len(n.c.insts))], "at random"
@@ -136,6 +164,9 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 			e.What += ": " + detail
 		}
 		n.record(e)
+		if detail != "" {
+			n.log("nemesis: %s: %s", fault, detail)
+		}
 		n.mu.Lock()
 		n.counts[fault]++
 		n.mu.Unlock()
@@ -152,6 +183,29 @@ func (n *nemesis) run(ctx context.Context, until time.Time) error {
 		n.log("nemesis: whole again %.1fs after %s %s", time.Since(began).Seconds(), fault, target.Name)
 	}
 	return nil
+}
+
+// pick chooses the next fault: a network fault two times in three when
+// the faults include both kinds, and then flap half of the time when it
+// is among them. Only the network faults give a leader that clients still
+// reach after the others elected another, or writes retried while their
+// first attempt waits to commit; flap gives several of each.
+func (n *nemesis) pick() string {
+	var proc, net []string
+	for _, f := range n.cfg.faults {
+		if slices.Contains(networkFaults, f) {
+			net = append(net, f)
+		} else {
+			proc = append(proc, f)
+		}
+	}
+	if len(net) == 0 || (len(proc) > 0 && n.rng.IntN(3) == 0) {
+		return proc[n.rng.IntN(len(proc))]
+	}
+	if slices.Contains(net, faultFlap) && n.rng.IntN(2) == 0 {
+		return faultFlap
+	}
+	return net[n.rng.IntN(len(net))]
 }
 
 func nameOf(inst *instance) string {
@@ -209,11 +263,85 @@ func (n *nemesis) inject(ctx context.Context, fault string, target *instance) (s
 			return "", err
 		}
 		return fmt.Sprintf("exited %v after SIGTERM", took.Round(time.Millisecond)), termErr
+	case faultIsolate, faultPartition, faultFlap:
+		return n.injectNetwork(ctx, fault, target)
 	}
 	return "", fmt.Errorf("unknown fault %q (want one of %s)", fault, strings.Join(allFaults, ", "))
 }
 
-// heal makes sure that every instance runs and none is stopped.
+// injectNetwork cuts raft links (netfaults_test.go) for a hold of at least
+// 2s, which outlasts an election, and mends them before it returns.
+func (n *nemesis) injectNetwork(ctx context.Context, fault string, target *instance) (string, error) {
+	hold := n.between(2*time.Second, max(n.cfg.hold, 3*time.Second))
+	others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == target })
+	var links []link
+	var detail string
+	switch fault {
+	case faultIsolate:
+		links = append(between([]*instance{target}, others), between(others, []*instance{target})...)
+		detail = fmt.Sprintf("%s cut from every peer both ways", target.Name)
+	case faultPartition:
+		n.rng.Shuffle(len(others), func(i, j int) { others[i], others[j] = others[j], others[i] })
+		size := max(1, (len(n.c.insts)-1)/2)
+		minority := append([]*instance{target}, others[:size-1]...)
+		majority := others[size-1:]
+		var names []string
+		for _, m := range minority {
+			names = append(names, m.Name)
+		}
+		switch n.rng.IntN(3) {
+		case 0:
+			links, detail = between(minority, majority), "messages from the minority dropped"
+		case 1:
+			links, detail = between(majority, minority), "messages to the minority dropped"
+		default:
+			links, detail = append(between(minority, majority), between(majority, minority)...), "both ways"
+		}
+		detail = fmt.Sprintf("minority %s: %s", strings.Join(names, ", "), detail)
+	}
+	if fault != faultFlap {
+		err := n.c.cutLinks(ctx, links)
+		sleep(ctx, hold)
+		// What each side says of its replicaset's leader while cut: a
+		// leader cut off alone names itself until it steps down.
+		views := n.c.describeLeaders(ctx)
+		err = errors.Join(err, n.c.mendLinks(context.WithoutCancel(ctx), links))
+		return fmt.Sprintf("%s, for %v; leaders seen before the mend: %s", detail, hold.Round(time.Millisecond), views), err
+	}
+	hold = n.between(4*time.Second, 8*time.Second)
+	until := time.Now().Add(hold)
+	var cut []string
+	for time.Now().Before(until) && ctx.Err() == nil {
+		leader := n.c.replicasetLeader(ctx)
+		if leader == nil {
+			leader = target
+		}
+		others := slices.DeleteFunc(slices.Clone(n.c.insts), func(i *instance) bool { return i == leader })
+		links, how := between(others, []*instance{leader}), "to"
+		d := n.between(200*time.Millisecond, 900*time.Millisecond)
+		long := n.rng.IntN(2) == 0
+		if long {
+			d = n.between(1800*time.Millisecond, 3*time.Second)
+		}
+		if long || n.rng.IntN(2) == 0 {
+			links, how = append(links, between([]*instance{leader}, others)...), "both ways"
+		}
+		if err := n.c.cutLinks(ctx, links); err != nil {
+			return "", errors.Join(err, n.c.mendLinks(context.WithoutCancel(ctx), links))
+		}
+		sleep(ctx, d)
+		views := n.c.describeLeaders(ctx)
+		if err := n.c.mendLinks(context.WithoutCancel(ctx), links); err != nil {
+			return "", err
+		}
+		cut = append(cut, fmt.Sprintf("%s %s for %v (then %s)", leader.Name, how, d.Round(time.Millisecond), views))
+		sleep(ctx, n.between(200*time.Millisecond, 800*time.Millisecond))
+	}
+	return fmt.Sprintf("over %v, cut in turn: %s", hold.Round(time.Millisecond), strings.Join(cut, "; ")), nil
+}
+
+// heal makes sure that every instance runs, none is stopped and no raft
+// link is cut.
 func (c *cluster) heal() error {
 	for _, inst := range c.insts {
 		if inst.Stopped() {
@@ -227,5 +355,5 @@ func (c *cluster) heal() error {
 			}
 		}
 	}
-	return nil
+	return c.mendAll(context.Background())
 }

@@ -37,6 +37,9 @@ const (
 	// envShared=1: the clients share one client.Client, which pipelines
 	// their calls, writes too, into Multi calls.
 	envShared = "SHARDKIT_ROBUSTNESS_SHARED"
+	// envDefect switches a deliberate defect on (one of defects), to show
+	// that the run fails with it: the check can fail.
+	envDefect = "SHARDKIT_ROBUSTNESS_DEFECT"
 )
 
 const defaultDuration = 40 * time.Second
@@ -46,6 +49,7 @@ type runConfig struct {
 	replicasets int
 	seed        uint64
 	out         string
+	defect      string // a key of defects, or ""
 	traffic     trafficConfig
 	nemesis     nemesisConfig
 }
@@ -59,7 +63,7 @@ func configFromEnv(t *testing.T) runConfig {
 		out:         os.Getenv(envOut),
 		traffic: trafficConfig{
 			clients: 6, keys: 8,
-			opTimeout: 10 * time.Second, attemptTimeout: 3 * time.Second,
+			opTimeout: 10 * time.Second, attemptTimeout: 3 * time.Second, quickAttempt: 250 * time.Millisecond, readerReads: 100,
 			shortOps: 20, shortTimeout: 2 * time.Second,
 			pause: 20 * time.Millisecond,
 		},
@@ -98,14 +102,30 @@ func configFromEnv(t *testing.T) runConfig {
 			*p = n
 		}
 	}
+	if !failpoints {
+		// The network faults set the transport's failpoints.
+		cfg.nemesis.faults = processFaults
+	}
 	if v := os.Getenv(envFaults); v != "" {
 		cfg.nemesis.faults = nil
 		for _, f := range strings.Split(v, ",") {
 			if !slices.Contains(allFaults, f) {
 				t.Fatalf("%s: unknown fault %q; want some of %s", envFaults, f, strings.Join(allFaults, ","))
 			}
+			if !failpoints && slices.Contains(networkFaults, f) {
+				t.Fatalf("%s: fault %s cuts raft links through failpoints: run go test -tags failpoints", envFaults, f)
+			}
 			cfg.nemesis.faults = append(cfg.nemesis.faults, f)
 		}
+	}
+	if v := os.Getenv(envDefect); v != "" {
+		if _, ok := defects[v]; !ok {
+			t.Fatalf("%s=%q: want one of %s", envDefect, v, strings.Join(slices.Sorted(maps.Keys(defects)), ", "))
+		}
+		if !failpoints {
+			t.Fatalf("%s=%s is a failpoint of the binary: run go test -tags failpoints", envDefect, v)
+		}
+		cfg.defect = v
 	}
 	return cfg
 }
@@ -113,8 +133,8 @@ func configFromEnv(t *testing.T) runConfig {
 // TestRobustness: clients insert, replace, CAS, delete and read a few
 // shared keys through every instance of a 3-instance cluster (one
 // replicaset, replication factor 3) while a nemesis kills workers and
-// whole instances with SIGKILL, stalls instances with SIGSTOP, and
-// restarts them with SIGTERM. Then: every key's history is linearizable
+// whole instances with SIGKILL, stalls instances with SIGSTOP, restarts
+// them with SIGTERM, and cuts raft links (with failpoints). Then: every key's history is linearizable
 // (porcupine), no write is applied twice, no acknowledged write is lost,
 // no write that failed with ErrUnavailable is applied, the replicas
 // converge, and Count agrees with the keys present.
@@ -140,7 +160,12 @@ func TestRobustness(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	c := newCluster(t, 3*cfg.replicasets, 3, logDir)
+	var env []string
+	if cfg.defect != "" {
+		t.Logf("deliberate defect %s (%s): this run must fail", cfg.defect, defects[cfg.defect])
+		env = append(env, envFailpoints+"="+defects[cfg.defect])
+	}
+	c := newCluster(t, 3*cfg.replicasets, 3, logDir, env)
 	r := &run{t: t, cfg: cfg, c: c, h: newHistory(), logDir: logDir}
 	defer r.dumpOnFailure()
 	if cfg.out != "" {

@@ -37,6 +37,16 @@ type trafficConfig struct {
 	opTimeout, attemptTimeout time.Duration
 	shortOps                  int
 	shortTimeout              time.Duration
+	// The clients have three roles by id (id mod 3), so that a leader cut
+	// off from its followers is read from while the new one is written
+	// to: 0 writes and reads with attempts of attemptTimeout; 1 does the
+	// same with attempts of quickAttempt (0: attemptTimeout), so it gives
+	// up on a silent leader soon, asks the replicaset's members who
+	// leads now and writes there; 2 reads mostly (readerReads percent of
+	// its operations), with attempts of attemptTimeout, so it goes on
+	// asking the leader it knows while that leader answers.
+	quickAttempt time.Duration
+	readerReads  int
 	// pause between two operations of one client, at most (random).
 	pause time.Duration
 	// shared: all the clients share one client.Client, which sends their
@@ -64,7 +74,11 @@ func runClient(id int, seed uint64, cfg trafficConfig, peers []string, names map
 	c := shared
 	if c == nil {
 		var err error
-		if c, err = newTracedClient(peers, id, cfg.attemptTimeout, tr); err != nil {
+		attempt := cfg.attemptTimeout
+		if id%3 == 1 && cfg.quickAttempt > 0 {
+			attempt = cfg.quickAttempt
+		}
+		if c, err = newTracedClient(peers, id, attempt, tr); err != nil {
 			return err
 		}
 		defer c.Close()
@@ -81,7 +95,16 @@ func runClient(id int, seed uint64, cfg trafficConfig, peers []string, names map
 		key := 1 + rng.Uint64N(uint64(cfg.keys))
 		in := input{Key: key, Value: fmt.Sprintf("c%d.%d", id, seq)}
 		ro := false
-		switch r := rng.IntN(100); {
+		r := rng.IntN(100)
+		if id%3 == 2 && cfg.readerReads > 0 {
+			// A reader: readerReads percent rw reads, the rest the usual mix.
+			if r < cfg.readerReads {
+				r = 0
+			} else {
+				r = rng.IntN(100)
+			}
+		}
+		switch {
 		case r < 30:
 			in.Kind, in.Value = opRead, ""
 		case r < 35:

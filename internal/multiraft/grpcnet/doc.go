@@ -9,6 +9,12 @@
 // at runtime. Snapshots go on streams of their own, in chunks of
 // Config.SnapshotChunkBytes.
 //
+// Built with the "failpoints" tag, Config.Failpoints cuts links:
+// raftDropTo/<peer address> drops what this transport sends to that peer,
+// raftDropFrom/<peer address> what it receives from it (failpoint.go), a
+// network partition for tests of the real binary that leaves its clients
+// connected.
+//
 // It lives apart from multiraft so that the engine, and the state machines
 // above it (group 0's internal/meta), import no network code: the instance
 // (internal/cluster) builds the transport and hands it to the host.

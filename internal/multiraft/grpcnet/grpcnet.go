@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	raftv1 "github.com/shardkit/shardkit/api/raft/v1"
+	"github.com/shardkit/shardkit/internal/failpoint"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/retry"
 )
@@ -80,6 +81,9 @@ type Config struct {
 	// credentials (the instance passes client.DialOptions, the one place
 	// that decides how connections are secured).
 	DialOptions []grpc.DialOption
+	// Failpoints cut links to and from named peers (FailpointDropTo,
+	// FailpointDropFrom); no-ops unless built with the "failpoints" tag.
+	Failpoints *failpoint.Points
 }
 
 // MaxMessageBytes is the largest gRPC message the transport sends; servers
@@ -180,6 +184,9 @@ func (t *Transport) Send(msgs []multiraft.OutboundMessage) {
 		byPeer[to] = append(byPeer[to], &raftv1.GroupMessage{GroupId: uint64(m.Group), Message: data})
 	}
 	for to, ms := range byPeer {
+		if t.cut(FailpointDropTo, to) {
+			continue
+		}
 		t.peer(to).enqueue(ms)
 	}
 }
@@ -396,6 +403,9 @@ func (t *Transport) RaftMessages(s grpc.BidiStreamingServer[raftv1.RaftMessagesR
 		if h == nil {
 			return status.Error(codes.Unavailable, "raft host not ready")
 		}
+		if t.cut(FailpointDropFrom, multiraft.NodeID(req.GetFromNode())) {
+			continue
+		}
 		for _, gm := range req.GetMessages() {
 			m := &raftpb.Message{}
 			if err := proto.Unmarshal(gm.GetMessage(), m); err != nil {
@@ -409,6 +419,9 @@ func (t *Transport) RaftMessages(s grpc.BidiStreamingServer[raftv1.RaftMessagesR
 
 // SendSnapshot implements multiraft.Transport.
 func (t *Transport) SendSnapshot(ctx context.Context, to multiraft.NodeID, group multiraft.GroupID, msg *raftpb.Message, write func(io.Writer) error) error {
+	if t.cut(FailpointDropTo, to) {
+		return fmt.Errorf("grpcnet: snapshot of group %d to node %d dropped by failpoint %s", group, to, FailpointDropTo)
+	}
 	c, err := t.peer(to).client()
 	if err != nil {
 		return err
@@ -491,6 +504,9 @@ func (t *Transport) RaftSnapshot(s grpc.ClientStreamingServer[raftv1.RaftSnapsho
 	}
 	if hdr.GetToNode() != uint64(t.cfg.NodeID) {
 		return refuse("this is node %d, not node %d", t.cfg.NodeID, hdr.GetToNode())
+	}
+	if t.cut(FailpointDropFrom, multiraft.NodeID(hdr.GetFromNode())) {
+		return refuse("snapshot from node %d dropped by failpoint %s", hdr.GetFromNode(), FailpointDropFrom)
 	}
 	m := &raftpb.Message{}
 	if err := proto.Unmarshal(hdr.GetMessage(), m); err != nil {

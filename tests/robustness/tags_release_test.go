@@ -1,0 +1,5 @@
+//go:build !failpoints
+
+package robustness
+
+const failpoints = false
