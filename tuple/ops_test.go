@@ -375,6 +375,8 @@ func FuzzDecodeOps(f *testing.F) {
 	f.Add(AppendOps(nil, []Op{{Code: '=', Field: FieldRef{Name: "ab"}, Arg: String("x")}, {Code: '#', Field: FieldRef{Number: -1}, Count: 2}}))
 	f.Add(AppendOps(nil, []Op{{Code: ':', Field: FieldRef{Number: 3}, Offset: -2, Count: 1, Arg: String("")}}))
 	f.Add([]byte{0x01, 0x3d, 0x00, 0x80})
+	f.Add(AppendOps(nil, []Op{{Code: '!', Field: FieldRef{Number: -1}, Arg: String("AQI="), Convert: true}}))
+	f.Add([]byte{0x01, 0xab, 0x00, 0x00, 0x01, 0x00, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ops, err := DecodeOps(b)
 		if err != nil {
