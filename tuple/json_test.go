@@ -252,6 +252,8 @@ func FuzzParseJSONKey(f *testing.F) {
 	f.Add([]byte(`[7, "NaN"]`), "id:unsigned,at:double")
 	f.Add([]byte(`["x", null]`), "s:string,u:uuid?")
 	f.Add([]byte(`[1]`), "")
+	f.Add([]byte(`["\udc00", "\ud83d\ude00"]`), "s:string,t:string")
+	f.Add([]byte(`["`+strings.Repeat("k", MaxKeyBytes)+`"]`), "s:string")
 	f.Fuzz(func(t *testing.T, data []byte, specs string) {
 		parts := fuzzFormat(specs)
 		key, err := ParseJSONKey(data, parts)
@@ -268,6 +270,9 @@ func FuzzParseJSONKey(f *testing.F) {
 		enc, err := AppendKey(nil, key...)
 		if err != nil {
 			t.Fatalf("a parsed key %v does not encode: %v", key, err)
+		}
+		if len(enc) > MaxKeyBytes {
+			t.Fatalf("ParseJSONKey took a key of %d bytes", len(enc))
 		}
 		back, err := DecodeKey(enc)
 		if err != nil || !Tuple(back).Equal(key) {

@@ -405,6 +405,8 @@ func FuzzDecodeOps(f *testing.F) {
 	f.Add(AppendOps(nil, []Op{{Code: ':', Field: FieldRef{Number: 3}, Offset: -2, Count: 1, Arg: String("")}}))
 	f.Add([]byte{0x01, 0x3d, 0x00, 0x80})
 	f.Add(AppendOps(nil, []Op{{Code: OpMax, Field: FieldRef{Name: "n"}, Arg: Uint(7)}, {Code: OpMin, Field: FieldRef{Number: 2}, Arg: Int(-1)}}))
+	f.Add(AppendOps(nil, []Op{{Code: '!', Field: FieldRef{Number: -1}, Arg: String("AQI="), Convert: true}}))
+	f.Add([]byte{0x01, 0xab, 0x00, 0x00, 0x01, 0x00, 0x00})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ops, err := DecodeOps(b)
 		if err != nil {
