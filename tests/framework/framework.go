@@ -29,21 +29,38 @@ func Build(dir string, flags ...string) (string, error) {
 	return binary, nil
 }
 
-// FreePorts returns n loopback addresses that were free a moment ago.
+// handedOut holds every address FreePorts returned in this process: the
+// kernel may give a port just closed to the next listener on port 0, so
+// two calls (two instances allocated one after the other, the first not
+// started yet) could get the same port; FreePorts never returns one twice.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
+
+// FreePorts returns n loopback addresses that were free a moment ago,
+// none returned before in this process.
 func FreePorts(tb testing.TB, n int) []string {
 	tb.Helper()
+	handedOut.Lock()
+	defer handedOut.Unlock()
 	var out []string
 	var ls []net.Listener
-	for range n {
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	for len(out) < n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			tb.Fatal(err)
 		}
-		ls = append(ls, l)
-		out = append(out, l.Addr().String())
-	}
-	for _, l := range ls {
-		_ = l.Close()
+		ls = append(ls, l) // held open until all n are found: none repeats within the call
+		if addr := l.Addr().String(); !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			out = append(out, addr)
+		}
 	}
 	return out
 }

@@ -80,3 +80,17 @@ func waitLog(t *testing.T, inst *Instance, want string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// FreePorts never hands out an address twice in one process, however
+// often the kernel offers a port just closed.
+func TestFreePortsNeverRepeats(t *testing.T) {
+	seen := map[string]bool{}
+	for range 200 {
+		for _, a := range FreePorts(t, 3) {
+			if seen[a] {
+				t.Fatalf("FreePorts returned %s twice", a)
+			}
+			seen[a] = true
+		}
+	}
+}
