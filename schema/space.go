@@ -47,14 +47,11 @@ type Space struct {
 
 var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-// ValidName reports whether s may name a space: a letter or '_', then
-// letters, digits or '_', at most 64 bytes.
-func ValidName(s string) bool { return namePattern.MatchString(s) }
 
 // Compile checks a definition and compiles it. Its refusals name the
 // space and what is wrong with it.
 func Compile(d Definition) (*Space, error) {
-	if !ValidName(d.Name) {
+	if !namePattern.MatchString(d.Name) {
 		return nil, fmt.Errorf("invalid space name %q: use a letter or '_', then letters, digits or '_', at most 64 bytes", d.Name)
 	}
 	if err := d.Format.Validate(); err != nil {
@@ -196,14 +193,12 @@ func (sp *Space) BucketOf(key []tuple.Value, count uint32) (uint32, error) {
 	if err := sp.CheckKey(key); err != nil {
 		return 0, err
 	}
-	return sharding.BucketOf(sp.ShardingValues(key), count)
+	return sp.BucketOfChecked(key, count)
 }
 
-// BucketOfTuple returns the bucket of a tuple's primary key among count.
-func (sp *Space) BucketOfTuple(t tuple.Tuple, count uint32) (uint32, error) {
-	key, err := sp.KeyOf(t)
-	if err != nil {
-		return 0, err
-	}
-	return sp.BucketOf(key, count)
+// BucketOfChecked returns the bucket among count of a primary key already
+// checked (by CheckKey, DecodeKey, or KeyOf of a tuple CheckTuple
+// accepted): the write path checks each key once.
+func (sp *Space) BucketOfChecked(key []tuple.Value, count uint32) (uint32, error) {
+	return sharding.BucketOf(sp.ShardingValues(key), count)
 }

@@ -75,8 +75,8 @@ func TestKeysAndBuckets(t *testing.T) {
 	if b2, _ := sp.BucketOf([]tuple.Value{tuple.Uint(7), tuple.String("zzz")}, 3000); b2 != b {
 		t.Fatalf("same sharding key, buckets %d and %d", b, b2)
 	}
-	if bt, err := sp.BucketOfTuple(tup, 3000); err != nil || bt != b {
-		t.Fatalf("BucketOfTuple = %d, %v", bt, err)
+	if bc, err := sp.BucketOfChecked(key, 3000); err != nil || bc != b {
+		t.Fatalf("BucketOfChecked = %d, %v; BucketOf %d", bc, err, b)
 	}
 	if _, err := sp.BucketOf(key[:1], 3000); err == nil || !strings.Contains(err.Error(), "a key has 2 parts (shop, offer), got 1") {
 		t.Fatalf("a short key: %v", err)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Bucket moves under a write load (issue 11, "Performance"): a scale out from
+# Bucket moves under a write load: a scale out from
 # one replicaset to two while clients replace rows, measured end to end. The
 # figures and how to read them are in docs/benchmarks.md ("Bucket moves
 # under load").

@@ -18,9 +18,6 @@ import (
 // schema through its own log (internal/replicaset) and refuses operations
 // that name a newer version than it has applied.
 
-// MaxSpaces bounds the number of spaces of a cluster.
-const MaxSpaces = schema.MaxSpaces
-
 // SpaceDefinition converts group 0's space message (0-based field
 // indexes, types by name) to the definition every room compiles.
 func SpaceDefinition(sp *metapb.Space) (schema.Definition, error) {
@@ -87,8 +84,8 @@ func (t *txn) createSpace(c *metapb.CreateSpace) Result {
 		}
 		return Result{Err: refuse(CodeAlreadyExists, "space %q already exists (id %d); drop it first or choose another name", sp.GetName(), old.GetId())}
 	}
-	if len(t.s.Spaces) >= MaxSpaces {
-		return Result{Err: refuse(CodeFailedPrecondition, "the cluster has %d spaces, the most it may have", MaxSpaces)}
+	if len(t.s.Spaces) >= schema.MaxSpaces {
+		return Result{Err: refuse(CodeFailedPrecondition, "the cluster has %d spaces, the most it may have", schema.MaxSpaces)}
 	}
 	p := t.s.editProps()
 	p.MaxSpaceId++

@@ -543,7 +543,7 @@ func (s *Storage) prepare(sc *Schema, bucket uint32, ops []*datav1.Op) (*rspb.Ba
 			return nil, invalid(i, "%s: the key: %v", what, err)
 		}
 		r.Key = kb
-		b, err := sp.BucketOf(key, count)
+		b, err := sp.BucketOfChecked(key, count)
 		if err != nil {
 			return nil, invalid(i, "%s: %v", what, err)
 		}
@@ -734,7 +734,7 @@ func (s *Storage) keyOf(sp *schema.Space, key []byte, bucket uint32) ([]byte, ui
 		return nil, 0, invalid(0, "space %s: the key: %v", sp.Name(), err)
 	}
 	count, _ := s.cfg.GroupZero.Buckets()
-	b, err := sp.BucketOf(k, count)
+	b, err := sp.BucketOfChecked(k, count)
 	if err != nil {
 		return nil, 0, invalid(0, "space %s: %v", sp.Name(), err)
 	}

@@ -14,7 +14,7 @@ import (
 
 // With SHARDKIT_ROBUSTNESS_REPLICASETS above 1, the keys' buckets move
 // between the replicasets at random while the clients run and the nemesis
-// strikes (issue 11: a move interrupted anywhere must lose and double
+// strikes (a move interrupted anywhere must lose and double
 // nothing), and the run ends with an audit of every replicaset's own
 // bucket records.
 
