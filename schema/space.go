@@ -47,7 +47,6 @@ type Space struct {
 
 var namePattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,63}$`)
 
-
 // Compile checks a definition and compiles it. Its refusals name the
 // space and what is wrong with it.
 func Compile(d Definition) (*Space, error) {
