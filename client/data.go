@@ -71,7 +71,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			c.mu.Lock()
 			c.last = addr
 			c.mu.Unlock()
-			c.answered(addr)
+			c.rt.unreachable.Answered(addr)
 			return retry.Stop, nil
 		}
 		if ctx.Err() != nil {
@@ -113,8 +113,8 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 		last = e
 		if expired || unreachable(err) {
 			// The instance may be gone: the next attempt asks another
-			// member (addressFor passes this one over for FailedFor).
-			c.markFailed(addr)
+			// member (addressFor passes this one over for retry.PassOver).
+			c.rt.unreachable.Mark(addr)
 		}
 		if rw && rs != "" {
 			// The leader we knew may be gone: ask the replicaset's members.

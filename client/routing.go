@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/schema"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -64,44 +65,9 @@ type router struct {
 	rt *routing
 	// flight is the routing read under way, if any (refresh).
 	flight *routingFlight
-	// failed holds the instances a data call found unavailable, by
-	// address, with when: addressFor passes them over for FailedFor, so
-	// that a dead leader the routing table still names is not dialed
-	// again and again; another member serves the call or names the new
-	// leader.
-	failed map[string]time.Time
-}
-
-// FailedFor is how long an instance that did not answer a data call is
-// passed over while another member of its replicaset may serve it.
-const FailedFor = 3 * time.Second
-
-// markFailed records that addr did not answer.
-func (c *Client) markFailed(addr string) {
-	c.rt.mu.Lock()
-	if c.rt.failed == nil {
-		c.rt.failed = map[string]time.Time{}
-	}
-	c.rt.failed[addr] = time.Now()
-	c.rt.mu.Unlock()
-}
-
-// answered forgets that addr did not answer.
-func (c *Client) answered(addr string) {
-	c.rt.mu.Lock()
-	delete(c.rt.failed, addr)
-	c.rt.mu.Unlock()
-}
-
-// failedRecently reports whether addr did not answer within FailedFor
-// (under c.rt.mu).
-func (c *Client) failedRecently(addr string) bool {
-	at, ok := c.rt.failed[addr]
-	if ok && time.Since(at) > FailedFor {
-		delete(c.rt.failed, addr)
-		return false
-	}
-	return ok
+	// unreachable are the instances a data call found unreachable:
+	// addressFor passes them over (retry.Unreachable).
+	unreachable retry.Unreachable
 }
 
 // routingFlight is one read of the routing table, shared by the callers of
@@ -256,10 +222,10 @@ func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 	c.rt.mu.Lock()
 	leader := rt.leaders[rs]
 	members := rt.members[rs]
-	leaderFailed := leader != "" && c.failedRecently(leader)
+	leaderFailed := leader != "" && c.rt.unreachable.Recent(leader)
 	live := make([]*datav1.Member, 0, len(members))
 	for _, m := range members {
-		if !c.failedRecently(m.GetAddress()) {
+		if !c.rt.unreachable.Recent(m.GetAddress()) {
 			live = append(live, m)
 		}
 	}

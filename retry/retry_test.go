@@ -150,3 +150,23 @@ func TestRunEndsWithTheContext(t *testing.T) {
 		t.Fatalf("%v after %d calls, want Ended after 1", out, calls)
 	}
 }
+
+func TestUnreachableRemembersAnAddressUntilItAnswers(t *testing.T) {
+	var u Unreachable
+	if u.Recent("a") {
+		t.Fatal("an address never marked is unreachable")
+	}
+	u.Mark("a")
+	if !u.Recent("a") || u.Recent("b") {
+		t.Fatal("a marked address is not remembered alone")
+	}
+	u.Answered("a")
+	if u.Recent("a") {
+		t.Fatal("an address that answered is still passed over")
+	}
+	u.Mark("a")
+	u.at["a"] = time.Now().Add(-PassOver - time.Millisecond)
+	if u.Recent("a") {
+		t.Fatalf("an address marked more than %v ago is still passed over", PassOver)
+	}
+}

@@ -55,7 +55,7 @@ func (r *Router) pick(rsID string, rw bool) (target, error) {
 			if first == "" {
 				first = addr
 			}
-			if !r.failedRecently(addr) {
+			if !r.unreachable.Recent(addr) {
 				return target{addr: addr}, nil
 			}
 		}
@@ -66,7 +66,7 @@ func (r *Router) pick(rsID string, rw bool) (target, error) {
 	}
 	live := make([]Member, 0, len(rs.Members))
 	for _, m := range rs.Members {
-		if !r.failedRecently(m.Address) {
+		if !r.unreachable.Recent(m.Address) {
 			live = append(live, m)
 		}
 	}
@@ -201,7 +201,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 		}
 		if err == nil {
 			if t.addr != "" {
-				r.answered(t.addr)
+				r.unreachable.Answered(t.addr)
 				if rw {
 					r.learnLeader(rsID, t.addr)
 				}
@@ -211,7 +211,7 @@ func route[Req, Resp any](ctx context.Context, r *Router, what string, rsID stri
 		rd := datav1.RedirectOf(err)
 		if rd == nil || ctx.Err() != nil {
 			if t.addr != "" && status.Code(err) == codes.Unavailable && rd == nil && ctx.Err() == nil {
-				r.markFailed(t.addr)
+				r.unreachable.Mark(t.addr)
 				if rw {
 					r.forgetLeader(rsID, t.addr)
 				}

@@ -11,6 +11,7 @@ import (
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/schema"
 )
 
@@ -119,11 +120,9 @@ type Router struct {
 
 	mu      sync.Mutex
 	leaders map[string]string // replicaset -> leader address learned from answers
-	// failed holds the members found unavailable, by address, with when:
-	// pick passes them over for FailedFor, so that a dead leader is not
-	// dialed again and again while group 0 still names it; a live member
-	// serves the call or names its replicaset's new leader.
-	failed map[string]time.Time
+	// unreachable are the members that did not answer: pick passes them
+	// over while group 0 still names a dead leader (retry.Unreachable).
+	unreachable retry.Unreachable
 
 	workers *workers // the goroutines of stream requests and Multi items (workers.go)
 }
@@ -141,7 +140,7 @@ func New(cfg Config) *Router {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}, failed: map[string]time.Time{}, workers: newWorkers()}
+	return &Router{cfg: cfg, log: cfg.Logger.With("component", "router"), leaders: map[string]string{}, workers: newWorkers()}
 }
 
 func (r *Router) local() Local {
@@ -166,36 +165,6 @@ func (r *Router) forgetLeader(rs, addr string) {
 		delete(r.leaders, rs)
 	}
 	r.mu.Unlock()
-}
-
-// FailedFor is how long a member that did not answer is passed over
-// while another may serve (pick).
-const FailedFor = 3 * time.Second
-
-// markFailed records that addr did not answer.
-func (r *Router) markFailed(addr string) {
-	r.mu.Lock()
-	r.failed[addr] = time.Now()
-	r.mu.Unlock()
-}
-
-// answered forgets that addr did not answer.
-func (r *Router) answered(addr string) {
-	r.mu.Lock()
-	delete(r.failed, addr)
-	r.mu.Unlock()
-}
-
-// failedRecently reports whether addr did not answer within FailedFor.
-func (r *Router) failedRecently(addr string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	at, ok := r.failed[addr]
-	if ok && time.Since(at) > FailedFor {
-		delete(r.failed, addr)
-		return false
-	}
-	return ok
 }
 
 func (r *Router) replicaset(id string) (Replicaset, bool) {

@@ -17,6 +17,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/proc"
+	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -446,7 +447,7 @@ func TestADeadLeaderIsNotDialedAgainAndAgain(t *testing.T) {
 	// A write without a request id is not sent again after no answer.
 	r.mu.Lock()
 	r.leaders = map[string]string{}
-	r.failed = map[string]time.Time{}
+	r.unreachable = retry.Unreachable{}
 	r.mu.Unlock()
 	calls = nil
 	if _, err := r.Write(context.Background(), &datav1.WriteRequest{Bucket: 5}); err == nil || !strings.Contains(err.Error(), ForwardFailedPrefix+"r3-dead") {
