@@ -111,7 +111,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			unknown, unknownRS = e, rs
 		}
 		last = e
-		if expired || unreachable(err) {
+		if expired || notReached(err) {
 			// The instance may be gone: the next attempt asks another
 			// member (addressFor passes this one over for retry.PassOver).
 			c.rt.unreachable.Mark(addr)
@@ -134,12 +134,12 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	return giveUp(last)
 }
 
-// unreachable reports whether an attempt's error says that the instance
+// notReached reports whether an attempt's error says that the instance
 // asked could not be reached or went away (gRPC's own words for a
 // connection that failed or broke), not that it answered with a refusal:
 // an instance that answers "forwarded to B, which is unavailable" is
 // alive, B is not.
-func unreachable(err error) bool {
+func notReached(err error) bool {
 	st, ok := status.FromError(err)
 	if !ok || st.Code() != codes.Unavailable || strings.HasPrefix(st.Message(), "forwarded to ") {
 		return false
