@@ -80,7 +80,7 @@ func (gv *governor) leaveReplicaset(ctx context.Context, st *meta.State, rs *met
 	gid := rs.GetRaftGroupId()
 	expel := inst.GetTargetGrade().GetVariant() == meta.Expelled
 	if len(others) > 0 {
-		lead, err := gv.replicasetLeader(ctx, st, rs)
+		lead, err := gv.replicasetLeader(ctx, st, rs, 0)
 		if err == nil && lead == inst.GetRaftId() {
 			to := others[0].GetRaftId()
 			gv.log.Info("replicaset leader is leaving; transferring", "replicaset", rs.GetReplicasetId(), "to", others[0].GetInstanceId())

@@ -36,10 +36,15 @@ type governor struct {
 	lastSeen map[uint64]time.Time
 	// leadersChecked is when replicaset leaders were last looked up.
 	leadersChecked time.Time
+	// leaderReported are the replicasets whose members reported a new
+	// leader since the governor last looked (ReportReplicasetLeader), each
+	// with the raft id that reported: looked up at its next step, asking
+	// that member first, whatever leadersChecked says.
+	leaderReported map[string]uint64
 }
 
 func newGovernor(n *Node) *governor {
-	return &governor{n: n, log: n.log.With("component", "governor"), lastSeen: map[uint64]time.Time{}}
+	return &governor{n: n, log: n.log.With("component", "governor"), lastSeen: map[uint64]time.Time{}, leaderReported: map[string]uint64{}}
 }
 
 // errWaiting: the activity is under way but cannot complete yet.
@@ -70,6 +75,7 @@ func (gv *governor) run(ctx context.Context) {
 			gv.log.Info("governing the cluster", "term", st.Term)
 		}
 		changed := gv.n.meta.Changed()
+		gv.takeLeaderReports()
 		start := gv.n.clock.Now()
 		step, err := gv.step(ctx)
 		if gv.n.metrics != nil && step != "" {
@@ -87,6 +93,8 @@ func (gv *governor) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 		case <-changed:
+		case r := <-gv.n.leaderReports:
+			gv.leaderReported[r.replicasetID] = r.raftID
 		case <-time.After(300 * time.Millisecond):
 		}
 	}

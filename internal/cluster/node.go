@@ -136,6 +136,9 @@ type Node struct {
 	fwd           *forward.Forwarder
 	svc           *Service
 	clock         Clock
+	// leaderReports wakes the governor when a member reports that it
+	// has become its replicaset's leader (ReportReplicasetLeader).
+	leaderReports chan leaderReport
 }
 
 // NewNode makes a node over an open database.
@@ -152,17 +155,18 @@ func NewNode(cfg Config, db *pebble.DB, m *Metrics) *Node {
 	cfg.Timeouts.fill()
 	sm := meta.New()
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		db:       db,
-		meta:     sm,
-		res:      newResolver(sm),
-		peers:    newPeerPool(client.DialOptions(cfg.Credentials)),
-		rsGroups: map[multiraft.GroupID]*multiraft.Group{},
-		fatal:    make(chan error, 1),
-		expelled: make(chan struct{}),
-		metrics:  m,
-		clock:    cfg.Clock,
+		cfg:           cfg,
+		log:           cfg.Logger,
+		db:            db,
+		meta:          sm,
+		res:           newResolver(sm),
+		peers:         newPeerPool(client.DialOptions(cfg.Credentials)),
+		rsGroups:      map[multiraft.GroupID]*multiraft.Group{},
+		fatal:         make(chan error, 1),
+		expelled:      make(chan struct{}),
+		leaderReports: make(chan leaderReport, 16),
+		metrics:       m,
+		clock:         cfg.Clock,
 	}
 	n.fwd = forward.New(n.Route, n.DialPeer)
 	n.svc = &Service{n: n}
@@ -469,6 +473,7 @@ func (n *Node) serve(ctx context.Context) error {
 	}()
 	wg.Go(func() { n.watch(loops) })
 	wg.Go(func() { newGovernor(n).run(loops) })
+	wg.Go(func() { n.reportLeadership(loops) })
 	// Asking to go Online runs beside the wait below, so a storage failure
 	// or an expulsion meanwhile ends the instance at once.
 	startCtx, stopStart := context.WithCancel(ctx)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -203,9 +202,22 @@ func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *metapb.Repl
 	return nil, fmt.Errorf("no leader of replicaset group %d answered: %w", rs.GetRaftGroupId(), errors.Join(errs...))
 }
 
-// replicasetLeader returns the raft id leading a replicaset's group.
-func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *metapb.Replicaset) (uint64, error) {
-	for _, m := range st.GroupMembers(rs.GetReplicasetId()) {
+// replicasetLeader returns the raft id leading a replicaset's group, as
+// the first member that answers knows it: first (when not 0) the member
+// that reported itself the leader, whose view is the newest (the others
+// may not have heard from it yet).
+func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *metapb.Replicaset, first uint64) (uint64, error) {
+	members := st.GroupMembers(rs.GetReplicasetId())
+	slices.SortStableFunc(members, func(a, b *metapb.Instance) int {
+		switch {
+		case a.GetRaftId() == first:
+			return -1
+		case b.GetRaftId() == first:
+			return 1
+		}
+		return 0
+	})
+	for _, m := range members {
 		if m.GetTargetGrade().GetVariant() != meta.Online && m.GetCurrentGrade().GetVariant() == meta.Offline {
 			continue
 		}
@@ -220,28 +232,54 @@ func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *me
 	return 0, fmt.Errorf("replicaset %s: no member knows its leader", rs.GetReplicasetId())
 }
 
-// leaderRecheck is how often the governor asks who leads each replicaset.
-const leaderRecheck = 3 * time.Second
+// takeLeaderReports collects the replicasets whose members reported a new
+// leader since the last step.
+func (gv *governor) takeLeaderReports() {
+	for {
+		select {
+		case r := <-gv.n.leaderReports:
+			gv.leaderReported[r.replicasetID] = r.raftID
+		default:
+			return
+		}
+	}
+}
 
 // recordReplicasetLeaders keeps each replicaset's recorded leader (its
-// read-write instance) true, at most once every few seconds.
+// read-write instance) true: a replicaset a member reported a new leader
+// of is looked up at once, every replicaset every Timeouts.LeaderRecheck
+// (the backstop for a report that was lost: a member that won an
+// election and died before reporting). The
+// leader is what the members' own raft state says (replicasetLeader),
+// never the report itself: a report may be stale by the time it arrives.
 func (gv *governor) recordReplicasetLeaders(ctx context.Context, st *meta.State) error {
 	now := gv.n.clock.Now()
-	if now.Sub(gv.leadersChecked) < leaderRecheck {
+	all := now.Sub(gv.leadersChecked) >= gv.n.cfg.Timeouts.LeaderRecheck
+	if !all && len(gv.leaderReported) == 0 {
 		return nil
 	}
-	gv.leadersChecked = now
+	if all {
+		gv.leadersChecked = now
+	}
+	reported := gv.leaderReported
+	gv.leaderReported = map[string]uint64{}
 	for _, rs := range st.SortedReplicasets() {
-		if rs.GetExpelled() {
+		by, ok := reported[rs.GetReplicasetId()]
+		if rs.GetExpelled() || !all && !ok {
 			continue
 		}
-		l, err := gv.replicasetLeader(ctx, st, rs)
+		l, err := gv.replicasetLeader(ctx, st, rs, by)
 		if err != nil {
 			continue
 		}
 		if inst := st.InstanceByRaftID(l); inst != nil && inst.GetInstanceId() != rs.GetLeaderInstanceId() {
 			gv.log.Info("replicaset leader changed", "replicaset", rs.GetReplicasetId(), "leader", inst.GetInstanceId())
-			return gv.setReplicasetLeader(ctx, rs, inst.GetInstanceId())
+			if err := gv.setReplicasetLeader(ctx, rs, inst.GetInstanceId()); err != nil {
+				for id, by := range reported {
+					gv.leaderReported[id] = by // looked up again at the retry
+				}
+				return err
+			}
 		}
 	}
 	return nil

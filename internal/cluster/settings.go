@@ -28,6 +28,10 @@ type Timeouts struct {
 	// ExpelWait is how long an expel waits for the current grade Expelled
 	// when the request gives no timeout. Default 60s.
 	ExpelWait time.Duration
+	// LeaderRecheck is how often the governor asks every replicaset who
+	// leads it: the backstop for a new leader's own report
+	// (ReportReplicasetLeader) that never came. Default 3s.
+	LeaderRecheck time.Duration
 }
 
 // DefaultTimeouts are the Timeouts a zero field takes.
@@ -38,6 +42,8 @@ var DefaultTimeouts = Timeouts{
 	Activity:   10 * time.Second,
 	Join:       10 * time.Second,
 	ExpelWait:  60 * time.Second,
+
+	LeaderRecheck: 3 * time.Second,
 }
 
 func (t *Timeouts) fill() {
@@ -52,6 +58,7 @@ func (t *Timeouts) fill() {
 	def(&t.Activity, DefaultTimeouts.Activity)
 	def(&t.Join, DefaultTimeouts.Join)
 	def(&t.ExpelWait, DefaultTimeouts.ExpelWait)
+	def(&t.LeaderRecheck, DefaultTimeouts.LeaderRecheck)
 }
 
 // Clock tells the time. The leader's clock stamps group-0 commands (lease

@@ -6,6 +6,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/proc"
 	"github.com/shardkit/shardkit/sharding"
 )
@@ -67,6 +68,9 @@ type InstanceConfig struct {
 	// heartbeat round for each read index (--lease-reads=false) instead of
 	// answering under its lease (multiraft.Config.LeaseReads).
 	DisableLeaseReads bool `yaml:"-"`
+	// Timeouts overrides the cluster's internal timeouts (zero fields keep
+	// cluster.DefaultTimeouts); for tests.
+	Timeouts cluster.Timeouts `yaml:"-"`
 	// LogLevel and LogFormat (text or json) configure the log on stderr.
 	LogLevel  string `yaml:"log-level"`
 	LogFormat string `yaml:"log-format"`

@@ -101,6 +101,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		AutoOfflineTimeout:    cfg.AutoOfflineTimeout,
 		ShutdownTimeout:       cfg.ShutdownTimeout,
 		DisableLeaseReads:     cfg.DisableLeaseReads,
+		Timeouts:              cfg.Timeouts,
 		Logger:                log,
 		NewReplicasetSM:       data.newSM,
 		OnReplicasetGroup:     data.opened,

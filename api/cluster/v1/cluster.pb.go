@@ -2947,6 +2947,95 @@ func (*GetProgressRequest) Descriptor() ([]byte, []int) {
 	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{41}
 }
 
+type ReportReplicasetLeaderRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	// The raft id of the member that has become the leader.
+	RaftId        uint64 `protobuf:"varint,2,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportReplicasetLeaderRequest) Reset() {
+	*x = ReportReplicasetLeaderRequest{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportReplicasetLeaderRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportReplicasetLeaderRequest) ProtoMessage() {}
+
+func (x *ReportReplicasetLeaderRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportReplicasetLeaderRequest.ProtoReflect.Descriptor instead.
+func (*ReportReplicasetLeaderRequest) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ReportReplicasetLeaderRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *ReportReplicasetLeaderRequest) GetRaftId() uint64 {
+	if x != nil {
+		return x.RaftId
+	}
+	return 0
+}
+
+type ReportReplicasetLeaderResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReportReplicasetLeaderResponse) Reset() {
+	*x = ReportReplicasetLeaderResponse{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReportReplicasetLeaderResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReportReplicasetLeaderResponse) ProtoMessage() {}
+
+func (x *ReportReplicasetLeaderResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReportReplicasetLeaderResponse.ProtoReflect.Descriptor instead.
+func (*ReportReplicasetLeaderResponse) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{43}
+}
+
 type GetProgressResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	RaftId uint64                 `protobuf:"varint,1,opt,name=raft_id,json=raftId,proto3" json:"raft_id,omitempty"`
@@ -2960,7 +3049,7 @@ type GetProgressResponse struct {
 
 func (x *GetProgressResponse) Reset() {
 	*x = GetProgressResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2972,7 +3061,7 @@ func (x *GetProgressResponse) String() string {
 func (*GetProgressResponse) ProtoMessage() {}
 
 func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2985,7 +3074,7 @@ func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressResponse.ProtoReflect.Descriptor instead.
 func (*GetProgressResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{42}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *GetProgressResponse) GetRaftId() uint64 {
@@ -3225,7 +3314,11 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x10sharding_version\x18\x02 \x01(\x04R\x0fshardingVersion\";\n" +
 	"\x14SyncShardingResponse\x12#\n" +
 	"\rapplied_index\x18\x01 \x01(\x04R\fappliedIndex\"\x14\n" +
-	"\x12GetProgressRequest\"\xc8\x02\n" +
+	"\x12GetProgressRequest\"]\n" +
+	"\x1dReportReplicasetLeaderRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x17\n" +
+	"\araft_id\x18\x02 \x01(\x04R\x06raftId\" \n" +
+	"\x1eReportReplicasetLeaderResponse\"\xc8\x02\n" +
 	"\x13GetProgressResponse\x12\x17\n" +
 	"\araft_id\x18\x01 \x01(\x04R\x06raftId\x12O\n" +
 	"\aapplied\x18\x02 \x03(\v25.shardkit.cluster.v1.GetProgressResponse.AppliedEntryR\aapplied\x12O\n" +
@@ -3256,7 +3349,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x1eGROUP_ADMIN_ACTION_ADD_LEARNER\x10\x02\x12\x1d\n" +
 	"\x19GROUP_ADMIN_ACTION_REMOVE\x10\x03\x12*\n" +
 	"&GROUP_ADMIN_ACTION_TRANSFER_LEADERSHIP\x10\x04\x12\x1e\n" +
-	"\x1aGROUP_ADMIN_ACTION_BARRIER\x10\x052\xf7\v\n" +
+	"\x1aGROUP_ADMIN_ACTION_BARRIER\x10\x052\xfb\f\n" +
 	"\x0eClusterService\x12W\n" +
 	"\bDiscover\x12$.shardkit.cluster.v1.DiscoverRequest\x1a%.shardkit.cluster.v1.DiscoverResponse\x12W\n" +
 	"\bRaftJoin\x12$.shardkit.cluster.v1.RaftJoinRequest\x1a%.shardkit.cluster.v1.RaftJoinResponse\x12i\n" +
@@ -3271,7 +3364,8 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
 	"GroupAdmin\x12&.shardkit.cluster.v1.GroupAdminRequest\x1a'.shardkit.cluster.v1.GroupAdminResponse\x12c\n" +
 	"\fSyncSharding\x12(.shardkit.cluster.v1.SyncShardingRequest\x1a).shardkit.cluster.v1.SyncShardingResponse\x12`\n" +
-	"\vGetProgress\x12'.shardkit.cluster.v1.GetProgressRequest\x1a(.shardkit.cluster.v1.GetProgressResponse\x12]\n" +
+	"\vGetProgress\x12'.shardkit.cluster.v1.GetProgressRequest\x1a(.shardkit.cluster.v1.GetProgressResponse\x12\x81\x01\n" +
+	"\x16ReportReplicasetLeader\x122.shardkit.cluster.v1.ReportReplicasetLeaderRequest\x1a3.shardkit.cluster.v1.ReportReplicasetLeaderResponse\x12]\n" +
 	"\n" +
 	"CreateUser\x12&.shardkit.cluster.v1.CreateUserRequest\x1a'.shardkit.cluster.v1.CreateUserResponse\x12W\n" +
 	"\bDropUser\x12$.shardkit.cluster.v1.DropUserRequest\x1a%.shardkit.cluster.v1.DropUserResponse\x12`\n" +
@@ -3291,58 +3385,60 @@ func file_api_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_api_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_api_cluster_v1_cluster_proto_goTypes = []any{
-	(Role)(0),                      // 0: shardkit.cluster.v1.Role
-	(GradeVariant)(0),              // 1: shardkit.cluster.v1.GradeVariant
-	(GroupAdminAction)(0),          // 2: shardkit.cluster.v1.GroupAdminAction
-	(*User)(nil),                   // 3: shardkit.cluster.v1.User
-	(*CreateUserRequest)(nil),      // 4: shardkit.cluster.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),     // 5: shardkit.cluster.v1.CreateUserResponse
-	(*DropUserRequest)(nil),        // 6: shardkit.cluster.v1.DropUserRequest
-	(*DropUserResponse)(nil),       // 7: shardkit.cluster.v1.DropUserResponse
-	(*SetUserRoleRequest)(nil),     // 8: shardkit.cluster.v1.SetUserRoleRequest
-	(*SetUserRoleResponse)(nil),    // 9: shardkit.cluster.v1.SetUserRoleResponse
-	(*ListUsersRequest)(nil),       // 10: shardkit.cluster.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),      // 11: shardkit.cluster.v1.ListUsersResponse
-	(*Grade)(nil),                  // 12: shardkit.cluster.v1.Grade
-	(*Instance)(nil),               // 13: shardkit.cluster.v1.Instance
-	(*Replicaset)(nil),             // 14: shardkit.cluster.v1.Replicaset
-	(*ClusterProperties)(nil),      // 15: shardkit.cluster.v1.ClusterProperties
-	(*Lease)(nil),                  // 16: shardkit.cluster.v1.Lease
-	(*BucketRange)(nil),            // 17: shardkit.cluster.v1.BucketRange
-	(*DiscoverRequest)(nil),        // 18: shardkit.cluster.v1.DiscoverRequest
-	(*DiscoverResponse)(nil),       // 19: shardkit.cluster.v1.DiscoverResponse
-	(*DiscoverState)(nil),          // 20: shardkit.cluster.v1.DiscoverState
-	(*RaftJoinRequest)(nil),        // 21: shardkit.cluster.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),       // 22: shardkit.cluster.v1.RaftJoinResponse
-	(*UpdateInstanceRequest)(nil),  // 23: shardkit.cluster.v1.UpdateInstanceRequest
-	(*UpdateInstanceResponse)(nil), // 24: shardkit.cluster.v1.UpdateInstanceResponse
-	(*ExpelRequest)(nil),           // 25: shardkit.cluster.v1.ExpelRequest
-	(*ExpelResponse)(nil),          // 26: shardkit.cluster.v1.ExpelResponse
-	(*GetStatusRequest)(nil),       // 27: shardkit.cluster.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),      // 28: shardkit.cluster.v1.GetStatusResponse
-	(*QuorumStatus)(nil),           // 29: shardkit.cluster.v1.QuorumStatus
-	(*InstanceStatus)(nil),         // 30: shardkit.cluster.v1.InstanceStatus
-	(*ReplicasetStatus)(nil),       // 31: shardkit.cluster.v1.ReplicasetStatus
-	(*AcquireLeaseRequest)(nil),    // 32: shardkit.cluster.v1.AcquireLeaseRequest
-	(*AcquireLeaseResponse)(nil),   // 33: shardkit.cluster.v1.AcquireLeaseResponse
-	(*RenewLeaseRequest)(nil),      // 34: shardkit.cluster.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),     // 35: shardkit.cluster.v1.RenewLeaseResponse
-	(*ReleaseLeaseRequest)(nil),    // 36: shardkit.cluster.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),   // 37: shardkit.cluster.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),        // 38: shardkit.cluster.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),       // 39: shardkit.cluster.v1.GetLeaseResponse
-	(*GroupAdminRequest)(nil),      // 40: shardkit.cluster.v1.GroupAdminRequest
-	(*GroupAdminResponse)(nil),     // 41: shardkit.cluster.v1.GroupAdminResponse
-	(*SyncShardingRequest)(nil),    // 42: shardkit.cluster.v1.SyncShardingRequest
-	(*SyncShardingResponse)(nil),   // 43: shardkit.cluster.v1.SyncShardingResponse
-	(*GetProgressRequest)(nil),     // 44: shardkit.cluster.v1.GetProgressRequest
-	(*GetProgressResponse)(nil),    // 45: shardkit.cluster.v1.GetProgressResponse
-	nil,                            // 46: shardkit.cluster.v1.Instance.FailureDomainEntry
-	nil,                            // 47: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
-	nil,                            // 48: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	nil,                            // 49: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	(Role)(0),                              // 0: shardkit.cluster.v1.Role
+	(GradeVariant)(0),                      // 1: shardkit.cluster.v1.GradeVariant
+	(GroupAdminAction)(0),                  // 2: shardkit.cluster.v1.GroupAdminAction
+	(*User)(nil),                           // 3: shardkit.cluster.v1.User
+	(*CreateUserRequest)(nil),              // 4: shardkit.cluster.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),             // 5: shardkit.cluster.v1.CreateUserResponse
+	(*DropUserRequest)(nil),                // 6: shardkit.cluster.v1.DropUserRequest
+	(*DropUserResponse)(nil),               // 7: shardkit.cluster.v1.DropUserResponse
+	(*SetUserRoleRequest)(nil),             // 8: shardkit.cluster.v1.SetUserRoleRequest
+	(*SetUserRoleResponse)(nil),            // 9: shardkit.cluster.v1.SetUserRoleResponse
+	(*ListUsersRequest)(nil),               // 10: shardkit.cluster.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),              // 11: shardkit.cluster.v1.ListUsersResponse
+	(*Grade)(nil),                          // 12: shardkit.cluster.v1.Grade
+	(*Instance)(nil),                       // 13: shardkit.cluster.v1.Instance
+	(*Replicaset)(nil),                     // 14: shardkit.cluster.v1.Replicaset
+	(*ClusterProperties)(nil),              // 15: shardkit.cluster.v1.ClusterProperties
+	(*Lease)(nil),                          // 16: shardkit.cluster.v1.Lease
+	(*BucketRange)(nil),                    // 17: shardkit.cluster.v1.BucketRange
+	(*DiscoverRequest)(nil),                // 18: shardkit.cluster.v1.DiscoverRequest
+	(*DiscoverResponse)(nil),               // 19: shardkit.cluster.v1.DiscoverResponse
+	(*DiscoverState)(nil),                  // 20: shardkit.cluster.v1.DiscoverState
+	(*RaftJoinRequest)(nil),                // 21: shardkit.cluster.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),               // 22: shardkit.cluster.v1.RaftJoinResponse
+	(*UpdateInstanceRequest)(nil),          // 23: shardkit.cluster.v1.UpdateInstanceRequest
+	(*UpdateInstanceResponse)(nil),         // 24: shardkit.cluster.v1.UpdateInstanceResponse
+	(*ExpelRequest)(nil),                   // 25: shardkit.cluster.v1.ExpelRequest
+	(*ExpelResponse)(nil),                  // 26: shardkit.cluster.v1.ExpelResponse
+	(*GetStatusRequest)(nil),               // 27: shardkit.cluster.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),              // 28: shardkit.cluster.v1.GetStatusResponse
+	(*QuorumStatus)(nil),                   // 29: shardkit.cluster.v1.QuorumStatus
+	(*InstanceStatus)(nil),                 // 30: shardkit.cluster.v1.InstanceStatus
+	(*ReplicasetStatus)(nil),               // 31: shardkit.cluster.v1.ReplicasetStatus
+	(*AcquireLeaseRequest)(nil),            // 32: shardkit.cluster.v1.AcquireLeaseRequest
+	(*AcquireLeaseResponse)(nil),           // 33: shardkit.cluster.v1.AcquireLeaseResponse
+	(*RenewLeaseRequest)(nil),              // 34: shardkit.cluster.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),             // 35: shardkit.cluster.v1.RenewLeaseResponse
+	(*ReleaseLeaseRequest)(nil),            // 36: shardkit.cluster.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),           // 37: shardkit.cluster.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),                // 38: shardkit.cluster.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),               // 39: shardkit.cluster.v1.GetLeaseResponse
+	(*GroupAdminRequest)(nil),              // 40: shardkit.cluster.v1.GroupAdminRequest
+	(*GroupAdminResponse)(nil),             // 41: shardkit.cluster.v1.GroupAdminResponse
+	(*SyncShardingRequest)(nil),            // 42: shardkit.cluster.v1.SyncShardingRequest
+	(*SyncShardingResponse)(nil),           // 43: shardkit.cluster.v1.SyncShardingResponse
+	(*GetProgressRequest)(nil),             // 44: shardkit.cluster.v1.GetProgressRequest
+	(*ReportReplicasetLeaderRequest)(nil),  // 45: shardkit.cluster.v1.ReportReplicasetLeaderRequest
+	(*ReportReplicasetLeaderResponse)(nil), // 46: shardkit.cluster.v1.ReportReplicasetLeaderResponse
+	(*GetProgressResponse)(nil),            // 47: shardkit.cluster.v1.GetProgressResponse
+	nil,                                    // 48: shardkit.cluster.v1.Instance.FailureDomainEntry
+	nil,                                    // 49: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	nil,                                    // 50: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	nil,                                    // 51: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
 }
 var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: shardkit.cluster.v1.User.role:type_name -> shardkit.cluster.v1.Role
@@ -3352,11 +3448,11 @@ var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	3,  // 4: shardkit.cluster.v1.SetUserRoleResponse.user:type_name -> shardkit.cluster.v1.User
 	3,  // 5: shardkit.cluster.v1.ListUsersResponse.users:type_name -> shardkit.cluster.v1.User
 	1,  // 6: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
-	46, // 7: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
+	48, // 7: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
 	12, // 8: shardkit.cluster.v1.Instance.current_grade:type_name -> shardkit.cluster.v1.Grade
 	12, // 9: shardkit.cluster.v1.Instance.target_grade:type_name -> shardkit.cluster.v1.Grade
 	20, // 10: shardkit.cluster.v1.DiscoverResponse.state:type_name -> shardkit.cluster.v1.DiscoverState
-	47, // 11: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	49, // 11: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
 	13, // 12: shardkit.cluster.v1.RaftJoinResponse.instance:type_name -> shardkit.cluster.v1.Instance
 	13, // 13: shardkit.cluster.v1.RaftJoinResponse.raft_group:type_name -> shardkit.cluster.v1.Instance
 	1,  // 14: shardkit.cluster.v1.UpdateInstanceRequest.target_grade:type_name -> shardkit.cluster.v1.GradeVariant
@@ -3372,8 +3468,8 @@ var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	16, // 24: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
 	16, // 25: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
 	2,  // 26: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
-	48, // 27: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	49, // 28: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	50, // 27: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	51, // 28: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
 	18, // 29: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
 	21, // 30: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
 	23, // 31: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
@@ -3386,28 +3482,30 @@ var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	40, // 38: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
 	42, // 39: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
 	44, // 40: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
-	4,  // 41: shardkit.cluster.v1.ClusterService.CreateUser:input_type -> shardkit.cluster.v1.CreateUserRequest
-	6,  // 42: shardkit.cluster.v1.ClusterService.DropUser:input_type -> shardkit.cluster.v1.DropUserRequest
-	8,  // 43: shardkit.cluster.v1.ClusterService.SetUserRole:input_type -> shardkit.cluster.v1.SetUserRoleRequest
-	10, // 44: shardkit.cluster.v1.ClusterService.ListUsers:input_type -> shardkit.cluster.v1.ListUsersRequest
-	19, // 45: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
-	22, // 46: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
-	24, // 47: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
-	26, // 48: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
-	28, // 49: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
-	33, // 50: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
-	35, // 51: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
-	37, // 52: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
-	39, // 53: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
-	41, // 54: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
-	43, // 55: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
-	45, // 56: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
-	5,  // 57: shardkit.cluster.v1.ClusterService.CreateUser:output_type -> shardkit.cluster.v1.CreateUserResponse
-	7,  // 58: shardkit.cluster.v1.ClusterService.DropUser:output_type -> shardkit.cluster.v1.DropUserResponse
-	9,  // 59: shardkit.cluster.v1.ClusterService.SetUserRole:output_type -> shardkit.cluster.v1.SetUserRoleResponse
-	11, // 60: shardkit.cluster.v1.ClusterService.ListUsers:output_type -> shardkit.cluster.v1.ListUsersResponse
-	45, // [45:61] is the sub-list for method output_type
-	29, // [29:45] is the sub-list for method input_type
+	45, // 41: shardkit.cluster.v1.ClusterService.ReportReplicasetLeader:input_type -> shardkit.cluster.v1.ReportReplicasetLeaderRequest
+	4,  // 42: shardkit.cluster.v1.ClusterService.CreateUser:input_type -> shardkit.cluster.v1.CreateUserRequest
+	6,  // 43: shardkit.cluster.v1.ClusterService.DropUser:input_type -> shardkit.cluster.v1.DropUserRequest
+	8,  // 44: shardkit.cluster.v1.ClusterService.SetUserRole:input_type -> shardkit.cluster.v1.SetUserRoleRequest
+	10, // 45: shardkit.cluster.v1.ClusterService.ListUsers:input_type -> shardkit.cluster.v1.ListUsersRequest
+	19, // 46: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
+	22, // 47: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
+	24, // 48: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
+	26, // 49: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
+	28, // 50: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
+	33, // 51: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
+	35, // 52: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
+	37, // 53: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
+	39, // 54: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
+	41, // 55: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
+	43, // 56: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
+	47, // 57: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
+	46, // 58: shardkit.cluster.v1.ClusterService.ReportReplicasetLeader:output_type -> shardkit.cluster.v1.ReportReplicasetLeaderResponse
+	5,  // 59: shardkit.cluster.v1.ClusterService.CreateUser:output_type -> shardkit.cluster.v1.CreateUserResponse
+	7,  // 60: shardkit.cluster.v1.ClusterService.DropUser:output_type -> shardkit.cluster.v1.DropUserResponse
+	9,  // 61: shardkit.cluster.v1.ClusterService.SetUserRole:output_type -> shardkit.cluster.v1.SetUserRoleResponse
+	11, // 62: shardkit.cluster.v1.ClusterService.ListUsers:output_type -> shardkit.cluster.v1.ListUsersResponse
+	46, // [46:63] is the sub-list for method output_type
+	29, // [29:46] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -3428,7 +3526,7 @@ func file_api_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_v1_cluster_proto_rawDesc), len(file_api_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   47,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

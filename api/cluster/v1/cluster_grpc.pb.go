@@ -19,22 +19,23 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ClusterService_Discover_FullMethodName       = "/shardkit.cluster.v1.ClusterService/Discover"
-	ClusterService_RaftJoin_FullMethodName       = "/shardkit.cluster.v1.ClusterService/RaftJoin"
-	ClusterService_UpdateInstance_FullMethodName = "/shardkit.cluster.v1.ClusterService/UpdateInstance"
-	ClusterService_Expel_FullMethodName          = "/shardkit.cluster.v1.ClusterService/Expel"
-	ClusterService_GetStatus_FullMethodName      = "/shardkit.cluster.v1.ClusterService/GetStatus"
-	ClusterService_AcquireLease_FullMethodName   = "/shardkit.cluster.v1.ClusterService/AcquireLease"
-	ClusterService_RenewLease_FullMethodName     = "/shardkit.cluster.v1.ClusterService/RenewLease"
-	ClusterService_ReleaseLease_FullMethodName   = "/shardkit.cluster.v1.ClusterService/ReleaseLease"
-	ClusterService_GetLease_FullMethodName       = "/shardkit.cluster.v1.ClusterService/GetLease"
-	ClusterService_GroupAdmin_FullMethodName     = "/shardkit.cluster.v1.ClusterService/GroupAdmin"
-	ClusterService_SyncSharding_FullMethodName   = "/shardkit.cluster.v1.ClusterService/SyncSharding"
-	ClusterService_GetProgress_FullMethodName    = "/shardkit.cluster.v1.ClusterService/GetProgress"
-	ClusterService_CreateUser_FullMethodName     = "/shardkit.cluster.v1.ClusterService/CreateUser"
-	ClusterService_DropUser_FullMethodName       = "/shardkit.cluster.v1.ClusterService/DropUser"
-	ClusterService_SetUserRole_FullMethodName    = "/shardkit.cluster.v1.ClusterService/SetUserRole"
-	ClusterService_ListUsers_FullMethodName      = "/shardkit.cluster.v1.ClusterService/ListUsers"
+	ClusterService_Discover_FullMethodName               = "/shardkit.cluster.v1.ClusterService/Discover"
+	ClusterService_RaftJoin_FullMethodName               = "/shardkit.cluster.v1.ClusterService/RaftJoin"
+	ClusterService_UpdateInstance_FullMethodName         = "/shardkit.cluster.v1.ClusterService/UpdateInstance"
+	ClusterService_Expel_FullMethodName                  = "/shardkit.cluster.v1.ClusterService/Expel"
+	ClusterService_GetStatus_FullMethodName              = "/shardkit.cluster.v1.ClusterService/GetStatus"
+	ClusterService_AcquireLease_FullMethodName           = "/shardkit.cluster.v1.ClusterService/AcquireLease"
+	ClusterService_RenewLease_FullMethodName             = "/shardkit.cluster.v1.ClusterService/RenewLease"
+	ClusterService_ReleaseLease_FullMethodName           = "/shardkit.cluster.v1.ClusterService/ReleaseLease"
+	ClusterService_GetLease_FullMethodName               = "/shardkit.cluster.v1.ClusterService/GetLease"
+	ClusterService_GroupAdmin_FullMethodName             = "/shardkit.cluster.v1.ClusterService/GroupAdmin"
+	ClusterService_SyncSharding_FullMethodName           = "/shardkit.cluster.v1.ClusterService/SyncSharding"
+	ClusterService_GetProgress_FullMethodName            = "/shardkit.cluster.v1.ClusterService/GetProgress"
+	ClusterService_ReportReplicasetLeader_FullMethodName = "/shardkit.cluster.v1.ClusterService/ReportReplicasetLeader"
+	ClusterService_CreateUser_FullMethodName             = "/shardkit.cluster.v1.ClusterService/CreateUser"
+	ClusterService_DropUser_FullMethodName               = "/shardkit.cluster.v1.ClusterService/DropUser"
+	ClusterService_SetUserRole_FullMethodName            = "/shardkit.cluster.v1.ClusterService/SetUserRole"
+	ClusterService_ListUsers_FullMethodName              = "/shardkit.cluster.v1.ClusterService/ListUsers"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -71,6 +72,11 @@ type ClusterServiceClient interface {
 	SyncSharding(ctx context.Context, in *SyncShardingRequest, opts ...grpc.CallOption) (*SyncShardingResponse, error)
 	// GetProgress reports this instance's applied indexes.
 	GetProgress(ctx context.Context, in *GetProgressRequest, opts ...grpc.CallOption) (*GetProgressResponse, error)
+	// ReportReplicasetLeader tells group 0's leader that the sender has
+	// become the leader of its replicaset's Raft group. The governor checks
+	// the claim with the replicaset's members and records the leader at
+	// once, instead of on its periodic recheck.
+	ReportReplicasetLeader(ctx context.Context, in *ReportReplicasetLeaderRequest, opts ...grpc.CallOption) (*ReportReplicasetLeaderResponse, error)
 	// Users of a cluster run with certificates (docs/security.md): a user is
 	// the CN of a client certificate; their role, kept in group 0, says what
 	// they may do. root is always admin.
@@ -208,6 +214,16 @@ func (c *clusterServiceClient) GetProgress(ctx context.Context, in *GetProgressR
 	return out, nil
 }
 
+func (c *clusterServiceClient) ReportReplicasetLeader(ctx context.Context, in *ReportReplicasetLeaderRequest, opts ...grpc.CallOption) (*ReportReplicasetLeaderResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ReportReplicasetLeaderResponse)
+	err := c.cc.Invoke(ctx, ClusterService_ReportReplicasetLeader_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *clusterServiceClient) CreateUser(ctx context.Context, in *CreateUserRequest, opts ...grpc.CallOption) (*CreateUserResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateUserResponse)
@@ -282,6 +298,11 @@ type ClusterServiceServer interface {
 	SyncSharding(context.Context, *SyncShardingRequest) (*SyncShardingResponse, error)
 	// GetProgress reports this instance's applied indexes.
 	GetProgress(context.Context, *GetProgressRequest) (*GetProgressResponse, error)
+	// ReportReplicasetLeader tells group 0's leader that the sender has
+	// become the leader of its replicaset's Raft group. The governor checks
+	// the claim with the replicaset's members and records the leader at
+	// once, instead of on its periodic recheck.
+	ReportReplicasetLeader(context.Context, *ReportReplicasetLeaderRequest) (*ReportReplicasetLeaderResponse, error)
 	// Users of a cluster run with certificates (docs/security.md): a user is
 	// the CN of a client certificate; their role, kept in group 0, says what
 	// they may do. root is always admin.
@@ -334,6 +355,9 @@ func (UnimplementedClusterServiceServer) SyncSharding(context.Context, *SyncShar
 }
 func (UnimplementedClusterServiceServer) GetProgress(context.Context, *GetProgressRequest) (*GetProgressResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetProgress not implemented")
+}
+func (UnimplementedClusterServiceServer) ReportReplicasetLeader(context.Context, *ReportReplicasetLeaderRequest) (*ReportReplicasetLeaderResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ReportReplicasetLeader not implemented")
 }
 func (UnimplementedClusterServiceServer) CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateUser not implemented")
@@ -584,6 +608,24 @@ func _ClusterService_GetProgress_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_ReportReplicasetLeader_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ReportReplicasetLeaderRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).ReportReplicasetLeader(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_ReportReplicasetLeader_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).ReportReplicasetLeader(ctx, req.(*ReportReplicasetLeaderRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _ClusterService_CreateUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateUserRequest)
 	if err := dec(in); err != nil {
@@ -710,6 +752,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProgress",
 			Handler:    _ClusterService_GetProgress_Handler,
+		},
+		{
+			MethodName: "ReportReplicasetLeader",
+			Handler:    _ClusterService_ReportReplicasetLeader_Handler,
 		},
 		{
 			MethodName: "CreateUser",
