@@ -29,13 +29,10 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 ) error {
 	// unknown is the first attempt of a write whose outcome is unknown:
 	// a write retried under the same request id is applied at most once,
-	// but if the call gives up, it must not say "nothing was done".
+	// wherever its bucket has moved meanwhile (a bucket's request ids move
+	// with it), but if the call gives up, it must not say "nothing was
+	// done".
 	var last, unknown *Error
-	// unknownRS is the replicaset the unknown attempt was sent to. A
-	// replicaset remembers the request ids it applied, no other does: once
-	// the bucket has moved on from there, a retry could apply the write a
-	// second time, so the call ends with ErrOutcomeUnknown instead.
-	var unknownRS string
 	giveUp := func(e *Error) *Error {
 		if unknown != nil && rw {
 			return outcomeUnknownAfter(true, unknown, e)
@@ -50,11 +47,6 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 	out, err := policy.Run(ctx, func(attempt int) (retry.Verdict, error) {
 		rt := c.routingFor(ctx)
 		rs, addr := c.addressFor(rt, b, rw)
-		if unknown != nil && rw && unknownRS != "" && rs != unknownRS {
-			return retry.Stop, giveUp(&Error{Op: op, Code: codes.Unavailable, kind: ErrUnavailable,
-				Msg: fmt.Sprintf("bucket %d moved from replicaset %s to %s after an attempt whose outcome is unknown; not retried there: a replicaset deduplicates only the request ids it applied itself, so a retry elsewhere could apply the write twice",
-					b, unknownRS, firstOf(rs, "no replicaset this client's routing names"))})
-		}
 		if addr == "" {
 			cands := c.candidates()
 			addr = cands[attempt%len(cands)]
@@ -108,7 +100,7 @@ func (c *Client) dataCall(ctx context.Context, op string, b uint32, rw, idempote
 			return retry.Stop, giveUp(e)
 		}
 		if unknown == nil && errors.Is(e, ErrOutcomeUnknown) {
-			unknown, unknownRS = e, rs
+			unknown = e
 		}
 		last = e
 		if expired || notReached(err) {

@@ -321,6 +321,19 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 			return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_NEEDS_PREV, 0,
 				"bucket %d is receiving from %s at generation %d; the batch's prev facts are of generation %d", bucket, st.GetPeer(), st.GetGeneration(), g)}
 		}
+		if sr := c.GetSourceResult(); sr != nil && len(id) > 0 {
+			// The source applied this write before its freeze: remember
+			// its answer here, apply nothing (if it is that move's source).
+			if g := c.GetPrevGeneration(); g != st.GetGeneration() {
+				return &BatchOutcome{Result: refusal(rspb.Refusal_CODE_NEEDS_PREV, 0,
+					"bucket %d is receiving from %s at generation %d; the source's answer to the request is of generation %d", bucket, st.GetPeer(), st.GetGeneration(), g)}
+			}
+			a.remember(id, bucket, sr)
+			if a.err != nil {
+				return nil
+			}
+			return &BatchOutcome{Result: sr, Duplicate: true}
+		}
 		if cc := sm.copies[bucket]; cc != nil {
 			// The copy looks these keys up from now on (a batch refused
 			// below leaves them to a lookup that finds nothing: harmless).
@@ -360,17 +373,27 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		a.addCount(bucket, sc.space, sc.delta)
 	}
 	if len(id) > 0 {
-		v, err := res.MarshalVT()
-		if err != nil {
-			a.err = err
+		a.remember(id, bucket, res)
+		if a.err != nil {
 			return nil
-		}
-		a.set(sm.k.requestID(a.now, id), v)
-		if a.err == nil {
-			sm.reqs.add(id, a.now)
 		}
 	}
 	return &BatchOutcome{Result: res}
+}
+
+// remember stores request id's result, a write's of bucket b, for the
+// window: from now on a batch with that id is answered res, not applied.
+func (a *applier) remember(id []byte, b uint32, res *rspb.BatchResult) {
+	res.Bucket = b
+	v, err := res.MarshalVT()
+	if err != nil {
+		a.err = err
+		return
+	}
+	a.set(a.sm.k.requestID(a.now, id), v)
+	if a.err == nil {
+		a.sm.reqs.add(id, requestStamp{ms: a.now, bucket: b})
+	}
 }
 
 // read returns the tuple stored at key, as the batch so far leaves it.

@@ -225,6 +225,21 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	for sp, n := range counts {
 		a.addCount(b, sp, n)
 	}
+	cutoff := a.sm.requestCutoff(a.now)
+	for _, r := range c.GetRequests() {
+		if len(r.GetId()) == 0 || r.GetResult() == nil {
+			continue
+		}
+		if _, ok := a.sm.reqs.lookup(r.GetId(), cutoff); ok {
+			continue // this replicaset answered it itself (the source's answer, asked by a write)
+		}
+		// Stamped with this log's clock, not the source's: remembered a
+		// little longer, never less.
+		a.remember(r.GetId(), b, r.GetResult())
+		if a.err != nil {
+			return nil
+		}
+	}
 	if c.GetLast() {
 		rec := proto.CloneOf(cur)
 		rec.Copied = true

@@ -473,3 +473,91 @@ func TestARetryOfAWriteAppliedBeforeTheFreezeGetsItsAnswer(t *testing.T) {
 		t.Fatalf("a write to an active bucket was refused before proposing: %v", err)
 	}
 }
+
+// A request id moves with its bucket: a retry of a write the source applied
+// before its freeze is answered on the destination, not applied a second
+// time there — before the copy ends (the destination's write asks the
+// source, whose answer apply remembers) and after it (the ids come with
+// the last chunk) — and the destination passes it on to the bucket's next
+// replicaset, across a restart too.
+func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
+	const b = 5
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	upd := func(id []byte) *rspb.Batch {
+		u := offer(1, "a", 1)
+		return &rspb.Batch{RequestId: id, Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_UPSERT, SpaceId: 1, Key: key(t, u[0], u[1]), Tuple: enc(u),
+			Ops: ops(t, tuple.Op{Code: tuple.OpAdd, Field: tuple.FieldRef{Name: "price"}, Arg: tuple.Double(1)})}}}
+	}
+	early, late := requestID(1), requestID(2)
+	first := src.ok(upd(early))
+	src.ok(upd(late))
+	if o := src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "r2"); !o.Changed {
+		t.Fatalf("SENDING: %+v", o)
+	}
+	if o := dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "r1"); !o.Changed {
+		t.Fatalf("RECEIVING: %+v", o)
+	}
+	source := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: src.db}}
+
+	// Before the copy: the destination's write asks the source (Lookup).
+	answer, err := source.appliedResult(src.db, b, early)
+	if err != nil || answer == nil || answer.GetIndex() != first.GetIndex() {
+		t.Fatalf("the source's answer to the request id: %v, %v; want its result at index %d", answer, err, first.GetIndex())
+	}
+	if other, err := source.appliedResult(src.db, b+1, early); err != nil || other != nil {
+		t.Fatalf("the source answered the id for another bucket: %v, %v", other, err)
+	}
+	k, _ := tuple.AppendKey(nil, tuple.Uint(1), tuple.String("a"))
+	retry := upd(early)
+	retry.Ops[0].Prev, retry.PrevGeneration, retry.SourceResult = prevOf(src, b, k), 2, answer
+	wrongGen := proto.CloneOf(retry)
+	wrongGen.PrevGeneration = 3
+	dst.refused(wrongGen, rspb.Refusal_CODE_NEEDS_PREV, "of generation 3")
+	if o := dst.batch(retry); !o.Duplicate || o.Result.GetIndex() != first.GetIndex() {
+		t.Fatalf("the retry on the destination: %+v, want the source's answer as a duplicate", o)
+	}
+	if _, found, _ := dst.sm.Get(dst.db, b, 1, k); found {
+		t.Fatal("the destination applied the retried write: it holds the key before the copy")
+	}
+	// Asked again (its answer lost once more), the destination answers
+	// from its own window, with no source result this time.
+	if o := dst.batch(upd(early)); !o.Duplicate || o.Result.GetIndex() != first.GetIndex() {
+		t.Fatalf("the second retry on the destination: %+v, want the remembered answer", o)
+	}
+
+	// The copy: the tuples and then the source's remembered ids.
+	var reqs []*rspb.CopiedRequest
+	if err := source.eachRequest(src.db, b, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("the source sends %d request ids of bucket %d, want 2", len(reqs), b)
+	}
+	dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+		{Bucket: b, Generation: 2, Tuples: src.chunk(b), Requests: reqs, Last: true}}}}})
+	if o := dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, ""); !o.Changed {
+		t.Fatalf("ACTIVE: %+v", o)
+	}
+	dst.reopen()
+	if o := dst.batch(upd(late)); !o.Duplicate {
+		t.Fatalf("a retry after the copy and a restart: %+v, want a duplicate", o)
+	}
+	got, _, err := dst.sm.Get(dst.db, b, 1, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tp, _ := tuple.DecodeTuple(got.Tuple); !tp.Equal(offer(1, "a", 2)) {
+		t.Fatalf("after the move and the retries the tuple is %v, want the price 2 (the insert, then one +1: each upsert applied once)", tp)
+	}
+	// Onward: the destination sends both ids with the bucket.
+	onward := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "r2", DB: dst.db}}
+	reqs = nil
+	if err := onward.eachRequest(dst.db, b, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("the destination would send %d request ids on, want 2", len(reqs))
+	}
+}

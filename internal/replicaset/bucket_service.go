@@ -114,7 +114,36 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 		}
 		resp.Facts = append(resp.Facts, f)
 	}
+	if resp.Applied, err = s.appliedResult(snap, req.GetBucket(), req.GetRequestId()); err != nil {
+		return nil, err
+	}
 	return resp, nil
+}
+
+// appliedResult returns the result of the write with request id id that
+// this member applied to bucket b, read from snap, if it remembers one
+// (nil otherwise). On a frozen bucket's snapshot, the ids remembered for
+// it are final, and the window is never behind what snap holds.
+func (s *Storage) appliedResult(snap pebble.Reader, b uint32, id []byte) (*rspb.BatchResult, error) {
+	if len(id) == 0 {
+		return nil, nil
+	}
+	at, ok := s.sm.reqs.find(id)
+	if !ok || at.bucket != b {
+		return nil, nil
+	}
+	v, err := get(snap, s.sm.k.requestID(at.ms, id))
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	if v == nil {
+		return nil, nil // forgotten meanwhile: out of the window
+	}
+	res := &rspb.BatchResult{}
+	if err := res.UnmarshalVT(v); err != nil {
+		return nil, status.Errorf(codes.Internal, "the result of request id %x: %v", id, err)
+	}
+	return res, nil
 }
 
 // readFrozen returns a snapshot of this member's state in which the

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -395,7 +396,48 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		if err != nil {
 			return err
 		}
+		// The bucket's remembered request ids go with it, so that a retry
+		// of a write applied here is answered there too.
+		err = s.eachRequest(snap, bucket, func(r *rspb.CopiedRequest, n int) error {
+			chunk.Requests = append(chunk.Requests, r)
+			size += n
+			if size >= MaxChunkBytes {
+				if err := send(); err != nil {
+					return err
+				}
+				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
+				out.Chunks = append(out.Chunks, chunk)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
 		chunk.Last = true // this bucket is whole
 	}
 	return send()
+}
+
+// eachRequest calls fn with each request id this member remembers for the
+// bucket, its result read from snap (an id forgotten in snap is skipped),
+// and its size.
+func (s *Storage) eachRequest(snap pebble.Reader, bucket uint32, fn func(r *rspb.CopiedRequest, size int) error) error {
+	ids, ms := s.sm.reqs.ofBucket(bucket)
+	for i, id := range ids {
+		v, err := get(snap, s.sm.k.requestID(ms[i], id))
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if v == nil {
+			continue
+		}
+		res := &rspb.BatchResult{}
+		if err := res.UnmarshalVT(v); err != nil {
+			return status.Errorf(codes.Internal, "the result of request id %x: %v", id, err)
+		}
+		if err := fn(&rspb.CopiedRequest{Id: id, Result: res}, len(id)+len(v)); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -50,10 +50,11 @@ func sourceError(b uint32, src string, err error) error {
 }
 
 // prevFacts reads, on the source of a receiving bucket, what it holds for
-// the batch's keys, and marks the batch with the move's generation (the
-// facts are of that move's source; apply refuses them at any other).
+// the batch's keys and whether it applied the batch's request id, and
+// marks the batch with the move's generation (the facts are of that
+// move's source; apply refuses them at any other).
 func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rspb.Batch) error {
-	req := &rspb.LookupRequest{ReplicasetId: st.GetPeer(), Bucket: batch.GetBucket(), Generation: st.GetGeneration()}
+	req := &rspb.LookupRequest{ReplicasetId: st.GetPeer(), Bucket: batch.GetBucket(), Generation: st.GetGeneration(), RequestId: batch.GetRequestId()}
 	for _, op := range batch.GetOps() {
 		req.Keys = append(req.Keys, &rspb.LookupKey{SpaceId: op.GetSpaceId(), Key: op.GetKey()})
 	}
@@ -72,6 +73,10 @@ func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rs
 	for i, op := range batch.GetOps() {
 		op.Prev = resp.GetFacts()[i]
 	}
+	// The source applied this very write before its freeze (a retry of a
+	// write whose answer was lost): apply on this side remembers its
+	// answer and applies nothing.
+	batch.SourceResult = resp.GetApplied()
 	batch.PrevGeneration = st.GetGeneration()
 	return nil
 }

@@ -27,21 +27,28 @@ import (
 // ApplyDone once the batch is committed, or dropped).
 
 // requestWindow holds the request ids written within the window, with the
-// leader-stamped time (ms) of their write. Ids of requestIDLen bytes
-// (every id the data service takes) are keyed by value, without a string
-// each; ids of any other length (none are proposed today) by string, in a
-// queue of their own.
+// leader-stamped time (ms) of their write and its bucket. Ids of
+// requestIDLen bytes (every id the data service takes) are keyed by value,
+// without a string each; ids of any other length (none are proposed
+// today) by string, in a queue of their own.
 //
 // The apply loop changes it (under mu) and looks ids up (without: it is
-// the only writer); other goroutines ask has, under mu. Like the bucket
-// records it runs ahead of the database while a batch is applied, never
-// behind what readers see committed.
+// the only writer); other goroutines ask has, at and ofBuckets, under mu.
+// Like the bucket records it runs ahead of the database while a batch is
+// applied, never behind what readers see committed.
 type requestWindow struct {
 	mu    sync.RWMutex
-	at    map[requestKey]int64
+	at    map[requestKey]requestStamp
 	order idQueue[requestKey]
-	other map[string]int64
+	other map[string]requestStamp
 	odd   idQueue[string]
+}
+
+// requestStamp is when a remembered request id was written (ms, the
+// leader-stamped clock) and the bucket its write was of.
+type requestStamp struct {
+	ms     int64
+	bucket uint32
 }
 
 // requestIDLen is the length of every request id the data service takes
@@ -58,15 +65,15 @@ type idQueue[K comparable] struct {
 }
 
 type stampedID[K comparable] struct {
-	ms int64
+	requestStamp
 	id K
 }
 
 // load replaces the window's ids with those fill adds, at once for has,
 // and only when fill succeeds (a failed reload leaves the window as it
 // was, no smaller: has must never miss an id apply would find).
-func (w *requestWindow) load(fill func(add func(id []byte, ms int64)) error) error {
-	n := &requestWindow{at: map[requestKey]int64{}, other: map[string]int64{}}
+func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp)) error) error {
+	n := &requestWindow{at: map[requestKey]requestStamp{}, other: map[string]requestStamp{}}
 	if err := fill(n.addLocked); err != nil {
 		return err
 	}
@@ -76,47 +83,71 @@ func (w *requestWindow) load(fill func(add func(id []byte, ms int64)) error) err
 	return nil
 }
 
-func (w *requestWindow) add(id []byte, ms int64) {
+func (w *requestWindow) add(id []byte, at requestStamp) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.addLocked(id, ms)
+	w.addLocked(id, at)
 }
 
-func (w *requestWindow) addLocked(id []byte, ms int64) {
+func (w *requestWindow) addLocked(id []byte, at requestStamp) {
 	if len(id) == requestIDLen {
 		k := requestKey(id)
-		w.at[k] = ms
-		w.order.q = append(w.order.q, stampedID[requestKey]{ms: ms, id: k})
+		w.at[k] = at
+		w.order.q = append(w.order.q, stampedID[requestKey]{requestStamp: at, id: k})
 		return
 	}
 	s := string(id)
-	w.other[s] = ms
-	w.odd.q = append(w.odd.q, stampedID[string]{ms: ms, id: s})
+	w.other[s] = at
+	w.odd.q = append(w.odd.q, stampedID[string]{requestStamp: at, id: s})
 }
 
-// lookup returns when id was written, if that was at cutoff or later.
+// lookup returns when id was written, if that was at cutoff or later
+// (the apply loop only).
 func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
-	var ms int64
-	var ok bool
+	at, ok := w.stamp(id)
+	return at.ms, ok && at.ms >= cutoff
+}
+
+func (w *requestWindow) stamp(id []byte) (requestStamp, bool) {
 	if len(id) == requestIDLen {
-		ms, ok = w.at[requestKey(id)]
-	} else {
-		ms, ok = w.other[string(id)]
+		at, ok := w.at[requestKey(id)]
+		return at, ok
 	}
-	return ms, ok && ms >= cutoff
+	at, ok := w.other[string(id)]
+	return at, ok
 }
 
 // has reports whether id is in the window (written before its cutoff,
 // perhaps, but not yet forgotten); any goroutine.
 func (w *requestWindow) has(id []byte) bool {
+	_, ok := w.find(id)
+	return ok
+}
+
+// find returns id's stamp if it is in the window; any goroutine.
+func (w *requestWindow) find(id []byte) (requestStamp, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	if len(id) == requestIDLen {
-		_, ok := w.at[requestKey(id)]
-		return ok
+	return w.stamp(id)
+}
+
+// ofBucket returns the ids in the window written for bucket b, with their
+// times; any goroutine. It walks the whole window: the source of a move
+// calls it once per bucket it sends.
+func (w *requestWindow) ofBucket(b uint32) (ids [][]byte, ms []int64) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	for _, s := range w.order.q[w.order.head:] {
+		if s.bucket == b && w.at[s.id] == s.requestStamp {
+			ids, ms = append(ids, append([]byte(nil), s.id[:]...)), append(ms, s.ms)
+		}
 	}
-	_, ok := w.other[string(id)]
-	return ok
+	for _, s := range w.odd.q[w.odd.head:] {
+		if s.bucket == b && w.other[s.id] == s.requestStamp {
+			ids, ms = append(ids, []byte(s.id)), append(ms, s.ms)
+		}
+	}
+	return ids, ms
 }
 
 // forget drops the ids written before cutoff: O(ids dropped).
@@ -137,10 +168,10 @@ func (q *idQueue[K]) expired(cutoff int64) bool {
 
 // forget drops from q, and from at unless written again since, the ids
 // written before cutoff.
-func (q *idQueue[K]) forget(at map[K]int64, cutoff int64) {
+func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
 	for q.head < len(q.q) && q.q[q.head].ms < cutoff {
 		s := q.q[q.head]
-		if at[s.id] == s.ms {
+		if at[s.id] == s.requestStamp {
 			delete(at, s.id)
 		}
 		q.q[q.head] = stampedID[K]{}
@@ -225,7 +256,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	}
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
 	prefix := sm.k.requestIDs()
-	err = sm.reqs.load(func(add func(id []byte, ms int64)) error {
+	err = sm.reqs.load(func(add func(id []byte, at requestStamp)) error {
 		it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(cutoff), UpperBound: storage.PrefixEnd(prefix)})
 		if err != nil {
 			return err
@@ -236,7 +267,16 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 				_ = it.Close()
 				return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
 			}
-			add(k[len(prefix)+8:], int64(binary.BigEndian.Uint64(k[len(prefix):])))
+			res := &rspb.BatchResult{}
+			v, err := it.ValueAndErr()
+			if err == nil {
+				err = res.UnmarshalVT(v)
+			}
+			if err != nil {
+				_ = it.Close()
+				return fmt.Errorf("replicaset: the result of request id key %x: %w", k, err)
+			}
+			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: res.GetBucket()})
 		}
 		return it.Close()
 	})

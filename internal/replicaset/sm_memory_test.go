@@ -414,11 +414,14 @@ func describeOutcome(o any) string {
 func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 	var w requestWindow
 	id := []byte("0123456789abcdef")
-	if err := w.load(func(add func([]byte, int64)) error { add(id, 5); return nil }); err != nil {
+	if err := w.load(func(add func([]byte, requestStamp)) error { add(id, requestStamp{ms: 5}); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	failed := errors.New("scan failed")
-	if err := w.load(func(add func([]byte, int64)) error { add([]byte("fedcba9876543210"), 6); return failed }); !errors.Is(err, failed) {
+	if err := w.load(func(add func([]byte, requestStamp)) error {
+		add([]byte("fedcba9876543210"), requestStamp{ms: 6})
+		return failed
+	}); !errors.Is(err, failed) {
 		t.Fatalf("a failed reload: %v, want its error", err)
 	}
 	if !w.has(id) || w.has([]byte("fedcba9876543210")) {

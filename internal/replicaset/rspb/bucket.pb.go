@@ -82,7 +82,10 @@ type LookupRequest struct {
 	// only while it sends the bucket at that generation, and then from its
 	// own state, with no ReadIndex (a member that applied the freeze at that
 	// generation holds the bucket's final data).
-	Generation    uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	Generation uint64 `protobuf:"varint,4,opt,name=generation,proto3" json:"generation,omitempty"`
+	// The request id of the destination's write, if it has one: the source
+	// says whether it applied it before the freeze (applied).
+	RequestId     []byte `protobuf:"bytes,5,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -145,9 +148,19 @@ func (x *LookupRequest) GetGeneration() uint64 {
 	return 0
 }
 
+func (x *LookupRequest) GetRequestId() []byte {
+	if x != nil {
+		return x.RequestId
+	}
+	return nil
+}
+
 type LookupResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Facts         []*PrevFact            `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Facts []*PrevFact            `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
+	// The source's result of request_id, if it applied it: the write must
+	// not be applied again on the destination.
+	Applied       *BatchResult `protobuf:"bytes,2,opt,name=applied,proto3" json:"applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -185,6 +198,13 @@ func (*LookupResponse) Descriptor() ([]byte, []int) {
 func (x *LookupResponse) GetFacts() []*PrevFact {
 	if x != nil {
 		return x.Facts
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetApplied() *BatchResult {
+	if x != nil {
+		return x.Applied
 	}
 	return nil
 }
@@ -1031,16 +1051,19 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"8\n" +
 	"\tLookupKey\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
-	"\x03key\x18\x02 \x01(\fR\x03key\"\xa3\x01\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\xc2\x01\n" +
 	"\rLookupRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x125\n" +
 	"\x04keys\x18\x03 \x03(\v2!.shardkit.replicaset.v1.LookupKeyR\x04keys\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x04 \x01(\x04R\n" +
-	"generation\"H\n" +
+	"generation\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x05 \x01(\fR\trequestId\"\x87\x01\n" +
 	"\x0eLookupResponse\x126\n" +
-	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\"\xfc\x01\n" +
+	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\x12=\n" +
+	"\aapplied\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\aapplied\"\xfc\x01\n" +
 	"\x12LookupRangeRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x19\n" +
@@ -1151,44 +1174,46 @@ var file_internal_replicaset_rspb_bucket_proto_goTypes = []any{
 	nil,                            // 18: shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
 	nil,                            // 19: shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
 	(*PrevFact)(nil),               // 20: shardkit.replicaset.v1.PrevFact
-	(*CopiedTuple)(nil),            // 21: shardkit.replicaset.v1.CopiedTuple
-	(*SetBucket)(nil),              // 22: shardkit.replicaset.v1.SetBucket
-	(*BucketState)(nil),            // 23: shardkit.replicaset.v1.BucketState
-	(*CopyChunk)(nil),              // 24: shardkit.replicaset.v1.CopyChunk
+	(*BatchResult)(nil),            // 21: shardkit.replicaset.v1.BatchResult
+	(*CopiedTuple)(nil),            // 22: shardkit.replicaset.v1.CopiedTuple
+	(*SetBucket)(nil),              // 23: shardkit.replicaset.v1.SetBucket
+	(*BucketState)(nil),            // 24: shardkit.replicaset.v1.BucketState
+	(*CopyChunk)(nil),              // 25: shardkit.replicaset.v1.CopyChunk
 }
 var file_internal_replicaset_rspb_bucket_proto_depIdxs = []int32{
 	0,  // 0: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
 	20, // 1: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
-	21, // 2: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	17, // 3: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	22, // 4: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	23, // 5: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
-	18, // 6: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
-	8,  // 7: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
-	10, // 8: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
-	19, // 9: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
-	12, // 10: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
-	10, // 11: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
-	24, // 12: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	15, // 13: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
-	23, // 14: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
-	7,  // 15: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
-	11, // 16: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
-	14, // 17: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
-	1,  // 18: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
-	3,  // 19: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
-	5,  // 20: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
-	9,  // 21: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
-	13, // 22: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
-	16, // 23: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
-	2,  // 24: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
-	4,  // 25: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
-	6,  // 26: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	21, // 2: shardkit.replicaset.v1.LookupResponse.applied:type_name -> shardkit.replicaset.v1.BatchResult
+	22, // 3: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	17, // 4: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	23, // 5: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	24, // 6: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
+	18, // 7: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	8,  // 8: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
+	10, // 9: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	19, // 10: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	12, // 11: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
+	10, // 12: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	25, // 13: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	15, // 14: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
+	24, // 15: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
+	7,  // 16: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
+	11, // 17: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
+	14, // 18: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
+	1,  // 19: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
+	3,  // 20: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
+	5,  // 21: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
+	9,  // 22: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
+	13, // 23: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
+	16, // 24: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
+	2,  // 25: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
+	4,  // 26: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
+	6,  // 27: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_bucket_proto_init() }

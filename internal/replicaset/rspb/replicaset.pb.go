@@ -215,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14, 0}
 }
 
 type BucketState_State int32
@@ -270,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -515,7 +515,12 @@ type CopyChunk struct {
 	Generation uint64                 `protobuf:"varint,2,opt,name=generation,proto3" json:"generation,omitempty"`
 	Tuples     []*CopiedTuple         `protobuf:"bytes,3,rep,name=tuples,proto3" json:"tuples,omitempty"`
 	// The source has sent everything: the record becomes copied.
-	Last          bool `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
+	Last bool `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
+	// On the last chunk: the request ids the source remembers for the
+	// bucket, with their results. The destination remembers them too, so a
+	// retry of a write the source applied is answered, not applied again,
+	// wherever the bucket is when it arrives.
+	Requests      []*CopiedRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -578,6 +583,66 @@ func (x *CopyChunk) GetLast() bool {
 	return false
 }
 
+func (x *CopyChunk) GetRequests() []*CopiedRequest {
+	if x != nil {
+		return x.Requests
+	}
+	return nil
+}
+
+// CopiedRequest is one remembered request id of a moving bucket.
+type CopiedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Result        *BatchResult           `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopiedRequest) Reset() {
+	*x = CopiedRequest{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopiedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopiedRequest) ProtoMessage() {}
+
+func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopiedRequest.ProtoReflect.Descriptor instead.
+func (*CopiedRequest) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CopiedRequest) GetId() []byte {
+	if x != nil {
+		return x.Id
+	}
+	return nil
+}
+
+func (x *CopiedRequest) GetResult() *BatchResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
 // SetBuckets is the steps of many moves in one entry (the mover batches
 // them): each is applied as a SetBucket on its own, so one refused step
 // does not stop the others.
@@ -590,7 +655,7 @@ type SetBuckets struct {
 
 func (x *SetBuckets) Reset() {
 	*x = SetBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +667,7 @@ func (x *SetBuckets) String() string {
 func (*SetBuckets) ProtoMessage() {}
 
 func (x *SetBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +680,7 @@ func (x *SetBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBuckets.ProtoReflect.Descriptor instead.
 func (*SetBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SetBuckets) GetSteps() []*SetBucket {
@@ -636,7 +701,7 @@ type CopyChunks struct {
 
 func (x *CopyChunks) Reset() {
 	*x = CopyChunks{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +713,7 @@ func (x *CopyChunks) String() string {
 func (*CopyChunks) ProtoMessage() {}
 
 func (x *CopyChunks) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +726,7 @@ func (x *CopyChunks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunks.ProtoReflect.Descriptor instead.
 func (*CopyChunks) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CopyChunks) GetChunks() []*CopyChunk {
@@ -684,7 +749,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +761,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +774,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -754,7 +819,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +831,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +844,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -817,7 +882,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +894,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +907,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -872,7 +937,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +949,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +962,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -936,7 +1001,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1013,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1026,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Condition) GetField() uint32 {
@@ -1011,7 +1076,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1088,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1101,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1117,13 +1182,18 @@ type Batch struct {
 	// the facts are of another move). 0: not checked (batches written
 	// before 2026-11-26).
 	PrevGeneration uint64 `protobuf:"varint,5,opt,name=prev_generation,json=prevGeneration,proto3" json:"prev_generation,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// For a bucket receiving here: the source applied this request id
+	// before it froze the bucket, with this result (its answer to the
+	// destination's Lookup). The destination applies no op: it remembers
+	// the id with this result and answers it.
+	SourceResult  *BatchResult `protobuf:"bytes,6,opt,name=source_result,json=sourceResult,proto3" json:"source_result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1205,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1218,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1186,6 +1256,13 @@ func (x *Batch) GetPrevGeneration() uint64 {
 	return 0
 }
 
+func (x *Batch) GetSourceResult() *BatchResult {
+	if x != nil {
+		return x.SourceResult
+	}
+	return nil
+}
+
 type OpResult struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Found         bool                   `protobuf:"varint,1,opt,name=found,proto3" json:"found,omitempty"`
@@ -1197,7 +1274,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1286,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1299,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1264,7 +1341,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1353,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1366,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1337,17 +1414,20 @@ func (x *Refusal) GetActualValue() []byte {
 // BatchResult is a batch's outcome; it is also what the replicaset keeps
 // under the request id.
 type BatchResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Results       []*OpResult            `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
-	Refusal       *Refusal               `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
-	Index         uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Results []*OpResult            `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Refusal *Refusal               `protobuf:"bytes,2,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	Index   uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	// The bucket the batch wrote, kept with a remembered request id so that
+	// the id moves with its bucket (CopyChunk.requests).
+	Bucket        uint32 `protobuf:"varint,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1439,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1452,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1396,6 +1476,13 @@ func (x *BatchResult) GetIndex() uint64 {
 	return 0
 }
 
+func (x *BatchResult) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
 // BucketState is a bucket's record in the replicaset.
 type BucketState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1413,7 +1500,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1425,7 +1512,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1438,7 +1525,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1495,14 +1582,18 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\x94\x01\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xd7\x01\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
 	"generation\x18\x02 \x01(\x04R\n" +
 	"generation\x12;\n" +
 	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
-	"\x04last\x18\x04 \x01(\bR\x04last\"E\n" +
+	"\x04last\x18\x04 \x01(\bR\x04last\x12A\n" +
+	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\"\\\n" +
+	"\rCopiedRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
+	"\x06result\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\x06result\"E\n" +
 	"\n" +
 	"SetBuckets\x127\n" +
 	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"G\n" +
@@ -1544,14 +1635,15 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"conditions\x18\b \x03(\v2!.shardkit.replicaset.v1.ConditionR\n" +
 	"conditions\x12\x1b\n" +
 	"\tif_absent\x18\t \x01(\bR\bifAbsentB\r\n" +
-	"\v_if_version\"\xbc\x01\n" +
+	"\v_if_version\"\x86\x02\n" +
 	"\x05Batch\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12%\n" +
 	"\x0eschema_version\x18\x02 \x01(\x04R\rschemaVersion\x12\x16\n" +
 	"\x06bucket\x18\x03 \x01(\rR\x06bucket\x12,\n" +
 	"\x03ops\x18\x04 \x03(\v2\x1a.shardkit.replicaset.v1.OpR\x03ops\x12'\n" +
-	"\x0fprev_generation\x18\x05 \x01(\x04R\x0eprevGeneration\"P\n" +
+	"\x0fprev_generation\x18\x05 \x01(\x04R\x0eprevGeneration\x12H\n" +
+	"\rsource_result\x18\x06 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\fsourceResult\"P\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05tuple\x18\x02 \x01(\fR\x05tuple\x12\x18\n" +
@@ -1572,11 +1664,12 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x11CODE_WRONG_BUCKET\x10\x05\x12\x16\n" +
 	"\x12CODE_SCHEMA_BEHIND\x10\x06\x12\x13\n" +
 	"\x0fCODE_NEEDS_PREV\x10\a\x12\x16\n" +
-	"\x12CODE_BUCKET_MOVING\x10\b\"\x9a\x01\n" +
+	"\x12CODE_BUCKET_MOVING\x10\b\"\xb2\x01\n" +
 	"\vBatchResult\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .shardkit.replicaset.v1.OpResultR\aresults\x129\n" +
 	"\arefusal\x18\x02 \x01(\v2\x1f.shardkit.replicaset.v1.RefusalR\arefusal\x12\x14\n" +
-	"\x05index\x18\x03 \x01(\x04R\x05index\"\x87\x02\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x16\n" +
+	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\x87\x02\n" +
 	"\vBucketState\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x05state\x12\x1e\n" +
 	"\n" +
@@ -1626,7 +1719,7 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
 	(Compare)(0),           // 1: shardkit.replicaset.v1.Compare
@@ -1635,47 +1728,51 @@ var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(*Command)(nil),        // 4: shardkit.replicaset.v1.Command
 	(*SetBucket)(nil),      // 5: shardkit.replicaset.v1.SetBucket
 	(*CopyChunk)(nil),      // 6: shardkit.replicaset.v1.CopyChunk
-	(*SetBuckets)(nil),     // 7: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),     // 8: shardkit.replicaset.v1.CopyChunks
-	(*CopiedTuple)(nil),    // 9: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 10: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),      // 11: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 12: shardkit.replicaset.v1.CreateBuckets
-	(*Condition)(nil),      // 13: shardkit.replicaset.v1.Condition
-	(*Op)(nil),             // 14: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 15: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 16: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 17: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 18: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 19: shardkit.replicaset.v1.BucketState
-	(*metapb.Space)(nil),   // 20: shardkit.meta.v1.Space
+	(*CopiedRequest)(nil),  // 7: shardkit.replicaset.v1.CopiedRequest
+	(*SetBuckets)(nil),     // 8: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),     // 9: shardkit.replicaset.v1.CopyChunks
+	(*CopiedTuple)(nil),    // 10: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 11: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),      // 12: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 13: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),      // 14: shardkit.replicaset.v1.Condition
+	(*Op)(nil),             // 15: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 16: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 17: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 18: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 19: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 20: shardkit.replicaset.v1.BucketState
+	(*metapb.Space)(nil),   // 21: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	15, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	11, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	12, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	7,  // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	8,  // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	16, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	12, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	13, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	8,  // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	9,  // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
 	3,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
 	3,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	9,  // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	5,  // 8: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	6,  // 9: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	20, // 10: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 11: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 12: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	10, // 13: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	13, // 14: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	14, // 15: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	2,  // 16: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	16, // 17: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	17, // 18: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 19: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	20, // [20:20] is the sub-list for method output_type
-	20, // [20:20] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	10, // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	7,  // 8: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
+	19, // 9: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
+	5,  // 10: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	6,  // 11: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	21, // 12: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 13: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 14: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	11, // 15: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	14, // 16: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	15, // 17: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	19, // 18: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 19: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	17, // 20: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	18, // 21: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 22: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	23, // [23:23] is the sub-list for method output_type
+	23, // [23:23] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1690,14 +1787,14 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_SetBuckets)(nil),
 		(*Command_CopyChunks)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[10].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   16,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
