@@ -71,7 +71,7 @@ type load struct {
 	writes atomic.Int64
 }
 
-func startLoad(t *testing.T, cl *client.Client, keys uint64, workers int) *load {
+func startLoad(t *testing.T, cl *client.Client, keys uint64, workers int, deadline time.Duration) *load {
 	t.Helper()
 	l := &load{cl: cl, keys: keys, stop: make(chan struct{}), last: map[uint64]uint64{}}
 	for w := range workers {
@@ -83,7 +83,7 @@ func startLoad(t *testing.T, cl *client.Client, keys uint64, workers int) *load 
 				default:
 				}
 				k, v := i%keys, i
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				ctx, cancel := context.WithTimeout(context.Background(), deadline)
 				_, err := cl.Space("kv").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.Uint(v)})
 				cancel()
 				l.mu.Lock()
@@ -186,7 +186,7 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 	c.waitOnline(3)
 	cl := newClient(t, c)
 	createSpace(t, cl)
-	ld := startLoad(t, cl, 300, 4)
+	ld := startLoad(t, cl, 300, 4, 30*time.Second)
 
 	// The scale out runs with the copy paced (at a rate these few rows
 	// never reach); a rate that is not a size is refused and says so.
@@ -243,6 +243,44 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 		t.Fatalf("count %d, %v after scale-out and drain, want 300", n, err)
 	}
 	t.Logf("%d writes during the scale-out and the drain", ld.writes.Load())
+}
+
+// The source replicaset's leader is killed (kill -9) while the buckets
+// move to a new replicaset, and started again 3 s later: the writers,
+// with a client of default settings and calls of a 5 s deadline, see no
+// error (the replicaset elects a leader and reports it to group 0, the
+// clients pass over the dead address and follow the members' redirects,
+// and a write retried after its bucket moved is deduplicated there), and
+// every acknowledged write is there.
+func TestAKilledSourceLeaderDuringAScaleOutFailsNoCall(t *testing.T) {
+	const buckets = 3000 // the default: a scale-out long enough to kill in
+	c := newCluster(t, 3, "--init-replication-factor", "3", "--init-bucket-count", fmt.Sprint(buckets))
+	c.startAll()
+	c.waitOnline(3)
+	createSpace(t, newClient(t, c))
+	cl, err := client.New(t.Context(), client.Config{Peers: []string{c.peers[0], c.peers[1], c.peers[2]}, Credentials: testCredentials(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	ld := startLoad(t, cl, 2000, 16, 5*time.Second)
+
+	for range 3 {
+		c.add().start(t)
+	}
+	st := c.waitStatus("the buckets moving to a second replicaset", 5*time.Minute, func(s *statusJSON) bool {
+		return len(s.Replicasets) == 2 && s.Replicasets[1].BucketCount > 0 && s.Replicasets[1].BucketCount < buckets/2
+	})
+	victim := c.instanceAt(st.byInstanceID(st.Replicasets[0].LeaderInstanceID).Address)
+	t.Logf("killing %s, the leader of %s, with %d buckets moved", victim.Name, st.Replicasets[0].ReplicasetID, st.Replicasets[1].BucketCount)
+	victim.Kill()
+	time.Sleep(3 * time.Second)
+	victim.start(t)
+	c.waitStatus("half the buckets on each of two replicasets", 5*time.Minute, func(s *statusJSON) bool {
+		return len(s.Replicasets) == 2 && s.Replicasets[0].BucketCount == buckets/2 && s.Replicasets[1].BucketCount == buckets/2
+	})
+	ld.finish(t)
+	t.Logf("%d writes during the scale-out and the kill", ld.writes.Load())
 }
 
 // setFailpoint sets a failpoint on an instance's worker over HTTP.

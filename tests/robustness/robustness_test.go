@@ -460,7 +460,19 @@ func (r *run) verify() {
 	r.recs = r.h.records()
 	stats := map[string]int{}
 	done := 0
+	// patient: the operations that failed or ended unknown after trying
+	// for the default deadline of a call (5 s) or longer: the cluster did
+	// not recover within it. The others gave up sooner (the traffic's
+	// short deadlines, a refusal).
+	patient := 0
 	for _, rec := range r.recs {
+		ended := rec.Return
+		if rec.Ended != 0 {
+			ended = rec.Ended // a write of unknown outcome: when the client gave up
+		}
+		if rec.Class != clsDone && rec.Class != clsStaleRead && time.Duration(ended-rec.Call) >= 5*time.Second {
+			patient++
+		}
 		what := rec.In.Kind.String()
 		if rec.Class == clsStaleRead {
 			what = "ro-read"
@@ -481,7 +493,7 @@ func (r *run) verify() {
 	for _, k := range slices.Sorted(maps.Keys(stats)) {
 		parts = append(parts, fmt.Sprintf("%s %d", k, stats[k]))
 	}
-	t.Logf("operations: %d (%s)", len(r.recs), strings.Join(parts, ", "))
+	t.Logf("operations: %d (%s); %d failed or unknown after trying 5 s or more", len(r.recs), strings.Join(parts, ", "), patient)
 	if done < 50 {
 		t.Errorf("only %d operations got an answer: the run checked too little", done)
 	}
