@@ -372,6 +372,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	for _, sc := range ov.counts {
 		a.addCount(bucket, sc.space, sc.delta)
 	}
+	res.Revision = a.bumpRevision(bucket, c.GetPrevRevision())
 	if len(id) > 0 {
 		a.remember(id, bucket, res)
 		if a.err != nil {

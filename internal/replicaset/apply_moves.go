@@ -131,6 +131,7 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 		a.delRange(a.sm.k.bucketTombstones(b))
 		a.delRange(a.sm.k.bucketCounts(b))
 		a.countsDeleted(b, 0, true)
+		a.revisionDeleted(b)
 	}
 	a.putBucket(b, want)
 	if a.err != nil {
@@ -241,6 +242,7 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 		}
 	}
 	if c.GetLast() {
+		a.raiseRevision(b, c.GetRevision())
 		rec := proto.CloneOf(cur)
 		rec.Copied = true
 		a.putBucket(b, rec)

@@ -561,3 +561,59 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 		t.Fatalf("the destination would send %d request ids on, want 2", len(reqs))
 	}
 }
+
+// A bucket's revision grows by one per applied batch and continues across
+// its moves: the destination's writes during the copy continue from the
+// source's (frozen) revision, the copy's last chunk raises it to the
+// source's, and a bucket that comes back continues from where it was.
+func TestABucketsRevisionContinuesAcrossMoves(t *testing.T) {
+	const b = 5
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	rev := func(f *fixture) uint64 {
+		t.Helper()
+		r, err := f.sm.RevisionOf(f.db, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for i, want := range []uint64{1, 2} {
+		if r := src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint(i), 1))}}); r.GetRevision() != want {
+			t.Fatalf("batch %d on the source: revision %d, want %d", i+1, r.GetRevision(), want)
+		}
+	}
+	src.refused(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "0", 1))}}, rspb.Refusal_CODE_DUPLICATE_KEY, "duplicate key")
+	if r := rev(src); r != 2 {
+		t.Fatalf("after a refused batch the source's revision is %d, want 2 (a refusal applies nothing)", r)
+	}
+	src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "r2")
+	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "r1")
+	// A write during the copy carries the source's revision (Lookup).
+	w := &rspb.Batch{Bucket: b, PrevGeneration: 2, PrevRevision: rev(src), Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}}
+	w.Ops[0].Prev = &rspb.PrevFact{}
+	if r := dst.ok(w); r.GetRevision() != 3 {
+		t.Fatalf("the destination's first write: revision %d, want 3 (after the source's 2)", r.GetRevision())
+	}
+	dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+		{Bucket: b, Generation: 2, Tuples: src.chunk(b), Revision: rev(src), Last: true}}}}})
+	dst.setBucket(b, rspb.BucketState_STATE_ACTIVE, 2, "")
+	src.setBucket(b, rspb.BucketState_STATE_GARBAGE, 2, "r2")
+	if r := rev(src); r != 0 {
+		t.Fatalf("the source's revision after its cleanup: %d, want none", r)
+	}
+	dst.reopen()
+	if r := dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "y", 1))}}); r.GetRevision() != 4 {
+		t.Fatalf("after the copy and a restart: revision %d, want 4", r.GetRevision())
+	}
+	// Back to the first replicaset, with a copy only (no write during it).
+	dst.setBucket(b, rspb.BucketState_STATE_SENDING, 3, "r1")
+	src.setBucket(b, rspb.BucketState_STATE_RECEIVING, 3, "r2")
+	src.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+		{Bucket: b, Generation: 3, Tuples: dst.chunk(b), Revision: rev(dst), Last: true}}}}})
+	src.setBucket(b, rspb.BucketState_STATE_ACTIVE, 3, "")
+	if r := src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "z", 1))}}); r.GetRevision() != 5 {
+		t.Fatalf("back on the first replicaset: revision %d, want 5", r.GetRevision())
+	}
+}

@@ -117,6 +117,9 @@ func (b *BucketService) Lookup(ctx context.Context, req *rspb.LookupRequest) (*r
 	if resp.Applied, err = s.appliedResult(snap, req.GetBucket(), req.GetRequestId()); err != nil {
 		return nil, err
 	}
+	if resp.Revision, err = s.sm.RevisionOf(snap, req.GetBucket()); err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
 	return resp, nil
 }
 

@@ -413,6 +413,9 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		if err != nil {
 			return err
 		}
+		if chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
 		chunk.Last = true // this bucket is whole
 	}
 	return send()

@@ -60,6 +60,13 @@ func (k keys) bucketCounts(b uint32) []byte {
 	return binary.BigEndian.AppendUint32(k.sub(storage.DataCount, 4), b)
 }
 
+// revision is r/<bucket:4>, revisions their prefix.
+func (k keys) revision(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataRevision, 4), b)
+}
+
+func (k keys) revisions() []byte { return k.sub(storage.DataRevision, 0) }
+
 // tuple is t/<bucket:4><space:4><key>.
 func (k keys) tuple(b, space uint32, key []byte) []byte {
 	p := k.tuplePrefix(b, space)

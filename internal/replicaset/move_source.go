@@ -77,6 +77,7 @@ func (s *Storage) prevFacts(ctx context.Context, st *rspb.BucketState, batch *rs
 	// write whose answer was lost): apply on this side remembers its
 	// answer and applies nothing.
 	batch.SourceResult = resp.GetApplied()
+	batch.PrevRevision = resp.GetRevision()
 	batch.PrevGeneration = st.GetGeneration()
 	return nil
 }

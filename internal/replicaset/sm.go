@@ -50,6 +50,8 @@ type SM struct {
 	clock          int64
 	buckets        map[uint32]*rspb.BucketState
 	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
+	revs           map[uint32]uint64           // bucket -> revision (0: none applied here yet)
+	changedRevs    map[uint32]struct{}         // revisions changed in this Apply call
 	reqs           requestWindow
 	reqDropped     int64                  // request ids written before this (ms) are deleted
 	changedBuckets map[uint32]struct{}    // records changed since the last commit
@@ -267,6 +269,9 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 		}
 	}
 	if err := sm.writeCounts(b); err != nil {
+		return nil, err
+	}
+	if err := sm.writeRevisions(b); err != nil {
 		return nil, err
 	}
 	if err := b.Set(sm.k.clock(), binary.BigEndian.AppendUint64(nil, uint64(sm.clock)), nil); err != nil {

@@ -254,6 +254,17 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	if err != nil {
 		return err
 	}
+	revs := map[uint32]uint64{}
+	err = scan(r, sm.k.revisions(), func(k, v []byte) error {
+		if len(k) != len(sm.k.revisions())+4 || len(v) != 8 {
+			return fmt.Errorf("replicaset: revision record %x", k)
+		}
+		revs[binary.BigEndian.Uint32(k[len(k)-4:])] = binary.BigEndian.Uint64(v)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
 	prefix := sm.k.requestIDs()
 	err = sm.reqs.load(func(add func(id []byte, at requestStamp)) error {
@@ -284,9 +295,10 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 		return err
 	}
 	sm.reqDropped = sm.requestsDroppedBefore(sm.clock)
-	sm.buckets, sm.counts = buckets, counts
+	sm.buckets, sm.counts, sm.revs = buckets, counts, revs
 	sm.changedBuckets = map[uint32]struct{}{}
 	sm.changedCounts = map[uint64]struct{}{}
+	sm.changedRevs = map[uint32]struct{}{}
 	sm.copies = map[uint32]*copyCursor{} // unknown after a load: every copied key is looked up
 	sm.notifyOnCommit = false
 	sm.pubMu.Lock()
@@ -400,6 +412,66 @@ func (a *applier) countsDeleted(bucket uint32, space uint32, all bool) {
 		}
 	}
 	delete(sm.changedCounts, countKey(bucket, space))
+}
+
+// bumpRevision gives bucket b's next batch its revision: one above both
+// the last applied here and above (the bucket's revision on the source it
+// is received from, 0 if none), written once at the end of the Apply call
+// (writeRevisions).
+func (a *applier) bumpRevision(b uint32, above uint64) uint64 {
+	r := max(a.sm.revs[b], above) + 1
+	a.sm.revs[b] = r
+	a.sm.changedRevs[b] = struct{}{}
+	return r
+}
+
+// raiseRevision makes bucket b's revision at least r (a copy's source's).
+func (a *applier) raiseRevision(b uint32, r uint64) {
+	if r > a.sm.revs[b] {
+		a.sm.revs[b] = r
+		a.sm.changedRevs[b] = struct{}{}
+	}
+}
+
+// revisionDeleted forgets bucket b's revision (its data went with it).
+func (a *applier) revisionDeleted(b uint32) {
+	if _, ok := a.sm.revs[b]; ok {
+		delete(a.sm.revs, b)
+		a.sm.changedRevs[b] = struct{}{}
+	}
+}
+
+// writeRevisions writes every revision changed in this Apply call.
+func (sm *SM) writeRevisions(b *pebble.Batch) error {
+	if len(sm.changedRevs) == 0 {
+		return nil
+	}
+	for _, bucket := range slices.Sorted(maps.Keys(sm.changedRevs)) {
+		var err error
+		if r, ok := sm.revs[bucket]; ok {
+			err = b.Set(sm.k.revision(bucket), binary.BigEndian.AppendUint64(nil, r), nil)
+		} else {
+			err = b.Delete(sm.k.revision(bucket), nil)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	clear(sm.changedRevs)
+	return nil
+}
+
+// RevisionOf returns bucket b's revision as r holds it (0: no batch
+// applied to it here, nor received with it).
+func (sm *SM) RevisionOf(r pebble.Reader, b uint32) (uint64, error) {
+	v, err := get(r, sm.k.revision(b))
+	if err != nil || v == nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("replicaset: revision record of bucket %d has %d bytes", b, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
 }
 
 // writeCounts writes every count changed in this Apply call.

@@ -72,6 +72,8 @@ func GroupPrefix(top string, group uint64) []byte {
 //	x/<bucket:4><space:4><key>         a tombstone left by a delete while the
 //	                                   bucket is receiving (its version)
 //	n/<bucket:4><space:4>              how many tuples of a space a bucket holds
+//	r/<bucket:4>                       the bucket's revision: one more for every
+//	                                   batch applied to it, continued across moves
 //	i/<ms:8><request id:16>            a recent write's request id and its result,
 //	                                   by the leader-stamped time of its write
 //	                                   (ms, the clock c/ at its entry): ids leave
@@ -89,5 +91,6 @@ const (
 	DataTuple     = 't'
 	DataTombstone = 'x'
 	DataCount     = 'n'
+	DataRevision  = 'r'
 	DataRequestID = 'i'
 )

@@ -160,7 +160,9 @@ type LookupResponse struct {
 	Facts []*PrevFact            `protobuf:"bytes,1,rep,name=facts,proto3" json:"facts,omitempty"`
 	// The source's result of request_id, if it applied it: the write must
 	// not be applied again on the destination.
-	Applied       *BatchResult `protobuf:"bytes,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	Applied *BatchResult `protobuf:"bytes,2,opt,name=applied,proto3" json:"applied,omitempty"`
+	// The bucket's revision on the source (frozen: final).
+	Revision      uint64 `protobuf:"varint,3,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -207,6 +209,13 @@ func (x *LookupResponse) GetApplied() *BatchResult {
 		return x.Applied
 	}
 	return nil
+}
+
+func (x *LookupResponse) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 type LookupRangeRequest struct {
@@ -1060,10 +1069,11 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"generation\x18\x04 \x01(\x04R\n" +
 	"generation\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x05 \x01(\fR\trequestId\"\x87\x01\n" +
+	"request_id\x18\x05 \x01(\fR\trequestId\"\xa3\x01\n" +
 	"\x0eLookupResponse\x126\n" +
 	"\x05facts\x18\x01 \x03(\v2 .shardkit.replicaset.v1.PrevFactR\x05facts\x12=\n" +
-	"\aapplied\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\aapplied\"\xfc\x01\n" +
+	"\aapplied\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\aapplied\x12\x1a\n" +
+	"\brevision\x18\x03 \x01(\x04R\brevision\"\xfc\x01\n" +
 	"\x12LookupRangeRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12\x19\n" +

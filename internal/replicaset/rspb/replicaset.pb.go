@@ -520,7 +520,10 @@ type CopyChunk struct {
 	// bucket, with their results. The destination remembers them too, so a
 	// retry of a write the source applied is answered, not applied again,
 	// wherever the bucket is when it arrives.
-	Requests      []*CopiedRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
+	Requests []*CopiedRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
+	// On the last chunk: the bucket's revision on the source (frozen, so
+	// final); the destination's revisions of the bucket continue above it.
+	Revision      uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -588,6 +591,13 @@ func (x *CopyChunk) GetRequests() []*CopiedRequest {
 		return x.Requests
 	}
 	return nil
+}
+
+func (x *CopyChunk) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
 }
 
 // CopiedRequest is one remembered request id of a moving bucket.
@@ -1186,7 +1196,10 @@ type Batch struct {
 	// before it froze the bucket, with this result (its answer to the
 	// destination's Lookup). The destination applies no op: it remembers
 	// the id with this result and answers it.
-	SourceResult  *BatchResult `protobuf:"bytes,6,opt,name=source_result,json=sourceResult,proto3" json:"source_result,omitempty"`
+	SourceResult *BatchResult `protobuf:"bytes,6,opt,name=source_result,json=sourceResult,proto3" json:"source_result,omitempty"`
+	// For a bucket receiving here: the bucket's revision on its source (with
+	// the prev facts); the batch's revision is above it.
+	PrevRevision  uint64 `protobuf:"varint,7,opt,name=prev_revision,json=prevRevision,proto3" json:"prev_revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1261,6 +1274,13 @@ func (x *Batch) GetSourceResult() *BatchResult {
 		return x.SourceResult
 	}
 	return nil
+}
+
+func (x *Batch) GetPrevRevision() uint64 {
+	if x != nil {
+		return x.PrevRevision
+	}
+	return 0
 }
 
 type OpResult struct {
@@ -1420,7 +1440,10 @@ type BatchResult struct {
 	Index   uint64                 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
 	// The bucket the batch wrote, kept with a remembered request id so that
 	// the id moves with its bucket (CopyChunk.requests).
-	Bucket        uint32 `protobuf:"varint,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Bucket uint32 `protobuf:"varint,4,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// The bucket's revision after the batch: one more than the last batch
+	// applied to the bucket, on whichever replicaset it was.
+	Revision      uint64 `protobuf:"varint,5,opt,name=revision,proto3" json:"revision,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1479,6 +1502,13 @@ func (x *BatchResult) GetIndex() uint64 {
 func (x *BatchResult) GetBucket() uint32 {
 	if x != nil {
 		return x.Bucket
+	}
+	return 0
+}
+
+func (x *BatchResult) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
 	}
 	return 0
 }
@@ -1582,7 +1612,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xd7\x01\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xf3\x01\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
@@ -1590,7 +1620,8 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x12;\n" +
 	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12A\n" +
-	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\"\\\n" +
+	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\x12\x1a\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision\"\\\n" +
 	"\rCopiedRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
 	"\x06result\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\x06result\"E\n" +
@@ -1635,7 +1666,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"conditions\x18\b \x03(\v2!.shardkit.replicaset.v1.ConditionR\n" +
 	"conditions\x12\x1b\n" +
 	"\tif_absent\x18\t \x01(\bR\bifAbsentB\r\n" +
-	"\v_if_version\"\x86\x02\n" +
+	"\v_if_version\"\xab\x02\n" +
 	"\x05Batch\x12\x1d\n" +
 	"\n" +
 	"request_id\x18\x01 \x01(\fR\trequestId\x12%\n" +
@@ -1643,7 +1674,8 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x06bucket\x18\x03 \x01(\rR\x06bucket\x12,\n" +
 	"\x03ops\x18\x04 \x03(\v2\x1a.shardkit.replicaset.v1.OpR\x03ops\x12'\n" +
 	"\x0fprev_generation\x18\x05 \x01(\x04R\x0eprevGeneration\x12H\n" +
-	"\rsource_result\x18\x06 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\fsourceResult\"P\n" +
+	"\rsource_result\x18\x06 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\fsourceResult\x12#\n" +
+	"\rprev_revision\x18\a \x01(\x04R\fprevRevision\"P\n" +
 	"\bOpResult\x12\x14\n" +
 	"\x05found\x18\x01 \x01(\bR\x05found\x12\x14\n" +
 	"\x05tuple\x18\x02 \x01(\fR\x05tuple\x12\x18\n" +
@@ -1664,12 +1696,13 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x11CODE_WRONG_BUCKET\x10\x05\x12\x16\n" +
 	"\x12CODE_SCHEMA_BEHIND\x10\x06\x12\x13\n" +
 	"\x0fCODE_NEEDS_PREV\x10\a\x12\x16\n" +
-	"\x12CODE_BUCKET_MOVING\x10\b\"\xb2\x01\n" +
+	"\x12CODE_BUCKET_MOVING\x10\b\"\xce\x01\n" +
 	"\vBatchResult\x12:\n" +
 	"\aresults\x18\x01 \x03(\v2 .shardkit.replicaset.v1.OpResultR\aresults\x129\n" +
 	"\arefusal\x18\x02 \x01(\v2\x1f.shardkit.replicaset.v1.RefusalR\arefusal\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x16\n" +
-	"\x06bucket\x18\x04 \x01(\rR\x06bucket\"\x87\x02\n" +
+	"\x06bucket\x18\x04 \x01(\rR\x06bucket\x12\x1a\n" +
+	"\brevision\x18\x05 \x01(\x04R\brevision\"\x87\x02\n" +
 	"\vBucketState\x12?\n" +
 	"\x05state\x18\x01 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x05state\x12\x1e\n" +
 	"\n" +

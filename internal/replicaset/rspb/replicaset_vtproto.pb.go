@@ -276,6 +276,11 @@ func (m *CopyChunk) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Revision != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Revision))
+		i--
+		dAtA[i] = 0x30
+	}
 	if len(m.Requests) > 0 {
 		for iNdEx := len(m.Requests) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.Requests[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -866,6 +871,11 @@ func (m *Batch) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.PrevRevision != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.PrevRevision))
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.SourceResult != nil {
 		size, err := m.SourceResult.MarshalToSizedBufferVT(dAtA[:i])
 		if err != nil {
@@ -1064,6 +1074,11 @@ func (m *BatchResult) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if m.Revision != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Revision))
+		i--
+		dAtA[i] = 0x28
 	}
 	if m.Bucket != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Bucket))
@@ -1298,6 +1313,9 @@ func (m *CopyChunk) SizeVT() (n int) {
 			l = e.SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	if m.Revision != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Revision))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -1534,6 +1552,9 @@ func (m *Batch) SizeVT() (n int) {
 		l = m.SourceResult.SizeVT()
 		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
+	if m.PrevRevision != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.PrevRevision))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1609,6 +1630,9 @@ func (m *BatchResult) SizeVT() (n int) {
 	}
 	if m.Bucket != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.Bucket))
+	}
+	if m.Revision != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Revision))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -2226,6 +2250,25 @@ func (m *CopyChunk) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 6:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Revision", wireType)
+			}
+			m.Revision = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Revision |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -3654,6 +3697,25 @@ func (m *Batch) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field PrevRevision", wireType)
+			}
+			m.PrevRevision = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.PrevRevision |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -4126,6 +4188,25 @@ func (m *BatchResult) UnmarshalVT(dAtA []byte) error {
 				b := dAtA[iNdEx]
 				iNdEx++
 				m.Bucket |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Revision", wireType)
+			}
+			m.Revision = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Revision |= uint64(b&0x7F) << shift
 				if b < 0x80 {
 					break
 				}
