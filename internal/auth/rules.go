@@ -95,6 +95,7 @@ var methods = map[string]Method{
 	datav1.DataService_ListSpaces_FullMethodName:  {Role: Reader},
 	datav1.DataService_Multi_FullMethodName:       {Role: ByItems},
 	datav1.DataService_Stream_FullMethodName:      {Role: ByItems},
+	datav1.DataService_Watch_FullMethodName:       {Role: Reader},
 
 	// Sharding: looking is reading; changing is an admin's.
 	datav1.ShardingService_RebalanceStatus_FullMethodName: {Role: Reader},

@@ -373,6 +373,7 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 		a.addCount(bucket, sc.space, sc.delta)
 	}
 	res.Revision = a.bumpRevision(bucket, c.GetPrevRevision())
+	a.recordEvent(c, res)
 	if len(id) > 0 {
 		a.remember(id, bucket, res)
 		if a.err != nil {

@@ -132,6 +132,7 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 		a.delRange(a.sm.k.bucketCounts(b))
 		a.countsDeleted(b, 0, true)
 		a.revisionDeleted(b)
+		a.delRange(a.sm.k.bucketEvents(b))
 	}
 	a.putBucket(b, want)
 	if a.err != nil {
@@ -226,6 +227,7 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 	for sp, n := range counts {
 		a.addCount(b, sp, n)
 	}
+	a.copyEvents(b, c.GetEvents())
 	cutoff := a.sm.requestCutoff(a.now)
 	for _, r := range c.GetRequests() {
 		if len(r.GetId()) == 0 || r.GetResult() == nil {

@@ -279,13 +279,21 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				}
 				var mark *rspb.CopyChunk
 				if ch.GetLast() {
-					mark = &rspb.CopyChunk{Bucket: ch.GetBucket(), Generation: ch.GetGeneration(), Last: true}
-					ch.Last = false
+					// The mark goes last, with the revision it sets; the
+					// chunk's rows, request ids and history before it.
+					mark = &rspb.CopyChunk{Bucket: ch.GetBucket(), Generation: ch.GetGeneration(), Last: true, Revision: ch.GetRevision()}
+					ch.Last, ch.Revision = false, 0
 				}
-				if len(ch.GetTuples()) > 0 {
+				if len(ch.GetTuples()) > 0 || len(ch.GetRequests()) > 0 || len(ch.GetEvents()) > 0 {
 					pending = append(pending, ch)
 					for _, t := range ch.GetTuples() {
 						pendingSize += len(t.GetKey()) + len(t.GetTuple())
+					}
+					for _, r := range ch.GetRequests() {
+						pendingSize += len(r.GetId()) + r.GetResult().SizeVT()
+					}
+					for _, e := range ch.GetEvents() {
+						pendingSize += e.SizeVT()
 					}
 				}
 				if mark != nil {
@@ -412,6 +420,26 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		})
 		if err != nil {
 			return err
+		}
+		// And its change history, for watchers behind it.
+		var evErr error
+		_, err = s.sm.Events(snap, bucket, 0, func(ev *rspb.Event) bool {
+			chunk.Events = append(chunk.Events, ev)
+			size += ev.SizeVT()
+			if size >= MaxChunkBytes {
+				if evErr = send(); evErr != nil {
+					return false
+				}
+				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
+				out.Chunks = append(out.Chunks, chunk)
+			}
+			return true
+		})
+		if evErr != nil {
+			return evErr
+		}
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
 		}
 		if chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
 			return status.Error(codes.Internal, err.Error())

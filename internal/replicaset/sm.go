@@ -51,6 +51,8 @@ type SM struct {
 	buckets        map[uint32]*rspb.BucketState
 	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
 	revs           map[uint32]uint64           // bucket -> revision (0: none applied here yet)
+	pendingEvents  []*rspb.Event               // events of this apply batch, for the feed once committed
+	feed           *feed                       // what was committed lately, for watchers (events.go)
 	changedRevs    map[uint32]struct{}         // revisions changed in this Apply call
 	reqs           requestWindow
 	reqDropped     int64                  // request ids written before this (ms) are deleted
@@ -92,7 +94,7 @@ var (
 // New returns the state machine of replicaset group g over db, with the
 // schema it has applied before (if any).
 func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
-	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}),
+	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}), feed: newFeed(),
 		rows: newRowCache(DefaultRowCacheBytes), filters: newKeyFilters(DefaultKeyFilterBytes)}
 	if err := sm.load(db); err != nil {
 		return nil, err

@@ -312,10 +312,14 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 // dropped, the state machine reloads its memory from the database.
 func (sm *SM) ApplyDone(committed bool) {
 	if !committed {
+		sm.pendingEvents = nil
 		sm.reloadErr = sm.load(sm.db) // Apply returns it, if any
 		return
 	}
 	sm.rows.commit()
+	sm.feed.publish(sm.pendingEvents, sm.changedBuckets)
+	clear(sm.pendingEvents)
+	sm.pendingEvents = sm.pendingEvents[:0]
 	if len(sm.changedBuckets) > 0 {
 		sm.pubMu.Lock()
 		for b := range sm.changedBuckets {

@@ -75,6 +75,8 @@ type Local interface {
 	GetMany(ctx context.Context, reqs []*datav1.GetRequest) (resps []*datav1.GetResponse, errs []error)
 	Range(context.Context, *datav1.RangeRequest) (*datav1.RangeResponse, error)
 	Call(context.Context, *datav1.CallRequest) (*datav1.CallResponse, error)
+	// Watch serves a watcher of the replicaset's buckets (replicaset.Storage.Watch).
+	Watch(ctx context.Context, req *datav1.WatchRequest, send func(*datav1.WatchResponse) error) error
 }
 
 // DDL changes the spaces in group 0; the router calls it on the group-0

@@ -338,3 +338,73 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 		t.Fatalf("count %d, %v after the drain, want %d", n, err, rows)
 	}
 }
+
+// A write's request id moves with its bucket through a real move: writes
+// applied on the first replicaset, sent again with their request ids
+// after their buckets moved to the second, are answered as the first
+// time, not applied again (each is an upsert adding 1: a second apply
+// would show 2).
+func TestRequestIDsMoveWithTheirBucketsInARealMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	addrs, startSecond, c := twoInstances(ctx, t, 5*time.Second)
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "u", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "n", Type: tuple.TypeUnsigned}},
+			PrimaryKey: []string{"k"}}, true)
+		return err
+	})
+	conn, err := grpc.NewClient(addrs[0], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	dc := datav1.NewDataServiceClient(conn)
+	const keys = 100
+	reqs := make([]*datav1.WriteRequest, keys)
+	for k := range reqs {
+		ops := tuple.AppendOps(nil, []tuple.Op{{Code: tuple.OpAdd, Field: tuple.FieldRef{Name: "n"}, Arg: tuple.Uint(1)}})
+		reqs[k] = &datav1.WriteRequest{RequestId: fmt.Appendf(nil, "req-%012d", k), Ops: []*datav1.Op{{Kind: datav1.OpKind_OP_KIND_UPSERT, Space: "u",
+			Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(uint64(k)), tuple.Uint(1)}), Ops: ops}}}
+		pollOK(t, "a write", func() error { _, err := dc.Write(ctx, reqs[k]); return err })
+	}
+	startSecond()
+	pollOK(t, "the buckets balanced", func() error {
+		st, err := c.Status(ctx, false)
+		if err == nil && (len(st.GetReplicasets()) != 2 || st.GetReplicasets()[1].GetBucketCount() != buckets/2) {
+			err = fmt.Errorf("replicasets %v", st.GetReplicasets())
+		}
+		return err
+	})
+	for k, req := range reqs {
+		if _, err := dc.Write(ctx, req); err != nil {
+			t.Fatalf("the retry of write %d: %v", k, err)
+		}
+	}
+	rt, err := dc.GetRouting(ctx, &datav1.GetRoutingRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := map[uint32]string{}
+	for _, br := range rt.GetBuckets() {
+		for b := br.GetFirst(); b <= br.GetLast(); b++ {
+			holder[b] = br.GetReplicasetId()
+		}
+	}
+	moved := 0
+	for k := range uint64(keys) {
+		r, _, err := c.Space("u").Select(ctx, []tuple.Value{tuple.Uint(k)}, client.RW)
+		if err != nil || !r.Found {
+			t.Fatalf("key %d: %+v, %v", k, r, err)
+		}
+		if n, _ := r.Tuple[1].AsUint(); n != 1 {
+			t.Errorf("key %d holds %d after its write was sent twice under one request id, want 1", k, n)
+		}
+		if b, _ := c.Space("u").Bucket(ctx, tuple.Uint(k)); holder[b] == "r2" {
+			moved++
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no key's bucket moved to r2: the test checked nothing across a move")
+	}
+	t.Logf("%d of %d keys' buckets moved to r2", moved, keys)
+}

@@ -74,6 +74,9 @@ func GroupPrefix(top string, group uint64) []byte {
 //	n/<bucket:4><space:4>              how many tuples of a space a bucket holds
 //	r/<bucket:4>                       the bucket's revision: one more for every
 //	                                   batch applied to it, continued across moves
+//	e/<bucket:4><revision:8>           the bucket's change history: the batch that
+//	                                   made the revision (its changed tuples), the
+//	                                   last EventHistory revisions of each bucket
 //	i/<ms:8><request id:16>            a recent write's request id and its result,
 //	                                   by the leader-stamped time of its write
 //	                                   (ms, the clock c/ at its entry): ids leave
@@ -92,5 +95,6 @@ const (
 	DataTombstone = 'x'
 	DataCount     = 'n'
 	DataRevision  = 'r'
+	DataEvent     = 'e'
 	DataRequestID = 'i'
 )

@@ -332,7 +332,7 @@ func (x Redirect_Reason) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Redirect_Reason.Descriptor instead.
 func (Redirect_Reason) EnumDescriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29, 0}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{35, 0}
 }
 
 type Refusal_Code int32
@@ -391,7 +391,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30, 0}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{36, 0}
 }
 
 // Field is one field of a space's format.
@@ -2376,6 +2376,427 @@ func (x *ListSpacesResponse) GetSchemaVersion() uint64 {
 	return 0
 }
 
+type WatchRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The replicaset whose buckets are watched; a member of another
+	// replicaset refuses the call (FAILED_PRECONDITION).
+	ReplicasetId string `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	// The spaces whose changes are sent (empty: every space). An event is
+	// sent, with only their ops, when a batch changed one of them; the
+	// others' revisions are passed over.
+	Spaces []string `protobuf:"bytes,2,rep,name=spaces,proto3" json:"spaces,omitempty"`
+	// The buckets to watch, each with the last revision its watcher has
+	// seen: the events after it are sent (0: from the bucket's first).
+	From map[uint32]uint64 `protobuf:"bytes,3,rep,name=from,proto3" json:"from,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	// More buckets to watch, from their current revision (the first
+	// response's started says which).
+	FromNow       []uint32 `protobuf:"varint,4,rep,packed,name=from_now,json=fromNow,proto3" json:"from_now,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRequest) Reset() {
+	*x = WatchRequest{}
+	mi := &file_api_data_v1_data_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRequest) ProtoMessage() {}
+
+func (x *WatchRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRequest.ProtoReflect.Descriptor instead.
+func (*WatchRequest) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *WatchRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *WatchRequest) GetSpaces() []string {
+	if x != nil {
+		return x.Spaces
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetFrom() map[uint32]uint64 {
+	if x != nil {
+		return x.From
+	}
+	return nil
+}
+
+func (x *WatchRequest) GetFromNow() []uint32 {
+	if x != nil {
+		return x.FromNow
+	}
+	return nil
+}
+
+type WatchResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Events []*WatchEvent          `protobuf:"bytes,1,rep,name=events,proto3" json:"events,omitempty"`
+	// Buckets that are not (or no longer) watched here: each up to its
+	// revision, then watched on replicaset_id.
+	Left []*BucketLeft `protobuf:"bytes,2,rep,name=left,proto3" json:"left,omitempty"`
+	// The revisions the from_now buckets are watched from (first response).
+	Started       map[uint32]uint64 `protobuf:"bytes,3,rep,name=started,proto3" json:"started,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchResponse) Reset() {
+	*x = WatchResponse{}
+	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchResponse) ProtoMessage() {}
+
+func (x *WatchResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchResponse.ProtoReflect.Descriptor instead.
+func (*WatchResponse) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WatchResponse) GetEvents() []*WatchEvent {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetLeft() []*BucketLeft {
+	if x != nil {
+		return x.Left
+	}
+	return nil
+}
+
+func (x *WatchResponse) GetStarted() map[uint32]uint64 {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+// WatchEvent is one batch applied to a bucket.
+type WatchEvent struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// The bucket's revision after the batch: one more than the last.
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The leader-stamped time of the batch (Unix milliseconds).
+	TimeUnixMs    int64     `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Changes       []*Change `protobuf:"bytes,4,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WatchEvent) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetChanges() []*Change {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+// Change is what one op of a batch did to one tuple.
+type Change struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Space string                 `protobuf:"bytes,1,opt,name=space,proto3" json:"space,omitempty"`
+	// INSERT, REPLACE, UPDATE, UPSERT or DELETE.
+	Kind OpKind `protobuf:"varint,2,opt,name=kind,proto3,enum=shardkit.data.v1.OpKind" json:"kind,omitempty"`
+	// The primary key (its parts encoded as a tuple).
+	Key []byte `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// The tuple after the op; empty for a DELETE.
+	Tuple []byte `protobuf:"bytes,4,opt,name=tuple,proto3" json:"tuple,omitempty"`
+	// The tuple's version after the op (for a DELETE, the one it had).
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Change) Reset() {
+	*x = Change{}
+	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Change) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Change) ProtoMessage() {}
+
+func (x *Change) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Change.ProtoReflect.Descriptor instead.
+func (*Change) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Change) GetSpace() string {
+	if x != nil {
+		return x.Space
+	}
+	return ""
+}
+
+func (x *Change) GetKind() OpKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OpKind_OP_KIND_UNSPECIFIED
+}
+
+func (x *Change) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *Change) GetTuple() []byte {
+	if x != nil {
+		return x.Tuple
+	}
+	return nil
+}
+
+func (x *Change) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+// BucketLeft ends a bucket's events on a replicaset.
+type BucketLeft struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// The bucket's last revision sent here (its revision on this replicaset
+	// when it left, or the watcher's own when the bucket was not here).
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// Where the bucket went, as this replicaset knows ("" unknown: read the
+	// routing table).
+	ReplicasetId  string `protobuf:"bytes,3,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BucketLeft) Reset() {
+	*x = BucketLeft{}
+	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BucketLeft) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BucketLeft) ProtoMessage() {}
+
+func (x *BucketLeft) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BucketLeft.ProtoReflect.Descriptor instead.
+func (*BucketLeft) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *BucketLeft) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *BucketLeft) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *BucketLeft) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+// Compacted is the detail of a Watch refused because a bucket's history
+// no longer reaches back to the revision asked for.
+type Compacted struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// The revision asked for (the events after it).
+	Revision uint64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// The oldest revision the replicaset keeps of the bucket.
+	Oldest        uint64 `protobuf:"varint,3,opt,name=oldest,proto3" json:"oldest,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Compacted) Reset() {
+	*x = Compacted{}
+	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Compacted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Compacted) ProtoMessage() {}
+
+func (x *Compacted) ProtoReflect() protoreflect.Message {
+	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Compacted.ProtoReflect.Descriptor instead.
+func (*Compacted) Descriptor() ([]byte, []int) {
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *Compacted) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *Compacted) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Compacted) GetOldest() uint64 {
+	if x != nil {
+		return x.Oldest
+	}
+	return 0
+}
+
 // Redirect is the detail of a refusal that names where to go instead.
 type Redirect struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -2392,7 +2813,7 @@ type Redirect struct {
 
 func (x *Redirect) Reset() {
 	*x = Redirect{}
-	mi := &file_api_data_v1_data_proto_msgTypes[29]
+	mi := &file_api_data_v1_data_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2825,7 @@ func (x *Redirect) String() string {
 func (*Redirect) ProtoMessage() {}
 
 func (x *Redirect) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[29]
+	mi := &file_api_data_v1_data_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2838,7 @@ func (x *Redirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Redirect.ProtoReflect.Descriptor instead.
 func (*Redirect) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{29}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *Redirect) GetReason() Redirect_Reason {
@@ -2467,7 +2888,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	mi := &file_api_data_v1_data_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2900,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[30]
+	mi := &file_api_data_v1_data_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2913,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{30}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -2552,7 +2973,7 @@ type RebalancerSettings struct {
 
 func (x *RebalancerSettings) Reset() {
 	*x = RebalancerSettings{}
-	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	mi := &file_api_data_v1_data_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2985,7 @@ func (x *RebalancerSettings) String() string {
 func (*RebalancerSettings) ProtoMessage() {}
 
 func (x *RebalancerSettings) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[31]
+	mi := &file_api_data_v1_data_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2998,7 @@ func (x *RebalancerSettings) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalancerSettings.ProtoReflect.Descriptor instead.
 func (*RebalancerSettings) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{31}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RebalancerSettings) GetDisabled() bool {
@@ -2650,7 +3071,7 @@ type ReplicasetBalance struct {
 
 func (x *ReplicasetBalance) Reset() {
 	*x = ReplicasetBalance{}
-	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	mi := &file_api_data_v1_data_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2662,7 +3083,7 @@ func (x *ReplicasetBalance) String() string {
 func (*ReplicasetBalance) ProtoMessage() {}
 
 func (x *ReplicasetBalance) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[32]
+	mi := &file_api_data_v1_data_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2675,7 +3096,7 @@ func (x *ReplicasetBalance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetBalance.ProtoReflect.Descriptor instead.
 func (*ReplicasetBalance) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{32}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ReplicasetBalance) GetReplicasetId() string {
@@ -2779,7 +3200,7 @@ type MoveInfo struct {
 
 func (x *MoveInfo) Reset() {
 	*x = MoveInfo{}
-	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	mi := &file_api_data_v1_data_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +3212,7 @@ func (x *MoveInfo) String() string {
 func (*MoveInfo) ProtoMessage() {}
 
 func (x *MoveInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[33]
+	mi := &file_api_data_v1_data_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +3225,7 @@ func (x *MoveInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveInfo.ProtoReflect.Descriptor instead.
 func (*MoveInfo) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{33}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *MoveInfo) GetBucket() uint32 {
@@ -2871,7 +3292,7 @@ type RebalanceStatusRequest struct {
 
 func (x *RebalanceStatusRequest) Reset() {
 	*x = RebalanceStatusRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	mi := &file_api_data_v1_data_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2883,7 +3304,7 @@ func (x *RebalanceStatusRequest) String() string {
 func (*RebalanceStatusRequest) ProtoMessage() {}
 
 func (x *RebalanceStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[34]
+	mi := &file_api_data_v1_data_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2896,7 +3317,7 @@ func (x *RebalanceStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatusRequest.ProtoReflect.Descriptor instead.
 func (*RebalanceStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{34}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{40}
 }
 
 type RebalanceStatusResponse struct {
@@ -2922,7 +3343,7 @@ type RebalanceStatusResponse struct {
 
 func (x *RebalanceStatusResponse) Reset() {
 	*x = RebalanceStatusResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[35]
+	mi := &file_api_data_v1_data_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3355,7 @@ func (x *RebalanceStatusResponse) String() string {
 func (*RebalanceStatusResponse) ProtoMessage() {}
 
 func (x *RebalanceStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[35]
+	mi := &file_api_data_v1_data_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3368,7 @@ func (x *RebalanceStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RebalanceStatusResponse.ProtoReflect.Descriptor instead.
 func (*RebalanceStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{35}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *RebalanceStatusResponse) GetBucketCount() uint32 {
@@ -3016,7 +3437,7 @@ type SetWeightRequest struct {
 
 func (x *SetWeightRequest) Reset() {
 	*x = SetWeightRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[36]
+	mi := &file_api_data_v1_data_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3028,7 +3449,7 @@ func (x *SetWeightRequest) String() string {
 func (*SetWeightRequest) ProtoMessage() {}
 
 func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[36]
+	mi := &file_api_data_v1_data_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3041,7 +3462,7 @@ func (x *SetWeightRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightRequest.ProtoReflect.Descriptor instead.
 func (*SetWeightRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{36}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SetWeightRequest) GetReplicasetId() string {
@@ -3066,7 +3487,7 @@ type SetWeightResponse struct {
 
 func (x *SetWeightResponse) Reset() {
 	*x = SetWeightResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[37]
+	mi := &file_api_data_v1_data_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3078,7 +3499,7 @@ func (x *SetWeightResponse) String() string {
 func (*SetWeightResponse) ProtoMessage() {}
 
 func (x *SetWeightResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[37]
+	mi := &file_api_data_v1_data_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3091,7 +3512,7 @@ func (x *SetWeightResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetWeightResponse.ProtoReflect.Descriptor instead.
 func (*SetWeightResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{37}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{43}
 }
 
 type SetLockedRequest struct {
@@ -3104,7 +3525,7 @@ type SetLockedRequest struct {
 
 func (x *SetLockedRequest) Reset() {
 	*x = SetLockedRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[38]
+	mi := &file_api_data_v1_data_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3537,7 @@ func (x *SetLockedRequest) String() string {
 func (*SetLockedRequest) ProtoMessage() {}
 
 func (x *SetLockedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[38]
+	mi := &file_api_data_v1_data_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3550,7 @@ func (x *SetLockedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockedRequest.ProtoReflect.Descriptor instead.
 func (*SetLockedRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{38}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetLockedRequest) GetReplicasetId() string {
@@ -3154,7 +3575,7 @@ type SetLockedResponse struct {
 
 func (x *SetLockedResponse) Reset() {
 	*x = SetLockedResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[39]
+	mi := &file_api_data_v1_data_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3166,7 +3587,7 @@ func (x *SetLockedResponse) String() string {
 func (*SetLockedResponse) ProtoMessage() {}
 
 func (x *SetLockedResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[39]
+	mi := &file_api_data_v1_data_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3179,7 +3600,7 @@ func (x *SetLockedResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetLockedResponse.ProtoReflect.Descriptor instead.
 func (*SetLockedResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{39}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{45}
 }
 
 type MoveBucketRequest struct {
@@ -3192,7 +3613,7 @@ type MoveBucketRequest struct {
 
 func (x *MoveBucketRequest) Reset() {
 	*x = MoveBucketRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[40]
+	mi := &file_api_data_v1_data_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3204,7 +3625,7 @@ func (x *MoveBucketRequest) String() string {
 func (*MoveBucketRequest) ProtoMessage() {}
 
 func (x *MoveBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[40]
+	mi := &file_api_data_v1_data_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3217,7 +3638,7 @@ func (x *MoveBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveBucketRequest.ProtoReflect.Descriptor instead.
 func (*MoveBucketRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{40}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *MoveBucketRequest) GetBucket() uint32 {
@@ -3243,7 +3664,7 @@ type MoveBucketResponse struct {
 
 func (x *MoveBucketResponse) Reset() {
 	*x = MoveBucketResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[41]
+	mi := &file_api_data_v1_data_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3255,7 +3676,7 @@ func (x *MoveBucketResponse) String() string {
 func (*MoveBucketResponse) ProtoMessage() {}
 
 func (x *MoveBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[41]
+	mi := &file_api_data_v1_data_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3268,7 +3689,7 @@ func (x *MoveBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveBucketResponse.ProtoReflect.Descriptor instead.
 func (*MoveBucketResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{41}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *MoveBucketResponse) GetMove() *MoveInfo {
@@ -3288,7 +3709,7 @@ type PinBucketRequest struct {
 
 func (x *PinBucketRequest) Reset() {
 	*x = PinBucketRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[42]
+	mi := &file_api_data_v1_data_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3300,7 +3721,7 @@ func (x *PinBucketRequest) String() string {
 func (*PinBucketRequest) ProtoMessage() {}
 
 func (x *PinBucketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[42]
+	mi := &file_api_data_v1_data_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3313,7 +3734,7 @@ func (x *PinBucketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinBucketRequest.ProtoReflect.Descriptor instead.
 func (*PinBucketRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{42}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *PinBucketRequest) GetBucket() uint32 {
@@ -3338,7 +3759,7 @@ type PinBucketResponse struct {
 
 func (x *PinBucketResponse) Reset() {
 	*x = PinBucketResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[43]
+	mi := &file_api_data_v1_data_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3350,7 +3771,7 @@ func (x *PinBucketResponse) String() string {
 func (*PinBucketResponse) ProtoMessage() {}
 
 func (x *PinBucketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[43]
+	mi := &file_api_data_v1_data_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3363,7 +3784,7 @@ func (x *PinBucketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PinBucketResponse.ProtoReflect.Descriptor instead.
 func (*PinBucketResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{43}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{49}
 }
 
 type SetRebalancerRequest struct {
@@ -3375,7 +3796,7 @@ type SetRebalancerRequest struct {
 
 func (x *SetRebalancerRequest) Reset() {
 	*x = SetRebalancerRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[44]
+	mi := &file_api_data_v1_data_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3808,7 @@ func (x *SetRebalancerRequest) String() string {
 func (*SetRebalancerRequest) ProtoMessage() {}
 
 func (x *SetRebalancerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[44]
+	mi := &file_api_data_v1_data_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3821,7 @@ func (x *SetRebalancerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRebalancerRequest.ProtoReflect.Descriptor instead.
 func (*SetRebalancerRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{44}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SetRebalancerRequest) GetSettings() *RebalancerSettings {
@@ -3418,7 +3839,7 @@ type SetRebalancerResponse struct {
 
 func (x *SetRebalancerResponse) Reset() {
 	*x = SetRebalancerResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[45]
+	mi := &file_api_data_v1_data_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3430,7 +3851,7 @@ func (x *SetRebalancerResponse) String() string {
 func (*SetRebalancerResponse) ProtoMessage() {}
 
 func (x *SetRebalancerResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[45]
+	mi := &file_api_data_v1_data_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3443,7 +3864,7 @@ func (x *SetRebalancerResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRebalancerResponse.ProtoReflect.Descriptor instead.
 func (*SetRebalancerResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{45}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{51}
 }
 
 type ReshardRequest struct {
@@ -3455,7 +3876,7 @@ type ReshardRequest struct {
 
 func (x *ReshardRequest) Reset() {
 	*x = ReshardRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[46]
+	mi := &file_api_data_v1_data_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3467,7 +3888,7 @@ func (x *ReshardRequest) String() string {
 func (*ReshardRequest) ProtoMessage() {}
 
 func (x *ReshardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[46]
+	mi := &file_api_data_v1_data_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3480,7 +3901,7 @@ func (x *ReshardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReshardRequest.ProtoReflect.Descriptor instead.
 func (*ReshardRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{46}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReshardRequest) GetStep() ReshardStep {
@@ -3500,7 +3921,7 @@ type SpaceCount struct {
 
 func (x *SpaceCount) Reset() {
 	*x = SpaceCount{}
-	mi := &file_api_data_v1_data_proto_msgTypes[47]
+	mi := &file_api_data_v1_data_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3933,7 @@ func (x *SpaceCount) String() string {
 func (*SpaceCount) ProtoMessage() {}
 
 func (x *SpaceCount) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[47]
+	mi := &file_api_data_v1_data_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3946,7 @@ func (x *SpaceCount) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SpaceCount.ProtoReflect.Descriptor instead.
 func (*SpaceCount) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{47}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SpaceCount) GetSpace() string {
@@ -3557,7 +3978,7 @@ type ReshardResponse struct {
 
 func (x *ReshardResponse) Reset() {
 	*x = ReshardResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[48]
+	mi := &file_api_data_v1_data_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3990,7 @@ func (x *ReshardResponse) String() string {
 func (*ReshardResponse) ProtoMessage() {}
 
 func (x *ReshardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[48]
+	mi := &file_api_data_v1_data_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +4003,7 @@ func (x *ReshardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReshardResponse.ProtoReflect.Descriptor instead.
 func (*ReshardResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{48}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReshardResponse) GetMoves() []*MoveInfo {
@@ -3620,7 +4041,7 @@ type MultiItem struct {
 
 func (x *MultiItem) Reset() {
 	*x = MultiItem{}
-	mi := &file_api_data_v1_data_proto_msgTypes[49]
+	mi := &file_api_data_v1_data_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3632,7 +4053,7 @@ func (x *MultiItem) String() string {
 func (*MultiItem) ProtoMessage() {}
 
 func (x *MultiItem) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[49]
+	mi := &file_api_data_v1_data_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3645,7 +4066,7 @@ func (x *MultiItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiItem.ProtoReflect.Descriptor instead.
 func (*MultiItem) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{49}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *MultiItem) GetOp() isMultiItem_Op {
@@ -3698,7 +4119,7 @@ type MultiRequest struct {
 
 func (x *MultiRequest) Reset() {
 	*x = MultiRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[50]
+	mi := &file_api_data_v1_data_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +4131,7 @@ func (x *MultiRequest) String() string {
 func (*MultiRequest) ProtoMessage() {}
 
 func (x *MultiRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[50]
+	mi := &file_api_data_v1_data_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +4144,7 @@ func (x *MultiRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiRequest.ProtoReflect.Descriptor instead.
 func (*MultiRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{50}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *MultiRequest) GetItems() []*MultiItem {
@@ -3750,7 +4171,7 @@ type MultiResult struct {
 
 func (x *MultiResult) Reset() {
 	*x = MultiResult{}
-	mi := &file_api_data_v1_data_proto_msgTypes[51]
+	mi := &file_api_data_v1_data_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +4183,7 @@ func (x *MultiResult) String() string {
 func (*MultiResult) ProtoMessage() {}
 
 func (x *MultiResult) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[51]
+	mi := &file_api_data_v1_data_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +4196,7 @@ func (x *MultiResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiResult.ProtoReflect.Descriptor instead.
 func (*MultiResult) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{51}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *MultiResult) GetResult() isMultiResult_Result {
@@ -3844,7 +4265,7 @@ type MultiResponse struct {
 
 func (x *MultiResponse) Reset() {
 	*x = MultiResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[52]
+	mi := &file_api_data_v1_data_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +4277,7 @@ func (x *MultiResponse) String() string {
 func (*MultiResponse) ProtoMessage() {}
 
 func (x *MultiResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[52]
+	mi := &file_api_data_v1_data_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +4290,7 @@ func (x *MultiResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MultiResponse.ProtoReflect.Descriptor instead.
 func (*MultiResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{52}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *MultiResponse) GetResults() []*MultiResult {
@@ -3893,7 +4314,7 @@ type StreamCall struct {
 
 func (x *StreamCall) Reset() {
 	*x = StreamCall{}
-	mi := &file_api_data_v1_data_proto_msgTypes[53]
+	mi := &file_api_data_v1_data_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4326,7 @@ func (x *StreamCall) String() string {
 func (*StreamCall) ProtoMessage() {}
 
 func (x *StreamCall) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[53]
+	mi := &file_api_data_v1_data_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4339,7 @@ func (x *StreamCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamCall.ProtoReflect.Descriptor instead.
 func (*StreamCall) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{53}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *StreamCall) GetId() uint64 {
@@ -3951,7 +4372,7 @@ type StreamRequest struct {
 
 func (x *StreamRequest) Reset() {
 	*x = StreamRequest{}
-	mi := &file_api_data_v1_data_proto_msgTypes[54]
+	mi := &file_api_data_v1_data_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3963,7 +4384,7 @@ func (x *StreamRequest) String() string {
 func (*StreamRequest) ProtoMessage() {}
 
 func (x *StreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[54]
+	mi := &file_api_data_v1_data_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3976,7 +4397,7 @@ func (x *StreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamRequest.ProtoReflect.Descriptor instead.
 func (*StreamRequest) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{54}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *StreamRequest) GetCalls() []*StreamCall {
@@ -3997,7 +4418,7 @@ type StreamReply struct {
 
 func (x *StreamReply) Reset() {
 	*x = StreamReply{}
-	mi := &file_api_data_v1_data_proto_msgTypes[55]
+	mi := &file_api_data_v1_data_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4430,7 @@ func (x *StreamReply) String() string {
 func (*StreamReply) ProtoMessage() {}
 
 func (x *StreamReply) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[55]
+	mi := &file_api_data_v1_data_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4443,7 @@ func (x *StreamReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamReply.ProtoReflect.Descriptor instead.
 func (*StreamReply) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{55}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *StreamReply) GetId() uint64 {
@@ -4048,7 +4469,7 @@ type StreamResponse struct {
 
 func (x *StreamResponse) Reset() {
 	*x = StreamResponse{}
-	mi := &file_api_data_v1_data_proto_msgTypes[56]
+	mi := &file_api_data_v1_data_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4060,7 +4481,7 @@ func (x *StreamResponse) String() string {
 func (*StreamResponse) ProtoMessage() {}
 
 func (x *StreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_data_v1_data_proto_msgTypes[56]
+	mi := &file_api_data_v1_data_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4073,7 +4494,7 @@ func (x *StreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamResponse.ProtoReflect.Descriptor instead.
 func (*StreamResponse) Descriptor() ([]byte, []int) {
-	return file_api_data_v1_data_proto_rawDescGZIP(), []int{56}
+	return file_api_data_v1_data_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StreamResponse) GetReplies() []*StreamReply {
@@ -4239,7 +4660,44 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x11ListSpacesRequest\"l\n" +
 	"\x12ListSpacesResponse\x12/\n" +
 	"\x06spaces\x18\x01 \x03(\v2\x17.shardkit.data.v1.SpaceR\x06spaces\x12%\n" +
-	"\x0eschema_version\x18\x02 \x01(\x04R\rschemaVersion\"\x95\x02\n" +
+	"\x0eschema_version\x18\x02 \x01(\x04R\rschemaVersion\"\xdd\x01\n" +
+	"\fWatchRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
+	"\x06spaces\x18\x02 \x03(\tR\x06spaces\x12<\n" +
+	"\x04from\x18\x03 \x03(\v2(.shardkit.data.v1.WatchRequest.FromEntryR\x04from\x12\x19\n" +
+	"\bfrom_now\x18\x04 \x03(\rR\afromNow\x1a7\n" +
+	"\tFromEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\xfb\x01\n" +
+	"\rWatchResponse\x124\n" +
+	"\x06events\x18\x01 \x03(\v2\x1c.shardkit.data.v1.WatchEventR\x06events\x120\n" +
+	"\x04left\x18\x02 \x03(\v2\x1c.shardkit.data.v1.BucketLeftR\x04left\x12F\n" +
+	"\astarted\x18\x03 \x03(\v2,.shardkit.data.v1.WatchResponse.StartedEntryR\astarted\x1a:\n" +
+	"\fStartedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"\x96\x01\n" +
+	"\n" +
+	"WatchEvent\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\x122\n" +
+	"\achanges\x18\x04 \x03(\v2\x18.shardkit.data.v1.ChangeR\achanges\"\x8e\x01\n" +
+	"\x06Change\x12\x14\n" +
+	"\x05space\x18\x01 \x01(\tR\x05space\x12,\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x18.shardkit.data.v1.OpKindR\x04kind\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
+	"\x05tuple\x18\x04 \x01(\fR\x05tuple\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"e\n" +
+	"\n" +
+	"BucketLeft\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12#\n" +
+	"\rreplicaset_id\x18\x03 \x01(\tR\freplicasetId\"W\n" +
+	"\tCompacted\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06oldest\x18\x03 \x01(\x04R\x06oldest\"\x95\x02\n" +
 	"\bRedirect\x129\n" +
 	"\x06reason\x18\x01 \x01(\x0e2!.shardkit.data.v1.Redirect.ReasonR\x06reason\x12\x16\n" +
 	"\x06bucket\x18\x02 \x01(\rR\x06bucket\x12#\n" +
@@ -4394,7 +4852,7 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12RESHARD_STEP_START\x10\x02\x12\x15\n" +
 	"\x11RESHARD_STEP_COPY\x10\x03\x12\x17\n" +
 	"\x13RESHARD_STEP_FINISH\x10\x04\x12\x18\n" +
-	"\x14RESHARD_STEP_CLEANUP\x10\x052\xfb\x06\n" +
+	"\x14RESHARD_STEP_CLEANUP\x10\x052\xc7\a\n" +
 	"\vDataService\x12H\n" +
 	"\x05Write\x12\x1e.shardkit.data.v1.WriteRequest\x1a\x1f.shardkit.data.v1.WriteResponse\x12B\n" +
 	"\x03Get\x12\x1c.shardkit.data.v1.GetRequest\x1a\x1d.shardkit.data.v1.GetResponse\x12H\n" +
@@ -4408,7 +4866,8 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\n" +
 	"ListSpaces\x12#.shardkit.data.v1.ListSpacesRequest\x1a$.shardkit.data.v1.ListSpacesResponse\x12H\n" +
 	"\x05Multi\x12\x1e.shardkit.data.v1.MultiRequest\x1a\x1f.shardkit.data.v1.MultiResponse\x12O\n" +
-	"\x06Stream\x12\x1f.shardkit.data.v1.StreamRequest\x1a .shardkit.data.v1.StreamResponse(\x010\x012\x86\x05\n" +
+	"\x06Stream\x12\x1f.shardkit.data.v1.StreamRequest\x1a .shardkit.data.v1.StreamResponse(\x010\x01\x12J\n" +
+	"\x05Watch\x12\x1e.shardkit.data.v1.WatchRequest\x1a\x1f.shardkit.data.v1.WatchResponse0\x012\x86\x05\n" +
 	"\x0fShardingService\x12f\n" +
 	"\x0fRebalanceStatus\x12(.shardkit.data.v1.RebalanceStatusRequest\x1a).shardkit.data.v1.RebalanceStatusResponse\x12T\n" +
 	"\tSetWeight\x12\".shardkit.data.v1.SetWeightRequest\x1a#.shardkit.data.v1.SetWeightResponse\x12T\n" +
@@ -4432,7 +4891,7 @@ func file_api_data_v1_data_proto_rawDescGZIP() []byte {
 }
 
 var file_api_data_v1_data_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_api_data_v1_data_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_api_data_v1_data_proto_goTypes = []any{
 	(Mode)(0),                       // 0: shardkit.data.v1.Mode
 	(OpKind)(0),                     // 1: shardkit.data.v1.OpKind
@@ -4469,36 +4928,44 @@ var file_api_data_v1_data_proto_goTypes = []any{
 	(*DropSpaceResponse)(nil),       // 32: shardkit.data.v1.DropSpaceResponse
 	(*ListSpacesRequest)(nil),       // 33: shardkit.data.v1.ListSpacesRequest
 	(*ListSpacesResponse)(nil),      // 34: shardkit.data.v1.ListSpacesResponse
-	(*Redirect)(nil),                // 35: shardkit.data.v1.Redirect
-	(*Refusal)(nil),                 // 36: shardkit.data.v1.Refusal
-	(*RebalancerSettings)(nil),      // 37: shardkit.data.v1.RebalancerSettings
-	(*ReplicasetBalance)(nil),       // 38: shardkit.data.v1.ReplicasetBalance
-	(*MoveInfo)(nil),                // 39: shardkit.data.v1.MoveInfo
-	(*RebalanceStatusRequest)(nil),  // 40: shardkit.data.v1.RebalanceStatusRequest
-	(*RebalanceStatusResponse)(nil), // 41: shardkit.data.v1.RebalanceStatusResponse
-	(*SetWeightRequest)(nil),        // 42: shardkit.data.v1.SetWeightRequest
-	(*SetWeightResponse)(nil),       // 43: shardkit.data.v1.SetWeightResponse
-	(*SetLockedRequest)(nil),        // 44: shardkit.data.v1.SetLockedRequest
-	(*SetLockedResponse)(nil),       // 45: shardkit.data.v1.SetLockedResponse
-	(*MoveBucketRequest)(nil),       // 46: shardkit.data.v1.MoveBucketRequest
-	(*MoveBucketResponse)(nil),      // 47: shardkit.data.v1.MoveBucketResponse
-	(*PinBucketRequest)(nil),        // 48: shardkit.data.v1.PinBucketRequest
-	(*PinBucketResponse)(nil),       // 49: shardkit.data.v1.PinBucketResponse
-	(*SetRebalancerRequest)(nil),    // 50: shardkit.data.v1.SetRebalancerRequest
-	(*SetRebalancerResponse)(nil),   // 51: shardkit.data.v1.SetRebalancerResponse
-	(*ReshardRequest)(nil),          // 52: shardkit.data.v1.ReshardRequest
-	(*SpaceCount)(nil),              // 53: shardkit.data.v1.SpaceCount
-	(*ReshardResponse)(nil),         // 54: shardkit.data.v1.ReshardResponse
-	(*MultiItem)(nil),               // 55: shardkit.data.v1.MultiItem
-	(*MultiRequest)(nil),            // 56: shardkit.data.v1.MultiRequest
-	(*MultiResult)(nil),             // 57: shardkit.data.v1.MultiResult
-	(*MultiResponse)(nil),           // 58: shardkit.data.v1.MultiResponse
-	(*StreamCall)(nil),              // 59: shardkit.data.v1.StreamCall
-	(*StreamRequest)(nil),           // 60: shardkit.data.v1.StreamRequest
-	(*StreamReply)(nil),             // 61: shardkit.data.v1.StreamReply
-	(*StreamResponse)(nil),          // 62: shardkit.data.v1.StreamResponse
-	nil,                             // 63: shardkit.data.v1.Member.FailureDomainEntry
-	(*status.Status)(nil),           // 64: google.rpc.Status
+	(*WatchRequest)(nil),            // 35: shardkit.data.v1.WatchRequest
+	(*WatchResponse)(nil),           // 36: shardkit.data.v1.WatchResponse
+	(*WatchEvent)(nil),              // 37: shardkit.data.v1.WatchEvent
+	(*Change)(nil),                  // 38: shardkit.data.v1.Change
+	(*BucketLeft)(nil),              // 39: shardkit.data.v1.BucketLeft
+	(*Compacted)(nil),               // 40: shardkit.data.v1.Compacted
+	(*Redirect)(nil),                // 41: shardkit.data.v1.Redirect
+	(*Refusal)(nil),                 // 42: shardkit.data.v1.Refusal
+	(*RebalancerSettings)(nil),      // 43: shardkit.data.v1.RebalancerSettings
+	(*ReplicasetBalance)(nil),       // 44: shardkit.data.v1.ReplicasetBalance
+	(*MoveInfo)(nil),                // 45: shardkit.data.v1.MoveInfo
+	(*RebalanceStatusRequest)(nil),  // 46: shardkit.data.v1.RebalanceStatusRequest
+	(*RebalanceStatusResponse)(nil), // 47: shardkit.data.v1.RebalanceStatusResponse
+	(*SetWeightRequest)(nil),        // 48: shardkit.data.v1.SetWeightRequest
+	(*SetWeightResponse)(nil),       // 49: shardkit.data.v1.SetWeightResponse
+	(*SetLockedRequest)(nil),        // 50: shardkit.data.v1.SetLockedRequest
+	(*SetLockedResponse)(nil),       // 51: shardkit.data.v1.SetLockedResponse
+	(*MoveBucketRequest)(nil),       // 52: shardkit.data.v1.MoveBucketRequest
+	(*MoveBucketResponse)(nil),      // 53: shardkit.data.v1.MoveBucketResponse
+	(*PinBucketRequest)(nil),        // 54: shardkit.data.v1.PinBucketRequest
+	(*PinBucketResponse)(nil),       // 55: shardkit.data.v1.PinBucketResponse
+	(*SetRebalancerRequest)(nil),    // 56: shardkit.data.v1.SetRebalancerRequest
+	(*SetRebalancerResponse)(nil),   // 57: shardkit.data.v1.SetRebalancerResponse
+	(*ReshardRequest)(nil),          // 58: shardkit.data.v1.ReshardRequest
+	(*SpaceCount)(nil),              // 59: shardkit.data.v1.SpaceCount
+	(*ReshardResponse)(nil),         // 60: shardkit.data.v1.ReshardResponse
+	(*MultiItem)(nil),               // 61: shardkit.data.v1.MultiItem
+	(*MultiRequest)(nil),            // 62: shardkit.data.v1.MultiRequest
+	(*MultiResult)(nil),             // 63: shardkit.data.v1.MultiResult
+	(*MultiResponse)(nil),           // 64: shardkit.data.v1.MultiResponse
+	(*StreamCall)(nil),              // 65: shardkit.data.v1.StreamCall
+	(*StreamRequest)(nil),           // 66: shardkit.data.v1.StreamRequest
+	(*StreamReply)(nil),             // 67: shardkit.data.v1.StreamReply
+	(*StreamResponse)(nil),          // 68: shardkit.data.v1.StreamResponse
+	nil,                             // 69: shardkit.data.v1.Member.FailureDomainEntry
+	nil,                             // 70: shardkit.data.v1.WatchRequest.FromEntry
+	nil,                             // 71: shardkit.data.v1.WatchResponse.StartedEntry
+	(*status.Status)(nil),           // 72: google.rpc.Status
 }
 var file_api_data_v1_data_proto_depIdxs = []int32{
 	6,  // 0: shardkit.data.v1.Space.format:type_name -> shardkit.data.v1.Field
@@ -4515,7 +4982,7 @@ var file_api_data_v1_data_proto_depIdxs = []int32{
 	0,  // 11: shardkit.data.v1.CallRequest.mode:type_name -> shardkit.data.v1.Mode
 	0,  // 12: shardkit.data.v1.MapCallRequest.mode:type_name -> shardkit.data.v1.Mode
 	22, // 13: shardkit.data.v1.MapCallResponse.results:type_name -> shardkit.data.v1.ReplicasetResult
-	63, // 14: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
+	69, // 14: shardkit.data.v1.Member.failure_domain:type_name -> shardkit.data.v1.Member.FailureDomainEntry
 	26, // 15: shardkit.data.v1.ReplicasetRoute.members:type_name -> shardkit.data.v1.Member
 	25, // 16: shardkit.data.v1.GetRoutingResponse.buckets:type_name -> shardkit.data.v1.BucketRange
 	27, // 17: shardkit.data.v1.GetRoutingResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetRoute
@@ -4523,68 +4990,76 @@ var file_api_data_v1_data_proto_depIdxs = []int32{
 	7,  // 19: shardkit.data.v1.CreateSpaceRequest.space:type_name -> shardkit.data.v1.Space
 	7,  // 20: shardkit.data.v1.CreateSpaceResponse.space:type_name -> shardkit.data.v1.Space
 	7,  // 21: shardkit.data.v1.ListSpacesResponse.spaces:type_name -> shardkit.data.v1.Space
-	4,  // 22: shardkit.data.v1.Redirect.reason:type_name -> shardkit.data.v1.Redirect.Reason
-	5,  // 23: shardkit.data.v1.Refusal.code:type_name -> shardkit.data.v1.Refusal.Code
-	38, // 24: shardkit.data.v1.RebalanceStatusResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetBalance
-	39, // 25: shardkit.data.v1.RebalanceStatusResponse.moves:type_name -> shardkit.data.v1.MoveInfo
-	37, // 26: shardkit.data.v1.RebalanceStatusResponse.settings:type_name -> shardkit.data.v1.RebalancerSettings
-	39, // 27: shardkit.data.v1.MoveBucketResponse.move:type_name -> shardkit.data.v1.MoveInfo
-	37, // 28: shardkit.data.v1.SetRebalancerRequest.settings:type_name -> shardkit.data.v1.RebalancerSettings
-	3,  // 29: shardkit.data.v1.ReshardRequest.step:type_name -> shardkit.data.v1.ReshardStep
-	39, // 30: shardkit.data.v1.ReshardResponse.moves:type_name -> shardkit.data.v1.MoveInfo
-	53, // 31: shardkit.data.v1.ReshardResponse.counts:type_name -> shardkit.data.v1.SpaceCount
-	10, // 32: shardkit.data.v1.MultiItem.write:type_name -> shardkit.data.v1.WriteRequest
-	14, // 33: shardkit.data.v1.MultiItem.get:type_name -> shardkit.data.v1.GetRequest
-	55, // 34: shardkit.data.v1.MultiRequest.items:type_name -> shardkit.data.v1.MultiItem
-	12, // 35: shardkit.data.v1.MultiResult.write:type_name -> shardkit.data.v1.WriteResponse
-	15, // 36: shardkit.data.v1.MultiResult.get:type_name -> shardkit.data.v1.GetResponse
-	64, // 37: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
-	57, // 38: shardkit.data.v1.MultiResponse.results:type_name -> shardkit.data.v1.MultiResult
-	55, // 39: shardkit.data.v1.StreamCall.item:type_name -> shardkit.data.v1.MultiItem
-	59, // 40: shardkit.data.v1.StreamRequest.calls:type_name -> shardkit.data.v1.StreamCall
-	57, // 41: shardkit.data.v1.StreamReply.result:type_name -> shardkit.data.v1.MultiResult
-	61, // 42: shardkit.data.v1.StreamResponse.replies:type_name -> shardkit.data.v1.StreamReply
-	10, // 43: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
-	14, // 44: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
-	16, // 45: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
-	19, // 46: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
-	21, // 47: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
-	24, // 48: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
-	29, // 49: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
-	31, // 50: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
-	33, // 51: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
-	56, // 52: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
-	60, // 53: shardkit.data.v1.DataService.Stream:input_type -> shardkit.data.v1.StreamRequest
-	40, // 54: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
-	42, // 55: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
-	44, // 56: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
-	46, // 57: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
-	48, // 58: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
-	50, // 59: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
-	52, // 60: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
-	12, // 61: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
-	15, // 62: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
-	18, // 63: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
-	20, // 64: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
-	23, // 65: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
-	28, // 66: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
-	30, // 67: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
-	32, // 68: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
-	34, // 69: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
-	58, // 70: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
-	62, // 71: shardkit.data.v1.DataService.Stream:output_type -> shardkit.data.v1.StreamResponse
-	41, // 72: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
-	43, // 73: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
-	45, // 74: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
-	47, // 75: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
-	49, // 76: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
-	51, // 77: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
-	54, // 78: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
-	61, // [61:79] is the sub-list for method output_type
-	43, // [43:61] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	70, // 22: shardkit.data.v1.WatchRequest.from:type_name -> shardkit.data.v1.WatchRequest.FromEntry
+	37, // 23: shardkit.data.v1.WatchResponse.events:type_name -> shardkit.data.v1.WatchEvent
+	39, // 24: shardkit.data.v1.WatchResponse.left:type_name -> shardkit.data.v1.BucketLeft
+	71, // 25: shardkit.data.v1.WatchResponse.started:type_name -> shardkit.data.v1.WatchResponse.StartedEntry
+	38, // 26: shardkit.data.v1.WatchEvent.changes:type_name -> shardkit.data.v1.Change
+	1,  // 27: shardkit.data.v1.Change.kind:type_name -> shardkit.data.v1.OpKind
+	4,  // 28: shardkit.data.v1.Redirect.reason:type_name -> shardkit.data.v1.Redirect.Reason
+	5,  // 29: shardkit.data.v1.Refusal.code:type_name -> shardkit.data.v1.Refusal.Code
+	44, // 30: shardkit.data.v1.RebalanceStatusResponse.replicasets:type_name -> shardkit.data.v1.ReplicasetBalance
+	45, // 31: shardkit.data.v1.RebalanceStatusResponse.moves:type_name -> shardkit.data.v1.MoveInfo
+	43, // 32: shardkit.data.v1.RebalanceStatusResponse.settings:type_name -> shardkit.data.v1.RebalancerSettings
+	45, // 33: shardkit.data.v1.MoveBucketResponse.move:type_name -> shardkit.data.v1.MoveInfo
+	43, // 34: shardkit.data.v1.SetRebalancerRequest.settings:type_name -> shardkit.data.v1.RebalancerSettings
+	3,  // 35: shardkit.data.v1.ReshardRequest.step:type_name -> shardkit.data.v1.ReshardStep
+	45, // 36: shardkit.data.v1.ReshardResponse.moves:type_name -> shardkit.data.v1.MoveInfo
+	59, // 37: shardkit.data.v1.ReshardResponse.counts:type_name -> shardkit.data.v1.SpaceCount
+	10, // 38: shardkit.data.v1.MultiItem.write:type_name -> shardkit.data.v1.WriteRequest
+	14, // 39: shardkit.data.v1.MultiItem.get:type_name -> shardkit.data.v1.GetRequest
+	61, // 40: shardkit.data.v1.MultiRequest.items:type_name -> shardkit.data.v1.MultiItem
+	12, // 41: shardkit.data.v1.MultiResult.write:type_name -> shardkit.data.v1.WriteResponse
+	15, // 42: shardkit.data.v1.MultiResult.get:type_name -> shardkit.data.v1.GetResponse
+	72, // 43: shardkit.data.v1.MultiResult.error:type_name -> google.rpc.Status
+	63, // 44: shardkit.data.v1.MultiResponse.results:type_name -> shardkit.data.v1.MultiResult
+	61, // 45: shardkit.data.v1.StreamCall.item:type_name -> shardkit.data.v1.MultiItem
+	65, // 46: shardkit.data.v1.StreamRequest.calls:type_name -> shardkit.data.v1.StreamCall
+	63, // 47: shardkit.data.v1.StreamReply.result:type_name -> shardkit.data.v1.MultiResult
+	67, // 48: shardkit.data.v1.StreamResponse.replies:type_name -> shardkit.data.v1.StreamReply
+	10, // 49: shardkit.data.v1.DataService.Write:input_type -> shardkit.data.v1.WriteRequest
+	14, // 50: shardkit.data.v1.DataService.Get:input_type -> shardkit.data.v1.GetRequest
+	16, // 51: shardkit.data.v1.DataService.Range:input_type -> shardkit.data.v1.RangeRequest
+	19, // 52: shardkit.data.v1.DataService.Call:input_type -> shardkit.data.v1.CallRequest
+	21, // 53: shardkit.data.v1.DataService.MapCall:input_type -> shardkit.data.v1.MapCallRequest
+	24, // 54: shardkit.data.v1.DataService.GetRouting:input_type -> shardkit.data.v1.GetRoutingRequest
+	29, // 55: shardkit.data.v1.DataService.CreateSpace:input_type -> shardkit.data.v1.CreateSpaceRequest
+	31, // 56: shardkit.data.v1.DataService.DropSpace:input_type -> shardkit.data.v1.DropSpaceRequest
+	33, // 57: shardkit.data.v1.DataService.ListSpaces:input_type -> shardkit.data.v1.ListSpacesRequest
+	62, // 58: shardkit.data.v1.DataService.Multi:input_type -> shardkit.data.v1.MultiRequest
+	66, // 59: shardkit.data.v1.DataService.Stream:input_type -> shardkit.data.v1.StreamRequest
+	35, // 60: shardkit.data.v1.DataService.Watch:input_type -> shardkit.data.v1.WatchRequest
+	46, // 61: shardkit.data.v1.ShardingService.RebalanceStatus:input_type -> shardkit.data.v1.RebalanceStatusRequest
+	48, // 62: shardkit.data.v1.ShardingService.SetWeight:input_type -> shardkit.data.v1.SetWeightRequest
+	50, // 63: shardkit.data.v1.ShardingService.SetLocked:input_type -> shardkit.data.v1.SetLockedRequest
+	52, // 64: shardkit.data.v1.ShardingService.MoveBucket:input_type -> shardkit.data.v1.MoveBucketRequest
+	54, // 65: shardkit.data.v1.ShardingService.PinBucket:input_type -> shardkit.data.v1.PinBucketRequest
+	56, // 66: shardkit.data.v1.ShardingService.SetRebalancer:input_type -> shardkit.data.v1.SetRebalancerRequest
+	58, // 67: shardkit.data.v1.ShardingService.Reshard:input_type -> shardkit.data.v1.ReshardRequest
+	12, // 68: shardkit.data.v1.DataService.Write:output_type -> shardkit.data.v1.WriteResponse
+	15, // 69: shardkit.data.v1.DataService.Get:output_type -> shardkit.data.v1.GetResponse
+	18, // 70: shardkit.data.v1.DataService.Range:output_type -> shardkit.data.v1.RangeResponse
+	20, // 71: shardkit.data.v1.DataService.Call:output_type -> shardkit.data.v1.CallResponse
+	23, // 72: shardkit.data.v1.DataService.MapCall:output_type -> shardkit.data.v1.MapCallResponse
+	28, // 73: shardkit.data.v1.DataService.GetRouting:output_type -> shardkit.data.v1.GetRoutingResponse
+	30, // 74: shardkit.data.v1.DataService.CreateSpace:output_type -> shardkit.data.v1.CreateSpaceResponse
+	32, // 75: shardkit.data.v1.DataService.DropSpace:output_type -> shardkit.data.v1.DropSpaceResponse
+	34, // 76: shardkit.data.v1.DataService.ListSpaces:output_type -> shardkit.data.v1.ListSpacesResponse
+	64, // 77: shardkit.data.v1.DataService.Multi:output_type -> shardkit.data.v1.MultiResponse
+	68, // 78: shardkit.data.v1.DataService.Stream:output_type -> shardkit.data.v1.StreamResponse
+	36, // 79: shardkit.data.v1.DataService.Watch:output_type -> shardkit.data.v1.WatchResponse
+	47, // 80: shardkit.data.v1.ShardingService.RebalanceStatus:output_type -> shardkit.data.v1.RebalanceStatusResponse
+	49, // 81: shardkit.data.v1.ShardingService.SetWeight:output_type -> shardkit.data.v1.SetWeightResponse
+	51, // 82: shardkit.data.v1.ShardingService.SetLocked:output_type -> shardkit.data.v1.SetLockedResponse
+	53, // 83: shardkit.data.v1.ShardingService.MoveBucket:output_type -> shardkit.data.v1.MoveBucketResponse
+	55, // 84: shardkit.data.v1.ShardingService.PinBucket:output_type -> shardkit.data.v1.PinBucketResponse
+	57, // 85: shardkit.data.v1.ShardingService.SetRebalancer:output_type -> shardkit.data.v1.SetRebalancerResponse
+	60, // 86: shardkit.data.v1.ShardingService.Reshard:output_type -> shardkit.data.v1.ReshardResponse
+	68, // [68:87] is the sub-list for method output_type
+	49, // [49:68] is the sub-list for method input_type
+	49, // [49:49] is the sub-list for extension type_name
+	49, // [49:49] is the sub-list for extension extendee
+	0,  // [0:49] is the sub-list for field type_name
 }
 
 func init() { file_api_data_v1_data_proto_init() }
@@ -4593,11 +5068,11 @@ func file_api_data_v1_data_proto_init() {
 		return
 	}
 	file_api_data_v1_data_proto_msgTypes[3].OneofWrappers = []any{}
-	file_api_data_v1_data_proto_msgTypes[49].OneofWrappers = []any{
+	file_api_data_v1_data_proto_msgTypes[55].OneofWrappers = []any{
 		(*MultiItem_Write)(nil),
 		(*MultiItem_Get)(nil),
 	}
-	file_api_data_v1_data_proto_msgTypes[51].OneofWrappers = []any{
+	file_api_data_v1_data_proto_msgTypes[57].OneofWrappers = []any{
 		(*MultiResult_Write)(nil),
 		(*MultiResult_Get)(nil),
 		(*MultiResult_Error)(nil),
@@ -4608,7 +5083,7 @@ func file_api_data_v1_data_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_data_v1_data_proto_rawDesc), len(file_api_data_v1_data_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   58,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

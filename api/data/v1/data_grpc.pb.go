@@ -30,6 +30,7 @@ const (
 	DataService_ListSpaces_FullMethodName  = "/shardkit.data.v1.DataService/ListSpaces"
 	DataService_Multi_FullMethodName       = "/shardkit.data.v1.DataService/Multi"
 	DataService_Stream_FullMethodName      = "/shardkit.data.v1.DataService/Stream"
+	DataService_Watch_FullMethodName       = "/shardkit.data.v1.DataService/Watch"
 )
 
 // DataServiceClient is the client API for DataService service.
@@ -86,6 +87,14 @@ type DataServiceClient interface {
 	// client's pipelining): each request's calls are served as one Multi,
 	// each answered by its id, in any order.
 	Stream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[StreamRequest, StreamResponse], error)
+	// Watch streams the changes of some buckets of one replicaset, served by
+	// whichever of its members receives the call: every batch applied to a
+	// bucket is one event with the bucket's next revision, each bucket's
+	// events in revision order. A bucket that leaves the replicaset (a move)
+	// ends with a BucketLeft naming its last revision here and where it
+	// went. A revision older than the replicaset keeps fails the call with
+	// OUT_OF_RANGE and a Compacted detail (docs/changes.md).
+	Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error)
 }
 
 type dataServiceClient struct {
@@ -209,6 +218,25 @@ func (c *dataServiceClient) Stream(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DataService_StreamClient = grpc.BidiStreamingClient[StreamRequest, StreamResponse]
 
+func (c *dataServiceClient) Watch(ctx context.Context, in *WatchRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &DataService_ServiceDesc.Streams[1], DataService_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchRequest, WatchResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_WatchClient = grpc.ServerStreamingClient[WatchResponse]
+
 // DataServiceServer is the server API for DataService service.
 // All implementations must embed UnimplementedDataServiceServer
 // for forward compatibility.
@@ -263,6 +291,14 @@ type DataServiceServer interface {
 	// client's pipelining): each request's calls are served as one Multi,
 	// each answered by its id, in any order.
 	Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error
+	// Watch streams the changes of some buckets of one replicaset, served by
+	// whichever of its members receives the call: every batch applied to a
+	// bucket is one event with the bucket's next revision, each bucket's
+	// events in revision order. A bucket that leaves the replicaset (a move)
+	// ends with a BucketLeft naming its last revision here and where it
+	// went. A revision older than the replicaset keeps fails the call with
+	// OUT_OF_RANGE and a Compacted detail (docs/changes.md).
+	Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error
 	mustEmbedUnimplementedDataServiceServer()
 }
 
@@ -305,6 +341,9 @@ func (UnimplementedDataServiceServer) Multi(context.Context, *MultiRequest) (*Mu
 }
 func (UnimplementedDataServiceServer) Stream(grpc.BidiStreamingServer[StreamRequest, StreamResponse]) error {
 	return status.Error(codes.Unimplemented, "method Stream not implemented")
+}
+func (UnimplementedDataServiceServer) Watch(*WatchRequest, grpc.ServerStreamingServer[WatchResponse]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedDataServiceServer) mustEmbedUnimplementedDataServiceServer() {}
 func (UnimplementedDataServiceServer) testEmbeddedByValue()                     {}
@@ -514,6 +553,17 @@ func _DataService_Stream_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type DataService_StreamServer = grpc.BidiStreamingServer[StreamRequest, StreamResponse]
 
+func _DataService_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(DataServiceServer).Watch(m, &grpc.GenericServerStream[WatchRequest, WatchResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type DataService_WatchServer = grpc.ServerStreamingServer[WatchResponse]
+
 // DataService_ServiceDesc is the grpc.ServiceDesc for DataService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -568,6 +618,11 @@ var DataService_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _DataService_Stream_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _DataService_Watch_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "api/data/v1/data.proto",

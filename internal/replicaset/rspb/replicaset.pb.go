@@ -215,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16, 0}
 }
 
 type BucketState_State int32
@@ -270,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -523,7 +523,10 @@ type CopyChunk struct {
 	Requests []*CopiedRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
 	// On the last chunk: the bucket's revision on the source (frozen, so
 	// final); the destination's revisions of the bucket continue above it.
-	Revision      uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	Revision uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
+	// On the last chunk: the bucket's change history the source keeps
+	// (Event), so a watcher resuming from an older revision finds it here.
+	Events        []*Event `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -600,6 +603,162 @@ func (x *CopyChunk) GetRevision() uint64 {
 	return 0
 }
 
+func (x *CopyChunk) GetEvents() []*Event {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+// Event is one batch applied to a bucket, as the change history keeps it
+// (e/<bucket><revision>) and watchers receive it.
+type Event struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bucket        uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	Revision      uint64                 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	TimeUnixMs    int64                  `protobuf:"varint,3,opt,name=time_unix_ms,json=timeUnixMs,proto3" json:"time_unix_ms,omitempty"`
+	Ops           []*EventOp             `protobuf:"bytes,4,rep,name=ops,proto3" json:"ops,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Event) Reset() {
+	*x = Event{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Event) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Event) ProtoMessage() {}
+
+func (x *Event) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Event.ProtoReflect.Descriptor instead.
+func (*Event) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Event) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *Event) GetRevision() uint64 {
+	if x != nil {
+		return x.Revision
+	}
+	return 0
+}
+
+func (x *Event) GetTimeUnixMs() int64 {
+	if x != nil {
+		return x.TimeUnixMs
+	}
+	return 0
+}
+
+func (x *Event) GetOps() []*EventOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+// EventOp is what one op of a batch changed (a check, or an op that
+// changed nothing, has none).
+type EventOp struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	SpaceId uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	Kind    OpKind                 `protobuf:"varint,2,opt,name=kind,proto3,enum=shardkit.replicaset.v1.OpKind" json:"kind,omitempty"`
+	Key     []byte                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// The tuple after the op; empty for a delete.
+	Tuple         []byte `protobuf:"bytes,4,opt,name=tuple,proto3" json:"tuple,omitempty"`
+	Version       uint64 `protobuf:"varint,5,opt,name=version,proto3" json:"version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EventOp) Reset() {
+	*x = EventOp{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EventOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EventOp) ProtoMessage() {}
+
+func (x *EventOp) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EventOp.ProtoReflect.Descriptor instead.
+func (*EventOp) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *EventOp) GetSpaceId() uint32 {
+	if x != nil {
+		return x.SpaceId
+	}
+	return 0
+}
+
+func (x *EventOp) GetKind() OpKind {
+	if x != nil {
+		return x.Kind
+	}
+	return OpKind_OP_KIND_UNSPECIFIED
+}
+
+func (x *EventOp) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *EventOp) GetTuple() []byte {
+	if x != nil {
+		return x.Tuple
+	}
+	return nil
+}
+
+func (x *EventOp) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 // CopiedRequest is one remembered request id of a moving bucket.
 type CopiedRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -611,7 +770,7 @@ type CopiedRequest struct {
 
 func (x *CopiedRequest) Reset() {
 	*x = CopiedRequest{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +782,7 @@ func (x *CopiedRequest) String() string {
 func (*CopiedRequest) ProtoMessage() {}
 
 func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +795,7 @@ func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedRequest.ProtoReflect.Descriptor instead.
 func (*CopiedRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CopiedRequest) GetId() []byte {
@@ -665,7 +824,7 @@ type SetBuckets struct {
 
 func (x *SetBuckets) Reset() {
 	*x = SetBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +836,7 @@ func (x *SetBuckets) String() string {
 func (*SetBuckets) ProtoMessage() {}
 
 func (x *SetBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +849,7 @@ func (x *SetBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBuckets.ProtoReflect.Descriptor instead.
 func (*SetBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SetBuckets) GetSteps() []*SetBucket {
@@ -711,7 +870,7 @@ type CopyChunks struct {
 
 func (x *CopyChunks) Reset() {
 	*x = CopyChunks{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +882,7 @@ func (x *CopyChunks) String() string {
 func (*CopyChunks) ProtoMessage() {}
 
 func (x *CopyChunks) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +895,7 @@ func (x *CopyChunks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunks.ProtoReflect.Descriptor instead.
 func (*CopyChunks) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CopyChunks) GetChunks() []*CopyChunk {
@@ -759,7 +918,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -771,7 +930,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -784,7 +943,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -829,7 +988,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1000,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1013,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -892,7 +1051,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -904,7 +1063,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -917,7 +1076,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -947,7 +1106,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1118,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1131,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -1011,7 +1170,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1182,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1195,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Condition) GetField() uint32 {
@@ -1086,7 +1245,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1098,7 +1257,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1111,7 +1270,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1206,7 +1365,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1377,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1390,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1294,7 +1453,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1306,7 +1465,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1319,7 +1478,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1361,7 +1520,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1373,7 +1532,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1386,7 +1545,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1450,7 +1609,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1462,7 +1621,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1475,7 +1634,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1530,7 +1689,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1542,7 +1701,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1555,7 +1714,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1612,7 +1771,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xf3\x01\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xaa\x02\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
@@ -1621,7 +1780,20 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12A\n" +
 	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\x12\x1a\n" +
-	"\brevision\x18\x06 \x01(\x04R\brevision\"\\\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision\x125\n" +
+	"\x06events\x18\a \x03(\v2\x1d.shardkit.replicaset.v1.EventR\x06events\"\x90\x01\n" +
+	"\x05Event\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1a\n" +
+	"\brevision\x18\x02 \x01(\x04R\brevision\x12 \n" +
+	"\ftime_unix_ms\x18\x03 \x01(\x03R\n" +
+	"timeUnixMs\x121\n" +
+	"\x03ops\x18\x04 \x03(\v2\x1f.shardkit.replicaset.v1.EventOpR\x03ops\"\x9a\x01\n" +
+	"\aEventOp\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x122\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1e.shardkit.replicaset.v1.OpKindR\x04kind\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
+	"\x05tuple\x18\x04 \x01(\fR\x05tuple\x12\x18\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"\\\n" +
 	"\rCopiedRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
 	"\x06result\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\x06result\"E\n" +
@@ -1752,7 +1924,7 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
 	(Compare)(0),           // 1: shardkit.replicaset.v1.Compare
@@ -1761,51 +1933,56 @@ var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(*Command)(nil),        // 4: shardkit.replicaset.v1.Command
 	(*SetBucket)(nil),      // 5: shardkit.replicaset.v1.SetBucket
 	(*CopyChunk)(nil),      // 6: shardkit.replicaset.v1.CopyChunk
-	(*CopiedRequest)(nil),  // 7: shardkit.replicaset.v1.CopiedRequest
-	(*SetBuckets)(nil),     // 8: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),     // 9: shardkit.replicaset.v1.CopyChunks
-	(*CopiedTuple)(nil),    // 10: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 11: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),      // 12: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 13: shardkit.replicaset.v1.CreateBuckets
-	(*Condition)(nil),      // 14: shardkit.replicaset.v1.Condition
-	(*Op)(nil),             // 15: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 16: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 17: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 18: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 19: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 20: shardkit.replicaset.v1.BucketState
-	(*metapb.Space)(nil),   // 21: shardkit.meta.v1.Space
+	(*Event)(nil),          // 7: shardkit.replicaset.v1.Event
+	(*EventOp)(nil),        // 8: shardkit.replicaset.v1.EventOp
+	(*CopiedRequest)(nil),  // 9: shardkit.replicaset.v1.CopiedRequest
+	(*SetBuckets)(nil),     // 10: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),     // 11: shardkit.replicaset.v1.CopyChunks
+	(*CopiedTuple)(nil),    // 12: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 13: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),      // 14: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 15: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),      // 16: shardkit.replicaset.v1.Condition
+	(*Op)(nil),             // 17: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 18: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 19: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 20: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 21: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 22: shardkit.replicaset.v1.BucketState
+	(*metapb.Space)(nil),   // 23: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	16, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	12, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	13, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	8,  // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	9,  // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	18, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	14, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	15, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	10, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	11, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
 	3,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
 	3,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	10, // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	7,  // 8: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
-	19, // 9: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
-	5,  // 10: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	6,  // 11: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	21, // 12: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 13: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 14: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	11, // 15: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	14, // 16: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	15, // 17: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	19, // 18: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 19: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	17, // 20: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	18, // 21: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 22: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	23, // [23:23] is the sub-list for method output_type
-	23, // [23:23] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	12, // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	9,  // 8: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
+	7,  // 9: shardkit.replicaset.v1.CopyChunk.events:type_name -> shardkit.replicaset.v1.Event
+	8,  // 10: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
+	0,  // 11: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
+	21, // 12: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
+	5,  // 13: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	6,  // 14: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	23, // 15: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 16: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 17: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	13, // 18: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	16, // 19: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	17, // 20: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	21, // 21: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 22: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	19, // 23: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	20, // 24: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 25: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1820,14 +1997,14 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_SetBuckets)(nil),
 		(*Command_CopyChunks)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[11].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

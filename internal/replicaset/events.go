@@ -1,0 +1,212 @@
+package replicaset
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// A bucket's change history (docs/changes.md). Every batch applied to a
+// bucket raises its revision by one (bumpRevision) and is kept as an Event
+// under e/<bucket><revision>: the tuples it changed, after the change. A
+// bucket keeps its last EventHistory revisions; apply trims the older ones
+// every eventTrimEvery revisions, by the revision alone, so every member
+// keeps the same. The history travels with the bucket (the copy's last
+// chunks) and is deleted with it at cleanup.
+//
+// Watchers read the history from two places: the feed, the events and
+// bucket-record changes the replicaset committed lately, in memory and
+// shared by every watcher; and the database, when a watcher starts from
+// an older revision or falls behind the feed.
+
+// EventHistory is how many revisions of each bucket's history a
+// replicaset keeps: a watcher further behind gets ErrCompacted's refusal.
+const EventHistory = 1024
+
+// eventTrimEvery: apply deletes a bucket's revisions older than the
+// history once every this many revisions of the bucket.
+const eventTrimEvery = 64
+
+// event is e/<bucket:4><revision:8>.
+func (k keys) event(b uint32, rev uint64) []byte {
+	out := binary.BigEndian.AppendUint32(k.sub(storage.DataEvent, 12), b)
+	return binary.BigEndian.AppendUint64(out, rev)
+}
+
+// bucketEvents is e/<bucket:4>: one bucket's history.
+func (k keys) bucketEvents(b uint32) []byte {
+	return binary.BigEndian.AppendUint32(k.sub(storage.DataEvent, 4), b)
+}
+
+// recordEvent keeps the batch c, applied with result res at revision
+// res.Revision, in its bucket's history, and stages it for the feed.
+func (a *applier) recordEvent(c *rspb.Batch, res *rspb.BatchResult) {
+	if a.err != nil {
+		return
+	}
+	b, rev := c.GetBucket(), res.GetRevision()
+	ev := &rspb.Event{Bucket: b, Revision: rev, TimeUnixMs: a.now}
+	for i, op := range c.GetOps() {
+		r := res.GetResults()[i]
+		eo := &rspb.EventOp{SpaceId: op.GetSpaceId(), Kind: op.GetKind(), Key: op.GetKey(), Version: r.GetVersion()}
+		switch op.GetKind() {
+		case rspb.OpKind_OP_KIND_CHECK:
+			continue
+		case rspb.OpKind_OP_KIND_DELETE:
+			if !r.GetFound() {
+				continue // nothing was deleted
+			}
+		case rspb.OpKind_OP_KIND_UPDATE:
+			if !r.GetFound() {
+				continue // no tuple: nothing was updated
+			}
+			eo.Tuple = r.GetTuple()
+		case rspb.OpKind_OP_KIND_INSERT:
+			if r.GetFound() {
+				continue // if_absent, and present: skipped
+			}
+			eo.Tuple = r.GetTuple()
+		default:
+			eo.Tuple = r.GetTuple()
+		}
+		ev.Ops = append(ev.Ops, eo)
+	}
+	v, err := ev.MarshalVT()
+	if err != nil {
+		a.err = err
+		return
+	}
+	a.setUncached(a.sm.k.event(b, rev), v)
+	if rev > EventHistory && rev%eventTrimEvery == 0 {
+		if a.err == nil {
+			a.err = a.b.DeleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, rev-EventHistory+1), nil)
+		}
+	}
+	a.sm.pendingEvents = append(a.sm.pendingEvents, ev)
+}
+
+// copyEvents keeps a moving bucket's history as its source sent it: the
+// revisions it lacks (its own, written since the move began, are above
+// the source's last).
+func (a *applier) copyEvents(b uint32, evs []*rspb.Event) {
+	for _, ev := range evs {
+		if a.err != nil {
+			return
+		}
+		k := a.sm.k.event(b, ev.GetRevision())
+		if a.get(k) != nil {
+			continue
+		}
+		v, err := ev.MarshalVT()
+		if err != nil {
+			a.err = err
+			return
+		}
+		a.setUncached(k, v)
+	}
+}
+
+// Events calls fn with bucket b's kept history after revision after, in
+// revision order, as r holds it, until fn returns false. It returns the
+// first revision it found (0: none).
+func (sm *SM) Events(r pebble.Reader, b uint32, after uint64, fn func(*rspb.Event) bool) (first uint64, err error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.event(b, after+1), UpperBound: storage.PrefixEnd(sm.k.bucketEvents(b))})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return first, err
+		}
+		ev := &rspb.Event{}
+		if err := ev.UnmarshalVT(v); err != nil {
+			return first, fmt.Errorf("replicaset: event %x: %w", it.Key(), err)
+		}
+		if first == 0 {
+			first = ev.GetRevision()
+		}
+		if !fn(ev) {
+			break
+		}
+	}
+	return first, it.Error()
+}
+
+// OldestEvent returns the oldest revision of bucket b's history r keeps
+// (0: none).
+func (sm *SM) OldestEvent(r pebble.Reader, b uint32) (uint64, error) {
+	return sm.Events(r, b, 0, func(*rspb.Event) bool { return false })
+}
+
+// feed is what the replicaset committed lately, newest last: events and
+// changes of bucket records, for every watcher to read in one place
+// (publish runs once an apply batch is committed). It keeps the last
+// feedSize items; a watcher that falls further behind reads the database.
+type feed struct {
+	mu    sync.Mutex
+	items []feedItem
+	base  uint64 // the sequence number of items[0]
+	wake  chan struct{}
+}
+
+// feedSize bounds the items the feed keeps.
+const feedSize = 8192
+
+// feedItem is an event, or a bucket whose record changed (ev nil).
+type feedItem struct {
+	ev     *rspb.Event
+	bucket uint32
+}
+
+func newFeed() *feed { return &feed{wake: make(chan struct{})} }
+
+func (f *feed) publish(evs []*rspb.Event, buckets map[uint32]struct{}) {
+	if len(evs) == 0 && len(buckets) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, ev := range evs {
+		f.items = append(f.items, feedItem{ev: ev, bucket: ev.GetBucket()})
+	}
+	for b := range buckets {
+		f.items = append(f.items, feedItem{bucket: b})
+	}
+	if len(f.items) > feedSize {
+		drop := len(f.items) - feedSize/2
+		n := copy(f.items, f.items[drop:])
+		clear(f.items[n:])
+		f.items = f.items[:n]
+		f.base += uint64(drop)
+	}
+	close(f.wake)
+	f.wake = make(chan struct{})
+}
+
+// next returns the sequence number the next item will have, and a channel
+// closed when it comes.
+func (f *feed) next() (uint64, <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.base + uint64(len(f.items)), f.wake
+}
+
+// since returns the items from sequence number seq on, the number after
+// them, and a channel closed when more come; behind reports that some of
+// them are no longer kept.
+func (f *feed) since(seq uint64) (items []feedItem, next uint64, wake <-chan struct{}, behind bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	next = f.base + uint64(len(f.items))
+	if seq < f.base {
+		return nil, next, f.wake, true
+	}
+	return append([]feedItem(nil), f.items[seq-f.base:]...), next, f.wake, false
+}
