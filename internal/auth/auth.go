@@ -308,6 +308,11 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 			// runtime profiles (they show the instance's insides).
 			need, what := Reader, "read"
 			switch {
+			case strings.HasPrefix(r.URL.Path, APIPrefix):
+				// The API's operations are gRPC calls made for the user
+				// (UserHeader), which the method table checks: a reader
+				// may reach them, and is refused by that check in the
+				// words a gRPC caller gets.
 			case r.Method != http.MethodGet && r.Method != http.MethodHead:
 				need, what = Admin, "change"
 			case strings.HasPrefix(r.URL.Path, "/debug/pprof/"):
@@ -318,7 +323,28 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 				http.Error(w, why, http.StatusForbidden)
 				return
 			}
+			r = r.WithContext(WithHTTPUser(r.Context(), id.User))
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// APIPrefix is the path of the HTTP API whose requests are made as gRPC
+// calls checked for the user (see HTTP).
+const APIPrefix = "/api/v1/"
+
+type httpUserKey struct{}
+
+// WithHTTPUser records in an HTTP request's context the user it was
+// authenticated as.
+func WithHTTPUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, httpUserKey{}, user)
+}
+
+// HTTPUser is the user an HTTP request was authenticated as: "" for an
+// instance's node certificate, or when the request was not authenticated
+// (a plaintext instance).
+func HTTPUser(ctx context.Context) string {
+	u, _ := ctx.Value(httpUserKey{}).(string)
+	return u
 }

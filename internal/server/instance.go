@@ -30,6 +30,10 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		cfg.Listen = cfg.Listener.Addr().String()
 		defer cfg.Listener.Close() // also when refused before serving on it
 	}
+	if cfg.HTTPListener != nil {
+		cfg.HTTPListen = cfg.HTTPListener.Addr().String()
+		defer cfg.HTTPListener.Close()
+	}
 	cfg.Defaults()
 	log := cfg.Logger
 	LogSecurity(log, cfg)
@@ -133,8 +137,13 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	go func() { serveErr <- srv.Serve(lis) }()
 	defer stopGRPC(srv, log)
 
-	if cfg.HTTPListen != "" {
-		hs, err := startHTTP(cfg.HTTPListen, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg, cfg.EnablePprof), fp), authz, cfg.HTTPOpenHealth), sec)
+	if cfg.HTTPListen != "" || cfg.HTTPListener != nil {
+		api, closeAPI, err := newConsoleAPI(ctx, node, reg, sec, cfg.Advertise, log)
+		if err != nil {
+			return err
+		}
+		defer closeAPI()
+		hs, err := startHTTP(cfg.HTTPListen, cfg.HTTPListener, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg, cfg.EnablePprof, api), fp), authz, cfg.HTTPOpenHealth), sec)
 		if err != nil {
 			return &RefusedError{Err: err}
 		}
@@ -193,10 +202,12 @@ func stopGRPC(srv *grpc.Server, log *slog.Logger) {
 	}
 }
 
-func startHTTP(addr string, h http.Handler, sec *security) (*http.Server, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
+func startHTTP(addr string, lis net.Listener, h http.Handler, sec *security) (*http.Server, error) {
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
+		}
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	if sec.secure() {
