@@ -67,6 +67,7 @@ const (
 const maxBody = 4 << 10
 
 func (a *consoleAPI) register(mux *http.ServeMux) {
+	registerConsolePages(mux)
 	mux.HandleFunc("GET /api/v1/spaces", a.spaces)
 	mux.HandleFunc("GET /api/v1/spaces/{space}/count", a.count)
 	mux.HandleFunc("GET /api/v1/spaces/{space}/tuple", a.get)
