@@ -834,6 +834,9 @@ func (a *consoleAPI) snapshot(r *http.Request) clusterEvent {
 		ev.Stale = true
 		if ev.Reason == "" {
 			ev.Reason = status.Convert(err).Message()
+			if status.Code(err) == codes.DeadlineExceeded {
+				ev.Reason = fmt.Sprintf("this instance could not confirm the cluster's status within %s (has group 0 lost its quorum?)", eventPeriod)
+			}
 		}
 		return ev
 	}

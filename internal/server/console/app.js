@@ -153,6 +153,12 @@ function renderCluster(ev) {
     `${status.instances.length} instances, ${status.replicasets.length} replicasets, ${status.bucket_count} buckets, replication factor ${status.replication_factor}.` +
     (status.quorum && !status.quorum.has_quorum ? " NO QUORUM." : "");
 
+  // Rebuild the tables only when what they show changed: a row under the
+  // pointer or the keyboard's focus stays put between events.
+  const shown = JSON.stringify([status.instances, status.replicasets, status.leader_raft_id, [...balance.values()].map((b) => b.locked)]);
+  if (shown === renderCluster.shown) return;
+  renderCluster.shown = shown;
+
   const tb = $("#instances tbody");
   tb.replaceChildren(...status.instances.map((i) => {
     const grade = (g) => el("span", { class: "grade-" + g.variant, text: `${g.variant} (${g.incarnation})` });
@@ -206,7 +212,9 @@ function confirmOp({ title, text, fields = [], run }) {
   res.textContent = "";
   res.className = "";
   const box = $("#confirm-fields");
-  box.replaceChildren(...fields.map((f) => el("label", {}, f.label, f.options
+  box.replaceChildren(...fields.map((f) => f.type === "checkbox"
+    ? el("label", { class: "check" }, el("input", { name: f.name, type: "checkbox", checked: !!f.value }), f.label)
+    : el("label", {}, f.label, f.options
     ? el("select", { name: f.name }, ...f.options.map((o) => el("option", { value: o, text: o, selected: o === f.value })))
     : el("input", { name: f.name, type: f.type || "text", value: f.value ?? "", min: f.min, required: true }))));
   const ok = $("#confirm-ok");
@@ -214,7 +222,10 @@ function confirmOp({ title, text, fields = [], run }) {
   ok.hidden = false;
   confirmRun = async () => {
     const values = {};
-    for (const f of fields) values[f.name] = box.querySelector(`[name="${f.name}"]`).value;
+    for (const f of fields) {
+      const input = box.querySelector(`[name="${f.name}"]`);
+      values[f.name] = f.type === "checkbox" ? input.checked : input.value;
+    }
     ok.disabled = true;
     res.className = "";
     res.textContent = "Waiting for the server's answer…";
@@ -243,9 +254,10 @@ function confirmExpel(i) {
   confirmOp({
     title: "Expel " + i.instance_id,
     text: `Expel instance ${i.instance_id} (replicaset ${i.replicaset_id}, ${i.address}) from the cluster for good: it is removed from its Raft groups and can never rejoin. ` +
-      "The server refuses when the expel would lose data or quorum.",
-    run: async () => {
-      const r = await post(`/api/v1/instances/${encodeURIComponent(i.instance_id)}/expel`, {});
+      "The server refuses an instance that still runs (unless forced), and an expel that would lose data or quorum.",
+    fields: [{ name: "force", label: "force: expel it although it is not Offline", type: "checkbox", value: false }],
+    run: async (v) => {
+      const r = await post(`/api/v1/instances/${encodeURIComponent(i.instance_id)}/expel`, { force: v.force });
       return `${i.instance_id} is ${r.instance ? r.instance.current_grade?.variant ?? "expelled" : "expelled"}.`;
     },
   });
