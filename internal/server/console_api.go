@@ -30,6 +30,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/cluster"
+	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/statusview"
 	"github.com/shardkit/shardkit/proc"
 	"github.com/shardkit/shardkit/schema"
@@ -54,6 +55,8 @@ type consoleAPI struct {
 	metrics *metricSampler
 	peers   *peerMetrics
 	log     *slog.Logger
+	// login serves the password login of a secure instance (nil: plaintext).
+	login *consoleLogin
 }
 
 // apiTimeout bounds one API call's gRPC calls (an expel waits up to
@@ -68,6 +71,10 @@ const maxBody = 4 << 10
 
 func (a *consoleAPI) register(mux *http.ServeMux) {
 	registerConsolePages(mux)
+	if a.login != nil {
+		a.login.register(mux)
+	}
+	mux.HandleFunc("GET /api/v1/session", a.session)
 	mux.HandleFunc("GET /api/v1/spaces", a.spaces)
 	mux.HandleFunc("GET /api/v1/spaces/{space}/count", a.count)
 	mux.HandleFunc("GET /api/v1/spaces/{space}/tuple", a.get)
@@ -78,12 +85,48 @@ func (a *consoleAPI) register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/metrics", a.metricsOne)
 	mux.HandleFunc("GET /api/v1/metrics/cluster", a.metricsAll)
 	mux.HandleFunc("GET /api/v1/events", a.events)
-	mux.HandleFunc("POST /api/v1/instances/{id}/expel", a.expel)
-	mux.HandleFunc("POST /api/v1/replicasets/{id}/weight", a.setWeight)
-	mux.HandleFunc("POST /api/v1/replicasets/{id}/lock", a.setLocked)
-	mux.HandleFunc("POST /api/v1/buckets/{bucket}/move", a.moveBucket)
-	mux.HandleFunc("POST /api/v1/buckets/{bucket}/pin", a.pinBucket)
-	mux.HandleFunc("POST /api/v1/reshard", a.reshard)
+	mux.HandleFunc("POST /api/v1/instances/{id}/expel", jsonOnly(a.expel))
+	mux.HandleFunc("POST /api/v1/replicasets/{id}/weight", jsonOnly(a.setWeight))
+	mux.HandleFunc("POST /api/v1/replicasets/{id}/lock", jsonOnly(a.setLocked))
+	mux.HandleFunc("POST /api/v1/buckets/{bucket}/move", jsonOnly(a.moveBucket))
+	mux.HandleFunc("POST /api/v1/buckets/{bucket}/pin", jsonOnly(a.pinBucket))
+	mux.HandleFunc("POST /api/v1/reshard", jsonOnly(a.reshard))
+}
+
+// jsonOnly refuses a POST whose body is not declared JSON: a page of
+// another site can send a form to this instance (a browser sends its
+// client certificate along, and on a plaintext instance nothing is
+// needed), but not a JSON body without the instance's leave (CORS), which
+// it never gives.
+func jsonOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if mt, _, _ := strings.Cut(r.Header.Get("Content-Type"), ";"); strings.TrimSpace(mt) != "application/json" {
+			fail(w, status.Error(codes.InvalidArgument, "send the body as JSON, with Content-Type: application/json"))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// session is /api/v1/session: who the console runs as, and the CSRF token
+// its POSTs carry (a password login's).
+func (a *consoleAPI) session(w http.ResponseWriter, r *http.Request) {
+	out := map[string]any{"secure": a.secure, "user": "", "role": "", "csrf": ""}
+	if u := userOf(r.Context()); u != "" {
+		out["user"] = u
+		if role, ok := a.node.Meta().State().UserRole(u); ok {
+			out["role"] = meta.RoleName(role)
+		}
+		if a.login != nil {
+			if id := auth.SessionID(r); id != "" {
+				hash := a.node.Meta().State().Users[u].GetPasswordHash()
+				if sess, ok := a.login.sessions.Get(id, hash); ok && sess.User == u {
+					out["csrf"] = sess.CSRF
+				}
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // userOf is the user the request was authenticated as (auth.HTTPUser).
@@ -893,7 +936,7 @@ func (a *consoleAPI) events(w http.ResponseWriter, r *http.Request) {
 // newConsoleAPI makes the console's API for node: its connection to this
 // instance's own gRPC port at advertise (closed by the returned func) and
 // its metric sampler, which runs until ctx ends.
-func newConsoleAPI(ctx context.Context, node *cluster.Node, reg *prometheus.Registry, sec *security, advertise string, log *slog.Logger) (*consoleAPI, func(), error) {
+func newConsoleAPI(ctx context.Context, node *cluster.Node, reg *prometheus.Registry, sec *security, sessions *auth.Sessions, advertise string, log *slog.Logger) (*consoleAPI, func(), error) {
 	creds := insecure.NewCredentials()
 	var peerTLS *tls.Config
 	if sec.secure() {
@@ -918,6 +961,9 @@ func newConsoleAPI(ctx context.Context, node *cluster.Node, reg *prometheus.Regi
 		metrics: sampler,
 		peers:   newPeerMetrics(peerTLS),
 		log:     log,
+	}
+	if sessions != nil {
+		a.login = &consoleLogin{node: node, sessions: sessions, limiter: auth.NewLoginLimiter(nil), log: log}
 	}
 	return a, func() {
 		stop()

@@ -58,6 +58,9 @@ func call(t *testing.T, method, u, body string, out any) (int, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if method == http.MethodPost {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -236,6 +239,16 @@ func TestConsoleAPIOperations(t *testing.T) {
 		}
 	}
 
+	// A form (what another site's page may send without CORS) is refused.
+	resp, err := http.Post(base+"/api/v1/replicasets/"+rs+"/weight", "application/x-www-form-urlencoded", strings.NewReader(`{"weight": 3}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 400 || !strings.Contains(string(b), "Content-Type: application/json") {
+		t.Errorf("a form POST: %d %s", resp.StatusCode, b)
+	}
 	if code, body := call(t, "POST", base+"/api/v1/replicasets/"+rs+"/weight", `{"weight": 3}`, nil); code != 200 {
 		t.Fatalf("set weight: %d %s", code, body)
 	}

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"net/url"
 	"reflect"
 	"strings"
 	"testing"
@@ -41,4 +42,36 @@ func FuzzDecodeBody(f *testing.F) {
 			}
 		}
 	})
+}
+
+// FuzzParseLoginForm: any login body is refused with a message that never
+// holds the password sent, or gives one user, password and token that
+// pass the form's own checks; nothing panics.
+func FuzzParseLoginForm(f *testing.F) {
+	f.Add("application/x-www-form-urlencoded", "user=rita&password=secret+1&token=abc")
+	f.Add("application/x-www-form-urlencoded; charset=utf-8", "user=rita&user=ada&password=x")
+	f.Add("text/plain", "user=rita&password=x")
+	f.Add("application/x-www-form-urlencoded", "user=a%20b&password=%ff%fe&token=")
+	f.Add("application/x-www-form-urlencoded", "password=hunter22&x=1")
+	f.Fuzz(func(t *testing.T, contentType, body string) {
+		form, err := parseLoginForm(contentType, strings.NewReader(body))
+		if err != nil {
+			if pw := passwordIn(body); len(pw) >= 4 && strings.Contains(err.Error(), pw) {
+				t.Fatalf("the refusal %q holds the password %q", err, pw)
+			}
+			return
+		}
+		if form.User == "" || form.Password == "" || len(form.Password) > 256 || len(body) > maxLoginBody {
+			t.Fatalf("accepted %+v from %q", form, body)
+		}
+	})
+}
+
+// passwordIn is the password field of a form body ("" when none parses).
+func passwordIn(body string) string {
+	vals, err := url.ParseQuery(body)
+	if err != nil {
+		return ""
+	}
+	return vals.Get("password")
 }

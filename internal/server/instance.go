@@ -115,8 +115,10 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}, db, metrics)
 	nodePtr.Store(node)
 	var authz *auth.Authorizer
+	var sessions *auth.Sessions // the web console's logins
 	if sec.secure() {
-		authz = sec.authorizer(node, procs, log)
+		sessions = auth.NewSessions(nil)
+		authz = sec.authorizer(node, procs, sessions, log)
 	}
 	data.attach(node, authz, rpc.call)
 
@@ -138,7 +140,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	defer stopGRPC(srv, log)
 
 	if cfg.HTTPListen != "" || cfg.HTTPListener != nil {
-		api, closeAPI, err := newConsoleAPI(ctx, node, reg, sec, cfg.Advertise, log)
+		api, closeAPI, err := newConsoleAPI(ctx, node, reg, sec, sessions, cfg.Advertise, log)
 		if err != nil {
 			return err
 		}

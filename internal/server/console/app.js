@@ -557,10 +557,14 @@ async function start() {
     if (e.status !== 404) $("#who").textContent = e.message;
   }
   if (session.user) {
-    $("#who").textContent = `${session.user} (${session.role})`;
-    const f = $("#logout");
-    f.hidden = false;
-    f.querySelector("[name=csrf]").value = session.csrf;
+    $("#who").textContent = `${session.user} (${session.role || "no role"})`;
+  }
+  if (session.csrf) {
+    const b = $("#logout");
+    b.hidden = false;
+    b.addEventListener("click", async () => {
+      try { await request("POST", "/logout"); } finally { location.href = "/login"; }
+    });
   }
   window.addEventListener("hashchange", route);
   route();
