@@ -48,7 +48,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		t.Fatalf("replicasets %v: want two of two", members)
 	}
 	expel := slices.Max(members[drain])
-	ctx := browser(t, 1280, 800)
+	ctx := browser(t, 1280, 800, false)
 	base := "http://" + c.insts[0].http
 
 	t.Log("every instance is listed, Online, and the header says the cluster is insecure")

@@ -63,14 +63,16 @@ func chromium(t *testing.T) string {
 }
 
 // browser starts a headless Chromium for the test, with a window of w×h,
-// and returns a tab's context; the browser ends with the test.
-func browser(t *testing.T, w, h int) context.Context {
+// and returns a tab's context; the browser ends with the test. trustAny
+// makes it accept any server certificate: a secure test cluster's CA is
+// made for the test and is in no trust store the browser reads.
+func browser(t *testing.T, w, h int, trustAny bool) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
 		chromedp.WindowSize(w, h),
 		chromedp.NoSandbox, // root in CI containers
-		chromedp.Flag("ignore-certificate-errors", false),
+		chromedp.Flag("ignore-certificate-errors", trustAny),
 		chromedp.UserDataDir(t.TempDir()),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
@@ -109,12 +111,28 @@ func text(ctx context.Context, t *testing.T, sel string) string {
 	return s
 }
 
-// waitJS waits until the JavaScript expression is true.
+// waitJS waits until the JavaScript expression is true, also across a
+// navigation (a form's submit) that ends the page it started on.
 func waitJS(expr string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
-		_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, tg)
-		return err
+		for {
+			_, err := chromedp.Poll[bool](expr, chromedp.WithPollingInterval(100*time.Millisecond), chromedp.WithPollingTimeout(0))(ctx, tg)
+			if err == nil || ctx.Err() != nil || !navigated(err) {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
 	})
+}
+
+// navigated reports whether err is the page's going away under a script.
+func navigated(err error) bool {
+	for _, s := range []string{"navigated or closed", "Not attached to an active page", "Cannot find context", "Execution context was destroyed"} {
+		if strings.Contains(err.Error(), s) {
+			return true
+		}
+	}
+	return false
 }
 
 // shot saves a screenshot of the page to SHARDKIT_TEST_SCREENSHOTS (a
@@ -198,9 +216,20 @@ func (c *cluster) inst(name string) *instance {
 }
 
 // cli runs a client command of the binary against the cluster.
-func (c *cluster) cli(args ...string) (string, error) {
-	args = append(append(args, "--peer", c.peer), c.extra...)
+func (c *cluster) cli(args ...string) (string, error) { return c.cliIn("", args...) }
+
+// run runs the binary with args as they are (no --peer).
+func (c *cluster) run(args ...string) (string, error) {
 	out, err := exec.Command(binary, args...).CombinedOutput()
+	return string(out), err
+}
+
+// cliIn runs a client command with stdin.
+func (c *cluster) cliIn(stdin string, args ...string) (string, error) {
+	args = append(append(args, "--peer", c.peer), c.extra...)
+	cmd := exec.Command(binary, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return string(out), fmt.Errorf("shardkit %s: %w: %s", strings.Join(args, " "), err, out)
 	}
