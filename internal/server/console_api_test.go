@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -337,4 +338,105 @@ func TestConsoleEventsAndMetrics(t *testing.T) {
 		}
 		return fmt.Errorf("no sample shows a write: %+v", m)
 	})
+}
+
+// On an instance that is not group 0's leader, an operation is forwarded
+// to the leader (as the gRPC call is) and a key's tuple is read from the
+// replicaset that holds it.
+func TestConsoleAPIForwards(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	var addrs, https []string
+	var liss, hliss []net.Listener
+	for range 2 {
+		l, a := servertest.Listen(t)
+		hl, ha := servertest.Listen(t)
+		addrs, liss, https, hliss = append(addrs, a), append(liss, l), append(https, "http://"+ha), append(hliss, hl)
+	}
+	for i := range 2 {
+		servertest.Run(t, server.InstanceConfig{Listener: liss[i], HTTPListener: hliss[i], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second,
+			ShutdownTimeout: 5 * time.Second, InitBucketCount: 30})
+	}
+	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	pollOK(t, "two replicasets, each with a leader", func() error {
+		rb, err := c.Sharding().Status(ctx)
+		if err != nil {
+			return err
+		}
+		if n := len(rb.GetReplicasets()); n != 2 {
+			return fmt.Errorf("%d replicasets", n)
+		}
+		for _, r := range rb.GetReplicasets() {
+			if !r.GetAvailable() || r.GetBuckets() != r.GetTarget() {
+				return fmt.Errorf("replicaset %v", r)
+			}
+		}
+		return nil
+	})
+	pollOK(t, "the space and its rows", func() error {
+		if _, err := c.CreateSpace(ctx, client.SpaceDef{Name: "kv", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
+			PrimaryKey: []string{"k"}}, true); err != nil {
+			return err
+		}
+		for k := range uint64(10) {
+			if _, err := c.Space("kv").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.String("v")}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var st struct {
+		LeaderRaftID uint64 `json:"leader_raft_id"`
+		Instances    []struct {
+			RaftID      uint64 `json:"raft_id"`
+			HTTPAddress string `json:"http_address"`
+		} `json:"instances"`
+	}
+	if code, body := call(t, "GET", https[0]+"/api/v1/cluster", "", &st); code != 200 {
+		t.Fatalf("status: %d %s", code, body)
+	}
+	var follower string
+	for _, in := range st.Instances {
+		if in.RaftID != st.LeaderRaftID {
+			follower = "http://" + in.HTTPAddress
+		}
+	}
+	if follower == "" {
+		t.Fatalf("no follower in %+v", st)
+	}
+	rb, err := c.Sharding().Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := rb.GetReplicasets()[0].GetReplicasetId()
+	if code, body := call(t, "POST", follower+"/api/v1/replicasets/"+rs+"/weight", `{"weight": 5}`, nil); code != 200 {
+		t.Fatalf("set weight on a follower: %d %s", code, body)
+	}
+	pollOK(t, "the weight", func() error {
+		rb, err := c.Sharding().Status(ctx)
+		if err != nil {
+			return err
+		}
+		for _, r := range rb.GetReplicasets() {
+			if r.GetReplicasetId() == rs && r.GetWeight() != 5 {
+				return fmt.Errorf("weight %d", r.GetWeight())
+			}
+		}
+		return nil
+	})
+	// Every key, read through each instance, whichever replicaset holds it.
+	for _, base := range https {
+		for k := range 10 {
+			var got struct {
+				Found bool `json:"found"`
+			}
+			if code, body := call(t, "GET", fmt.Sprintf("%s/api/v1/spaces/kv/tuple?key=[%d]", base, k), "", &got); code != 200 || !got.Found {
+				t.Errorf("key %d through %s: %d %s", k, base, code, body)
+			}
+		}
+	}
 }
