@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -438,5 +440,43 @@ func TestConsoleAPIForwards(t *testing.T) {
 				t.Errorf("key %d through %s: %d %s", k, base, code, body)
 			}
 		}
+	}
+}
+
+// An instance with a console's event stream open stops without waiting
+// for the stream: the stream ends when the HTTP server shuts down.
+func TestConsoleEventsEndAtShutdown(t *testing.T) {
+	lis, _ := servertest.Listen(t)
+	hlis, haddr := servertest.Listen(t)
+	logs := &syncBuffer{}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- server.RunInstance(ctx, server.InstanceConfig{Listener: lis, HTTPListener: hlis, DataDir: t.TempDir(),
+			ShutdownTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(logs, nil))}, "boot")
+	}()
+	var body io.ReadCloser
+	pollOK(t, "the event stream", func() error {
+		resp, err := http.Get("http://" + haddr + "/api/v1/events") //nolint:bodyclose // closed below, once read
+		if err == nil {
+			body = resp.Body
+		}
+		return err
+	})
+	defer body.Close()
+	if _, err := bufio.NewReader(body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil && !errors.Is(err, context.Canceled) { // stopped while it booted
+			t.Errorf("the instance ended with %v", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the instance did not stop")
+	}
+	if strings.Contains(logs.String(), "HTTP server did not stop gracefully") {
+		t.Errorf("the event stream held the HTTP server's stop:\n%s", logs.String())
 	}
 }

@@ -212,6 +212,11 @@ func startHTTP(addr string, lis net.Listener, h http.Handler, sec *security) (*h
 		}
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// Requests that last (the console's event streams) end when the
+	// server shuts down, rather than holding its graceful stop.
+	base, cancel := context.WithCancel(context.Background())
+	hs.BaseContext = func(net.Listener) context.Context { return base }
+	hs.RegisterOnShutdown(cancel)
 	if sec.secure() {
 		// HTTPS with the node certificate; a client certificate is asked
 		// for and checked by the handler (security.httpHandler).
