@@ -492,6 +492,9 @@ func parseBucket(s string, count uint32) (uint32, error) {
 	return uint32(n), nil
 }
 
+// maxScanCalls bounds the Range calls of one scan page.
+const maxScanCalls = 64
+
 type pageView struct {
 	Space     string       `json:"space"`
 	Tuples    []tupleView  `json:"tuples"`
@@ -554,26 +557,39 @@ func (a *consoleAPI) page(w http.ResponseWriter, r *http.Request, scan bool) {
 		fail(w, err)
 		return
 	}
-	resp, err := dc.Range(ctx, &datav1.RangeRequest{Space: sp.Name, Bucket: bucket, After: after, Limit: limit, Mode: mode, Scan: scan})
-	if err != nil {
-		fail(w, err)
-		return
-	}
-	out := pageView{Space: sp.Name, Tuples: []tupleView{}, More: resp.GetMore(), Info: viewInfo(resp.GetInfo())}
+	// A scan's call stops at the end of the run of buckets active on one
+	// replicaset, so it may return few tuples, or none, with more to
+	// come: calls follow each other until the page is full, the space
+	// ends, or maxScanCalls were made.
+	out := pageView{Space: sp.Name, Tuples: []tupleView{}}
+	var resp *datav1.RangeResponse
 	var last []byte
-	for _, vt := range resp.GetTuples() {
-		tb := vt.GetBucket()
-		if tb == 0 {
-			tb = bucket
-		}
-		tv, err := viewTuple(vt.GetTuple(), vt.GetVersion(), tb)
+	for calls := 0; ; calls++ {
+		resp, err = dc.Range(ctx, &datav1.RangeRequest{Space: sp.Name, Bucket: bucket, After: after,
+			Limit: limit - uint32(len(out.Tuples)), Mode: mode, Scan: scan})
 		if err != nil {
 			fail(w, err)
 			return
 		}
-		out.Tuples = append(out.Tuples, tv)
-		last = vt.GetTuple()
+		for _, vt := range resp.GetTuples() {
+			tb := vt.GetBucket()
+			if tb == 0 {
+				tb = bucket
+			}
+			tv, err := viewTuple(vt.GetTuple(), vt.GetVersion(), tb)
+			if err != nil {
+				fail(w, err)
+				return
+			}
+			out.Tuples = append(out.Tuples, tv)
+			last = vt.GetTuple()
+		}
+		if !scan || !resp.GetMore() || len(out.Tuples) >= int(limit) || calls+1 >= maxScanCalls {
+			break
+		}
+		bucket, after = resp.GetNextBucket(), resp.GetNextAfter()
 	}
+	out.More, out.Info = resp.GetMore(), viewInfo(resp.GetInfo())
 	switch {
 	case scan && resp.GetMore():
 		out.Next = resp.GetNextBucket()

@@ -430,6 +430,14 @@ func TestConsoleAPIForwards(t *testing.T) {
 		}
 		return nil
 	})
+	// A scan page goes on across the replicasets until it is full.
+	var p struct {
+		Tuples []json.RawMessage `json:"tuples"`
+		More   bool              `json:"more"`
+	}
+	if code, body := call(t, "GET", https[0]+"/api/v1/spaces/kv/scan?limit=100", "", &p); code != 200 || len(p.Tuples) != 10 || p.More {
+		t.Errorf("a scan of both replicasets: %d %s", code, body)
+	}
 	// Every key, read through each instance, whichever replicaset holds it.
 	for _, base := range https {
 		for k := range 10 {

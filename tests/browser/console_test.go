@@ -20,6 +20,7 @@ func sel(format string, args ...any) string { return fmt.Sprintf(format, args...
 // instance, marks a killed one Offline, and marks itself stale when the
 // instance serving it loses the cluster.
 func TestConsoleInABrowser(t *testing.T) {
+	chromium(t) // before the cluster: without a browser, fail at once
 	c := startCluster(t, 4, "--init-replication-factor", "2", "--init-bucket-count", "300", "--auto-offline-timeout", "3s")
 	st := c.online(90 * time.Second)
 	if _, err := c.cli("space", "create", "kv", "--field", "k:unsigned", "--field", "v:string", "--primary", "k"); err != nil {
@@ -72,7 +73,7 @@ func TestConsoleInABrowser(t *testing.T) {
 		waitJS(`document.querySelectorAll('#grid div[data-rs]').length === 300`),
 		waitJS(fits))
 	shot(ctx, t, "console-phone")
-	run(ctx, t, 10*time.Second, "the viewport back to 1280×800", chromedp.ResetViewport())
+	run(ctx, t, 10*time.Second, "the viewport back to 1280×800", chromedp.EmulateViewport(1280, 800))
 
 	t.Log("a key lookup finds the tuple written from the CLI")
 	run(ctx, t, 30*time.Second, "the key lookup",
@@ -85,6 +86,9 @@ func TestConsoleInABrowser(t *testing.T) {
 	if got := text(ctx, t, "#lookup-out .tuple"); got != `[42,"from the CLI"]` {
 		t.Errorf("the lookup shows %q", got)
 	}
+	run(ctx, t, 30*time.Second, "a page of the space",
+		chromedp.Click(chromedp.CSS(`#browse button[type="submit"]`)),
+		waitJS(`[...document.querySelectorAll('#browse-out tbody code')].some((c) => c.textContent === '[42,"from the CLI"]')`))
 	shot(ctx, t, "console-spaces")
 
 	t.Log("a refused operation shows the server's message")

@@ -13,6 +13,7 @@ import (
 // refused; a reader logged in sees the cluster, and every operation it
 // tries is refused with the server's message.
 func TestSecureConsoleInABrowser(t *testing.T) {
+	chromium(t) // before the cluster: without a browser, fail at once
 	dir := filepath.Join(t.TempDir(), "certs")
 	c := &cluster{t: t}
 	for _, args := range [][]string{

@@ -499,7 +499,9 @@ async function browse(cursor) {
   try {
     const r = await get(`/api/v1/spaces/${encodeURIComponent(space)}/${kind}?${q}`);
     tb.replaceChildren(...r.tuples.map((t) => el("tr", {}, el("td", { text: t.bucket }), el("td", { text: t.version }), el("td", {}, el("code", { text: JSON.stringify(t.tuple) })))));
-    if (!r.tuples.length) tb.append(el("tr", {}, el("td", { colspan: 3, text: "No tuples." })));
+    if (!r.tuples.length) {
+      tb.append(el("tr", {}, el("td", { colspan: 3, text: r.more ? `No tuples before bucket ${r.next_bucket}; the next page goes on from there.` : "No tuples." })));
+    }
     browseNext = r.more ? { bucket: r.next_bucket, after: r.next_after } : null;
     $("#browse-next").disabled = !browseNext;
     done("browse");
