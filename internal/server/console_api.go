@@ -84,6 +84,7 @@ func (a *consoleAPI) register(mux *http.ServeMux) {
 	mux.HandleFunc("GET /api/v1/rebalance", a.rebalance)
 	mux.HandleFunc("GET /api/v1/metrics", a.metricsOne)
 	mux.HandleFunc("GET /api/v1/metrics/cluster", a.metricsAll)
+	mux.HandleFunc("GET /api/v1/health/cluster", a.healthAll)
 	mux.HandleFunc("GET /api/v1/events", a.events)
 	mux.HandleFunc("POST /api/v1/instances/{id}/expel", jsonOnly(a.expel))
 	mux.HandleFunc("POST /api/v1/replicasets/{id}/weight", jsonOnly(a.setWeight))

@@ -430,6 +430,22 @@ func TestConsoleAPIForwards(t *testing.T) {
 		}
 		return nil
 	})
+	var health struct {
+		Instances []struct {
+			InstanceID string `json:"instance_id"`
+			Ready      bool   `json:"ready"`
+			Reason     string `json:"reason"`
+		} `json:"instances"`
+	}
+	pollOK(t, "both ready, as each says", func() error {
+		if code, body := call(t, "GET", follower+"/api/v1/health/cluster", "", &health); code != 200 {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		if len(health.Instances) != 2 || !health.Instances[0].Ready || !health.Instances[1].Ready {
+			return fmt.Errorf("%+v", health)
+		}
+		return nil
+	})
 	// A scan page goes on across the replicasets until it is full.
 	var p struct {
 		Tuples []json.RawMessage `json:"tuples"`

@@ -223,26 +223,31 @@ func newPeerMetrics(tlsConf *tls.Config) *peerMetrics {
 	return p
 }
 
-func (p *peerMetrics) fetch(ctx context.Context, id, addr string) metricsView {
-	v := metricsView{InstanceID: id, IntervalMs: sampleEvery.Milliseconds(), Samples: []metricSample{}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+"://"+addr+"/api/v1/metrics", nil)
+// get reads path from the instance whose HTTP port is addr: the status
+// code and the body (at most 1 MiB).
+func (p *peerMetrics) get(ctx context.Context, addr, path string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.scheme+"://"+addr+path, nil)
 	if err != nil {
-		v.Error = err.Error()
-		return v
+		return 0, nil, err
 	}
 	resp, err := p.client.Do(req)
 	if err != nil {
-		v.Error = err.Error()
-		return v
+		return 0, nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return resp.StatusCode, body, err
+}
+
+func (p *peerMetrics) fetch(ctx context.Context, id, addr string) metricsView {
+	v := metricsView{InstanceID: id, IntervalMs: sampleEvery.Milliseconds(), Samples: []metricSample{}}
+	code, body, err := p.get(ctx, addr, "/api/v1/metrics")
 	if err != nil {
 		v.Error = err.Error()
 		return v
 	}
-	if resp.StatusCode != http.StatusOK {
-		v.Error = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(body)))
+	if code != http.StatusOK {
+		v.Error = fmt.Sprintf("HTTP %d: %s", code, strings.TrimSpace(string(body)))
 		return v
 	}
 	if err := json.Unmarshal(body, &v); err != nil {
@@ -283,6 +288,61 @@ func (a *consoleAPI) metricsAll(w http.ResponseWriter, r *http.Request) {
 				defer wg.Done()
 				out[i] = a.peers.fetch(ctx, in.InstanceID, in.HTTPAddress)
 			}()
+		}
+	}
+	wg.Wait()
+	writeJSON(w, http.StatusOK, map[string]any{"instances": out})
+}
+
+// healthView is one instance's readiness, as its /health/ready says.
+type healthView struct {
+	InstanceID string `json:"instance_id"`
+	Ready      bool   `json:"ready"`
+	// Reason says why it is not ready (its own words), or why it could
+	// not be asked.
+	Reason string `json:"reason,omitempty"`
+}
+
+// healthAll is /api/v1/health/cluster: every instance's /health/ready
+// (this instance's own answer, the others' from their HTTP ports).
+func (a *consoleAPI) healthAll(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := a.callCtx(r, 3*time.Second)
+	defer cancel()
+	cc, _, _, err := a.clients()
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	st, err := cc.GetStatus(ctx, &clusterv1.GetStatusRequest{})
+	if err != nil {
+		fail(w, err)
+		return
+	}
+	self := selfID(a.node)
+	ins := statusview.FromProto(st, false).Instances
+	out := make([]healthView, len(ins))
+	var wg sync.WaitGroup
+	for i, in := range ins {
+		out[i].InstanceID = in.InstanceID
+		switch {
+		case in.InstanceID == self:
+			why := notReady(a.node)
+			out[i].Ready, out[i].Reason = why == "", why
+		case in.HTTPAddress == "":
+			out[i].Reason = "it serves no HTTP port (--http-listen)"
+		default:
+			wg.Go(func() {
+				code, body, err := a.peers.get(ctx, in.HTTPAddress, "/health/ready")
+				var h struct{ Status, Reason string }
+				switch {
+				case err != nil:
+					out[i].Reason = "does not answer: " + err.Error()
+				case json.Unmarshal(body, &h) != nil:
+					out[i].Reason = fmt.Sprintf("HTTP %d: %s", code, strings.TrimSpace(string(body)))
+				default:
+					out[i].Ready, out[i].Reason = code == http.StatusOK && h.Status == "ready", h.Reason
+				}
+			})
 		}
 	}
 	wg.Wait()

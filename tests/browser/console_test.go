@@ -57,9 +57,14 @@ func TestConsoleInABrowser(t *testing.T) {
 		chromedp.Navigate(base+"/#/cluster"),
 		waitJS(`document.querySelectorAll('#instances tr[data-grade="Online"]').length === 4`),
 		waitJS(`document.querySelector('#security').textContent === 'insecure cluster'`))
+	run(ctx, t, 30*time.Second, "every instance's health",
+		waitJS(`document.querySelectorAll('#instances td.health.ok').length === 4`))
 	for _, in := range []string{"i1", "i2", "i3", "i4"} {
 		if got := text(ctx, t, sel(`#instances tr[data-instance=%q] .current`, in)); !strings.HasPrefix(got, "Online") {
 			t.Errorf("%s is shown %q", in, got)
+		}
+		if got := text(ctx, t, sel(`#instances tr[data-instance=%q] .health`, in)); got != "ready" {
+			t.Errorf("%s's health is shown %q", in, got)
 		}
 	}
 	shot(ctx, t, "console-cluster")
@@ -150,7 +155,8 @@ func TestConsoleInABrowser(t *testing.T) {
 	t.Logf("a killed instance (%s) is marked Offline", killed)
 	c.inst(killed).Kill()
 	run(ctx, t, 30*time.Second, "the killed instance Offline",
-		waitJS(sel(`!!document.querySelector('#instances tr[data-instance=%q][data-grade="Offline"]')`, killed)))
+		waitJS(sel(`!!document.querySelector('#instances tr[data-instance=%q][data-grade="Offline"]')`, killed)),
+		waitJS(sel(`document.querySelector('#instances tr[data-instance=%q] .health').textContent.startsWith('not ready: does not answer')`, killed)))
 	shot(ctx, t, "console-offline")
 
 	// The drained replicaset's other member serves the console; when i1

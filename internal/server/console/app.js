@@ -91,6 +91,7 @@ function route() {
 }
 
 function refreshPage() {
+  if (page === "cluster") loadHealth();
   if (page === "buckets") loadBuckets();
   if (page === "spaces") loadSpaces();
   if (page === "metrics") loadMetrics();
@@ -155,7 +156,7 @@ function renderCluster(ev) {
 
   // Rebuild the tables only when what they show changed: a row under the
   // pointer or the keyboard's focus stays put between events.
-  const shown = JSON.stringify([status.instances, status.replicasets, status.leader_raft_id, [...balance.values()].map((b) => b.locked)]);
+  const shown = JSON.stringify([status.instances, status.replicasets, status.leader_raft_id, [...balance.values()].map((b) => b.locked), [...health]]);
   if (shown === renderCluster.shown) return;
   renderCluster.shown = shown;
 
@@ -172,6 +173,7 @@ function renderCluster(ev) {
       el("td", { class: "target" }, grade(i.target_grade)),
       el("td", { text: i.address }),
       el("td", {}, i.http_address ? el("a", { href: location.protocol + "//" + i.http_address + "/", text: i.http_address }) : "–"),
+      healthCell(health.get(i.instance_id)),
       el("td", { text: fd || "–" }),
       el("td", { text: i.target_reason || "" }),
       el("td", {}, i.current_grade.variant === "Expelled" ? null : el("button", {
@@ -200,6 +202,25 @@ function renderCluster(ev) {
   }));
   if (!balance.size && !balanceLoading) loadBuckets();
 }
+
+// ---- health: each instance's /health/ready, asked by the serving one
+
+const health = new Map();
+function healthCell(h) {
+  if (!h) return el("td", { class: "health", text: "?" });
+  return el("td", { class: "health " + (h.ready ? "ok" : "error"), title: h.reason || "", text: h.ready ? "ready" : "not ready: " + h.reason });
+}
+async function loadHealth() {
+  try {
+    const r = await get("/api/v1/health/cluster");
+    health.clear();
+    for (const h of r.instances) health.set(h.instance_id, { ready: h.ready, reason: h.reason || "" });
+  } catch {
+    health.clear(); // shown as "?": the status line and the stale mark say why
+  }
+  if (status) renderCluster();
+}
+setInterval(() => { if (page === "cluster" && !document.hidden) loadHealth(); }, 5000);
 
 // ---- operations behind a confirmation
 
