@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -13,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"crypto/tls"
-
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -24,10 +23,9 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/shardkit/shardkit/api/rpccodec"
-
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -243,7 +241,7 @@ type spaceView struct {
 	PrimaryKey  []string      `json:"primary_key"`
 	ShardingKey []string      `json:"sharding_key"`
 	Schema      uint64        `json:"schema_version"`
-	compiled    *schema.Space `json:"-"`
+	compiled    *schema.Space // for the key's checks and bucket
 }
 
 type fieldView struct {
