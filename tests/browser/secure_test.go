@@ -10,8 +10,9 @@ import (
 )
 
 // On a secure cluster the console needs a login: a wrong password is
-// refused; a reader logged in sees the cluster, and every operation it
-// tries is refused with the server's message.
+// refused; a reader logged in sees the cluster (and the grid of the
+// default 3000 buckets), and every operation it tries is refused with the
+// server's message.
 func TestSecureConsoleInABrowser(t *testing.T) {
 	chromium(t) // before the cluster: without a browser, fail at once
 	dir := filepath.Join(t.TempDir(), "certs")
@@ -25,7 +26,7 @@ func TestSecureConsoleInABrowser(t *testing.T) {
 			t.Fatalf("%v: %s", err, out)
 		}
 	}
-	c = startCluster(t, 1, "--certs-dir", dir, "--init-bucket-count", "300")
+	c = startCluster(t, 1, "--certs-dir", dir) // the default 3000 buckets
 	c.extra = []string{"--certs-dir", dir}
 	c.online(60 * time.Second)
 	if _, err := c.cliIn("rita's secret 1\n", "user", "create", "rita", "--role", "reader", "--password-stdin"); err != nil {
@@ -78,8 +79,11 @@ func TestSecureConsoleInABrowser(t *testing.T) {
 		}
 		run(ctx, t, 10*time.Second, "closing the dialog", chromedp.Click(chromedp.CSS("#confirm-cancel")))
 	}
-	run(ctx, t, 30*time.Second, "the reshard plan",
+	run(ctx, t, 30*time.Second, "the bucket grid",
 		chromedp.Navigate(base+"/#/buckets"),
+		waitJS(`document.querySelectorAll('#grid div[data-rs="r1"]').length === 3000`))
+	shot(ctx, t, "console-buckets-3000")
+	run(ctx, t, 30*time.Second, "the reshard plan",
 		chromedp.Click(chromedp.CSS(`#reshard button[data-step="plan"]`)),
 		chromedp.Click(chromedp.CSS("#confirm-ok")),
 		waitJS(`document.querySelector('#confirm-result').className === 'error'`))
