@@ -58,6 +58,28 @@ func (c *Client) CreateUser(ctx context.Context, name, role string) error {
 	})
 }
 
+// CreateUserWithPassword adds a user with a role and a password for the
+// web console's login (the group-0 leader stores only its hash).
+func (c *Client) CreateUserWithPassword(ctx context.Context, name, role, password string) error {
+	r, err := ParseRole(role)
+	if err != nil {
+		return err
+	}
+	return c.invoke(ctx, "create user", callOptions{}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		_, err := clusterService(conn).CreateUser(ctx, &clusterv1.CreateUserRequest{User: &clusterv1.User{Name: name, Role: r}, Password: password}, opts...)
+		return err
+	})
+}
+
+// SetUserPassword sets a user's password for the web console's login;
+// an empty one removes it.
+func (c *Client) SetUserPassword(ctx context.Context, name, password string) error {
+	return c.invoke(ctx, "set user password", callOptions{idempotent: true}, func(ctx context.Context, conn *grpc.ClientConn, opts ...grpc.CallOption) error {
+		_, err := clusterService(conn).SetUserPassword(ctx, &clusterv1.SetUserPasswordRequest{Name: name, Password: password}, opts...)
+		return err
+	})
+}
+
 // DropUser removes a user (root cannot be dropped). Its certificate
 // stays valid until it expires, but the cluster refuses it every call.
 func (c *Client) DropUser(ctx context.Context, name string) error {

@@ -11,6 +11,10 @@
 #                               install etcd and etcdctl (Debian's etcd-server
 #                               and etcd-client) if missing, for
 #                               scripts/bench-vs-etcd.sh; starts nothing
+#   scripts/services.sh install-chromium
+#                               install Chromium (Debian's chromium) if missing,
+#                               for the web console's browser tests
+#                               (tests/browser); starts nothing
 #
 # The servers are ordinary background daemons (no systemd), listening on
 # 127.0.0.1 only, each with its data and its log under one root directory:
@@ -523,6 +527,22 @@ status_all() {
   return "$bad"
 }
 
+# install_chromium installs the headless browser of tests/browser, which
+# finds it on PATH (or in SHARDKIT_CHROMIUM).
+install_chromium() {
+  local b
+  for b in chromium chromium-browser google-chrome; do
+    if command -v "$b" >/dev/null; then
+      log "chromium: $(command -v "$b") ($("$b" --version 2>/dev/null | head -n1))"
+      return 0
+    fi
+  done
+  lock
+  apt_install chromium
+  command -v chromium >/dev/null || die "chromium not found after installing it"
+  log "chromium: $(command -v chromium) ($(chromium --version 2>/dev/null | head -n1))"
+}
+
 case ${1:-} in
 env)
   exec 3>&1 1>&2 # only the export lines go to the real stdout
@@ -535,6 +555,7 @@ start)
 stop) stop_all ;;
 status) status_all ;;
 install-etcd) install_etcd ;;
+install-chromium) install_chromium ;;
 -h | --help | help) usage ;;
 *) usage ;;
 esac

@@ -42,6 +42,11 @@ type Config struct {
 	Now func() time.Time
 	// Logger gets one line per refusal (discarded when nil).
 	Logger *slog.Logger
+	// Sessions, when set, admits the web console's password logins over
+	// HTTPS (HTTP), and PasswordHash returns a user's password hash now
+	// ("" for none): a session ends when it changes.
+	Sessions     *Sessions
+	PasswordHash func(user string) string
 }
 
 // Authorizer checks every call of a secure instance. Make it with New.
@@ -282,9 +287,14 @@ type stream struct {
 func (s *stream) Context() context.Context { return s.ctx }
 
 // HTTP guards an HTTP handler served over TLS: every request needs a
-// client certificate of an instance or of a user with at least role
-// reader to read (GET, HEAD) and admin for anything else, except the paths open says are open
-// (health probes, when the instance is told so).
+// client certificate of an instance or of a user, or the session cookie of
+// a user's password login (Config.Sessions), except on the paths open says
+// are open (health probes when the instance is told so, the login page).
+// A user needs role reader to read (GET, HEAD) and admin for anything
+// else, and for the runtime profiles; the API's requests (APIPrefix) need
+// a known user only, as each is a gRPC call made for the user, which the
+// method table checks. A session's request that changes something must
+// carry the session's CSRF token in CSRFHeader.
 func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if open != nil && open(r.URL.Path) {
@@ -295,30 +305,100 @@ func (a *Authorizer) HTTP(next http.Handler, open func(path string) bool) http.H
 			http.Error(w, "this instance requires HTTPS with a client certificate", http.StatusUnauthorized)
 			return
 		}
-		v := a.identifyChain(r.TLS.PeerCertificates)
-		if v.err != nil {
-			a.log.Warn("HTTP request refused: the caller did not authenticate", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "err", v.log)
-			http.Error(w, status.Convert(v.err).Message(), http.StatusUnauthorized)
-			return
-		}
-		id := v.id
-		if !id.Node {
-			// Reading needs role reader; anything else (the failpoints of
-			// test builds change an instance) needs admin, and so do the
-			// runtime profiles (they show the instance's insides).
-			need, what := Reader, "read"
-			switch {
-			case r.Method != http.MethodGet && r.Method != http.MethodHead:
-				need, what = Admin, "change"
-			case strings.HasPrefix(r.URL.Path, "/debug/pprof/"):
-				need = Admin
-			}
-			if why := a.roleRefusal(id.User, what+" "+r.URL.Path, need); why != "" {
-				a.log.Info("HTTP request refused", "user", id.User, "method", r.Method, "path", r.URL.Path, "err", why)
-				http.Error(w, why, http.StatusForbidden)
+		var user string
+		switch sess, ok := a.session(r); {
+		case len(r.TLS.PeerCertificates) == 0 && ok:
+			user = sess.User
+			if r.Method != http.MethodGet && r.Method != http.MethodHead && !SameToken(r.Header.Get(CSRFHeader), sess.CSRF) {
+				a.log.Warn("HTTP request refused: no valid CSRF token", "user", user, "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path)
+				http.Error(w, "the request carries no valid CSRF token ("+CSRFHeader+"): reload the console and try again", http.StatusForbidden)
 				return
 			}
+		case len(r.TLS.PeerCertificates) == 0 && a.cfg.Sessions != nil:
+			if r.Method == http.MethodGet && (r.URL.Path == "/" || r.URL.Path == "/index.html") {
+				http.Redirect(w, r, "/login", http.StatusSeeOther)
+				return
+			}
+			http.Error(w, "not logged in: log in to the web console at /login, or present a client certificate (this cluster requires one of them)", http.StatusUnauthorized)
+			return
+		default:
+			v := a.identifyChain(r.TLS.PeerCertificates)
+			if v.err != nil {
+				a.log.Warn("HTTP request refused: the caller did not authenticate", "remote", r.RemoteAddr, "method", r.Method, "path", r.URL.Path, "err", v.log)
+				http.Error(w, status.Convert(v.err).Message(), http.StatusUnauthorized)
+				return
+			}
+			if v.id.Node {
+				next.ServeHTTP(w, r)
+				return
+			}
+			user = v.id.User
 		}
-		next.ServeHTTP(w, r)
+		// Reading needs role reader; anything else (the failpoints of
+		// test builds change an instance) needs admin, and so do the
+		// runtime profiles (they show the instance's insides).
+		need, what := Reader, "read"
+		switch {
+		case strings.HasPrefix(r.URL.Path, APIPrefix):
+			// The API's operations are gRPC calls made for the user
+			// (UserHeader), which the method table checks: a reader may
+			// reach them, and is refused by that check in the words a
+			// gRPC caller gets.
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			need, what = Admin, "change"
+		case strings.HasPrefix(r.URL.Path, "/debug/pprof/"):
+			need = Admin
+		}
+		if why := a.roleRefusal(user, what+" "+r.URL.Path, need); why != "" {
+			a.log.Info("HTTP request refused", "user", user, "method", r.Method, "path", r.URL.Path, "err", why)
+			http.Error(w, why, http.StatusForbidden)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(WithHTTPUser(r.Context(), user)))
 	})
+}
+
+// session is the live session r's cookie names, if any.
+func (a *Authorizer) session(r *http.Request) (Session, bool) {
+	if a.cfg.Sessions == nil {
+		return Session{}, false
+	}
+	id := SessionID(r)
+	if id == "" {
+		return Session{}, false
+	}
+	var hash string
+	if a.cfg.PasswordHash != nil {
+		hash = a.cfg.PasswordHash(a.peekSessionUser(id))
+	}
+	return a.cfg.Sessions.Get(id, hash)
+}
+
+// peekSessionUser is the user of session id ("" for none), to look up
+// the user's password hash now.
+func (a *Authorizer) peekSessionUser(id string) string {
+	s := a.cfg.Sessions
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id].User
+}
+
+// APIPrefix is the path of the HTTP API whose requests are made as gRPC
+// calls checked for the user (see HTTP).
+const APIPrefix = "/api/v1/"
+
+type httpUserKey struct{}
+
+// WithHTTPUser records in an HTTP request's context the user it was
+// authenticated as.
+func WithHTTPUser(ctx context.Context, user string) context.Context {
+	return context.WithValue(ctx, httpUserKey{}, user)
+}
+
+// HTTPUser is the user an HTTP request was authenticated as: "" for an
+// instance's node certificate, or when the request was not authenticated
+// (a plaintext instance).
+func HTTPUser(ctx context.Context) string {
+	u, _ := ctx.Value(httpUserKey{}).(string)
+	return u
 }

@@ -173,7 +173,7 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 	if err := certs.CreateCA(dir, certs.Options{}); err != nil {
 		t.Fatal(err)
 	}
-	for _, u := range []string{"rita", "ada"} {
+	for _, u := range []string{"rita", "ada", "nobody"} {
 		if err := certs.CreateClient(dir, u, certs.Options{}); err != nil {
 			t.Fatal(err)
 		}
@@ -184,7 +184,12 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 	}
 	roles := map[string]auth.Role{"rita": auth.Reader, "ada": auth.Admin}
 	a := auth.New(auth.Config{CA: ca, UserRole: func(n string) (auth.Role, bool) { r, ok := roles[n]; return r, ok }})
-	h := a.HTTP(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }), nil)
+	h := a.HTTP(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := auth.HTTPUser(r.Context()); u == "" {
+			t.Errorf("%s %s reached the handler with no user", r.Method, r.URL.Path)
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}), nil)
 	for _, tc := range []struct {
 		user, method, path string
 		code               int
@@ -196,6 +201,10 @@ func TestHTTPChangesNeedAdmin(t *testing.T) {
 		{"rita", http.MethodGet, "/metrics", http.StatusNoContent},
 		{"rita", http.MethodGet, "/debug/pprof/heap", http.StatusForbidden},
 		{"ada", http.MethodGet, "/debug/pprof/heap", http.StatusNoContent},
+		// The API's operations reach the handler, which makes them as gRPC
+		// calls for the user: the method table refuses there.
+		{"rita", http.MethodPost, "/api/v1/replicasets/r1/weight", http.StatusNoContent},
+		{"nobody", http.MethodPost, "/api/v1/replicasets/r1/weight", http.StatusForbidden},
 	} {
 		req := httptest.NewRequest(tc.method, "https://x"+tc.path, nil)
 		req.TLS = &tls.ConnectionState{PeerCertificates: chainOf(t, dir, "client."+tc.user+".crt")}

@@ -82,6 +82,7 @@ var methods = map[string]Method{
 	clusterv1.ClusterService_DropUser_FullMethodName:               {Role: Admin, Leader: true},
 	clusterv1.ClusterService_SetUserRole_FullMethodName:            {Role: Admin, Leader: true},
 	clusterv1.ClusterService_ListUsers_FullMethodName:              {Role: Admin, Leader: true},
+	clusterv1.ClusterService_SetUserPassword_FullMethodName:        {Role: Admin, Leader: true},
 
 	// Data.
 	datav1.DataService_Write_FullMethodName:       {Role: Writer},

@@ -93,7 +93,7 @@ func runSettings() []runSetting {
 				c.InitBucketCount = n
 				return err
 			}},
-		{name: "http-listen", typ: "host:port", usage: "HTTP address for /metrics, /health/* and /api/v1/* (off when empty)",
+		{name: "http-listen", typ: "host:port", usage: "HTTP address for the web console (/), /api/v1/*, /metrics and /health/* (off when empty; docs/console.md)",
 			apply: func(c *server.InstanceConfig, v string) error {
 				if v == "" {
 					c.HTTPListen = ""

@@ -1,8 +1,12 @@
 package cli
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -27,18 +31,58 @@ rebalancer. root is always admin and cannot be dropped.`,
 		c.Flags().StringVar(r, "role", "", "admin, writer or reader (required)")
 	}
 	var f clusterFlags
-	create := &cobra.Command{Use: "create NAME --role ROLE", Short: "Add a user with a role", Args: cobra.ExactArgs(1)}
+	create := &cobra.Command{Use: "create NAME --role ROLE [--password-stdin]", Short: "Add a user with a role (and a password for the web console)", Args: cobra.ExactArgs(1)}
 	var createRole string
+	var createPw bool
 	role(create, &createRole)
+	create.Flags().BoolVar(&createPw, "password-stdin", false, "read the user's password for the web console's login from the first line of stdin")
 	create.RunE = func(cmd *cobra.Command, args []string) error {
 		if err := checkRole(createRole); err != nil {
 			return err
 		}
-		return f.do(cmd, "create user "+args[0], func(ctx context.Context, cl *client.Client) error {
-			if err := cl.CreateUser(ctx, args[0], createRole); err != nil {
+		var pw string
+		if createPw {
+			var err error
+			if pw, err = readPassword(cmd.InOrStdin()); err != nil {
 				return err
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "user %s created with role %s\n", args[0], createRole)
+		}
+		return f.do(cmd, "create user "+args[0], func(ctx context.Context, cl *client.Client) error {
+			if err := cl.CreateUserWithPassword(ctx, args[0], createRole, pw); err != nil {
+				return err
+			}
+			with := ""
+			if pw != "" {
+				with = " and a password"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "user %s created with role %s%s\n", args[0], createRole, with)
+			return nil
+		})
+	}
+	setPw := &cobra.Command{Use: "set-password NAME --password-stdin | --remove", Short: "Set (or remove) a user's password for the web console", Args: cobra.ExactArgs(1)}
+	var setPwStdin, removePw bool
+	setPw.Flags().BoolVar(&setPwStdin, "password-stdin", false, "read the new password from the first line of stdin")
+	setPw.Flags().BoolVar(&removePw, "remove", false, "remove the user's password: it can no longer log in to the web console")
+	setPw.RunE = func(cmd *cobra.Command, args []string) error {
+		if setPwStdin == removePw {
+			return usagef("give --password-stdin (and the password on stdin) or --remove")
+		}
+		var pw string
+		if setPwStdin {
+			var err error
+			if pw, err = readPassword(cmd.InOrStdin()); err != nil {
+				return err
+			}
+		}
+		return f.do(cmd, "set password of "+args[0], func(ctx context.Context, cl *client.Client) error {
+			if err := cl.SetUserPassword(ctx, args[0], pw); err != nil {
+				return err
+			}
+			if removePw {
+				fmt.Fprintf(cmd.OutOrStdout(), "user %s has no password now\n", args[0])
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "user %s has a new password\n", args[0])
+			}
 			return nil
 		})
 	}
@@ -75,14 +119,18 @@ rebalancer. root is always admin and cannot be dropped.`,
 					return err
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "USER\tROLE")
+				fmt.Fprintln(tw, "USER\tROLE\tPASSWORD")
 				for _, u := range users {
-					fmt.Fprintf(tw, "%s\t%s\n", u.GetName(), client.RoleName(u.GetRole()))
+					pw := "-"
+					if u.GetHasPassword() {
+						pw = "yes"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\n", u.GetName(), client.RoleName(u.GetRole()), pw)
 				}
 				return tw.Flush()
 			})
 		}}
-	for _, c := range []*cobra.Command{create, setRole, drop, list} {
+	for _, c := range []*cobra.Command{create, setPw, setRole, drop, list} {
 		f.register(c.Flags(), 10*time.Second, "how long to wait for the cluster")
 		cmd.AddCommand(c)
 	}
@@ -98,4 +146,19 @@ func checkRole(role string) error {
 		return usagef("invalid --role %q: want admin, writer or reader", role)
 	}
 	return nil
+}
+
+// readPassword reads a password from the first line of r (its line break
+// dropped), as `docker login --password-stdin` does; it is never echoed or
+// logged. What is wrong with it is said by the leader, which hashes it.
+func readPassword(r io.Reader) (string, error) {
+	line, err := bufio.NewReader(io.LimitReader(r, 4096)).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return "", fmt.Errorf("reading the password from stdin: %w", err)
+	}
+	pw := strings.TrimSuffix(strings.TrimSuffix(line, "\n"), "\r")
+	if pw == "" {
+		return "", usagef("--password-stdin: stdin holds no password (give it on the first line)")
+	}
+	return pw, nil
 }

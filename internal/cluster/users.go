@@ -3,7 +3,11 @@ package cluster
 import (
 	"context"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/internal/auth"
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 )
@@ -15,13 +19,31 @@ func apiUser(u *metapb.User) *clusterv1.User {
 	if u == nil {
 		return nil
 	}
-	return &clusterv1.User{Name: u.GetName(), Role: clusterv1.Role(u.GetRole())}
+	return &clusterv1.User{Name: u.GetName(), Role: clusterv1.Role(u.GetRole()), HasPassword: u.GetPasswordHash() != ""}
+}
+
+// hashPassword hashes a password sent for a user (here, on the group-0
+// leader): group 0's log and state get only the hash. The error is an
+// InvalidArgument status that says what is wrong with the password.
+func hashPassword(user, pw string) (string, error) {
+	h, err := auth.HashPassword(pw)
+	if err != nil {
+		return "", status.Errorf(codes.InvalidArgument, "user %q: %v", user, err)
+	}
+	return h, nil
 }
 
 // CreateUser implements clusterv1.ClusterServiceServer (on the group-0 leader).
 func (s *Service) CreateUser(ctx context.Context, req *clusterv1.CreateUserRequest) (*clusterv1.CreateUserResponse, error) {
+	var hash string
+	if req.GetPassword() != "" {
+		var err error
+		if hash, err = hashPassword(req.GetUser().GetName(), req.GetPassword()); err != nil {
+			return nil, err
+		}
+	}
 	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_CreateUser{CreateUser: &metapb.CreateUser{User: &metapb.User{
-		Name: req.GetUser().GetName(), Role: metapb.UserRole(req.GetUser().GetRole()),
+		Name: req.GetUser().GetName(), Role: metapb.UserRole(req.GetUser().GetRole()), PasswordHash: hash,
 	}}}})
 	if err != nil {
 		return nil, err
@@ -46,6 +68,25 @@ func (s *Service) SetUserRole(ctx context.Context, req *clusterv1.SetUserRoleReq
 		return nil, err
 	}
 	return &clusterv1.SetUserRoleResponse{User: apiUser(res.User)}, nil
+}
+
+// SetUserPassword implements clusterv1.ClusterServiceServer (on the group-0
+// leader): the password is hashed here, and only the hash proposed.
+func (s *Service) SetUserPassword(ctx context.Context, req *clusterv1.SetUserPasswordRequest) (*clusterv1.SetUserPasswordResponse, error) {
+	var hash string
+	if req.GetPassword() != "" {
+		var err error
+		if hash, err = hashPassword(req.GetName(), req.GetPassword()); err != nil {
+			return nil, err
+		}
+	}
+	res, err := s.n.metaCall(ctx, &metapb.Command{Op: &metapb.Command_SetUserPassword{SetUserPassword: &metapb.SetUserPassword{
+		Name: req.GetName(), PasswordHash: hash,
+	}}})
+	if err != nil {
+		return nil, err
+	}
+	return &clusterv1.SetUserPasswordResponse{User: apiUser(res.User)}, nil
 }
 
 // ListUsers implements clusterv1.ClusterServiceServer (on the group-0 leader, so the list

@@ -3,6 +3,8 @@ package demo
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
@@ -157,6 +159,16 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		pkg, mod = bi.Path, bi.Main.Path
 	}
+	var consolePw string
+	if !o.Insecure {
+		// The web console of a secure cluster needs a password login: an
+		// admin user "admin" with a random password, kept in a file of the
+		// demo's dir (never printed: the screen may be shared).
+		if consolePw, err = writeConsolePassword(filepath.Join(o.Dir, consolePasswordFile)); err != nil {
+			return fmt.Errorf("demo: the console's password: %w", err)
+		}
+		go createConsoleUser(ctx, cl, consolePw)
+	}
 	h := newHeader(o, insts, peers, commandPrefix(exe, wd, pkg, mod), scheme, certsDir, secArgs)
 	if !o.Redraw {
 		h.write(out)
@@ -293,9 +305,11 @@ func newHeader(o Options, insts []*demoInstance, peers []string, prefix []string
 		instancesOne: fmt.Sprintf("  instances i1..i%d, their logs i1.log..i%d.log in %s", len(insts), len(insts), o.Dir),
 	}
 	if o.Insecure {
-		h.security = []string{"  security: plaintext (--insecure)"}
+		h.security = []string{"  security: plaintext (--insecure)", fmt.Sprintf("  web console: http://%s/", insts[0].http)}
 	} else {
-		h.security = []string{fmt.Sprintf("  security: mutual TLS; certificates (CA, node, client root) in %s; HTTPS needs a client certificate:", certsDir)}
+		h.security = []string{fmt.Sprintf("  web console: https://%s/ as user %s, password in %s (the browser warns: the demo's CA is its own)",
+			insts[0].http, consoleUser, filepath.Join(o.Dir, consolePasswordFile)),
+			fmt.Sprintf("  security: mutual TLS; certificates (CA, node, client root) in %s; HTTPS needs a client certificate or the console's login:", certsDir)}
 		h.curl = []string{"curl", "--cacert", shellQuote(filepath.Join(certsDir, "ca.crt")), "--cert", shellQuote(filepath.Join(certsDir, "client.root.crt")),
 			"--key", shellQuote(filepath.Join(certsDir, "client.root.key")), fmt.Sprintf("https://%s/api/v1/cluster", insts[0].http)}
 	}
@@ -414,6 +428,39 @@ func (d *sampleData) String() string {
 // load waits for the cluster to take DDL, creates the space (if it is
 // not there from an earlier run in the same --data-dir) and replaces
 // Rows rows into it: shop k/10+1, offer "o<k%10+1>", price k/100.
+// The web console's user of a secure demo, and the file of its password.
+const (
+	consoleUser         = "admin"
+	consolePasswordFile = "console-password"
+)
+
+// writeConsolePassword makes a random password and writes it to path
+// (0600, with a line break).
+func writeConsolePassword(path string) (string, error) {
+	b := make([]byte, 12)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	pw := base64.RawURLEncoding.EncodeToString(b)
+	return pw, os.WriteFile(path, []byte(pw+"\n"), 0o600)
+}
+
+// createConsoleUser makes the console's admin user once the cluster takes
+// it (until ctx ends).
+func createConsoleUser(ctx context.Context, cl *client.Client, pw string) {
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := cl.CreateUserWithPassword(cctx, consoleUser, "admin", pw)
+		cancel()
+		if err == nil || strings.Contains(err.Error(), "already exists") || ctx.Err() != nil {
+			return
+		}
+		if retry.Sleep(ctx, time.Second) != nil {
+			return
+		}
+	}
+}
+
 func (d *sampleData) load(ctx context.Context, cl *client.Client) {
 	def := client.SpaceDef{
 		Name: sampleSpace,

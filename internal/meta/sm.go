@@ -291,6 +291,8 @@ func (t *txn) apply(c *metapb.Command) Result {
 		return t.dropUser(op.DropUser)
 	case *metapb.Command_SetUserRole:
 		return t.setUserRole(op.SetUserRole)
+	case *metapb.Command_SetUserPassword:
+		return t.setUserPassword(op.SetUserPassword)
 	default:
 		return Result{Err: refuse(CodeInvalid, "unknown group-0 command %T", op)}
 	}

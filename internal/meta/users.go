@@ -4,6 +4,7 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strings"
 
 	"google.golang.org/protobuf/proto"
 
@@ -82,6 +83,8 @@ func (t *txn) createUser(c *metapb.CreateUser) Result {
 		return Result{Err: refuse(CodeAlreadyExists, "user root always exists and is admin")}
 	case !validRole(u.GetRole()):
 		return Result{Err: refuse(CodeInvalid, "user %q: no role given; use admin, writer or reader", u.GetName())}
+	case !validPasswordHash(u.GetPasswordHash()):
+		return Result{Err: refuse(CodeInvalid, "user %q: the password hash is not one the leader makes", u.GetName())}
 	}
 	if old := t.s.Users[u.GetName()]; old != nil {
 		return Result{Err: refuse(CodeAlreadyExists, "user %q already exists with role %s; change it with `shardkit user set-role %s --role ROLE`", u.GetName(), RoleName(old.GetRole()), u.GetName())}
@@ -124,6 +127,32 @@ func (t *txn) setUserRole(c *metapb.SetUserRole) Result {
 	}
 	u := proto.CloneOf(old)
 	u.Role = c.GetRole()
+	t.putUser(u)
+	return Result{User: u}
+}
+
+// validPasswordHash: empty (no password) or an argon2id hash in the PHC
+// string format, as internal/auth makes it (the leader hashes; a replica
+// applying the command checks only its shape, which is all that meta may
+// know of it).
+func validPasswordHash(h string) bool {
+	return h == "" || (strings.HasPrefix(h, "$argon2id$") && len(h) <= 512)
+}
+
+func (t *txn) setUserPassword(c *metapb.SetUserPassword) Result {
+	name := c.GetName()
+	if name == RootUser {
+		return Result{Err: refuse(CodeFailedPrecondition, "user root has no password: it logs in with its client certificate; give the console an admin user of its own (`shardkit user create NAME --role admin --password-stdin`)")}
+	}
+	old := t.s.Users[name]
+	switch {
+	case old == nil:
+		return Result{Err: refuse(CodeNotFound, "no user %q; create it with `shardkit user create %s --role ROLE --password-stdin`", name, name)}
+	case !validPasswordHash(c.GetPasswordHash()):
+		return Result{Err: refuse(CodeInvalid, "user %q: the password hash is not one the leader makes", name)}
+	}
+	u := proto.CloneOf(old)
+	u.PasswordHash = c.GetPasswordHash()
 	t.putUser(u)
 	return Result{User: u}
 }

@@ -60,3 +60,38 @@ func TestUsersAreValidatedAtApplyAndPersisted(t *testing.T) {
 		}
 	}
 }
+
+// A password hash is stored with the user, kept across a role change and
+// a reload, replaced or removed; root has none; a hash of another shape is
+// refused.
+func TestUserPasswordHashes(t *testing.T) {
+	f := newFixture(t)
+	f.must(bootCmd(1, joinReq("a", "", nil)))
+	const h1, h2 = "$argon2id$v=19$m=19456,t=2,p=1$c2FsdA$a2V5", "$argon2id$v=19$m=19456,t=2,p=1$c2FsdDI$a2V5Mg"
+	setPw := func(name, h string) *metapb.Command {
+		return &metapb.Command{Op: &metapb.Command_SetUserPassword{SetUserPassword: &metapb.SetUserPassword{Name: name, PasswordHash: h}}}
+	}
+	f.must(&metapb.Command{Op: &metapb.Command_CreateUser{CreateUser: &metapb.CreateUser{User: &metapb.User{
+		Name: "ada", Role: metapb.UserRole_USER_ROLE_ADMIN, PasswordHash: h1}}}})
+	f.refused(&metapb.Command{Op: &metapb.Command_CreateUser{CreateUser: &metapb.CreateUser{User: &metapb.User{
+		Name: "eve", Role: metapb.UserRole_USER_ROLE_ADMIN, PasswordHash: "plaintext!"}}}}, "not one the leader makes")
+	f.must(&metapb.Command{Op: &metapb.Command_SetUserRole{SetUserRole: &metapb.SetUserRole{Name: "ada", Role: metapb.UserRole_USER_ROLE_READER}}})
+	if got := f.sm.State().Users["ada"].GetPasswordHash(); got != h1 {
+		t.Fatalf("after set-role, the hash is %q", got)
+	}
+	f.must(setPw("ada", h2))
+	f.refused(setPw("root", h2), "root has no password")
+	f.refused(setPw("bob", h2), `no user "bob"`)
+	f.refused(setPw("ada", "$2a$10$bcrypt"), "not one the leader makes")
+	reloaded := New()
+	if err := reloaded.Load(f.db); err != nil {
+		t.Fatal(err)
+	}
+	if got := reloaded.State().Users["ada"].GetPasswordHash(); got != h2 {
+		t.Fatalf("reloaded: the hash is %q", got)
+	}
+	f.must(setPw("ada", ""))
+	if got := f.sm.State().Users["ada"].GetPasswordHash(); got != "" {
+		t.Fatalf("removed: the hash is %q", got)
+	}
+}

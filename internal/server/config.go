@@ -85,6 +85,10 @@ type InstanceConfig struct {
 	// address becomes Listen: tests bind first and hand the socket over,
 	// so no other test can take the port in between. The instance closes it.
 	Listener net.Listener `yaml:"-"`
+	// HTTPListener, when set, is used instead of listening on HTTPListen
+	// (whose value should then be its address: the instance advertises
+	// it), as Listener is for Listen. The instance closes it.
+	HTTPListener net.Listener `yaml:"-"`
 }
 
 // DefaultCacheSize is the database's block cache when --cache-size is not

@@ -17,9 +17,10 @@ import (
 
 // newHTTPHandler serves /health/live, /health/ready, /metrics, the JSON
 // API /api/v1/cluster (the status, as `shardkit status --format json`;
-// ?all=1 includes expelled instances) and, with profiles, Go's runtime
+// ?all=1 includes expelled instances), the console's API and pages (when
+// api is not nil; docs/console.md) and, with profiles, Go's runtime
 // profiles at /debug/pprof/ (--enable-pprof).
-func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry, profiles bool) http.Handler {
+func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry, profiles bool, api *consoleAPI) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /health/live", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "live"})
@@ -41,6 +42,9 @@ func newHTTPHandler(node *cluster.Node, reg *prometheus.Registry, profiles bool)
 		}
 		writeJSON(w, http.StatusOK, statusview.FromProto(resp, all))
 	})
+	if api != nil {
+		api.register(mux)
+	}
 	if profiles {
 		// As net/http/pprof registers them on the default mux, which this
 		// server does not use.

@@ -13,7 +13,7 @@ import (
 func TestProfilesAreServedOnlyWhenEnabled(t *testing.T) {
 	t.Parallel()
 	for _, enabled := range []bool{false, true} {
-		h := newHTTPHandler(nil, prometheus.NewRegistry(), enabled)
+		h := newHTTPHandler(nil, prometheus.NewRegistry(), enabled, nil)
 		for _, path := range []string{"/debug/pprof/", "/debug/pprof/goroutine?debug=1", "/debug/pprof/cmdline"} {
 			rec := httptest.NewRecorder()
 			h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

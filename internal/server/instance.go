@@ -30,6 +30,10 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		cfg.Listen = cfg.Listener.Addr().String()
 		defer cfg.Listener.Close() // also when refused before serving on it
 	}
+	if cfg.HTTPListener != nil {
+		cfg.HTTPListen = cfg.HTTPListener.Addr().String()
+		defer cfg.HTTPListener.Close()
+	}
 	cfg.Defaults()
 	log := cfg.Logger
 	LogSecurity(log, cfg)
@@ -112,8 +116,10 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}, db, metrics)
 	nodePtr.Store(node)
 	var authz *auth.Authorizer
+	var sessions *auth.Sessions // the web console's logins
 	if sec.secure() {
-		authz = sec.authorizer(node, procs, log)
+		sessions = auth.NewSessions(nil)
+		authz = sec.authorizer(node, procs, sessions, log)
 	}
 	data.attach(node, authz, rpc.call)
 
@@ -134,8 +140,13 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	go func() { serveErr <- srv.Serve(lis) }()
 	defer stopGRPC(srv, log)
 
-	if cfg.HTTPListen != "" {
-		hs, err := startHTTP(cfg.HTTPListen, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg, cfg.EnablePprof), fp), authz, cfg.HTTPOpenHealth), sec)
+	if cfg.HTTPListen != "" || cfg.HTTPListener != nil {
+		api, closeAPI, err := newConsoleAPI(ctx, node, reg, sec, sessions, cfg.Advertise, log)
+		if err != nil {
+			return err
+		}
+		defer closeAPI()
+		hs, err := startHTTP(cfg.HTTPListen, cfg.HTTPListener, sec.httpHandler(withFailpoints(newHTTPHandler(node, reg, cfg.EnablePprof, api), fp), authz, cfg.HTTPOpenHealth), sec)
 		if err != nil {
 			return &RefusedError{Err: err}
 		}
@@ -194,12 +205,19 @@ func stopGRPC(srv *grpc.Server, log *slog.Logger) {
 	}
 }
 
-func startHTTP(addr string, h http.Handler, sec *security) (*http.Server, error) {
-	lis, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
+func startHTTP(addr string, lis net.Listener, h http.Handler, sec *security) (*http.Server, error) {
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("cannot listen on --http-listen %s: %w", addr, err)
+		}
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	// Requests that last (the console's event streams) end when the
+	// server shuts down, rather than holding its graceful stop.
+	base, cancel := context.WithCancel(context.Background())
+	hs.BaseContext = func(net.Listener) context.Context { return base }
+	hs.RegisterOnShutdown(cancel)
 	if sec.secure() {
 		// HTTPS with the node certificate; a client certificate is asked
 		// for and checked by the handler (security.httpHandler).

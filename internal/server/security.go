@@ -63,8 +63,12 @@ func loadSecurity(cfg InstanceConfig) (*security, error) {
 func (s *security) secure() bool { return s.srv != nil }
 
 // authorizer checks every call against the users of group 0.
-func (s *security) authorizer(node *cluster.Node, procs *proc.Registry, log *slog.Logger) *auth.Authorizer {
+func (s *security) authorizer(node *cluster.Node, procs *proc.Registry, sessions *auth.Sessions, log *slog.Logger) *auth.Authorizer {
 	return auth.New(auth.Config{
+		Sessions: sessions,
+		PasswordHash: func(name string) string {
+			return node.Meta().State().Users[name].GetPasswordHash()
+		},
 		CA: s.srv.CA,
 		UserRole: func(name string) (auth.Role, bool) {
 			r, ok := node.Meta().State().UserRole(name)
@@ -100,10 +104,14 @@ func (s *security) serverOptions(authz *auth.Authorizer) []grpc.ServerOption {
 	}
 }
 
-// httpHandler guards the HTTP handler; open health probes when told.
+// httpHandler guards the HTTP handler; open are the console's login page
+// and its static files (no secret in them), and the health probes when
+// told.
 func (s *security) httpHandler(h http.Handler, authz *auth.Authorizer, openHealth bool) http.Handler {
 	if !s.secure() {
 		return h
 	}
-	return authz.HTTP(h, func(path string) bool { return openHealth && strings.HasPrefix(path, "/health/") })
+	return authz.HTTP(h, func(path string) bool {
+		return path == "/login" || strings.HasPrefix(path, "/console/") || (openHealth && strings.HasPrefix(path, "/health/"))
+	})
 }

@@ -101,10 +101,13 @@ func TestDemo(t *testing.T) {
 	}
 	for _, want := range []string{"6 instances, replication factor 3 (2 replicasets)", "shardkit status --peer 127.0.0.1:",
 		"shardkit select --peer 127.0.0.1:", "TARGET_BUCKETS: what its weight asks for", "shardkit rebalance status",
-		"sample space offers: 200 rows"} {
+		"sample space offers: 200 rows", "web console: https://127.0.0.1:", "as user admin, password in " + filepath.Join(dir, "console-password")} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("demo output lacks %q:\n%s", want, out)
 		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "console-password")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("the console's password file: %v, %v", fi, err)
 	}
 	if strings.Contains(out, "\x1b[") {
 		t.Fatalf("demo redrew the screen although its output is not a terminal:\n%s", out)

@@ -202,9 +202,11 @@ func (GroupAdminAction) EnumDescriptor() ([]byte, []int) {
 }
 
 type User struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.cluster.v1.Role" json:"role,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  Role                   `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.cluster.v1.Role" json:"role,omitempty"`
+	// The user has a password for the web console's login.
+	HasPassword   bool `protobuf:"varint,3,opt,name=has_password,json=hasPassword,proto3" json:"has_password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -253,9 +255,19 @@ func (x *User) GetRole() Role {
 	return Role_ROLE_UNSPECIFIED
 }
 
+func (x *User) GetHasPassword() bool {
+	if x != nil {
+		return x.HasPassword
+	}
+	return false
+}
+
 type CreateUserRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// The password for the web console's login (optional): the group-0
+	// leader stores only its hash.
+	Password      string `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,6 +307,13 @@ func (x *CreateUserRequest) GetUser() *User {
 		return x.User
 	}
 	return nil
+}
+
+func (x *CreateUserRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
 }
 
 type CreateUserResponse struct {
@@ -517,6 +536,103 @@ func (x *SetUserRoleResponse) GetUser() *User {
 	return nil
 }
 
+type SetUserPasswordRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The new password; empty: the user has no password any more.
+	Password      string `protobuf:"bytes,2,opt,name=password,proto3" json:"password,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserPasswordRequest) Reset() {
+	*x = SetUserPasswordRequest{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserPasswordRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserPasswordRequest) ProtoMessage() {}
+
+func (x *SetUserPasswordRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserPasswordRequest.ProtoReflect.Descriptor instead.
+func (*SetUserPasswordRequest) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *SetUserPasswordRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserPasswordRequest) GetPassword() string {
+	if x != nil {
+		return x.Password
+	}
+	return ""
+}
+
+type SetUserPasswordResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	User          *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserPasswordResponse) Reset() {
+	*x = SetUserPasswordResponse{}
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserPasswordResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserPasswordResponse) ProtoMessage() {}
+
+func (x *SetUserPasswordResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserPasswordResponse.ProtoReflect.Descriptor instead.
+func (*SetUserPasswordResponse) Descriptor() ([]byte, []int) {
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *SetUserPasswordResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
 type ListUsersRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -525,7 +641,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +653,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[7]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +666,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{7}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
 }
 
 type ListUsersResponse struct {
@@ -563,7 +679,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -575,7 +691,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[8]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -588,7 +704,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{8}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -609,7 +725,7 @@ type Grade struct {
 
 func (x *Grade) Reset() {
 	*x = Grade{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -621,7 +737,7 @@ func (x *Grade) String() string {
 func (*Grade) ProtoMessage() {}
 
 func (x *Grade) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[9]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -634,7 +750,7 @@ func (x *Grade) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grade.ProtoReflect.Descriptor instead.
 func (*Grade) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{9}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Grade) GetVariant() GradeVariant {
@@ -677,7 +793,7 @@ type Instance struct {
 
 func (x *Instance) Reset() {
 	*x = Instance{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -689,7 +805,7 @@ func (x *Instance) String() string {
 func (*Instance) ProtoMessage() {}
 
 func (x *Instance) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[10]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -702,7 +818,7 @@ func (x *Instance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Instance.ProtoReflect.Descriptor instead.
 func (*Instance) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{10}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Instance) GetInstanceId() string {
@@ -817,7 +933,7 @@ type Replicaset struct {
 
 func (x *Replicaset) Reset() {
 	*x = Replicaset{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -829,7 +945,7 @@ func (x *Replicaset) String() string {
 func (*Replicaset) ProtoMessage() {}
 
 func (x *Replicaset) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[11]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -842,7 +958,7 @@ func (x *Replicaset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Replicaset.ProtoReflect.Descriptor instead.
 func (*Replicaset) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{11}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Replicaset) GetReplicasetId() string {
@@ -917,7 +1033,7 @@ type ClusterProperties struct {
 
 func (x *ClusterProperties) Reset() {
 	*x = ClusterProperties{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -929,7 +1045,7 @@ func (x *ClusterProperties) String() string {
 func (*ClusterProperties) ProtoMessage() {}
 
 func (x *ClusterProperties) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[12]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -942,7 +1058,7 @@ func (x *ClusterProperties) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterProperties.ProtoReflect.Descriptor instead.
 func (*ClusterProperties) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{12}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ClusterProperties) GetClusterId() string {
@@ -1035,7 +1151,7 @@ type Lease struct {
 
 func (x *Lease) Reset() {
 	*x = Lease{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1047,7 +1163,7 @@ func (x *Lease) String() string {
 func (*Lease) ProtoMessage() {}
 
 func (x *Lease) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[13]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1060,7 +1176,7 @@ func (x *Lease) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Lease.ProtoReflect.Descriptor instead.
 func (*Lease) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{13}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Lease) GetName() string {
@@ -1117,7 +1233,7 @@ type BucketRange struct {
 
 func (x *BucketRange) Reset() {
 	*x = BucketRange{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1245,7 @@ func (x *BucketRange) String() string {
 func (*BucketRange) ProtoMessage() {}
 
 func (x *BucketRange) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[14]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1258,7 @@ func (x *BucketRange) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRange.ProtoReflect.Descriptor instead.
 func (*BucketRange) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{14}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BucketRange) GetFirst() uint32 {
@@ -1182,7 +1298,7 @@ type DiscoverRequest struct {
 
 func (x *DiscoverRequest) Reset() {
 	*x = DiscoverRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1194,7 +1310,7 @@ func (x *DiscoverRequest) String() string {
 func (*DiscoverRequest) ProtoMessage() {}
 
 func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[15]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1207,7 +1323,7 @@ func (x *DiscoverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverRequest.ProtoReflect.Descriptor instead.
 func (*DiscoverRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{15}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *DiscoverRequest) GetTmpId() string {
@@ -1258,7 +1374,7 @@ type DiscoverResponse struct {
 
 func (x *DiscoverResponse) Reset() {
 	*x = DiscoverResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1270,7 +1386,7 @@ func (x *DiscoverResponse) String() string {
 func (*DiscoverResponse) ProtoMessage() {}
 
 func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[16]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1283,7 +1399,7 @@ func (x *DiscoverResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverResponse.ProtoReflect.Descriptor instead.
 func (*DiscoverResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{16}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DiscoverResponse) GetResult() isDiscoverResponse_Result {
@@ -1342,7 +1458,7 @@ type DiscoverState struct {
 
 func (x *DiscoverState) Reset() {
 	*x = DiscoverState{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1470,7 @@ func (x *DiscoverState) String() string {
 func (*DiscoverState) ProtoMessage() {}
 
 func (x *DiscoverState) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[17]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1483,7 @@ func (x *DiscoverState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscoverState.ProtoReflect.Descriptor instead.
 func (*DiscoverState) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{17}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *DiscoverState) GetTmpId() string {
@@ -1417,7 +1533,7 @@ type RaftJoinRequest struct {
 
 func (x *RaftJoinRequest) Reset() {
 	*x = RaftJoinRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1429,7 +1545,7 @@ func (x *RaftJoinRequest) String() string {
 func (*RaftJoinRequest) ProtoMessage() {}
 
 func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[18]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1442,7 +1558,7 @@ func (x *RaftJoinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinRequest.ProtoReflect.Descriptor instead.
 func (*RaftJoinRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{18}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RaftJoinRequest) GetClusterId() string {
@@ -1508,7 +1624,7 @@ type RaftJoinResponse struct {
 
 func (x *RaftJoinResponse) Reset() {
 	*x = RaftJoinResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1520,7 +1636,7 @@ func (x *RaftJoinResponse) String() string {
 func (*RaftJoinResponse) ProtoMessage() {}
 
 func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[19]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1533,7 +1649,7 @@ func (x *RaftJoinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftJoinResponse.ProtoReflect.Descriptor instead.
 func (*RaftJoinResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{19}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RaftJoinResponse) GetInstance() *Instance {
@@ -1584,7 +1700,7 @@ type UpdateInstanceRequest struct {
 
 func (x *UpdateInstanceRequest) Reset() {
 	*x = UpdateInstanceRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1712,7 @@ func (x *UpdateInstanceRequest) String() string {
 func (*UpdateInstanceRequest) ProtoMessage() {}
 
 func (x *UpdateInstanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[20]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1725,7 @@ func (x *UpdateInstanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstanceRequest.ProtoReflect.Descriptor instead.
 func (*UpdateInstanceRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{20}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateInstanceRequest) GetClusterId() string {
@@ -1670,7 +1786,7 @@ type UpdateInstanceResponse struct {
 
 func (x *UpdateInstanceResponse) Reset() {
 	*x = UpdateInstanceResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1798,7 @@ func (x *UpdateInstanceResponse) String() string {
 func (*UpdateInstanceResponse) ProtoMessage() {}
 
 func (x *UpdateInstanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[21]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1811,7 @@ func (x *UpdateInstanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateInstanceResponse.ProtoReflect.Descriptor instead.
 func (*UpdateInstanceResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{21}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateInstanceResponse) GetInstance() *Instance {
@@ -1721,7 +1837,7 @@ type ExpelRequest struct {
 
 func (x *ExpelRequest) Reset() {
 	*x = ExpelRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1733,7 +1849,7 @@ func (x *ExpelRequest) String() string {
 func (*ExpelRequest) ProtoMessage() {}
 
 func (x *ExpelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[22]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1746,7 +1862,7 @@ func (x *ExpelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpelRequest.ProtoReflect.Descriptor instead.
 func (*ExpelRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{22}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExpelRequest) GetClusterId() string {
@@ -1797,7 +1913,7 @@ type ExpelResponse struct {
 
 func (x *ExpelResponse) Reset() {
 	*x = ExpelResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1925,7 @@ func (x *ExpelResponse) String() string {
 func (*ExpelResponse) ProtoMessage() {}
 
 func (x *ExpelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[23]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1938,7 @@ func (x *ExpelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExpelResponse.ProtoReflect.Descriptor instead.
 func (*ExpelResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{23}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExpelResponse) GetInstance() *Instance {
@@ -1856,7 +1972,7 @@ type GetStatusRequest struct {
 
 func (x *GetStatusRequest) Reset() {
 	*x = GetStatusRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1984,7 @@ func (x *GetStatusRequest) String() string {
 func (*GetStatusRequest) ProtoMessage() {}
 
 func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[24]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1997,7 @@ func (x *GetStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetStatusRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{24}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetStatusRequest) GetAll() bool {
@@ -1916,7 +2032,7 @@ type GetStatusResponse struct {
 
 func (x *GetStatusResponse) Reset() {
 	*x = GetStatusResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2044,7 @@ func (x *GetStatusResponse) String() string {
 func (*GetStatusResponse) ProtoMessage() {}
 
 func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[25]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2057,7 @@ func (x *GetStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetStatusResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{25}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetStatusResponse) GetClusterId() string {
@@ -2047,7 +2163,7 @@ type QuorumStatus struct {
 
 func (x *QuorumStatus) Reset() {
 	*x = QuorumStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2175,7 @@ func (x *QuorumStatus) String() string {
 func (*QuorumStatus) ProtoMessage() {}
 
 func (x *QuorumStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[26]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2188,7 @@ func (x *QuorumStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QuorumStatus.ProtoReflect.Descriptor instead.
 func (*QuorumStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{26}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *QuorumStatus) GetHasQuorum() bool {
@@ -2114,7 +2230,7 @@ type InstanceStatus struct {
 
 func (x *InstanceStatus) Reset() {
 	*x = InstanceStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2126,7 +2242,7 @@ func (x *InstanceStatus) String() string {
 func (*InstanceStatus) ProtoMessage() {}
 
 func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[27]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2139,7 +2255,7 @@ func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
 func (*InstanceStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{27}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *InstanceStatus) GetInstance() *Instance {
@@ -2172,7 +2288,7 @@ type ReplicasetStatus struct {
 
 func (x *ReplicasetStatus) Reset() {
 	*x = ReplicasetStatus{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2300,7 @@ func (x *ReplicasetStatus) String() string {
 func (*ReplicasetStatus) ProtoMessage() {}
 
 func (x *ReplicasetStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[28]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2313,7 @@ func (x *ReplicasetStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicasetStatus.ProtoReflect.Descriptor instead.
 func (*ReplicasetStatus) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{28}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplicasetStatus) GetReplicaset() *Replicaset {
@@ -2246,7 +2362,7 @@ type AcquireLeaseRequest struct {
 
 func (x *AcquireLeaseRequest) Reset() {
 	*x = AcquireLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2374,7 @@ func (x *AcquireLeaseRequest) String() string {
 func (*AcquireLeaseRequest) ProtoMessage() {}
 
 func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[29]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2387,7 @@ func (x *AcquireLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseRequest.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{29}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *AcquireLeaseRequest) GetName() string {
@@ -2306,7 +2422,7 @@ type AcquireLeaseResponse struct {
 
 func (x *AcquireLeaseResponse) Reset() {
 	*x = AcquireLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2318,7 +2434,7 @@ func (x *AcquireLeaseResponse) String() string {
 func (*AcquireLeaseResponse) ProtoMessage() {}
 
 func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[30]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2331,7 +2447,7 @@ func (x *AcquireLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcquireLeaseResponse.ProtoReflect.Descriptor instead.
 func (*AcquireLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{30}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *AcquireLeaseResponse) GetGranted() bool {
@@ -2360,7 +2476,7 @@ type RenewLeaseRequest struct {
 
 func (x *RenewLeaseRequest) Reset() {
 	*x = RenewLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2372,7 +2488,7 @@ func (x *RenewLeaseRequest) String() string {
 func (*RenewLeaseRequest) ProtoMessage() {}
 
 func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[31]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2385,7 +2501,7 @@ func (x *RenewLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseRequest.ProtoReflect.Descriptor instead.
 func (*RenewLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{31}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RenewLeaseRequest) GetName() string {
@@ -2426,7 +2542,7 @@ type RenewLeaseResponse struct {
 
 func (x *RenewLeaseResponse) Reset() {
 	*x = RenewLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2438,7 +2554,7 @@ func (x *RenewLeaseResponse) String() string {
 func (*RenewLeaseResponse) ProtoMessage() {}
 
 func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[32]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2451,7 +2567,7 @@ func (x *RenewLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenewLeaseResponse.ProtoReflect.Descriptor instead.
 func (*RenewLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{32}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RenewLeaseResponse) GetRenewed() bool {
@@ -2483,7 +2599,7 @@ type ReleaseLeaseRequest struct {
 
 func (x *ReleaseLeaseRequest) Reset() {
 	*x = ReleaseLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2495,7 +2611,7 @@ func (x *ReleaseLeaseRequest) String() string {
 func (*ReleaseLeaseRequest) ProtoMessage() {}
 
 func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[33]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2508,7 +2624,7 @@ func (x *ReleaseLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{33}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReleaseLeaseRequest) GetName() string {
@@ -2555,7 +2671,7 @@ type ReleaseLeaseResponse struct {
 
 func (x *ReleaseLeaseResponse) Reset() {
 	*x = ReleaseLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[34]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2567,7 +2683,7 @@ func (x *ReleaseLeaseResponse) String() string {
 func (*ReleaseLeaseResponse) ProtoMessage() {}
 
 func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[34]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2580,7 +2696,7 @@ func (x *ReleaseLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseLeaseResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{34}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReleaseLeaseResponse) GetReleased() bool {
@@ -2599,7 +2715,7 @@ type GetLeaseRequest struct {
 
 func (x *GetLeaseRequest) Reset() {
 	*x = GetLeaseRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[35]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2727,7 @@ func (x *GetLeaseRequest) String() string {
 func (*GetLeaseRequest) ProtoMessage() {}
 
 func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[35]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2740,7 @@ func (x *GetLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseRequest.ProtoReflect.Descriptor instead.
 func (*GetLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{35}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GetLeaseRequest) GetName() string {
@@ -2645,7 +2761,7 @@ type GetLeaseResponse struct {
 
 func (x *GetLeaseResponse) Reset() {
 	*x = GetLeaseResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[36]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2657,7 +2773,7 @@ func (x *GetLeaseResponse) String() string {
 func (*GetLeaseResponse) ProtoMessage() {}
 
 func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[36]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2670,7 +2786,7 @@ func (x *GetLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLeaseResponse.ProtoReflect.Descriptor instead.
 func (*GetLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{36}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GetLeaseResponse) GetLease() *Lease {
@@ -2698,7 +2814,7 @@ type GroupAdminRequest struct {
 
 func (x *GroupAdminRequest) Reset() {
 	*x = GroupAdminRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[37]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2710,7 +2826,7 @@ func (x *GroupAdminRequest) String() string {
 func (*GroupAdminRequest) ProtoMessage() {}
 
 func (x *GroupAdminRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[37]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2723,7 +2839,7 @@ func (x *GroupAdminRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupAdminRequest.ProtoReflect.Descriptor instead.
 func (*GroupAdminRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{37}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *GroupAdminRequest) GetGroupId() uint64 {
@@ -2759,7 +2875,7 @@ type GroupAdminResponse struct {
 
 func (x *GroupAdminResponse) Reset() {
 	*x = GroupAdminResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[38]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2771,7 +2887,7 @@ func (x *GroupAdminResponse) String() string {
 func (*GroupAdminResponse) ProtoMessage() {}
 
 func (x *GroupAdminResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[38]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2784,7 +2900,7 @@ func (x *GroupAdminResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupAdminResponse.ProtoReflect.Descriptor instead.
 func (*GroupAdminResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{38}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GroupAdminResponse) GetIndex() uint64 {
@@ -2825,7 +2941,7 @@ type SyncShardingRequest struct {
 
 func (x *SyncShardingRequest) Reset() {
 	*x = SyncShardingRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[39]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +2953,7 @@ func (x *SyncShardingRequest) String() string {
 func (*SyncShardingRequest) ProtoMessage() {}
 
 func (x *SyncShardingRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[39]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +2966,7 @@ func (x *SyncShardingRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncShardingRequest.ProtoReflect.Descriptor instead.
 func (*SyncShardingRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{39}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SyncShardingRequest) GetCommitIndex() uint64 {
@@ -2876,7 +2992,7 @@ type SyncShardingResponse struct {
 
 func (x *SyncShardingResponse) Reset() {
 	*x = SyncShardingResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[40]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3004,7 @@ func (x *SyncShardingResponse) String() string {
 func (*SyncShardingResponse) ProtoMessage() {}
 
 func (x *SyncShardingResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[40]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3017,7 @@ func (x *SyncShardingResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncShardingResponse.ProtoReflect.Descriptor instead.
 func (*SyncShardingResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{40}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *SyncShardingResponse) GetAppliedIndex() uint64 {
@@ -2919,7 +3035,7 @@ type GetProgressRequest struct {
 
 func (x *GetProgressRequest) Reset() {
 	*x = GetProgressRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[41]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2931,7 +3047,7 @@ func (x *GetProgressRequest) String() string {
 func (*GetProgressRequest) ProtoMessage() {}
 
 func (x *GetProgressRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[41]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2944,7 +3060,7 @@ func (x *GetProgressRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressRequest.ProtoReflect.Descriptor instead.
 func (*GetProgressRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{41}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{43}
 }
 
 type ReportReplicasetLeaderRequest struct {
@@ -2958,7 +3074,7 @@ type ReportReplicasetLeaderRequest struct {
 
 func (x *ReportReplicasetLeaderRequest) Reset() {
 	*x = ReportReplicasetLeaderRequest{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2970,7 +3086,7 @@ func (x *ReportReplicasetLeaderRequest) String() string {
 func (*ReportReplicasetLeaderRequest) ProtoMessage() {}
 
 func (x *ReportReplicasetLeaderRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[42]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2983,7 +3099,7 @@ func (x *ReportReplicasetLeaderRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicasetLeaderRequest.ProtoReflect.Descriptor instead.
 func (*ReportReplicasetLeaderRequest) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{42}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReportReplicasetLeaderRequest) GetReplicasetId() string {
@@ -3008,7 +3124,7 @@ type ReportReplicasetLeaderResponse struct {
 
 func (x *ReportReplicasetLeaderResponse) Reset() {
 	*x = ReportReplicasetLeaderResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[43]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3136,7 @@ func (x *ReportReplicasetLeaderResponse) String() string {
 func (*ReportReplicasetLeaderResponse) ProtoMessage() {}
 
 func (x *ReportReplicasetLeaderResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[43]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3149,7 @@ func (x *ReportReplicasetLeaderResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReportReplicasetLeaderResponse.ProtoReflect.Descriptor instead.
 func (*ReportReplicasetLeaderResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{43}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{45}
 }
 
 type GetProgressResponse struct {
@@ -3049,7 +3165,7 @@ type GetProgressResponse struct {
 
 func (x *GetProgressResponse) Reset() {
 	*x = GetProgressResponse{}
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[44]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3061,7 +3177,7 @@ func (x *GetProgressResponse) String() string {
 func (*GetProgressResponse) ProtoMessage() {}
 
 func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_api_cluster_v1_cluster_proto_msgTypes[44]
+	mi := &file_api_cluster_v1_cluster_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3074,7 +3190,7 @@ func (x *GetProgressResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProgressResponse.ProtoReflect.Descriptor instead.
 func (*GetProgressResponse) Descriptor() ([]byte, []int) {
-	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{44}
+	return file_api_cluster_v1_cluster_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GetProgressResponse) GetRaftId() uint64 {
@@ -3102,12 +3218,14 @@ var File_api_cluster_v1_cluster_proto protoreflect.FileDescriptor
 
 const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\n" +
-	"\x1capi/cluster/v1/cluster.proto\x12\x13shardkit.cluster.v1\"I\n" +
+	"\x1capi/cluster/v1/cluster.proto\x12\x13shardkit.cluster.v1\"l\n" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
-	"\x04role\x18\x02 \x01(\x0e2\x19.shardkit.cluster.v1.RoleR\x04role\"B\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x19.shardkit.cluster.v1.RoleR\x04role\x12!\n" +
+	"\fhas_password\x18\x03 \x01(\bR\vhasPassword\"^\n" +
 	"\x11CreateUserRequest\x12-\n" +
-	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"C\n" +
+	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\x12\x1a\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\"C\n" +
 	"\x12CreateUserResponse\x12-\n" +
 	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"%\n" +
 	"\x0fDropUserRequest\x12\x12\n" +
@@ -3117,6 +3235,11 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12-\n" +
 	"\x04role\x18\x02 \x01(\x0e2\x19.shardkit.cluster.v1.RoleR\x04role\"D\n" +
 	"\x13SetUserRoleResponse\x12-\n" +
+	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"H\n" +
+	"\x16SetUserPasswordRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1a\n" +
+	"\bpassword\x18\x02 \x01(\tR\bpassword\"H\n" +
+	"\x17SetUserPasswordResponse\x12-\n" +
 	"\x04user\x18\x01 \x01(\v2\x19.shardkit.cluster.v1.UserR\x04user\"\x12\n" +
 	"\x10ListUsersRequest\"D\n" +
 	"\x11ListUsersResponse\x12/\n" +
@@ -3349,7 +3472,7 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"\x1eGROUP_ADMIN_ACTION_ADD_LEARNER\x10\x02\x12\x1d\n" +
 	"\x19GROUP_ADMIN_ACTION_REMOVE\x10\x03\x12*\n" +
 	"&GROUP_ADMIN_ACTION_TRANSFER_LEADERSHIP\x10\x04\x12\x1e\n" +
-	"\x1aGROUP_ADMIN_ACTION_BARRIER\x10\x052\xfb\f\n" +
+	"\x1aGROUP_ADMIN_ACTION_BARRIER\x10\x052\xe9\r\n" +
 	"\x0eClusterService\x12W\n" +
 	"\bDiscover\x12$.shardkit.cluster.v1.DiscoverRequest\x1a%.shardkit.cluster.v1.DiscoverResponse\x12W\n" +
 	"\bRaftJoin\x12$.shardkit.cluster.v1.RaftJoinRequest\x1a%.shardkit.cluster.v1.RaftJoinResponse\x12i\n" +
@@ -3370,7 +3493,8 @@ const file_api_cluster_v1_cluster_proto_rawDesc = "" +
 	"CreateUser\x12&.shardkit.cluster.v1.CreateUserRequest\x1a'.shardkit.cluster.v1.CreateUserResponse\x12W\n" +
 	"\bDropUser\x12$.shardkit.cluster.v1.DropUserRequest\x1a%.shardkit.cluster.v1.DropUserResponse\x12`\n" +
 	"\vSetUserRole\x12'.shardkit.cluster.v1.SetUserRoleRequest\x1a(.shardkit.cluster.v1.SetUserRoleResponse\x12Z\n" +
-	"\tListUsers\x12%.shardkit.cluster.v1.ListUsersRequest\x1a&.shardkit.cluster.v1.ListUsersResponseB7Z5github.com/shardkit/shardkit/api/cluster/v1;clusterv1b\x06proto3"
+	"\tListUsers\x12%.shardkit.cluster.v1.ListUsersRequest\x1a&.shardkit.cluster.v1.ListUsersResponse\x12l\n" +
+	"\x0fSetUserPassword\x12+.shardkit.cluster.v1.SetUserPasswordRequest\x1a,.shardkit.cluster.v1.SetUserPasswordResponseB7Z5github.com/shardkit/shardkit/api/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_api_cluster_v1_cluster_proto_rawDescOnce sync.Once
@@ -3385,7 +3509,7 @@ func file_api_cluster_v1_cluster_proto_rawDescGZIP() []byte {
 }
 
 var file_api_cluster_v1_cluster_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_api_cluster_v1_cluster_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_api_cluster_v1_cluster_proto_goTypes = []any{
 	(Role)(0),                              // 0: shardkit.cluster.v1.Role
 	(GradeVariant)(0),                      // 1: shardkit.cluster.v1.GradeVariant
@@ -3397,48 +3521,50 @@ var file_api_cluster_v1_cluster_proto_goTypes = []any{
 	(*DropUserResponse)(nil),               // 7: shardkit.cluster.v1.DropUserResponse
 	(*SetUserRoleRequest)(nil),             // 8: shardkit.cluster.v1.SetUserRoleRequest
 	(*SetUserRoleResponse)(nil),            // 9: shardkit.cluster.v1.SetUserRoleResponse
-	(*ListUsersRequest)(nil),               // 10: shardkit.cluster.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),              // 11: shardkit.cluster.v1.ListUsersResponse
-	(*Grade)(nil),                          // 12: shardkit.cluster.v1.Grade
-	(*Instance)(nil),                       // 13: shardkit.cluster.v1.Instance
-	(*Replicaset)(nil),                     // 14: shardkit.cluster.v1.Replicaset
-	(*ClusterProperties)(nil),              // 15: shardkit.cluster.v1.ClusterProperties
-	(*Lease)(nil),                          // 16: shardkit.cluster.v1.Lease
-	(*BucketRange)(nil),                    // 17: shardkit.cluster.v1.BucketRange
-	(*DiscoverRequest)(nil),                // 18: shardkit.cluster.v1.DiscoverRequest
-	(*DiscoverResponse)(nil),               // 19: shardkit.cluster.v1.DiscoverResponse
-	(*DiscoverState)(nil),                  // 20: shardkit.cluster.v1.DiscoverState
-	(*RaftJoinRequest)(nil),                // 21: shardkit.cluster.v1.RaftJoinRequest
-	(*RaftJoinResponse)(nil),               // 22: shardkit.cluster.v1.RaftJoinResponse
-	(*UpdateInstanceRequest)(nil),          // 23: shardkit.cluster.v1.UpdateInstanceRequest
-	(*UpdateInstanceResponse)(nil),         // 24: shardkit.cluster.v1.UpdateInstanceResponse
-	(*ExpelRequest)(nil),                   // 25: shardkit.cluster.v1.ExpelRequest
-	(*ExpelResponse)(nil),                  // 26: shardkit.cluster.v1.ExpelResponse
-	(*GetStatusRequest)(nil),               // 27: shardkit.cluster.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),              // 28: shardkit.cluster.v1.GetStatusResponse
-	(*QuorumStatus)(nil),                   // 29: shardkit.cluster.v1.QuorumStatus
-	(*InstanceStatus)(nil),                 // 30: shardkit.cluster.v1.InstanceStatus
-	(*ReplicasetStatus)(nil),               // 31: shardkit.cluster.v1.ReplicasetStatus
-	(*AcquireLeaseRequest)(nil),            // 32: shardkit.cluster.v1.AcquireLeaseRequest
-	(*AcquireLeaseResponse)(nil),           // 33: shardkit.cluster.v1.AcquireLeaseResponse
-	(*RenewLeaseRequest)(nil),              // 34: shardkit.cluster.v1.RenewLeaseRequest
-	(*RenewLeaseResponse)(nil),             // 35: shardkit.cluster.v1.RenewLeaseResponse
-	(*ReleaseLeaseRequest)(nil),            // 36: shardkit.cluster.v1.ReleaseLeaseRequest
-	(*ReleaseLeaseResponse)(nil),           // 37: shardkit.cluster.v1.ReleaseLeaseResponse
-	(*GetLeaseRequest)(nil),                // 38: shardkit.cluster.v1.GetLeaseRequest
-	(*GetLeaseResponse)(nil),               // 39: shardkit.cluster.v1.GetLeaseResponse
-	(*GroupAdminRequest)(nil),              // 40: shardkit.cluster.v1.GroupAdminRequest
-	(*GroupAdminResponse)(nil),             // 41: shardkit.cluster.v1.GroupAdminResponse
-	(*SyncShardingRequest)(nil),            // 42: shardkit.cluster.v1.SyncShardingRequest
-	(*SyncShardingResponse)(nil),           // 43: shardkit.cluster.v1.SyncShardingResponse
-	(*GetProgressRequest)(nil),             // 44: shardkit.cluster.v1.GetProgressRequest
-	(*ReportReplicasetLeaderRequest)(nil),  // 45: shardkit.cluster.v1.ReportReplicasetLeaderRequest
-	(*ReportReplicasetLeaderResponse)(nil), // 46: shardkit.cluster.v1.ReportReplicasetLeaderResponse
-	(*GetProgressResponse)(nil),            // 47: shardkit.cluster.v1.GetProgressResponse
-	nil,                                    // 48: shardkit.cluster.v1.Instance.FailureDomainEntry
-	nil,                                    // 49: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
-	nil,                                    // 50: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	nil,                                    // 51: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	(*SetUserPasswordRequest)(nil),         // 10: shardkit.cluster.v1.SetUserPasswordRequest
+	(*SetUserPasswordResponse)(nil),        // 11: shardkit.cluster.v1.SetUserPasswordResponse
+	(*ListUsersRequest)(nil),               // 12: shardkit.cluster.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),              // 13: shardkit.cluster.v1.ListUsersResponse
+	(*Grade)(nil),                          // 14: shardkit.cluster.v1.Grade
+	(*Instance)(nil),                       // 15: shardkit.cluster.v1.Instance
+	(*Replicaset)(nil),                     // 16: shardkit.cluster.v1.Replicaset
+	(*ClusterProperties)(nil),              // 17: shardkit.cluster.v1.ClusterProperties
+	(*Lease)(nil),                          // 18: shardkit.cluster.v1.Lease
+	(*BucketRange)(nil),                    // 19: shardkit.cluster.v1.BucketRange
+	(*DiscoverRequest)(nil),                // 20: shardkit.cluster.v1.DiscoverRequest
+	(*DiscoverResponse)(nil),               // 21: shardkit.cluster.v1.DiscoverResponse
+	(*DiscoverState)(nil),                  // 22: shardkit.cluster.v1.DiscoverState
+	(*RaftJoinRequest)(nil),                // 23: shardkit.cluster.v1.RaftJoinRequest
+	(*RaftJoinResponse)(nil),               // 24: shardkit.cluster.v1.RaftJoinResponse
+	(*UpdateInstanceRequest)(nil),          // 25: shardkit.cluster.v1.UpdateInstanceRequest
+	(*UpdateInstanceResponse)(nil),         // 26: shardkit.cluster.v1.UpdateInstanceResponse
+	(*ExpelRequest)(nil),                   // 27: shardkit.cluster.v1.ExpelRequest
+	(*ExpelResponse)(nil),                  // 28: shardkit.cluster.v1.ExpelResponse
+	(*GetStatusRequest)(nil),               // 29: shardkit.cluster.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),              // 30: shardkit.cluster.v1.GetStatusResponse
+	(*QuorumStatus)(nil),                   // 31: shardkit.cluster.v1.QuorumStatus
+	(*InstanceStatus)(nil),                 // 32: shardkit.cluster.v1.InstanceStatus
+	(*ReplicasetStatus)(nil),               // 33: shardkit.cluster.v1.ReplicasetStatus
+	(*AcquireLeaseRequest)(nil),            // 34: shardkit.cluster.v1.AcquireLeaseRequest
+	(*AcquireLeaseResponse)(nil),           // 35: shardkit.cluster.v1.AcquireLeaseResponse
+	(*RenewLeaseRequest)(nil),              // 36: shardkit.cluster.v1.RenewLeaseRequest
+	(*RenewLeaseResponse)(nil),             // 37: shardkit.cluster.v1.RenewLeaseResponse
+	(*ReleaseLeaseRequest)(nil),            // 38: shardkit.cluster.v1.ReleaseLeaseRequest
+	(*ReleaseLeaseResponse)(nil),           // 39: shardkit.cluster.v1.ReleaseLeaseResponse
+	(*GetLeaseRequest)(nil),                // 40: shardkit.cluster.v1.GetLeaseRequest
+	(*GetLeaseResponse)(nil),               // 41: shardkit.cluster.v1.GetLeaseResponse
+	(*GroupAdminRequest)(nil),              // 42: shardkit.cluster.v1.GroupAdminRequest
+	(*GroupAdminResponse)(nil),             // 43: shardkit.cluster.v1.GroupAdminResponse
+	(*SyncShardingRequest)(nil),            // 44: shardkit.cluster.v1.SyncShardingRequest
+	(*SyncShardingResponse)(nil),           // 45: shardkit.cluster.v1.SyncShardingResponse
+	(*GetProgressRequest)(nil),             // 46: shardkit.cluster.v1.GetProgressRequest
+	(*ReportReplicasetLeaderRequest)(nil),  // 47: shardkit.cluster.v1.ReportReplicasetLeaderRequest
+	(*ReportReplicasetLeaderResponse)(nil), // 48: shardkit.cluster.v1.ReportReplicasetLeaderResponse
+	(*GetProgressResponse)(nil),            // 49: shardkit.cluster.v1.GetProgressResponse
+	nil,                                    // 50: shardkit.cluster.v1.Instance.FailureDomainEntry
+	nil,                                    // 51: shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	nil,                                    // 52: shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	nil,                                    // 53: shardkit.cluster.v1.GetProgressResponse.LeadersEntry
 }
 var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	0,  // 0: shardkit.cluster.v1.User.role:type_name -> shardkit.cluster.v1.Role
@@ -3446,69 +3572,72 @@ var file_api_cluster_v1_cluster_proto_depIdxs = []int32{
 	3,  // 2: shardkit.cluster.v1.CreateUserResponse.user:type_name -> shardkit.cluster.v1.User
 	0,  // 3: shardkit.cluster.v1.SetUserRoleRequest.role:type_name -> shardkit.cluster.v1.Role
 	3,  // 4: shardkit.cluster.v1.SetUserRoleResponse.user:type_name -> shardkit.cluster.v1.User
-	3,  // 5: shardkit.cluster.v1.ListUsersResponse.users:type_name -> shardkit.cluster.v1.User
-	1,  // 6: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
-	48, // 7: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
-	12, // 8: shardkit.cluster.v1.Instance.current_grade:type_name -> shardkit.cluster.v1.Grade
-	12, // 9: shardkit.cluster.v1.Instance.target_grade:type_name -> shardkit.cluster.v1.Grade
-	20, // 10: shardkit.cluster.v1.DiscoverResponse.state:type_name -> shardkit.cluster.v1.DiscoverState
-	49, // 11: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
-	13, // 12: shardkit.cluster.v1.RaftJoinResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	13, // 13: shardkit.cluster.v1.RaftJoinResponse.raft_group:type_name -> shardkit.cluster.v1.Instance
-	1,  // 14: shardkit.cluster.v1.UpdateInstanceRequest.target_grade:type_name -> shardkit.cluster.v1.GradeVariant
-	13, // 15: shardkit.cluster.v1.UpdateInstanceResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	13, // 16: shardkit.cluster.v1.ExpelResponse.instance:type_name -> shardkit.cluster.v1.Instance
-	30, // 17: shardkit.cluster.v1.GetStatusResponse.instances:type_name -> shardkit.cluster.v1.InstanceStatus
-	31, // 18: shardkit.cluster.v1.GetStatusResponse.replicasets:type_name -> shardkit.cluster.v1.ReplicasetStatus
-	15, // 19: shardkit.cluster.v1.GetStatusResponse.properties:type_name -> shardkit.cluster.v1.ClusterProperties
-	29, // 20: shardkit.cluster.v1.GetStatusResponse.quorum:type_name -> shardkit.cluster.v1.QuorumStatus
-	13, // 21: shardkit.cluster.v1.InstanceStatus.instance:type_name -> shardkit.cluster.v1.Instance
-	14, // 22: shardkit.cluster.v1.ReplicasetStatus.replicaset:type_name -> shardkit.cluster.v1.Replicaset
-	16, // 23: shardkit.cluster.v1.AcquireLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	16, // 24: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	16, // 25: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
-	2,  // 26: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
-	50, // 27: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
-	51, // 28: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
-	18, // 29: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
-	21, // 30: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
-	23, // 31: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
-	25, // 32: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
-	27, // 33: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
-	32, // 34: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
-	34, // 35: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
-	36, // 36: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
-	38, // 37: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
-	40, // 38: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
-	42, // 39: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
-	44, // 40: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
-	45, // 41: shardkit.cluster.v1.ClusterService.ReportReplicasetLeader:input_type -> shardkit.cluster.v1.ReportReplicasetLeaderRequest
-	4,  // 42: shardkit.cluster.v1.ClusterService.CreateUser:input_type -> shardkit.cluster.v1.CreateUserRequest
-	6,  // 43: shardkit.cluster.v1.ClusterService.DropUser:input_type -> shardkit.cluster.v1.DropUserRequest
-	8,  // 44: shardkit.cluster.v1.ClusterService.SetUserRole:input_type -> shardkit.cluster.v1.SetUserRoleRequest
-	10, // 45: shardkit.cluster.v1.ClusterService.ListUsers:input_type -> shardkit.cluster.v1.ListUsersRequest
-	19, // 46: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
-	22, // 47: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
-	24, // 48: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
-	26, // 49: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
-	28, // 50: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
-	33, // 51: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
-	35, // 52: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
-	37, // 53: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
-	39, // 54: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
-	41, // 55: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
-	43, // 56: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
-	47, // 57: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
-	46, // 58: shardkit.cluster.v1.ClusterService.ReportReplicasetLeader:output_type -> shardkit.cluster.v1.ReportReplicasetLeaderResponse
-	5,  // 59: shardkit.cluster.v1.ClusterService.CreateUser:output_type -> shardkit.cluster.v1.CreateUserResponse
-	7,  // 60: shardkit.cluster.v1.ClusterService.DropUser:output_type -> shardkit.cluster.v1.DropUserResponse
-	9,  // 61: shardkit.cluster.v1.ClusterService.SetUserRole:output_type -> shardkit.cluster.v1.SetUserRoleResponse
-	11, // 62: shardkit.cluster.v1.ClusterService.ListUsers:output_type -> shardkit.cluster.v1.ListUsersResponse
-	46, // [46:63] is the sub-list for method output_type
-	29, // [29:46] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	3,  // 5: shardkit.cluster.v1.SetUserPasswordResponse.user:type_name -> shardkit.cluster.v1.User
+	3,  // 6: shardkit.cluster.v1.ListUsersResponse.users:type_name -> shardkit.cluster.v1.User
+	1,  // 7: shardkit.cluster.v1.Grade.variant:type_name -> shardkit.cluster.v1.GradeVariant
+	50, // 8: shardkit.cluster.v1.Instance.failure_domain:type_name -> shardkit.cluster.v1.Instance.FailureDomainEntry
+	14, // 9: shardkit.cluster.v1.Instance.current_grade:type_name -> shardkit.cluster.v1.Grade
+	14, // 10: shardkit.cluster.v1.Instance.target_grade:type_name -> shardkit.cluster.v1.Grade
+	22, // 11: shardkit.cluster.v1.DiscoverResponse.state:type_name -> shardkit.cluster.v1.DiscoverState
+	51, // 12: shardkit.cluster.v1.RaftJoinRequest.failure_domain:type_name -> shardkit.cluster.v1.RaftJoinRequest.FailureDomainEntry
+	15, // 13: shardkit.cluster.v1.RaftJoinResponse.instance:type_name -> shardkit.cluster.v1.Instance
+	15, // 14: shardkit.cluster.v1.RaftJoinResponse.raft_group:type_name -> shardkit.cluster.v1.Instance
+	1,  // 15: shardkit.cluster.v1.UpdateInstanceRequest.target_grade:type_name -> shardkit.cluster.v1.GradeVariant
+	15, // 16: shardkit.cluster.v1.UpdateInstanceResponse.instance:type_name -> shardkit.cluster.v1.Instance
+	15, // 17: shardkit.cluster.v1.ExpelResponse.instance:type_name -> shardkit.cluster.v1.Instance
+	32, // 18: shardkit.cluster.v1.GetStatusResponse.instances:type_name -> shardkit.cluster.v1.InstanceStatus
+	33, // 19: shardkit.cluster.v1.GetStatusResponse.replicasets:type_name -> shardkit.cluster.v1.ReplicasetStatus
+	17, // 20: shardkit.cluster.v1.GetStatusResponse.properties:type_name -> shardkit.cluster.v1.ClusterProperties
+	31, // 21: shardkit.cluster.v1.GetStatusResponse.quorum:type_name -> shardkit.cluster.v1.QuorumStatus
+	15, // 22: shardkit.cluster.v1.InstanceStatus.instance:type_name -> shardkit.cluster.v1.Instance
+	16, // 23: shardkit.cluster.v1.ReplicasetStatus.replicaset:type_name -> shardkit.cluster.v1.Replicaset
+	18, // 24: shardkit.cluster.v1.AcquireLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	18, // 25: shardkit.cluster.v1.RenewLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	18, // 26: shardkit.cluster.v1.GetLeaseResponse.lease:type_name -> shardkit.cluster.v1.Lease
+	2,  // 27: shardkit.cluster.v1.GroupAdminRequest.action:type_name -> shardkit.cluster.v1.GroupAdminAction
+	52, // 28: shardkit.cluster.v1.GetProgressResponse.applied:type_name -> shardkit.cluster.v1.GetProgressResponse.AppliedEntry
+	53, // 29: shardkit.cluster.v1.GetProgressResponse.leaders:type_name -> shardkit.cluster.v1.GetProgressResponse.LeadersEntry
+	20, // 30: shardkit.cluster.v1.ClusterService.Discover:input_type -> shardkit.cluster.v1.DiscoverRequest
+	23, // 31: shardkit.cluster.v1.ClusterService.RaftJoin:input_type -> shardkit.cluster.v1.RaftJoinRequest
+	25, // 32: shardkit.cluster.v1.ClusterService.UpdateInstance:input_type -> shardkit.cluster.v1.UpdateInstanceRequest
+	27, // 33: shardkit.cluster.v1.ClusterService.Expel:input_type -> shardkit.cluster.v1.ExpelRequest
+	29, // 34: shardkit.cluster.v1.ClusterService.GetStatus:input_type -> shardkit.cluster.v1.GetStatusRequest
+	34, // 35: shardkit.cluster.v1.ClusterService.AcquireLease:input_type -> shardkit.cluster.v1.AcquireLeaseRequest
+	36, // 36: shardkit.cluster.v1.ClusterService.RenewLease:input_type -> shardkit.cluster.v1.RenewLeaseRequest
+	38, // 37: shardkit.cluster.v1.ClusterService.ReleaseLease:input_type -> shardkit.cluster.v1.ReleaseLeaseRequest
+	40, // 38: shardkit.cluster.v1.ClusterService.GetLease:input_type -> shardkit.cluster.v1.GetLeaseRequest
+	42, // 39: shardkit.cluster.v1.ClusterService.GroupAdmin:input_type -> shardkit.cluster.v1.GroupAdminRequest
+	44, // 40: shardkit.cluster.v1.ClusterService.SyncSharding:input_type -> shardkit.cluster.v1.SyncShardingRequest
+	46, // 41: shardkit.cluster.v1.ClusterService.GetProgress:input_type -> shardkit.cluster.v1.GetProgressRequest
+	47, // 42: shardkit.cluster.v1.ClusterService.ReportReplicasetLeader:input_type -> shardkit.cluster.v1.ReportReplicasetLeaderRequest
+	4,  // 43: shardkit.cluster.v1.ClusterService.CreateUser:input_type -> shardkit.cluster.v1.CreateUserRequest
+	6,  // 44: shardkit.cluster.v1.ClusterService.DropUser:input_type -> shardkit.cluster.v1.DropUserRequest
+	8,  // 45: shardkit.cluster.v1.ClusterService.SetUserRole:input_type -> shardkit.cluster.v1.SetUserRoleRequest
+	12, // 46: shardkit.cluster.v1.ClusterService.ListUsers:input_type -> shardkit.cluster.v1.ListUsersRequest
+	10, // 47: shardkit.cluster.v1.ClusterService.SetUserPassword:input_type -> shardkit.cluster.v1.SetUserPasswordRequest
+	21, // 48: shardkit.cluster.v1.ClusterService.Discover:output_type -> shardkit.cluster.v1.DiscoverResponse
+	24, // 49: shardkit.cluster.v1.ClusterService.RaftJoin:output_type -> shardkit.cluster.v1.RaftJoinResponse
+	26, // 50: shardkit.cluster.v1.ClusterService.UpdateInstance:output_type -> shardkit.cluster.v1.UpdateInstanceResponse
+	28, // 51: shardkit.cluster.v1.ClusterService.Expel:output_type -> shardkit.cluster.v1.ExpelResponse
+	30, // 52: shardkit.cluster.v1.ClusterService.GetStatus:output_type -> shardkit.cluster.v1.GetStatusResponse
+	35, // 53: shardkit.cluster.v1.ClusterService.AcquireLease:output_type -> shardkit.cluster.v1.AcquireLeaseResponse
+	37, // 54: shardkit.cluster.v1.ClusterService.RenewLease:output_type -> shardkit.cluster.v1.RenewLeaseResponse
+	39, // 55: shardkit.cluster.v1.ClusterService.ReleaseLease:output_type -> shardkit.cluster.v1.ReleaseLeaseResponse
+	41, // 56: shardkit.cluster.v1.ClusterService.GetLease:output_type -> shardkit.cluster.v1.GetLeaseResponse
+	43, // 57: shardkit.cluster.v1.ClusterService.GroupAdmin:output_type -> shardkit.cluster.v1.GroupAdminResponse
+	45, // 58: shardkit.cluster.v1.ClusterService.SyncSharding:output_type -> shardkit.cluster.v1.SyncShardingResponse
+	49, // 59: shardkit.cluster.v1.ClusterService.GetProgress:output_type -> shardkit.cluster.v1.GetProgressResponse
+	48, // 60: shardkit.cluster.v1.ClusterService.ReportReplicasetLeader:output_type -> shardkit.cluster.v1.ReportReplicasetLeaderResponse
+	5,  // 61: shardkit.cluster.v1.ClusterService.CreateUser:output_type -> shardkit.cluster.v1.CreateUserResponse
+	7,  // 62: shardkit.cluster.v1.ClusterService.DropUser:output_type -> shardkit.cluster.v1.DropUserResponse
+	9,  // 63: shardkit.cluster.v1.ClusterService.SetUserRole:output_type -> shardkit.cluster.v1.SetUserRoleResponse
+	13, // 64: shardkit.cluster.v1.ClusterService.ListUsers:output_type -> shardkit.cluster.v1.ListUsersResponse
+	11, // 65: shardkit.cluster.v1.ClusterService.SetUserPassword:output_type -> shardkit.cluster.v1.SetUserPasswordResponse
+	48, // [48:66] is the sub-list for method output_type
+	30, // [30:48] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_api_cluster_v1_cluster_proto_init() }
@@ -3516,7 +3645,7 @@ func file_api_cluster_v1_cluster_proto_init() {
 	if File_api_cluster_v1_cluster_proto != nil {
 		return
 	}
-	file_api_cluster_v1_cluster_proto_msgTypes[16].OneofWrappers = []any{
+	file_api_cluster_v1_cluster_proto_msgTypes[18].OneofWrappers = []any{
 		(*DiscoverResponse_State)(nil),
 		(*DiscoverResponse_LeaderAddress)(nil),
 	}
@@ -3526,7 +3655,7 @@ func file_api_cluster_v1_cluster_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_api_cluster_v1_cluster_proto_rawDesc), len(file_api_cluster_v1_cluster_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

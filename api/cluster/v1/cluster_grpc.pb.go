@@ -36,6 +36,7 @@ const (
 	ClusterService_DropUser_FullMethodName               = "/shardkit.cluster.v1.ClusterService/DropUser"
 	ClusterService_SetUserRole_FullMethodName            = "/shardkit.cluster.v1.ClusterService/SetUserRole"
 	ClusterService_ListUsers_FullMethodName              = "/shardkit.cluster.v1.ClusterService/ListUsers"
+	ClusterService_SetUserPassword_FullMethodName        = "/shardkit.cluster.v1.ClusterService/SetUserPassword"
 )
 
 // ClusterServiceClient is the client API for ClusterService service.
@@ -84,6 +85,9 @@ type ClusterServiceClient interface {
 	DropUser(ctx context.Context, in *DropUserRequest, opts ...grpc.CallOption) (*DropUserResponse, error)
 	SetUserRole(ctx context.Context, in *SetUserRoleRequest, opts ...grpc.CallOption) (*SetUserRoleResponse, error)
 	ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error)
+	// SetUserPassword sets (or, with an empty password, removes) the
+	// password a user logs in to the web console with (docs/console.md).
+	SetUserPassword(ctx context.Context, in *SetUserPasswordRequest, opts ...grpc.CallOption) (*SetUserPasswordResponse, error)
 }
 
 type clusterServiceClient struct {
@@ -264,6 +268,16 @@ func (c *clusterServiceClient) ListUsers(ctx context.Context, in *ListUsersReque
 	return out, nil
 }
 
+func (c *clusterServiceClient) SetUserPassword(ctx context.Context, in *SetUserPasswordRequest, opts ...grpc.CallOption) (*SetUserPasswordResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetUserPasswordResponse)
+	err := c.cc.Invoke(ctx, ClusterService_SetUserPassword_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ClusterServiceServer is the server API for ClusterService service.
 // All implementations must embed UnimplementedClusterServiceServer
 // for forward compatibility.
@@ -310,6 +324,9 @@ type ClusterServiceServer interface {
 	DropUser(context.Context, *DropUserRequest) (*DropUserResponse, error)
 	SetUserRole(context.Context, *SetUserRoleRequest) (*SetUserRoleResponse, error)
 	ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error)
+	// SetUserPassword sets (or, with an empty password, removes) the
+	// password a user logs in to the web console with (docs/console.md).
+	SetUserPassword(context.Context, *SetUserPasswordRequest) (*SetUserPasswordResponse, error)
 	mustEmbedUnimplementedClusterServiceServer()
 }
 
@@ -370,6 +387,9 @@ func (UnimplementedClusterServiceServer) SetUserRole(context.Context, *SetUserRo
 }
 func (UnimplementedClusterServiceServer) ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListUsers not implemented")
+}
+func (UnimplementedClusterServiceServer) SetUserPassword(context.Context, *SetUserPasswordRequest) (*SetUserPasswordResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetUserPassword not implemented")
 }
 func (UnimplementedClusterServiceServer) mustEmbedUnimplementedClusterServiceServer() {}
 func (UnimplementedClusterServiceServer) testEmbeddedByValue()                        {}
@@ -698,6 +718,24 @@ func _ClusterService_ListUsers_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ClusterService_SetUserPassword_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetUserPasswordRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ClusterServiceServer).SetUserPassword(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ClusterService_SetUserPassword_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ClusterServiceServer).SetUserPassword(ctx, req.(*SetUserPasswordRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // ClusterService_ServiceDesc is the grpc.ServiceDesc for ClusterService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -772,6 +810,10 @@ var ClusterService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListUsers",
 			Handler:    _ClusterService_ListUsers_Handler,
+		},
+		{
+			MethodName: "SetUserPassword",
+			Handler:    _ClusterService_SetUserPassword_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1611,6 +1611,7 @@ type Command struct {
 	//	*Command_DropUser
 	//	*Command_SetUserRole
 	//	*Command_MoveSteps
+	//	*Command_SetUserPassword
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1858,6 +1859,15 @@ func (x *Command) GetMoveSteps() *MoveSteps {
 	return nil
 }
 
+func (x *Command) GetSetUserPassword() *SetUserPassword {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetUserPassword); ok {
+			return x.SetUserPassword
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -1950,6 +1960,10 @@ type Command_MoveSteps struct {
 	MoveSteps *MoveSteps `protobuf:"bytes,31,opt,name=move_steps,json=moveSteps,proto3,oneof"`
 }
 
+type Command_SetUserPassword struct {
+	SetUserPassword *SetUserPassword `protobuf:"bytes,32,opt,name=set_user_password,json=setUserPassword,proto3,oneof"`
+}
+
 func (*Command_Boot) isCommand_Op() {}
 
 func (*Command_Join) isCommand_Op() {}
@@ -1993,6 +2007,8 @@ func (*Command_DropUser) isCommand_Op() {}
 func (*Command_SetUserRole) isCommand_Op() {}
 
 func (*Command_MoveSteps) isCommand_Op() {}
+
+func (*Command_SetUserPassword) isCommand_Op() {}
 
 // Boot is the first command of a cluster (K6): its properties and first instance.
 type Boot struct {
@@ -2770,9 +2786,13 @@ func (x *DropSpace) GetName() string {
 // the role it has (docs/security.md). root is implicit: always admin,
 // never stored.
 type User struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Role          UserRole               `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.meta.v1.UserRole" json:"role,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Role  UserRole               `protobuf:"varint,2,opt,name=role,proto3,enum=shardkit.meta.v1.UserRole" json:"role,omitempty"`
+	// The hash of the user's password for the web console's login, as
+	// internal/auth encodes it (argon2id); empty: the user has no password.
+	// The password itself is never stored or logged.
+	PasswordHash  string `protobuf:"bytes,3,opt,name=password_hash,json=passwordHash,proto3" json:"password_hash,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2819,6 +2839,13 @@ func (x *User) GetRole() UserRole {
 		return x.Role
 	}
 	return UserRole_USER_ROLE_UNSPECIFIED
+}
+
+func (x *User) GetPasswordHash() string {
+	if x != nil {
+		return x.PasswordHash
+	}
+	return ""
 }
 
 type CreateUser struct {
@@ -2959,6 +2986,59 @@ func (x *SetUserRole) GetRole() UserRole {
 		return x.Role
 	}
 	return UserRole_USER_ROLE_UNSPECIFIED
+}
+
+// SetUserPassword sets (or, empty, removes) a user's password hash.
+type SetUserPassword struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	PasswordHash  string                 `protobuf:"bytes,2,opt,name=password_hash,json=passwordHash,proto3" json:"password_hash,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetUserPassword) Reset() {
+	*x = SetUserPassword{}
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetUserPassword) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetUserPassword) ProtoMessage() {}
+
+func (x *SetUserPassword) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_meta_metapb_meta_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetUserPassword.ProtoReflect.Descriptor instead.
+func (*SetUserPassword) Descriptor() ([]byte, []int) {
+	return file_internal_meta_metapb_meta_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *SetUserPassword) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetUserPassword) GetPasswordHash() string {
+	if x != nil {
+		return x.PasswordHash
+	}
+	return ""
 }
 
 var File_internal_meta_metapb_meta_proto protoreflect.FileDescriptor
@@ -3107,7 +3187,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\fhttp_address\x18\a \x01(\tR\vhttpAddress\x1a@\n" +
 	"\x12FailureDomainEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xe5\v\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb6\f\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x12,\n" +
 	"\x04boot\x18\n" +
@@ -3140,7 +3220,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\tdrop_user\x18\x1d \x01(\v2\x1a.shardkit.meta.v1.DropUserH\x00R\bdropUser\x12C\n" +
 	"\rset_user_role\x18\x1e \x01(\v2\x1d.shardkit.meta.v1.SetUserRoleH\x00R\vsetUserRole\x12<\n" +
 	"\n" +
-	"move_steps\x18\x1f \x01(\v2\x1b.shardkit.meta.v1.MoveStepsH\x00R\tmoveStepsB\x04\n" +
+	"move_steps\x18\x1f \x01(\v2\x1b.shardkit.meta.v1.MoveStepsH\x00R\tmoveSteps\x12O\n" +
+	"\x11set_user_password\x18  \x01(\v2!.shardkit.meta.v1.SetUserPasswordH\x00R\x0fsetUserPasswordB\x04\n" +
 	"\x02op\"\x80\x01\n" +
 	"\x04Boot\x12C\n" +
 	"\n" +
@@ -3201,10 +3282,11 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x05space\x18\x01 \x01(\v2\x17.shardkit.meta.v1.SpaceR\x05space\x12\"\n" +
 	"\rif_not_exists\x18\x02 \x01(\bR\vifNotExists\"\x1f\n" +
 	"\tDropSpace\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"J\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"o\n" +
 	"\x04User\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x04role\x18\x02 \x01(\x0e2\x1a.shardkit.meta.v1.UserRoleR\x04role\"8\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x1a.shardkit.meta.v1.UserRoleR\x04role\x12#\n" +
+	"\rpassword_hash\x18\x03 \x01(\tR\fpasswordHash\"8\n" +
 	"\n" +
 	"CreateUser\x12*\n" +
 	"\x04user\x18\x01 \x01(\v2\x16.shardkit.meta.v1.UserR\x04user\"\x1e\n" +
@@ -3212,7 +3294,10 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"Q\n" +
 	"\vSetUserRole\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12.\n" +
-	"\x04role\x18\x02 \x01(\x0e2\x1a.shardkit.meta.v1.UserRoleR\x04role*\xe3\x01\n" +
+	"\x04role\x18\x02 \x01(\x0e2\x1a.shardkit.meta.v1.UserRoleR\x04role\"J\n" +
+	"\x0fSetUserPassword\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12#\n" +
+	"\rpassword_hash\x18\x02 \x01(\tR\fpasswordHash*\xe3\x01\n" +
 	"\fGradeVariant\x12\x1d\n" +
 	"\x19GRADE_VARIANT_UNSPECIFIED\x10\x00\x12\x19\n" +
 	"\x15GRADE_VARIANT_OFFLINE\x10\x01\x12\x1d\n" +
@@ -3240,7 +3325,7 @@ func file_internal_meta_metapb_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_meta_metapb_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_internal_meta_metapb_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(GradeVariant)(0),         // 0: shardkit.meta.v1.GradeVariant
 	(UserRole)(0),             // 1: shardkit.meta.v1.UserRole
@@ -3280,12 +3365,13 @@ var file_internal_meta_metapb_meta_proto_goTypes = []any{
 	(*CreateUser)(nil),        // 35: shardkit.meta.v1.CreateUser
 	(*DropUser)(nil),          // 36: shardkit.meta.v1.DropUser
 	(*SetUserRole)(nil),       // 37: shardkit.meta.v1.SetUserRole
-	nil,                       // 38: shardkit.meta.v1.Instance.FailureDomainEntry
-	nil,                       // 39: shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	(*SetUserPassword)(nil),   // 38: shardkit.meta.v1.SetUserPassword
+	nil,                       // 39: shardkit.meta.v1.Instance.FailureDomainEntry
+	nil,                       // 40: shardkit.meta.v1.JoinRequest.FailureDomainEntry
 }
 var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	0,  // 0: shardkit.meta.v1.Grade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	38, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
+	39, // 1: shardkit.meta.v1.Instance.failure_domain:type_name -> shardkit.meta.v1.Instance.FailureDomainEntry
 	3,  // 2: shardkit.meta.v1.Instance.current_grade:type_name -> shardkit.meta.v1.Grade
 	3,  // 3: shardkit.meta.v1.Instance.target_grade:type_name -> shardkit.meta.v1.Grade
 	7,  // 4: shardkit.meta.v1.ClusterProperties.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
@@ -3294,7 +3380,7 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	20, // 7: shardkit.meta.v1.MoveSteps.steps:type_name -> shardkit.meta.v1.Command
 	7,  // 8: shardkit.meta.v1.SetRebalancer.rebalancer:type_name -> shardkit.meta.v1.Rebalancer
 	15, // 9: shardkit.meta.v1.Space.format:type_name -> shardkit.meta.v1.Field
-	39, // 10: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
+	40, // 10: shardkit.meta.v1.JoinRequest.failure_domain:type_name -> shardkit.meta.v1.JoinRequest.FailureDomainEntry
 	21, // 11: shardkit.meta.v1.Command.boot:type_name -> shardkit.meta.v1.Boot
 	22, // 12: shardkit.meta.v1.Command.join:type_name -> shardkit.meta.v1.Join
 	23, // 13: shardkit.meta.v1.Command.set_target_grade:type_name -> shardkit.meta.v1.SetTargetGrade
@@ -3317,22 +3403,23 @@ var file_internal_meta_metapb_meta_proto_depIdxs = []int32{
 	36, // 30: shardkit.meta.v1.Command.drop_user:type_name -> shardkit.meta.v1.DropUser
 	37, // 31: shardkit.meta.v1.Command.set_user_role:type_name -> shardkit.meta.v1.SetUserRole
 	11, // 32: shardkit.meta.v1.Command.move_steps:type_name -> shardkit.meta.v1.MoveSteps
-	6,  // 33: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
-	19, // 34: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
-	19, // 35: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
-	0,  // 36: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	0,  // 37: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
-	3,  // 38: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
-	18, // 39: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
-	16, // 40: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
-	1,  // 41: shardkit.meta.v1.User.role:type_name -> shardkit.meta.v1.UserRole
-	34, // 42: shardkit.meta.v1.CreateUser.user:type_name -> shardkit.meta.v1.User
-	1,  // 43: shardkit.meta.v1.SetUserRole.role:type_name -> shardkit.meta.v1.UserRole
-	44, // [44:44] is the sub-list for method output_type
-	44, // [44:44] is the sub-list for method input_type
-	44, // [44:44] is the sub-list for extension type_name
-	44, // [44:44] is the sub-list for extension extendee
-	0,  // [0:44] is the sub-list for field type_name
+	38, // 33: shardkit.meta.v1.Command.set_user_password:type_name -> shardkit.meta.v1.SetUserPassword
+	6,  // 34: shardkit.meta.v1.Boot.properties:type_name -> shardkit.meta.v1.ClusterProperties
+	19, // 35: shardkit.meta.v1.Boot.first:type_name -> shardkit.meta.v1.JoinRequest
+	19, // 36: shardkit.meta.v1.Join.request:type_name -> shardkit.meta.v1.JoinRequest
+	0,  // 37: shardkit.meta.v1.SetTargetGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	0,  // 38: shardkit.meta.v1.SetCurrentGrade.variant:type_name -> shardkit.meta.v1.GradeVariant
+	3,  // 39: shardkit.meta.v1.SetCurrentGrade.expected_target:type_name -> shardkit.meta.v1.Grade
+	18, // 40: shardkit.meta.v1.AssignBuckets.ranges:type_name -> shardkit.meta.v1.BucketRange
+	16, // 41: shardkit.meta.v1.CreateSpace.space:type_name -> shardkit.meta.v1.Space
+	1,  // 42: shardkit.meta.v1.User.role:type_name -> shardkit.meta.v1.UserRole
+	34, // 43: shardkit.meta.v1.CreateUser.user:type_name -> shardkit.meta.v1.User
+	1,  // 44: shardkit.meta.v1.SetUserRole.role:type_name -> shardkit.meta.v1.UserRole
+	45, // [45:45] is the sub-list for method output_type
+	45, // [45:45] is the sub-list for method input_type
+	45, // [45:45] is the sub-list for extension type_name
+	45, // [45:45] is the sub-list for extension extendee
+	0,  // [0:45] is the sub-list for field type_name
 }
 
 func init() { file_internal_meta_metapb_meta_proto_init() }
@@ -3363,6 +3450,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 		(*Command_DropUser)(nil),
 		(*Command_SetUserRole)(nil),
 		(*Command_MoveSteps)(nil),
+		(*Command_SetUserPassword)(nil),
 	}
 	file_internal_meta_metapb_meta_proto_msgTypes[22].OneofWrappers = []any{}
 	type x struct{}
@@ -3371,7 +3459,7 @@ func file_internal_meta_metapb_meta_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_meta_metapb_meta_proto_rawDesc), len(file_internal_meta_metapb_meta_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -57,6 +57,9 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 	if cfg.Listener != nil {
 		cfg.Listen = cfg.Listener.Addr().String() // for a rebootstrap's new listener
 	}
+	if cfg.HTTPListener != nil {
+		cfg.HTTPListen = cfg.HTTPListener.Addr().String() // likewise
+	}
 	if dir := os.Getenv("SHARDKIT_TEST_LOG_DIR"); dir != "" && cfg.Logger == nil {
 		// Debugging aid: each instance's log, at debug level, in a file.
 		name := strings.NewReplacer(":", "_", "/", "_").Replace(tb.Name() + "-" + cfg.Listen)
@@ -77,7 +80,7 @@ func run(tb testing.TB, cfg server.InstanceConfig) chan error {
 			}
 			cfg.DataDir = dir
 			err := server.RunInstance(ctx, cfg, entry)
-			cfg.Listener = nil
+			cfg.Listener, cfg.HTTPListener = nil, nil
 			var rb *server.RebootstrapError
 			if errors.As(err, &rb) && ctx.Err() == nil {
 				entry = rb.Entrypoint
