@@ -19,6 +19,11 @@ type Cursor struct {
 // cursorPrefix names the encoding of a Cursor's String.
 const cursorPrefix = "c1."
 
+// NewCursor makes a cursor of the given buckets' revisions (a watch from
+// it receives each bucket's events after its revision; 0: from the
+// bucket's first kept).
+func NewCursor(revs map[uint32]uint64) Cursor { return Cursor{revs: maps.Clone(revs)} }
+
 // Revision returns the last revision of bucket b the cursor has seen (0:
 // none), and whether the cursor holds the bucket.
 func (c Cursor) Revision(b uint32) (uint64, bool) {

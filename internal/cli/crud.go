@@ -198,7 +198,7 @@ func newDataCmds() []*cobra.Command {
 	for _, op := range dataOps {
 		out = append(out, newDataCmd(op))
 	}
-	return append(out, newScanCmd(), newBatchCmd())
+	return append(out, newScanCmd(), newBatchCmd(), newWatchCmd())
 }
 
 func newDataCmd(op dataOp) *cobra.Command {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -73,4 +74,52 @@ func TestSelectRangeAndScan(t *testing.T) {
 	if got := strings.Join(rows, " "); got != `["s1",10,"a"] ["s1",20,"b"] ["s1",30,"c"] ["s2",5,"x"]` {
 		t.Fatalf("a scan and its resumption read %s", got)
 	}
+}
+
+// watch prints the events of a space from a cursor, and the cursor to
+// resume from; a bad cursor or format is a usage error.
+func TestWatchPrintsEventsAndTheCursorToResume(t *testing.T) {
+	t.Parallel()
+	addr := dataCluster(t)
+	runCases(t, addr, []cliCase{
+		{name: "create", args: []string{"space", "create", "wq", "--field", "k:string,v:unsigned", "--primary", "k"}, out: "-"},
+		{name: "a", args: []string{"insert", "wq", `["a",1]`}, out: "-"},
+		{name: "a again", args: []string{"replace", "wq", `["a",2]`}, out: "-"},
+		{name: "a gone", args: []string{"delete", "wq", `["a"]`}, out: "-"},
+		{name: "bad cursor", args: []string{"watch", "wq", "--from", "nope"}, code: 2, err: []string{"watch of wq", "--from", `does not start with "c1."`}},
+		{name: "bad format", args: []string{"watch", "wq", "--format", "csv"}, code: 2, err: []string{`invalid --format "csv"`}},
+	})
+	c, err := client.New(t.Context(), client.Config{Peers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	b, err := c.Space("wq").Bucket(t.Context(), tuple.String("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := client.NewCursor(map[uint32]uint64{b: 0}).String()
+	code, out, errOut := runMainIn(t, "", "watch", "wq", "--from", from, "--limit", "3", "--peer", addr)
+	want := fmt.Sprintf(`{"bucket":%d,"revision":1,"time":"*","changes":[{"space":"wq","kind":"insert","key":["a"],"tuple":["a",1],"version":*}]}
+{"bucket":%d,"revision":2,"time":"*","changes":[{"space":"wq","kind":"replace","key":["a"],"tuple":["a",2],"version":*}]}
+{"bucket":%d,"revision":3,"time":"*","changes":[{"space":"wq","kind":"delete","key":["a"],"version":*}]}
+`, b, b, b)
+	if code != 0 || !matchStars(want, out) {
+		t.Fatalf("watch: exit %d\n%s\nwant\n%s\nstderr %s", code, out, want, errOut)
+	}
+	m := regexp.MustCompile(`3 events; resume with: --from (\S+)`).FindStringSubmatch(errOut)
+	if m == nil {
+		t.Fatalf("watch's stderr %q names no cursor", errOut)
+	}
+	cur, err := client.ParseCursor(m[1])
+	if r, ok := cur.Revision(b); err != nil || !ok || r != 3 {
+		t.Fatalf("the printed cursor %s: bucket %d at %d (%v, %v), want 3", m[1], b, r, ok, err)
+	}
+}
+
+// matchStars reports whether s is pattern with each * standing for any
+// run of characters without a quote or a newline.
+func matchStars(pattern, s string) bool {
+	re := "^" + strings.ReplaceAll(regexp.QuoteMeta(pattern), `\*`, `[^"\n]*`) + "$"
+	return regexp.MustCompile(re).MatchString(s)
 }
