@@ -175,8 +175,8 @@ func (w *watcher) catchUp(b uint32) error {
 	return nil
 }
 
-// deliver adds ev to the next response (its changes of the watched
-// spaces; none: only the cursor moves) and moves the bucket's cursor.
+// deliver adds ev to the next response, with its changes of the watched
+// spaces (perhaps none), and moves the bucket's cursor.
 func (w *watcher) deliver(ev *rspb.Event) error {
 	b := ev.GetBucket()
 	if ev.GetRevision() <= w.cursor[b] {
@@ -202,9 +202,9 @@ func (w *watcher) deliver(ev *rspb.Event) error {
 		out.Changes = append(out.Changes, &datav1.Change{Space: name, Kind: datav1.OpKind(op.GetKind()), Key: tuple.AppendTuple(nil, parts),
 			Tuple: op.GetTuple(), Version: op.GetVersion()})
 	}
-	if len(out.Changes) > 0 || w.spaces == nil {
-		w.out.Events = append(w.out.Events, out)
-	}
+	// Sent even with no change of a watched space: each bucket's
+	// revisions arrive one after another, so a gap is seen as one.
+	w.out.Events = append(w.out.Events, out)
 	return nil
 }
 

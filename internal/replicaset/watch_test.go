@@ -80,11 +80,16 @@ func TestAWatchReadsTheHistoryAndIsRefusedBeforeIt(t *testing.T) {
 	if next != writes+1 {
 		t.Fatalf("the watch from %d ended at revision %d, want every one to %d", oldest-1, next-1, writes)
 	}
-	// Another space only: the revisions pass, nothing is sent.
+	// Another space only: the events come, with no changes.
 	f.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 2, Spaces: []*metapb.Space{offersSpace(1), otherSpace}}}})
 	got, err = watchOnce(t, s, &datav1.WatchRequest{ReplicasetId: "r1", Spaces: []string{"other"}, From: map[uint32]uint64{b: writes - 5}})
-	if err != nil || len(got) != 1 || len(got[0].GetEvents()) != 0 {
-		t.Fatalf("a watch of another space: %v, %v; want one empty response", got, err)
+	if err != nil || len(got) != 1 || len(got[0].GetEvents()) != 5 {
+		t.Fatalf("a watch of another space: %v, %v; want the 5 last events", got, err)
+	}
+	for _, ev := range got[0].GetEvents() {
+		if len(ev.GetChanges()) != 0 {
+			t.Fatalf("a watch of another space got the changes %v", ev.GetChanges())
+		}
 	}
 	if _, err := watchOnce(t, s, &datav1.WatchRequest{ReplicasetId: "r1", Spaces: []string{"nope"}}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), `no space "nope"`) {
 		t.Fatalf("a watch of an unknown space: %v", err)

@@ -199,12 +199,64 @@ func TestRobustness(t *testing.T) {
 			r.auditBuckets(ctx)
 		}
 	}()
+	wctx, stopWatch := context.WithCancel(ctx)
+	defer stopWatch()
+	r.watch = newWatcher(r.c.addrs, r.cfg.seed, r.keyBuckets(ctx))
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		r.watch.run(wctx)
+	}()
 	// A cluster that does not become whole again, or a final read that
 	// keeps failing, fails the run, but the history is checked anyway.
 	if r.traffic(ctx) {
 		r.finalState(ctx)
+		r.checkWatch()
 	}
+	stopWatch()
+	<-watchDone
 	r.verify()
+}
+
+// keyBuckets returns the buckets of the clients' keys.
+func (r *run) keyBuckets(ctx context.Context) []uint32 {
+	var out []uint32
+	for k := range uint64(r.cfg.traffic.keys) {
+		b, err := r.c.admin.Space(spaceName).Bucket(ctx, tuple.Uint(k+1))
+		if err != nil {
+			r.t.Fatalf("the bucket of key %d: %v", k+1, err)
+		}
+		if !slices.Contains(out, b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// checkWatch waits (a minute at most) for the watch to show every
+// acknowledged write, then checks what it saw (watcher.check).
+func (r *run) checkWatch() {
+	t := r.t
+	recs := r.h.records()
+	deadline := time.Now().Add(time.Minute)
+	missing := r.watch.missing(recs)
+	for len(missing) > 0 && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+		missing = r.watch.missing(recs)
+	}
+	for i, m := range missing {
+		if i == 10 {
+			t.Errorf("watch: ... and %d more acknowledged writes it never showed", len(missing)-10)
+			break
+		}
+		t.Errorf("watch: an acknowledged write it never showed: %s", m)
+	}
+	for _, p := range r.watch.check(recs) {
+		t.Errorf("watch: %s", p)
+	}
+	r.watch.mu.Lock()
+	t.Logf("watch: %d buckets, %d values and %d deletes seen, stopped and resumed %d times", len(r.watch.seen), len(r.watch.values), len(r.watch.deletes), r.watch.restarts)
+	r.watch.mu.Unlock()
 }
 
 // run is one robustness run's state, for the steps and the report.
@@ -215,6 +267,7 @@ type run struct {
 	h      *history
 	logDir string
 	nem    *nemesis
+	watch  *watcher
 
 	final   map[uint64]output
 	verdict *verdict

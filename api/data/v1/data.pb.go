@@ -2381,9 +2381,9 @@ type WatchRequest struct {
 	// The replicaset whose buckets are watched; a member of another
 	// replicaset refuses the call (FAILED_PRECONDITION).
 	ReplicasetId string `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
-	// The spaces whose changes are sent (empty: every space). An event is
-	// sent, with only their ops, when a batch changed one of them; the
-	// others' revisions are passed over.
+	// The spaces whose changes are sent (empty: every space). Every event
+	// of a watched bucket is sent, with its changes of these spaces only
+	// (perhaps none), so a bucket's revisions arrive one after another.
 	Spaces []string `protobuf:"bytes,2,rep,name=spaces,proto3" json:"spaces,omitempty"`
 	// The buckets to watch, each with the last revision its watcher has
 	// seen: the events after it are sent (0: from the bucket's first).
