@@ -126,6 +126,11 @@ type Config struct {
 	// NoStream is client.Config.DisableStream: writes and point reads as
 	// the pipeline sends them without a data stream.
 	NoStream bool
+	// Watchers is how many watches of the space (client.Watch, every
+	// bucket, from the timed part's start) run beside the load; each
+	// event's delay from its batch's leader-stamped time to its arrival
+	// is recorded (Result.WatchP99Ms).
+	Watchers int
 	// Progress, when not nil, gets a line every ProgressEvery (default 1 s)
 	// while the timed part runs; Log gets the preload's and the first
 	// error's lines (discarded when nil).
@@ -173,6 +178,8 @@ func (c Config) Check() error {
 		return fmt.Errorf("timeout %v: want a positive duration", c.Timeout)
 	case c.Settle < 0:
 		return fmt.Errorf("settle %v: want 0 or more", c.Settle)
+	case c.Watchers < 0:
+		return fmt.Errorf("watchers %d: want 0 or more", c.Watchers)
 	case c.PageSize < 0 || c.PageSize > 10000:
 		return fmt.Errorf("page size %d: want 1 to 10000 (0: 1000)", c.PageSize)
 	case c.Workload == Scan && c.Rate != 0:
@@ -231,6 +238,15 @@ type Result struct {
 	PreloadS    float64 `json:"preload_s"`
 	// FirstError is the first failed call's error ("" when none failed).
 	FirstError string `json:"first_error"`
+	// Watchers ran beside the load (Config.Watchers); WatchEvents is the
+	// events they received in all, WatchP50Ms, WatchP99Ms and WatchMaxMs
+	// the delay from an event's batch (its leader-stamped time) to its
+	// arrival, in whole milliseconds.
+	Watchers    int     `json:"watchers"`
+	WatchEvents int64   `json:"watch_events"`
+	WatchP50Ms  float64 `json:"watch_p50_ms"`
+	WatchP99Ms  float64 `json:"watch_p99_ms"`
+	WatchMaxMs  float64 `json:"watch_max_ms"`
 }
 
 // newHist records latencies in microseconds, from 1 µs to 60 s or twice
@@ -302,9 +318,20 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		}
 	}
 
+	ws, err := startWatchers(ctx, clients, cfg)
+	if err != nil {
+		return Result{}, err
+	}
 	t := timed(ctx, clients, cfg)
 	if err := ctx.Err(); err != nil {
 		return Result{}, fmt.Errorf("interrupted: %w", err)
+	}
+	if ws != nil {
+		ws.stop()
+		res.Watchers, res.WatchEvents = cfg.Watchers, ws.events.Load()
+		res.WatchP50Ms = float64(ws.hist.ValueAtQuantile(50))
+		res.WatchP99Ms = float64(ws.hist.ValueAtQuantile(99))
+		res.WatchMaxMs = float64(ws.hist.Max())
 	}
 	ms := func(q float64) float64 { return float64(t.hist.ValueAtQuantile(q)) / 1000 }
 	res.Ops = t.hist.TotalCount()
@@ -324,6 +351,51 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		fmt.Fprintf(logw, "bench: %d calls failed; first error: %v\n", t.errors, t.firstErr)
 	}
 	return res, nil
+}
+
+// watchers are the watches running beside a load.
+type watchers struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	events atomic.Int64
+	mu     sync.Mutex
+	hist   *hdrhistogram.Histogram // delays in ms
+}
+
+// startWatchers starts cfg.Watchers watches of the space, each on one of
+// the clients in turn (nil when none).
+func startWatchers(ctx context.Context, clients []*client.Client, cfg Config) (*watchers, error) {
+	if cfg.Watchers <= 0 {
+		return nil, nil
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	ws := &watchers{cancel: cancel, hist: hdrhistogram.New(0, 3_600_000, 3)}
+	for i := range cfg.Watchers {
+		w, err := clients[i%len(clients)].Watch(wctx, client.WatchOptions{Spaces: []string{cfg.Space}})
+		if err != nil {
+			ws.stop()
+			return nil, fmt.Errorf("watcher %d: %w", i+1, err)
+		}
+		ws.wg.Go(func() {
+			defer w.Close()
+			for ev, err := range w.Events() {
+				if err != nil {
+					return
+				}
+				d := max(time.Since(ev.Time).Milliseconds(), 0)
+				ws.events.Add(1)
+				ws.mu.Lock()
+				_ = ws.hist.RecordValue(d)
+				ws.mu.Unlock()
+			}
+		})
+	}
+	return ws, nil
+}
+
+func (ws *watchers) stop() {
+	ws.cancel()
+	ws.wg.Wait()
 }
 
 // ensureSpace makes the space with the bench's definition, or checks that

@@ -98,6 +98,7 @@ scripts/bench-vs-etcd.sh.`,
 	f.BoolVar(&o.cfg.Preload, "preload", true, "get, mixed, scan, range: write every key before the timed part (untimed)")
 	f.DurationVar(&o.cfg.Settle, "settle", bench.DefaultSettle, "pause between the preload and the timed part")
 	f.IntVar(&o.cfg.PageSize, "page-size", 1000, "scan: rows per page; range: rows per call (at most 10000)")
+	f.IntVar(&o.cfg.Watchers, "watchers", 0, "watches of the space (every bucket) beside the load; their events' delay from the batch is reported")
 	f.BoolVar(&o.pipelining, "pipelining", true, "client pipelining: calls made together to one instance go together (a data stream, or Multi calls); false: one RPC per call")
 	f.IntVar(&o.cfg.PipelineDepth, "pipeline-depth", client.DefaultPipelineDepth, "with --stream=false: calls under way at once per instance, per connection")
 	f.BoolVar(&o.cfg.PipelineWrites, "pipeline-writes", false, "with --stream=false: writes into the Multi pipeline too (client.Config.PipelineWrites); by default only point reads")
@@ -185,6 +186,10 @@ func writeBenchResult(w io.Writer, format string, r bench.Result) error {
 	}
 	if err == nil && r.PreloadRows > 0 {
 		_, err = fmt.Fprintf(w, "preload:    %s in %.1fs (untimed)\n", count(r.PreloadRows, "row"), r.PreloadS)
+	}
+	if err == nil && r.Watchers > 0 {
+		_, err = fmt.Fprintf(w, "watchers:   %d received %d events; delay from the batch p50 %.0f ms, p99 %.0f ms, max %.0f ms\n",
+			r.Watchers, r.WatchEvents, r.WatchP50Ms, r.WatchP99Ms, r.WatchMaxMs)
 	}
 	return err
 }
