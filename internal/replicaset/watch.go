@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -27,6 +28,9 @@ const watchBatch = 256
 func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func(*datav1.WatchResponse) error) error {
 	if req.GetReplicasetId() != s.cfg.ReplicasetID {
 		return status.Errorf(codes.FailedPrecondition, "this instance is a member of replicaset %s, not %s", s.cfg.ReplicasetID, req.GetReplicasetId())
+	}
+	if err := s.watchLive(); err != nil {
+		return err
 	}
 	w := &watcher{s: s, ctx: ctx, send: send, cursor: map[uint32]uint64{}, out: &datav1.WatchResponse{}}
 	if len(req.GetSpaces()) > 0 {
@@ -65,10 +69,17 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 	if err := w.flush(true); err != nil {
 		return err
 	}
+	live := time.NewTicker(time.Second)
+	defer live.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-live.C:
+			if err := s.watchLive(); err != nil {
+				return err
+			}
+			continue
 		case <-wake:
 		}
 		items, next, w2, behind := s.sm.feed.since(seq)
@@ -107,6 +118,24 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 			return err
 		}
 	}
+}
+
+// WatchLeaderSilence is how long a member serving a watch may go without
+// hearing from its replicaset's leader: then it ends the watch
+// (UNAVAILABLE), for the watcher to ask another member, rather than
+// leave it waiting for events a member cut off does not get.
+const WatchLeaderSilence = 3 * time.Second
+
+// watchLive refuses to go on serving a watch from a member cut off from
+// its leader.
+func (s *Storage) watchLive() error {
+	if s.g == nil {
+		return nil
+	}
+	if c := s.g.LeaderContact(); c.IsZero() || time.Since(c) > WatchLeaderSilence {
+		return status.Errorf(codes.Unavailable, "replicaset %s: this member has not heard from a leader for %v: watch on another member", s.cfg.ReplicasetID, WatchLeaderSilence)
+	}
+	return nil
 }
 
 // watcher is one Watch call's state.
