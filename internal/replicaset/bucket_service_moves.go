@@ -388,18 +388,26 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		}
 		chunk := &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
 		out.Chunks = append(out.Chunks, chunk)
+		// added accounts for n more bytes in the chunk; a full response
+		// is sent, and the bucket goes on in a new chunk.
+		added := func(n int, tuple bool) error {
+			size += n
+			if tuple {
+				count++
+			}
+			if count < limit && size < MaxChunkBytes {
+				return nil
+			}
+			if err := send(); err != nil {
+				return err
+			}
+			chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
+			out.Chunks = append(out.Chunks, chunk)
+			return nil
+		}
 		err = s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
 			chunk.Tuples = append(chunk.Tuples, t)
-			count++
-			size += n
-			if count >= limit || size >= MaxChunkBytes {
-				if err := send(); err != nil {
-					return err
-				}
-				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
-				out.Chunks = append(out.Chunks, chunk)
-			}
-			return nil
+			return added(n, true)
 		})
 		if err != nil {
 			return err
@@ -408,15 +416,7 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		// of a write applied here is answered there too.
 		err = s.eachRequest(snap, bucket, func(r *rspb.CopiedRequest, n int) error {
 			chunk.Requests = append(chunk.Requests, r)
-			size += n
-			if size >= MaxChunkBytes {
-				if err := send(); err != nil {
-					return err
-				}
-				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
-				out.Chunks = append(out.Chunks, chunk)
-			}
-			return nil
+			return added(n, false)
 		})
 		if err != nil {
 			return err
@@ -425,15 +425,8 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		var evErr error
 		_, err = s.sm.Events(snap, bucket, 0, func(ev *rspb.Event) bool {
 			chunk.Events = append(chunk.Events, ev)
-			size += ev.SizeVT()
-			if size >= MaxChunkBytes {
-				if evErr = send(); evErr != nil {
-					return false
-				}
-				chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
-				out.Chunks = append(out.Chunks, chunk)
-			}
-			return true
+			evErr = added(ev.SizeVT(), false)
+			return evErr == nil
 		})
 		if evErr != nil {
 			return evErr
