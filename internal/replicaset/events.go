@@ -159,9 +159,11 @@ type feed struct {
 // feedSize bounds the items the feed keeps.
 const feedSize = 8192
 
-// feedItem is an event, or a bucket whose record changed (ev nil).
+// feedItem is an event (with its conversion for the API, made once), or
+// a bucket whose record changed (ev nil).
 type feedItem struct {
 	ev     *rspb.Event
+	api    *sharedEvent
 	bucket uint32
 }
 
@@ -174,7 +176,7 @@ func (f *feed) publish(evs []*rspb.Event, buckets map[uint32]struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, ev := range evs {
-		f.items = append(f.items, feedItem{ev: ev, bucket: ev.GetBucket()})
+		f.items = append(f.items, feedItem{ev: ev, api: &sharedEvent{}, bucket: ev.GetBucket()})
 	}
 	for b := range buckets {
 		f.items = append(f.items, feedItem{bucket: b})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -104,7 +105,7 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 					return err
 				}
 			default:
-				if err := w.deliver(it.ev); err != nil {
+				if err := w.deliver(it.ev, it.api); err != nil {
 					return err
 				}
 			}
@@ -168,7 +169,7 @@ func (w *watcher) catchUp(b uint32) error {
 	if rev > cur {
 		var sendErr error
 		first, err := s.sm.Events(snap, b, cur, func(ev *rspb.Event) bool {
-			if sendErr = w.deliver(ev); sendErr != nil {
+			if sendErr = w.deliver(ev, nil); sendErr != nil {
 				return false
 			}
 			if len(w.out.GetEvents()) >= watchBatch {
@@ -205,17 +206,49 @@ func (w *watcher) catchUp(b uint32) error {
 }
 
 // deliver adds ev to the next response, with its changes of the watched
-// spaces (perhaps none), and moves the bucket's cursor.
-func (w *watcher) deliver(ev *rspb.Event) error {
+// spaces (perhaps none), and moves the bucket's cursor. shared, when not
+// nil, is the feed's one conversion of ev for every watcher: used as it
+// is when this watcher watches every space ev changed.
+func (w *watcher) deliver(ev *rspb.Event, shared *sharedEvent) error {
 	b := ev.GetBucket()
 	if ev.GetRevision() <= w.cursor[b] {
 		return nil
 	}
 	w.cursor[b] = ev.GetRevision()
-	out := &datav1.WatchEvent{Bucket: b, Revision: ev.GetRevision(), TimeUnixMs: ev.GetTimeUnixMs()}
-	sc := w.s.sm.Schema()
+	var out *datav1.WatchEvent
+	var err error
+	if shared != nil && w.watchesAll(ev) {
+		out, err = shared.get(w.s.sm.Schema(), ev)
+	} else {
+		out, err = apiEvent(w.s.sm.Schema(), ev, w.spaces)
+	}
+	if err != nil {
+		return err
+	}
+	// Sent even with no change of a watched space: each bucket's
+	// revisions arrive one after another, so a gap is seen as one.
+	w.out.Events = append(w.out.Events, out)
+	return nil
+}
+
+// watchesAll reports whether the watcher watches every space ev changed.
+func (w *watcher) watchesAll(ev *rspb.Event) bool {
+	if w.spaces == nil {
+		return true
+	}
 	for _, op := range ev.GetOps() {
-		if w.spaces != nil && !w.spaces[op.GetSpaceId()] {
+		if !w.spaces[op.GetSpaceId()] {
+			return false
+		}
+	}
+	return true
+}
+
+// apiEvent converts ev for watchers of spaces (nil: every space).
+func apiEvent(sc *Schema, ev *rspb.Event, spaces map[uint32]bool) (*datav1.WatchEvent, error) {
+	out := &datav1.WatchEvent{Bucket: ev.GetBucket(), Revision: ev.GetRevision(), TimeUnixMs: ev.GetTimeUnixMs()}
+	for _, op := range ev.GetOps() {
+		if spaces != nil && !spaces[op.GetSpaceId()] {
 			continue
 		}
 		name := fmt.Sprintf("#%d", op.GetSpaceId()) // dropped since
@@ -226,15 +259,26 @@ func (w *watcher) deliver(ev *rspb.Event) error {
 		// watcher gets its parts as a tuple, as the API's keys are.
 		parts, err := tuple.DecodeKey(op.GetKey())
 		if err != nil {
-			return status.Errorf(codes.Internal, "bucket %d revision %d: a key in space %s: %v", b, ev.GetRevision(), name, err)
+			return nil, status.Errorf(codes.Internal, "bucket %d revision %d: a key in space %s: %v", ev.GetBucket(), ev.GetRevision(), name, err)
 		}
 		out.Changes = append(out.Changes, &datav1.Change{Space: name, Kind: datav1.OpKind(op.GetKind()), Key: tuple.AppendTuple(nil, parts),
 			Tuple: op.GetTuple(), Version: op.GetVersion()})
 	}
-	// Sent even with no change of a watched space: each bucket's
-	// revisions arrive one after another, so a gap is seen as one.
-	w.out.Events = append(w.out.Events, out)
-	return nil
+	return out, nil
+}
+
+// sharedEvent is a feed event's conversion for the API, made once, by
+// the first watcher that sends it, for all: the watchers send the same
+// message (never changed after it is made).
+type sharedEvent struct {
+	once sync.Once
+	msg  *datav1.WatchEvent
+	err  error
+}
+
+func (se *sharedEvent) get(sc *Schema, ev *rspb.Event) (*datav1.WatchEvent, error) {
+	se.once.Do(func() { se.msg, se.err = apiEvent(sc, ev, nil) })
+	return se.msg, se.err
 }
 
 // flush sends the response under way, if it holds anything (or always,

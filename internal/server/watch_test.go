@@ -108,6 +108,15 @@ func TestAWatchFollowsBucketsAcrossMoves(t *testing.T) {
 	defer w.Close()
 	h := &history{last: map[uint32]uint64{}, values: map[uint64][]string{}}
 	done := watchInto(t, w, h)
+	// A second watch, of every space: the two share the feed's events
+	// (one conversion, sent on both streams).
+	wAll, err := c.Watch(ctx, client.WatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wAll.Close()
+	hAll := &history{last: map[uint32]uint64{}, values: map[uint64][]string{}}
+	doneAll := watchInto(t, wAll, hAll)
 
 	const keys = 300
 	last := map[uint64]string{}
@@ -150,6 +159,17 @@ func TestAWatchFollowsBucketsAcrossMoves(t *testing.T) {
 		}
 		return true
 	})
+	hAll.waitFor(t, func() string { return "the second watch: every key's last write" }, func() bool {
+		for k, v := range last {
+			vs := hAll.values[k]
+			if len(vs) == 0 || vs[len(vs)-1] != v {
+				return false
+			}
+		}
+		return true
+	})
+	wAll.Close()
+	<-doneAll
 	cur := w.Cursor()
 	w.Close()
 	<-done
