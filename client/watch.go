@@ -34,6 +34,9 @@ const (
 	ChangeUpdate  ChangeKind = "update"
 	ChangeUpsert  ChangeKind = "upsert"
 	ChangeDelete  ChangeKind = "delete"
+	// ChangeScan: the tuple as the initial scan read it
+	// (WatchOptions.InitialScan); its event's Revision is 0.
+	ChangeScan ChangeKind = "scan"
 )
 
 // Event is one batch applied to one bucket: its changes to the watched
@@ -68,6 +71,14 @@ type WatchOptions struct {
 	// From resumes a watch: each bucket it holds is watched from after
 	// its revision, the others from now. nil: every bucket from now.
 	From *Cursor
+	// InitialScan: before the changes, every tuple the watched spaces
+	// hold (of the watched buckets), each as an event of one change of
+	// kind ChangeScan with Revision 0, read after the watch began; then
+	// the changes from that beginning on. A tuple written during the scan
+	// may come both as read and as changed, in that order (applying each
+	// event as "the tuple is now this" converges to the data). Not with
+	// From.
+	InitialScan bool
 }
 
 // Watch follows the changes of a cluster's buckets (Client.Watch).
@@ -119,6 +130,9 @@ type watchSession struct {
 // to. Read the events with Events; Cursor says where to resume; Close
 // stops it.
 func (c *Client) Watch(ctx context.Context, opts WatchOptions) (*Watch, error) {
+	if opts.InitialScan && opts.From != nil {
+		return nil, invalidf("watch: InitialScan reads every tuple, From resumes after a cursor: give one or the other")
+	}
 	rt, err := c.refresh(ctx)
 	if err != nil {
 		return nil, err
@@ -163,6 +177,9 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (*Watch, error) {
 // once.
 func (w *Watch) Events() iter.Seq2[Event, error] {
 	return func(yield func(Event, error) bool) {
+		if w.opts.InitialScan && !w.scan(yield) {
+			return
+		}
 		for {
 			select {
 			case <-w.ctx.Done():
@@ -183,6 +200,48 @@ func (w *Watch) Events() iter.Seq2[Event, error] {
 			}
 		}
 	}
+}
+
+// scan yields the initial scan's tuples (WatchOptions.InitialScan) while
+// the streams, begun before it, queue the changes; false when the caller
+// stopped or the scan failed.
+func (w *Watch) scan(yield func(Event, error) bool) bool {
+	spaces := w.opts.Spaces
+	if spaces == nil {
+		rt := w.c.routingFor(w.ctx)
+		for name := range rt.spaces {
+			spaces = append(spaces, name)
+		}
+		slices.Sort(spaces)
+	}
+	var watched map[uint32]bool
+	if w.opts.Buckets != nil {
+		watched = map[uint32]bool{}
+		for _, b := range w.opts.Buckets {
+			watched[b] = true
+		}
+	}
+	for _, name := range spaces {
+		for r, err := range w.c.Space(name).Scan(w.ctx, ScanOptions{}) {
+			if err != nil {
+				yield(Event{}, err)
+				return false
+			}
+			if watched != nil && !watched[r.Bucket] {
+				continue
+			}
+			key, err := r.sp.KeyOf(r.Tuple)
+			if err != nil {
+				yield(Event{}, fmt.Errorf("watch: the initial scan of %s: %w", name, err))
+				return false
+			}
+			ev := Event{Bucket: r.Bucket, Changes: []Change{{Space: name, Kind: ChangeScan, Key: key, Tuple: r.Tuple, Version: r.Version}}}
+			if !yield(ev, nil) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // Cursor returns where the events Events has handed out end: resume from

@@ -88,6 +88,7 @@ func TestWatchPrintsEventsAndTheCursorToResume(t *testing.T) {
 		{name: "a gone", args: []string{"delete", "wq", `["a"]`}, out: "-"},
 		{name: "bad cursor", args: []string{"watch", "wq", "--from", "nope"}, code: 2, err: []string{"watch of wq", "--from", `does not start with "c1."`}},
 		{name: "bad format", args: []string{"watch", "wq", "--format", "csv"}, code: 2, err: []string{`invalid --format "csv"`}},
+		{name: "scan and cursor", args: []string{"watch", "wq", "--initial-scan", "--from", "c1.AA"}, code: 2, err: []string{"--initial-scan", "--from", "one or the other"}},
 	})
 	c, err := client.New(t.Context(), client.Config{Peers: []string{addr}})
 	if err != nil {
@@ -114,6 +115,11 @@ func TestWatchPrintsEventsAndTheCursorToResume(t *testing.T) {
 	cur, err := client.ParseCursor(m[1])
 	if r, ok := cur.Revision(b); err != nil || !ok || r != 3 {
 		t.Fatalf("the printed cursor %s: bucket %d at %d (%v, %v), want 3", m[1], b, r, ok, err)
+	}
+	runCases(t, addr, []cliCase{{name: "b", args: []string{"insert", "wq", `["b",5]`}, out: "-"}})
+	code, out, errOut = runMainIn(t, "", "watch", "wq", "--initial-scan", "--limit", "1", "--peer", addr)
+	if code != 0 || !matchStars(`{"bucket":*,"revision":0,"time":"*","changes":[{"space":"wq","kind":"scan","key":["b"],"tuple":["b",5],"version":*}]}`+"\n", out) {
+		t.Fatalf("watch --initial-scan: exit %d, %q, %s", code, out, errOut)
 	}
 }
 

@@ -17,9 +17,10 @@ import (
 
 type watchOptions struct {
 	clusterFlags
-	from   string
-	format string
-	limit  int
+	from        string
+	format      string
+	limit       int
+	initialScan bool
 }
 
 func newWatchCmd() *cobra.Command {
@@ -32,7 +33,8 @@ per batch applied to a bucket, with the bucket's revision and each changed
 tuple after the change (docs/changes.md). Each bucket's events come in
 revision order, across the buckets' moves.
 
---from resumes after a cursor; without it the watch starts now. On Ctrl-C
+--from resumes after a cursor; without it the watch starts now, and
+--initial-scan prints every tuple first (kind "scan"). On Ctrl-C
 (or after --limit events) it prints on stderr the cursor to resume from.
 --format jsonl prints one event a line; json prints each indented.
 A cursor older than the cluster keeps is refused as compacted (exit 1):
@@ -47,6 +49,7 @@ read the data again (shardkit scan) and watch from then on.`,
 	f.StringVar(&o.from, "from", "", "resume after this cursor (printed by a watch that stopped)")
 	f.StringVar(&o.format, "format", "jsonl", "jsonl: one event a line; json: each event indented")
 	f.IntVar(&o.limit, "limit", 0, "stop after this many events (0: until Ctrl-C)")
+	f.BoolVar(&o.initialScan, "initial-scan", false, `first every tuple of the spaces, as read (kind "scan", revision 0), then the changes (not with --from)`)
 	return cmd
 }
 
@@ -58,7 +61,10 @@ func runWatch(cmd *cobra.Command, o *watchOptions, spaces []string) error {
 	if o.limit < 0 {
 		return usagef("%s: --limit %d: give 0 or more", what, o.limit)
 	}
-	opts := client.WatchOptions{Spaces: spaces}
+	opts := client.WatchOptions{Spaces: spaces, InitialScan: o.initialScan}
+	if o.initialScan && o.from != "" {
+		return usagef("%s: --initial-scan reads every tuple, --from resumes after a cursor: give one or the other", what)
+	}
 	if o.from != "" {
 		cur, err := client.ParseCursor(o.from)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -201,5 +202,69 @@ func TestAWatchFollowsBucketsAcrossMoves(t *testing.T) {
 			t.Fatalf("the resumed watch's first event is revision %d of bucket %d, the cursor had %d", ev.Revision, ev.Bucket, r)
 		}
 		break
+	}
+}
+
+// A watch with an initial scan gives every tuple first, as read, then the
+// changes made after the watch began.
+func TestAWatchWithAnInitialScan(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	addr := servertest.OneInstanceCluster(t)
+	c, err := client.New(ctx, client.Config{Peers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "is", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
+			PrimaryKey: []string{"k"}}, true)
+		return err
+	})
+	const rows = 50
+	for k := range uint64(rows) {
+		if _, err := c.Space("is").Replace(ctx, tuple.Tuple{tuple.Uint(k), tuple.String("old")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Watch(ctx, client.WatchOptions{InitialScan: true, From: &client.Cursor{}}); err == nil {
+		t.Fatal("a watch with an initial scan and a cursor was not refused")
+	}
+	w, err := c.Watch(ctx, client.WatchOptions{Spaces: []string{"is"}, InitialScan: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	scanned := map[uint64]bool{}
+	wroteNew := false
+	for ev, err := range w.Events() {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ev.Changes) != 1 {
+			t.Fatalf("event %+v, want one change", ev)
+		}
+		ch := ev.Changes[0]
+		k, _ := ch.Key[0].AsUint()
+		v, _ := ch.Tuple[1].AsString()
+		if ch.Kind == client.ChangeScan {
+			if wroteNew || ev.Revision != 0 || v != "old" {
+				t.Fatalf("a scanned tuple %v (revision %d) after the changes began, or not as written", ch.Tuple, ev.Revision)
+			}
+			scanned[k] = true
+			if len(scanned) == rows {
+				if _, err := c.Space("is").Replace(ctx, tuple.Tuple{tuple.Uint(rows), tuple.String("new")}); err != nil {
+					t.Fatal(err)
+				}
+				wroteNew = true
+			}
+			continue
+		}
+		if !wroteNew || len(scanned) != rows {
+			t.Fatalf("a change %v before the scan's %d tuples ended (%d seen)", ch, rows, len(scanned))
+		}
+		if k == rows && v == "new" && ch.Kind == client.ChangeReplace {
+			break
+		}
 	}
 }
