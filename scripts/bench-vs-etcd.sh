@@ -32,6 +32,9 @@
 #   WORKDIR_PARENT  where the temporary data dirs go; local disk [/var/tmp]
 #   SHARDKIT_BIN    a prebuilt shardkit binary (else built from this repo)
 #   SHARDKIT_SPACE  passed as `shardkit bench --space` when set
+#   WATCHERS    watches beside the load, both systems [0]: etcd watchers of
+#               the bench's key prefix, shardkit watches of the bench's space
+#               (every bucket); their events and delay are in the JSON lines
 #   SHARDKIT_BENCH_FLAGS  more `shardkit bench` flags, space-separated, e.g.
 #               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
@@ -62,6 +65,7 @@ DURATION=${DURATION:-10s}
 VALUE_SIZE=${VALUE_SIZE:-100}
 KEYS=${KEYS:-1000}
 CONNS=${CONNS:-16}
+WATCHERS=${WATCHERS:-0}
 SETTLE=${SETTLE:-2}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${RESULTS:-/var/tmp/bench-vs-etcd-$STAMP.jsonl}
@@ -415,7 +419,8 @@ run_one() {
     wl='get'
     if [[ $class == write ]]; then wl=put; fi
     cmd=("$WORK/bin/etcd-bench" --endpoints "$ETCD_ENDPOINTS" --workload "$wl" --clients "$clients"
-      --conns "$CONNS" --duration "$DURATION" --value-size "$VALUE_SIZE" --keys "$KEYS" --timeout 5s --format json)
+      --conns "$CONNS" --duration "$DURATION" --value-size "$VALUE_SIZE" --keys "$KEYS" --timeout 5s --format json
+      --watchers "$WATCHERS")
   else
     find_sk_workers
     pids=("${SK_WORKERS[@]}")
@@ -424,7 +429,7 @@ run_one() {
     # shardkit bench's --keys is the whole key range (0..N-1, drawn
     # uniformly), etcd-bench's is per client: the same number of keys.
     cmd=("$SK" bench --peer "$SK_PEERS" --workload "$wl" --clients "$clients" --conns "$CONNS" --duration "$DURATION"
-      --value-size "$VALUE_SIZE" --keys "$((KEYS * clients))" --timeout 5s --format json)
+      --value-size "$VALUE_SIZE" --keys "$((KEYS * clients))" --timeout 5s --format json --watchers "$WATCHERS")
     if [[ -n ${SHARDKIT_SPACE:-} ]]; then cmd+=(--space "$SHARDKIT_SPACE"); fi
     # shellcheck disable=SC2206 # split on purpose: a list of flags
     if [[ -n ${SHARDKIT_BENCH_FLAGS:-} ]]; then cmd+=($SHARDKIT_BENCH_FLAGS); fi

@@ -213,6 +213,7 @@ func bench(ctx context.Context, cfg config, stderr io.Writer) (result, error) {
 		}
 	}
 
+	ws := startWatchers(ctx, cfg, clients)
 	var done atomic.Int64 // successful calls, for the progress line
 	results := make([]workerResult, cfg.clients)
 	stopProgress := progress(stderr, &done, cfg)
@@ -245,7 +246,7 @@ func bench(ctx context.Context, cfg config, stderr io.Writer) (result, error) {
 		fmt.Fprintf(stderr, "etcd-bench: %d calls failed; first error: %v\n", errs, firstErr)
 	}
 	ms := func(q float64) float64 { return float64(hist.ValueAtQuantile(q)) / 1000 }
-	return result{
+	res := result{
 		System:    "etcd",
 		Workload:  cfg.workload,
 		Clients:   cfg.clients,
@@ -256,7 +257,74 @@ func bench(ctx context.Context, cfg config, stderr io.Writer) (result, error) {
 		P99Ms:     ms(99),
 		P999Ms:    ms(99.9),
 		DurationS: elapsed.Seconds(),
-	}, nil
+	}
+	if ws != nil {
+		ws.stop()
+		res.Watchers, res.WatchEvents = cfg.watchers, ws.events.Load()
+		res.WatchP50Ms, res.WatchP99Ms = float64(ws.hist.ValueAtQuantile(50)), float64(ws.hist.ValueAtQuantile(99))
+		res.WatchMaxMs = float64(ws.hist.Max())
+	}
+	return res, nil
+}
+
+// watchers are the watches beside the load.
+type watchers struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	events atomic.Int64
+	mu     sync.Mutex
+	hist   *hdrhistogram.Histogram // delays in ms
+}
+
+// startWatchers starts cfg.watchers watches of the prefix k/ from now,
+// each on one of the clients in turn (nil when none).
+func startWatchers(ctx context.Context, cfg config, clients []*clientv3.Client) *watchers {
+	if cfg.watchers <= 0 {
+		return nil
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	ws := &watchers{cancel: cancel, hist: hdrhistogram.New(0, 3_600_000, 3)}
+	for i := range cfg.watchers {
+		ch := clients[i%len(clients)].Watch(wctx, "k/", clientv3.WithPrefix())
+		ws.wg.Go(func() {
+			for resp := range ch {
+				now := time.Now()
+				for _, ev := range resp.Events {
+					ws.events.Add(1)
+					if sent, ok := sentAt(ev.Kv.Value); ok {
+						ws.mu.Lock()
+						_ = ws.hist.RecordValue(max(now.Sub(sent).Milliseconds(), 0))
+						ws.mu.Unlock()
+					}
+				}
+			}
+		})
+	}
+	return ws
+}
+
+func (ws *watchers) stop() {
+	ws.cancel()
+	ws.wg.Wait()
+}
+
+// stamp writes t's Unix nanoseconds at the start of a value (16 hex
+// digits), for a watcher to measure the delay of its event.
+func stamp(v []byte, t time.Time) {
+	if len(v) >= 16 {
+		copy(v, fmt.Sprintf("%016x", t.UnixNano()))
+	}
+}
+
+func sentAt(v []byte) (time.Time, bool) {
+	if len(v) < 16 {
+		return time.Time{}, false
+	}
+	var ns int64
+	if _, err := fmt.Sscanf(string(v[:16]), "%016x", &ns); err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
 }
 
 func work(ctx context.Context, cfg config, c *clientv3.Client, w int, deadline time.Time, done *atomic.Int64) workerResult {
@@ -266,7 +334,7 @@ func work(ctx context.Context, cfg config, c *clientv3.Client, w int, deadline t
 	// children for all the calls in flight).
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	val := value(cfg.valueSize, rand.New(rand.NewPCG(uint64(w), 3)))
+	val := []byte(value(cfg.valueSize, rand.New(rand.NewPCG(uint64(w), 3))))
 	for i := 0; ctx.Err() == nil; i++ {
 		t0 := time.Now()
 		if !t0.Before(deadline) {
@@ -276,7 +344,10 @@ func work(ctx context.Context, cfg config, c *clientv3.Client, w int, deadline t
 		cctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 		var err error
 		if cfg.workload == "put" {
-			_, err = c.Put(cctx, k, val)
+			if cfg.watchers > 0 {
+				stamp(val, t0)
+			}
+			_, err = c.Put(cctx, k, string(val))
 		} else {
 			var resp *clientv3.GetResponse
 			resp, err = c.Get(cctx, k)

@@ -39,6 +39,7 @@ type config struct {
 	timeout   time.Duration
 	format    string
 	settle    bool
+	watchers  int
 }
 
 const defaultEndpoints = "127.0.0.1:23791,127.0.0.1:23792,127.0.0.1:23793"
@@ -91,6 +92,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.keys, "keys", 1000, "keys per worker: worker w uses k/<w>/<i mod keys>")
 	fs.DurationVar(&cfg.timeout, "timeout", 5*time.Second, "deadline of each call")
 	fs.StringVar(&cfg.format, "format", "text", "text or json")
+	fs.IntVar(&cfg.watchers, "watchers", 0, "watches of the keys (prefix k/) beside the load; each put's value starts with its send time, and each event's delay from it is reported")
 	fs.BoolVar(&cfg.settle, "settle", true, "get: after the preload, let etcd drop the preload's write buffer (see README)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: etcd-bench [flags]\n\n"+

@@ -22,6 +22,14 @@ type result struct {
 	P99Ms     float64 `json:"p99_ms"`
 	P999Ms    float64 `json:"p999_ms"`
 	DurationS float64 `json:"duration_s"`
+	// The watchers beside the load (--watchers): the events they
+	// received, and each event's delay from its put's send time, in
+	// whole milliseconds (as shardkit bench's).
+	Watchers    int     `json:"watchers"`
+	WatchEvents int64   `json:"watch_events"`
+	WatchP50Ms  float64 `json:"watch_p50_ms"`
+	WatchP99Ms  float64 `json:"watch_p99_ms"`
+	WatchMaxMs  float64 `json:"watch_max_ms"`
 }
 
 func writeResult(w io.Writer, format string, r result) error {
@@ -30,6 +38,9 @@ func writeResult(w io.Writer, format string, r result) error {
 	}
 	_, err := fmt.Fprintf(w, "system:     %s\nworkload:   %s\nclients:    %d\nops:        %d in %.2fs\nops/s:      %.0f\nerrors:     %d\nlatency:    p50 %.3f ms, p99 %.3f ms, p99.9 %.3f ms\n",
 		r.System, r.Workload, r.Clients, r.Ops, r.DurationS, r.OpsPerS, r.Errors, r.P50Ms, r.P99Ms, r.P999Ms)
+	if err == nil && r.Watchers > 0 {
+		_, err = fmt.Fprintf(w, "watchers:   %d received %d events; delay p50 %.0f ms, p99 %.0f ms, max %.0f ms\n", r.Watchers, r.WatchEvents, r.WatchP50Ms, r.WatchP99Ms, r.WatchMaxMs)
+	}
 	return err
 }
 
