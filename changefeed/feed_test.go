@@ -443,3 +443,72 @@ func TestASecondRelayTakesOverADeadOnesParts(t *testing.T) {
 	consume(t, k.ListenAddrs(), w)
 	b.stop(t)
 }
+
+// Buckets moved mid-stream (a second replicaset joins and takes half of
+// them): nothing is missing or out of order, and nothing repeats.
+func TestBucketsMovedMidStream(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c, startSecond := cluster(ctx, t, 2)
+	k := broker(t, 0, "")
+	defer k.Close()
+	p := startFeed(ctx, t, baseConfig(c, k, "a"))
+	waitStarted(ctx, t, c, "f", 4, p)
+	w := newWriter(c)
+	w.round(ctx, t, 60, "before")
+	startSecond()
+	balanced := false
+	for round := 0; !balanced || round < 5; round++ {
+		w.round(ctx, t, 60, fmt.Sprint("moving", round))
+		st, err := c.Status(ctx, false)
+		balanced = err == nil && len(st.GetReplicasets()) == 2 &&
+			st.GetReplicasets()[0].GetBucketCount() == testBuckets/2 && st.GetReplicasets()[1].GetBucketCount() == testBuckets/2
+		if round > 500 {
+			t.Fatalf("the buckets did not balance: %v", st.GetReplicasets())
+		}
+	}
+	w.round(ctx, t, 60, "after")
+	s := consume(t, k.ListenAddrs(), w)
+	if s.repeats != 0 {
+		t.Errorf("%d repeats with no relay crash", s.repeats)
+	}
+	t.Logf("%d records", s.records)
+}
+
+// A relay paused past its lease (its part taken over by another, which
+// saved a cursor) cannot save its cursor any more: the fence refuses it,
+// and the part's cursor stays the new holder's.
+func TestAnOldHolderCannotMoveACursor(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, _ := cluster(ctx, t, 1)
+	k := broker(t, 0, "")
+	defer k.Close()
+	cfg := baseConfig(c, k, "new")
+	cfg.Parts = 1
+	p := startFeed(ctx, t, cfg)
+	waitStarted(ctx, t, c, "f", 1, p)
+	key := []tuple.Value{tuple.String("f"), tuple.Uint(0)}
+	res, _, err := c.Space(CursorSpace).Select(ctx, key, client.RW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticket, _ := res.Tuple[3].AsUint()
+	if ticket == 0 {
+		t.Fatalf("the part's tuple %v holds no ticket", res.Tuple)
+	}
+	// What an older holder's save does: the same batch with its ticket.
+	_, err = c.Batch().Fence(client.Fence{Space: CursorSpace, Key: key, Field: "ticket", Ticket: ticket - 1}).
+		Update(CursorSpace, key, []tuple.Op{{Code: tuple.OpAssign, Field: tuple.FieldRef{Name: "cursor"}, Arg: tuple.String("c1.AA")}}).
+		Do(ctx)
+	if !errors.Is(err, client.ErrConditionFailed) {
+		t.Fatalf("an older ticket's save: %v, want ErrConditionFailed", err)
+	}
+	after, _, err := c.Space(CursorSpace).Select(ctx, key, client.RW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cur, _ := after.Tuple[4].AsString(); cur == "c1.AA" {
+		t.Fatalf("the older holder's cursor was saved: %v", after.Tuple)
+	}
+}
