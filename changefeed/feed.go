@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -193,9 +194,11 @@ type feed struct {
 
 // partRun is a part this process holds.
 type partRun struct {
-	p       int
-	ticket  uint64
-	renewed time.Time
+	p      int
+	ticket uint64
+	// renewed is when the lease was last granted or renewed (Unix ns):
+	// the part sends nothing once a lease time has passed since.
+	renewed atomic.Int64
 	cancel  context.CancelFunc
 	done    chan struct{}
 }
@@ -294,8 +297,8 @@ func (f *feed) keepParts(ctx context.Context, share int) {
 		_, ok, err := ls.Renew(ctx, f.leaseName("part", p), f.cfg.Holder, pr.ticket, f.cfg.LeaseTTL)
 		switch {
 		case err == nil && ok:
-			pr.renewed = time.Now()
-		case err == nil && !ok, time.Since(pr.renewed) > f.cfg.LeaseTTL*2/3:
+			pr.renewed.Store(time.Now().UnixNano())
+		case err == nil && !ok, time.Since(time.Unix(0, pr.renewed.Load())) > f.cfg.LeaseTTL*2/3:
 			f.cfg.Logger.Warn("changefeed: a part's lease is lost", "part", p, "err", err)
 			pr.cancel()
 		}
@@ -327,7 +330,8 @@ func (f *feed) keepParts(ctx context.Context, share int) {
 			continue
 		}
 		pctx, cancel := context.WithCancel(ctx)
-		pr := &partRun{p: p, ticket: l.Ticket, renewed: time.Now(), cancel: cancel, done: make(chan struct{})}
+		pr := &partRun{p: p, ticket: l.Ticket, cancel: cancel, done: make(chan struct{})}
+		pr.renewed.Store(time.Now().UnixNano())
 		f.mu.Lock()
 		f.parts[p] = pr
 		f.mu.Unlock()

@@ -230,6 +230,13 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			failure = err
 			break
 		}
+		if time.Since(time.Unix(0, pr.renewed.Load())) > f.cfg.LeaseTTL {
+			// Paused past the lease (another process may hold the part
+			// now and send these events): send nothing more; what was
+			// sent is saved through the fence, or refused by it.
+			f.cfg.Logger.Warn("changefeed: a part's lease expired before it was renewed", "part", pr.p)
+			break
+		}
 		f.send(a, ev)
 		select {
 		case failure = <-saverDone:
