@@ -186,6 +186,7 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			return f.released(pr, err)
 		}
 	}
+	f.cfg.Logger.Info("changefeed: part started", "part", pr.p, "buckets", len(buckets), "ticket", pr.ticket)
 	a := newAcks(maps.Clone(from))
 	last := client.NewCursor(from).String()
 	saverDone := make(chan error, 1)
