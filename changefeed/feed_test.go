@@ -512,3 +512,73 @@ func TestAnOldHolderCannotMoveACursor(t *testing.T) {
 		t.Fatalf("the older holder's cursor was saved: %v", after.Tuple)
 	}
 }
+
+// A relay joining a running one gets its share of the parts, which the
+// first lets go of only after saving their cursors: nothing is missing
+// and nothing repeats, though writes go on during the handover.
+func TestAJoiningRelayGetsItsShareWithNoRepeat(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	c, _ := cluster(ctx, t, 1)
+	k := broker(t, 0, "")
+	defer k.Close()
+	a := startFeed(ctx, t, baseConfig(c, k, "a"))
+	waitStarted(ctx, t, c, "f", 4, a)
+	w := newWriter(c)
+	w.round(ctx, t, 30, "alone")
+	startFeed(ctx, t, baseConfig(c, k, "b"))
+	for round := 0; ; round++ {
+		w.round(ctx, t, 30, fmt.Sprint("joining", round))
+		n := map[string]int{}
+		for i := range 4 {
+			l, held, err := c.Leases().Get(ctx, fmt.Sprintf("changefeed/f/part/%d", i))
+			if err == nil && held {
+				n[l.Holder]++
+			}
+		}
+		if n["a"] == 2 && n["b"] == 2 && round >= 3 {
+			break
+		}
+		if round > 1000 {
+			t.Fatalf("the relays did not split the parts: %v", n)
+		}
+	}
+	w.round(ctx, t, 30, "split")
+	s := consume(t, k.ListenAddrs(), w)
+	if s.repeats != 0 {
+		t.Errorf("%d repeats across a handover of parts", s.repeats)
+	}
+}
+
+// A relay resumed from a cursor older than the cluster's history stops
+// with ErrCompacted and says how to recover; one started with another
+// number of parts is refused.
+func TestAFeedStopsOnACompactedCursorOrOtherParts(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	c, _ := cluster(ctx, t, 1)
+	k := broker(t, 0, "")
+	defer k.Close()
+	cfg := baseConfig(c, k, "a")
+	cfg.Parts = 1
+	cfg.noFinalSave = true
+	cfg.SaveEvery = time.Hour
+	a := startFeed(ctx, t, cfg)
+	waitStarted(ctx, t, c, "f", 1, a)
+	a.stop(t)
+	w := newWriter(c)
+	for i := range 1100 { // more than the 1,024 revisions a bucket keeps
+		w.batch(ctx, t, 1, 1, fmt.Sprint(i))
+	}
+	cfg = baseConfig(c, k, "b")
+	cfg.Parts = 1
+	err := Run(ctx, cfg)
+	if !errors.Is(err, client.ErrCompacted) || !strings.Contains(err.Error(), "start the feed under a new --name") {
+		t.Errorf("a feed behind the history: %v, want ErrCompacted and the recovery", err)
+	}
+	cfg.Parts = 2
+	err = Run(ctx, cfg)
+	if err == nil || !strings.Contains(err.Error(), "the feed was started with 1 parts, not 2: run it with --parts 1") {
+		t.Errorf("a feed run with another number of parts: %v", err)
+	}
+}
