@@ -8,11 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/server"
@@ -581,4 +583,38 @@ func TestAFeedStopsOnACompactedCursorOrOtherParts(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the feed was started with 1 parts, not 2: run it with --parts 1") {
 		t.Errorf("a feed run with another number of parts: %v", err)
 	}
+}
+
+// A relay killed while Kafka takes none of its records (every produce
+// request refused) saves no cursor past them: the next relay sends them,
+// and nothing is missing.
+func TestARelayKilledWithRecordsUnacknowledged(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	c, _ := cluster(ctx, t, 1)
+	k := broker(t, 0, "")
+	defer k.Close()
+	var refuse atomic.Bool
+	k.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.KeepControl()
+		if refuse.Load() {
+			return nil, errors.New("the test refuses produce requests"), true
+		}
+		return nil, nil, false
+	})
+	cfg := baseConfig(c, k, "a")
+	cfg.noFinalSave = true
+	a := startFeed(ctx, t, cfg)
+	waitStarted(ctx, t, c, "f", 4, a)
+	w := newWriter(c)
+	w.round(ctx, t, 30, "taken")
+	consume(t, k.ListenAddrs(), w)
+	refuse.Store(true)
+	w.round(ctx, t, 30, "refused")
+	time.Sleep(time.Second) // the parts' savers run some 20 times meanwhile
+	a.stop(t)
+	refuse.Store(false)
+	startFeed(ctx, t, baseConfig(c, k, "b"))
+	w.round(ctx, t, 30, "after")
+	consume(t, k.ListenAddrs(), w)
 }
