@@ -30,25 +30,25 @@ const (
 // cluster starts n instances (replication factor 1: one replicaset each,
 // the first bootstraps; start the others with the returned func) and a
 // client of them, with a space o(e, n, v) sharded by e.
-func cluster(ctx context.Context, t *testing.T, n int) (c *client.Client, startRest func()) {
-	t.Helper()
+func cluster(ctx context.Context, tb testing.TB, n int) (c *client.Client, startRest func()) {
+	tb.Helper()
 	var addrs []string
 	var liss []net.Listener
 	for range n {
-		l, a := servertest.Listen(t)
+		l, a := servertest.Listen(tb)
 		addrs, liss = append(addrs, a), append(liss, l)
 	}
 	start := func(i int) {
-		servertest.Run(t, server.InstanceConfig{Listener: liss[i], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second,
+		servertest.Run(tb, server.InstanceConfig{Listener: liss[i], Peers: addrs[:1], AutoOfflineTimeout: 10 * time.Second,
 			ShutdownTimeout: 5 * time.Second, InitBucketCount: testBuckets})
 	}
 	start(0)
 	c, err := client.New(ctx, client.Config{Peers: addrs, Timeout: 5 * time.Second})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { _ = c.Close() })
-	poll(t, "the space", func() error {
+	tb.Cleanup(func() { _ = c.Close() })
+	poll(tb, "the space", func() error {
 		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "o", Format: tuple.Format{
 			{Name: "e", Type: tuple.TypeUnsigned}, {Name: "n", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
 			PrimaryKey: []string{"e", "n"}, ShardingKey: []string{"e"}}, true)
@@ -64,8 +64,8 @@ func cluster(ctx context.Context, t *testing.T, n int) (c *client.Client, startR
 	}
 }
 
-func poll(t *testing.T, what string, f func() error) {
-	t.Helper()
+func poll(tb testing.TB, what string, f func() error) {
+	tb.Helper()
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		err := f()
@@ -73,7 +73,7 @@ func poll(t *testing.T, what string, f func() error) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v", what, err)
+			tb.Fatalf("%s: %v", what, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -81,15 +81,15 @@ func poll(t *testing.T, what string, f func() error) {
 
 // broker starts a kfake broker with the test topic (4 partitions) on
 // port (0: any), keeping its data in dir ("": in memory).
-func broker(t *testing.T, port int, dir string) *kfake.Cluster {
-	t.Helper()
+func broker(tb testing.TB, port int, dir string) *kfake.Cluster {
+	tb.Helper()
 	opts := []kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(4, testTopic), kfake.Ports(port)}
 	if dir != "" {
 		opts = append(opts, kfake.DataDir(dir))
 	}
 	k, err := kfake.NewCluster(opts...)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	return k
 }
@@ -100,41 +100,41 @@ type feedProcess struct {
 	done   chan error
 }
 
-func startFeed(ctx context.Context, t *testing.T, cfg Config) *feedProcess {
-	t.Helper()
+func startFeed(ctx context.Context, tb testing.TB, cfg Config) *feedProcess {
+	tb.Helper()
 	fctx, cancel := context.WithCancel(ctx)
 	p := &feedProcess{cancel: cancel, done: make(chan error, 1)}
 	go func() { p.done <- Run(fctx, cfg) }()
-	t.Cleanup(func() { p.stop(t) })
+	tb.Cleanup(func() { p.stop(tb) })
 	return p
 }
 
 // stop ends the process (a kill when its config says noFinalSave) and
 // fails the test if it ended with an error.
-func (p *feedProcess) stop(t *testing.T) {
-	t.Helper()
+func (p *feedProcess) stop(tb testing.TB) {
+	tb.Helper()
 	p.cancel()
 	select {
 	case err, ok := <-p.done:
 		if ok && err != nil {
-			t.Errorf("the feed ended with: %v", err)
+			tb.Errorf("the feed ended with: %v", err)
 		}
 		if ok {
 			close(p.done)
 		}
 	case <-time.After(60 * time.Second):
-		t.Errorf("the feed did not stop within 60s")
+		tb.Errorf("the feed did not stop within 60s")
 	}
 }
 
 // waitStarted waits until every part of feed name saved a cursor (a write
 // after it reaches the topic).
-func waitStarted(ctx context.Context, t *testing.T, c *client.Client, name string, parts int, p *feedProcess) {
-	t.Helper()
-	poll(t, "the feed's parts started", func() error {
+func waitStarted(ctx context.Context, tb testing.TB, c *client.Client, name string, parts int, p *feedProcess) {
+	tb.Helper()
+	poll(tb, "the feed's parts started", func() error {
 		select {
 		case err := <-p.done:
-			t.Fatalf("the feed ended: %v", err)
+			tb.Fatalf("the feed ended: %v", err)
 		default:
 		}
 		for i := range parts {
