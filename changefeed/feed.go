@@ -164,9 +164,17 @@ func Run(ctx context.Context, cfg Config) error {
 	return f.run(ctx)
 }
 
-// ensureSpace creates the cursor space when it is missing.
+// ensureSpace creates the cursor space when it is missing (an admin's
+// call; a writer runs a feed once it exists).
 func ensureSpace(ctx context.Context, c *client.Client) error {
-	_, err := c.CreateSpace(ctx, client.SpaceDef{Name: CursorSpace, Format: tuple.Format{
+	defs, err := c.Spaces(ctx)
+	if err != nil {
+		return fmt.Errorf("changefeed: the spaces: %w", err)
+	}
+	if slices.ContainsFunc(defs, func(d client.SpaceDef) bool { return d.Name == CursorSpace }) {
+		return nil
+	}
+	_, err = c.CreateSpace(ctx, client.SpaceDef{Name: CursorSpace, Format: tuple.Format{
 		{Name: "feed", Type: tuple.TypeString}, {Name: "part", Type: tuple.TypeUnsigned},
 		{Name: "parts", Type: tuple.TypeUnsigned}, {Name: "ticket", Type: tuple.TypeUnsigned},
 		{Name: "cursor", Type: tuple.TypeString},
