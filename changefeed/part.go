@@ -238,6 +238,13 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			f.cfg.Logger.Warn("changefeed: a part's lease expired before it was renewed", "part", pr.p)
 			break
 		}
+		if _, rerr := a.cursor(); rerr != nil {
+			// Kafka refused a record: a later one of its partition must
+			// not follow it, or a consumer that drops repeats by revision
+			// would skip the refused one when it comes again.
+			failure = fmt.Errorf("%s: Kafka refused a record: %w", what, rerr)
+			break
+		}
 		f.send(a, ev)
 		select {
 		case failure = <-saverDone:
