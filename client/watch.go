@@ -434,6 +434,15 @@ func (w *Watch) stream(ctx context.Context, s *watchSession, attempt int) error 
 			w.mu.Unlock()
 		}
 		for _, l := range resp.GetLeft() {
+			// Every event up to the revision the bucket left at was sent
+			// (those of other spaces filtered out): ask its new replicaset
+			// for what came after, not for revisions of other spaces that
+			// its history may not reach back to.
+			w.mu.Lock()
+			if r := l.GetRevision(); r > w.received[l.GetBucket()] {
+				w.received[l.GetBucket()] = r
+			}
+			w.mu.Unlock()
 			delete(s.buckets, l.GetBucket())
 			w.letGo(l.GetBucket(), s.rs, l.GetReplicasetId())
 		}
