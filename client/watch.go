@@ -120,6 +120,9 @@ type watchSession struct {
 	buckets map[uint32]bool
 	cancel  context.CancelFunc
 	ended   chan struct{}
+	// begun is called once its stream has begun (its first response:
+	// "now" is fixed for its buckets) or it has ended.
+	begun func()
 }
 
 // Watch starts following the changes of the cluster's buckets: every
@@ -165,8 +168,23 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (*Watch, error) {
 		}
 		byRS[rt.buckets[b]] = append(byRS[rt.buckets[b]], b)
 	}
+	// Watch returns once every stream has begun: a write made after it
+	// returns is among the events.
+	var begun sync.WaitGroup
 	for rs, bs := range byRS {
-		w.start(rs, bs)
+		begun.Add(1)
+		w.start(rs, bs, sync.OnceFunc(begun.Done))
+	}
+	all := make(chan struct{})
+	go func() {
+		begun.Wait()
+		close(all)
+	}()
+	select {
+	case <-all:
+	case <-ctx.Done():
+		w.Close()
+		return nil, newError("watch", "", ctx.Err(), true)
 	}
 	w.done.Go(w.coordinate)
 	return w, nil
@@ -261,7 +279,7 @@ func (w *Watch) Close() {
 // start starts (or restarts, with more buckets) the session of
 // replicaset rs; only one goroutine at a time calls it (Watch, then
 // coordinate).
-func (w *Watch) start(rs string, buckets []uint32) {
+func (w *Watch) start(rs string, buckets []uint32, begun func()) {
 	set := map[uint32]bool{}
 	w.mu.Lock()
 	old := w.sessions[rs]
@@ -275,12 +293,16 @@ func (w *Watch) start(rs string, buckets []uint32) {
 		set[b] = true
 	}
 	ctx, cancel := context.WithCancel(w.ctx)
-	s := &watchSession{rs: rs, buckets: set, cancel: cancel, ended: make(chan struct{})}
+	if begun == nil {
+		begun = func() {}
+	}
+	s := &watchSession{rs: rs, buckets: set, cancel: cancel, ended: make(chan struct{}), begun: begun}
 	w.mu.Lock()
 	w.sessions[rs] = s
 	w.mu.Unlock()
 	w.done.Go(func() {
 		defer close(s.ended)
+		defer s.begun()
 		w.serve(ctx, s)
 	})
 }
@@ -325,7 +347,7 @@ func (w *Watch) coordinate() {
 			delete(pending, b)
 		}
 		for rs, bs := range byRS {
-			w.start(rs, bs)
+			w.start(rs, bs, nil)
 		}
 		if len(pending) > 0 {
 			_ = retry.Sleep(w.ctx, backoff.Next())
@@ -419,6 +441,7 @@ func (w *Watch) stream(ctx context.Context, s *watchSession, attempt int) error 
 			}
 		}
 		w.mu.Unlock()
+		s.begun() // the first response: its buckets' "now" is fixed
 		for _, e := range resp.GetEvents() {
 			ev, err := eventOf(e)
 			if err != nil {

@@ -167,8 +167,28 @@ func (w *watcher) catchUp(b uint32) error {
 		return status.Error(codes.Internal, err.Error())
 	}
 	if rev > cur {
+		// Does the history reach back to the cursor? Asked before any
+		// event is sent: a watcher never gets events past a gap.
+		first, err := s.sm.Events(snap, b, cur, func(*rspb.Event) bool { return false })
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		if first != cur+1 {
+			if st.GetState() == rspb.BucketState_STATE_RECEIVING && !st.GetCopied() {
+				// The bucket is arriving: its source's history comes with
+				// the copy's last chunks. The watcher asks again later.
+				w.out.Left = append(w.out.Left, &datav1.BucketLeft{Bucket: b, Revision: cur})
+				delete(w.cursor, b)
+				return nil
+			}
+			oldest := first
+			if oldest == 0 {
+				oldest = rev // nothing kept before the bucket's revision
+			}
+			return compacted(b, cur, oldest, s.cfg.ReplicasetID)
+		}
 		var sendErr error
-		first, err := s.sm.Events(snap, b, cur, func(ev *rspb.Event) bool {
+		_, err = s.sm.Events(snap, b, cur, func(ev *rspb.Event) bool {
 			if sendErr = w.deliver(ev, nil); sendErr != nil {
 				return false
 			}
@@ -182,13 +202,6 @@ func (w *watcher) catchUp(b uint32) error {
 		}
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
-		}
-		if first != cur+1 {
-			oldest := first
-			if oldest == 0 {
-				oldest = rev // nothing kept before the bucket's revision
-			}
-			return compacted(b, cur, oldest, s.cfg.ReplicasetID)
 		}
 	}
 	switch st.GetState() {
