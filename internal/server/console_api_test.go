@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/server/servertest"
@@ -35,6 +36,23 @@ func consoleInstance(ctx context.Context, t *testing.T, n int) (string, *client.
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	// Online first: an operation on a replicaset none of whose members is
+	// Online yet is refused (no quorum), whatever the test asks of it.
+	pollOK(t, "the instance Online", func() error {
+		st, err := c.Status(ctx, false)
+		if err != nil {
+			return err
+		}
+		for _, is := range st.GetInstances() {
+			if g := is.GetInstance().GetCurrentGrade().GetVariant(); g != clusterv1.GradeVariant_GRADE_VARIANT_ONLINE {
+				return fmt.Errorf("%s is %v", is.GetInstance().GetInstanceId(), g)
+			}
+		}
+		if len(st.GetInstances()) == 0 {
+			return fmt.Errorf("no instance yet")
+		}
+		return nil
+	})
 	pollOK(t, "the space", func() error {
 		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "kv", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
 			PrimaryKey: []string{"k"}}, true)
