@@ -201,8 +201,9 @@ func TestAWatchFollowsBucketsAcrossMoves(t *testing.T) {
 		if r, _ := cur.Revision(ev.Bucket); ev.Revision != r+1 {
 			t.Fatalf("the resumed watch's first event is revision %d of bucket %d, the cursor had %d", ev.Revision, ev.Bucket, r)
 		}
-		break
+		return
 	}
+	t.Fatal("the resumed watch ended with no event: the write after its cursor never came")
 }
 
 // A watch with an initial scan gives every tuple first, as read, then the
@@ -264,7 +265,8 @@ func TestAWatchWithAnInitialScan(t *testing.T) {
 			t.Fatalf("a change %v before the scan's %d tuples ended (%d seen)", ch, rows, len(scanned))
 		}
 		if k == rows && v == "new" && ch.Kind == client.ChangeReplace {
-			break
+			return
 		}
 	}
+	t.Fatalf("the watch ended (%v) before the change after its scan came (%d tuples scanned)", ctx.Err(), len(scanned))
 }
