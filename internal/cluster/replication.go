@@ -174,15 +174,8 @@ func (gv *governor) progress(ctx context.Context, inst *metapb.Instance) (*clust
 // rsAdmin runs a GroupAdmin action on the leader of a replicaset's group,
 // trying the recorded leader first and then every member.
 func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *metapb.Replicaset, action clusterv1.GroupAdminAction, raftID uint64) (*clusterv1.GroupAdminResponse, error) {
-	members := st.GroupMembers(rs.GetReplicasetId())
-	slices.SortStableFunc(members, func(a, b *metapb.Instance) int {
-		switch {
-		case a.GetInstanceId() == rs.GetLeaderInstanceId():
-			return -1
-		case b.GetInstanceId() == rs.GetLeaderInstanceId():
-			return 1
-		}
-		return 0
+	members := firstThe(st.GroupMembers(rs.GetReplicasetId()), func(m *metapb.Instance) bool {
+		return m.GetInstanceId() == rs.GetLeaderInstanceId()
 	})
 	var errs []error
 	for _, m := range members {
@@ -202,21 +195,27 @@ func (gv *governor) rsAdmin(ctx context.Context, st *meta.State, rs *metapb.Repl
 	return nil, fmt.Errorf("no leader of replicaset group %d answered: %w", rs.GetRaftGroupId(), errors.Join(errs...))
 }
 
+// firstThe orders members with those is holds for first, each group in
+// its own order (a stable sort).
+func firstThe(members []*metapb.Instance, is func(*metapb.Instance) bool) []*metapb.Instance {
+	slices.SortStableFunc(members, func(a, b *metapb.Instance) int {
+		switch ia, ib := is(a), is(b); {
+		case ia && !ib:
+			return -1
+		case ib && !ia:
+			return 1
+		}
+		return 0
+	})
+	return members
+}
+
 // replicasetLeader returns the raft id leading a replicaset's group, as
 // the first member that answers knows it: first (when not 0) the member
 // that reported itself the leader, whose view is the newest (the others
 // may not have heard from it yet).
 func (gv *governor) replicasetLeader(ctx context.Context, st *meta.State, rs *metapb.Replicaset, first uint64) (uint64, error) {
-	members := st.GroupMembers(rs.GetReplicasetId())
-	slices.SortStableFunc(members, func(a, b *metapb.Instance) int {
-		switch {
-		case a.GetRaftId() == first:
-			return -1
-		case b.GetRaftId() == first:
-			return 1
-		}
-		return 0
-	})
+	members := firstThe(st.GroupMembers(rs.GetReplicasetId()), func(m *metapb.Instance) bool { return m.GetRaftId() == first })
 	for _, m := range members {
 		if m.GetTargetGrade().GetVariant() != meta.Online && m.GetCurrentGrade().GetVariant() == meta.Offline {
 			continue

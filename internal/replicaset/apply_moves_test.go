@@ -529,7 +529,7 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 
 	// The copy: the tuples and then the source's remembered ids.
 	var reqs []*rspb.CopiedRequest
-	if err := source.eachRequest(src.db, b, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+	if err := source.eachRequest(src.db, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(reqs) != 2 {
@@ -554,7 +554,7 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	// Onward: the destination sends both ids with the bucket.
 	onward := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "r2", DB: dst.db}}
 	reqs = nil
-	if err := onward.eachRequest(dst.db, b, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+	if err := onward.eachRequest(dst.db, dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(reqs) != 2 {

@@ -375,6 +375,12 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		out, count, size = &rspb.SendBucketsResponse{}, 0, 0
 		return err
 	}
+	// The buckets' remembered request ids, in one walk of the window.
+	asked := map[uint32]bool{}
+	for _, bg := range req.GetBuckets() {
+		asked[bg.GetBucket()] = true
+	}
+	remembered := s.sm.reqs.ofBuckets(asked)
 	for _, bg := range req.GetBuckets() {
 		bucket := bg.GetBucket()
 		st, err := s.sm.BucketStateOf(snap, bucket)
@@ -414,7 +420,7 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		}
 		// The bucket's remembered request ids go with it, so that a retry
 		// of a write applied here is answered there too.
-		err = s.eachRequest(snap, bucket, func(r *rspb.CopiedRequest, n int) error {
+		err = s.eachRequest(snap, remembered[bucket], func(r *rspb.CopiedRequest, n int) error {
 			chunk.Requests = append(chunk.Requests, r)
 			return added(n, false)
 		})
@@ -442,13 +448,12 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 	return send()
 }
 
-// eachRequest calls fn with each request id this member remembers for the
-// bucket, its result read from snap (an id forgotten in snap is skipped),
-// and its size.
-func (s *Storage) eachRequest(snap pebble.Reader, bucket uint32, fn func(r *rspb.CopiedRequest, size int) error) error {
-	ids, ms := s.sm.reqs.ofBucket(bucket)
-	for i, id := range ids {
-		v, err := get(snap, s.sm.k.requestID(ms[i], id))
+// eachRequest calls fn with each of a bucket's remembered request ids
+// (requestWindow.ofBuckets), its result read from snap (an id forgotten
+// in snap is skipped), and its size.
+func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, fn func(r *rspb.CopiedRequest, size int) error) error {
+	for _, r := range ids {
+		v, err := get(snap, s.sm.k.requestID(r.ms, r.id))
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
@@ -457,9 +462,9 @@ func (s *Storage) eachRequest(snap pebble.Reader, bucket uint32, fn func(r *rspb
 		}
 		res := &rspb.BatchResult{}
 		if err := res.UnmarshalVT(v); err != nil {
-			return status.Errorf(codes.Internal, "the result of request id %x: %v", id, err)
+			return status.Errorf(codes.Internal, "the result of request id %x: %v", r.id, err)
 		}
-		if err := fn(&rspb.CopiedRequest{Id: id, Result: res}, len(id)+len(v)); err != nil {
+		if err := fn(&rspb.CopiedRequest{Id: r.id, Result: res}, len(r.id)+len(v)); err != nil {
 			return err
 		}
 	}

@@ -33,7 +33,7 @@ import (
 // today) by string, in a queue of their own.
 //
 // The apply loop changes it (under mu) and looks ids up (without: it is
-// the only writer); other goroutines ask has, at and ofBuckets, under mu.
+// the only writer); other goroutines ask has, find and ofBuckets, under mu.
 // Like the bucket records it runs ahead of the database while a batch is
 // applied, never behind what readers see committed.
 type requestWindow struct {
@@ -131,23 +131,31 @@ func (w *requestWindow) find(id []byte) (requestStamp, bool) {
 	return w.stamp(id)
 }
 
-// ofBucket returns the ids in the window written for bucket b, with their
-// times; any goroutine. It walks the whole window: the source of a move
-// calls it once per bucket it sends.
-func (w *requestWindow) ofBucket(b uint32) (ids [][]byte, ms []int64) {
+// rememberedID is a request id in the window and when it was written.
+type rememberedID struct {
+	id []byte
+	ms int64
+}
+
+// ofBuckets returns, for each of buckets, the ids in the window written
+// for it; any goroutine. It walks the whole window once, holding mu for
+// reading (the apply loop's adds wait meanwhile): the source of a move
+// calls it once for all the buckets of one copy stream.
+func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]rememberedID {
+	out := map[uint32][]rememberedID{}
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	for _, s := range w.order.q[w.order.head:] {
-		if s.bucket == b && w.at[s.id] == s.requestStamp {
-			ids, ms = append(ids, append([]byte(nil), s.id[:]...)), append(ms, s.ms)
+		if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
+			out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms})
 		}
 	}
 	for _, s := range w.odd.q[w.odd.head:] {
-		if s.bucket == b && w.other[s.id] == s.requestStamp {
-			ids, ms = append(ids, []byte(s.id)), append(ms, s.ms)
+		if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
+			out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms})
 		}
 	}
-	return ids, ms
+	return out
 }
 
 // forget drops the ids written before cutoff: O(ids dropped).
