@@ -182,10 +182,10 @@ func (f *feed) publish(evs []*rspb.Event, buckets map[uint32]struct{}) {
 		f.items = append(f.items, feedItem{bucket: b})
 	}
 	if len(f.items) > feedSize {
+		// A new array: the items since handed out stay as they are
+		// (items already in an array are never written again).
 		drop := len(f.items) - feedSize/2
-		n := copy(f.items, f.items[drop:])
-		clear(f.items[n:])
-		f.items = f.items[:n]
+		f.items = append(make([]feedItem, 0, feedSize), f.items[drop:]...)
 		f.base += uint64(drop)
 	}
 	close(f.wake)
@@ -200,9 +200,9 @@ func (f *feed) next() (uint64, <-chan struct{}) {
 	return f.base + uint64(len(f.items)), f.wake
 }
 
-// since returns the items from sequence number seq on, the number after
-// them, and a channel closed when more come; behind reports that some of
-// them are no longer kept.
+// since returns the items from sequence number seq on (shared: the caller
+// must not change them), the number after them, and a channel closed when
+// more come; behind reports that some of them are no longer kept.
 func (f *feed) since(seq uint64) (items []feedItem, next uint64, wake <-chan struct{}, behind bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -210,5 +210,5 @@ func (f *feed) since(seq uint64) (items []feedItem, next uint64, wake <-chan str
 	if seq < f.base {
 		return nil, next, f.wake, true
 	}
-	return append([]feedItem(nil), f.items[seq-f.base:]...), next, f.wake, false
+	return f.items[seq-f.base : len(f.items) : len(f.items)], next, f.wake, false
 }

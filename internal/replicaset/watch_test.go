@@ -110,3 +110,28 @@ func TestAWatchReadsTheHistoryAndIsRefusedBeforeIt(t *testing.T) {
 		t.Fatalf("started %v, want bucket %d from revision 0 (nothing written to it)", got[0].GetStarted(), b+1)
 	}
 }
+
+// The feed keeps its last items: a reader behind them is told so (it
+// reads the database), and the items it was handed before stay as they
+// were while the feed trims.
+func TestTheFeedTellsAReaderBehindItAndKeepsWhatItHandedOut(t *testing.T) {
+	f := newFeed()
+	ev := func(rev uint64) []*rspb.Event { return []*rspb.Event{{Bucket: 1, Revision: rev}} }
+	f.publish(ev(1), nil)
+	held, next, _, behind := f.since(0)
+	if behind || next != 1 || len(held) != 1 {
+		t.Fatalf("since(0) after one item: %d items, next %d, behind %v", len(held), next, behind)
+	}
+	for r := uint64(2); r <= feedSize+2; r++ {
+		f.publish(ev(r), nil)
+	}
+	if _, _, _, behind := f.since(0); !behind {
+		t.Fatal("a reader at item 0 after the feed trimmed it is not told it is behind")
+	}
+	if items, _, _, behind := f.since(feedSize + 1); behind || len(items) != 1 || items[0].ev.GetRevision() != feedSize+2 {
+		t.Fatalf("since(the last item): %d items (behind %v), want the last", len(items), behind)
+	}
+	if held[0].ev.GetRevision() != 1 {
+		t.Fatalf("an item handed out before the trim became revision %d", held[0].ev.GetRevision())
+	}
+}
