@@ -35,6 +35,8 @@
 #   WATCHERS    watches beside the load, both systems [0]: etcd watchers of
 #               the bench's key prefix, shardkit watches of the bench's space
 #               (every bucket); their events and delay are in the JSON lines
+#   SHARDKIT_RUN_FLAGS  more `shardkit run` flags for the three instances,
+#               space-separated, e.g. --enable-pprof []
 #   SHARDKIT_BENCH_FLAGS  more `shardkit bench` flags, space-separated, e.g.
 #               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
@@ -342,11 +344,12 @@ start_shardkit() {
   done
   STARTED=1
   for n in 1 2 3; do
+    # shellcheck disable=SC2086 # split on purpose: a list of flags
     "$SK" run --instance-id "s$n" \
       --listen "127.0.0.1:$((SHARDKIT_PORT_BASE + n))" \
       --http-listen "127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))" \
       --peer "$SK_PEERS" --data-dir "$WORK/shardkit/s$n" \
-      --init-replication-factor 3 --shutdown-timeout 5s \
+      --init-replication-factor 3 --shutdown-timeout 5s ${SHARDKIT_RUN_FLAGS:-} \
       </dev/null >"$WORK/logs/shardkit-s$n.log" 2>&1 &
     SK_PIDS+=($!)
   done
