@@ -25,11 +25,20 @@ type vtMessage interface {
 	Reset()
 }
 
+// Encoded is a message already in protobuf's wire format, sent as it is
+// (a stream's SendMsg takes it in place of the message): for a server
+// that sends the same bytes on many streams, or builds a message from
+// parts encoded once for all of them. It is only sent, never received.
+type Encoded []byte
+
 // Name implements encoding.CodecV2.
 func (Codec) Name() string { return Name }
 
 // Marshal implements encoding.CodecV2.
 func (Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if e, ok := v.(Encoded); ok {
+		return mem.BufferSlice{mem.SliceBuffer(e)}, nil
+	}
 	m, ok := v.(vtMessage)
 	if !ok {
 		return marshalProto(v)

@@ -183,6 +183,11 @@ func (sm *SM) BucketStateOf(r pebble.Reader, b uint32) (*rspb.BucketState, error
 	if err != nil || v == nil {
 		return nil, err
 	}
+	return decodeBucketState(b, v)
+}
+
+// decodeBucketState is bucket b's record v.
+func decodeBucketState(b uint32, v []byte) (*rspb.BucketState, error) {
 	st := &rspb.BucketState{}
 	if err := proto.Unmarshal(v, st); err != nil {
 		return nil, fmt.Errorf("replicaset: bucket %d record: %w", b, err)

@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -120,7 +121,14 @@ func (sm *SM) Events(r pebble.Reader, b uint32, after uint64, fn func(*rspb.Even
 		return 0, err
 	}
 	defer it.Close()
-	for ok := it.First(); ok; ok = it.Next() {
+	return eventsAt(it, it.First(), storage.PrefixEnd(sm.k.bucketEvents(b)), fn)
+}
+
+// eventsAt calls fn with the events from it's position (ok: it has one)
+// up to the key end, until fn returns false, and returns the first
+// revision it found (0: none).
+func eventsAt(it *pebble.Iterator, ok bool, end []byte, fn func(*rspb.Event) bool) (first uint64, err error) {
+	for ; ok && bytes.Compare(it.Key(), end) < 0; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return first, err
@@ -139,6 +147,79 @@ func (sm *SM) Events(r pebble.Reader, b uint32, after uint64, fn func(*rspb.Even
 	return first, it.Error()
 }
 
+// historyReader reads what a watcher catching up needs of buckets, from
+// one snapshot: their records, revisions and change history, one
+// iterator each, sought forward from bucket to bucket (pebble turns a
+// seek past the last into steps), so catching up thousands of buckets is
+// three walks rather than three fresh reads a bucket. Buckets are read in
+// ascending order.
+type historyReader struct {
+	sm                   *SM
+	snap                 *pebble.Snapshot
+	states, revs, events *pebble.Iterator
+}
+
+func (sm *SM) newHistoryReader(db *pebble.DB) (*historyReader, error) {
+	h := &historyReader{sm: sm, snap: db.NewSnapshot()}
+	var err error
+	open := func(prefix []byte) *pebble.Iterator {
+		if err != nil {
+			return nil
+		}
+		var it *pebble.Iterator
+		it, err = h.snap.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
+		return it
+	}
+	h.states = open(sm.k.buckets())
+	h.revs = open(sm.k.revisions())
+	h.events = open(sm.k.sub(storage.DataEvent, 0))
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *historyReader) Close() {
+	for _, it := range []*pebble.Iterator{h.states, h.revs, h.events} {
+		if it != nil {
+			_ = it.Close()
+		}
+	}
+	_ = h.snap.Close()
+}
+
+// seekValue returns the value of key, read by it (nil: none).
+func seekValue(it *pebble.Iterator, key []byte) ([]byte, error) {
+	if !it.SeekGE(key) || !bytes.Equal(it.Key(), key) {
+		return nil, it.Error()
+	}
+	return it.ValueAndErr()
+}
+
+// state is bucket b's record (nil: none).
+func (h *historyReader) state(b uint32) (*rspb.BucketState, error) {
+	v, err := seekValue(h.states, h.sm.k.bucket(b))
+	if err != nil || v == nil {
+		return nil, err
+	}
+	return decodeBucketState(b, v)
+}
+
+// revision is bucket b's revision.
+func (h *historyReader) revision(b uint32) (uint64, error) {
+	v, err := seekValue(h.revs, h.sm.k.revision(b))
+	if err != nil || v == nil {
+		return 0, err
+	}
+	return decodeRevision(b, v)
+}
+
+// eventsAfter is SM.Events of bucket b from the snapshot.
+func (h *historyReader) eventsAfter(b uint32, after uint64, fn func(*rspb.Event) bool) (first uint64, err error) {
+	return eventsAt(h.events, h.events.SeekGE(h.sm.k.event(b, after+1)), storage.PrefixEnd(h.sm.k.bucketEvents(b)), fn)
+}
+
 // OldestEvent returns the oldest revision of bucket b's history r keeps
 // (0: none).
 func (sm *SM) OldestEvent(r pebble.Reader, b uint32) (uint64, error) {
@@ -148,16 +229,24 @@ func (sm *SM) OldestEvent(r pebble.Reader, b uint32) (uint64, error) {
 // feed is what the replicaset committed lately, newest last: events and
 // changes of bucket records, for every watcher to read in one place
 // (publish runs once an apply batch is committed). It keeps the last
-// feedSize items; a watcher that falls further behind reads the database.
+// items up to limit bytes (when over, it drops the oldest down to half);
+// a watcher that falls further behind reads the database, which costs it
+// a read and an encoding per event rather than a share of one.
 type feed struct {
 	mu    sync.Mutex
 	items []feedItem
 	base  uint64 // the sequence number of items[0]
+	bytes int    // the items' sizes
+	limit int
 	wake  chan struct{}
 }
 
-// feedSize bounds the items the feed keeps.
-const feedSize = 8192
+// FeedBytes bounds the memory of a replicaset member's feed: at 5,000
+// events a second of 100-byte tuples, about 20 s of them.
+const FeedBytes = 32 << 20
+
+// feedItemBytes is a feed item's share of memory beyond its event.
+const feedItemBytes = 64
 
 // feedItem is an event (with its conversion for the API, made once), or
 // a bucket whose record changed (ev nil).
@@ -165,9 +254,10 @@ type feedItem struct {
 	ev     *rspb.Event
 	api    *sharedEvent
 	bucket uint32
+	size   int // the event and its encoding for the API, about
 }
 
-func newFeed() *feed { return &feed{wake: make(chan struct{})} }
+func newFeed(limit int) *feed { return &feed{wake: make(chan struct{}), limit: limit} }
 
 func (f *feed) publish(evs []*rspb.Event, buckets map[uint32]struct{}) {
 	if len(evs) == 0 && len(buckets) == 0 {
@@ -176,16 +266,22 @@ func (f *feed) publish(evs []*rspb.Event, buckets map[uint32]struct{}) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, ev := range evs {
-		f.items = append(f.items, feedItem{ev: ev, api: &sharedEvent{}, bucket: ev.GetBucket()})
+		it := feedItem{ev: ev, api: &sharedEvent{}, bucket: ev.GetBucket(), size: 2*ev.SizeVT() + feedItemBytes}
+		f.items = append(f.items, it)
+		f.bytes += it.size
 	}
 	for b := range buckets {
-		f.items = append(f.items, feedItem{bucket: b})
+		f.items = append(f.items, feedItem{bucket: b, size: feedItemBytes})
+		f.bytes += feedItemBytes
 	}
-	if len(f.items) > feedSize {
+	if f.bytes > f.limit {
+		drop := 0
+		for ; f.bytes > f.limit/2 && drop < len(f.items); drop++ {
+			f.bytes -= f.items[drop].size
+		}
 		// A new array: the items since handed out stay as they are
 		// (items already in an array are never written again).
-		drop := len(f.items) - feedSize/2
-		f.items = append(make([]feedItem, 0, feedSize), f.items[drop:]...)
+		f.items = append(make([]feedItem, 0, 2*(len(f.items)-drop)), f.items[drop:]...)
 		f.base += uint64(drop)
 	}
 	close(f.wake)

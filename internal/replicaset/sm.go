@@ -94,7 +94,7 @@ var (
 // New returns the state machine of replicaset group g over db, with the
 // schema it has applied before (if any).
 func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
-	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}), feed: newFeed(),
+	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}), feed: newFeed(FeedBytes),
 		rows: newRowCache(DefaultRowCacheBytes), filters: newKeyFilters(DefaultKeyFilterBytes)}
 	if err := sm.load(db); err != nil {
 		return nil, err

@@ -480,6 +480,11 @@ func (sm *SM) RevisionOf(r pebble.Reader, b uint32) (uint64, error) {
 	if err != nil || v == nil {
 		return 0, err
 	}
+	return decodeRevision(b, v)
+}
+
+// decodeRevision is bucket b's revision record v.
+func decodeRevision(b uint32, v []byte) (uint64, error) {
 	if len(v) != 8 {
 		return 0, fmt.Errorf("replicaset: revision record of bucket %d has %d bytes", b, len(v))
 	}

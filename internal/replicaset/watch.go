@@ -3,15 +3,15 @@ package replicaset
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -26,14 +26,16 @@ const watchBatch = 256
 // here, or leaves (its record becomes anything but active or receiving),
 // ends with a BucketLeft once every event it had here is sent. Any member
 // serves it: an event exists once its batch is applied, so committed.
-func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func(*datav1.WatchResponse) error) error {
+// send gets each WatchResponse encoded (events the feed holds are encoded
+// once for all their watchers).
+func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func(rpccodec.Encoded) error) error {
 	if req.GetReplicasetId() != s.cfg.ReplicasetID {
 		return status.Errorf(codes.FailedPrecondition, "this instance is a member of replicaset %s, not %s", s.cfg.ReplicasetID, req.GetReplicasetId())
 	}
 	if err := s.watchLive(); err != nil {
 		return err
 	}
-	w := &watcher{s: s, ctx: ctx, send: send, cursor: map[uint32]uint64{}, out: &datav1.WatchResponse{}}
+	w := &watcher{s: s, ctx: ctx, send: send, out: &datav1.WatchResponse{}}
 	if len(req.GetSpaces()) > 0 {
 		w.spaces = map[uint32]bool{}
 		sc := s.sm.Schema()
@@ -49,7 +51,7 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 	// from it, whatever committed before from the database.
 	seq, wake := s.sm.feed.next()
 	for b, rev := range req.GetFrom() {
-		w.cursor[b] = rev
+		w.cursor.set(b, rev)
 	}
 	if len(req.GetFromNow()) > 0 {
 		w.out.Started = map[uint32]uint64{}
@@ -58,14 +60,12 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 			if err != nil {
 				return status.Error(codes.Internal, err.Error())
 			}
-			w.cursor[b] = rev
+			w.cursor.set(b, rev)
 			w.out.Started[b] = rev
 		}
 	}
-	for _, b := range slices.Sorted(maps.Keys(w.cursor)) {
-		if err := w.catchUp(b); err != nil {
-			return err
-		}
+	if err := w.catchUpAll(); err != nil {
+		return err
 	}
 	if err := w.flush(true); err != nil {
 		return err
@@ -88,20 +88,18 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 		if behind {
 			// Items were dropped before this watcher read them: the
 			// database has every event the feed had.
-			for _, b := range slices.Sorted(maps.Keys(w.cursor)) {
-				if err := w.catchUp(b); err != nil {
-					return err
-				}
+			if err := w.catchUpAll(); err != nil {
+				return err
 			}
 		}
 		for _, it := range items {
-			cur, watched := w.cursor[it.bucket]
+			cur, watched := w.cursor.get(it.bucket)
 			switch {
 			case !watched:
 			case it.ev == nil || it.ev.GetRevision() != cur+1:
 				// The bucket's record changed, or an event is not the
 				// next one (the database has those between).
-				if err := w.catchUp(it.bucket); err != nil {
+				if err := w.catchUpOne(it.bucket); err != nil {
 					return err
 				}
 			default:
@@ -109,7 +107,7 @@ func (s *Storage) Watch(ctx context.Context, req *datav1.WatchRequest, send func
 					return err
 				}
 			}
-			if len(w.out.GetEvents()) >= watchBatch {
+			if w.events >= watchBatch {
 				if err := w.flush(false); err != nil {
 					return err
 				}
@@ -143,33 +141,87 @@ func (s *Storage) watchLive() error {
 type watcher struct {
 	s      *Storage
 	ctx    context.Context
-	send   func(*datav1.WatchResponse) error
-	spaces map[uint32]bool   // nil: every space
-	cursor map[uint32]uint64 // the buckets watched and the last revision sent
+	send   func(rpccodec.Encoded) error
+	spaces map[uint32]bool // nil: every space
+	cursor bucketRevs      // the buckets watched and the last revision sent
+	// The response under way: its events encoded (WatchResponse's field
+	// events, one element after another), how many, and the rest of it.
+	enc    []byte
+	events int
 	out    *datav1.WatchResponse
+}
+
+// bucketRevs is a watcher's cursor: the last revision sent of each bucket
+// it watches. The feed loop asks it for every item the replicaset commits,
+// in every watcher, so it is an array indexed by bucket (in pages of
+// bucketRevsPage buckets, made as they are first used) rather than a map.
+type bucketRevs struct {
+	pages [][]uint64 // pages[b/bucketRevsPage][b%bucketRevsPage]: revision+1; 0: not watched
+}
+
+const bucketRevsPage = 512
+
+func (c *bucketRevs) get(b uint32) (rev uint64, watched bool) {
+	if p := int(b / bucketRevsPage); p < len(c.pages) && c.pages[p] != nil {
+		if v := c.pages[p][b%bucketRevsPage]; v != 0 {
+			return v - 1, true
+		}
+	}
+	return 0, false
+}
+
+func (c *bucketRevs) set(b uint32, rev uint64) {
+	p := int(b / bucketRevsPage)
+	if p >= len(c.pages) {
+		c.pages = append(c.pages, make([][]uint64, p+1-len(c.pages))...)
+	}
+	if c.pages[p] == nil {
+		c.pages[p] = make([]uint64, bucketRevsPage)
+	}
+	c.pages[p][b%bucketRevsPage] = rev + 1
+}
+
+func (c *bucketRevs) drop(b uint32) {
+	if p := int(b / bucketRevsPage); p < len(c.pages) && c.pages[p] != nil {
+		c.pages[p][b%bucketRevsPage] = 0
+	}
+}
+
+// each calls fn with every bucket watched, in ascending order, until it
+// returns an error (fn may drop the bucket it is called with).
+func (c *bucketRevs) each(fn func(b uint32) error) error {
+	for p, page := range c.pages {
+		for i, v := range page {
+			if v == 0 {
+				continue
+			}
+			if err := fn(uint32(p*bucketRevsPage + i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // catchUp sends what bucket b's history holds after the watcher's
 // revision, and ends the bucket with a BucketLeft when it is not active
 // or receiving here (its events are final then: every one was applied
 // before its record changed).
-func (w *watcher) catchUp(b uint32) error {
+func (w *watcher) catchUp(h *historyReader, b uint32) error {
 	s := w.s
-	snap := s.cfg.DB.NewSnapshot()
-	defer snap.Close()
-	st, err := s.sm.BucketStateOf(snap, b)
+	st, err := h.state(b)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	cur := w.cursor[b]
-	rev, err := s.sm.RevisionOf(snap, b)
+	cur, _ := w.cursor.get(b)
+	rev, err := h.revision(b)
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	if rev > cur {
 		// Does the history reach back to the cursor? Asked before any
 		// event is sent: a watcher never gets events past a gap.
-		first, err := s.sm.Events(snap, b, cur, func(*rspb.Event) bool { return false })
+		first, err := h.eventsAfter(b, cur, func(*rspb.Event) bool { return false })
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
@@ -178,7 +230,7 @@ func (w *watcher) catchUp(b uint32) error {
 				// The bucket is arriving: its source's history comes with
 				// the copy's last chunks. The watcher asks again later.
 				w.out.Left = append(w.out.Left, &datav1.BucketLeft{Bucket: b, Revision: cur})
-				delete(w.cursor, b)
+				w.cursor.drop(b)
 				return nil
 			}
 			oldest := first
@@ -188,11 +240,11 @@ func (w *watcher) catchUp(b uint32) error {
 			return compacted(b, cur, oldest, s.cfg.ReplicasetID)
 		}
 		var sendErr error
-		_, err = s.sm.Events(snap, b, cur, func(ev *rspb.Event) bool {
+		_, err = h.eventsAfter(b, cur, func(ev *rspb.Event) bool {
 			if sendErr = w.deliver(ev, nil); sendErr != nil {
 				return false
 			}
-			if len(w.out.GetEvents()) >= watchBatch {
+			if w.events >= watchBatch {
 				sendErr = w.flush(false)
 			}
 			return sendErr == nil
@@ -213,9 +265,30 @@ func (w *watcher) catchUp(b uint32) error {
 	if st.GetState() == rspb.BucketState_STATE_SENDING || st.GetState() == rspb.BucketState_STATE_GARBAGE {
 		to = st.GetPeer()
 	}
-	w.out.Left = append(w.out.Left, &datav1.BucketLeft{Bucket: b, Revision: w.cursor[b], ReplicasetId: to})
-	delete(w.cursor, b)
+	last, _ := w.cursor.get(b)
+	w.out.Left = append(w.out.Left, &datav1.BucketLeft{Bucket: b, Revision: last, ReplicasetId: to})
+	w.cursor.drop(b)
 	return nil
+}
+
+// catchUpAll is catchUp of every bucket watched, from one snapshot.
+func (w *watcher) catchUpAll() error {
+	h, err := w.s.sm.newHistoryReader(w.s.cfg.DB)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer h.Close()
+	return w.cursor.each(func(b uint32) error { return w.catchUp(h, b) })
+}
+
+// catchUpOne is catchUp of bucket b alone.
+func (w *watcher) catchUpOne(b uint32) error {
+	h, err := w.s.sm.newHistoryReader(w.s.cfg.DB)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer h.Close()
+	return w.catchUp(h, b)
 }
 
 // deliver adds ev to the next response, with its changes of the watched
@@ -224,25 +297,30 @@ func (w *watcher) catchUp(b uint32) error {
 // is when this watcher watches every space ev changed.
 func (w *watcher) deliver(ev *rspb.Event, shared *sharedEvent) error {
 	b := ev.GetBucket()
-	if ev.GetRevision() <= w.cursor[b] {
+	if cur, _ := w.cursor.get(b); ev.GetRevision() <= cur {
 		return nil
 	}
-	w.cursor[b] = ev.GetRevision()
-	var out *datav1.WatchEvent
+	w.cursor.set(b, ev.GetRevision())
+	var enc []byte
 	var err error
 	if shared != nil && w.watchesAll(ev) {
-		out, err = shared.get(w.s.sm.Schema(), ev)
+		enc, err = shared.get(w.s.sm.Schema(), ev)
 	} else {
-		out, err = apiEvent(w.s.sm.Schema(), ev, w.spaces)
+		enc, err = encodeEvent(w.s.sm.Schema(), ev, w.spaces)
 	}
 	if err != nil {
 		return err
 	}
 	// Sent even with no change of a watched space: each bucket's
 	// revisions arrive one after another, so a gap is seen as one.
-	w.out.Events = append(w.out.Events, out)
+	w.enc = protowire.AppendTag(w.enc, watchResponseEvents, protowire.BytesType)
+	w.enc = protowire.AppendBytes(w.enc, enc)
+	w.events++
 	return nil
 }
+
+// watchResponseEvents is the number of WatchResponse's field events.
+const watchResponseEvents = 1
 
 // watchesAll reports whether the watcher watches every space ev changed.
 func (w *watcher) watchesAll(ev *rspb.Event) bool {
@@ -280,29 +358,46 @@ func apiEvent(sc *Schema, ev *rspb.Event, spaces map[uint32]bool) (*datav1.Watch
 	return out, nil
 }
 
-// sharedEvent is a feed event's conversion for the API, made once, by
-// the first watcher that sends it, for all: the watchers send the same
-// message (never changed after it is made).
+// encodeEvent is ev for watchers of spaces (nil: every space), encoded.
+func encodeEvent(sc *Schema, ev *rspb.Event, spaces map[uint32]bool) ([]byte, error) {
+	out, err := apiEvent(sc, ev, spaces)
+	if err != nil {
+		return nil, err
+	}
+	return out.MarshalVT()
+}
+
+// sharedEvent is a feed event's conversion for the API, encoded, made
+// once, by the first watcher that sends it, for all: the watchers send the
+// same bytes (never changed after they are made).
 type sharedEvent struct {
 	once sync.Once
-	msg  *datav1.WatchEvent
+	enc  []byte
 	err  error
 }
 
-func (se *sharedEvent) get(sc *Schema, ev *rspb.Event) (*datav1.WatchEvent, error) {
-	se.once.Do(func() { se.msg, se.err = apiEvent(sc, ev, nil) })
-	return se.msg, se.err
+func (se *sharedEvent) get(sc *Schema, ev *rspb.Event) ([]byte, error) {
+	se.once.Do(func() { se.enc, se.err = encodeEvent(sc, ev, nil) })
+	return se.enc, se.err
 }
 
 // flush sends the response under way, if it holds anything (or always,
 // the first one: the watcher learns the call is served).
 func (w *watcher) flush(always bool) error {
-	if !always && len(w.out.GetEvents()) == 0 && len(w.out.GetLeft()) == 0 && len(w.out.GetStarted()) == 0 {
+	if !always && w.events == 0 && len(w.out.GetLeft()) == 0 && len(w.out.GetStarted()) == 0 {
 		return nil
 	}
-	out := w.out
+	rest, err := w.out.MarshalVT()
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	// The fields of a message may come in any order: the events, then the
+	// rest. A new buffer each time: the one sent may still be queued.
+	msg := append(w.enc, rest...)
+	w.enc = make([]byte, 0, cap(msg))
+	w.events = 0
 	w.out = &datav1.WatchResponse{}
-	return w.send(out)
+	return w.send(rpccodec.Encoded(msg))
 }
 
 // compacted is the refusal of a watch whose revision of bucket b is

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
@@ -24,7 +25,11 @@ func watchOnce(t *testing.T, s *Storage, req *datav1.WatchRequest) ([]*datav1.Wa
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var got []*datav1.WatchResponse
-	err := s.Watch(ctx, req, func(r *datav1.WatchResponse) error {
+	err := s.Watch(ctx, req, func(e rpccodec.Encoded) error {
+		r := &datav1.WatchResponse{}
+		if err := r.UnmarshalVT(e); err != nil {
+			t.Fatalf("a response that does not decode: %v", err)
+		}
 		got = append(got, r)
 		if len(r.GetEvents()) < watchBatch {
 			cancel() // the catch-up's last response
@@ -111,27 +116,112 @@ func TestAWatchReadsTheHistoryAndIsRefusedBeforeIt(t *testing.T) {
 	}
 }
 
+// A watch of many buckets catches up on each from one snapshot: every
+// bucket's events after its own revision, in order, none of another
+// bucket's; a bucket not here ends with a BucketLeft.
+func TestAWatchCatchesUpOnEachOfManyBuckets(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	buckets := []uint32{3, 4, 700, 2999} // 700 and 2999: other pages of the cursor
+	for i := range 30 {
+		for j, b := range buckets {
+			if i < 10*j { // bucket 3 gets 30 writes, 4 gets 20, ...; 2999 none
+				continue
+			}
+			f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(uint64(b), fmt.Sprint(i), 1))}})
+		}
+	}
+	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
+	from := map[uint32]uint64{2: 0, 3: 5, 4: 0, 700: 9, 2999: 0, 4000: 0}
+	got, err := watchOnce(t, s, &datav1.WatchRequest{ReplicasetId: "r1", From: from})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := map[uint32]uint64{}
+	for b, r := range from {
+		next[b] = r + 1
+	}
+	var left []uint32
+	for _, r := range got {
+		for _, ev := range r.GetEvents() {
+			b := ev.GetBucket()
+			if ev.GetRevision() != next[b] || len(ev.GetChanges()) != 1 {
+				t.Fatalf("bucket %d: event at revision %d (%d changes), want %d", b, ev.GetRevision(), len(ev.GetChanges()), next[b])
+			}
+			next[b]++
+		}
+		for _, l := range r.GetLeft() {
+			left = append(left, l.GetBucket())
+		}
+	}
+	want := map[uint32]uint64{2: 1, 3: 31, 4: 21, 700: 11, 2999: 1, 4000: 1}
+	if fmt.Sprint(next) != fmt.Sprint(want) || fmt.Sprint(left) != "[4000]" {
+		t.Fatalf("the watch ended at %v with %v left, want %v and bucket 4000 left", next, left, want)
+	}
+}
+
 // The feed keeps its last items: a reader behind them is told so (it
 // reads the database), and the items it was handed before stay as they
 // were while the feed trims.
 func TestTheFeedTellsAReaderBehindItAndKeepsWhatItHandedOut(t *testing.T) {
-	f := newFeed()
+	const limit = 10_000
+	f := newFeed(limit)
 	ev := func(rev uint64) []*rspb.Event { return []*rspb.Event{{Bucket: 1, Revision: rev}} }
 	f.publish(ev(1), nil)
 	held, next, _, behind := f.since(0)
 	if behind || next != 1 || len(held) != 1 {
 		t.Fatalf("since(0) after one item: %d items, next %d, behind %v", len(held), next, behind)
 	}
-	for r := uint64(2); r <= feedSize+2; r++ {
+	const last = 1000 // items of about 70 bytes: the feed trims several times
+	for r := uint64(2); r <= last; r++ {
 		f.publish(ev(r), nil)
+		if f.bytes > limit {
+			t.Fatalf("the feed holds %d bytes after %d items, above its limit %d", f.bytes, r, limit)
+		}
 	}
 	if _, _, _, behind := f.since(0); !behind {
 		t.Fatal("a reader at item 0 after the feed trimmed it is not told it is behind")
 	}
-	if items, _, _, behind := f.since(feedSize + 1); behind || len(items) != 1 || items[0].ev.GetRevision() != feedSize+2 {
+	if items, _, _, behind := f.since(last - 1); behind || len(items) != 1 || items[0].ev.GetRevision() != last {
 		t.Fatalf("since(the last item): %d items (behind %v), want the last", len(items), behind)
+	}
+	if kept := len(f.items); kept < limit/2/(2*ev(last)[0].SizeVT()+feedItemBytes) {
+		t.Fatalf("the feed keeps %d items (%d bytes), want at least half its limit's worth", kept, f.bytes)
 	}
 	if held[0].ev.GetRevision() != 1 {
 		t.Fatalf("an item handed out before the trim became revision %d", held[0].ev.GetRevision())
+	}
+}
+
+// A watcher's cursor keeps each bucket's revision apart, across its pages,
+// tells a bucket not watched (or dropped) from revision 0, and walks the
+// buckets watched in ascending order.
+func TestAWatchersCursorKeepsEachBucketApart(t *testing.T) {
+	var c bucketRevs
+	set := map[uint32]uint64{0: 0, 1: 7, bucketRevsPage - 1: 9, bucketRevsPage: 11, 5 * bucketRevsPage: 13, 1<<20 - 1: 1 << 40}
+	for b, rev := range set {
+		c.set(b, rev)
+	}
+	c.set(2, 3)
+	c.drop(2)
+	c.drop(3 * bucketRevsPage) // a page never made
+	for _, b := range []uint32{2, 3, bucketRevsPage + 1, 3 * bucketRevsPage, 1 << 21} {
+		if rev, ok := c.get(b); ok {
+			t.Fatalf("bucket %d is watched at %d, want not watched", b, rev)
+		}
+	}
+	var order []uint32
+	if err := c.each(func(b uint32) error {
+		rev, ok := c.get(b)
+		if !ok || rev != set[b] {
+			t.Fatalf("bucket %d is at %d (%v), want %d", b, rev, ok, set[b])
+		}
+		order = append(order, b)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint32{0, 1, bucketRevsPage - 1, bucketRevsPage, 5 * bucketRevsPage, 1<<20 - 1}; fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("each walks %v, want %v", order, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/proc"
 	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/schema"
@@ -76,7 +77,7 @@ type Local interface {
 	Range(context.Context, *datav1.RangeRequest) (*datav1.RangeResponse, error)
 	Call(context.Context, *datav1.CallRequest) (*datav1.CallResponse, error)
 	// Watch serves a watcher of the replicaset's buckets (replicaset.Storage.Watch).
-	Watch(ctx context.Context, req *datav1.WatchRequest, send func(*datav1.WatchResponse) error) error
+	Watch(ctx context.Context, req *datav1.WatchRequest, send func(rpccodec.Encoded) error) error
 }
 
 // DDL changes the spaces in group 0; the router calls it on the group-0

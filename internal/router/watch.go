@@ -6,6 +6,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/api/rpccodec"
 )
 
 // Watch implements DataService: a watch of a replicaset's buckets is
@@ -22,5 +23,5 @@ func (r *Router) Watch(req *datav1.WatchRequest, ss grpc.ServerStreamingServer[d
 		}
 		return status.Errorf(codes.FailedPrecondition, "replicaset_id %q: this instance serves the watch of its own replicaset only (it holds %s); ask a member of %q", req.GetReplicasetId(), have, req.GetReplicasetId())
 	}
-	return l.Watch(ss.Context(), req, ss.Send)
+	return l.Watch(ss.Context(), req, func(e rpccodec.Encoded) error { return ss.SendMsg(e) })
 }
