@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/shardkit/shardkit/internal/replicaset"
+
 	"github.com/spf13/pflag"
 
 	"github.com/shardkit/shardkit/internal/server"
@@ -70,6 +72,30 @@ func runSettings() []runSetting {
 					return fmt.Errorf("%s is less than the smallest cache, %dMiB", strings.TrimSpace(v), server.MinCacheSize>>20)
 				}
 				c.CacheSize = n
+				return nil
+			}},
+		{name: "history-revisions", typ: "int", def: fmt.Sprint(replicaset.DefaultHistory.Revisions), usage: fmt.Sprintf("revisions of each bucket's change history kept for watchers (%d to %d); a watcher further behind is told its cursor is compacted; the replicaset's leader's setting applies (docs/changes.md, \"Retention\")", replicaset.MinHistoryRevisions, replicaset.MaxHistoryRevisions),
+			apply: func(c *server.InstanceConfig, v string) error {
+				n, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil {
+					return errors.New("want a whole number")
+				}
+				if n < replicaset.MinHistoryRevisions || n > replicaset.MaxHistoryRevisions {
+					return fmt.Errorf("%d is outside %d to %d", n, replicaset.MinHistoryRevisions, replicaset.MaxHistoryRevisions)
+				}
+				c.HistoryRevisions = n
+				return nil
+			}},
+		{name: "history-bytes", typ: "size", def: "1MiB", usage: fmt.Sprintf("bytes of each bucket's change history kept for watchers, at least %dKiB; the replicaset's leader's setting applies (docs/changes.md, \"Retention\")", replicaset.MinHistoryBytes>>10),
+			apply: func(c *server.InstanceConfig, v string) error {
+				n, err := parseSize(v)
+				if err != nil {
+					return err
+				}
+				if n < replicaset.MinHistoryBytes {
+					return fmt.Errorf("%s is less than %dKiB", strings.TrimSpace(v), replicaset.MinHistoryBytes>>10)
+				}
+				c.HistoryBytes = n
 				return nil
 			}},
 		{name: "replicaset-id", typ: "name", usage: "replicaset to join (default: placed by the leader, r<N>)",

@@ -45,7 +45,7 @@ func TestRunConfigDefaults(t *testing.T) {
 		ClusterID: "demo", Listen: "127.0.0.1:3301", Advertise: "127.0.0.1:3301",
 		Peers: []string{"127.0.0.1:3301"}, DataDir: ".", CacheSize: server.DefaultCacheSize, InitReplicationFactor: 1, InitBucketCount: 3000,
 		AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
-		LogLevel: "info", LogFormat: "text",
+		LogLevel: "info", LogFormat: "text", HistoryRevisions: 1024, HistoryBytes: 1 << 20,
 	}
 	cfg.Logger = nil
 	if !equalConfig(cfg, want) {
@@ -84,7 +84,7 @@ log-format: json
 		Peers: []string{"127.0.0.1:4001", "127.0.0.1:4002"}, DataDir: "/var/lib/file", CacheSize: 1 << 30, ReplicasetID: "r-file",
 		FailureDomain: map[string]string{"dc": "msk", "rack": "3"}, InitReplicationFactor: 3, InitBucketCount: 3000,
 		HTTPListen: "127.0.0.1:8001", AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 7 * time.Second,
-		LogLevel: "debug", LogFormat: "json",
+		LogLevel: "debug", LogFormat: "json", HistoryRevisions: 1024, HistoryBytes: 1 << 20,
 	}
 	with := func(f func(*server.InstanceConfig)) server.InstanceConfig {
 		c := full
@@ -130,12 +130,12 @@ log-format: json
 		{"advertise defaults to listen, peers to advertise", []string{"--listen", "[::1]:4100"}, nil, server.InstanceConfig{
 			ClusterID: "demo", Listen: "[::1]:4100", Advertise: "[::1]:4100", Peers: []string{"[::1]:4100"}, DataDir: ".", CacheSize: server.DefaultCacheSize,
 			InitReplicationFactor: 1, InitBucketCount: 3000, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
-			LogLevel: "info", LogFormat: "text",
+			LogLevel: "info", LogFormat: "text", HistoryRevisions: 1024, HistoryBytes: 1 << 20,
 		}},
 		{"listen on all interfaces with an advertise address", []string{"--listen", ":4100", "--advertise", "host.example:4100"}, nil, server.InstanceConfig{
 			ClusterID: "demo", Listen: ":4100", Advertise: "host.example:4100", Peers: []string{"host.example:4100"}, DataDir: ".", CacheSize: server.DefaultCacheSize,
 			InitReplicationFactor: 1, InitBucketCount: 3000, AutoOfflineTimeout: 30 * time.Second, ShutdownTimeout: 30 * time.Second,
-			LogLevel: "info", LogFormat: "text",
+			LogLevel: "info", LogFormat: "text", HistoryRevisions: 1024, HistoryBytes: 1 << 20,
 		}},
 	}
 	for _, tt := range tests {

@@ -133,6 +133,7 @@ func (a *applier) setBucket(c *rspb.SetBucket) *SetBucketOutcome {
 		a.countsDeleted(b, 0, true)
 		a.revisionDeleted(b)
 		a.delRange(a.sm.k.bucketEvents(b))
+		delete(a.sm.hist, b)
 	}
 	a.putBucket(b, want)
 	if a.err != nil {

@@ -15,23 +15,155 @@ import (
 // A bucket's change history (docs/changes.md). Every batch applied to a
 // bucket raises its revision by one (bumpRevision) and is kept as an Event
 // under e/<bucket><revision>: the tuples it changed, after the change. A
-// bucket keeps its last EventHistory revisions; apply trims the older ones
-// every eventTrimEvery revisions, by the revision alone, so every member
-// keeps the same. The history travels with the bucket (the copy's last
-// chunks) and is deleted with it at cleanup.
+// bucket keeps its last revisions within the replicaset's HistoryLimits
+// (SetHistory): apply trims the oldest when a bucket holds eventTrimSlack
+// revisions or an eighth of the bytes more than the limits, down to them.
+// It decides from what the bucket's history holds (learned by a read of
+// it the first time apply writes to the bucket, then kept up), never from
+// anything a member alone knows, so every member keeps the same. The
+// history travels with the bucket (the copy's last chunks) and is deleted
+// with it at cleanup.
 //
 // Watchers read the history from two places: the feed, the events and
 // bucket-record changes the replicaset committed lately, in memory and
 // shared by every watcher; and the database, when a watcher starts from
 // an older revision or falls behind the feed.
 
-// EventHistory is how many revisions of each bucket's history a
-// replicaset keeps: a watcher further behind gets ErrCompacted's refusal.
-const EventHistory = 1024
+// HistoryLimits bounds each bucket's change history: a watcher behind
+// what a bucket keeps gets ErrCompacted's refusal.
+type HistoryLimits struct {
+	Revisions uint32 // the revisions kept, at most
+	Bytes     uint64 // the bytes of their records (keys and values), at most
+}
 
-// eventTrimEvery: apply deletes a bucket's revisions older than the
-// history once every this many revisions of the bucket.
-const eventTrimEvery = 64
+// DefaultHistory is what a replicaset keeps until its leader proposes
+// its configuration (`shardkit run --history-revisions, --history-bytes`).
+var DefaultHistory = HistoryLimits{Revisions: 1024, Bytes: 1 << 20}
+
+// The limits' own bounds, refused outside them.
+const (
+	MinHistoryRevisions = 16
+	MaxHistoryRevisions = 1 << 24
+	MinHistoryBytes     = 64 << 10
+)
+
+// Check refuses limits outside their bounds, naming the setting.
+func (l HistoryLimits) Check() error {
+	if l.Revisions < MinHistoryRevisions || l.Revisions > MaxHistoryRevisions {
+		return fmt.Errorf("history revisions %d: want %d to %d", l.Revisions, MinHistoryRevisions, MaxHistoryRevisions)
+	}
+	if l.Bytes < MinHistoryBytes {
+		return fmt.Errorf("history bytes %d: want at least %d", l.Bytes, MinHistoryBytes)
+	}
+	return nil
+}
+
+// eventTrimSlack: apply trims a bucket's history once it holds this many
+// revisions more than the limit (or an eighth more bytes): one range
+// deletion for many revisions.
+const eventTrimSlack = 64
+
+// history is h/: the history's limits, a SetHistory.
+func (k keys) history() []byte { return k.sub(storage.DataHistory, 0) }
+
+// loadHistory reads the applied limits (DefaultHistory if none).
+func loadHistory(r pebble.Reader, k keys) (*HistoryLimits, error) {
+	v, err := get(r, k.history())
+	if err != nil || v == nil {
+		d := DefaultHistory
+		return &d, err
+	}
+	c := &rspb.SetHistory{}
+	if err := c.UnmarshalVT(v); err != nil {
+		return nil, fmt.Errorf("replicaset: the history's limits: %w", err)
+	}
+	return &HistoryLimits{Revisions: c.GetRevisions(), Bytes: c.GetBytes()}, nil
+}
+
+// History returns the limits applied.
+func (sm *SM) History() HistoryLimits { return *sm.history.Load() }
+
+// setHistory applies new limits; buckets are trimmed to them as they
+// are next written.
+func (a *applier) setHistory(c *rspb.SetHistory) error {
+	lim := HistoryLimits{Revisions: c.GetRevisions(), Bytes: c.GetBytes()}
+	if err := lim.Check(); err != nil {
+		return fmt.Errorf("replicaset: %w", err)
+	}
+	v, err := c.MarshalVT()
+	if err != nil {
+		a.err = err
+		return nil
+	}
+	a.set(a.sm.k.history(), v)
+	a.sm.history.Store(&lim)
+	return nil
+}
+
+// bucketHistory is what a bucket's history holds.
+type bucketHistory struct {
+	oldest uint64 // its oldest revision (n == 0: none)
+	n      uint64 // how many revisions
+	bytes  uint64 // their records' keys and values
+}
+
+// bucketHistory returns what bucket b's history holds, read the first
+// time it is asked for after a load or a change from outside apply's
+// own writes (a copy).
+func (a *applier) bucketHistory(b uint32) *bucketHistory {
+	if h := a.sm.hist[b]; h != nil {
+		return h
+	}
+	h := &bucketHistory{}
+	if a.err != nil {
+		return h
+	}
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: a.sm.k.bucketEvents(b), UpperBound: storage.PrefixEnd(a.sm.k.bucketEvents(b))})
+	if err != nil {
+		a.err = err
+		return h
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if h.n == 0 {
+			h.oldest = binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
+		}
+		h.n++
+		h.bytes += uint64(len(it.Key()) + len(it.Value()))
+	}
+	if err := it.Close(); err != nil {
+		a.err = err
+		return h
+	}
+	a.sm.hist[b] = h
+	return h
+}
+
+// trimHistory deletes bucket b's oldest revisions while it holds more
+// than the limits allow (keeping the newest, whatever its size), once it
+// holds eventTrimSlack revisions or an eighth of the bytes over them.
+func (a *applier) trimHistory(b uint32, h *bucketHistory) {
+	lim := a.sm.History()
+	if a.err != nil || (h.n <= uint64(lim.Revisions)+eventTrimSlack && h.bytes <= lim.Bytes+lim.Bytes/8) {
+		return
+	}
+	it, err := a.b.NewIter(&pebble.IterOptions{LowerBound: a.sm.k.bucketEvents(b), UpperBound: storage.PrefixEnd(a.sm.k.bucketEvents(b))})
+	if err != nil {
+		a.err = err
+		return
+	}
+	keep := h.oldest
+	for ok := it.First(); ok && h.n > 1 && (h.n > uint64(lim.Revisions) || h.bytes > lim.Bytes); ok = it.Next() {
+		h.n--
+		h.bytes -= uint64(len(it.Key()) + len(it.Value()))
+		keep = binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:]) + 1
+	}
+	if err := it.Close(); err != nil {
+		a.err = err
+		return
+	}
+	h.oldest = keep
+	a.err = a.b.DeleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, keep), nil)
+}
 
 // event is e/<bucket:4><revision:8>.
 func (k keys) event(b uint32, rev uint64) []byte {
@@ -82,12 +214,15 @@ func (a *applier) recordEvent(c *rspb.Batch, res *rspb.BatchResult) {
 		a.err = err
 		return
 	}
-	a.setUncached(a.sm.k.event(b, rev), v)
-	if rev > EventHistory && rev%eventTrimEvery == 0 {
-		if a.err == nil {
-			a.err = a.b.DeleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, rev-EventHistory+1), nil)
-		}
+	h := a.bucketHistory(b)
+	k := a.sm.k.event(b, rev)
+	a.setUncached(k, v)
+	if h.n == 0 {
+		h.oldest = rev
 	}
+	h.n++
+	h.bytes += uint64(len(k) + len(v))
+	a.trimHistory(b, h)
 	a.sm.pendingEvents = append(a.sm.pendingEvents, ev)
 }
 
@@ -95,6 +230,9 @@ func (a *applier) recordEvent(c *rspb.Batch, res *rspb.BatchResult) {
 // revisions it lacks (its own, written since the move began, are above
 // the source's last).
 func (a *applier) copyEvents(b uint32, evs []*rspb.Event) {
+	if len(evs) > 0 {
+		delete(a.sm.hist, b) // read again when next written
+	}
 	for _, ev := range evs {
 		if a.err != nil {
 			return

@@ -42,7 +42,8 @@ type SM struct {
 	// window is RequestIDWindow, shorter in tests.
 	window time.Duration
 
-	schema atomic.Pointer[Schema]
+	schema  atomic.Pointer[Schema]
+	history atomic.Pointer[HistoryLimits] // the bounds applied (SetHistory), for the leader to compare
 
 	// Only the applying goroutine uses these (but reqs, which other
 	// goroutines ask has, under its lock); load sets them from the
@@ -51,6 +52,7 @@ type SM struct {
 	buckets        map[uint32]*rspb.BucketState
 	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
 	revs           map[uint32]uint64           // bucket -> revision (0: none applied here yet)
+	hist           map[uint32]*bucketHistory   // what buckets' histories hold, as apply learned it (events.go)
 	pendingEvents  []*rspb.Event               // events of this apply batch, for the feed once committed
 	feed           *feed                       // what was committed lately, for watchers (events.go)
 	changedRevs    map[uint32]struct{}         // revisions changed in this Apply call
@@ -158,6 +160,11 @@ func (sm *SM) load(r pebble.Reader) error {
 		return err
 	}
 	sm.schema.Store(s)
+	lim, err := loadHistory(r, sm.k)
+	if err != nil {
+		return err
+	}
+	sm.history.Store(lim)
 	sm.clock = 0
 	if v, err := get(r, sm.k.clock()); err != nil {
 		return err
@@ -236,6 +243,8 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 			o, err := a.setSchema(op.SetSchema)
 			out[i] = Result{Schema: o, Err: err}
 			notify = true
+		case *rspb.Command_SetHistory:
+			out[i] = Result{Err: a.setHistory(op.SetHistory)}
 		case *rspb.Command_CreateBuckets:
 			o, err := a.createBuckets(op.CreateBuckets)
 			out[i] = Result{Buckets: o, Err: err}

@@ -304,6 +304,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	}
 	sm.reqDropped = sm.requestsDroppedBefore(sm.clock)
 	sm.buckets, sm.counts, sm.revs = buckets, counts, revs
+	sm.hist = map[uint32]*bucketHistory{} // learned again as buckets are written
 	sm.changedBuckets = map[uint32]struct{}{}
 	sm.changedCounts = map[uint64]struct{}{}
 	sm.changedRevs = map[uint32]struct{}{}

@@ -83,6 +83,9 @@ type StorageConfig struct {
 	// replicaset copies in while it receives buckets (the rebalancer's
 	// copy rate, read before each chunk); nil or 0: no limit.
 	CopyRate func() uint64
+	// History bounds every bucket's change history; this member
+	// proposes it while it leads the replicaset (zero: DefaultHistory).
+	History HistoryLimits
 	// Now tells the time (default time.Now): it stamps proposals.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -277,6 +280,9 @@ func (s *Storage) Run(ctx context.Context) {
 			if err := s.bootstrapBuckets(actx); err != nil && ctx.Err() == nil {
 				s.log.Warn("cannot create the bucket records yet", "err", err)
 			}
+			if err := s.syncHistory(actx); err != nil && ctx.Err() == nil {
+				s.log.Warn("cannot apply the history's limits yet", "err", err)
+			}
 			cancel()
 		}
 		select {
@@ -285,6 +291,21 @@ func (s *Storage) Run(ctx context.Context) {
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// syncHistory proposes this member's history limits when they are not
+// the ones applied: the leader's configuration is the replicaset's.
+func (s *Storage) syncHistory(ctx context.Context) error {
+	want := s.cfg.History
+	if want == (HistoryLimits{}) {
+		want = DefaultHistory
+	}
+	if want == s.sm.History() {
+		return nil
+	}
+	s.log.Info("applying this member's history limits", "revisions", want.Revisions, "bytes", want.Bytes)
+	_, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_SetHistory{SetHistory: &rspb.SetHistory{Revisions: want.Revisions, Bytes: want.Bytes}}})
+	return err
 }
 
 // bootstrapBuckets creates every bucket's record, active at generation 1,

@@ -2,11 +2,13 @@ package replicaset
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/shardkit/shardkit/api/rpccodec"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
 )
 
 var otherSpace = &metapb.Space{Id: 2, Name: "other", ShardingKey: []uint32{0}, PrimaryKey: []uint32{0}, Format: []*metapb.Field{{Name: "id", Type: "unsigned"}}}
@@ -42,7 +45,7 @@ func watchOnce(t *testing.T, s *Storage, req *datav1.WatchRequest) ([]*datav1.Wa
 	return got, err
 }
 
-// A bucket's history keeps its last EventHistory revisions: a watch from
+// A bucket's history keeps its last DefaultHistory.Revisions revisions: a watch from
 // within them gets every event after its revision, in order; one from
 // before them is refused as compacted, naming the oldest kept; a bucket
 // that is being sent ends with a BucketLeft naming its last revision and
@@ -50,14 +53,16 @@ func watchOnce(t *testing.T, s *Storage, req *datav1.WatchRequest) ([]*datav1.Wa
 func TestAWatchReadsTheHistoryAndIsRefusedBeforeIt(t *testing.T) {
 	f := newFixture(t)
 	f.setup()
-	const b, writes = 5, EventHistory + 100
+	const b = 5
+	kept := uint64(DefaultHistory.Revisions)
+	writes := kept + 100
 	for i := range writes {
 		f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint(i), 1))}})
 	}
 	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
 	oldest, err := f.sm.OldestEvent(f.db, b)
-	if err != nil || oldest < writes-EventHistory-eventTrimEvery || oldest > writes-EventHistory+1 {
-		t.Fatalf("the oldest revision kept is %d (%v) after %d writes, want the last %d or up to %d more", oldest, err, writes, EventHistory, eventTrimEvery)
+	if err != nil || oldest < writes-kept-eventTrimSlack || oldest > writes-kept+1 {
+		t.Fatalf("the oldest revision kept is %d (%v) after %d writes, want the last %d or up to %d more", oldest, err, writes, DefaultHistory.Revisions, eventTrimSlack)
 	}
 	_, err = watchOnce(t, s, &datav1.WatchRequest{ReplicasetId: "r1", From: map[uint32]uint64{b: 10}})
 	var d *datav1.Compacted
@@ -223,5 +228,79 @@ func TestAWatchersCursorKeepsEachBucketApart(t *testing.T) {
 	}
 	if want := []uint32{0, 1, bucketRevsPage - 1, bucketRevsPage, 5 * bucketRevsPage, 1<<20 - 1}; fmt.Sprint(order) != fmt.Sprint(want) {
 		t.Fatalf("each walks %v, want %v", order, want)
+	}
+}
+
+// keptRevisions is what bucket b's history holds: its revisions and the
+// bytes of their records.
+func keptRevisions(t *testing.T, f *fixture, b uint32) (revs []uint64, n int) {
+	t.Helper()
+	it, err := f.db.NewIter(&pebble.IterOptions{LowerBound: f.sm.k.bucketEvents(b), UpperBound: storage.PrefixEnd(f.sm.k.bucketEvents(b))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		revs = append(revs, binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:]))
+		n += len(it.Key()) + len(it.Value())
+	}
+	return revs, n
+}
+
+// The history's limits are set through the log and refused outside their
+// bounds, naming the setting; a bucket keeps its newest revisions, at
+// most the limit's (plus the slack trimmed at once), at most its bytes
+// (plus an eighth), always its newest; and what is kept does not depend
+// on when a member restarted (every member keeps the same).
+func TestAHistoryKeepsWithinItsLimits(t *testing.T) {
+	for _, bad := range []struct {
+		c    *rspb.SetHistory
+		want string
+	}{
+		{&rspb.SetHistory{Revisions: 3, Bytes: 1 << 20}, "history revisions 3: want 16 to"},
+		{&rspb.SetHistory{Revisions: 100, Bytes: 1000}, "history bytes 1000: want at least 65536"},
+	} {
+		f := newFixture(t)
+		if r := f.apply(&rspb.Command{Op: &rspb.Command_SetHistory{SetHistory: bad.c}}); r[0].Err == nil || !strings.Contains(r[0].Err.Error(), bad.want) {
+			t.Fatalf("SetHistory %v: %v, want a refusal with %q", bad.c, r[0].Err, bad.want)
+		}
+	}
+	lim := HistoryLimits{Revisions: 20, Bytes: 64 << 10}
+	run := func(restartEvery int) (revs []uint64, n int) {
+		f := newFixture(t)
+		f.setup()
+		f.apply(&rspb.Command{Op: &rspb.Command_SetHistory{SetHistory: &rspb.SetHistory{Revisions: lim.Revisions, Bytes: lim.Bytes}}})
+		const b = 9
+		for i := range 600 {
+			size := 10
+			if i >= 300 && i%3 == 0 {
+				size = 5000 // the bytes' limit takes over
+			}
+			f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint(i, strings.Repeat("x", size)), 1))}})
+			if restartEvery > 0 && i%restartEvery == restartEvery-1 {
+				f.reopen()
+				if got := f.sm.History(); got != lim {
+					t.Fatalf("after a restart the limits are %+v, want %+v", got, lim)
+				}
+			}
+			revs, n = keptRevisions(t, f, b)
+			if len(revs) == 0 || revs[len(revs)-1] != uint64(i+1) {
+				t.Fatalf("after %d writes the history holds %v, not the newest", i+1, revs)
+			}
+			if len(revs) > int(lim.Revisions)+eventTrimSlack || uint64(n) > lim.Bytes+lim.Bytes/8 {
+				t.Fatalf("after %d writes the history holds %d revisions of %d bytes, above %+v and its slack", i+1, len(revs), n, lim)
+			}
+			if i == 299 && len(revs) < int(lim.Revisions) {
+				t.Fatalf("after 300 small writes the history holds %d revisions, below its limit %d", len(revs), lim.Revisions)
+			}
+		}
+		return revs, n
+	}
+	revs, n := run(0)
+	if uint64(n) < lim.Bytes/2 {
+		t.Fatalf("the history of large writes holds %d bytes (%d revisions), trimmed far below its limit %d", n, len(revs), lim.Bytes)
+	}
+	if again, _ := run(7); fmt.Sprint(again) != fmt.Sprint(revs) {
+		t.Fatalf("with restarts the history holds %v, without %v", again, revs)
 	}
 }

@@ -3,6 +3,8 @@ package server
 import (
 	"log/slog"
 
+	"github.com/shardkit/shardkit/internal/replicaset"
+
 	"net"
 	"time"
 
@@ -34,6 +36,11 @@ type InstanceConfig struct {
 	// writes, the rest the database's block cache. Memory is taken as
 	// data is read and written, up to this.
 	CacheSize int64 `yaml:"cache-size"`
+	// HistoryRevisions and HistoryBytes bound each bucket's change history
+	// (docs/changes.md, "Retention"): a replicaset's leader makes its own
+	// the replicaset's (default replicaset.DefaultHistory).
+	HistoryRevisions int   `yaml:"history-revisions"`
+	HistoryBytes     int64 `yaml:"history-bytes"`
 	// ReplicasetID places the instance; empty: the leader assigns r<N>.
 	ReplicasetID string `yaml:"replicaset-id"`
 	// FailureDomain is k=v pairs (e.g. dc=msk,rack=3).
@@ -125,6 +132,12 @@ func (c *InstanceConfig) Defaults() {
 	}
 	if c.CacheSize == 0 {
 		c.CacheSize = DefaultCacheSize
+	}
+	if c.HistoryRevisions == 0 {
+		c.HistoryRevisions = int(replicaset.DefaultHistory.Revisions)
+	}
+	if c.HistoryBytes == 0 {
+		c.HistoryBytes = int64(replicaset.DefaultHistory.Bytes)
 	}
 	if c.InitReplicationFactor == 0 {
 		c.InitReplicationFactor = 1

@@ -51,6 +51,7 @@ type dataLayer struct {
 	log   *slog.Logger
 	// rowCacheBytes sizes the replicaset state machine's row cache.
 	rowCacheBytes int64
+	history       replicaset.HistoryLimits // StorageConfig.History
 
 	mu      sync.Mutex
 	storage *replicaset.Storage
@@ -150,7 +151,8 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		CopyRate: func() uint64 {
 			return d.node.Meta().State().Props.GetRebalancer().GetCopyBytesPerS()
 		},
-		Logger: d.log,
+		History: d.history,
+		Logger:  d.log,
 	})
 	d.mu.Lock()
 	d.storage = s

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardkit/shardkit/internal/replicaset"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
@@ -83,6 +85,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	dataCtx, stopData := context.WithCancel(ctx)
 	data := newDataLayer(dataCtx, db, procs, fp, cfg.CacheSize/RowCacheShare, log)
+	data.history = replicaset.HistoryLimits{Revisions: uint32(cfg.HistoryRevisions), Bytes: uint64(cfg.HistoryBytes)}
 	defer func() {
 		stopData()
 		data.wait()

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/tuple"
 )
@@ -269,4 +271,53 @@ func TestAWatchWithAnInitialScan(t *testing.T) {
 		}
 	}
 	t.Fatalf("the watch ended (%v) before the change after its scan came (%d tuples scanned)", ctx.Err(), len(scanned))
+}
+
+// An instance's history limits become its replicaset's (its leader
+// proposes them): with --history-revisions 16 a bucket written 300 times
+// keeps well under the default's 1,024 revisions, and a watch from its
+// first revision is refused as compacted, naming where the history starts.
+func TestAnInstancesHistoryLimitsAreItsReplicasets(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	lis, addr := servertest.Listen(t)
+	servertest.Run(t, server.InstanceConfig{Listener: lis, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second,
+		HistoryRevisions: 16, HistoryBytes: 1 << 20})
+	c, err := client.New(ctx, client.Config{Peers: []string{addr}, Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "h", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeUnsigned}},
+			PrimaryKey: []string{"k"}}, true)
+		if err == nil {
+			_, err = c.Space("h").Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.Uint(0)})
+		}
+		return err
+	})
+	b, err := c.Space("h").Bucket(ctx, tuple.Uint(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if _, err := c.Space("h").Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.Uint(uint64(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from := client.NewCursor(map[uint32]uint64{b: 1})
+	w, err := c.Watch(ctx, client.WatchOptions{Spaces: []string{"h"}, Buckets: []uint32{b}, From: &from})
+	if err == nil {
+		for ev, e := range w.Events() {
+			err = e
+			if e == nil {
+				err = fmt.Errorf("an event at revision %d", ev.Revision)
+			}
+			break
+		}
+		w.Close()
+	}
+	if !errors.Is(err, client.ErrCompacted) || !strings.Contains(err.Error(), "its history starts at revision") {
+		t.Fatalf("a watch from revision 1 after 301 writes with a history of 16: %v, want ErrCompacted", err)
+	}
 }

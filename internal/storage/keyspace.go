@@ -76,7 +76,9 @@ func GroupPrefix(top string, group uint64) []byte {
 //	                                   batch applied to it, continued across moves
 //	e/<bucket:4><revision:8>           the bucket's change history: the batch that
 //	                                   made the revision (its changed tuples), the
-//	                                   last EventHistory revisions of each bucket
+//	                                   last revisions of each bucket within the
+//	                                   bounds of h/
+//	h/                                 the history's bounds (replicaset SetHistory)
 //	i/<ms:8><request id:16>            a recent write's request id and its result,
 //	                                   by the leader-stamped time of its write
 //	                                   (ms, the clock c/ at its entry): ids leave
@@ -96,5 +98,6 @@ const (
 	DataCount     = 'n'
 	DataRevision  = 'r'
 	DataEvent     = 'e'
+	DataHistory   = 'h'
 	DataRequestID = 'i'
 )

@@ -215,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17, 0}
 }
 
 type BucketState_State int32
@@ -270,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -286,6 +286,7 @@ type Command struct {
 	//	*Command_CreateBuckets
 	//	*Command_SetBuckets
 	//	*Command_CopyChunks
+	//	*Command_SetHistory
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -380,6 +381,15 @@ func (x *Command) GetCopyChunks() *CopyChunks {
 	return nil
 }
 
+func (x *Command) GetSetHistory() *SetHistory {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetHistory); ok {
+			return x.SetHistory
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -404,6 +414,10 @@ type Command_CopyChunks struct {
 	CopyChunks *CopyChunks `protobuf:"bytes,16,opt,name=copy_chunks,json=copyChunks,proto3,oneof"`
 }
 
+type Command_SetHistory struct {
+	SetHistory *SetHistory `protobuf:"bytes,17,opt,name=set_history,json=setHistory,proto3,oneof"`
+}
+
 func (*Command_Batch) isCommand_Op() {}
 
 func (*Command_SetSchema) isCommand_Op() {}
@@ -413,6 +427,65 @@ func (*Command_CreateBuckets) isCommand_Op() {}
 func (*Command_SetBuckets) isCommand_Op() {}
 
 func (*Command_CopyChunks) isCommand_Op() {}
+
+func (*Command_SetHistory) isCommand_Op() {}
+
+// SetHistory sets the bounds of every bucket's change history
+// (docs/changes.md): apply trims a bucket's oldest revisions until it
+// keeps at most revisions of them and at most bytes of their records.
+// The replicaset's leader proposes its own configuration when the
+// applied one differs.
+type SetHistory struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Revisions     uint32                 `protobuf:"varint,1,opt,name=revisions,proto3" json:"revisions,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetHistory) Reset() {
+	*x = SetHistory{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetHistory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetHistory) ProtoMessage() {}
+
+func (x *SetHistory) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetHistory.ProtoReflect.Descriptor instead.
+func (*SetHistory) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *SetHistory) GetRevisions() uint32 {
+	if x != nil {
+		return x.Revisions
+	}
+	return 0
+}
+
+func (x *SetHistory) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
 
 // SetBucket moves a bucket's record from one state to the next of a move
 // (docs/design/moves.md); apply refuses any other transition, so a
@@ -443,7 +516,7 @@ type SetBucket struct {
 
 func (x *SetBucket) Reset() {
 	*x = SetBucket{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +528,7 @@ func (x *SetBucket) String() string {
 func (*SetBucket) ProtoMessage() {}
 
 func (x *SetBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[1]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +541,7 @@ func (x *SetBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucket.ProtoReflect.Descriptor instead.
 func (*SetBucket) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{1}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *SetBucket) GetBucket() uint32 {
@@ -533,7 +606,7 @@ type CopyChunk struct {
 
 func (x *CopyChunk) Reset() {
 	*x = CopyChunk{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -545,7 +618,7 @@ func (x *CopyChunk) String() string {
 func (*CopyChunk) ProtoMessage() {}
 
 func (x *CopyChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[2]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -558,7 +631,7 @@ func (x *CopyChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunk.ProtoReflect.Descriptor instead.
 func (*CopyChunk) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{2}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *CopyChunk) GetBucket() uint32 {
@@ -624,7 +697,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -636,7 +709,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -649,7 +722,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{3}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Event) GetBucket() uint32 {
@@ -696,7 +769,7 @@ type EventOp struct {
 
 func (x *EventOp) Reset() {
 	*x = EventOp{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -708,7 +781,7 @@ func (x *EventOp) String() string {
 func (*EventOp) ProtoMessage() {}
 
 func (x *EventOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -721,7 +794,7 @@ func (x *EventOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventOp.ProtoReflect.Descriptor instead.
 func (*EventOp) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EventOp) GetSpaceId() uint32 {
@@ -770,7 +843,7 @@ type CopiedRequest struct {
 
 func (x *CopiedRequest) Reset() {
 	*x = CopiedRequest{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +855,7 @@ func (x *CopiedRequest) String() string {
 func (*CopiedRequest) ProtoMessage() {}
 
 func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +868,7 @@ func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedRequest.ProtoReflect.Descriptor instead.
 func (*CopiedRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CopiedRequest) GetId() []byte {
@@ -824,7 +897,7 @@ type SetBuckets struct {
 
 func (x *SetBuckets) Reset() {
 	*x = SetBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +909,7 @@ func (x *SetBuckets) String() string {
 func (*SetBuckets) ProtoMessage() {}
 
 func (x *SetBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +922,7 @@ func (x *SetBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBuckets.ProtoReflect.Descriptor instead.
 func (*SetBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SetBuckets) GetSteps() []*SetBucket {
@@ -870,7 +943,7 @@ type CopyChunks struct {
 
 func (x *CopyChunks) Reset() {
 	*x = CopyChunks{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +955,7 @@ func (x *CopyChunks) String() string {
 func (*CopyChunks) ProtoMessage() {}
 
 func (x *CopyChunks) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +968,7 @@ func (x *CopyChunks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunks.ProtoReflect.Descriptor instead.
 func (*CopyChunks) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CopyChunks) GetChunks() []*CopyChunk {
@@ -918,7 +991,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -930,7 +1003,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -943,7 +1016,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -988,7 +1061,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1073,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1086,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -1051,7 +1124,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1136,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1149,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -1106,7 +1179,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1118,7 +1191,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1131,7 +1204,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -1170,7 +1243,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1255,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1268,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Condition) GetField() uint32 {
@@ -1245,7 +1318,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1257,7 +1330,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1270,7 +1343,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1365,7 +1438,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1377,7 +1450,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1390,7 +1463,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1453,7 +1526,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1465,7 +1538,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1478,7 +1551,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1520,7 +1593,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1532,7 +1605,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1545,7 +1618,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1609,7 +1682,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1694,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1707,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1689,7 +1762,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1701,7 +1774,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1714,7 +1787,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1749,7 +1822,7 @@ var File_internal_replicaset_rspb_replicaset_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\n" +
-	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\x1a\x1finternal/meta/metapb/meta.proto\"\xac\x03\n" +
+	")internal/replicaset/rspb/replicaset.proto\x12\x16shardkit.replicaset.v1\x1a\x1finternal/meta/metapb/meta.proto\"\xf3\x03\n" +
 	"\aCommand\x12\x1e\n" +
 	"\vnow_unix_ms\x18\x01 \x01(\x03R\tnowUnixMs\x125\n" +
 	"\x05batch\x18\n" +
@@ -1760,10 +1833,16 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\vset_buckets\x18\x0f \x01(\v2\".shardkit.replicaset.v1.SetBucketsH\x00R\n" +
 	"setBuckets\x12E\n" +
 	"\vcopy_chunks\x18\x10 \x01(\v2\".shardkit.replicaset.v1.CopyChunksH\x00R\n" +
-	"copyChunksB\x04\n" +
+	"copyChunks\x12E\n" +
+	"\vset_history\x18\x11 \x01(\v2\".shardkit.replicaset.v1.SetHistoryH\x00R\n" +
+	"setHistoryB\x04\n" +
 	"\x02opJ\x04\b\r\x10\x0eJ\x04\b\x0e\x10\x0fR\n" +
 	"set_bucketR\n" +
-	"copy_chunk\"\xd7\x01\n" +
+	"copy_chunk\"@\n" +
+	"\n" +
+	"SetHistory\x12\x1c\n" +
+	"\trevisions\x18\x01 \x01(\rR\trevisions\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"\xd7\x01\n" +
 	"\tSetBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12?\n" +
 	"\x05state\x18\x02 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x05state\x12\x1e\n" +
@@ -1924,65 +2003,67 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
 	(Compare)(0),           // 1: shardkit.replicaset.v1.Compare
 	(Refusal_Code)(0),      // 2: shardkit.replicaset.v1.Refusal.Code
 	(BucketState_State)(0), // 3: shardkit.replicaset.v1.BucketState.State
 	(*Command)(nil),        // 4: shardkit.replicaset.v1.Command
-	(*SetBucket)(nil),      // 5: shardkit.replicaset.v1.SetBucket
-	(*CopyChunk)(nil),      // 6: shardkit.replicaset.v1.CopyChunk
-	(*Event)(nil),          // 7: shardkit.replicaset.v1.Event
-	(*EventOp)(nil),        // 8: shardkit.replicaset.v1.EventOp
-	(*CopiedRequest)(nil),  // 9: shardkit.replicaset.v1.CopiedRequest
-	(*SetBuckets)(nil),     // 10: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),     // 11: shardkit.replicaset.v1.CopyChunks
-	(*CopiedTuple)(nil),    // 12: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 13: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),      // 14: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 15: shardkit.replicaset.v1.CreateBuckets
-	(*Condition)(nil),      // 16: shardkit.replicaset.v1.Condition
-	(*Op)(nil),             // 17: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 18: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 19: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 20: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 21: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 22: shardkit.replicaset.v1.BucketState
-	(*metapb.Space)(nil),   // 23: shardkit.meta.v1.Space
+	(*SetHistory)(nil),     // 5: shardkit.replicaset.v1.SetHistory
+	(*SetBucket)(nil),      // 6: shardkit.replicaset.v1.SetBucket
+	(*CopyChunk)(nil),      // 7: shardkit.replicaset.v1.CopyChunk
+	(*Event)(nil),          // 8: shardkit.replicaset.v1.Event
+	(*EventOp)(nil),        // 9: shardkit.replicaset.v1.EventOp
+	(*CopiedRequest)(nil),  // 10: shardkit.replicaset.v1.CopiedRequest
+	(*SetBuckets)(nil),     // 11: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),     // 12: shardkit.replicaset.v1.CopyChunks
+	(*CopiedTuple)(nil),    // 13: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 14: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),      // 15: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 16: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),      // 17: shardkit.replicaset.v1.Condition
+	(*Op)(nil),             // 18: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 19: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 20: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 21: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 22: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 23: shardkit.replicaset.v1.BucketState
+	(*metapb.Space)(nil),   // 24: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	18, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	14, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	15, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	10, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	11, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
-	3,  // 5: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	3,  // 6: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	12, // 7: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	9,  // 8: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
-	7,  // 9: shardkit.replicaset.v1.CopyChunk.events:type_name -> shardkit.replicaset.v1.Event
-	8,  // 10: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
-	0,  // 11: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
-	21, // 12: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
-	5,  // 13: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	6,  // 14: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	23, // 15: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 16: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 17: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	13, // 18: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	16, // 19: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	17, // 20: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	21, // 21: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 22: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	19, // 23: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	20, // 24: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 25: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	19, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	15, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	16, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	11, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	12, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	5,  // 5: shardkit.replicaset.v1.Command.set_history:type_name -> shardkit.replicaset.v1.SetHistory
+	3,  // 6: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	3,  // 7: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
+	13, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	10, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
+	8,  // 10: shardkit.replicaset.v1.CopyChunk.events:type_name -> shardkit.replicaset.v1.Event
+	9,  // 11: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
+	0,  // 12: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
+	22, // 13: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
+	6,  // 14: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	7,  // 15: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	24, // 16: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 17: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 18: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	14, // 19: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	17, // 20: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	18, // 21: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	22, // 22: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 23: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	20, // 24: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	21, // 25: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 26: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -1996,15 +2077,16 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_CreateBuckets)(nil),
 		(*Command_SetBuckets)(nil),
 		(*Command_CopyChunks)(nil),
+		(*Command_SetHistory)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[13].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
