@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
@@ -302,5 +304,97 @@ func TestAHistoryKeepsWithinItsLimits(t *testing.T) {
 	}
 	if again, _ := run(7); fmt.Sprint(again) != fmt.Sprint(revs) {
 		t.Fatalf("with restarts the history holds %v, without %v", again, revs)
+	}
+}
+
+// A watcher that cannot send (its consumer stalls) holds back neither
+// writes nor the feed; once it sends again, behind what the feed still
+// keeps, it catches up on every bucket from the database: every event,
+// each bucket's in revision order, none twice.
+func TestAWatcherBehindTheFeedCatchesUpFromTheDatabase(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	f.sm.feed = newFeed(4096) // a few dozen events
+	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
+	const buckets, writes = 10, 300
+	from := map[uint32]uint64{}
+	for b := uint32(1); b <= buckets; b++ {
+		from[b] = 0
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var mu sync.Mutex
+	got := map[uint32][]uint64{}
+	total := 0
+	sends := 0
+	stalled, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.Watch(ctx, &datav1.WatchRequest{ReplicasetId: "r1", From: from}, func(e rpccodec.Encoded) error {
+			r := &datav1.WatchResponse{}
+			if err := r.UnmarshalVT(e); err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, ev := range r.GetEvents() {
+				got[ev.GetBucket()] = append(got[ev.GetBucket()], ev.GetRevision())
+				total++
+			}
+			sends++
+			n := sends
+			mu.Unlock()
+			if n == 2 { // the first event's response: the consumer stalls
+				close(stalled)
+				<-release
+			}
+			return nil
+		})
+	}()
+	write := func(i int) {
+		f.ok(&rspb.Batch{Bucket: uint32(i%buckets) + 1, Ops: []*rspb.Op{insertOp(t, offer(uint64(i%buckets)+1, fmt.Sprint(i), 1))}})
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); !ok(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("waited 30 s for %s", what)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("the watch ended: %v", err)
+			default:
+			}
+		}
+	}
+	waitFor("the first, empty response", func() bool { mu.Lock(); defer mu.Unlock(); return sends == 1 })
+	write(0)
+	<-stalled
+	for i := 1; i < writes; i++ {
+		write(i)
+	}
+	f.sm.feed.mu.Lock()
+	base := f.sm.feed.base
+	f.sm.feed.mu.Unlock()
+	if base < 2 {
+		t.Fatalf("the feed still keeps every item (base %d): the watcher is not behind it", base)
+	}
+	close(release)
+	waitFor("every event", func() bool { mu.Lock(); defer mu.Unlock(); return total >= writes })
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the watch ended with %v, want its context's end", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for b := uint32(1); b <= buckets; b++ {
+		revs := got[b]
+		if len(revs) != writes/buckets {
+			t.Fatalf("bucket %d: %d events, want %d", b, len(revs), writes/buckets)
+		}
+		for i, r := range revs {
+			if r != uint64(i+1) {
+				t.Fatalf("bucket %d: revisions %v, want 1 to %d in order", b, revs, writes/buckets)
+			}
+		}
 	}
 }
