@@ -87,7 +87,10 @@ type Watch struct {
 	opts WatchOptions
 	ctx  context.Context
 	stop context.CancelFunc
-	out  chan watchItem
+	// out carries each response's events, converted, in one item: one
+	// channel handoff a response, not an event (a watch of a busy space
+	// receives thousands of events a second).
+	out chan watchItem
 
 	mu       sync.Mutex
 	received map[uint32]uint64 // the last revision received of each bucket (sessions resume from it)
@@ -102,7 +105,7 @@ type Watch struct {
 }
 
 type watchItem struct {
-	ev  Event
+	evs []Event
 	err error
 }
 
@@ -152,7 +155,7 @@ func (c *Client) Watch(ctx context.Context, opts WatchOptions) (*Watch, error) {
 		}
 	}
 	wctx, stop := context.WithCancel(ctx)
-	w := &Watch{c: c, opts: opts, ctx: wctx, stop: stop, out: make(chan watchItem, 1024),
+	w := &Watch{c: c, opts: opts, ctx: wctx, stop: stop, out: make(chan watchItem, 64),
 		received: map[uint32]uint64{}, yielded: map[uint32]uint64{}, sessions: map[string]*watchSession{},
 		movedSig: make(chan struct{}, 1)}
 	byRS := map[string][]uint32{}
@@ -207,13 +210,15 @@ func (w *Watch) Events() iter.Seq2[Event, error] {
 					yield(Event{}, it.err)
 					return
 				}
-				w.mu.Lock()
-				if it.ev.Revision > w.yielded[it.ev.Bucket] {
-					w.yielded[it.ev.Bucket] = it.ev.Revision
-				}
-				w.mu.Unlock()
-				if !yield(it.ev, nil) {
-					return
+				for _, ev := range it.evs {
+					w.mu.Lock()
+					if ev.Revision > w.yielded[ev.Bucket] {
+						w.yielded[ev.Bucket] = ev.Revision
+					}
+					w.mu.Unlock()
+					if !yield(ev, nil) {
+						return
+					}
 				}
 			}
 		}
@@ -442,18 +447,24 @@ func (w *Watch) stream(ctx context.Context, s *watchSession, attempt int) error 
 		}
 		w.mu.Unlock()
 		s.begun() // the first response: its buckets' "now" is fixed
-		for _, e := range resp.GetEvents() {
-			ev, err := eventOf(e)
-			if err != nil {
-				return err
+		if len(resp.GetEvents()) > 0 {
+			evs := make([]Event, 0, len(resp.GetEvents()))
+			for _, e := range resp.GetEvents() {
+				ev, err := eventOf(e)
+				if err != nil {
+					return err
+				}
+				evs = append(evs, ev)
 			}
 			select {
-			case w.out <- watchItem{ev: ev}:
+			case w.out <- watchItem{evs: evs}:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			w.mu.Lock()
-			w.received[e.GetBucket()] = e.GetRevision()
+			for _, ev := range evs {
+				w.received[ev.Bucket] = ev.Revision
+			}
 			w.mu.Unlock()
 		}
 		for _, l := range resp.GetLeft() {
