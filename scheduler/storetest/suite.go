@@ -275,31 +275,30 @@ func testClaimRace(e env) {
 	}
 	var mu sync.Mutex
 	owners := map[int]string{}
+	var problems []error
 	var wg sync.WaitGroup
-	errs := make(chan error, claimers)
 	for i, s := range stores {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			owner := fmt.Sprintf("c%d", i)
 			ls, err := s.Claim(ctx(t), owner, all, time.Minute)
-			if err != nil {
-				errs <- err
-				return
-			}
 			mu.Lock()
 			defer mu.Unlock()
+			if err != nil {
+				problems = append(problems, err)
+				return
+			}
 			for _, l := range ls {
 				if prev, dup := owners[l.Shard]; dup {
-					errs <- fmt.Errorf("shard %d claimed by both %s and %s", l.Shard, prev, owner)
+					problems = append(problems, fmt.Errorf("shard %d claimed by both %s and %s", l.Shard, prev, owner))
 				}
 				owners[l.Shard] = owner
 			}
 		}()
 	}
 	wg.Wait()
-	close(errs)
-	for err := range errs {
+	for _, err := range problems {
 		t.Error(err)
 	}
 	if len(owners) != shards {
@@ -717,11 +716,17 @@ func testAckNewer(e env) {
 	v := put(t, s, "o", `{"a":1,"b":1}`, 0)
 	l := claimOne(t, s, "r", 0, time.Minute)
 	first := changes(t, s, l)
+	if len(first) != 1 {
+		t.Fatalf("after a Put, Changes = %+v, want one mark", first)
+	}
 	if err := s.AckChange(ctx(t), l, first[0]); err != nil {
 		t.Fatal(err)
 	}
 	put(t, s, "o", `{"a":2,"b":1}`, v)
 	read := changes(t, s, l)
+	if len(read) != 1 {
+		t.Fatalf("after a second Put, Changes = %+v, want one mark", read)
+	}
 	put(t, s, "o", `{"a":2,"b":2}`, v+1) // after the read: merged into the mark
 	if err := s.AckChange(ctx(t), l, read[0]); err != nil {
 		t.Fatal(err)
