@@ -70,3 +70,8 @@ func TestConformance(t *testing.T) {
 	t.Parallel()
 	storetest.Run(t, factory(t))
 }
+
+func TestRunner(t *testing.T) {
+	t.Parallel()
+	storetest.RunRunner(t, factory(t))
+}
