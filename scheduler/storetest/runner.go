@@ -446,10 +446,6 @@ func testLoopGuard(e env) {
 		{ID: "pong", Fields: []string{"x"}, Stage: flip(1)},
 	}})
 	put(t, s, "o", `{"x":0}`, 0)
-	defer func() {
-		o, _ := load(t, s, "o", "")
-		t.Logf("offer at the end: %s v%d chain %d; queue %+v", o.Body, o.Version, o.Chain, check(t, s, 0, "o"))
-	}()
 	trips := func() float64 { return metricSum(t, rn.reg, "shardkit_scheduler_loop_guard_trips_total") }
 	waitFor(t, "the loop guard", func() bool { return trips() >= 1 })
 	quiet(t, s, []string{"ping", "pong"}, time.Now)
