@@ -24,6 +24,7 @@ func RunRunner(t *testing.T, f Factory) {
 	}{
 		{"ChangesPassBetweenStagesByFieldInterest", testPassOn},
 		{"OneStageAtATimeOnAnOffer", testOneAtATime},
+		{"MaxParallelCapsAStage", testMaxParallel},
 		{"FailuresAreRetriedThenDeadLettered", testFailures},
 		{"LoopGuardTrips", testLoopGuard},
 		{"TimersFireOnTheClock", testTimers},
@@ -490,15 +491,36 @@ func testTimers(e env) {
 			}
 			return scheduler.Result{Body: setField(t, o.Body, "withdrawn", true), State: str("withdrawn")}, nil
 		}}
-	startRunner(t, scheduler.Config{Store: s, Clock: clock, Stages: []scheduler.StageConfig{{ID: "withdraw", Stage: withdraw}}})
+	// remind asks, in ShouldProcess, to run an hour after it first hears
+	// of the offer (a Decision At).
+	remind := funcStage{
+		should: func(_ context.Context, _ scheduler.Offer, st scheduler.State) (scheduler.Decision, error) {
+			if st.Value != nil {
+				return scheduler.Skip(), nil
+			}
+			return scheduler.At(clock.Now().Add(time.Hour)), nil
+		},
+		proc: func(context.Context, scheduler.Offer, scheduler.State) (scheduler.Result, error) {
+			return scheduler.Result{State: str("reminded")}, nil
+		}}
+	startRunner(t, scheduler.Config{Store: s, Clock: clock, Stages: []scheduler.StageConfig{{ID: "withdraw", Stage: withdraw}, {ID: "remind", Stage: remind}}})
 	put(t, s, "o", `{"title":"sofa"}`, 0)
 	sh := scheduler.ShardOf("o", 2)
-	waitFor(t, "the timer to be set", func() bool {
+	waitFor(t, "the timers to be set", func() bool {
 		es := check(t, s, sh, "o")
-		return len(es) == 1 && es[0].Timer && es[0].Due.Equal(clock.Now().Add(exposure))
+		return len(es) == 2 && es[0].Stage == "remind" && es[0].Timer && es[0].Due.Equal(clock.Now().Add(time.Hour)) &&
+			es[1].Stage == "withdraw" && es[1].Timer && es[1].Due.Equal(clock.Now().Add(exposure))
 	})
-	clock.Advance(exposure - time.Second)
-	quiet(t, s, []string{"withdraw"}, clock.Now)
+	if _, st := load(t, s, "o", "remind"); st.Value != nil {
+		t.Fatal("remind ran before its hour")
+	}
+	clock.Advance(time.Hour)
+	waitFor(t, "the reminder", func() bool {
+		_, st := load(t, s, "o", "remind")
+		return StateString(st) == "reminded"
+	})
+	clock.Advance(exposure - time.Hour - time.Second)
+	quiet(t, s, []string{"withdraw", "remind"}, clock.Now)
 	if o, _ := load(t, s, "o", ""); Field(o.Body, "withdrawn") != "" {
 		t.Fatal("withdrawn a second before the timer")
 	}
@@ -711,4 +733,45 @@ func testRescan(e env) {
 		clock.Advance(time.Hour)
 		return stateIs("2")()
 	})
+}
+
+func testMaxParallel(e env) {
+	t, f := e.t, e.f
+	s := f(t, 2)(t)
+	const limit, offers = 2, 12
+	var mu sync.Mutex
+	running, worst, done := 0, 0, 0
+	stage := funcStage{
+		should: func(_ context.Context, _ scheduler.Offer, st scheduler.State) (scheduler.Decision, error) {
+			if st.Value != nil {
+				return scheduler.Skip(), nil
+			}
+			return scheduler.Now(), nil
+		},
+		proc: func(context.Context, scheduler.Offer, scheduler.State) (scheduler.Result, error) {
+			mu.Lock()
+			running++
+			worst = max(worst, running)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond) // widen the window calls would share
+			mu.Lock()
+			running--
+			done++
+			mu.Unlock()
+			return scheduler.Result{State: str("done")}, nil
+		}}
+	startRunner(t, scheduler.Config{Store: s, Stages: []scheduler.StageConfig{{ID: "heavy", MaxParallel: limit, Stage: stage}}})
+	for i := range offers {
+		put(t, s, fmt.Sprintf("o%d", i), `{}`, 0)
+	}
+	waitFor(t, "every offer", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return done >= offers
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if worst > limit {
+		t.Fatalf("%d Process calls of one stage ran at once, want at most MaxParallel %d", worst, limit)
+	}
 }
