@@ -176,7 +176,8 @@ type Save struct {
 	// version now (also for a save of only state or timer: the stage saw
 	// an old offer). A patch is applied anyway; when the offer had changed
 	// since the read, its mark names no Source, so the stage too is asked
-	// about the newer offer.
+	// about the newer offer (and a patch that changed nothing leaves the
+	// stage's entry due, so it runs again on that offer).
 	ReadVersion int64
 	// Body replaces the offer's body (checked against ReadVersion); or
 	// Patch is applied to its current body without the check. At most one.

@@ -39,13 +39,14 @@ func (s *Store) insertEntry(ctx context.Context, tx pgx.Tx, e scheduler.Entry) e
 	return s.notify(ctx, tx, e.Shard, e.Stage)
 }
 
-// deleteEntry removes a stage's entry of an offer, if any; it returns the
-// entry removed (found false when there was none).
+// deleteEntry removes a stage's entry of an offer, if any.
 func (s *Store) deleteEntry(ctx context.Context, tx pgx.Tx, sh int, stage, id string) error {
 	_, _, err := s.takeEntry(ctx, tx, sh, stage, id)
 	return err
 }
 
+// takeEntry removes a stage's entry of an offer and returns it (found
+// false when there was none).
 func (s *Store) takeEntry(ctx context.Context, tx pgx.Tx, sh int, stage, id string) (scheduler.Entry, bool, error) {
 	e := scheduler.Entry{Shard: sh, Stage: stage, OfferID: id}
 	var ts int64
@@ -250,15 +251,12 @@ func (s *Store) Retry(ctx context.Context, l scheduler.Lease, stage, id string, 
 // maxCause bounds a stored error message.
 const maxCause = 4096
 
+// truncate cuts s to at most n bytes, not inside a UTF-8 sequence.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	s = s[:n]
-	for len(s) > 0 && !strings.HasSuffix(s, " ") && s[len(s)-1]&0xc0 == 0x80 {
-		s = s[:len(s)-1]
-	}
-	return s
+	return strings.ToValidUTF8(s[:n], "")
 }
 
 // ---- changed offers ----

@@ -619,12 +619,18 @@ func (s *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) 
 		if _, _, err := s.lockEntry(ctx, tx, l.Shard, sv.Stage, sv.OfferID); err != nil {
 			return err
 		}
-		if err := s.deleteEntry(ctx, tx, l.Shard, sv.Stage, sv.OfferID); err != nil {
-			return err
-		}
-		if !sv.Timer.IsZero() {
-			if err := s.insertEntry(ctx, tx, scheduler.Entry{Shard: l.Shard, Stage: sv.Stage, OfferID: sv.OfferID, Due: sv.Timer, Timer: true}); err != nil {
+		// A patch that changed nothing on a newer offer than the stage read:
+		// the stage has not seen that offer and no mark will ask it, so its
+		// entry stays due and it runs again.
+		rerun := sv.Patch != nil && version != sv.ReadVersion && !out.Changed
+		if !rerun {
+			if err := s.deleteEntry(ctx, tx, l.Shard, sv.Stage, sv.OfferID); err != nil {
 				return err
+			}
+			if !sv.Timer.IsZero() {
+				if err := s.insertEntry(ctx, tx, scheduler.Entry{Shard: l.Shard, Stage: sv.Stage, OfferID: sv.OfferID, Due: sv.Timer, Timer: true}); err != nil {
+					return err
+				}
 			}
 		}
 		if sv.AfterSave {

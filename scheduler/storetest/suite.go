@@ -659,6 +659,20 @@ func testPatch(e env) {
 	if !ok || c.Source != "" || !slices.Equal(c.Fields, []string{"band", "price"}) {
 		t.Fatalf("mark of a patch on a newer offer = %+v (found %v), want no source (the patcher is asked too), fields [band price]", c, ok)
 	}
+	if es := check(t, s, 0, "o"); len(es) != 0 {
+		t.Fatalf("after the patch, queues = %+v, want none (the mark asks again)", es)
+	}
+	// A patch that changes nothing on a newer offer leaves the entry due:
+	// no mark will ask the stage about that offer.
+	offer(t, s, l, scheduler.Entry{Stage: "pricer", OfferID: "o", Due: t0})
+	put(t, s, "o", `{"a":3,"band":"low"}`, v2+1)
+	if _, err := s.Save(ctx(t), l, scheduler.Save{OfferID: "o", Stage: "pricer", ReadVersion: v2 + 1,
+		Patch: scheduler.Patch{"band": json.RawMessage(`"low"`)}}); err != nil {
+		t.Fatal(err)
+	}
+	if es := check(t, s, 0, "o"); len(es) != 1 || es[0].Stage != "pricer" || !es[0].Due.Equal(t0) {
+		t.Fatalf("after a no-op patch on a newer offer, queues = %+v, want pricer's entry still due", es)
+	}
 }
 
 func testUnchanged(e env) {
