@@ -30,6 +30,7 @@ func RunRunner(t *testing.T, f Factory) {
 		{"TimersFireOnTheClock", testTimers},
 		{"ConflictRerunsTheStage", testConflictRerun},
 		{"FencedRunnerWritesNothing", testFencedRunner},
+		{"ATriggerOutlivesItsRunner", testTriggerOutlivesRunner},
 		{"AfterSaveIsCalledAtLeastOnce", testAfterSaveHook},
 		{"RescanUsesTheLowPriorityLane", testRescan},
 	}
@@ -774,4 +775,95 @@ func testMaxParallel(e env) {
 	if worst > limit {
 		t.Fatalf("%d Process calls of one stage ran at once, want at most MaxParallel %d", worst, limit)
 	}
+}
+
+// deafStore never lists changed-offer marks: a runner on it saves but dies
+// (here: stops) before asking the other stages.
+type deafStore struct {
+	scheduler.Store
+	saved chan struct{}
+}
+
+func (d *deafStore) Changes(context.Context, scheduler.Lease, int) ([]scheduler.Change, error) {
+	return nil, nil
+}
+
+func (d *deafStore) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
+	out, err := d.Store.Save(ctx, l, sv)
+	if err == nil && out.Changed {
+		select {
+		case d.saved <- struct{}{}:
+		default:
+		}
+	}
+	return out, err
+}
+
+func testTriggerOutlivesRunner(e env) {
+	t, f := e.t, e.f
+	open := f(t, 1)
+	s := open(t)
+	stages := func() []scheduler.StageConfig {
+		return []scheduler.StageConfig{
+			{ID: "first", Stage: funcStage{
+				should: func(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Decision, error) {
+					if Field(o.Body, "first") != "" {
+						return scheduler.Skip(), nil
+					}
+					return scheduler.Now(), nil
+				},
+				proc: func(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Result, error) {
+					return scheduler.Result{Body: setField(t, o.Body, "first", true)}, nil
+				}}},
+			{ID: "second", Fields: []string{"first"}, Stage: funcStage{
+				should: func(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Decision, error) {
+					if Field(o.Body, "first") == "" || Field(o.Body, "second") != "" {
+						return scheduler.Skip(), nil
+					}
+					return scheduler.Now(), nil
+				},
+				proc: func(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Result, error) {
+					return scheduler.Result{Body: setField(t, o.Body, "second", true)}, nil
+				}}},
+		}
+	}
+	// The offer enters first's queue directly (its creation's mark is
+	// taken away), so only first's save can trigger second.
+	put(t, s, "o", `{}`, 0)
+	l := claimOne(t, s, "setup", 0, time.Minute)
+	for _, c := range changes(t, s, l) {
+		if err := s.AckChange(ctx(t), l, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	offer(t, s, l, scheduler.Entry{Stage: "first", OfferID: "o", Due: time.Now()})
+	if err := s.Release(ctx(t), l); err != nil {
+		t.Fatal(err)
+	}
+	deaf := &deafStore{Store: open(t), saved: make(chan struct{}, 1)}
+	c, stop := context.WithCancel(context.Background())
+	r, err := scheduler.NewRunner(scheduler.Config{Store: deaf, Stages: stages(), Owner: "dies", PollInterval: 20 * time.Millisecond, LeaseTTL: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- r.Run(c) }()
+	select {
+	case <-deaf.saved:
+	case <-time.After(waitLimit):
+		t.Fatal("the first runner never saved first's result")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := load(t, s, "o", ""); Field(o.Body, "first") != "true" || Field(o.Body, "second") != "" {
+		t.Fatalf("after the first runner: %s, want first's change only", o.Body)
+	}
+	// The next runner finds the mark and asks second.
+	startRunner(t, scheduler.Config{Store: open(t), Stages: stages(), Owner: "next"})
+	waitFor(t, "second to run after the first runner died", func() bool {
+		o, _ := load(t, s, "o", "")
+		return Field(o.Body, "second") == "true"
+	})
 }
