@@ -95,11 +95,12 @@ type StageConfig struct {
 	Fields []string
 	// OwnFields are the fields the stage may patch.
 	OwnFields []string
-	// RateLimit caps Process calls per second (0: no cap), with Burst
-	// (default 1).
+	// RateLimit caps Process calls per second in one Runner (0: no cap),
+	// with Burst (default 1). Runners sharing a store each have their own.
 	RateLimit rate.Limit
 	Burst     int
-	// MaxParallel caps concurrent Process calls of the stage (default 4).
+	// MaxParallel caps concurrent Process calls of the stage in one Runner
+	// (default 4).
 	MaxParallel int
 	// MaxAttempts: after this many failed Process calls in a row, the
 	// offer goes to the stage's dead letters (default 5).

@@ -76,8 +76,17 @@ func (s *Store) t(name string) string { return s.schema + "." + name }
 func (s *Store) init(ctx context.Context, shards int) error {
 	q := strings.ReplaceAll(createSQL, "S.", s.schema+".")
 	q = strings.ReplaceAll(q, "SCHEMA_NAME", s.schema)
-	if _, err := s.pool.Exec(ctx, q); err != nil {
-		return fmt.Errorf("pgstore: create schema %s: %w", s.schema, err)
+	// Stores opened together on a new schema would race in CREATE ... IF
+	// NOT EXISTS (a unique violation in the catalog): they take turns.
+	err := s.tx(ctx, "create schema "+s.schema, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", s.schema+"\x1fcreate"); err != nil {
+			return wrap("create schema "+s.schema, err)
+		}
+		_, err := tx.Exec(ctx, q)
+		return wrap("create schema "+s.schema, err)
+	})
+	if err != nil {
+		return err
 	}
 	var have int
 	if err := s.pool.QueryRow(ctx, "SELECT count(*) FROM "+s.t("shards")).Scan(&have); err != nil {

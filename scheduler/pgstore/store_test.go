@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"os"
 	"testing"
 
@@ -74,4 +76,42 @@ func TestConformance(t *testing.T) {
 func TestRunner(t *testing.T) {
 	t.Parallel()
 	storetest.RunRunner(t, factory(t))
+}
+
+// TestConcurrentOpensOfANewSchema: stores opened together on a new schema
+// all succeed (they take turns creating it) and agree on its shards.
+func TestConcurrentOpensOfANewSchema(t *testing.T) {
+	t.Parallel()
+	d := dsn(t)
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	schema := "sched_test_" + hex.EncodeToString(b[:])
+	t.Cleanup(func() { dropSchema(t, d, schema) })
+	const n = 6
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			s, err := pgstore.Open(t.Context(), d, pgstore.Options{Schema: schema, Shards: 8})
+			if err == nil {
+				if s.Shards() != 8 {
+					err = fmt.Errorf("Shards() = %d, want 8", s.Shards())
+				}
+				s.Close()
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+	}
+	if _, err := pgstore.Open(t.Context(), d, pgstore.Options{Schema: schema, Shards: 4}); !errors.Is(err, scheduler.ErrInvalid) {
+		t.Fatalf("Open with another shard count = %v, want ErrInvalid", err)
+	}
+	if _, err := pgstore.Open(t.Context(), d, pgstore.Options{Schema: "Bad-Name"}); !errors.Is(err, scheduler.ErrInvalid) {
+		t.Fatalf("Open with a bad schema name = %v, want ErrInvalid", err)
+	}
 }
