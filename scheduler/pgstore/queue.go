@@ -287,12 +287,18 @@ func (s *Store) AckChange(ctx context.Context, l scheduler.Lease, c scheduler.Ch
 	if err := s.checkShard(l, c.OfferID); err != nil {
 		return err
 	}
-	return s.tx(ctx, "ack a changed offer", func(tx pgx.Tx) error {
+	return s.fencedExec(ctx, l, "ack a changed offer",
+		"DELETE FROM "+s.t("changed")+" WHERE shard = $1 AND offer_id = $2 AND seq = $3", l.Shard, c.OfferID, c.Seq)
+}
+
+// fencedExec runs one statement in a transaction fenced by l.
+func (s *Store) fencedExec(ctx context.Context, l scheduler.Lease, what, sql string, args ...any) error {
+	return s.tx(ctx, what, func(tx pgx.Tx) error {
 		if err := s.fence(ctx, tx, l); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, "DELETE FROM "+s.t("changed")+" WHERE shard = $1 AND offer_id = $2 AND seq = $3", l.Shard, c.OfferID, c.Seq)
-		return wrap("ack a changed offer", err)
+		_, err := tx.Exec(ctx, sql, args...)
+		return wrap(what, err)
 	})
 }
 
@@ -327,13 +333,8 @@ func (s *Store) AfterSaveDone(ctx context.Context, l scheduler.Lease, p schedule
 	if err := s.checkShard(l, p.OfferID); err != nil {
 		return err
 	}
-	return s.tx(ctx, "after-save done", func(tx pgx.Tx) error {
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, "DELETE FROM "+s.t("aftersave")+" WHERE shard = $1 AND stage_id = $2 AND offer_id = $3 AND seq = $4", l.Shard, p.Stage, p.OfferID, p.Seq)
-		return wrap("after-save done", err)
-	})
+	return s.fencedExec(ctx, l, "after-save done",
+		"DELETE FROM "+s.t("aftersave")+" WHERE shard = $1 AND stage_id = $2 AND offer_id = $3 AND seq = $4", l.Shard, p.Stage, p.OfferID, p.Seq)
 }
 
 // ---- dead letters ----

@@ -317,6 +317,7 @@ func fencedWrites(t *testing.T, s scheduler.Store, l scheduler.Lease, id string,
 	_, checks["Retry"] = s.Retry(c, l, "st", id, t0, "stale")
 	checks["DeadLetter"] = s.DeadLetter(c, l, "st", id, "stale")
 	checks["AckChange"] = s.AckChange(c, l, scheduler.Change{Shard: l.Shard, OfferID: id, Seq: 1})
+	checks["AfterSaveDone"] = s.AfterSaveDone(c, l, scheduler.Pending{Shard: l.Shard, Stage: "st", OfferID: id, Seq: 1})
 	for name, err := range checks {
 		if !errors.Is(err, scheduler.ErrFenced) {
 			t.Errorf("%s under the stale %v = %v, want ErrFenced", name, l, err)
