@@ -30,7 +30,10 @@ type Config struct {
 	// over after it (default 10 s). Leases are renewed every third of it.
 	LeaseTTL time.Duration
 	// MaxShards caps the shards this runner holds (0: a fair share, the
-	// shards divided by the live runners, rounded up).
+	// shards divided by the live runners, rounded up). A runner knows of
+	// the others only by the leases they hold: one that holds none is not
+	// counted, so without MaxShards the first runner takes every shard and
+	// a later one gets shards only as they are released or expire.
 	MaxShards int
 	// PollInterval is how often the runner looks for work without a
 	// wake-up from the store (default 1 s; real time).

@@ -318,14 +318,25 @@ func testOneAtATime(e env) {
 				if n >= rounds {
 					return scheduler.Result{}, nil
 				}
-				return scheduler.Result{Patch: scheduler.Patch{sid: json.RawMessage(strconv.Itoa(n + 1))}}, nil
+				res := scheduler.Result{Patch: scheduler.Patch{sid: json.RawMessage(strconv.Itoa(n + 1))}}
+				if n+1 < rounds {
+					// Triggers that come while the offer is in the queue
+					// make one entry (S2), and its own change asks only
+					// the others: a stage with more to do asks for itself.
+					res.Timer = time.Now()
+				}
+				return res, nil
 			}}})
 	}
 	// Two runners split the shards; the offers' stages run on both.
 	s := open(t)
+	var runners []running
 	for i := range 2 {
-		startRunner(t, scheduler.Config{Store: open(t), Stages: stages, MaxChain: 1000, Owner: fmt.Sprintf("runner-%d", i)})
+		runners = append(runners, startRunner(t, scheduler.Config{Store: open(t), Stages: stages, MaxChain: 1000, MaxShards: 2, Owner: fmt.Sprintf("runner-%d", i)}))
 	}
+	waitFor(t, "two shards for each runner", func() bool {
+		return len(runners[0].r.Shards()) == 2 && len(runners[1].r.Shards()) == 2
+	})
 	for i := range offers {
 		put(t, s, fmt.Sprintf("o%d", i), `{}`, 0)
 	}
