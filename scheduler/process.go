@@ -102,6 +102,20 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 			return
 		}
 	}
+	// The peek may be stale: a Process of this offer that ended between
+	// the peek and the take removed the entry or moved it on.
+	cur, err := r.store.Check(ctx, l.Shard, e.OfferID)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("scheduler: check an entry", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
+		}
+		return
+	}
+	i := indexOfStage(cur, st.cfg.ID)
+	if i < 0 || cur[i].Due.After(r.clock.Now()) {
+		return
+	}
+	e = cur[i]
 	for conflicts := 0; ; conflicts++ {
 		if _, ok := r.lease(l.Shard); !ok {
 			return // the lease went stale while waiting: the next holder does it

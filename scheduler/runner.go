@@ -30,10 +30,8 @@ type Config struct {
 	// over after it (default 10 s). Leases are renewed every third of it.
 	LeaseTTL time.Duration
 	// MaxShards caps the shards this runner holds (0: a fair share, the
-	// shards divided by the live runners, rounded up). A runner knows of
-	// the others only by the leases they hold: one that holds none is not
-	// counted, so without MaxShards the first runner takes every shard and
-	// a later one gets shards only as they are released or expire.
+	// shards divided by the live runners, rounded up; runners announce
+	// themselves in the store every third of LeaseTTL).
 	MaxShards int
 	// PollInterval is how often the runner looks for work without a
 	// wake-up from the store (default 1 s; real time).
@@ -359,12 +357,23 @@ func (r *Runner) keepLeases(ctx context.Context) {
 			r.log.Warn("scheduler: renew shard lease", "lease", l.String(), "err", err)
 		}
 	}
+	if err := r.store.Announce(ctx, r.cfg.Owner, r.cfg.LeaseTTL); err != nil {
+		r.log.Warn("scheduler: announce this runner", "err", err)
+	}
+	live, err := r.store.Runners(ctx)
+	if err != nil {
+		r.log.Warn("scheduler: list runners", "err", err)
+		return
+	}
 	infos, err := r.store.Leases(ctx)
 	if err != nil {
 		r.log.Warn("scheduler: list shard leases", "err", err)
 		return
 	}
 	owners := map[string]bool{r.cfg.Owner: true}
+	for _, o := range live {
+		owners[o] = true
+	}
 	var free []int
 	for _, in := range infos {
 		if in.Expired {

@@ -37,6 +37,11 @@ type Store interface {
 	Release(ctx context.Context, l Lease) error
 	// Leases lists every shard's holder.
 	Leases(ctx context.Context) ([]LeaseInfo, error)
+	// Announce says owner is alive for ttl (by the store's clock), so that
+	// runners share the shards with it before it holds any.
+	Announce(ctx context.Context, owner string, ttl time.Duration) error
+	// Runners lists the owners whose announcement has not expired.
+	Runners(ctx context.Context) ([]string, error)
 
 	// Put writes an offer from outside (S12): created when ifVersion is 0
 	// (ErrConflict if it exists), else replaced when its version is still

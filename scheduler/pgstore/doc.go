@@ -7,6 +7,7 @@
 // Tables (schema Options.Schema):
 //
 //	shards(shard, owner, epoch, last_ping, ttl_us)           the leases
+//	runners(owner, last_ping, ttl_us)                        live runners' announcements
 //	offers(shard, offer_id, version, body, chain)
 //	states(shard, offer_id, stage_id, version, type_url, value)
 //	queue(shard_id, stage_id, ts, offer_id)                 PK in that order (S14)

@@ -118,6 +118,11 @@ CREATE TABLE IF NOT EXISTS S.shards (
   last_ping TIMESTAMPTZ,
   ttl_us BIGINT NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS S.runners (
+  owner TEXT PRIMARY KEY,
+  last_ping TIMESTAMPTZ NOT NULL,
+  ttl_us BIGINT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS S.offers (
   shard INTEGER NOT NULL,
   offer_id TEXT NOT NULL,
@@ -372,6 +377,35 @@ func (s *Store) Leases(ctx context.Context) ([]scheduler.LeaseInfo, error) {
 		return in, err
 	})
 	return out, wrap("list leases", err)
+}
+
+// Announce implements scheduler.Store. Expired announcements are deleted
+// on the way.
+func (s *Store) Announce(ctx context.Context, owner string, ttl time.Duration) error {
+	if owner == "" || len(owner) > scheduler.MaxIDLen {
+		return fmt.Errorf("%w: owner %q must have 1..%d bytes", scheduler.ErrInvalid, owner, scheduler.MaxIDLen)
+	}
+	if ttl < time.Millisecond {
+		return fmt.Errorf("%w: announcement TTL %v is below 1ms", scheduler.ErrInvalid, ttl)
+	}
+	return s.tx(ctx, "announce "+owner, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO "+s.t("runners")+" (owner, last_ping, ttl_us) VALUES ($1, clock_timestamp(), $2)"+
+			" ON CONFLICT (owner) DO UPDATE SET last_ping = EXCLUDED.last_ping, ttl_us = EXCLUDED.ttl_us", owner, ttl.Microseconds()); err != nil {
+			return wrap("announce "+owner, err)
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM "+s.t("runners")+" WHERE last_ping < clock_timestamp() - ttl_us * interval '1 microsecond'")
+		return wrap("announce "+owner, err)
+	})
+}
+
+// Runners implements scheduler.Store.
+func (s *Store) Runners(ctx context.Context) ([]string, error) {
+	rows, err := s.pool.Query(ctx, "SELECT owner FROM "+s.t("runners")+" WHERE last_ping >= clock_timestamp() - ttl_us * interval '1 microsecond' ORDER BY owner")
+	if err != nil {
+		return nil, wrap("list runners", err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return out, wrap("list runners", err)
 }
 
 // ---- offers and states ----

@@ -49,6 +49,7 @@ func Run(t *testing.T, f Factory) {
 	}{
 		{"ClaimTakesFreeShardsOnce", testClaim},
 		{"ConcurrentClaimersTakeDistinctShards", testClaimRace},
+		{"AnnouncedRunnersAreListedUntilExpired", testAnnounce},
 		{"StaleEpochWritesNothing", testFencing},
 		{"ReleasedLeaseWritesNothing", testReleaseFences},
 		{"OfferIsAtMostOncePerStage", testOfferOnce},
@@ -303,6 +304,37 @@ func testClaimRace(e env) {
 	}
 	if len(owners) != shards {
 		t.Fatalf("claimers took %d of %d free shards: %v", len(owners), shards, owners)
+	}
+}
+
+func testAnnounce(e env) {
+	t, f := e.t, e.f
+	s := f(t, 1)(t)
+	if err := s.Announce(ctx(t), "long", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce(ctx(t), "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce(ctx(t), "short", 5*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Announce(ctx(t), "", time.Minute); !errors.Is(err, scheduler.ErrInvalid) {
+		t.Fatalf("Announce with no owner = %v, want ErrInvalid", err)
+	}
+	deadline := time.Now().Add(waitLimit)
+	for {
+		rs, err := s.Runners(ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(rs, []string{"long", "other"}) {
+			return
+		}
+		if !slices.Contains(rs, "long") || !slices.Contains(rs, "other") || time.Now().After(deadline) {
+			t.Fatalf("Runners = %v, want [long other] once short's announcement expired", rs)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
