@@ -516,7 +516,7 @@ func testTimers(e env) {
 		proc: func(context.Context, scheduler.Offer, scheduler.State) (scheduler.Result, error) {
 			return scheduler.Result{State: str("reminded")}, nil
 		}}
-	startRunner(t, scheduler.Config{Store: s, Clock: clock, Stages: []scheduler.StageConfig{{ID: "withdraw", Stage: withdraw}, {ID: "remind", Stage: remind}}})
+	rn := startRunner(t, scheduler.Config{Store: s, Clock: clock, Stages: []scheduler.StageConfig{{ID: "withdraw", Stage: withdraw}, {ID: "remind", Stage: remind}}})
 	put(t, s, "o", `{"title":"sofa"}`, 0)
 	sh := scheduler.ShardOf("o", 2)
 	waitFor(t, "the timers to be set", func() bool {
@@ -526,6 +526,12 @@ func testTimers(e env) {
 	})
 	if _, st := load(t, s, "o", "remind"); st.Value != nil {
 		t.Fatal("remind ran before its hour")
+	}
+	// The queue metrics read the store: one entry each, none due yet.
+	for _, sid := range []string{"withdraw", "remind"} {
+		if d, lag := metric(t, rn.reg, "shardkit_scheduler_queue_depth", sid), metric(t, rn.reg, "shardkit_scheduler_oldest_due_lag_seconds", sid); d != 1 || lag != 0 {
+			t.Errorf("queue_depth{%s} = %v, oldest_due_lag_seconds = %v; want 1 and 0", sid, d, lag)
+		}
 	}
 	clock.Advance(time.Hour)
 	waitFor(t, "the reminder", func() bool {
