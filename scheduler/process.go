@@ -1,0 +1,478 @@
+package scheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+)
+
+// ---- step 1: a stage's queue ----
+
+func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
+	for {
+		next := r.dispatch(ctx, st)
+		if !r.wait(ctx, next, st.wake) {
+			// Wait for the stage's calls in flight: Run returns after them.
+			for range cap(st.sem) {
+				st.sem <- struct{}{}
+			}
+			return
+		}
+	}
+}
+
+// dispatch starts Process calls for the stage's due entries in the held
+// shards while it has free slots, and returns when the earliest later
+// entry it saw is due (zero if none).
+func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
+	var next time.Time
+	for _, l := range r.held() {
+		free := cap(st.sem) - len(st.sem)
+		if free == 0 || ctx.Err() != nil {
+			return next
+		}
+		// Entries of offers busy elsewhere, or in flight here, stay in
+		// the queue and come back in the peek: read past them.
+		entries, later, err := r.store.Peek(ctx, l, st.cfg.ID, r.clock.Now(), free+len(st.sem)+r.cfg.BatchSize)
+		if err != nil {
+			if errors.Is(err, ErrFenced) {
+				r.drop(l, err)
+			} else if ctx.Err() == nil {
+				r.log.Warn("scheduler: peek", "stage", st.cfg.ID, "shard", l.Shard, "err", err)
+			}
+			continue
+		}
+		if !later.IsZero() && (next.IsZero() || later.Before(next)) {
+			next = later
+		}
+		for _, e := range entries {
+			if len(st.sem) == cap(st.sem) {
+				break
+			}
+			if !r.take(e.OfferID, st.cfg.ID) {
+				continue
+			}
+			st.sem <- struct{}{}
+			go func() {
+				defer func() {
+					r.untake(e.OfferID)
+					<-st.sem
+					// The entries of this offer in other stages may wait for it.
+					r.signalStages()
+				}()
+				r.process(ctx, st, l, e)
+			}()
+		}
+	}
+	return next
+}
+
+func (r *Runner) signalStages() {
+	for _, st := range r.stages {
+		signal(st.wake)
+	}
+}
+
+// take marks an offer busy in a stage: one stage at a time on an offer
+// (S11, S22). A runner holds the offer's shard alone (the lease fences any
+// other), so a mark in its memory is enough.
+func (r *Runner) take(id, stage string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, busy := r.busy[id]; busy {
+		return false
+	}
+	r.busy[id] = stage
+	return true
+}
+
+func (r *Runner) untake(id string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.busy, id)
+}
+
+// ---- steps 2–6: one entry ----
+
+func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
+	if st.limiter != nil {
+		if err := st.limiter.Wait(ctx); err != nil {
+			return
+		}
+	}
+	// The peek may be stale: a Process of this offer that ended between
+	// the peek and the take removed the entry or moved it on.
+	cur, err := r.store.Check(ctx, l.Shard, e.OfferID)
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("scheduler: check an entry", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
+		}
+		return
+	}
+	i := indexOfStage(cur, st.cfg.ID)
+	if i < 0 || cur[i].Due.After(r.clock.Now()) {
+		return
+	}
+	e = cur[i]
+	for conflicts := 0; ; conflicts++ {
+		if _, ok := r.lease(l.Shard); !ok {
+			return // the lease went stale while waiting: the next holder does it
+		}
+		// Step 2.
+		offer, state, err := r.store.Load(ctx, e.OfferID, st.cfg.ID)
+		if err != nil {
+			r.fail(ctx, st, l, e, fmt.Errorf("load: %w", err))
+			return
+		}
+		if offer.Version == 0 { // deleted: nothing to do
+			if err := r.store.Delete(ctx, l, st.cfg.ID, e.OfferID); err != nil && ctx.Err() == nil {
+				r.log.Warn("scheduler: delete entry of a missing offer", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
+			}
+			return
+		}
+		// Step 3.
+		res, err := r.callProcess(ctx, st, offer, state)
+		if err == nil {
+			err = st.cfg.checkResult(res)
+		}
+		if err != nil {
+			// Step 4.
+			r.fail(ctx, st, l, e, err)
+			return
+		}
+		// Step 5.
+		s := Save{
+			OfferID: e.OfferID, Stage: st.cfg.ID, ReadVersion: offer.Version,
+			Patch: res.Patch, State: res.State, StateVersion: state.Version,
+			Timer: res.Timer, AfterSave: st.after != nil,
+		}
+		if res.Body != nil {
+			fields, err := ChangedFields(offer.Body, res.Body)
+			if err != nil {
+				r.fail(ctx, st, l, e, err)
+				return
+			}
+			if len(fields) > 0 { // an unchanged body triggers nothing (S11)
+				s.Body, s.Fields = res.Body, fields
+			}
+		}
+		if res.Patch != nil {
+			s.Fields = res.Patch.Fields()
+		}
+		s.Chain = offer.Chain + 1
+		if e.Timer || e.Lane == LaneRescan {
+			s.Chain = 1 // a timer or a rescan starts a new chain
+		}
+		saved, err := r.store.Save(ctx, l, s)
+		switch {
+		case errors.Is(err, ErrConflict):
+			// Step 6: run again on what is there now.
+			r.m.conflicts.WithLabelValues(st.cfg.ID).Inc()
+			if conflicts+1 >= r.cfg.MaxConflicts {
+				r.fail(ctx, st, l, e, fmt.Errorf("%d conflicting saves in a row: %w", conflicts+1, err))
+				return
+			}
+			continue
+		case errors.Is(err, ErrFenced):
+			r.drop(l, err)
+			return
+		case err != nil:
+			if ctx.Err() == nil {
+				r.fail(ctx, st, l, e, fmt.Errorf("save: %w", err))
+			}
+			return
+		}
+		r.m.processed.WithLabelValues(st.cfg.ID).Inc()
+		if saved.Changed {
+			signal(r.changesWake)
+		}
+		if s.AfterSave {
+			signal(st.afterWake)
+		}
+		if !res.Timer.IsZero() {
+			signal(st.wake)
+		}
+		return
+	}
+}
+
+// errPanic wraps a stage's panic.
+var errPanic = errors.New("panic")
+
+// call runs f with the stage's timeout, turning a panic into an error and
+// a call that outlived its timeout into one.
+func call[T any](ctx context.Context, st *stageRun, what string, f func(context.Context) (T, error)) (out T, err error) {
+	cctx, cancel := context.WithTimeout(ctx, st.cfg.Timeout)
+	defer cancel()
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("stage %q: %s: %w: %v\n%s", st.cfg.ID, what, errPanic, p, debug.Stack())
+		}
+	}()
+	out, err = f(cctx)
+	if err == nil && cctx.Err() != nil && ctx.Err() == nil {
+		err = fmt.Errorf("stage %q: %s: timed out after %v: %w", st.cfg.ID, what, st.cfg.Timeout, cctx.Err())
+	}
+	if err != nil && !errors.Is(err, errPanic) {
+		err = fmt.Errorf("stage %q: %s: %w", st.cfg.ID, what, err)
+	}
+	return out, err
+}
+
+func (r *Runner) callProcess(ctx context.Context, st *stageRun, o Offer, s State) (Result, error) {
+	return call(ctx, st, "Process", func(ctx context.Context) (Result, error) { return st.cfg.Stage.Process(ctx, o, s) })
+}
+
+// backoff is the wait after the attempts-th failure.
+func (r *Runner) backoff(attempts int) time.Duration {
+	d := r.cfg.RetryInitial
+	for i := 1; i < attempts && d < r.cfg.RetryMax; i++ {
+		d *= 2
+	}
+	return min(d, r.cfg.RetryMax)
+}
+
+// fail records a failed Process of e: it is due again after a backoff, or
+// after MaxAttempts failures goes to the stage's dead letters (step 4).
+func (r *Runner) fail(ctx context.Context, st *stageRun, l Lease, e Entry, cause error) {
+	if ctx.Err() != nil {
+		return // stopping: the entry stays as it was
+	}
+	r.m.retries.WithLabelValues(st.cfg.ID).Inc()
+	r.log.Warn("scheduler: process failed", "stage", st.cfg.ID, "offer", e.OfferID, "attempt", e.Attempts+1, "err", cause)
+	n, err := r.store.Retry(ctx, l, st.cfg.ID, e.OfferID, r.clock.Now().Add(r.backoff(e.Attempts+1)), cause.Error())
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			r.drop(l, err)
+		} else if !errors.Is(err, ErrNotFound) {
+			r.log.Warn("scheduler: record a failed attempt", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
+		}
+		return
+	}
+	if n < st.cfg.MaxAttempts {
+		return
+	}
+	if err := r.store.DeadLetter(ctx, l, st.cfg.ID, e.OfferID, cause.Error()); err != nil {
+		if errors.Is(err, ErrFenced) {
+			r.drop(l, err)
+		}
+		r.log.Warn("scheduler: dead-letter", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
+		return
+	}
+	r.m.dead.WithLabelValues(st.cfg.ID).Inc()
+	r.log.Warn("scheduler: offer moved to dead letters", "stage", st.cfg.ID, "offer", e.OfferID, "attempts", n)
+}
+
+// ---- step 7: changed offers ----
+
+func (r *Runner) changesLoop(ctx context.Context) {
+	for {
+		for _, l := range r.held() {
+			r.passOnChanges(ctx, l)
+		}
+		if !r.wait(ctx, time.Time{}, r.changesWake) {
+			return
+		}
+	}
+}
+
+func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
+	for ctx.Err() == nil {
+		cs, err := r.store.Changes(ctx, l, r.cfg.BatchSize)
+		if err != nil {
+			if errors.Is(err, ErrFenced) {
+				r.drop(l, err)
+			} else if ctx.Err() == nil {
+				r.log.Warn("scheduler: read changed offers", "shard", l.Shard, "err", err)
+			}
+			return
+		}
+		for _, c := range cs {
+			if err := r.passOn(ctx, l, c); err != nil {
+				if errors.Is(err, ErrFenced) {
+					r.drop(l, err)
+				} else if ctx.Err() == nil {
+					r.log.Warn("scheduler: pass on a changed offer", "offer", c.OfferID, "err", err)
+				}
+				return // the mark stays; the next round does it again
+			}
+		}
+		if len(cs) < r.cfg.BatchSize {
+			return
+		}
+	}
+}
+
+// passOn asks the stages about one changed offer and removes its mark.
+func (r *Runner) passOn(ctx context.Context, l Lease, c Change) error {
+	if c.Chain > r.cfg.MaxChain {
+		r.m.loopGuard.WithLabelValues(c.Source).Inc()
+		r.log.Warn("scheduler: loop guard: a change not passed on", "offer", c.OfferID, "stage", c.Source, "chain", c.Chain, "max_chain", r.cfg.MaxChain)
+		return r.store.AckChange(ctx, l, c)
+	}
+	queued, err := r.store.Check(ctx, l.Shard, c.OfferID)
+	if err != nil {
+		return err
+	}
+	now := r.clock.Now()
+	for _, st := range r.stages {
+		if st.cfg.ID == c.Source || !st.cfg.interested(c.Fields) {
+			continue
+		}
+		if i := indexOfStage(queued, st.cfg.ID); i >= 0 && !queued[i].Due.After(now) && queued[i].Lane == LaneMain {
+			continue // already due in its queue (S12)
+		}
+		if err := r.ask(ctx, st, l, c.OfferID, LaneMain, now); err != nil {
+			return err
+		}
+	}
+	return r.store.AckChange(ctx, l, c)
+}
+
+func indexOfStage(es []Entry, stage string) int {
+	for i, e := range es {
+		if e.Stage == stage {
+			return i
+		}
+	}
+	return -1
+}
+
+// ask calls a stage's ShouldProcess on an offer and offers it to the
+// stage's queue as it answers; an error offers it now (S15).
+func (r *Runner) ask(ctx context.Context, st *stageRun, l Lease, id string, lane Lane, now time.Time) error {
+	offer, state, err := r.store.Load(ctx, id, st.cfg.ID)
+	if err != nil {
+		return err
+	}
+	if offer.Version == 0 {
+		return nil
+	}
+	r.m.asked.WithLabelValues(st.cfg.ID).Inc()
+	d, err := call(ctx, st, "ShouldProcess", func(ctx context.Context) (Decision, error) {
+		return st.cfg.Stage.ShouldProcess(ctx, offer, state)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		r.log.Warn("scheduler: ShouldProcess failed; the offer is queued anyway", "stage", st.cfg.ID, "offer", id, "err", err)
+		d = Now()
+	}
+	e := Entry{Shard: l.Shard, Stage: st.cfg.ID, OfferID: id, Due: now, Lane: lane}
+	switch d.kind {
+	case decideSkip:
+		return nil
+	case decideAt:
+		e.Due, e.Timer = d.at, true
+	}
+	ok, err := r.store.Offer(ctx, l, e)
+	if err != nil {
+		return err
+	}
+	if ok {
+		signal(st.wake)
+	}
+	return nil
+}
+
+// ---- step 8: AfterSave ----
+
+func (r *Runner) afterSaveLoop(ctx context.Context, st *stageRun) {
+	for {
+		for _, l := range r.held() {
+			r.afterSaves(ctx, st, l)
+		}
+		if !r.wait(ctx, time.Time{}, st.afterWake) {
+			return
+		}
+	}
+}
+
+// afterSaves calls the hook for the shard's pending saves; a failed one
+// stays pending for the next round (the poll interval is its backoff).
+func (r *Runner) afterSaves(ctx context.Context, st *stageRun, l Lease) {
+	ps, err := r.store.AfterSaves(ctx, l, st.cfg.ID, r.cfg.BatchSize)
+	if err != nil {
+		if errors.Is(err, ErrFenced) {
+			r.drop(l, err)
+		} else if ctx.Err() == nil {
+			r.log.Warn("scheduler: read pending AfterSave calls", "stage", st.cfg.ID, "err", err)
+		}
+		return
+	}
+	for _, p := range ps {
+		offer, state, err := r.store.Load(ctx, p.OfferID, st.cfg.ID)
+		if err != nil {
+			return
+		}
+		if offer.Version != 0 {
+			if _, err := call(ctx, st, "AfterSave", func(ctx context.Context) (struct{}, error) {
+				return struct{}{}, st.after.AfterSave(ctx, offer, state)
+			}); err != nil {
+				if ctx.Err() == nil {
+					r.m.retries.WithLabelValues(st.cfg.ID).Inc()
+					r.log.Warn("scheduler: AfterSave failed; retried later", "stage", st.cfg.ID, "offer", p.OfferID, "err", err)
+				}
+				continue
+			}
+		}
+		if err := r.store.AfterSaveDone(ctx, l, p); err != nil {
+			if errors.Is(err, ErrFenced) {
+				r.drop(l, err)
+			}
+			return
+		}
+	}
+}
+
+// ---- the background rescan (S13) ----
+
+func (r *Runner) rescanLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.clock.After(r.cfg.RescanEvery):
+		}
+		for _, l := range r.held() {
+			r.rescan(ctx, l)
+		}
+	}
+}
+
+// rescan asks every stage about every offer of l's shard that its queue
+// does not hold, and offers those it wants to its rescan lane.
+func (r *Runner) rescan(ctx context.Context, l Lease) {
+	after := ""
+	for ctx.Err() == nil {
+		ids, err := r.store.Scan(ctx, l.Shard, after, r.cfg.BatchSize)
+		if err != nil {
+			r.log.Warn("scheduler: rescan", "shard", l.Shard, "err", err)
+			return
+		}
+		for _, id := range ids {
+			queued, err := r.store.Check(ctx, l.Shard, id)
+			if err != nil {
+				return
+			}
+			for _, st := range r.stages {
+				if indexOfStage(queued, st.cfg.ID) >= 0 {
+					continue
+				}
+				if err := r.ask(ctx, st, l, id, LaneRescan, r.clock.Now()); err != nil {
+					if errors.Is(err, ErrFenced) {
+						r.drop(l, err)
+					}
+					return
+				}
+			}
+		}
+		if len(ids) < r.cfg.BatchSize {
+			return
+		}
+		after = ids[len(ids)-1]
+	}
+}

@@ -1,0 +1,431 @@
+package scheduler
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+)
+
+// Config is what a Runner runs and how.
+type Config struct {
+	// Store holds the offers (required).
+	Store Store
+	// Stages are run by this Runner (at least one; ids unique). Every
+	// runner of one store must run the same stages.
+	Stages []StageConfig
+	// Owner names this runner in the shard leases (default: host, pid and
+	// a random suffix). It must be unique among live runners.
+	Owner string
+	// LeaseTTL is the shard leases' time: a dead runner's shards are taken
+	// over after it (default 10 s). Leases are renewed every third of it.
+	LeaseTTL time.Duration
+	// MaxShards caps the shards this runner holds (0: a fair share, the
+	// shards divided by the live runners, rounded up; runners announce
+	// themselves in the store every third of LeaseTTL).
+	MaxShards int
+	// PollInterval is how often the runner looks for work without a
+	// wake-up from the store (default 1 s; real time).
+	PollInterval time.Duration
+	// MaxChain is the loop guard: a change made by the MaxChain+1-th stage
+	// save in a row (no outside write, timer or rescan between) is not
+	// passed on to the other stages, and is counted (default 16).
+	MaxChain int
+	// RetryInitial and RetryMax bound the backoff of a failed Process:
+	// RetryInitial after the first failure, doubling up to RetryMax
+	// (defaults 1 s and 5 min).
+	RetryInitial, RetryMax time.Duration
+	// MaxConflicts: after this many conflicting saves in a row, a Process
+	// counts as failed and is retried later (default 16).
+	MaxConflicts int
+	// RescanEvery starts a background rescan of every held shard through
+	// the stages' low-priority lanes this often (0: never).
+	RescanEvery time.Duration
+	// BatchSize is how many entries or marks one store read takes (default 64).
+	BatchSize int
+	// Clock (default SystemClock).
+	Clock Clock
+	// Logger (default: none).
+	Logger *slog.Logger
+	// Registerer receives the per-stage metrics (nil: not exported).
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) fill() error {
+	if c.Store == nil {
+		return fmt.Errorf("%w: Config.Store is nil", ErrInvalid)
+	}
+	if len(c.Stages) == 0 {
+		return fmt.Errorf("%w: no stage: give the runner at least one", ErrInvalid)
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	}
+	defaults := []struct {
+		d   *time.Duration
+		def time.Duration
+	}{{&c.LeaseTTL, 10 * time.Second}, {&c.PollInterval, time.Second}, {&c.RetryInitial, time.Second}, {&c.RetryMax, 5 * time.Minute}}
+	for _, d := range defaults {
+		if *d.d < 0 {
+			return fmt.Errorf("%w: a negative duration in Config (%v)", ErrInvalid, *d.d)
+		}
+		if *d.d == 0 {
+			*d.d = d.def
+		}
+	}
+	if c.MaxShards < 0 || c.MaxChain < 0 || c.MaxConflicts < 0 || c.BatchSize < 0 || c.RescanEvery < 0 {
+		return fmt.Errorf("%w: MaxShards, MaxChain, MaxConflicts, BatchSize and RescanEvery must not be negative", ErrInvalid)
+	}
+	if c.MaxChain == 0 {
+		c.MaxChain = 16
+	}
+	if c.MaxConflicts == 0 {
+		c.MaxConflicts = 16
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = 64
+	}
+	if c.Clock == nil {
+		c.Clock = SystemClock{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Runner processes the queues of the shards it holds (see the package
+// comment for its loop). Make one with NewRunner and start it with Run.
+type Runner struct {
+	cfg    Config
+	store  Store
+	clock  Clock
+	log    *slog.Logger
+	stages []*stageRun
+	byID   map[string]*stageRun
+	m      *metrics
+
+	changesWake chan struct{}
+
+	mu     sync.Mutex
+	leases map[int]*held
+	busy   map[string]string // offer id -> the stage processing it
+}
+
+type held struct {
+	Lease
+	renewed time.Time // real time of the last successful claim or renewal
+}
+
+type stageRun struct {
+	cfg       StageConfig
+	limiter   *rate.Limiter
+	sem       chan struct{}
+	wake      chan struct{}
+	afterWake chan struct{}
+	after     AfterSaver
+}
+
+// NewRunner checks cfg and makes a Runner.
+func NewRunner(cfg Config) (*Runner, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	r := &Runner{
+		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger,
+		byID:        map[string]*stageRun{},
+		changesWake: make(chan struct{}, 1),
+		leases:      map[int]*held{},
+		busy:        map[string]string{},
+	}
+	for _, sc := range cfg.Stages {
+		if err := sc.fill(); err != nil {
+			return nil, err
+		}
+		if _, dup := r.byID[sc.ID]; dup {
+			return nil, fmt.Errorf("%w: stage id %q is given twice", ErrInvalid, sc.ID)
+		}
+		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wake: make(chan struct{}, 1), afterWake: make(chan struct{}, 1)}
+		if sc.RateLimit > 0 {
+			st.limiter = rate.NewLimiter(sc.RateLimit, sc.Burst)
+		}
+		st.after, _ = sc.Stage.(AfterSaver)
+		r.stages = append(r.stages, st)
+		r.byID[sc.ID] = st
+	}
+	r.m = newMetrics(cfg.Registerer, r)
+	return r, nil
+}
+
+// Owner is the name this runner holds leases under.
+func (r *Runner) Owner() string { return r.cfg.Owner }
+
+// Shards lists the shards the runner holds now.
+func (r *Runner) Shards() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]int, 0, len(r.leases))
+	for s := range r.leases {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Run works until ctx ends, then releases its leases and returns nil (or
+// the store's refusal of its first wake-up subscription).
+func (r *Runner) Run(ctx context.Context) error {
+	wakeups, err := r.store.Wakeups(ctx)
+	if err != nil {
+		return fmt.Errorf("scheduler: subscribe to the store's wake-ups: %w", err)
+	}
+	var wg sync.WaitGroup
+	goLoop := func(f func(context.Context)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(ctx)
+		}()
+	}
+	goLoop(func(ctx context.Context) { r.wakeLoop(ctx, wakeups) })
+	goLoop(r.leaseLoop)
+	goLoop(r.changesLoop)
+	for _, st := range r.stages {
+		goLoop(func(ctx context.Context) { r.stageLoop(ctx, st) })
+		if st.after != nil {
+			goLoop(func(ctx context.Context) { r.afterSaveLoop(ctx, st) })
+		}
+	}
+	if r.cfg.RescanEvery > 0 {
+		goLoop(r.rescanLoop)
+	}
+	wg.Wait()
+	r.releaseAll()
+	return nil
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Runner) signalAll() {
+	signal(r.changesWake)
+	for _, st := range r.stages {
+		signal(st.wake)
+		signal(st.afterWake)
+	}
+}
+
+func (r *Runner) wakeLoop(ctx context.Context, ch <-chan Wakeup) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case w, ok := <-ch:
+			if !ok {
+				return
+			}
+			if w.Shard >= 0 && !r.holds(w.Shard) {
+				continue
+			}
+			switch st := r.byID[w.Stage]; {
+			case st != nil:
+				signal(st.wake)
+				signal(st.afterWake)
+			case w.Stage == "" && w.Shard >= 0:
+				signal(r.changesWake)
+			default:
+				r.signalAll()
+			}
+		}
+	}
+}
+
+// wait blocks until ctx ends (false), a signal on one of chs, the poll
+// interval, or the clock reaching next (when not zero).
+func (r *Runner) wait(ctx context.Context, next time.Time, chs ...chan struct{}) bool {
+	poll := time.NewTimer(r.cfg.PollInterval)
+	defer poll.Stop()
+	var due <-chan time.Time
+	if !next.IsZero() {
+		due = r.clock.After(max(next.Sub(r.clock.Now()), 0))
+	}
+	var a, b chan struct{}
+	if len(chs) > 0 {
+		a = chs[0]
+	}
+	if len(chs) > 1 {
+		b = chs[1]
+	}
+	select {
+	case <-ctx.Done():
+		return false
+	case <-poll.C:
+	case <-due:
+	case <-a:
+	case <-b:
+	}
+	return true
+}
+
+// ---- shard leases ----
+
+func (r *Runner) holds(shard int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, ok := r.leases[shard]
+	return ok
+}
+
+// lease returns the runner's lease of shard while it is fresh enough to
+// write under: renewed within two thirds of the TTL.
+func (r *Runner) lease(shard int) (Lease, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h, ok := r.leases[shard]
+	if !ok || time.Since(h.renewed) > r.cfg.LeaseTTL*2/3 {
+		return Lease{}, false
+	}
+	return h.Lease, true
+}
+
+func (r *Runner) held() []Lease {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]Lease, 0, len(r.leases))
+	for _, h := range r.leases {
+		out = append(out, h.Lease)
+	}
+	slices.SortFunc(out, func(a, b Lease) int { return a.Shard - b.Shard })
+	return out
+}
+
+// drop forgets l (fenced: another runner holds its shard now).
+func (r *Runner) drop(l Lease, why error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h, ok := r.leases[l.Shard]; ok && h.Epoch == l.Epoch {
+		delete(r.leases, l.Shard)
+		r.log.Info("scheduler: shard lease lost", "lease", l.String(), "err", why)
+	}
+}
+
+func (r *Runner) leaseLoop(ctx context.Context) {
+	for {
+		r.keepLeases(ctx)
+		t := time.NewTimer(r.cfg.LeaseTTL / 3)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// keepLeases renews the held leases, then claims up to this runner's share
+// of the shards, or releases what it holds above it.
+func (r *Runner) keepLeases(ctx context.Context) {
+	for _, l := range r.held() {
+		start := time.Now()
+		err := r.store.Renew(ctx, l, r.cfg.LeaseTTL)
+		switch {
+		case err == nil:
+			r.mu.Lock()
+			if h, ok := r.leases[l.Shard]; ok && h.Epoch == l.Epoch {
+				h.renewed = start
+			}
+			r.mu.Unlock()
+		case errors.Is(err, ErrFenced):
+			r.drop(l, err)
+		default:
+			r.log.Warn("scheduler: renew shard lease", "lease", l.String(), "err", err)
+		}
+	}
+	if err := r.store.Announce(ctx, r.cfg.Owner, r.cfg.LeaseTTL); err != nil {
+		r.log.Warn("scheduler: announce this runner", "err", err)
+	}
+	live, err := r.store.Runners(ctx)
+	if err != nil {
+		r.log.Warn("scheduler: list runners", "err", err)
+		return
+	}
+	infos, err := r.store.Leases(ctx)
+	if err != nil {
+		r.log.Warn("scheduler: list shard leases", "err", err)
+		return
+	}
+	owners := map[string]bool{r.cfg.Owner: true}
+	for _, o := range live {
+		owners[o] = true
+	}
+	var free []int
+	for _, in := range infos {
+		if in.Expired {
+			free = append(free, in.Shard)
+			continue
+		}
+		owners[in.Owner] = true
+	}
+	shards := r.store.Shards()
+	share := (shards + len(owners) - 1) / len(owners)
+	if r.cfg.MaxShards > 0 {
+		share = min(share, r.cfg.MaxShards)
+	}
+	mine := r.held()
+	switch {
+	case len(mine) < share && len(free) > 0:
+		want := free[:min(len(free), share-len(mine))]
+		start := time.Now()
+		got, err := r.store.Claim(ctx, r.cfg.Owner, want, r.cfg.LeaseTTL)
+		if err != nil {
+			r.log.Warn("scheduler: claim shards", "shards", want, "err", err)
+			return
+		}
+		r.mu.Lock()
+		for _, l := range got {
+			r.leases[l.Shard] = &held{Lease: l, renewed: start}
+		}
+		r.mu.Unlock()
+		if len(got) > 0 {
+			r.log.Info("scheduler: claimed shards", "owner", r.cfg.Owner, "count", len(got))
+			r.signalAll()
+		}
+	case len(mine) > share:
+		for _, l := range mine[share:] {
+			r.drop(l, errors.New("above this runner's share"))
+			if err := r.store.Release(ctx, l); err != nil {
+				r.log.Warn("scheduler: release shard", "lease", l.String(), "err", err)
+			}
+		}
+	}
+}
+
+// releaseStopTimeout bounds the releases of a stopping runner.
+const releaseStopTimeout = 5 * time.Second
+
+func (r *Runner) releaseAll() {
+	ctx, cancel := context.WithTimeout(context.Background(), releaseStopTimeout)
+	defer cancel()
+	for _, l := range r.held() {
+		r.drop(l, errors.New("runner stopped"))
+		if err := r.store.Release(ctx, l); err != nil && !errors.Is(err, ErrFenced) {
+			r.log.Warn("scheduler: release shard", "lease", l.String(), "err", err)
+		}
+	}
+}
