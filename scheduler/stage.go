@@ -58,6 +58,18 @@ func Now() Decision { return Decision{kind: decideNow} }
 // At: the offer enters the stage's queue, due at t (a timer).
 func At(t time.Time) Decision { return Decision{kind: decideAt, at: t} }
 
+// Due tells where the decision puts the offer: not in the queue (false),
+// or in it due at once (true, a zero time) or at a time.
+func (d Decision) Due() (at time.Time, queued bool) {
+	switch d.kind {
+	case decideNow:
+		return time.Time{}, true
+	case decideAt:
+		return d.at, true
+	}
+	return time.Time{}, false
+}
+
 func (d Decision) String() string {
 	switch d.kind {
 	case decideNow:

@@ -72,7 +72,7 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newSpaceCmd(), newCallCmd(procs), newMapCallCmd(),
 		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
 		newCacheCmd(), newCertCmd(), newUserCmd(),
-		newNumeratorCmd(), newBenchCmd(), newChangefeedCmd(),
+		newNumeratorCmd(), newBenchCmd(), newChangefeedCmd(), newSchedulerCmd(),
 	)
 	root.AddCommand(newDataCmds()...)
 	// cobra adds its completion command when the program runs; add it now,

@@ -1,0 +1,319 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"go.yaml.in/yaml/v3"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/grpcstage"
+	"github.com/shardkit/shardkit/scheduler/pgstore"
+)
+
+// schedulerConfig is `shardkit scheduler run --config`'s file
+// (docs/scheduler.md, "Running it").
+type schedulerConfig struct {
+	Store struct {
+		Postgres string `yaml:"postgres"`
+		Schema   string `yaml:"schema"`
+		Shards   int    `yaml:"shards"`
+	} `yaml:"store"`
+	Changelog struct {
+		Brokers []string `yaml:"brokers"`
+		Topic   string   `yaml:"topic"`
+	} `yaml:"changelog"`
+	HTTPListen string `yaml:"http_listen"`
+	Runner     struct {
+		Owner       string        `yaml:"owner"`
+		LeaseTTL    time.Duration `yaml:"lease_ttl"`
+		MaxChain    int           `yaml:"max_chain"`
+		RescanEvery time.Duration `yaml:"rescan_every"`
+	} `yaml:"runner"`
+	Stages []stageConfig `yaml:"stages"`
+}
+
+// stageConfig is one external stage of the file.
+type stageConfig struct {
+	ID          string        `yaml:"id"`
+	Address     string        `yaml:"address"`
+	Fields      []string      `yaml:"fields"`
+	OwnFields   []string      `yaml:"own_fields"`
+	RateLimit   float64       `yaml:"rate_limit"`
+	Burst       int           `yaml:"burst"`
+	MaxParallel int           `yaml:"max_parallel"`
+	MaxAttempts int           `yaml:"max_attempts"`
+	Timeout     time.Duration `yaml:"timeout"`
+	AfterSave   bool          `yaml:"after_save"`
+}
+
+// parseSchedulerConfig reads a scheduler's file, refusing what it does
+// not know and what it lacks, naming the key.
+func parseSchedulerConfig(data []byte) (*schedulerConfig, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	var c schedulerConfig
+	if err := dec.Decode(&c); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("the file is empty")
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("the file holds more than one YAML document")
+	}
+	if c.Store.Postgres == "" {
+		return nil, errors.New("store.postgres: give the PostgreSQL connection string (the only store of `scheduler run` yet)")
+	}
+	if c.Store.Shards < 0 {
+		return nil, fmt.Errorf("store.shards %d: want 1 or more (0: an existing schema's)", c.Store.Shards)
+	}
+	if (len(c.Changelog.Brokers) == 0) != (c.Changelog.Topic == "") {
+		return nil, errors.New("changelog: give both brokers and topic, or neither")
+	}
+	if len(c.Stages) == 0 {
+		return nil, errors.New("stages: give at least one")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Stages {
+		where := fmt.Sprintf("stages[%d]", i)
+		if err := scheduler.ValidateID("stage", s.ID); err != nil {
+			return nil, fmt.Errorf("%s.id: %w", where, err)
+		}
+		where = fmt.Sprintf("stage %q", s.ID)
+		if seen[s.ID] {
+			return nil, fmt.Errorf("%s is given twice", where)
+		}
+		seen[s.ID] = true
+		if _, _, err := net.SplitHostPort(s.Address); err != nil {
+			return nil, fmt.Errorf("%s: address %q: want host:port of its StageService", where, s.Address)
+		}
+		if s.RateLimit < 0 || s.Burst < 0 || s.MaxParallel < 0 || s.MaxAttempts < 0 || s.Timeout < 0 {
+			return nil, fmt.Errorf("%s: rate_limit, burst, max_parallel, max_attempts and timeout must not be negative", where)
+		}
+	}
+	return &c, nil
+}
+
+func newSchedulerCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "scheduler", Short: "The stage scheduler: run stages served over gRPC, and look at its queues (docs/scheduler.md)"}
+	var configPath string
+	run := &cobra.Command{
+		Use:   "run --config FILE",
+		Short: "Run a scheduler whose stages are programs serving shardkit.scheduler.v1.StageService, until stopped",
+		Long: `Run a scheduler whose stages are all external: each stage of the file is a
+program serving shardkit.scheduler.v1.StageService (api/scheduler/v1) at its
+address. The runner holds its share of the store's shards, works the stages'
+queues, and, with a changelog, relays every save to Kafka. Several processes
+of one file split the shards through the store's leases. /metrics on
+http_listen. Runs until Ctrl-C (docs/scheduler.md, "Running it").`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runScheduler(cmd, configPath) },
+	}
+	run.Flags().StringVar(&configPath, "config", "", "the scheduler's YAML file (required)")
+
+	var st storeFlags
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show each stage's queue: its depth and its earliest entry's lag",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, &st, "scheduler status", func(ctx context.Context, s scheduler.Store) error {
+				return schedulerStatus(ctx, s, st.stages, cmd.OutOrStdout())
+			})
+		},
+	}
+	st.register(status)
+	status.Flags().StringVar(&st.stages, "stages", "", "the stages to show, comma-separated (required: the store keeps queues, not a list of stages)")
+
+	var dl storeFlags
+	var limit int
+	dead := &cobra.Command{
+		Use:   "dead-letters STAGE",
+		Short: "List the offers a stage gave up on, with why",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, &dl, "scheduler dead-letters", func(ctx context.Context, s scheduler.Store) error {
+				ls, err := s.DeadLetters(ctx, args[0], limit)
+				if err != nil {
+					return err
+				}
+				w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(w, "OFFER\tATTEMPTS\tAT\tCAUSE")
+				for _, l := range ls {
+					fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", l.OfferID, l.Attempts, l.At.UTC().Format(time.RFC3339), l.Cause)
+				}
+				return w.Flush()
+			})
+		},
+	}
+	dl.register(dead)
+	dead.Flags().IntVar(&limit, "limit", 100, "list at most this many")
+
+	var rq storeFlags
+	requeue := &cobra.Command{
+		Use:   "requeue STAGE OFFER_ID",
+		Short: "Put a dead letter back into its stage's queue, due now",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withStore(cmd, &rq, "scheduler requeue", func(ctx context.Context, s scheduler.Store) error {
+				if err := s.Requeue(ctx, args[0], args[1], time.Now()); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "requeued %s in stage %s\n", args[1], args[0])
+				return nil
+			})
+		},
+	}
+	rq.register(requeue)
+	cmd.AddCommand(run, status, dead, requeue)
+	return cmd
+}
+
+// storeFlags name the store of the commands that look at one.
+type storeFlags struct {
+	postgres, schema, stages string
+}
+
+func (f *storeFlags) register(c *cobra.Command) {
+	c.Flags().StringVar(&f.postgres, "postgres", os.Getenv("SHARDKIT_SCHEDULER_POSTGRES"), "the store's PostgreSQL connection string (default $SHARDKIT_SCHEDULER_POSTGRES)")
+	c.Flags().StringVar(&f.schema, "schema", pgstore.DefaultSchema, "the store's schema")
+}
+
+func withStore(cmd *cobra.Command, f *storeFlags, what string, do func(context.Context, scheduler.Store) error) error {
+	if f.postgres == "" {
+		return usagef("%s: give --postgres (or $SHARDKIT_SCHEDULER_POSTGRES)", what)
+	}
+	ctx := cmd.Context()
+	s, err := pgstore.Open(ctx, f.postgres, pgstore.Options{Schema: f.schema})
+	if err != nil {
+		return prefixExit(what, err)
+	}
+	defer s.Close()
+	if err := do(ctx, s); err != nil {
+		return prefixExit(what, err)
+	}
+	return nil
+}
+
+// schedulerStatus prints each stage's queue depth and how late its
+// earliest entry is (0 when it is not due yet).
+func schedulerStatus(ctx context.Context, s scheduler.Store, stages string, out io.Writer) error {
+	ids := splitList([]string{stages})
+	if len(ids) == 0 {
+		return usagef("scheduler status: give --stages")
+	}
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "STAGE\tQUEUED\tEARLIEST DUE\tLAG")
+	for _, id := range ids {
+		depth, earliest, err := s.Stats(ctx, id)
+		if err != nil {
+			return err
+		}
+		due, lag := "-", "-"
+		if !earliest.IsZero() {
+			due = earliest.UTC().Format(time.RFC3339)
+			lag = max(time.Since(earliest), 0).Round(time.Millisecond).String()
+		}
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", id, depth, due, lag)
+	}
+	return w.Flush()
+}
+
+func runScheduler(cmd *cobra.Command, path string) error {
+	what := "scheduler run"
+	if path == "" {
+		return usagef("%s: give --config", what)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("%s: %v", what, err)
+	}
+	c, err := parseSchedulerConfig(data)
+	if err != nil {
+		return usagef("%s: %s: %v", what, path, err)
+	}
+	ctx := cmd.Context()
+	log := newLogger("info", "text", cmd.ErrOrStderr())
+	store, err := pgstore.Open(ctx, c.Store.Postgres, pgstore.Options{Schema: c.Store.Schema, Shards: c.Store.Shards})
+	if err != nil {
+		return prefixExit(what, err)
+	}
+	defer store.Close()
+	stages := make([]scheduler.StageConfig, 0, len(c.Stages))
+	for _, s := range c.Stages {
+		conn, err := grpc.NewClient(s.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return usagef("%s: stage %q: address %q: %v", what, s.ID, s.Address, err)
+		}
+		defer conn.Close()
+		stages = append(stages, scheduler.StageConfig{
+			ID: s.ID, Stage: grpcstage.New(conn, s.ID, grpcstage.Options{AfterSave: s.AfterSave}),
+			Fields: s.Fields, OwnFields: s.OwnFields, RateLimit: rate.Limit(s.RateLimit), Burst: s.Burst,
+			MaxParallel: s.MaxParallel, MaxAttempts: s.MaxAttempts, Timeout: s.Timeout,
+		})
+	}
+	reg := prometheus.NewRegistry()
+	r, err := scheduler.NewRunner(scheduler.Config{Store: store, Stages: stages, Owner: c.Runner.Owner, LeaseTTL: c.Runner.LeaseTTL,
+		MaxChain: c.Runner.MaxChain, RescanEvery: c.Runner.RescanEvery, Logger: log, Registerer: reg})
+	if err != nil {
+		return usagef("%s: %v", what, err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return r.Run(gctx) })
+	if c.Changelog.Topic != "" {
+		relay, err := pgstore.NewRelay(store, pgstore.RelayConfig{Brokers: c.Changelog.Brokers, Topic: c.Changelog.Topic, Logger: log})
+		if err != nil {
+			return prefixExit(what, err)
+		}
+		defer relay.Close()
+		g.Go(func() error { return relay.Run(gctx) })
+	}
+	if c.HTTPListen != "" {
+		lis, err := net.Listen("tcp", c.HTTPListen)
+		if err != nil {
+			return usagef("%s: http_listen %q: %v", what, c.HTTPListen, err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		g.Go(func() error {
+			if err := srv.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+		g.Go(func() error {
+			<-gctx.Done()
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return srv.Shutdown(sctx)
+		})
+	}
+	ids := make([]string, len(c.Stages))
+	for i, st := range c.Stages {
+		ids[i] = st.ID
+	}
+	log.Info("scheduler running", "stages", strings.Join(ids, ","), "owner", r.Owner())
+	if err := g.Wait(); err != nil && !errors.Is(err, ctx.Err()) && !errors.Is(err, context.Canceled) {
+		return prefixExit(what, err)
+	}
+	return nil
+}

@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"google.golang.org/grpc"
+
+	schedulerv1 "github.com/shardkit/shardkit/api/scheduler/v1"
+	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/grpcstage"
+	"github.com/shardkit/shardkit/scheduler/pgstore"
+)
+
+const validSchedulerConfig = `
+store: {postgres: "postgres://u@127.0.0.1:1/db", schema: s, shards: 16}
+changelog: {brokers: ["127.0.0.1:9092"], topic: offers}
+http_listen: 127.0.0.1:0
+runner: {lease_ttl: 5s, max_chain: 8}
+stages:
+  - {id: validate, address: "127.0.0.1:7001", fields: [price], own_fields: [valid], max_attempts: 3, timeout: 2s}
+  - {id: price, address: "[::1]:7002", after_save: true, rate_limit: 50.5, burst: 5}
+`
+
+// A scheduler's file is read whole or refused, naming the key that is
+// wrong or missing.
+func TestASchedulerConfigIsReadOrRefusedNamingTheKey(t *testing.T) {
+	c, err := parseSchedulerConfig([]byte(validSchedulerConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Store.Shards != 16 || c.Runner.LeaseTTL != 5*time.Second || len(c.Stages) != 2 || c.Stages[0].Timeout != 2*time.Second ||
+		!c.Stages[1].AfterSave || c.Stages[1].RateLimit != 50.5 || c.Changelog.Topic != "offers" {
+		t.Fatalf("read %+v", c)
+	}
+	for _, tt := range []struct{ name, file, want string }{
+		{"empty", ``, "the file is empty"},
+		{"an unknown key", validSchedulerConfig + "colour: red\n", "field colour not found"},
+		{"no store", "stages: [{id: a, address: 'h:1'}]\n", "store.postgres"},
+		{"no stages", "store: {postgres: x}\n", "stages: give at least one"},
+		{"half a changelog", "store: {postgres: x}\nchangelog: {topic: t}\nstages: [{id: a, address: 'h:1'}]\n", "changelog: give both"},
+		{"a stage without an id", "store: {postgres: x}\nstages: [{address: 'h:1'}]\n", "stages[0].id"},
+		{"a stage twice", "store: {postgres: x}\nstages: [{id: a, address: 'h:1'}, {id: a, address: 'h:2'}]\n", `stage "a" is given twice`},
+		{"an address without a port", "store: {postgres: x}\nstages: [{id: a, address: h}]\n", `stage "a": address "h"`},
+		{"a negative limit", "store: {postgres: x}\nstages: [{id: a, address: 'h:1', max_parallel: -1}]\n", `stage "a": rate_limit, burst`},
+		{"a bad duration", "store: {postgres: x}\nstages: [{id: a, address: 'h:1', timeout: soon}]\n", "soon"},
+		{"two documents", validSchedulerConfig + "---\nstore: {}\n", "more than one YAML document"},
+	} {
+		if _, err := parseSchedulerConfig([]byte(tt.file)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: %v, want a refusal with %q", tt.name, err, tt.want)
+		}
+	}
+}
+
+// Whatever a file holds, it is refused or read into a config whose every
+// stage has a valid, unique id and a host:port.
+func FuzzSchedulerConfig(f *testing.F) {
+	f.Add([]byte(validSchedulerConfig))
+	f.Add([]byte("store: {postgres: x}\nstages: [{id: a, address: 'h:1'}]\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseSchedulerConfig(data)
+		if err != nil {
+			return
+		}
+		seen := map[string]bool{}
+		for _, s := range c.Stages {
+			if scheduler.ValidateID("stage", s.ID) != nil || seen[s.ID] {
+				t.Fatalf("accepted stage id %q", s.ID)
+			}
+			seen[s.ID] = true
+			if _, _, err := net.SplitHostPort(s.Address); err != nil {
+				t.Fatalf("accepted address %q", s.Address)
+			}
+		}
+	})
+}
+
+// validate marks an offer valid when it has a price; fail, asked about
+// offers with a video, always fails.
+type validate struct{}
+
+func (validate) ShouldProcess(context.Context, scheduler.Offer, scheduler.State) (scheduler.Decision, error) {
+	return scheduler.Now(), nil
+}
+
+func (validate) Process(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Result, error) {
+	var b map[string]json.RawMessage
+	if err := json.Unmarshal(o.Body, &b); err != nil {
+		return scheduler.Result{}, err
+	}
+	_, ok := b["price"]
+	return scheduler.Result{Patch: scheduler.Patch{"valid": json.RawMessage(fmt.Sprint(ok))}}, nil
+}
+
+type fail struct{}
+
+// ShouldProcess asks for offers with a video only.
+func (fail) ShouldProcess(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Decision, error) {
+	if !strings.Contains(string(o.Body), `"video"`) {
+		return scheduler.Skip(), nil
+	}
+	return scheduler.Now(), nil
+}
+
+func (fail) Process(context.Context, scheduler.Offer, scheduler.State) (scheduler.Result, error) {
+	return scheduler.Result{}, errors.New("the video cannot be fetched")
+}
+
+// `scheduler run` runs stages served by another program: an offer put in
+// the store is validated by the external stage; an offer the other stage
+// fails on lands in its dead letters, which `scheduler dead-letters`
+// lists and `scheduler requeue` puts back; `scheduler status` shows the
+// queues.
+func TestSchedulerRunRunsExternalStages(t *testing.T) {
+	dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
+	}
+	ctx := t.Context()
+	schema := fmt.Sprintf("cli_scheduler_%d", time.Now().UnixNano()%1_000_000_000)
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err == nil {
+			_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+			_ = conn.Close(context.Background())
+		}
+	})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	schedulerv1.RegisterStageServiceServer(g, grpcstage.Server(map[string]scheduler.Stage{"validate": validate{}, "fetch-video": fail{}}))
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+
+	config := filepath.Join(t.TempDir(), "stages.yaml")
+	file := fmt.Sprintf(`store: {postgres: %q, schema: %s, shards: 4}
+runner: {lease_ttl: 2s}
+stages:
+  - {id: validate, address: %q, fields: [price], own_fields: [valid]}
+  - {id: fetch-video, address: %q, fields: [video], max_attempts: 1}
+`, dsn, schema, lis.Addr(), lis.Addr())
+	if err := os.WriteFile(config, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	store, err := pgstore.Open(ctx, dsn, pgstore.Options{Schema: schema, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	_, out, done := startShardkit(t, "scheduler", "run", "--config", config)
+
+	if _, err := store.Put(ctx, "o1", []byte(`{"price": 10}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(ctx, "o2", []byte(`{"video": "v.mp4"}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("scheduler run's output:\n%s", out)
+		}
+	})
+	pollFor(t, "the external stage to validate o1 and fetch-video to give up on o2", func() bool {
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("scheduler run ended: %v\n%s", err, out)
+		default:
+		}
+		o, _, err := store.Load(ctx, "o1", "")
+		if err != nil || !strings.Contains(string(o.Body), `"valid":true`) {
+			return false
+		}
+		dl, err := store.DeadLetters(ctx, "fetch-video", 10)
+		return err == nil && len(dl) == 1
+	})
+	first, err := store.DeadLetters(ctx, "fetch-video", 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	common := []string{"--postgres", dsn, "--schema", schema}
+	stdout, stderr, code := run(t, append([]string{"scheduler", "dead-letters", "fetch-video"}, common...)...)
+	if code != 0 || !strings.Contains(stdout, "o2") || !strings.Contains(stdout, "the video cannot be fetched") {
+		t.Fatalf("dead-letters: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = run(t, append([]string{"scheduler", "status", "--stages", "validate,fetch-video"}, common...)...)
+	if code != 0 || !strings.Contains(stdout, "STAGE") || !strings.Contains(stdout, "validate") || !strings.Contains(stdout, "fetch-video") {
+		t.Fatalf("status: exit %d\n%s%s", code, stdout, stderr)
+	}
+	stdout, stderr, code = run(t, append([]string{"scheduler", "requeue", "fetch-video", "o2"}, common...)...)
+	if code != 0 || !strings.Contains(stdout, "requeued o2 in stage fetch-video") {
+		t.Fatalf("requeue: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// Requeued, it fails again and is back among the dead letters, later.
+	pollFor(t, "o2 to fail again", func() bool {
+		dl, err := store.DeadLetters(ctx, "fetch-video", 10)
+		return err == nil && len(dl) == 1 && dl[0].At.After(first[0].At)
+	})
+	_, stderr, code = run(t, "scheduler", "status")
+	if code != 2 || !strings.Contains(stderr, "--postgres") {
+		t.Fatalf("status without a store: exit %d, %s", code, stderr)
+	}
+}
