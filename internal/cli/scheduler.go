@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"go.yaml.in/yaml/v3"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
@@ -183,8 +185,95 @@ http_listen. Runs until Ctrl-C (docs/scheduler.md, "Running it").`,
 		},
 	}
 	rq.register(requeue)
-	cmd.AddCommand(run, status, dead, requeue)
+
+	var to tailOptions
+	tail := &cobra.Command{
+		Use:   "tail --brokers B[,B] --topic T",
+		Short: "Print the scheduler's changelog from Kafka, for people",
+		Long: `Print the scheduler's changelog from its Kafka topic as it comes: one line
+per saved offer (its id, version, the stage that saved it and its state's
+version, then the body), or each record's JSON as it is (--format json).
+From the topic's end unless --from-start; until Ctrl-C or --limit records.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return tailScheduler(cmd, &to) },
+	}
+	tf := tail.Flags()
+	tf.StringVar(&to.brokers, "brokers", "", "Kafka's seed brokers, host:port, comma-separated (required)")
+	tf.StringVar(&to.topic, "topic", "", "the changelog's topic (required)")
+	tf.BoolVar(&to.fromStart, "from-start", false, "read the topic from its start, not from its end")
+	tf.IntVar(&to.limit, "limit", 0, "stop after this many records (0: never)")
+	tf.StringVar(&to.format, "format", "text", "text (a line per record) or json (each record's value)")
+	cmd.AddCommand(run, status, dead, requeue, tail)
 	return cmd
+}
+
+type tailOptions struct {
+	brokers, topic, format string
+	fromStart              bool
+	limit                  int
+}
+
+func tailScheduler(cmd *cobra.Command, o *tailOptions) error {
+	what := "scheduler tail"
+	if o.brokers == "" || o.topic == "" {
+		return usagef("%s: give --brokers and --topic", what)
+	}
+	if o.format != "text" && o.format != "json" {
+		return usagef("%s: invalid --format %q: want text or json", what, o.format)
+	}
+	if o.limit < 0 {
+		return usagef("%s: --limit %d: want 0 or more", what, o.limit)
+	}
+	start := kgo.NewOffset().AtEnd()
+	if o.fromStart {
+		start = kgo.NewOffset().AtStart()
+	}
+	kc, err := kgo.NewClient(kgo.SeedBrokers(splitList([]string{o.brokers})...), kgo.ConsumeTopics(o.topic), kgo.ConsumeResetOffset(start))
+	if err != nil {
+		return usagef("%s: %v", what, err)
+	}
+	defer kc.Close()
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	for n := 0; o.limit == 0 || n < o.limit; {
+		fs := kc.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errs := fs.Errors(); len(errs) > 0 {
+			return prefixExit(what, fmt.Errorf("topic %s partition %d: %w", errs[0].Topic, errs[0].Partition, errs[0].Err))
+		}
+		for it := fs.RecordIter(); !it.Done() && (o.limit == 0 || n < o.limit); n++ {
+			r := it.Next()
+			if o.format == "json" {
+				fmt.Fprintf(out, "%s\n", r.Value)
+				continue
+			}
+			line, err := changelogLine(r.Value)
+			if err != nil {
+				line = fmt.Sprintf("partition %d offset %d: %v", r.Partition, r.Offset, err)
+			}
+			fmt.Fprintln(out, line)
+		}
+	}
+	return nil
+}
+
+// changelogLine is a changelog record for people: its offer, version, the
+// stage that saved it and its state's version, and the body.
+func changelogLine(value []byte) (string, error) {
+	var r scheduler.Record
+	if err := json.Unmarshal(value, &r); err != nil {
+		return "", fmt.Errorf("not a changelog record (scheduler.Record as JSON): %w", err)
+	}
+	if r.OfferID == "" {
+		return "", errors.New("not a changelog record: no offer_id")
+	}
+	by := "outside"
+	if r.Stage != "" {
+		by = fmt.Sprintf("stage %s (state v%d)", r.Stage, r.StateVersion)
+	}
+	return fmt.Sprintf("%s %s v%d by %s: %s", r.Time.UTC().Format(time.RFC3339Nano), r.OfferID, r.OfferVersion, by, r.Body), nil
 }
 
 // storeFlags name the store of the commands that look at one.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
 
 	schedulerv1 "github.com/shardkit/shardkit/api/scheduler/v1"
@@ -211,4 +213,81 @@ stages:
 	if code != 2 || !strings.Contains(stderr, "--postgres") {
 		t.Fatalf("status without a store: exit %d, %s", code, stderr)
 	}
+}
+
+// `scheduler tail` prints the changelog's records for people, one line
+// each, names a record that is not one, and with --format json prints
+// the values as they are.
+func TestSchedulerTailPrintsTheChangelog(t *testing.T) {
+	k, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	brokers := strings.Join(k.ListenAddrs(), ",")
+	p, err := kgo.NewClient(kgo.SeedBrokers(k.ListenAddrs()...), kgo.DefaultProduceTopic("changelog"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	at := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
+	var values [][]byte
+	for _, r := range []scheduler.Record{
+		{OfferID: "o1", OfferVersion: 1, Body: json.RawMessage(`{"price":10}`), Time: at},
+		{OfferID: "o1", OfferVersion: 2, Body: json.RawMessage(`{"price":10,"valid":true}`), Stage: "validate", StateVersion: 1, Time: at},
+	} {
+		v, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		values = append(values, v)
+	}
+	values = append(values, []byte("not json"))
+	for _, v := range values {
+		if err := p.ProduceSync(t.Context(), &kgo.Record{Key: []byte("o1"), Value: v}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stdout, stderr, code := run(t, "scheduler", "tail", "--brokers", brokers, "--topic", "changelog", "--from-start", "--limit", "3")
+	want := []string{
+		`2026-11-28T03:00:00Z o1 v1 by outside: {"price":10}`,
+		`2026-11-28T03:00:00Z o1 v2 by stage validate (state v1): {"price":10,"valid":true}`,
+		`not a changelog record (scheduler.Record as JSON)`,
+	}
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if code != 0 || len(lines) != 3 {
+		t.Fatalf("tail: exit %d\n%s%s", code, stdout, stderr)
+	}
+	for i, w := range want {
+		if !strings.Contains(lines[i], w) {
+			t.Errorf("line %d: %q, want %q", i+1, lines[i], w)
+		}
+	}
+	stdout, _, code = run(t, "scheduler", "tail", "--brokers", brokers, "--topic", "changelog", "--from-start", "--limit", "1", "--format", "json")
+	if code != 0 || strings.TrimSpace(stdout) != string(values[0]) {
+		t.Fatalf("tail --format json: exit %d, %q, want %q", code, stdout, values[0])
+	}
+	if _, stderr, code := run(t, "scheduler", "tail", "--topic", "changelog"); code != 2 || !strings.Contains(stderr, "--brokers") {
+		t.Fatalf("tail without brokers: exit %d, %s", code, stderr)
+	}
+}
+
+// Whatever a changelog record holds, it is refused or a line that names
+// its offer and version.
+func FuzzChangelogLine(f *testing.F) {
+	f.Add([]byte(`{"offer_id":"o1","offer_version":2,"body":{"a":1},"stage":"s","state_version":1,"time":"2026-11-28T03:00:00Z"}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, v []byte) {
+		line, err := changelogLine(v)
+		if err != nil {
+			return
+		}
+		var r scheduler.Record
+		if json.Unmarshal(v, &r) != nil || r.OfferID == "" {
+			t.Fatalf("accepted %q, which is no record with an offer", v)
+		}
+		if !strings.Contains(line, " "+r.OfferID+" v"+fmt.Sprint(r.OfferVersion)+" by ") {
+			t.Fatalf("the line %q does not name offer %q version %d", line, r.OfferID, r.OfferVersion)
+		}
+	})
 }
