@@ -35,6 +35,11 @@
 #   WATCHERS    watches beside the load, both systems [0]: etcd watchers of
 #               the bench's key prefix, shardkit watches of the bench's space
 #               (every bucket); their events and delay are in the JSON lines
+#   CHANGEFEED  1: a changefeed of the bench's space beside each shardkit run
+#               (bench/feedlag: changefeed.Run into kfake in its own process,
+#               FEED_PARTS parts [8]), started before the load and stopped
+#               after it; its events/s and commit-to-Kafka-ack lag p50/p99/max
+#               are in the JSON lines (changefeed_*) [0]
 #   SHARDKIT_BENCH_FLAGS  more `shardkit bench` flags, space-separated, e.g.
 #               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
@@ -66,6 +71,8 @@ VALUE_SIZE=${VALUE_SIZE:-100}
 KEYS=${KEYS:-1000}
 CONNS=${CONNS:-16}
 WATCHERS=${WATCHERS:-0}
+CHANGEFEED=${CHANGEFEED:-0}
+FEED_PARTS=${FEED_PARTS:-8}
 SETTLE=${SETTLE:-2}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${RESULTS:-/var/tmp/bench-vs-etcd-$STAMP.jsonl}
@@ -99,7 +106,8 @@ for c in $CLIENTS; do
 done
 [[ -n ${SYSTEMS// /} && -n ${CLIENTS// /} && -n ${WORKLOADS// /} ]] || die "SYSTEMS, CLIENTS and WORKLOADS must not be empty"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS: '$ROUNDS' is not a positive number"
-for v in VALUE_SIZE KEYS CONNS SETTLE; do
+[[ $CHANGEFEED == 0 || $CHANGEFEED == 1 ]] || die "CHANGEFEED: '$CHANGEFEED' is not 0 or 1"
+for v in VALUE_SIZE KEYS CONNS SETTLE FEED_PARTS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: '${!v}' is not a number"
 done
 if [[ $DURATION =~ ^([0-9]+)(ms|s|m)$ ]]; then
@@ -133,7 +141,7 @@ SK_PEERS=$(
 # ---------------------------------------------------------------- cleanup
 
 WORK='' FAILED=1 STARTED=0 RUN_NO=0 RUN_TOTAL=0
-ETCD_PIDS=() SK_PIDS=() SK_WORKERS=() GEN_PID='' SAMPLER_PID=''
+ETCD_PIDS=() SK_PIDS=() SK_WORKERS=() GEN_PID='' SAMPLER_PID='' FEED_PID=''
 
 # ours PID: PID runs and is one of ours (its command line names our work dir).
 ours() {
@@ -173,6 +181,7 @@ cleanup() {
   if [[ -n $SAMPLER_PID ]]; then kill "$SAMPLER_PID" 2>/dev/null || true; fi
   # The load generator runs under timeout(1), which passes SIGTERM on.
   if [[ -n $GEN_PID ]]; then kill -TERM "$GEN_PID" 2>/dev/null || true; fi
+  if [[ -n $FEED_PID ]] && ours "$FEED_PID"; then kill -TERM "$FEED_PID" 2>/dev/null || true; fi
   if ((${#ETCD_PIDS[@]} + ${#SK_PIDS[@]} > 0)); then
     log "stopping the servers this run started: etcd ${ETCD_PIDS[*]:-none}, shardkit ${SK_PIDS[*]:-none}"
     stop_servers "${ETCD_PIDS[@]}" "${SK_PIDS[@]}"
@@ -272,6 +281,10 @@ if has_system shardkit; then
     log "building shardkit (./cmd/shardkit)"
     (cd "$REPO" && go build -o "$WORK/bin/shardkit" ./cmd/shardkit) || die "building shardkit failed"
     SK=$WORK/bin/shardkit
+  fi
+  if ((CHANGEFEED)); then
+    log "building feedlag (bench/feedlag)"
+    (cd "$REPO" && go build -o "$WORK/bin/feedlag" ./bench/feedlag) || die "building bench/feedlag failed"
   fi
   # Fail now, not after the clusters are up, if this shardkit cannot bench.
   if ! out=$(timeout 20 "$SK" bench --help 2>&1) || [[ $out != *--workload* ]]; then
@@ -441,6 +454,7 @@ run_one() {
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   log "[$RUN_NO/$RUN_TOTAL] $sys $wl, $clients clients, round $round (load average $load1)"
 
+  if [[ $sys == shardkit ]] && ((CHANGEFEED)); then start_feed "$tag"; fi
   sampler "$samples" "${pids[@]}" &
   SAMPLER_PID=$!
   times_children
@@ -486,11 +500,48 @@ run_one() {
   json=${json%\}}
   [[ $json == *'"system"'* ]] || json="{\"system\":\"$sys\",${json#\{}"
   json+=",\"bench\":\"$class\",\"round\":$round,\"server_cpu_s\":$cpu_s,\"cpu_us_per_op\":$cpu_us"
-  json+=",\"client_cpu_s\":$client_cpu,\"load1\":$load1,\"started_at\":\"$started\"}"
+  json+=",\"client_cpu_s\":$client_cpu,\"load1\":$load1,\"started_at\":\"$started\""
+  if [[ $sys == shardkit ]] && ((CHANGEFEED)); then
+    stop_feed "$tag"
+    json+=$FEED_FIELDS
+  fi
+  json+="}"
   printf '%s\n' "$json" >>"$RESULTS"
   log "    $(jget "$json" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$json" p99_ms) ms, errors $(jget "$json" errors), $cpu_us server CPU-us/op"
   if [[ $(jget "$json" errors) != 0 ]]; then log "    warning: errors; see $err"; fi
 }
+
+# start_feed TAG: start feedlag on the bench's space and wait until every
+# part of its feed started (the load's writes are then all sent).
+start_feed() {
+  local deadline=$((SECONDS + READY_TIMEOUT)) ready=$WORK/feed.ready
+  rm -f "$ready"
+  "$WORK/bin/feedlag" --peer "$SK_PEERS" --space "${SHARDKIT_SPACE:-bench}" --parts "$FEED_PARTS" --ready "$ready" \
+    </dev/null >"$WORK/runs/$1.feed.json" 2>"$WORK/logs/$1.feed.stderr" &
+  FEED_PID=$!
+  until [[ -s $ready ]]; do
+    ours "$FEED_PID" || fail_log feedlag "$WORK/logs/$1.feed.stderr" "exited before its feed started"
+    ((SECONDS < deadline)) || fail_log feedlag "$WORK/logs/$1.feed.stderr" "feed not started within ${READY_TIMEOUT}s"
+    sleep 0.2
+  done
+}
+
+# stop_feed TAG: stop feedlag (it waits for Kafka's acknowledgements of
+# what it sent) and set FEED_FIELDS to its figures as JSON fields.
+stop_feed() {
+  local rc=0 feed
+  kill -TERM "$FEED_PID" 2>/dev/null || true
+  wait "$FEED_PID" || rc=$?
+  FEED_PID=''
+  ((rc == 0)) || fail_log feedlag "$WORK/logs/$1.feed.stderr" "exited with status $rc"
+  feed=$(tr -d '\n' <"$WORK/runs/$1.feed.json")
+  [[ $(jget "$feed" events) =~ ^[0-9]+$ ]] || fail_log feedlag "$WORK/logs/$1.feed.stderr" "printed no events: $(head -c 300 "$WORK/runs/$1.feed.json")"
+  FEED_FIELDS=",\"changefeed_events\":$(jget "$feed" events),\"changefeed_events_per_s\":$(jget "$feed" events_per_s)"
+  FEED_FIELDS+=",\"changefeed_lag_p50_ms\":$(jget "$feed" lag_p50_ms),\"changefeed_lag_p99_ms\":$(jget "$feed" lag_p99_ms)"
+  FEED_FIELDS+=",\"changefeed_lag_max_ms\":$(jget "$feed" lag_max_ms),\"changefeed_cpu_s\":$(jget "$feed" cpu_s)"
+  log "    changefeed: $(jget "$feed" events) events, $(jget "$feed" events_per_s | awk '{ printf "%.0f", $1 }')/s; commit to Kafka ack p50 $(jget "$feed" lag_p50_ms) ms, p99 $(jget "$feed" lag_p99_ms) ms, max $(jget "$feed" lag_max_ms) ms; feed CPU $(jget "$feed" cpu_s) s"
+}
+FEED_FIELDS=''
 
 # jget JSON KEY: the value of a top-level scalar KEY of a flat JSON object.
 jget() {
