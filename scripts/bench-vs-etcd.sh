@@ -37,9 +37,11 @@
 #               (every bucket); their events and delay are in the JSON lines
 #   CHANGEFEED  1: a changefeed of the bench's space beside each shardkit run
 #               (bench/feedlag: changefeed.Run into kfake in its own process,
-#               FEED_PARTS parts [8]), started before the load and stopped
+#               FEED_PARTS parts [8]; FEEDLAG_BIN: a prebuilt one, else
+#               built from this repo), started before the load and stopped
 #               after it; its events/s and commit-to-Kafka-ack lag p50/p99/max
-#               are in the JSON lines (changefeed_*) [0]
+#               are in the JSON lines (changefeed_*); alt: in even rounds
+#               only, for the write rate without and with it in one run [0]
 #   SHARDKIT_BENCH_FLAGS  more `shardkit bench` flags, space-separated, e.g.
 #               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
@@ -106,7 +108,7 @@ for c in $CLIENTS; do
 done
 [[ -n ${SYSTEMS// /} && -n ${CLIENTS// /} && -n ${WORKLOADS// /} ]] || die "SYSTEMS, CLIENTS and WORKLOADS must not be empty"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS: '$ROUNDS' is not a positive number"
-[[ $CHANGEFEED == 0 || $CHANGEFEED == 1 ]] || die "CHANGEFEED: '$CHANGEFEED' is not 0 or 1"
+[[ $CHANGEFEED == 0 || $CHANGEFEED == 1 || $CHANGEFEED == alt ]] || die "CHANGEFEED: '$CHANGEFEED' is not 0, 1 or alt"
 for v in VALUE_SIZE KEYS CONNS SETTLE FEED_PARTS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: '${!v}' is not a number"
 done
@@ -282,7 +284,10 @@ if has_system shardkit; then
     (cd "$REPO" && go build -o "$WORK/bin/shardkit" ./cmd/shardkit) || die "building shardkit failed"
     SK=$WORK/bin/shardkit
   fi
-  if ((CHANGEFEED)); then
+  if [[ $CHANGEFEED != 0 && -n ${FEEDLAG_BIN:-} ]]; then
+    [[ -x $FEEDLAG_BIN ]] || die "FEEDLAG_BIN=$FEEDLAG_BIN is not an executable"
+    cp "$FEEDLAG_BIN" "$WORK/bin/feedlag" # run from the work dir: ours() finds it by its path
+  elif [[ $CHANGEFEED != 0 ]]; then
     log "building feedlag (bench/feedlag)"
     (cd "$REPO" && go build -o "$WORK/bin/feedlag" ./bench/feedlag) || die "building bench/feedlag failed"
   fi
@@ -423,7 +428,7 @@ times_children() {
 # its JSON line, with the server CPU and a few facts of the run, to RESULTS.
 run_one() {
   local sys=$1 class=$2 clients=$3 round=$4 wl tag out err samples rc=0
-  local t_end ticks_end cpu0 cpu1 json dur ops started load1 cpu_ticks cpu_s cpu_us client_cpu
+  local t_end ticks_end cpu0 cpu1 json dur ops started load1 cpu_ticks cpu_s cpu_us client_cpu fed
   local -a cmd pids
   RUN_NO=$((RUN_NO + 1))
   if [[ $sys == etcd ]]; then
@@ -454,7 +459,9 @@ run_one() {
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   log "[$RUN_NO/$RUN_TOTAL] $sys $wl, $clients clients, round $round (load average $load1)"
 
-  if [[ $sys == shardkit ]] && ((CHANGEFEED)); then start_feed "$tag"; fi
+  fed=0
+  if [[ $sys == shardkit ]] && [[ $CHANGEFEED == 1 || ($CHANGEFEED == alt && $((round % 2)) == 0) ]]; then fed=1; fi
+  if ((fed)); then start_feed "$tag"; fi
   sampler "$samples" "${pids[@]}" &
   SAMPLER_PID=$!
   times_children
@@ -501,7 +508,7 @@ run_one() {
   [[ $json == *'"system"'* ]] || json="{\"system\":\"$sys\",${json#\{}"
   json+=",\"bench\":\"$class\",\"round\":$round,\"server_cpu_s\":$cpu_s,\"cpu_us_per_op\":$cpu_us"
   json+=",\"client_cpu_s\":$client_cpu,\"load1\":$load1,\"started_at\":\"$started\""
-  if [[ $sys == shardkit ]] && ((CHANGEFEED)); then
+  if ((fed)); then
     stop_feed "$tag"
     json+=$FEED_FIELDS
   fi
