@@ -266,6 +266,7 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 		}
 	}()
 	var failure error
+	saverEnded := false
 	for ev, err := range w.Events() {
 		if err != nil {
 			if errors.Is(err, client.ErrCompacted) {
@@ -290,17 +291,23 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			break
 		}
 		f.send(a, ev)
+		// The saver ends on its own with an error, or with nil when the
+		// part's context ended: either way it sent its one value, so
+		// nothing is to be waited for after the loop.
 		select {
 		case failure = <-saverDone:
+			saverEnded = true
 		default:
 		}
-		if failure != nil {
+		if saverEnded {
 			break
 		}
 	}
 	stopSaver()
-	if failure == nil {
-		failure = <-saverDone
+	if !saverEnded {
+		if err := <-saverDone; failure == nil {
+			failure = err
+		}
 	}
 	w.Close()
 	if f.cfg.noFinalSave {
