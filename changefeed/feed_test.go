@@ -146,7 +146,11 @@ func waitStarted(ctx context.Context, tb testing.TB, c *client.Client, name stri
 			if res.Tuple == nil {
 				return fmt.Errorf("part %d has no tuple", i)
 			}
-			cur, _ := res.Tuple[4].AsString()
+			saved, _ := res.Tuple[4].AsString()
+			cur, _, err := splitSaved(saved)
+			if err != nil {
+				return err
+			}
 			c, err := client.ParseCursor(cur)
 			if err != nil || c.Buckets() != len(partBuckets(i, parts, testBuckets)) {
 				return fmt.Errorf("part %d: cursor %q (%w)", i, cur, err)
@@ -795,4 +799,74 @@ func TestARelayKilledMidScanLosesNothing(t *testing.T) {
 		t.Errorf("no scan record numbered past %d: the second relay took no scan over", scanPageMax)
 	}
 	b.stop(t)
+}
+
+// An initial scan while a second replicaset joins and half the buckets
+// move, with writes going on: every row reaches the topic, its value as
+// the scan read it (one of its writes) followed by every change since the
+// feed began, in order, none repeated.
+func TestAnInitialScanWhileBucketsMove(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	c, startSecond := cluster(ctx, t, 2)
+	k := broker(t, 0, "")
+	defer k.Close()
+	w := newWriter(c)
+	for e := uint64(1); e <= 60; e++ {
+		for n := uint64(1); n <= 7; n += 2 { // rows 1..8 of each entity
+			w.batch(ctx, t, e, n, fmt.Sprint("old-", e))
+		}
+	}
+	startSecond()
+	cfg := baseConfig(c, k, "a")
+	cfg.InitialScan, cfg.scanPage = true, 2
+	// The scan waits after its first page until buckets have begun to
+	// move, so that most of it runs during the moves.
+	movesBegun := make(chan struct{})
+	cfg.scanned = func(int) {
+		select {
+		case <-movesBegun:
+		case <-ctx.Done():
+		}
+	}
+	p := startFeed(ctx, t, cfg)
+	waitStarted(ctx, t, c, "f", 4, p) // where each bucket's scan stands is saved: what follows is a change
+	balanced := false
+	for round := 0; !balanced || round < 5; round++ {
+		w.round(ctx, t, 60, fmt.Sprint("moving", round))
+		st, err := c.Status(ctx, false)
+		balanced = err == nil && len(st.GetReplicasets()) == 2 &&
+			st.GetReplicasets()[0].GetBucketCount() == testBuckets/2 && st.GetReplicasets()[1].GetBucketCount() == testBuckets/2
+		if err == nil && len(st.GetReplicasets()) == 2 && st.GetReplicasets()[0].GetBucketCount() < testBuckets {
+			select {
+			case <-movesBegun:
+			default:
+				close(movesBegun)
+			}
+		}
+		if round > 500 {
+			t.Fatalf("the buckets did not balance: %v", st.GetReplicasets())
+		}
+	}
+	scanning := 0
+	for part := range 4 {
+		res, _, err := c.Space(CursorSpace).Select(ctx, []tuple.Value{tuple.String("f"), tuple.Uint(uint64(part))}, client.RW)
+		if err == nil && res.Tuple != nil {
+			if cur, _ := res.Tuple[4].AsString(); strings.Contains(cur, scanSep) {
+				scanning++
+			}
+		}
+	}
+	t.Logf("%d of 4 parts still scanning when the buckets were balanced", scanning)
+	waitScanned(ctx, t, c, "f", 4, p)
+	w.round(ctx, t, 60, "after")
+	s := consumeWith(t, k.ListenAddrs(), w, func(got, want []string) bool {
+		return len(got) == len(want) && slices.Contains(want, got[0]) && slices.Equal(got[1:], want[1:])
+	})
+	if s.repeats != 0 {
+		t.Errorf("%d repeats with no relay crash", s.repeats)
+	}
+	if s.scans != 60*8+1 {
+		t.Errorf("%d scan records, want the %d rows", s.scans, 60*8+1)
+	}
 }
