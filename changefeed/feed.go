@@ -64,10 +64,27 @@ type Config struct {
 	Logger *slog.Logger
 	// KafkaOptions are added to the producer's options (TLS, SASL, ...).
 	KafkaOptions []kgo.Opt
+	// InitialScan: a part with no saved cursor first sends every row its
+	// buckets hold, as records of kind "scan", then the changes from
+	// there on (docs/changes.md, "Initial scan"). A part with a saved
+	// cursor goes on from it; a scan begun is finished by whichever
+	// process holds the part, with or without this option.
+	InitialScan bool
+	// Sent, when set, is called once Kafka acknowledged every record of
+	// an event that has records (not for the initial scan), with the batch's leader-stamped
+	// commit time: time.Since(committed) is the feed's lag. It runs on
+	// the producer's callback goroutine: keep it short.
+	Sent func(bucket uint32, revision uint64, committed time.Time)
 
 	// noFinalSave makes a stopping part leave its cursor and lease as a
 	// killed process would (tests).
 	noFinalSave bool
+	// scanPage is the rows read and sent at a time in a scan (default and
+	// at most scanPageMax; tests make it small).
+	scanPage int
+	// scanned is called after each scan page's records were acknowledged,
+	// before its progress is saved (tests kill the process there).
+	scanned func(part int)
 }
 
 func (cfg *Config) check() error {
@@ -115,6 +132,9 @@ func (cfg *Config) check() error {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.scanPage <= 0 || cfg.scanPage > scanPageMax {
+		cfg.scanPage = scanPageMax
+	}
 	return nil
 }
 
@@ -156,11 +176,11 @@ func Run(ctx context.Context, cfg Config) error {
 	defer giveUp()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(cfg.LeaseTTL, giveUp) })
 	defer stop()
-	keys, err := shardingKeys(ctx, c, cfg.Spaces)
+	keys, pks, err := shardingKeys(ctx, c, cfg.Spaces)
 	if err != nil {
 		return err
 	}
-	f := &feed{cfg: cfg, kc: kc, hard: hard, buckets: buckets, keys: keys, parts: map[int]*partRun{}, failed: make(chan error, 1)}
+	f := &feed{cfg: cfg, kc: kc, hard: hard, buckets: buckets, keys: keys, pks: pks, parts: map[int]*partRun{}, failed: make(chan error, 1)}
 	return f.run(ctx)
 }
 
@@ -191,8 +211,9 @@ type feed struct {
 	hard    context.Context
 	buckets uint32
 	// keys are the positions of each space's sharding key in its primary
-	// key.
+	// key; pks those of its primary key in its tuples (the scan's keys).
 	keys map[string][]int
+	pks  map[string][]int
 
 	mu     sync.Mutex
 	parts  map[int]*partRun
@@ -379,13 +400,14 @@ func partBuckets(p, parts int, buckets uint32) []uint32 {
 }
 
 // shardingKeys returns, for each space, the positions of its sharding
-// key's fields in its primary key.
-func shardingKeys(ctx context.Context, c *client.Client, spaces []string) (map[string][]int, error) {
+// key's fields in its primary key, and those of its primary key's fields
+// in its tuples.
+func shardingKeys(ctx context.Context, c *client.Client, spaces []string) (keys, pks map[string][]int, err error) {
 	defs, err := c.Spaces(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("changefeed: the spaces: %w", err)
+		return nil, nil, fmt.Errorf("changefeed: the spaces: %w", err)
 	}
-	keys := map[string][]int{}
+	keys, pks = map[string][]int{}, map[string][]int{}
 	for _, d := range defs {
 		if !slices.Contains(spaces, d.Name) {
 			continue
@@ -393,17 +415,24 @@ func shardingKeys(ctx context.Context, c *client.Client, spaces []string) (map[s
 		for _, name := range d.ShardingFields() {
 			i := slices.Index(d.PrimaryKey, name)
 			if i < 0 {
-				return nil, fmt.Errorf("changefeed: space %s: sharding field %s is not in the primary key", d.Name, name)
+				return nil, nil, fmt.Errorf("changefeed: space %s: sharding field %s is not in the primary key", d.Name, name)
 			}
 			keys[d.Name] = append(keys[d.Name], i)
+		}
+		for _, name := range d.PrimaryKey {
+			i := slices.IndexFunc(d.Format, func(f tuple.Field) bool { return f.Name == name })
+			if i < 0 {
+				return nil, nil, fmt.Errorf("changefeed: space %s: key field %s is not in its format", d.Name, name)
+			}
+			pks[d.Name] = append(pks[d.Name], i)
 		}
 	}
 	for _, sp := range spaces {
 		if keys[sp] == nil {
-			return nil, fmt.Errorf("changefeed: no space %q", sp)
+			return nil, nil, fmt.Errorf("changefeed: no space %q", sp)
 		}
 	}
-	return keys, nil
+	return keys, pks, nil
 }
 
 // recordKey is a record's Kafka key: its tuple's sharding key as a JSON

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -24,6 +25,9 @@ var errLostPart = errors.New("the part was taken over")
 // bucket's cursor moves over an event once Kafka acknowledged its records
 // and every earlier event's.
 type acks struct {
+	// sent is Config.Sent (or nil), called as an event's last record is
+	// acknowledged.
+	sent    func(bucket uint32, revision uint64, committed time.Time)
 	mu      sync.Mutex
 	cond    *sync.Cond
 	done    map[uint32]uint64 // the cursor: each bucket's revision acknowledged through
@@ -35,18 +39,21 @@ type acks struct {
 type inFlight struct {
 	rev  uint64
 	left int
+	// at is the batch's commit time; zero for a scan's page (not
+	// reported to sent).
+	at time.Time
 }
 
-func newAcks(from map[uint32]uint64) *acks {
-	a := &acks{done: from, pending: map[uint32][]*inFlight{}}
+func newAcks(from map[uint32]uint64, sent func(uint32, uint64, time.Time)) *acks {
+	a := &acks{sent: sent, done: from, pending: map[uint32][]*inFlight{}}
 	a.cond = sync.NewCond(&a.mu)
 	return a
 }
 
-func (a *acks) add(b uint32, rev uint64, records int) *inFlight {
+func (a *acks) add(b uint32, rev uint64, records int, at time.Time) *inFlight {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	e := &inFlight{rev: rev, left: records}
+	e := &inFlight{rev: rev, left: records, at: at}
 	a.pending[b] = append(a.pending[b], e)
 	a.n++
 	a.settle(b)
@@ -55,16 +62,21 @@ func (a *acks) add(b uint32, rev uint64, records int) *inFlight {
 
 func (a *acks) ack(b uint32, e *inFlight, err error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	if err != nil {
 		if a.err == nil {
 			a.err = err
 		}
 		a.cond.Broadcast()
+		a.mu.Unlock()
 		return
 	}
 	e.left--
+	done := e.left == 0
 	a.settle(b)
+	a.mu.Unlock()
+	if done && a.sent != nil && !e.at.IsZero() {
+		a.sent(b, e.rev, e.at)
+	}
 }
 
 // settle moves bucket b's cursor over its leading events with every record
@@ -128,7 +140,11 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 	if parts, _ := saved[2].AsUint(); parts != uint64(f.cfg.Parts) {
 		return fmt.Errorf("%s: the feed was started with %d parts, not %d: run it with --parts %d, or under another name", what, parts, f.cfg.Parts, parts)
 	}
-	curText, _ := saved[4].AsString()
+	savedText, _ := saved[4].AsString()
+	curText, pending, err := splitSaved(savedText)
+	if err != nil {
+		return fmt.Errorf("%s: its saved cursor: %w", what, err)
+	}
 	buckets := partBuckets(pr.p, f.cfg.Parts, f.buckets)
 	from := map[uint32]uint64{}
 	opts := client.WatchOptions{Spaces: f.cfg.Spaces, Buckets: buckets}
@@ -145,8 +161,15 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 		c := client.NewCursor(from)
 		opts.From = &c
 	}
-	save := func(ctx context.Context, cur client.Cursor) error {
-		s := cur.String()
+	for b, p := range pending {
+		if _, ok := from[b]; !ok {
+			return fmt.Errorf("%s: its saved cursor: bucket %d is being scanned but has no revision", what, b)
+		}
+		// The process before may have sent one page past the progress it
+		// saved (scanPageMax): number this one's records after it.
+		p.Next += scanPageMax
+	}
+	saveText := func(ctx context.Context, s string) error {
 		_, err := c.Batch().Fence(fence).
 			Update(CursorSpace, key, []tuple.Op{{Code: tuple.OpAssign, Field: tuple.FieldRef{Name: "cursor"}, Arg: tuple.String(s)}}).
 			Do(ctx)
@@ -155,6 +178,9 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 		}
 		return err
 	}
+	// The cursor, with the scan's progress while there is one (scan
+	// moves it on before the saver starts).
+	save := func(ctx context.Context, cur client.Cursor) error { return saveText(ctx, joinSaved(cur, pending)) }
 	// The fence first: from now on an older holder writes no cursor.
 	if err := save(ctx, client.NewCursor(from)); err != nil {
 		return f.released(pr, err)
@@ -166,7 +192,8 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 	defer w.Close()
 	if len(from) < len(buckets) {
 		// Buckets with no saved revision start now: save where that is
-		// before sending anything, so that a restart goes on from there.
+		// (and, with InitialScan, that their scan is to come) before
+		// sending anything, so that a restart goes on from there.
 		for w.Cursor().Buckets() < len(buckets) {
 			select {
 			case <-ctx.Done():
@@ -179,6 +206,12 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			if r, ok := start.Revision(b); ok {
 				if _, had := from[b]; !had {
 					from[b] = r
+					if f.cfg.InitialScan {
+						if pending == nil {
+							pending = map[uint32]*scanPos{}
+						}
+						pending[b] = &scanPos{Space: slices.Min(f.cfg.Spaces)}
+					}
 				}
 			}
 		}
@@ -186,8 +219,19 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			return f.released(pr, err)
 		}
 	}
-	f.cfg.Logger.Info("changefeed: part started", "part", pr.p, "buckets", len(buckets), "ticket", pr.ticket)
-	a := newAcks(maps.Clone(from))
+	f.cfg.Logger.Info("changefeed: part started", "part", pr.p, "buckets", len(buckets), "ticket", pr.ticket, "scanning", len(pending))
+	a := newAcks(maps.Clone(from), f.cfg.Sent)
+	if len(pending) > 0 {
+		// The initial scan, while the watch queues the changes since.
+		err := f.scan(ctx, pr, a, from, pending, func(ctx context.Context) error { return save(ctx, client.NewCursor(from)) })
+		switch {
+		case errors.Is(err, errStopped):
+			return f.released(pr, nil)
+		case err != nil:
+			return f.released(pr, err)
+		}
+		f.cfg.Logger.Info("changefeed: part scanned", "part", pr.p)
+	}
 	last := client.NewCursor(from).String()
 	saverDone := make(chan error, 1)
 	sctx, stopSaver := context.WithCancel(ctx)
@@ -222,6 +266,7 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 		}
 	}()
 	var failure error
+	saverEnded := false
 	for ev, err := range w.Events() {
 		if err != nil {
 			if errors.Is(err, client.ErrCompacted) {
@@ -246,17 +291,23 @@ func (f *feed) runPart(ctx context.Context, pr *partRun) error {
 			break
 		}
 		f.send(a, ev)
+		// The saver ends on its own with an error, or with nil when the
+		// part's context ended: either way it sent its one value, so
+		// nothing is to be waited for after the loop.
 		select {
 		case failure = <-saverDone:
+			saverEnded = true
 		default:
 		}
-		if failure != nil {
+		if saverEnded {
 			break
 		}
 	}
 	stopSaver()
-	if failure == nil {
-		failure = <-saverDone
+	if !saverEnded {
+		if err := <-saverDone; failure == nil {
+			failure = err
+		}
 	}
 	w.Close()
 	if f.cfg.noFinalSave {
@@ -295,7 +346,7 @@ func (f *feed) released(pr *partRun, err error) error {
 
 // send produces an event's records, one per change.
 func (f *feed) send(a *acks, ev client.Event) {
-	e := a.add(ev.Bucket, ev.Revision, len(ev.Changes))
+	e := a.add(ev.Bucket, ev.Revision, len(ev.Changes), ev.Time)
 	for i, ch := range ev.Changes {
 		r := Record{Space: ch.Space, Kind: ch.Kind, Key: ch.Key, Tuple: ch.Tuple, Version: ch.Version,
 			Bucket: ev.Bucket, Revision: ev.Revision, Index: i, Changes: len(ev.Changes), Time: ev.Time}

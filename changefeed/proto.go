@@ -35,7 +35,7 @@ func ParseProtoRecord(value []byte) (Record, error) {
 		Index: int(m.GetIndex()), Changes: int(m.GetChanges()), Time: time.UnixMilli(m.GetTimeUnixMs()).UTC()}
 	var ok bool
 	if r.Kind, ok = kinds[m.GetKind()]; !ok {
-		return Record{}, fmt.Errorf("changefeed record: kind %q is none of insert, replace, update, upsert, delete", m.GetKind())
+		return Record{}, fmt.Errorf("changefeed record: kind %q is none of insert, replace, update, upsert, delete, scan", m.GetKind())
 	}
 	if m.GetIndex() >= m.GetChanges() {
 		return Record{}, fmt.Errorf("changefeed record: index %d is not in 0..changes-1 (changes %d)", m.GetIndex(), m.GetChanges())

@@ -37,11 +37,16 @@ type Record struct {
 	Version uint64
 	Bucket  uint32
 	// Revision is the bucket's revision of the batch; Index the change's
-	// place among the batch's Changes changes (0-based).
+	// place among the batch's Changes changes (0-based). A record of the
+	// initial scan (Kind client.ChangeScan) has the revision the feed's
+	// watch of its bucket began at, its place in the bucket's scan as
+	// Index (rising, with gaps where a process took a scan over) and
+	// Index+1 as Changes.
 	Revision uint64
 	Index    int
 	Changes  int
-	// Time is the leader-stamped time of the batch.
+	// Time is the leader-stamped time of the batch (of a scan record: when
+	// it was read).
 	Time time.Time
 }
 
@@ -91,7 +96,7 @@ type jsonRecord struct {
 
 var kinds = map[string]client.ChangeKind{
 	"insert": client.ChangeInsert, "replace": client.ChangeReplace, "update": client.ChangeUpdate,
-	"upsert": client.ChangeUpsert, "delete": client.ChangeDelete,
+	"upsert": client.ChangeUpsert, "delete": client.ChangeDelete, "scan": client.ChangeScan,
 }
 
 // ParseRecord reads a record's JSON value back. The key's and the tuple's
@@ -122,7 +127,7 @@ func ParseRecord(value []byte) (Record, error) {
 		Index: *j.Index, Changes: *j.Changes, Time: *j.Time}
 	var ok bool
 	if r.Kind, ok = kinds[*j.Kind]; !ok {
-		return Record{}, fmt.Errorf("changefeed record: kind %q is none of insert, replace, update, upsert, delete", *j.Kind)
+		return Record{}, fmt.Errorf("changefeed record: kind %q is none of insert, replace, update, upsert, delete, scan", *j.Kind)
 	}
 	if r.Index < 0 || r.Changes <= r.Index {
 		return Record{}, fmt.Errorf("changefeed record: index %d is not in 0..changes-1 (changes %d)", r.Index, r.Changes)

@@ -1,7 +1,9 @@
 package changefeed
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +26,8 @@ func TestRecordValuesReadBack(t *testing.T) {
 			Tuple:   tuple.Tuple{tuple.Int(-3), tuple.String("a\"b"), tuple.Double(1), tuple.Null(), tuple.Bool(true)},
 			Version: 1 << 48, Bucket: 7, Revision: 12, Index: 1, Changes: 2, Time: at},
 		{Space: "o", Kind: client.ChangeDelete, Key: tuple.Tuple{tuple.Uint(1 << 63)}, Version: 5, Bucket: 1, Revision: 1, Changes: 1, Time: at},
+		{Space: "o", Kind: client.ChangeScan, Key: tuple.Tuple{tuple.Int(4)}, Tuple: tuple.Tuple{tuple.Int(4), tuple.String("x")},
+			Version: 9, Bucket: 2, Revision: 30, Index: 1004, Changes: 1005, Time: at},
 	} {
 		got, err := ParseRecord(appendJSON(nil, &r))
 		if err != nil || !sameRecord(got, r) {
@@ -106,12 +110,18 @@ func FuzzParseProtoRecord(f *testing.F) {
 }
 
 // A bucket's cursor moves over an event only when its records and every
-// earlier event's are acknowledged, whatever the order of the acks.
+// earlier event's are acknowledged, whatever the order of the acks; each
+// event with its every record acknowledged is reported once to Sent (a
+// scan's page, with no commit time, is not).
 func TestAcksMoveTheCursorOverAcknowledgedEventsOnly(t *testing.T) {
-	a := newAcks(map[uint32]uint64{1: 10, 2: 3})
-	e11 := a.add(1, 11, 2)
-	e12 := a.add(1, 12, 1)
-	e4 := a.add(2, 4, 1)
+	var sent []uint64
+	a := newAcks(map[uint32]uint64{1: 10, 2: 3}, func(_ uint32, rev uint64, _ time.Time) { sent = append(sent, rev) })
+	now := time.Now()
+	e11 := a.add(1, 11, 2, now)
+	e12 := a.add(1, 12, 1, now)
+	e4 := a.add(2, 4, 1, now)
+	scan := a.add(3, 0, 1, time.Time{})
+	a.ack(3, scan, nil)
 	at := func(b uint32) uint64 {
 		c, _ := a.cursor()
 		r, _ := c.Revision(b)
@@ -126,6 +136,9 @@ func TestAcksMoveTheCursorOverAcknowledgedEventsOnly(t *testing.T) {
 	if at(1) != 12 || at(2) != 3 {
 		t.Fatalf("buckets at %d and %d, want 12 and 3", at(1), at(2))
 	}
+	if fmt.Sprint(sent) != "[12 11]" {
+		t.Fatalf("events reported sent: %v, want [12 11] (as their last records were acknowledged)", sent)
+	}
 	a.ack(2, e4, errTest)
 	if _, err := a.cursor(); !errors.Is(err, errTest) || at(2) != 3 {
 		t.Fatalf("after a refused record: bucket 2 at %d, error %v; want 3 and the refusal", at(2), err)
@@ -137,3 +150,28 @@ var errTest = errorString("refused")
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+// A part's saved state splits back into its cursor and its scan's
+// progress; a progress that is not one is refused, naming what was wrong.
+func TestSavedScanProgress(t *testing.T) {
+	cur := client.NewCursor(map[uint32]uint64{3: 7, 4: 0})
+	pending := map[uint32]*scanPos{4: {Space: "o", After: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(9)}), Next: 12}}
+	text, pend, err := splitSaved(joinSaved(cur, pending))
+	if err != nil || text != cur.String() || len(pend) != 1 || pend[4].Space != "o" || pend[4].Next != 12 ||
+		!bytes.Equal(pend[4].After, pending[4].After) {
+		t.Fatalf("split back: %q %v %v", text, pend, err)
+	}
+	if text, pend, err := splitSaved(joinSaved(cur, nil)); err != nil || text != cur.String() || pend != nil {
+		t.Fatalf("no scan: %q %v %v", text, pend, err)
+	}
+	for state, want := range map[string]string{
+		"[1]":               "is not its JSON",
+		`{"x":{}}`:          "is not its JSON",
+		`{"4":null}`:        "bucket 4 is <nil>",
+		`{"4":{"next":-1}}`: "bucket 4 is",
+	} {
+		if _, _, err := splitSaved(cur.String() + scanSep + state); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want %q", state, err, want)
+		}
+	}
+}

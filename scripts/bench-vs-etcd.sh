@@ -37,6 +37,13 @@
 #               (every bucket); their events and delay are in the JSON lines
 #   SHARDKIT_RUN_FLAGS  more `shardkit run` flags for the three instances,
 #               space-separated, e.g. --enable-pprof []
+#   CHANGEFEED  1: a changefeed of the bench's space beside each shardkit run
+#               (bench/feedlag: changefeed.Run into kfake in its own process,
+#               FEED_PARTS parts [8]; FEEDLAG_BIN: a prebuilt one, else
+#               built from this repo), started before the load and stopped
+#               after it; its events/s and commit-to-Kafka-ack lag p50/p99/max
+#               are in the JSON lines (changefeed_*); alt: in even rounds
+#               only, for the write rate without and with it in one run [0]
 #   SHARDKIT_BENCH_FLAGS  more `shardkit bench` flags, space-separated, e.g.
 #               --pipelining=false (client pipelining off) []
 #   ETCD_BIN, ETCDCTL_BIN  [etcd, etcdctl from PATH; see scripts/services.sh install-etcd]
@@ -68,6 +75,8 @@ VALUE_SIZE=${VALUE_SIZE:-100}
 KEYS=${KEYS:-1000}
 CONNS=${CONNS:-16}
 WATCHERS=${WATCHERS:-0}
+CHANGEFEED=${CHANGEFEED:-0}
+FEED_PARTS=${FEED_PARTS:-8}
 SETTLE=${SETTLE:-2}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RESULTS=${RESULTS:-/var/tmp/bench-vs-etcd-$STAMP.jsonl}
@@ -101,7 +110,8 @@ for c in $CLIENTS; do
 done
 [[ -n ${SYSTEMS// /} && -n ${CLIENTS// /} && -n ${WORKLOADS// /} ]] || die "SYSTEMS, CLIENTS and WORKLOADS must not be empty"
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS: '$ROUNDS' is not a positive number"
-for v in VALUE_SIZE KEYS CONNS SETTLE; do
+[[ $CHANGEFEED == 0 || $CHANGEFEED == 1 || $CHANGEFEED == alt ]] || die "CHANGEFEED: '$CHANGEFEED' is not 0, 1 or alt"
+for v in VALUE_SIZE KEYS CONNS SETTLE FEED_PARTS; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v: '${!v}' is not a number"
 done
 if [[ $DURATION =~ ^([0-9]+)(ms|s|m)$ ]]; then
@@ -135,7 +145,7 @@ SK_PEERS=$(
 # ---------------------------------------------------------------- cleanup
 
 WORK='' FAILED=1 STARTED=0 RUN_NO=0 RUN_TOTAL=0
-ETCD_PIDS=() SK_PIDS=() SK_WORKERS=() GEN_PID='' SAMPLER_PID=''
+ETCD_PIDS=() SK_PIDS=() SK_WORKERS=() GEN_PID='' SAMPLER_PID='' FEED_PID=''
 
 # ours PID: PID runs and is one of ours (its command line names our work dir).
 ours() {
@@ -175,6 +185,7 @@ cleanup() {
   if [[ -n $SAMPLER_PID ]]; then kill "$SAMPLER_PID" 2>/dev/null || true; fi
   # The load generator runs under timeout(1), which passes SIGTERM on.
   if [[ -n $GEN_PID ]]; then kill -TERM "$GEN_PID" 2>/dev/null || true; fi
+  if [[ -n $FEED_PID ]] && ours "$FEED_PID"; then kill -TERM "$FEED_PID" 2>/dev/null || true; fi
   if ((${#ETCD_PIDS[@]} + ${#SK_PIDS[@]} > 0)); then
     log "stopping the servers this run started: etcd ${ETCD_PIDS[*]:-none}, shardkit ${SK_PIDS[*]:-none}"
     stop_servers "${ETCD_PIDS[@]}" "${SK_PIDS[@]}"
@@ -274,6 +285,13 @@ if has_system shardkit; then
     log "building shardkit (./cmd/shardkit)"
     (cd "$REPO" && go build -o "$WORK/bin/shardkit" ./cmd/shardkit) || die "building shardkit failed"
     SK=$WORK/bin/shardkit
+  fi
+  if [[ $CHANGEFEED != 0 && -n ${FEEDLAG_BIN:-} ]]; then
+    [[ -x $FEEDLAG_BIN ]] || die "FEEDLAG_BIN=$FEEDLAG_BIN is not an executable"
+    cp "$FEEDLAG_BIN" "$WORK/bin/feedlag" # run from the work dir: ours() finds it by its path
+  elif [[ $CHANGEFEED != 0 ]]; then
+    log "building feedlag (bench/feedlag)"
+    (cd "$REPO" && go build -o "$WORK/bin/feedlag" ./bench/feedlag) || die "building bench/feedlag failed"
   fi
   # Fail now, not after the clusters are up, if this shardkit cannot bench.
   if ! out=$(timeout 20 "$SK" bench --help 2>&1) || [[ $out != *--workload* ]]; then
@@ -413,7 +431,7 @@ times_children() {
 # its JSON line, with the server CPU and a few facts of the run, to RESULTS.
 run_one() {
   local sys=$1 class=$2 clients=$3 round=$4 wl tag out err samples rc=0
-  local t_end ticks_end cpu0 cpu1 json dur ops started load1 cpu_ticks cpu_s cpu_us client_cpu
+  local t_end ticks_end cpu0 cpu1 json dur ops started load1 cpu_ticks cpu_s cpu_us client_cpu fed
   local -a cmd pids
   RUN_NO=$((RUN_NO + 1))
   if [[ $sys == etcd ]]; then
@@ -444,6 +462,9 @@ run_one() {
   started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
   log "[$RUN_NO/$RUN_TOTAL] $sys $wl, $clients clients, round $round (load average $load1)"
 
+  fed=0
+  if [[ $sys == shardkit ]] && [[ $CHANGEFEED == 1 || ($CHANGEFEED == alt && $((round % 2)) == 0) ]]; then fed=1; fi
+  if ((fed)); then start_feed "$tag"; fi
   sampler "$samples" "${pids[@]}" &
   SAMPLER_PID=$!
   times_children
@@ -489,11 +510,48 @@ run_one() {
   json=${json%\}}
   [[ $json == *'"system"'* ]] || json="{\"system\":\"$sys\",${json#\{}"
   json+=",\"bench\":\"$class\",\"round\":$round,\"server_cpu_s\":$cpu_s,\"cpu_us_per_op\":$cpu_us"
-  json+=",\"client_cpu_s\":$client_cpu,\"load1\":$load1,\"started_at\":\"$started\"}"
+  json+=",\"client_cpu_s\":$client_cpu,\"load1\":$load1,\"started_at\":\"$started\""
+  if ((fed)); then
+    stop_feed "$tag"
+    json+=$FEED_FIELDS
+  fi
+  json+="}"
   printf '%s\n' "$json" >>"$RESULTS"
   log "    $(jget "$json" ops_per_s | awk '{ printf "%.0f", $1 }') ops/s, p99 $(jget "$json" p99_ms) ms, errors $(jget "$json" errors), $cpu_us server CPU-us/op"
   if [[ $(jget "$json" errors) != 0 ]]; then log "    warning: errors; see $err"; fi
 }
+
+# start_feed TAG: start feedlag on the bench's space and wait until every
+# part of its feed started (the load's writes are then all sent).
+start_feed() {
+  local deadline=$((SECONDS + READY_TIMEOUT)) ready=$WORK/feed.ready
+  rm -f "$ready"
+  "$WORK/bin/feedlag" --peer "$SK_PEERS" --space "${SHARDKIT_SPACE:-bench}" --parts "$FEED_PARTS" --ready "$ready" \
+    </dev/null >"$WORK/runs/$1.feed.json" 2>"$WORK/logs/$1.feed.stderr" &
+  FEED_PID=$!
+  until [[ -s $ready ]]; do
+    ours "$FEED_PID" || fail_log feedlag "$WORK/logs/$1.feed.stderr" "exited before its feed started"
+    ((SECONDS < deadline)) || fail_log feedlag "$WORK/logs/$1.feed.stderr" "feed not started within ${READY_TIMEOUT}s"
+    sleep 0.2
+  done
+}
+
+# stop_feed TAG: stop feedlag (it waits for Kafka's acknowledgements of
+# what it sent) and set FEED_FIELDS to its figures as JSON fields.
+stop_feed() {
+  local rc=0 feed
+  kill -TERM "$FEED_PID" 2>/dev/null || true
+  wait "$FEED_PID" || rc=$?
+  FEED_PID=''
+  ((rc == 0)) || fail_log feedlag "$WORK/logs/$1.feed.stderr" "exited with status $rc"
+  feed=$(tr -d '\n' <"$WORK/runs/$1.feed.json")
+  [[ $(jget "$feed" events) =~ ^[0-9]+$ ]] || fail_log feedlag "$WORK/logs/$1.feed.stderr" "printed no events: $(head -c 300 "$WORK/runs/$1.feed.json")"
+  FEED_FIELDS=",\"changefeed_events\":$(jget "$feed" events),\"changefeed_events_per_s\":$(jget "$feed" events_per_s)"
+  FEED_FIELDS+=",\"changefeed_lag_p50_ms\":$(jget "$feed" lag_p50_ms),\"changefeed_lag_p99_ms\":$(jget "$feed" lag_p99_ms)"
+  FEED_FIELDS+=",\"changefeed_lag_max_ms\":$(jget "$feed" lag_max_ms),\"changefeed_cpu_s\":$(jget "$feed" cpu_s)"
+  log "    changefeed: $(jget "$feed" events) events, $(jget "$feed" events_per_s | awk '{ printf "%.0f", $1 }')/s; commit to Kafka ack p50 $(jget "$feed" lag_p50_ms) ms, p99 $(jget "$feed" lag_p99_ms) ms, max $(jget "$feed" lag_max_ms) ms; feed CPU $(jget "$feed" cpu_s) s"
+}
+FEED_FIELDS=''
 
 # jget JSON KEY: the value of a top-level scalar KEY of a flat JSON object.
 jget() {

@@ -19,6 +19,7 @@ type changefeedOptions struct {
 	holder                 string
 	leaseTTL, saveEvery    time.Duration
 	logLevel, logFormat    string
+	initialScan            bool
 }
 
 func newChangefeedCmd() *cobra.Command {
@@ -41,7 +42,9 @@ Kafka acknowledged every record before them; a feed run again under the
 same --name goes on from there (a record may come again after a crash,
 with the same bucket, revision and index). Several processes of one feed
 split its --parts through the cluster's leases; when one dies, the others
-take its parts over after --lease-ttl. Runs until Ctrl-C; exits 1 when a
+take its parts over after --lease-ttl. With --initial-scan, a part with no
+saved cursor first sends every row of its buckets (records of kind "scan",
+at the revision its watch began), then the changes. Runs until Ctrl-C; exits 1 when a
 part's cursor is older than the cluster keeps (docs/changes.md, "Changefeed
 to Kafka").`,
 		Args: cobra.NoArgs,
@@ -58,6 +61,7 @@ to Kafka").`,
 	f.StringVar(&o.holder, "holder", "", "this process's name in the leases (default: host, pid and a random suffix)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "the parts' lease time: a dead process's parts are taken over after it")
 	f.DurationVar(&o.saveEvery, "save-every", 200*time.Millisecond, "how often a part saves its cursor")
+	f.BoolVar(&o.initialScan, "initial-scan", false, `first send every row the spaces hold (kind "scan"), where the feed has no saved cursor`)
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&o.logFormat, "log-format", "text", "text or json")
 	cmd.AddCommand(run)
@@ -103,7 +107,7 @@ func runChangefeed(cmd *cobra.Command, o *changefeedOptions) error {
 	err = changefeed.Run(ctx, changefeed.Config{
 		Client: cl, Spaces: splitList([]string{o.spaces}), Brokers: splitList([]string{o.brokers}), Topic: o.topic,
 		Name: o.name, Format: o.format, Parts: o.parts, Holder: o.holder, LeaseTTL: o.leaseTTL, SaveEvery: o.saveEvery,
-		Logger: newLogger(o.logLevel, o.logFormat, cmd.ErrOrStderr()),
+		InitialScan: o.initialScan, Logger: newLogger(o.logLevel, o.logFormat, cmd.ErrOrStderr()),
 	})
 	if err != nil && !errors.Is(err, ctx.Err()) {
 		return prefixExit(what, err)
