@@ -758,15 +758,16 @@ func TestARelayKilledMidScanLosesNothing(t *testing.T) {
 	cfgA := baseConfig(c, k, "a")
 	cfgA.InitialScan, cfgA.scanPage, cfgA.noFinalSave = true, 4, true
 	var pages atomic.Int32
-	var a *feedProcess
+	actx, kill := context.WithCancel(ctx) // the feed's own context: set before it runs
+	defer kill()
 	killed := make(chan struct{})
 	cfgA.scanned = func(int) {
 		if pages.Add(1) == 6 {
-			a.cancel() // killed: this page is acknowledged, not saved
+			kill() // killed: this page is acknowledged, not saved
 			close(killed)
 		}
 	}
-	a = startFeed(ctx, t, cfgA)
+	a := startFeed(actx, t, cfgA)
 	select {
 	case <-killed:
 	case <-ctx.Done():

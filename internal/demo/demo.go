@@ -112,13 +112,15 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 	}
 	var insts []*demoInstance
 	var peers []string
-	for range o.Instances {
-		addrs, err := loopbackPorts(2)
-		if err != nil {
-			return err
-		}
-		insts = append(insts, &demoInstance{listen: addrs[0], http: addrs[1]})
-		peers = append(peers, addrs[0])
+	// Every port in one call: its listeners are all open at once, so no
+	// two instances are given the same port.
+	addrs, err := loopbackPorts(2 * o.Instances)
+	if err != nil {
+		return err
+	}
+	for i := range o.Instances {
+		insts = append(insts, &demoInstance{listen: addrs[2*i], http: addrs[2*i+1]})
+		peers = append(peers, addrs[2*i])
 	}
 	defer stopDemo(insts)
 	for i, in := range insts {
@@ -551,6 +553,8 @@ func stopDemo(insts []*demoInstance) {
 	}
 }
 
+// loopbackPorts returns n distinct free loopback addresses (each listened
+// on until all are taken).
 func loopbackPorts(n int) ([]string, error) {
 	var out []string
 	var ls []net.Listener
