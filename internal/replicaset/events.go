@@ -102,9 +102,8 @@ func (a *applier) setHistory(c *rspb.SetHistory) error {
 
 // bucketHistory is what a bucket's history holds.
 type bucketHistory struct {
-	oldest uint64 // its oldest revision (n == 0: none)
-	n      uint64 // how many revisions
-	bytes  uint64 // their records' keys and values
+	n     uint64 // how many revisions
+	bytes uint64 // their records' keys and values
 }
 
 // bucketHistory returns what bucket b's history holds, read the first
@@ -124,9 +123,6 @@ func (a *applier) bucketHistory(b uint32) *bucketHistory {
 		return h
 	}
 	for ok := it.First(); ok; ok = it.Next() {
-		if h.n == 0 {
-			h.oldest = binary.BigEndian.Uint64(it.Key()[len(it.Key())-8:])
-		}
 		h.n++
 		h.bytes += uint64(len(it.Key()) + len(it.Value()))
 	}
@@ -151,7 +147,7 @@ func (a *applier) trimHistory(b uint32, h *bucketHistory) {
 		a.err = err
 		return
 	}
-	keep := h.oldest
+	var keep uint64 // the oldest revision kept
 	for ok := it.First(); ok && h.n > 1 && (h.n > uint64(lim.Revisions) || h.bytes > lim.Bytes); ok = it.Next() {
 		h.n--
 		h.bytes -= uint64(len(it.Key()) + len(it.Value()))
@@ -161,8 +157,9 @@ func (a *applier) trimHistory(b uint32, h *bucketHistory) {
 		a.err = err
 		return
 	}
-	h.oldest = keep
-	a.err = a.b.DeleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, keep), nil)
+	if keep > 0 {
+		a.err = a.b.DeleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, keep), nil)
+	}
 }
 
 // event is e/<bucket:4><revision:8>.
@@ -217,9 +214,6 @@ func (a *applier) recordEvent(c *rspb.Batch, res *rspb.BatchResult) {
 	h := a.bucketHistory(b)
 	k := a.sm.k.event(b, rev)
 	a.setUncached(k, v)
-	if h.n == 0 {
-		h.oldest = rev
-	}
 	h.n++
 	h.bytes += uint64(len(k) + len(v))
 	a.trimHistory(b, h)
