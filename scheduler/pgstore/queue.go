@@ -45,6 +45,26 @@ func (s *Store) deleteEntry(ctx context.Context, tx pgx.Tx, sh int, stage, id st
 	return err
 }
 
+// takeHeldEntry takes an offer's entry out of a stage's queue for a write
+// of l's holder: the fence checked, the entry locked, ErrNotFound when
+// the offer is not in the queue.
+func (s *Store) takeHeldEntry(ctx context.Context, tx pgx.Tx, l scheduler.Lease, stage, id string) (scheduler.Entry, error) {
+	if err := s.fence(ctx, tx, l); err != nil {
+		return scheduler.Entry{}, err
+	}
+	if _, _, err := s.lockEntry(ctx, tx, l.Shard, stage, id); err != nil {
+		return scheduler.Entry{}, err
+	}
+	e, found, err := s.takeEntry(ctx, tx, l.Shard, stage, id)
+	if err != nil {
+		return scheduler.Entry{}, err
+	}
+	if !found {
+		return scheduler.Entry{}, fmt.Errorf("%w: offer %q is not in stage %q's queue", scheduler.ErrNotFound, id, stage)
+	}
+	return e, nil
+}
+
 // takeEntry removes a stage's entry of an offer and returns it (found
 // false when there was none).
 func (s *Store) takeEntry(ctx context.Context, tx pgx.Tx, sh int, stage, id string) (scheduler.Entry, bool, error) {
@@ -223,18 +243,9 @@ func (s *Store) Retry(ctx context.Context, l scheduler.Lease, stage, id string, 
 	}
 	attempts := 0
 	err := s.tx(ctx, "retry", func(tx pgx.Tx) error {
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		if _, _, err := s.lockEntry(ctx, tx, l.Shard, stage, id); err != nil {
-			return err
-		}
-		e, found, err := s.takeEntry(ctx, tx, l.Shard, stage, id)
+		e, err := s.takeHeldEntry(ctx, tx, l, stage, id)
 		if err != nil {
 			return err
-		}
-		if !found {
-			return fmt.Errorf("%w: offer %q is not in stage %q's queue", scheduler.ErrNotFound, id, stage)
 		}
 		e.Due, e.Attempts, e.LastError = at, min(e.Attempts, math.MaxInt32-1)+1, truncate(cause, maxCause)
 		attempts = e.Attempts
@@ -345,18 +356,9 @@ func (s *Store) DeadLetter(ctx context.Context, l scheduler.Lease, stage, id, ca
 		return err
 	}
 	return s.tx(ctx, "dead-letter", func(tx pgx.Tx) error {
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		if _, _, err := s.lockEntry(ctx, tx, l.Shard, stage, id); err != nil {
-			return err
-		}
-		e, found, err := s.takeEntry(ctx, tx, l.Shard, stage, id)
+		e, err := s.takeHeldEntry(ctx, tx, l, stage, id)
 		if err != nil {
 			return err
-		}
-		if !found {
-			return fmt.Errorf("%w: offer %q is not in stage %q's queue", scheduler.ErrNotFound, id, stage)
 		}
 		_, err = tx.Exec(ctx, "INSERT INTO "+s.t("dead_letters")+" (stage_id, offer_id, shard, attempts, cause) VALUES ($1, $2, $3, $4, $5)"+
 			" ON CONFLICT (stage_id, offer_id) DO UPDATE SET attempts = EXCLUDED.attempts, cause = EXCLUDED.cause, at = clock_timestamp()",
