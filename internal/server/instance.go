@@ -37,6 +37,12 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		defer cfg.HTTPListener.Close()
 	}
 	cfg.Defaults()
+	// Checked here, not when the leader proposes them: a replicaset refuses
+	// limits out of bounds, and its leader would propose them again and again.
+	history := replicaset.HistoryLimits{Revisions: uint32(min(max(cfg.HistoryRevisions, 0), replicaset.MaxHistoryRevisions+1)), Bytes: uint64(max(cfg.HistoryBytes, 0))} //nolint:gosec // bounded
+	if err := history.Check(); err != nil {
+		return &RefusedError{Err: fmt.Errorf("--history-revisions %d, --history-bytes %d: %w", cfg.HistoryRevisions, cfg.HistoryBytes, err)}
+	}
 	log := cfg.Logger
 	LogSecurity(log, cfg)
 	sec, err := loadSecurity(cfg)
@@ -85,7 +91,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	}
 	dataCtx, stopData := context.WithCancel(ctx)
 	data := newDataLayer(dataCtx, db, procs, fp, cfg.CacheSize/RowCacheShare, log)
-	data.history = replicaset.HistoryLimits{Revisions: uint32(cfg.HistoryRevisions), Bytes: uint64(cfg.HistoryBytes)}
+	data.history = history
 	defer func() {
 		stopData()
 		data.wait()

@@ -321,3 +321,26 @@ func TestAnInstancesHistoryLimitsAreItsReplicasets(t *testing.T) {
 		t.Fatalf("a watch from revision 1 after 301 writes with a history of 16: %v, want ErrCompacted", err)
 	}
 }
+
+// History limits out of their bounds are refused when the instance
+// starts, naming them (the replicaset would refuse them in its log).
+func TestHistoryLimitsOutOfBoundsAreRefusedAtStart(t *testing.T) {
+	for _, tt := range []struct {
+		revisions int
+		bytes     int64
+		want      string
+	}{
+		{3, 1 << 20, "--history-revisions 3, --history-bytes 1048576: history revisions 3: want 16 to"},
+		{1 << 40, 1 << 20, "--history-revisions 1099511627776"},
+		{100, 1000, "history bytes 1000: want at least 65536"},
+	} {
+		l, _ := servertest.Listen(t)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		err := server.RunInstance(ctx, server.InstanceConfig{Listener: l, DataDir: t.TempDir(), HistoryRevisions: tt.revisions, HistoryBytes: tt.bytes}, "")
+		cancel()
+		var ref *server.RefusedError
+		if !errors.As(err, &ref) || !strings.Contains(err.Error(), tt.want) {
+			t.Fatalf("limits %d, %d: %v, want a refusal with %q", tt.revisions, tt.bytes, err, tt.want)
+		}
+	}
+}
