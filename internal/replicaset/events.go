@@ -217,7 +217,7 @@ func (a *applier) recordEvent(c *rspb.Batch, res *rspb.BatchResult) {
 	h.n++
 	h.bytes += uint64(len(k) + len(v))
 	a.trimHistory(b, h)
-	a.sm.pendingEvents = append(a.sm.pendingEvents, ev)
+	a.sm.pendingEvents = append(a.sm.pendingEvents, eventItem(ev, len(v)))
 }
 
 // copyEvents keeps a moving bucket's history as its source sent it: the
@@ -391,14 +391,19 @@ type feedItem struct {
 
 func newFeed(limit int) *feed { return &feed{wake: make(chan struct{}), limit: limit} }
 
-func (f *feed) publish(evs []*rspb.Event, buckets map[uint32]struct{}) {
+// eventItem is the feed's item of ev, whose encoding has n bytes (its
+// conversion for the API takes about as many).
+func eventItem(ev *rspb.Event, n int) feedItem {
+	return feedItem{ev: ev, api: &sharedEvent{}, bucket: ev.GetBucket(), size: 2*n + feedItemBytes}
+}
+
+func (f *feed) publish(evs []feedItem, buckets map[uint32]struct{}) {
 	if len(evs) == 0 && len(buckets) == 0 {
 		return
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, ev := range evs {
-		it := feedItem{ev: ev, api: &sharedEvent{}, bucket: ev.GetBucket(), size: 2*ev.SizeVT() + feedItemBytes}
+	for _, it := range evs {
 		f.items = append(f.items, it)
 		f.bytes += it.size
 	}

@@ -53,7 +53,7 @@ type SM struct {
 	counts         map[uint32]map[uint32]int64 // bucket -> space -> tuples
 	revs           map[uint32]uint64           // bucket -> revision (0: none applied here yet)
 	hist           map[uint32]*bucketHistory   // what buckets' histories hold, as apply learned it (events.go)
-	pendingEvents  []*rspb.Event               // events of this apply batch, for the feed once committed
+	pendingEvents  []feedItem                  // events of this apply batch, for the feed once committed
 	feed           *feed                       // what was committed lately, for watchers (events.go)
 	changedRevs    map[uint32]struct{}         // revisions changed in this Apply call
 	reqs           requestWindow

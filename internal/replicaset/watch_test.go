@@ -173,7 +173,10 @@ func TestAWatchCatchesUpOnEachOfManyBuckets(t *testing.T) {
 func TestTheFeedTellsAReaderBehindItAndKeepsWhatItHandedOut(t *testing.T) {
 	const limit = 10_000
 	f := newFeed(limit)
-	ev := func(rev uint64) []*rspb.Event { return []*rspb.Event{{Bucket: 1, Revision: rev}} }
+	ev := func(rev uint64) []feedItem {
+		e := &rspb.Event{Bucket: 1, Revision: rev}
+		return []feedItem{eventItem(e, e.SizeVT())}
+	}
 	f.publish(ev(1), nil)
 	held, next, _, behind := f.since(0)
 	if behind || next != 1 || len(held) != 1 {
@@ -192,7 +195,7 @@ func TestTheFeedTellsAReaderBehindItAndKeepsWhatItHandedOut(t *testing.T) {
 	if items, _, _, behind := f.since(last - 1); behind || len(items) != 1 || items[0].ev.GetRevision() != last {
 		t.Fatalf("since(the last item): %d items (behind %v), want the last", len(items), behind)
 	}
-	if kept := len(f.items); kept < limit/2/(2*ev(last)[0].SizeVT()+feedItemBytes) {
+	if kept := len(f.items); kept < limit/2/ev(last)[0].size {
 		t.Fatalf("the feed keeps %d items (%d bytes), want at least half its limit's worth", kept, f.bytes)
 	}
 	if held[0].ev.GetRevision() != 1 {
