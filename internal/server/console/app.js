@@ -482,11 +482,23 @@ async function loadSpaces() {
     sel.replaceChildren(...spaces.map((s) => el("option", { value: s.name, text: s.name, selected: s.name === was })));
   }
   if (!spaces.length) $("#spaces tbody").append(el("tr", {}, el("td", { colspan: 5, text: "No spaces yet (shardkit space create)." })));
-  for (const s of spaces) {
-    get(`/api/v1/spaces/${encodeURIComponent(s.name)}/count`).then(
-      (c) => { $(`#spaces tr[data-space="${CSS.escape(s.name)}"] .count`).textContent = c.count; },
-      (e) => { $(`#spaces tr[data-space="${CSS.escape(s.name)}"] .count`).textContent = "? (" + e.message + ")"; });
-  }
+  for (const s of spaces) countSpace(s.name, 1);
+}
+
+// countSpace fills a space's count. A count is exact only once every bucket
+// is counted once, which a rebalance under way can keep from happening
+// within the call's deadline: a failed count is asked again, a second
+// apart, countTries times in all, showing the error meanwhile.
+const countTries = 5;
+function countSpace(name, attempt) {
+  const cell = () => $(`#spaces tr[data-space="${CSS.escape(name)}"] .count`);
+  get(`/api/v1/spaces/${encodeURIComponent(name)}/count`).then(
+    (c) => { if (cell()) cell().textContent = c.count; },
+    (e) => {
+      if (!cell()) return; // the page was left or redrawn
+      cell().textContent = "? (" + e.message + (attempt < countTries ? "; asking again" : "") + ")";
+      if (attempt < countTries) setTimeout(() => countSpace(name, attempt + 1), 1000);
+    });
 }
 
 $("#lookup").addEventListener("submit", async (e) => {
