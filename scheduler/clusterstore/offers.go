@@ -1,0 +1,322 @@
+package clusterstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+func offerKey(sh int, id string) []tuple.Value { return []tuple.Value{shardKey(sh), tuple.String(id)} }
+
+func stateKey(sh int, id, stage string) []tuple.Value {
+	return []tuple.Value{shardKey(sh), tuple.String(id), tuple.String(stage)}
+}
+
+// Load implements scheduler.Store.
+func (st *Store) Load(ctx context.Context, id, stage string) (scheduler.Offer, scheduler.State, error) {
+	if err := scheduler.ValidateID("offer", id); err != nil {
+		return scheduler.Offer{}, scheduler.State{}, err
+	}
+	sh := scheduler.ShardOf(id, st.shards)
+	var off, sr client.Result
+	reads := []read{{st.sp.offers, offerKey(sh, id), &off}}
+	if stage != "" {
+		reads = append(reads, read{st.sp.states, stateKey(sh, id, stage), &sr})
+	}
+	if err := st.getAll(ctx, reads...); err != nil {
+		return scheduler.Offer{}, scheduler.State{}, err
+	}
+	return offerOf(id, off), stateOf(sr), nil
+}
+
+func offerOf(id string, r client.Result) scheduler.Offer {
+	o := scheduler.Offer{ID: id}
+	if r.Found {
+		o.Version, o.Body, o.Chain = int64(uintAt(r.Tuple, 2)), bytesAt(r.Tuple, 3), int(uintAt(r.Tuple, 4)) //nolint:gosec // written from int64 and int
+	}
+	return o
+}
+
+func stateOf(r client.Result) scheduler.State {
+	if !r.Found {
+		return scheduler.State{}
+	}
+	return scheduler.State{Version: int64(uintAt(r.Tuple, 3)), Value: &anypb.Any{TypeUrl: strAt(r.Tuple, 4), Value: bytesAt(r.Tuple, 5)}} //nolint:gosec // written from int64
+}
+
+func u64(n int64) tuple.Value { return tuple.Uint(uint64(n)) } //nolint:gosec // versions, chains and attempts are never negative
+
+func offerTuple(sh int, id string, version int64, body []byte, chain int) tuple.Tuple {
+	return tuple.Tuple{shardKey(sh), tuple.String(id), u64(version), tuple.Bytes(body), u64(int64(chain))}
+}
+
+func stateTuple(sh int, id, stage string, version int64, v *anypb.Any) tuple.Tuple {
+	val := v.GetValue()
+	if val == nil {
+		val = []byte{}
+	}
+	return tuple.Tuple{shardKey(sh), tuple.String(id), tuple.String(stage), u64(version), tuple.String(v.GetTypeUrl()), tuple.Bytes(val)}
+}
+
+// markTuple is the changed-offer mark after a change at seq by source of
+// fields (nil: every field), merged into old (a mark not yet acked).
+func markTuple(sh int, id string, old client.Result, seq int64, source string, fields []string, chain int) (tuple.Tuple, error) {
+	all := fields == nil
+	if old.Found {
+		if strAt(old.Tuple, 3) != source {
+			source = ""
+		}
+		all = all || boolAt(old.Tuple, 4)
+		var had []string
+		if err := json.Unmarshal([]byte(strAt(old.Tuple, 5)), &had); err != nil {
+			return nil, fmt.Errorf("clusterstore: the mark of offer %q has unreadable fields: %w", id, err)
+		}
+		fields = scheduler.MergeFields(fields, had)
+		chain = max(chain, int(uintAt(old.Tuple, 6))) //nolint:gosec // written from int
+	}
+	if all || fields == nil {
+		fields = []string{}
+	}
+	fj, err := json.Marshal(fields)
+	if err != nil {
+		return nil, fmt.Errorf("clusterstore: encode the fields of offer %q: %w", id, err)
+	}
+	return tuple.Tuple{shardKey(sh), tuple.String(id), u64(seq), tuple.String(source), tuple.Bool(all), tuple.String(string(fj)), u64(int64(chain))}, nil
+}
+
+// changelog adds to b the replacement of the offer's changelog row by r.
+func (st *Store) changelog(b *client.Batch, r scheduler.Record) error {
+	r.Time = time.Now().UTC()
+	v, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("clusterstore: encode the changelog record of %q: %w", r.OfferID, err)
+	}
+	b.Replace(st.sp.changelog, tuple.Tuple{shardKey(r.Shard), tuple.String(r.OfferID), tuple.Bytes(v)})
+	return nil
+}
+
+// Put implements scheduler.Store.
+func (st *Store) Put(ctx context.Context, id string, body []byte, ifVersion int64) (int64, error) {
+	if err := scheduler.ValidateID("offer", id); err != nil {
+		return 0, err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		body = []byte("{}")
+	}
+	if err := scheduler.CheckBody(body); err != nil {
+		return 0, err
+	}
+	if ifVersion < scheduler.AnyVersion {
+		return 0, fmt.Errorf("%w: version %d: use 0 (create), a version, or AnyVersion", scheduler.ErrInvalid, ifVersion)
+	}
+	sh := scheduler.ShardOf(id, st.shards)
+	var version int64
+	err := retry("put offer "+id, func() error {
+		var off, mk client.Result
+		if err := st.getAll(ctx, read{st.sp.offers, offerKey(sh, id), &off}, read{st.sp.marks, offerKey(sh, id), &mk}); err != nil {
+			return err
+		}
+		old := offerOf(id, off)
+		version = old.Version
+		if ifVersion != scheduler.AnyVersion && version != ifVersion {
+			if version == 0 {
+				return fmt.Errorf("%w: offer %q does not exist (asked to replace version %d)", scheduler.ErrConflict, id, ifVersion)
+			}
+			return fmt.Errorf("%w: offer %q is at version %d, not %d", scheduler.ErrConflict, id, version, ifVersion)
+		}
+		var fields []string
+		if version != 0 {
+			var err error
+			if fields, err = scheduler.ChangedFields(old.Body, body); err != nil {
+				return err
+			}
+			if len(fields) == 0 {
+				return nil // the same body: no new version, no trigger
+			}
+		}
+		mark, err := markTuple(sh, id, mk, version+1, "", fields, 0)
+		if err != nil {
+			return err
+		}
+		b := st.c.Batch().
+			Check(st.sp.offers, offerKey(sh, id), client.VersionIs(off.Version)).
+			Check(st.sp.marks, offerKey(sh, id), client.VersionIs(mk.Version)).
+			Replace(st.sp.offers, offerTuple(sh, id, version+1, body, 0)).
+			Replace(st.sp.marks, mark)
+		if err := st.changelog(b, scheduler.Record{OfferID: id, Shard: sh, OfferVersion: version + 1, Body: body}); err != nil {
+			return err
+		}
+		if err := st.do(ctx, "put offer "+id, b, nil); err != nil {
+			return err
+		}
+		version++
+		return nil
+	})
+	return version, err
+}
+
+// UpdateState implements scheduler.Store.
+func (st *Store) UpdateState(ctx context.Context, id, stage string, state *anypb.Any, version int64) (bool, error) {
+	if err := scheduler.ValidateID("offer", id); err != nil {
+		return false, err
+	}
+	if err := scheduler.ValidateID("stage", stage); err != nil {
+		return false, err
+	}
+	if state == nil {
+		return false, fmt.Errorf("%w: no state given for stage %q of offer %q", scheduler.ErrInvalid, stage, id)
+	}
+	sh := scheduler.ShardOf(id, st.shards)
+	ok := false
+	err := retry("update a state of offer "+id, func() error {
+		var off, sr client.Result
+		if err := st.getAll(ctx, read{st.sp.offers, offerKey(sh, id), &off}, read{st.sp.states, stateKey(sh, id, stage), &sr}); err != nil {
+			return err
+		}
+		if !off.Found {
+			return fmt.Errorf("%w: offer %q", scheduler.ErrNotFound, id)
+		}
+		o, have := offerOf(id, off), stateOf(sr).Version
+		if have != version {
+			return nil
+		}
+		b := st.c.Batch().
+			Check(st.sp.offers, offerKey(sh, id), client.VersionIs(off.Version)).
+			Check(st.sp.states, stateKey(sh, id, stage), client.VersionIs(sr.Version)).
+			Replace(st.sp.states, stateTuple(sh, id, stage, have+1, state))
+		if err := st.changelog(b, scheduler.Record{OfferID: id, Shard: sh, OfferVersion: o.Version, Body: o.Body, Stage: stage,
+			StateType: state.GetTypeUrl(), State: state.GetValue(), StateVersion: have + 1}); err != nil {
+			return err
+		}
+		if err := st.do(ctx, "update a state of offer "+id, b, nil); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return ok, err
+}
+
+// Save implements scheduler.Store: one fenced batch with a check of every
+// row it read.
+func (st *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
+	if err := st.checkEntry(l, sv.Stage, sv.OfferID); err != nil {
+		return scheduler.Saved{}, err
+	}
+	if sv.Body != nil && sv.Patch != nil {
+		return scheduler.Saved{}, fmt.Errorf("%w: save of offer %q by stage %q has both a body and a patch", scheduler.ErrInvalid, sv.OfferID, sv.Stage)
+	}
+	if sv.Body != nil {
+		if err := scheduler.CheckBody(sv.Body); err != nil {
+			return scheduler.Saved{}, err
+		}
+	}
+	var out scheduler.Saved
+	err := retry("save offer "+sv.OfferID, func() error {
+		var err error
+		out, err = st.save(ctx, l, sv)
+		return err
+	})
+	if err != nil {
+		return scheduler.Saved{}, err
+	}
+	return out, nil
+}
+
+func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
+	sh, id := l.Shard, sv.OfferID
+	var off, sr, inv, mk client.Result
+	if err := st.getAll(ctx, read{st.sp.offers, offerKey(sh, id), &off}, read{st.sp.states, stateKey(sh, id, sv.Stage), &sr},
+		read{st.sp.inverted, stateKey(sh, id, sv.Stage), &inv}, read{st.sp.marks, offerKey(sh, id), &mk}); err != nil {
+		return scheduler.Saved{}, err
+	}
+	if !off.Found {
+		return scheduler.Saved{}, fmt.Errorf("%w: offer %q (deleted while stage %q ran)", scheduler.ErrNotFound, id, sv.Stage)
+	}
+	o := offerOf(id, off)
+	if sv.Patch == nil && o.Version != sv.ReadVersion {
+		return scheduler.Saved{}, fmt.Errorf("%w: offer %q is at version %d; stage %q read version %d", scheduler.ErrConflict, id, o.Version, sv.Stage, sv.ReadVersion)
+	}
+	out := scheduler.Saved{OfferVersion: o.Version}
+	newBody, fields := sv.Body, sv.Fields
+	if sv.Patch != nil {
+		var err error
+		if newBody, err = scheduler.ApplyPatch(o.Body, sv.Patch); err != nil {
+			return out, err
+		}
+		if fields, err = scheduler.ChangedFields(o.Body, newBody); err != nil {
+			return out, err
+		}
+		if len(fields) == 0 {
+			newBody = nil
+		}
+	}
+	b := st.fenced(l).Check(st.sp.offers, offerKey(sh, id), client.VersionIs(off.Version))
+	body := o.Body
+	if newBody != nil && !bytes.Equal(newBody, o.Body) {
+		source := sv.Stage
+		if o.Version != sv.ReadVersion {
+			source = "" // a patch on a newer offer: the stage too is asked about it
+		}
+		mark, err := markTuple(sh, id, mk, o.Version+1, source, fields, sv.Chain)
+		if err != nil {
+			return out, err
+		}
+		b.Check(st.sp.marks, offerKey(sh, id), client.VersionIs(mk.Version)).
+			Replace(st.sp.offers, offerTuple(sh, id, o.Version+1, newBody, sv.Chain)).
+			Replace(st.sp.marks, mark)
+		out.OfferVersion, out.Changed, body = o.Version+1, true, newBody
+	}
+	state := stateOf(sr)
+	if sv.State != nil {
+		if state.Version != sv.StateVersion {
+			return out, fmt.Errorf("%w: state of stage %q of offer %q is at version %d, not %d", scheduler.ErrConflict, sv.Stage, id, state.Version, sv.StateVersion)
+		}
+		out.StateVersion = state.Version + 1
+		b.Check(st.sp.states, stateKey(sh, id, sv.Stage), client.VersionIs(sr.Version)).
+			Replace(st.sp.states, stateTuple(sh, id, sv.Stage, out.StateVersion, sv.State))
+		state = scheduler.State{Value: sv.State, Version: out.StateVersion}
+	} else {
+		out.StateVersion = sv.StateVersion
+	}
+	// A patch that changed nothing on a newer offer than the stage read:
+	// the stage has not seen that offer and no mark will ask it, so its
+	// entry stays due and it runs again.
+	rerun := sv.Patch != nil && o.Version != sv.ReadVersion && !out.Changed
+	if !rerun {
+		b.Check(st.sp.inverted, stateKey(sh, id, sv.Stage), client.VersionIs(inv.Version))
+		if inv.Found {
+			st.deleteEntry(b, entryOf(inv.Tuple))
+		}
+		if !sv.Timer.IsZero() {
+			st.insertEntry(b, scheduler.Entry{Shard: sh, Stage: sv.Stage, OfferID: id, Due: sv.Timer, Timer: true})
+		}
+	}
+	if sv.AfterSave {
+		b.Replace(st.sp.after, tuple.Tuple{shardKey(sh), tuple.String(sv.Stage), tuple.String(id), tuple.Uint(st.nextSeq(l))})
+	}
+	if out.Changed || sv.State != nil {
+		r := scheduler.Record{OfferID: id, Shard: sh, OfferVersion: out.OfferVersion, Body: body, Stage: sv.Stage}
+		if state.Value != nil {
+			r.StateType, r.State, r.StateVersion = state.Value.GetTypeUrl(), state.Value.GetValue(), state.Version
+		}
+		if err := st.changelog(b, r); err != nil {
+			return out, err
+		}
+	}
+	return out, st.do(ctx, "save offer "+id, b, &l)
+}
+
+// nextSeq numbers an AfterSave record of l's holder: higher than any of
+// an older holder (its epoch above) and than its own before.
+func (st *Store) nextSeq(l scheduler.Lease) uint64 {
+	return uint64(l.Epoch)<<40 | st.seq.Add(1)&(1<<40-1) //nolint:gosec // epochs are tickets
+}
