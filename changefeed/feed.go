@@ -47,6 +47,20 @@ type Config struct {
 	Name string
 	// Format of the record values: "json" (default) or "protobuf".
 	Format string
+	// KeyField, when set, names a primary-key field of every fed space
+	// whose value is each record's Kafka key, instead of the tuple's
+	// sharding key: a string or bytes field's bytes as they are, any other
+	// field's value in JSON. For spaces sharded by something coarser than
+	// the entity (a shard number), it keys records by the entity, so that
+	// a compacted topic keeps each entity's last record.
+	KeyField string
+	// ValueField, when set, names a string or bytes field of every fed
+	// space whose bytes are each record's whole value, instead of the
+	// change described in Format: for spaces whose rows hold a record
+	// already made for consumers (an outbox row replaced by each write).
+	// A delete's value is empty (a Kafka tombstone). The headers are the
+	// same.
+	ValueField string
 	// Parts is how many parts the buckets are split into, each under a
 	// lease of its own; a process holds its share of them (default 8; a
 	// feed keeps the number it started with).
@@ -176,11 +190,15 @@ func Run(ctx context.Context, cfg Config) error {
 	defer giveUp()
 	stop := context.AfterFunc(ctx, func() { time.AfterFunc(cfg.LeaseTTL, giveUp) })
 	defer stop()
-	keys, pks, err := shardingKeys(ctx, c, cfg.Spaces)
+	defs, err := c.Spaces(ctx)
+	if err != nil {
+		return fmt.Errorf("changefeed: the spaces: %w", err)
+	}
+	layouts, err := layoutsOf(defs, cfg)
 	if err != nil {
 		return err
 	}
-	f := &feed{cfg: cfg, kc: kc, hard: hard, buckets: buckets, keys: keys, pks: pks, parts: map[int]*partRun{}, failed: make(chan error, 1)}
+	f := &feed{cfg: cfg, kc: kc, hard: hard, buckets: buckets, layouts: layouts, parts: map[int]*partRun{}, failed: make(chan error, 1)}
 	return f.run(ctx)
 }
 
@@ -210,10 +228,8 @@ type feed struct {
 	kc      *kgo.Client
 	hard    context.Context
 	buckets uint32
-	// keys are the positions of each space's sharding key in its primary
-	// key; pks those of its primary key in its tuples (the scan's keys).
-	keys map[string][]int
-	pks  map[string][]int
+	// layouts say where each fed space's fields are.
+	layouts map[string]layout
 
 	mu     sync.Mutex
 	parts  map[int]*partRun
@@ -399,47 +415,78 @@ func partBuckets(p, parts int, buckets uint32) []uint32 {
 	return bs
 }
 
-// shardingKeys returns, for each space, the positions of its sharding
-// key's fields in its primary key, and those of its primary key's fields
-// in its tuples.
-func shardingKeys(ctx context.Context, c *client.Client, spaces []string) (keys, pks map[string][]int, err error) {
-	defs, err := c.Spaces(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("changefeed: the spaces: %w", err)
-	}
-	keys, pks = map[string][]int{}, map[string][]int{}
+// layout is where a fed space's fields are.
+type layout struct {
+	// keys are the positions of the sharding key's fields in the primary
+	// key; pks those of the primary key's fields in the tuples (the scan's
+	// keys).
+	keys, pks []int
+	// keyField is Config.KeyField's position in the primary key, and
+	// valueField Config.ValueField's in the tuples (-1 when not set).
+	keyField, valueField int
+}
+
+// layoutsOf finds each fed space's layout among defs.
+func layoutsOf(defs []client.SpaceDef, cfg Config) (map[string]layout, error) {
+	out := map[string]layout{}
 	for _, d := range defs {
-		if !slices.Contains(spaces, d.Name) {
+		if !slices.Contains(cfg.Spaces, d.Name) {
 			continue
 		}
+		l := layout{keyField: -1, valueField: -1}
 		for _, name := range d.ShardingFields() {
 			i := slices.Index(d.PrimaryKey, name)
 			if i < 0 {
-				return nil, nil, fmt.Errorf("changefeed: space %s: sharding field %s is not in the primary key", d.Name, name)
+				return nil, fmt.Errorf("changefeed: space %s: sharding field %s is not in the primary key", d.Name, name)
 			}
-			keys[d.Name] = append(keys[d.Name], i)
+			l.keys = append(l.keys, i)
+		}
+		field := func(name string) int {
+			return slices.IndexFunc(d.Format, func(f tuple.Field) bool { return f.Name == name })
 		}
 		for _, name := range d.PrimaryKey {
-			i := slices.IndexFunc(d.Format, func(f tuple.Field) bool { return f.Name == name })
+			i := field(name)
 			if i < 0 {
-				return nil, nil, fmt.Errorf("changefeed: space %s: key field %s is not in its format", d.Name, name)
+				return nil, fmt.Errorf("changefeed: space %s: key field %s is not in its format", d.Name, name)
 			}
-			pks[d.Name] = append(pks[d.Name], i)
+			l.pks = append(l.pks, i)
+		}
+		if cfg.KeyField != "" {
+			if l.keyField = slices.Index(d.PrimaryKey, cfg.KeyField); l.keyField < 0 {
+				return nil, fmt.Errorf("changefeed: the key field %q is not in space %s's primary key %v", cfg.KeyField, d.Name, d.PrimaryKey)
+			}
+		}
+		if cfg.ValueField != "" {
+			l.valueField = field(cfg.ValueField)
+			if l.valueField < 0 {
+				return nil, fmt.Errorf("changefeed: the value field %q is not a field of space %s", cfg.ValueField, d.Name)
+			}
+			if ty := d.Format[l.valueField].Type; ty != tuple.TypeString && ty != tuple.TypeBytes {
+				return nil, fmt.Errorf("changefeed: the value field %q of space %s is %s; it must be string or bytes", cfg.ValueField, d.Name, ty)
+			}
+		}
+		out[d.Name] = l
+	}
+	for _, sp := range cfg.Spaces {
+		if _, ok := out[sp]; !ok {
+			return nil, fmt.Errorf("changefeed: no space %q", sp)
 		}
 	}
-	for _, sp := range spaces {
-		if keys[sp] == nil {
-			return nil, nil, fmt.Errorf("changefeed: no space %q", sp)
-		}
-	}
-	return keys, pks, nil
+	return out, nil
 }
 
 // recordKey is a record's Kafka key: its tuple's sharding key as a JSON
 // array (tuple.AppendJSON), so that one entity's records share a
-// partition.
+// partition; or Config.KeyField's value.
 func (f *feed) recordKey(r *Record) []byte {
-	pos := f.keys[r.Space]
+	l := f.layouts[r.Space]
+	if l.keyField >= 0 {
+		if l.keyField >= len(r.Key) {
+			return nil
+		}
+		return rawValue(r.Key[l.keyField])
+	}
+	pos := l.keys
 	k := make(tuple.Tuple, 0, len(pos))
 	for _, i := range pos {
 		if i < len(r.Key) {

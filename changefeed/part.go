@@ -368,8 +368,27 @@ func (f *feed) send(a *acks, ev client.Event) {
 }
 
 func (f *feed) value(r *Record) []byte {
+	if j := f.layouts[r.Space].valueField; j >= 0 {
+		if j >= len(r.Tuple) {
+			return nil // a delete (or a row without the field): a tombstone
+		}
+		return rawValue(r.Tuple[j])
+	}
 	if f.cfg.Format == "protobuf" {
 		return appendProto(nil, r)
 	}
 	return appendJSON(nil, r)
+}
+
+// rawValue is a string's or bytes' bytes as they are, any other value's
+// JSON.
+func rawValue(v tuple.Value) []byte {
+	if b, ok := v.AsBytes(); ok {
+		return b
+	}
+	if s, ok := v.AsString(); ok {
+		return []byte(s)
+	}
+	j := tuple.AppendJSON(nil, tuple.Tuple{v}) // [v]
+	return j[1 : len(j)-1]
 }

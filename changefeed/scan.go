@@ -174,8 +174,9 @@ func (f *feed) sendScan(ctx context.Context, a *acks, pos *scanPos, b uint32, re
 	e := a.add(b, rev, len(rows), time.Time{})
 	var last tuple.Tuple
 	for i, row := range rows {
-		key := make(tuple.Tuple, 0, len(f.pks[pos.Space]))
-		for _, j := range f.pks[pos.Space] {
+		pks := f.layouts[pos.Space].pks
+		key := make(tuple.Tuple, 0, len(pks))
+		for _, j := range pks {
 			if j >= len(row.Tuple) {
 				return nil, fmt.Errorf("a row of %s in bucket %d has %d fields, fewer than its key needs", pos.Space, b, len(row.Tuple))
 			}

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/shardkit/shardkit/changefeed"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/scheduler"
 	"github.com/shardkit/shardkit/tuple"
@@ -346,4 +347,14 @@ func retry(what string, f func() error) error {
 		}
 	}
 	return fmt.Errorf("%w: %s: what it read changed %d times in a row", scheduler.ErrConflict, what, maxRetries)
+}
+
+// Changelog is the changefeed configuration that sends the store's
+// changelog to Kafka (run it with changefeed.Run after setting Brokers
+// and Topic): <p>_changelog's changes, each keyed by its offer id with the
+// scheduler.Record of the save as its value, as the PostgreSQL store's
+// outbox relay sends them.
+func (st *Store) Changelog() changefeed.Config {
+	return changefeed.Config{Client: st.c, Spaces: []string{st.sp.changelog}, Name: st.prefix + "_changelog",
+		KeyField: "offer_id", ValueField: "record"}
 }
