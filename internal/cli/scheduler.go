@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -22,9 +23,14 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/shardkit/shardkit/certs"
+	"github.com/shardkit/shardkit/changefeed"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/clusterstore"
 	"github.com/shardkit/shardkit/scheduler/grpcstage"
 	"github.com/shardkit/shardkit/scheduler/pgstore"
 )
@@ -33,6 +39,14 @@ import (
 // (docs/scheduler.md, "Running it").
 type schedulerConfig struct {
 	Store struct {
+		// Shardkit is the default store: a shardkit cluster.
+		Shardkit struct {
+			Peers    []string `yaml:"peers"`
+			Prefix   string   `yaml:"prefix"`
+			CertsDir string   `yaml:"certs_dir"`
+			User     string   `yaml:"user"`
+		} `yaml:"shardkit"`
+		// Postgres, when set, is the PostgreSQL store's connection string.
 		Postgres string `yaml:"postgres"`
 		Schema   string `yaml:"schema"`
 		Shards   int    `yaml:"shards"`
@@ -81,11 +95,23 @@ func parseSchedulerConfig(data []byte) (*schedulerConfig, error) {
 	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
 		return nil, errors.New("the file holds more than one YAML document")
 	}
+	sk := c.Store.Shardkit
+	if c.Store.Postgres != "" && (len(sk.Peers) > 0 || sk.Prefix != "" || sk.CertsDir != "" || sk.User != "") {
+		return nil, errors.New("store: give store.postgres or store.shardkit, not both")
+	}
+	if c.Store.Postgres == "" && c.Store.Schema != "" {
+		return nil, errors.New("store.schema: a PostgreSQL store's; the shardkit store's spaces are named by store.shardkit.prefix")
+	}
 	if c.Store.Postgres == "" {
-		return nil, errors.New("store.postgres: give the PostgreSQL connection string (the only store of `scheduler run` yet)")
+		if len(sk.Peers) == 0 {
+			return nil, errors.New("store: give store.shardkit.peers (the cluster's addresses) or store.postgres (a PostgreSQL connection string)")
+		}
+		if _, err := client.ParsePeers(strings.Join(sk.Peers, ",")); err != nil {
+			return nil, fmt.Errorf("store.shardkit.peers: %w", err)
+		}
 	}
 	if c.Store.Shards < 0 {
-		return nil, fmt.Errorf("store.shards %d: want 1 or more (0: an existing schema's)", c.Store.Shards)
+		return nil, fmt.Errorf("store.shards %d: want 1 or more (0: an existing store's)", c.Store.Shards)
 	}
 	if (len(c.Changelog.Brokers) == 0) != (c.Changelog.Topic == "") {
 		return nil, errors.New("changelog: give both brokers and topic, or neither")
@@ -276,30 +302,96 @@ func changelogLine(value []byte) (string, error) {
 	return fmt.Sprintf("%s %s v%d by %s: %s", r.Time.UTC().Format(time.RFC3339Nano), r.OfferID, r.OfferVersion, by, r.Body), nil
 }
 
-// storeFlags name the store of the commands that look at one.
+// storeFlags name the store of the commands that look at one: the
+// shardkit cluster at --peer (the default store), or PostgreSQL with
+// --postgres.
 type storeFlags struct {
-	postgres, schema, stages string
+	cluster                          clusterFlags
+	postgres, schema, prefix, stages string
 }
 
 func (f *storeFlags) register(c *cobra.Command) {
-	c.Flags().StringVar(&f.postgres, "postgres", os.Getenv("SHARDKIT_SCHEDULER_POSTGRES"), "the store's PostgreSQL connection string (default $SHARDKIT_SCHEDULER_POSTGRES)")
-	c.Flags().StringVar(&f.schema, "schema", pgstore.DefaultSchema, "the store's schema")
+	f.cluster.register(c.Flags(), 30*time.Second, "how long the command may take")
+	c.Flags().StringVar(&f.prefix, "prefix", clusterstore.DefaultPrefix, "the shardkit store's prefix (its spaces are <prefix>_offers, ...)")
+	c.Flags().StringVar(&f.postgres, "postgres", os.Getenv("SHARDKIT_SCHEDULER_POSTGRES"), "a PostgreSQL store's connection string instead of the cluster at --peer (default $SHARDKIT_SCHEDULER_POSTGRES)")
+	c.Flags().StringVar(&f.schema, "schema", pgstore.DefaultSchema, "with --postgres: the store's schema")
 }
 
 func withStore(cmd *cobra.Command, f *storeFlags, what string, do func(context.Context, scheduler.Store) error) error {
-	if f.postgres == "" {
-		return usagef("%s: give --postgres (or $SHARDKIT_SCHEDULER_POSTGRES)", what)
-	}
-	ctx := cmd.Context()
-	s, err := pgstore.Open(ctx, f.postgres, pgstore.Options{Schema: f.schema})
-	if err != nil {
-		return prefixExit(what, err)
+	ctx, cancel := context.WithTimeout(cmd.Context(), max(f.cluster.timeout, time.Second))
+	defer cancel()
+	var s scheduler.Store
+	if f.postgres != "" {
+		ps, err := pgstore.Open(ctx, f.postgres, pgstore.Options{Schema: f.schema})
+		if err != nil {
+			return prefixExit(what, err)
+		}
+		s = ps
+	} else {
+		c, err := f.cluster.client(ctx)
+		if err != nil {
+			return usagef("%s: %v", what, err)
+		}
+		defer c.Close()
+		cs, err := clusterstore.Open(ctx, c, clusterstore.Options{Prefix: f.prefix})
+		if err != nil {
+			return prefixExit(what, err)
+		}
+		s = cs
 	}
 	defer s.Close()
 	if err := do(ctx, s); err != nil {
 		return prefixExit(what, err)
 	}
 	return nil
+}
+
+// openSchedulerStore opens the store of a scheduler's file, and says how
+// its changelog reaches Kafka: run(ctx) relays until ctx ends.
+func openSchedulerStore(ctx context.Context, c *schedulerConfig, log *slog.Logger) (s scheduler.Store, run func(context.Context) error, closeAll func(), err error) {
+	if c.Store.Postgres != "" {
+		ps, err := pgstore.Open(ctx, c.Store.Postgres, pgstore.Options{Schema: c.Store.Schema, Shards: c.Store.Shards})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		closeAll = func() { ps.Close() }
+		if c.Changelog.Topic != "" {
+			relay, err := pgstore.NewRelay(ps, pgstore.RelayConfig{Brokers: c.Changelog.Brokers, Topic: c.Changelog.Topic, Logger: log})
+			if err != nil {
+				ps.Close()
+				return nil, nil, nil, err
+			}
+			closeAll = func() { relay.Close(); ps.Close() }
+			run = relay.Run
+		}
+		return ps, run, closeAll, nil
+	}
+	sk := c.Store.Shardkit
+	var creds credentials.TransportCredentials
+	if sk.CertsDir != "" {
+		user := sk.User
+		if user == "" {
+			user = certs.RootUser
+		}
+		if creds, err = client.LoadCredentials(sk.CertsDir, user); err != nil {
+			return nil, nil, nil, fmt.Errorf("store.shardkit.certs_dir %s, user %s: %w", sk.CertsDir, user, err)
+		}
+	}
+	cl, err := client.New(ctx, client.Config{Peers: sk.Peers, Credentials: creds})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cs, err := clusterstore.Open(ctx, cl, clusterstore.Options{Prefix: sk.Prefix, Shards: c.Store.Shards})
+	if err != nil {
+		_ = cl.Close()
+		return nil, nil, nil, err
+	}
+	if c.Changelog.Topic != "" {
+		cfg := cs.Changelog()
+		cfg.Brokers, cfg.Topic, cfg.Logger = c.Changelog.Brokers, c.Changelog.Topic, log
+		run = func(ctx context.Context) error { return changefeed.Run(ctx, cfg) }
+	}
+	return cs, run, func() { _ = cl.Close() }, nil
 }
 
 // schedulerStatus prints each stage's queue depth and how late its
@@ -341,11 +433,11 @@ func runScheduler(cmd *cobra.Command, path string) error {
 	}
 	ctx := cmd.Context()
 	log := newLogger("info", "text", cmd.ErrOrStderr())
-	store, err := pgstore.Open(ctx, c.Store.Postgres, pgstore.Options{Schema: c.Store.Schema, Shards: c.Store.Shards})
+	store, relay, closeStore, err := openSchedulerStore(ctx, c, log)
 	if err != nil {
 		return prefixExit(what, err)
 	}
-	defer store.Close()
+	defer closeStore()
 	stages := make([]scheduler.StageConfig, 0, len(c.Stages))
 	for _, s := range c.Stages {
 		conn, err := grpc.NewClient(s.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -367,13 +459,8 @@ func runScheduler(cmd *cobra.Command, path string) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(gctx) })
-	if c.Changelog.Topic != "" {
-		relay, err := pgstore.NewRelay(store, pgstore.RelayConfig{Brokers: c.Changelog.Brokers, Topic: c.Changelog.Topic, Logger: log})
-		if err != nil {
-			return prefixExit(what, err)
-		}
-		defer relay.Close()
-		g.Go(func() error { return relay.Run(gctx) })
+	if relay != nil {
+		g.Go(func() error { return relay(gctx) })
 	}
 	if c.HTTPListen != "" {
 		lis, err := net.Listen("tcp", c.HTTPListen)

@@ -18,7 +18,10 @@ import (
 	"google.golang.org/grpc"
 
 	schedulerv1 "github.com/shardkit/shardkit/api/scheduler/v1"
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/clusterstore"
 	"github.com/shardkit/shardkit/scheduler/grpcstage"
 	"github.com/shardkit/shardkit/scheduler/pgstore"
 )
@@ -47,7 +50,10 @@ func TestASchedulerConfigIsReadOrRefusedNamingTheKey(t *testing.T) {
 	for _, tt := range []struct{ name, file, want string }{
 		{"empty", ``, "the file is empty"},
 		{"an unknown key", validSchedulerConfig + "colour: red\n", "field colour not found"},
-		{"no store", "stages: [{id: a, address: 'h:1'}]\n", "store.postgres"},
+		{"no store", "stages: [{id: a, address: 'h:1'}]\n", "store: give store.shardkit.peers"},
+		{"two stores", "store: {postgres: x, shardkit: {peers: ['h:1']}}\nstages: [{id: a, address: 'h:1'}]\n", "not both"},
+		{"a schema for the cluster", "store: {shardkit: {peers: ['h:1']}, schema: s}\nstages: [{id: a, address: 'h:1'}]\n", "store.schema"},
+		{"a bad peer", "store: {shardkit: {peers: ['h']}}\nstages: [{id: a, address: 'h:1'}]\n", "store.shardkit.peers"},
 		{"no stages", "store: {postgres: x}\n", "stages: give at least one"},
 		{"half a changelog", "store: {postgres: x}\nchangelog: {topic: t}\nstages: [{id: a, address: 'h:1'}]\n", "changelog: give both"},
 		{"a stage without an id", "store: {postgres: x}\nstages: [{address: 'h:1'}]\n", "stages[0].id"},
@@ -68,6 +74,7 @@ func TestASchedulerConfigIsReadOrRefusedNamingTheKey(t *testing.T) {
 func FuzzSchedulerConfig(f *testing.F) {
 	f.Add([]byte(validSchedulerConfig))
 	f.Add([]byte("store: {postgres: x}\nstages: [{id: a, address: 'h:1'}]\n"))
+	f.Add([]byte("store: {shardkit: {peers: ['h:1'], prefix: p}}\nstages: [{id: a, address: 'h:1'}]\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := parseSchedulerConfig(data)
 		if err != nil {
@@ -123,19 +130,46 @@ func (fail) Process(context.Context, scheduler.Offer, scheduler.State) (schedule
 // lists and `scheduler requeue` puts back; `scheduler status` shows the
 // queues.
 func TestSchedulerRunRunsExternalStages(t *testing.T) {
-	dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
-	}
-	ctx := t.Context()
-	schema := fmt.Sprintf("cli_scheduler_%d", time.Now().UnixNano()%1_000_000_000)
-	t.Cleanup(func() {
-		conn, err := pgx.Connect(context.Background(), dsn)
-		if err == nil {
-			_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
-			_ = conn.Close(context.Background())
+	t.Run("shardkit", func(t *testing.T) {
+		addr := servertest.OneInstanceCluster(t)
+		c, err := client.New(t.Context(), client.Config{Peers: []string{addr}})
+		if err != nil {
+			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = c.Close() })
+		store, err := clusterstore.Open(t.Context(), c, clusterstore.Options{Prefix: "cli", Shards: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runExternalStages(t, store, fmt.Sprintf("{shardkit: {peers: [%q], prefix: cli}, shards: 4}", addr), []string{"--peer", addr, "--prefix", "cli"})
 	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
+		if dsn == "" {
+			t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
+		}
+		schema := fmt.Sprintf("cli_scheduler_%d", time.Now().UnixNano()%1_000_000_000)
+		t.Cleanup(func() {
+			conn, err := pgx.Connect(context.Background(), dsn)
+			if err == nil {
+				_, _ = conn.Exec(context.Background(), "DROP SCHEMA IF EXISTS "+schema+" CASCADE")
+				_ = conn.Close(context.Background())
+			}
+		})
+		store, err := pgstore.Open(t.Context(), dsn, pgstore.Options{Schema: schema, Shards: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		runExternalStages(t, store, fmt.Sprintf("{postgres: %q, schema: %s, shards: 4}", dsn, schema), []string{"--postgres", dsn, "--schema", schema})
+	})
+}
+
+// runExternalStages is TestSchedulerRunRunsExternalStages on one store:
+// fileStore is the file's store, common the commands' flags naming it.
+func runExternalStages(t *testing.T, store scheduler.Store, fileStore string, common []string) {
+	t.Helper()
+	ctx := t.Context()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -146,22 +180,16 @@ func TestSchedulerRunRunsExternalStages(t *testing.T) {
 	t.Cleanup(g.Stop)
 
 	config := filepath.Join(t.TempDir(), "stages.yaml")
-	file := fmt.Sprintf(`store: {postgres: %q, schema: %s, shards: 4}
+	file := fmt.Sprintf(`store: %s
 runner: {lease_ttl: 2s}
 stages:
   - {id: validate, address: %q, fields: [price], own_fields: [valid]}
   - {id: fetch-video, address: %q, fields: [video], max_attempts: 1}
-`, dsn, schema, lis.Addr(), lis.Addr())
+`, fileStore, lis.Addr(), lis.Addr())
 	if err := os.WriteFile(config, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	store, err := pgstore.Open(ctx, dsn, pgstore.Options{Schema: schema, Shards: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer store.Close()
 	_, out, done := startShardkit(t, "scheduler", "run", "--config", config)
-
 	if _, err := store.Put(ctx, "o1", []byte(`{"price": 10}`), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +219,6 @@ stages:
 	if err != nil {
 		t.Fatal(err)
 	}
-	common := []string{"--postgres", dsn, "--schema", schema}
 	stdout, stderr, code := run(t, append([]string{"scheduler", "dead-letters", "fetch-video"}, common...)...)
 	if code != 0 || !strings.Contains(stdout, "o2") || !strings.Contains(stdout, "the video cannot be fetched") {
 		t.Fatalf("dead-letters: exit %d\n%s%s", code, stdout, stderr)
@@ -209,9 +236,9 @@ stages:
 		dl, err := store.DeadLetters(ctx, "fetch-video", 10)
 		return err == nil && len(dl) == 1 && dl[0].At.After(first[0].At)
 	})
-	_, stderr, code = run(t, "scheduler", "status")
-	if code != 2 || !strings.Contains(stderr, "--postgres") {
-		t.Fatalf("status without a store: exit %d, %s", code, stderr)
+	_, stderr, code = run(t, "scheduler", "status", "--stages", "validate", "--peer", "127.0.0.1:1", "--timeout", "2s")
+	if code == 0 || !strings.Contains(stderr, "127.0.0.1:1") {
+		t.Fatalf("status of a cluster that is not there: exit %d, %s", code, stderr)
 	}
 }
 
