@@ -91,6 +91,9 @@ func fields(body []byte) (map[string]json.RawMessage, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return m, nil
 	}
+	if !utf8.Valid(body) {
+		return nil, fmt.Errorf("%w: an offer's body is not UTF-8 (JSON text is)", ErrInvalid)
+	}
 	if err := json.Unmarshal(body, &m); err != nil {
 		return nil, fmt.Errorf("%w: an offer's body must be a JSON object: %w", ErrInvalid, err)
 	}
@@ -118,16 +121,20 @@ func ApplyPatch(body []byte, p Patch) ([]byte, error) {
 			delete(m, f)
 			continue
 		}
-		if !json.Valid(v) {
-			return nil, fmt.Errorf("%w: patch of field %q: value is not JSON", ErrInvalid, f)
+		if !json.Valid(v) || !utf8.Valid(v) {
+			return nil, fmt.Errorf("%w: patch of field %q: value is not JSON in UTF-8", ErrInvalid, f)
 		}
 		m[f] = v
 	}
-	out, err := json.Marshal(m)
-	if err != nil {
+	// Without HTML escaping: a value is kept as it was written ("&" stays
+	// "&", not "\u0026"), so that ChangedFields sees no change in it.
+	var out bytes.Buffer
+	enc := json.NewEncoder(&out)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(m); err != nil {
 		return nil, fmt.Errorf("%w: patch: %w", ErrInvalid, err)
 	}
-	return out, nil
+	return bytes.TrimSuffix(out.Bytes(), []byte("\n")), nil
 }
 
 // ChangedFields lists the top-level fields whose values differ between two

@@ -107,6 +107,7 @@ func TestStageConfigRefusals(t *testing.T) {
 func FuzzBodies(f *testing.F) {
 	f.Add([]byte(`{"a":1}`), []byte(`{"a":2,"b":[1]}`))
 	f.Add([]byte(``), []byte(`null`))
+	f.Add([]byte(`{"a":"x"}`), []byte("{\"a\":\"\xff\"}"))
 	f.Fuzz(func(t *testing.T, a, b []byte) {
 		// Bodies come from outside (Put) and from stages: never a panic,
 		// and a field reported changed is one whose patch changes it.
