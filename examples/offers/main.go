@@ -10,13 +10,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/credentials"
 
+	"github.com/shardkit/shardkit/changefeed"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/clusterstore"
 	"github.com/shardkit/shardkit/scheduler/pgstore"
 )
 
@@ -35,8 +40,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("offers "+args[0], flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	dsn := fs.String("postgres", os.Getenv("SHARDKIT_TEST_POSTGRES_DSN"), "PostgreSQL connection string (default $SHARDKIT_TEST_POSTGRES_DSN)")
-	schema := fs.String("schema", "offers_example", "the store's schema")
+	var o storeOptions
+	fs.StringVar(&o.demo, "demo", "", "the data dir of a `shardkit demo --data-dir DIR`: its peers and certificates")
+	fs.StringVar(&o.peers, "peer", "127.0.0.1:3301", "the shardkit cluster's addresses, comma-separated (the default store)")
+	fs.StringVar(&o.certsDir, "certs-dir", "", "the cluster's client certificates (ca.crt, client.root.crt/.key); empty: plaintext")
+	fs.StringVar(&o.postgres, "postgres", "", "a PostgreSQL connection string: the PostgreSQL store instead of the cluster")
+	fs.StringVar(&o.name, "schema", "offers_example", "the store's schema (PostgreSQL) or the prefix of its spaces (shardkit)")
 	brokers := fs.String("brokers", "", "Kafka's seed brokers, comma-separated (run: the changelog relay; consume)")
 	topic := fs.String("topic", "offers-changelog", "the changelog's topic")
 	limit := fs.Int("limit", 0, "consume: stop after this many records, repeats included (0: never)")
@@ -46,13 +55,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "run":
-		err = runStages(ctx, *dsn, *schema, *brokers, *topic, stderr)
+		err = runStages(ctx, o, *brokers, *topic, stderr)
 	case "put":
 		if fs.NArg() != 2 {
-			fmt.Fprintln(stderr, "usage: offers put ID JSON [--postgres DSN]")
+			fmt.Fprintln(stderr, "usage: offers put ID JSON [--demo DIR | --peer ADDRS | --postgres DSN]")
 			return 2
 		}
-		err = put(ctx, *dsn, *schema, fs.Arg(0), fs.Arg(1), stdout)
+		err = put(ctx, o, fs.Arg(0), fs.Arg(1), stdout)
 	case "consume":
 		err = consume(ctx, *brokers, *topic, *limit, stdout)
 	default:
@@ -66,40 +75,100 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// storeOptions say which store the example uses.
+type storeOptions struct {
+	demo, peers, certsDir, postgres, name string
+}
+
+// shards is the example store's number of shards.
+const shards = 16
+
+// openStore opens the store, and says how its changelog reaches Kafka:
+// relay(ctx) runs until ctx ends.
+func openStore(ctx context.Context, o storeOptions, brokers, topic string, log *slog.Logger) (scheduler.Store, func(context.Context) error, func(), error) {
+	if o.postgres != "" {
+		s, err := pgstore.Open(ctx, o.postgres, pgstore.Options{Schema: o.name, Shards: shards})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if brokers == "" {
+			return s, nil, func() { s.Close() }, nil
+		}
+		relay, err := pgstore.NewRelay(s, pgstore.RelayConfig{Brokers: strings.Split(brokers, ","), Topic: topic, Logger: log})
+		if err != nil {
+			s.Close()
+			return nil, nil, nil, err
+		}
+		return s, relay.Run, func() { relay.Close(); s.Close() }, nil
+	}
+	if o.demo != "" {
+		// shardkit demo writes its peers to DIR/peers, its certificates to DIR/certs.
+		b, err := os.ReadFile(filepath.Join(o.demo, "peers"))
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("--demo: %w (is `shardkit demo --data-dir %s` running?)", err, o.demo)
+		}
+		o.peers = strings.TrimSpace(string(b))
+		if _, err := os.Stat(filepath.Join(o.demo, "certs", "ca.crt")); err == nil {
+			o.certsDir = filepath.Join(o.demo, "certs")
+		}
+	}
+	peers, err := client.ParsePeers(o.peers)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("--peer: %w", err)
+	}
+	var creds credentials.TransportCredentials
+	if o.certsDir != "" {
+		if creds, err = client.LoadCredentials(o.certsDir, "root"); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	c, err := client.New(ctx, client.Config{Peers: peers, Credentials: creds})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s, err := clusterstore.Open(ctx, c, clusterstore.Options{Prefix: o.name, Shards: shards})
+	if err != nil {
+		_ = c.Close()
+		return nil, nil, nil, err
+	}
+	var relay func(context.Context) error
+	if brokers != "" {
+		cfg := s.Changelog()
+		cfg.Brokers, cfg.Topic, cfg.Logger = strings.Split(brokers, ","), topic, log
+		relay = func(ctx context.Context) error { return changefeed.Run(ctx, cfg) }
+	}
+	return s, relay, func() { _ = c.Close() }, nil
+}
+
 // runStages runs the stages on the store, and the changelog relay with
 // brokers, until ctx ends.
-func runStages(ctx context.Context, dsn, schema, brokers, topic string, stderr io.Writer) error {
-	store, err := pgstore.Open(ctx, dsn, pgstore.Options{Schema: schema, Shards: 16})
+func runStages(ctx context.Context, o storeOptions, brokers, topic string, stderr io.Writer) error {
+	log := slog.New(slog.NewTextHandler(stderr, nil))
+	store, relay, closeStore, err := openStore(ctx, o, brokers, topic, log)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	log := slog.New(slog.NewTextHandler(stderr, nil))
+	defer closeStore()
 	r, err := scheduler.NewRunner(scheduler.Config{Store: store, Stages: Stages(scheduler.SystemClock{}), Logger: log})
 	if err != nil {
 		return err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(gctx) })
-	if brokers != "" {
-		relay, err := pgstore.NewRelay(store, pgstore.RelayConfig{Brokers: strings.Split(brokers, ","), Topic: topic, Logger: log})
-		if err != nil {
-			return err
-		}
-		defer relay.Close()
-		g.Go(func() error { return relay.Run(gctx) })
+	if relay != nil {
+		g.Go(func() error { return relay(gctx) })
 	}
-	log.Info("offers: stages running", "schema", schema, "changelog", brokers != "")
+	log.Info("offers: stages running", "store", o.name, "changelog", brokers != "")
 	return g.Wait()
 }
 
 // put writes an offer from outside, whatever its version.
-func put(ctx context.Context, dsn, schema, id, body string, stdout io.Writer) error {
-	store, err := pgstore.Open(ctx, dsn, pgstore.Options{Schema: schema, Shards: 16})
+func put(ctx context.Context, o storeOptions, id, body string, stdout io.Writer) error {
+	store, _, closeStore, err := openStore(ctx, o, "", "", nil)
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer closeStore()
 	v, err := store.Put(ctx, id, []byte(body), scheduler.AnyVersion)
 	if err != nil {
 		return err

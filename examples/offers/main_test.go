@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/clusterstore"
 	"github.com/shardkit/shardkit/scheduler/pgstore"
 	"github.com/shardkit/shardkit/scheduler/storetest"
 )
@@ -29,10 +33,35 @@ func field(o scheduler.Offer, f string) string {
 	return string(m[f])
 }
 
-// The example's stages on PostgreSQL: an offer with a price is validated
-// and banded (the price stage keeps the price as its state); one without
-// is rejected; 180 days after its publication, on the runner's clock, an
-// offer is withdrawn, and not before.
+// The example's stages on a shardkit cluster, the offers written through
+// the example's own `put --demo DIR` (a demo's peers file).
+func TestTheStagesOnShardkit(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	addr := servertest.OneInstanceCluster(t)
+	c, err := client.New(ctx, client.Config{Peers: []string{addr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	store, err := clusterstore.Open(ctx, c, clusterstore.Options{Prefix: "offers_test", Shards: shards})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "peers"), []byte(addr+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	put := func(id, body string) {
+		var out, errs strings.Builder
+		if code := run(ctx, []string{"put", "--demo", dir, "--schema", "offers_test", id, body}, &out, &errs); code != 0 {
+			t.Fatalf("offers put %s: exit %d: %s", id, code, errs.String())
+		}
+	}
+	runStagesOn(ctx, t, store, put)
+}
+
+// The example's stages on PostgreSQL.
 func TestTheStagesOnPostgreSQL(t *testing.T) {
 	dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
 	if dsn == "" {
@@ -52,6 +81,19 @@ func TestTheStagesOnPostgreSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	runStagesOn(ctx, t, store, func(id, body string) {
+		if _, err := store.Put(ctx, id, []byte(body), 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// runStagesOn: an offer with a price is validated and banded (the price
+// stage keeps the price as its state); one without is rejected; 180 days
+// after its publication, on the runner's clock, an offer is withdrawn,
+// and not before. put writes an offer from outside.
+func runStagesOn(ctx context.Context, t *testing.T, store scheduler.Store, put func(id, body string)) {
+	t.Helper()
 	published := time.Date(2026, 1, 10, 0, 0, 0, 0, time.UTC)
 	clock := storetest.NewFakeClock(published.Add(time.Hour))
 	r, err := scheduler.NewRunner(scheduler.Config{Store: store, Stages: Stages(clock), Clock: clock,
@@ -69,13 +111,8 @@ func TestTheStagesOnPostgreSQL(t *testing.T) {
 		}
 	}()
 
-	body := fmt.Sprintf(`{"title":"bike","price":150,"published_at":%q}`, published.Format(time.RFC3339))
-	if _, err := store.Put(ctx, "o1", []byte(body), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := store.Put(ctx, "o2", []byte(`{"title":"no price yet"}`), 0); err != nil {
-		t.Fatal(err)
-	}
+	put("o1", fmt.Sprintf(`{"title":"bike","price":150,"published_at":%q}`, published.Format(time.RFC3339)))
+	put("o2", `{"title":"no price yet"}`)
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(60 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {

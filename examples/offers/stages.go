@@ -1,6 +1,6 @@
 // Command offers is the stage scheduler's example (docs/scheduler.md):
-// three stages over offers, on the PostgreSQL store, and a consumer of
-// their changelog.
+// three stages over offers, on the shardkit store (or the PostgreSQL
+// one), and a consumer of their changelog.
 //
 //   - validate rejects an offer without a price (own fields valid and
 //     reject_reason);
@@ -10,9 +10,11 @@
 //
 // Run it (README.md):
 //
-//	offers run --postgres DSN [--brokers B --topic T]   the stages, and the changelog relay
-//	offers put ID JSON --postgres DSN                    write an offer from outside
-//	offers consume --brokers B --topic T                 print the changelog, repeats dropped
+//	offers run --demo DIR [--brokers B --topic T]   the stages on `shardkit demo --data-dir DIR`, and the changelog
+//	offers run --peer ADDRS [--certs-dir D]         the same on any cluster
+//	offers run --postgres DSN                       the same on PostgreSQL
+//	offers put ID JSON --demo DIR                   write an offer from outside (same store flags)
+//	offers consume --brokers B --topic T            print the changelog, repeats dropped
 package main
 
 import (

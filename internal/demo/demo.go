@@ -123,6 +123,11 @@ func Run(ctx context.Context, o Options, out io.Writer) error {
 		peers = append(peers, addrs[2*i])
 	}
 	defer stopDemo(insts)
+	// Programs run beside the demo (examples/offers --demo DIR) find the
+	// cluster here.
+	if err := os.WriteFile(filepath.Join(o.Dir, PeersFile), []byte(strings.Join(peers, ",")+"\n"), 0o644); err != nil { //nolint:gosec // addresses, not secrets
+		return fmt.Errorf("demo: %w", err)
+	}
 	for i, in := range insts {
 		// The instance id names its log and data dir too, so that i2.log is
 		// the cluster's i2 (whichever instance bootstraps, and in whatever
@@ -430,6 +435,10 @@ func (d *sampleData) String() string {
 // load waits for the cluster to take DDL, creates the space (if it is
 // not there from an earlier run in the same --data-dir) and replaces
 // Rows rows into it: shop k/10+1, offer "o<k%10+1>", price k/100.
+// PeersFile, in the demo's dir, holds its instances' gRPC addresses,
+// comma-separated (a --peer list).
+const PeersFile = "peers"
+
 // The web console's user of a secure demo, and the file of its password.
 const (
 	consoleUser         = "admin"

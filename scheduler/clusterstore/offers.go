@@ -40,7 +40,7 @@ func (st *Store) Load(ctx context.Context, id, stage string) (scheduler.Offer, s
 func offerOf(id string, r client.Result) scheduler.Offer {
 	o := scheduler.Offer{ID: id}
 	if r.Found {
-		o.Version, o.Body, o.Chain = int64(uintAt(r.Tuple, 2)), bytesAt(r.Tuple, 3), int(uintAt(r.Tuple, 4)) //nolint:gosec // written from int64 and int
+		o.Version, o.Body, o.Chain = int64(uintAt(r.Tuple, 2)), []byte(strAt(r.Tuple, 3)), int(uintAt(r.Tuple, 4)) //nolint:gosec // written from int64 and int
 	}
 	return o
 }
@@ -55,7 +55,7 @@ func stateOf(r client.Result) scheduler.State {
 func u64(n int64) tuple.Value { return tuple.Uint(uint64(n)) } //nolint:gosec // versions, chains and attempts are never negative
 
 func offerTuple(sh int, id string, version int64, body []byte, chain int) tuple.Tuple {
-	return tuple.Tuple{shardKey(sh), tuple.String(id), u64(version), tuple.Bytes(body), u64(int64(chain))}
+	return tuple.Tuple{shardKey(sh), tuple.String(id), u64(version), tuple.String(string(body)), u64(int64(chain))}
 }
 
 func stateTuple(sh int, id, stage string, version int64, v *anypb.Any) tuple.Tuple {
@@ -99,7 +99,7 @@ func (st *Store) changelog(b *client.Batch, r scheduler.Record) error {
 	if err != nil {
 		return fmt.Errorf("clusterstore: encode the changelog record of %q: %w", r.OfferID, err)
 	}
-	b.Replace(st.sp.changelog, tuple.Tuple{shardKey(r.Shard), tuple.String(r.OfferID), tuple.Bytes(v)})
+	b.Replace(st.sp.changelog, tuple.Tuple{shardKey(r.Shard), tuple.String(r.OfferID), tuple.String(string(v))})
 	return nil
 }
 

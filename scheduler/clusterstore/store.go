@@ -90,7 +90,7 @@ func (sp spaces) defs() []client.SpaceDef {
 	}
 	return []client.SpaceDef{
 		def(sp.config, 1, field("one", u), field("shards", u)),
-		def(sp.offers, 2, field("shard", u), field("offer_id", s), field("version", u), field("body", b), field("chain", u)),
+		def(sp.offers, 2, field("shard", u), field("offer_id", s), field("version", u), field("body", s), field("chain", u)),
 		def(sp.states, 3, field("shard", u), field("offer_id", s), field("stage", s), field("version", u), field("type_url", s), field("value", b)),
 		def(sp.queue, 5, field("shard", u), field("stage", s), field("lane", u), field("due", i), field("offer_id", s)),
 		def(sp.inverted, 3, field("shard", u), field("offer_id", s), field("stage", s), field("lane", u), field("due", i),
@@ -100,7 +100,7 @@ func (sp spaces) defs() []client.SpaceDef {
 		def(sp.after, 3, field("shard", u), field("stage", s), field("offer_id", s), field("seq", u)),
 		def(sp.dead, 3, field("shard", u), field("stage", s), field("offer_id", s), field("attempts", u), field("cause", s), field("at", i)),
 		def(sp.fences, 1, field("shard", u), field("ticket", u)),
-		def(sp.changelog, 2, field("shard", u), field("offer_id", s), field("record", b)),
+		def(sp.changelog, 2, field("shard", u), field("offer_id", s), field("record", s)),
 		def(sp.runners, 2, field("one", u), field("owner", s)),
 	}
 }
