@@ -15,6 +15,7 @@ type changefeedOptions struct {
 	clusterFlags
 	spaces, brokers, topic string
 	name, format           string
+	keyField, valueField   string
 	parts                  int
 	holder                 string
 	leaseTTL, saveEvery    time.Duration
@@ -57,6 +58,8 @@ to Kafka").`,
 	f.StringVar(&o.topic, "topic", "", "the topic (required; it must exist)")
 	f.StringVar(&o.name, "name", "", "the feed's name, for its cursors and leases (default: the topic)")
 	f.StringVar(&o.format, "format", "json", "the records' values: json or protobuf")
+	f.StringVar(&o.keyField, "key-field", "", "key each record by this primary-key field of every space (a string's bytes as they are) instead of the sharding key")
+	f.StringVar(&o.valueField, "value-field", "", "make each record's value this string or bytes field's contents as they are, instead of the change (--format unused)")
 	f.IntVar(&o.parts, "parts", 8, "how many parts the buckets are split into between the feed's processes (fixed for a feed)")
 	f.StringVar(&o.holder, "holder", "", "this process's name in the leases (default: host, pid and a random suffix)")
 	f.DurationVar(&o.leaseTTL, "lease-ttl", 10*time.Second, "the parts' lease time: a dead process's parts are taken over after it")
@@ -107,7 +110,7 @@ func runChangefeed(cmd *cobra.Command, o *changefeedOptions) error {
 	err = changefeed.Run(ctx, changefeed.Config{
 		Client: cl, Spaces: splitList([]string{o.spaces}), Brokers: splitList([]string{o.brokers}), Topic: o.topic,
 		Name: o.name, Format: o.format, Parts: o.parts, Holder: o.holder, LeaseTTL: o.leaseTTL, SaveEvery: o.saveEvery,
-		InitialScan: o.initialScan, Logger: newLogger(o.logLevel, o.logFormat, cmd.ErrOrStderr()),
+		InitialScan: o.initialScan, KeyField: o.keyField, ValueField: o.valueField, Logger: newLogger(o.logLevel, o.logFormat, cmd.ErrOrStderr()),
 	})
 	if err != nil && !errors.Is(err, ctx.Err()) {
 		return prefixExit(what, err)

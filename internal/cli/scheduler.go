@@ -26,11 +26,13 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
+	schedulerv1 "github.com/shardkit/shardkit/api/scheduler/v1"
 	"github.com/shardkit/shardkit/certs"
 	"github.com/shardkit/shardkit/changefeed"
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/scheduler"
 	"github.com/shardkit/shardkit/scheduler/clusterstore"
+	"github.com/shardkit/shardkit/scheduler/grpcapi"
 	"github.com/shardkit/shardkit/scheduler/grpcstage"
 	"github.com/shardkit/shardkit/scheduler/pgstore"
 )
@@ -56,6 +58,9 @@ type schedulerConfig struct {
 		Topic   string   `yaml:"topic"`
 	} `yaml:"changelog"`
 	HTTPListen string `yaml:"http_listen"`
+	// GRPCListen serves shardkit.scheduler.v1.OfferService (the offer and
+	// state API) there.
+	GRPCListen string `yaml:"grpc_listen"`
 	Runner     struct {
 		Owner       string        `yaml:"owner"`
 		LeaseTTL    time.Duration `yaml:"lease_ttl"`
@@ -115,6 +120,11 @@ func parseSchedulerConfig(data []byte) (*schedulerConfig, error) {
 	}
 	if (len(c.Changelog.Brokers) == 0) != (c.Changelog.Topic == "") {
 		return nil, errors.New("changelog: give both brokers and topic, or neither")
+	}
+	for _, l := range []struct{ key, addr string }{{"http_listen", c.HTTPListen}, {"grpc_listen", c.GRPCListen}} {
+		if _, _, err := net.SplitHostPort(l.addr); l.addr != "" && err != nil {
+			return nil, fmt.Errorf("%s %q: want host:port", l.key, l.addr)
+		}
 	}
 	if len(c.Stages) == 0 {
 		return nil, errors.New("stages: give at least one")
@@ -461,6 +471,20 @@ func runScheduler(cmd *cobra.Command, path string) error {
 	g.Go(func() error { return r.Run(gctx) })
 	if relay != nil {
 		g.Go(func() error { return relay(gctx) })
+	}
+	if c.GRPCListen != "" {
+		lis, err := net.Listen("tcp", c.GRPCListen)
+		if err != nil {
+			return usagef("%s: grpc_listen %q: %v", what, c.GRPCListen, err)
+		}
+		gs := grpc.NewServer()
+		schedulerv1.RegisterOfferServiceServer(gs, grpcapi.Server(store))
+		g.Go(func() error { return gs.Serve(lis) })
+		g.Go(func() error {
+			<-gctx.Done()
+			gs.GracefulStop()
+			return nil
+		})
 	}
 	if c.HTTPListen != "" {
 		lis, err := net.Listen("tcp", c.HTTPListen)

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	schedulerv1 "github.com/shardkit/shardkit/api/scheduler/v1"
 	"github.com/shardkit/shardkit/client"
@@ -30,6 +31,7 @@ const validSchedulerConfig = `
 store: {postgres: "postgres://u@127.0.0.1:1/db", schema: s, shards: 16}
 changelog: {brokers: ["127.0.0.1:9092"], topic: offers}
 http_listen: 127.0.0.1:0
+grpc_listen: 127.0.0.1:0
 runner: {lease_ttl: 5s, max_chain: 8}
 stages:
   - {id: validate, address: "127.0.0.1:7001", fields: [price], own_fields: [valid], max_attempts: 3, timeout: 2s}
@@ -55,6 +57,7 @@ func TestASchedulerConfigIsReadOrRefusedNamingTheKey(t *testing.T) {
 		{"a schema for the cluster", "store: {shardkit: {peers: ['h:1']}, schema: s}\nstages: [{id: a, address: 'h:1'}]\n", "store.schema"},
 		{"a bad peer", "store: {shardkit: {peers: ['h']}}\nstages: [{id: a, address: 'h:1'}]\n", "store.shardkit.peers"},
 		{"no stages", "store: {postgres: x}\n", "stages: give at least one"},
+		{"a listen address without a port", "store: {postgres: x}\ngrpc_listen: localhost\nstages: [{id: a, address: 'h:1'}]\n", `grpc_listen "localhost"`},
 		{"half a changelog", "store: {postgres: x}\nchangelog: {topic: t}\nstages: [{id: a, address: 'h:1'}]\n", "changelog: give both"},
 		{"a stage without an id", "store: {postgres: x}\nstages: [{address: 'h:1'}]\n", "stages[0].id"},
 		{"a stage twice", "store: {postgres: x}\nstages: [{id: a, address: 'h:1'}, {id: a, address: 'h:2'}]\n", `stage "a" is given twice`},
@@ -179,20 +182,35 @@ func runExternalStages(t *testing.T, store scheduler.Store, fileStore string, co
 	go func() { _ = g.Serve(lis) }()
 	t.Cleanup(g.Stop)
 
+	// The offer API's port: taken, then let go for `scheduler run`.
+	api, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiAddr := api.Addr().String()
+	_ = api.Close()
 	config := filepath.Join(t.TempDir(), "stages.yaml")
 	file := fmt.Sprintf(`store: %s
+grpc_listen: %s
 runner: {lease_ttl: 2s}
 stages:
   - {id: validate, address: %q, fields: [price], own_fields: [valid]}
   - {id: fetch-video, address: %q, fields: [video], max_attempts: 1}
-`, fileStore, lis.Addr(), lis.Addr())
+`, fileStore, apiAddr, lis.Addr(), lis.Addr())
 	if err := os.WriteFile(config, []byte(file), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_, out, done := startShardkit(t, "scheduler", "run", "--config", config)
-	if _, err := store.Put(ctx, "o1", []byte(`{"price": 10}`), 0); err != nil {
+	// o1 is written through the offer API of `scheduler run`.
+	conn, err := grpc.NewClient(apiAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer conn.Close()
+	pollFor(t, "the offer API to take o1", func() bool {
+		_, err := schedulerv1.NewOfferServiceClient(conn).PutOffer(ctx, &schedulerv1.PutOfferRequest{Id: "o1", Body: []byte(`{"price": 10}`)})
+		return err == nil
+	})
 	if _, err := store.Put(ctx, "o2", []byte(`{"video": "v.mp4"}`), 0); err != nil {
 		t.Fatal(err)
 	}
