@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"time"
 )
 
@@ -165,7 +166,7 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 		if e.Timer || e.Lane == LaneRescan {
 			s.Chain = 1 // a timer or a rescan starts a new chain
 		}
-		saved, err := r.store.Save(ctx, l, s)
+		saved, err := r.save(ctx, l, s)
 		switch {
 		case errors.Is(err, ErrConflict):
 			// Step 6: run again on what is there now.
@@ -195,6 +196,74 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 			signal(st.wake)
 		}
 		return
+	}
+}
+
+// ---- step 5: saves, gathered per shard ----
+
+// saveCall is one Process call's save, waiting for its SaveMany.
+type saveCall struct {
+	l     Lease
+	s     Save
+	saved Saved
+	err   error
+	done  chan struct{}
+}
+
+// save writes s through the shard's saver: the saves of a shard's
+// concurrent Process calls that come while one SaveMany is in flight go
+// together in the next, so a busy shard takes one store write for many
+// saves, and a lone save waits for nothing.
+func (r *Runner) save(ctx context.Context, l Lease, s Save) (Saved, error) {
+	c := &saveCall{l: l, s: s, done: make(chan struct{})}
+	r.saveMu.Lock()
+	r.savePending[l.Shard] = append(r.savePending[l.Shard], c)
+	start := !r.saveBusy[l.Shard]
+	r.saveBusy[l.Shard] = true
+	r.saveMu.Unlock()
+	if start {
+		go r.flushSaves(ctx, l.Shard)
+	}
+	<-c.done
+	return c.saved, c.err
+}
+
+// flushSaves writes the shard's pending saves, BatchSize at a time and one
+// lease at a time, until none is left.
+func (r *Runner) flushSaves(ctx context.Context, shard int) {
+	for {
+		r.saveMu.Lock()
+		calls := r.savePending[shard]
+		if len(calls) == 0 {
+			delete(r.saveBusy, shard)
+			delete(r.savePending, shard)
+			r.saveMu.Unlock()
+			return
+		}
+		l := calls[0].l
+		var batch, rest []*saveCall
+		for _, c := range calls {
+			if c.l == l && len(batch) < r.cfg.BatchSize {
+				batch = append(batch, c)
+			} else {
+				rest = append(rest, c)
+			}
+		}
+		r.savePending[shard] = rest
+		r.saveMu.Unlock()
+		saves := make([]Save, len(batch))
+		for i, c := range batch {
+			saves[i] = c.s
+		}
+		saved, errs, err := r.store.SaveMany(ctx, l, saves)
+		for i, c := range batch {
+			if err != nil {
+				c.err = err
+			} else {
+				c.saved, c.err = saved[i], errs[i]
+			}
+			close(c.done)
+		}
 	}
 }
 
@@ -269,54 +338,124 @@ func (r *Runner) fail(ctx context.Context, st *stageRun, l Lease, e Entry, cause
 
 func (r *Runner) changesLoop(ctx context.Context) {
 	for {
-		for _, l := range r.held() {
-			r.passOnChanges(ctx, l)
-		}
+		r.eachHeld(ctx, r.passOnChanges)
 		if !r.wait(ctx, time.Time{}, r.changesWake) {
 			return
 		}
 	}
 }
 
+// changesParallel is how many shards' marks are passed on at once, and
+// passOnParallel how many marks of one shard are asked about at once.
+const (
+	changesParallel = 8
+	passOnParallel  = 32
+)
+
+// eachHeld runs f for every held lease, changesParallel at once, and
+// returns when all have returned.
+func (r *Runner) eachHeld(ctx context.Context, f func(context.Context, Lease)) {
+	sem := make(chan struct{}, changesParallel)
+	var wg sync.WaitGroup
+	for _, l := range r.held() {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				<-sem
+				wg.Done()
+			}()
+			f(ctx, l)
+		}()
+	}
+	wg.Wait()
+}
+
+// passOnChanges passes on the marks of l's shard, a batch at a time: the
+// stages are asked about each mark, then the batch's entries are offered
+// in one OfferMany and its marks removed in one AckChanges.
 func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
 	for ctx.Err() == nil {
 		cs, err := r.store.Changes(ctx, l, r.cfg.BatchSize)
 		if err != nil {
-			if errors.Is(err, ErrFenced) {
-				r.drop(l, err)
-			} else if ctx.Err() == nil {
-				r.log.Warn("scheduler: read changed offers", "shard", l.Shard, "err", err)
-			}
+			r.storeFailed(ctx, l, "read changed offers", err)
 			return
 		}
-		for _, c := range cs {
-			if err := r.passOn(ctx, l, c); err != nil {
-				if errors.Is(err, ErrFenced) {
-					r.drop(l, err)
-				} else if ctx.Err() == nil {
-					r.log.Warn("scheduler: pass on a changed offer", "offer", c.OfferID, "err", err)
+		// The marks are asked about side by side (their reads go together
+		// to the store); those that failed stay for the next round.
+		asked := make([][]Entry, len(cs))
+		errs := make([]error, len(cs))
+		sem := make(chan struct{}, passOnParallel)
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() {
+					<-sem
+					wg.Done()
+				}()
+				asked[i], errs[i] = r.passOn(ctx, l, c)
+			}()
+		}
+		wg.Wait()
+		var entries []Entry
+		var acks []Change
+		for i, c := range cs {
+			if errs[i] != nil {
+				r.storeFailed(ctx, l, "pass on a changed offer "+c.OfferID, errs[i])
+				continue
+			}
+			entries, acks = append(entries, asked[i]...), append(acks, c)
+		}
+		if len(entries) > 0 {
+			queued, err := r.store.OfferMany(ctx, l, entries)
+			if err != nil {
+				r.storeFailed(ctx, l, "queue changed offers", err)
+				return
+			}
+			for i, ok := range queued {
+				if ok {
+					signal(r.byID[entries[i].Stage].wake)
 				}
-				return // the mark stays; the next round does it again
 			}
 		}
-		if len(cs) < r.cfg.BatchSize {
+		if len(acks) > 0 {
+			if err := r.store.AckChanges(ctx, l, acks); err != nil {
+				r.storeFailed(ctx, l, "ack changed offers", err)
+				return
+			}
+		}
+		if len(acks) < len(cs) || len(cs) < r.cfg.BatchSize {
 			return
 		}
 	}
 }
 
-// passOn asks the stages about one changed offer and removes its mark.
-func (r *Runner) passOn(ctx context.Context, l Lease, c Change) error {
+// storeFailed lets l go when the store fenced it, and logs other failures
+// (unless the runner is stopping).
+func (r *Runner) storeFailed(ctx context.Context, l Lease, what string, err error) {
+	if errors.Is(err, ErrFenced) {
+		r.drop(l, err)
+	} else if ctx.Err() == nil {
+		r.log.Warn("scheduler: "+what, "shard", l.Shard, "err", err)
+	}
+}
+
+// passOn asks the stages about one changed offer and returns the entries
+// to offer for it; the caller removes the mark after offering them.
+func (r *Runner) passOn(ctx context.Context, l Lease, c Change) ([]Entry, error) {
 	if c.Chain > r.cfg.MaxChain {
 		r.m.loopGuard.WithLabelValues(c.Source).Inc()
 		r.log.Warn("scheduler: loop guard: a change not passed on", "offer", c.OfferID, "stage", c.Source, "chain", c.Chain, "max_chain", r.cfg.MaxChain)
-		return r.store.AckChange(ctx, l, c)
+		return nil, nil
 	}
 	queued, err := r.store.Check(ctx, l.Shard, c.OfferID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	now := r.clock.Now()
+	var out []Entry
 	for _, st := range r.stages {
 		if st.cfg.ID == c.Source || !st.cfg.interested(c.Fields) {
 			continue
@@ -324,11 +463,15 @@ func (r *Runner) passOn(ctx context.Context, l Lease, c Change) error {
 		if i := indexOfStage(queued, st.cfg.ID); i >= 0 && !queued[i].Due.After(now) && queued[i].Lane == LaneMain {
 			continue // already due in its queue (S12)
 		}
-		if err := r.ask(ctx, st, l, c.OfferID, LaneMain, now); err != nil {
-			return err
+		e, want, err := r.decide(ctx, st, l, c.OfferID, LaneMain, now)
+		if err != nil {
+			return nil, err
+		}
+		if want {
+			out = append(out, e)
 		}
 	}
-	return r.store.AckChange(ctx, l, c)
+	return out, nil
 }
 
 func indexOfStage(es []Entry, stage string) int {
@@ -341,32 +484,11 @@ func indexOfStage(es []Entry, stage string) int {
 }
 
 // ask calls a stage's ShouldProcess on an offer and offers it to the
-// stage's queue as it answers; an error offers it now (S15).
+// stage's queue as it answers.
 func (r *Runner) ask(ctx context.Context, st *stageRun, l Lease, id string, lane Lane, now time.Time) error {
-	offer, state, err := r.store.Load(ctx, id, st.cfg.ID)
-	if err != nil {
+	e, want, err := r.decide(ctx, st, l, id, lane, now)
+	if err != nil || !want {
 		return err
-	}
-	if offer.Version == 0 {
-		return nil
-	}
-	r.m.asked.WithLabelValues(st.cfg.ID).Inc()
-	d, err := call(ctx, st, "ShouldProcess", func(ctx context.Context) (Decision, error) {
-		return st.cfg.Stage.ShouldProcess(ctx, offer, state)
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r.log.Warn("scheduler: ShouldProcess failed; the offer is queued anyway", "stage", st.cfg.ID, "offer", id, "err", err)
-		d = Now()
-	}
-	e := Entry{Shard: l.Shard, Stage: st.cfg.ID, OfferID: id, Due: now, Lane: lane}
-	switch d.kind {
-	case decideSkip:
-		return nil
-	case decideAt:
-		e.Due, e.Timer = d.at, true
 	}
 	ok, err := r.store.Offer(ctx, l, e)
 	if err != nil {
@@ -376,6 +498,37 @@ func (r *Runner) ask(ctx context.Context, st *stageRun, l Lease, id string, lane
 		signal(st.wake)
 	}
 	return nil
+}
+
+// decide calls a stage's ShouldProcess on an offer and returns the entry
+// it asks for, if it wants the offer; an error wants it now (S15).
+func (r *Runner) decide(ctx context.Context, st *stageRun, l Lease, id string, lane Lane, now time.Time) (Entry, bool, error) {
+	offer, state, err := r.store.Load(ctx, id, st.cfg.ID)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	if offer.Version == 0 {
+		return Entry{}, false, nil
+	}
+	r.m.asked.WithLabelValues(st.cfg.ID).Inc()
+	d, err := call(ctx, st, "ShouldProcess", func(ctx context.Context) (Decision, error) {
+		return st.cfg.Stage.ShouldProcess(ctx, offer, state)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Entry{}, false, ctx.Err()
+		}
+		r.log.Warn("scheduler: ShouldProcess failed; the offer is queued anyway", "stage", st.cfg.ID, "offer", id, "err", err)
+		d = Now()
+	}
+	e := Entry{Shard: l.Shard, Stage: st.cfg.ID, OfferID: id, Due: now, Lane: lane}
+	switch d.kind {
+	case decideSkip:
+		return Entry{}, false, nil
+	case decideAt:
+		e.Due, e.Timer = d.at, true
+	}
+	return e, true, nil
 }
 
 // ---- step 8: AfterSave ----

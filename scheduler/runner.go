@@ -122,6 +122,12 @@ type Runner struct {
 	mu     sync.Mutex
 	leases map[int]*held
 	busy   map[string]string // offer id -> the stage processing it
+
+	// The saves waiting for their shard's SaveMany, and the shards whose
+	// saver runs (save, flushSaves).
+	saveMu      sync.Mutex
+	savePending map[int][]*saveCall
+	saveBusy    map[int]bool
 }
 
 type held struct {
@@ -149,6 +155,8 @@ func NewRunner(cfg Config) (*Runner, error) {
 		changesWake: make(chan struct{}, 1),
 		leases:      map[int]*held{},
 		busy:        map[string]string{},
+		savePending: map[int][]*saveCall{},
+		saveBusy:    map[int]bool{},
 	}
 	for _, sc := range cfg.Stages {
 		if err := sc.fill(); err != nil {
