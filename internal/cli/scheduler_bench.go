@@ -30,6 +30,7 @@ type schedulerBenchOptions struct {
 	mode              string
 	offers, shards    int
 	writers, parallel int
+	putBatch          int
 	timeout           time.Duration
 	brokers, topic    string
 	partitions        int
@@ -81,7 +82,8 @@ to --offers.`,
 	f.StringVar(&o.mode, "mode", benchThroughput, "throughput, pipeline or timers")
 	f.IntVar(&o.offers, "offers", 20000, "offers to put")
 	f.IntVar(&o.shards, "shards", 64, "the store's shards")
-	f.IntVar(&o.writers, "writers", 32, "goroutines putting offers")
+	f.IntVar(&o.writers, "writers", 4, "goroutines putting offers")
+	f.IntVar(&o.putBatch, "put-batch", 1000, "offers per put: one PutMany (a transaction) each, as River's bench inserts its jobs")
 	f.IntVar(&o.parallel, "parallel", 64, "each stage's MaxParallel")
 	f.IntVar(&o.batch, "batch", 256, "the runner's BatchSize: entries or marks one store read takes")
 	f.IntVar(&o.relayBatch, "relay-batch", 1024, "outbox rows one relay round sends")
@@ -234,8 +236,8 @@ func benchScheduler(cmd *cobra.Command, o *schedulerBenchOptions) error {
 	if o.postgres == "" {
 		return usagef("%s: give --postgres", what)
 	}
-	if o.offers < 1 || o.writers < 1 || o.parallel < 1 || o.shards < 1 || o.batch < 1 || o.relayBatch < 1 || o.partitions < 1 {
-		return usagef("%s: --offers, --writers, --parallel, --shards, --batch, --relay-batch and --partitions must be at least 1", what)
+	if o.offers < 1 || o.writers < 1 || o.putBatch < 1 || o.parallel < 1 || o.shards < 1 || o.batch < 1 || o.relayBatch < 1 || o.partitions < 1 {
+		return usagef("%s: --offers, --writers, --put-batch, --parallel, --shards, --batch, --relay-batch and --partitions must be at least 1", what)
 	}
 	if o.mode != benchThroughput && o.mode != benchPipeline && o.mode != benchTimers {
 		return usagef("%s: --mode %q: use throughput, pipeline or timers", what, o.mode)
@@ -343,20 +345,44 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 	start := time.Now()
 	first := start.Add(o.lead)
 	pg, pctx := errgroup.WithContext(ctx)
-	for w := range o.writers {
+	batches := make(chan int)
+	pg.Go(func() error {
+		defer close(batches)
+		for i := 0; i < o.offers; i += o.putBatch {
+			select {
+			case batches <- i:
+			case <-pctx.Done():
+				return nil
+			}
+		}
+		return nil
+	})
+	for range o.writers {
 		pg.Go(func() error {
-			for i := w; i < o.offers; i += o.writers {
-				id := "o" + strconv.Itoa(i)
-				body := `{"n":` + strconv.Itoa(i) + `}`
-				if timers != nil {
-					due := first.Add(time.Duration(float64(i) / o.duePerS * float64(time.Second)))
-					body = `{"n":` + strconv.Itoa(i) + `,"due":` + strconv.FormatInt(due.UnixMicro(), 10) + `}`
+			for from := range batches {
+				offers := make([]pgstore.PutOffer, 0, o.putBatch)
+				for i := from; i < min(from+o.putBatch, o.offers); i++ {
+					body := `{"n":` + strconv.Itoa(i) + `}`
+					if timers != nil {
+						due := first.Add(time.Duration(float64(i) / o.duePerS * float64(time.Second)))
+						body = `{"n":` + strconv.Itoa(i) + `,"due":` + strconv.FormatInt(due.UnixMicro(), 10) + `}`
+					}
+					offers = append(offers, pgstore.PutOffer{ID: "o" + strconv.Itoa(i), Body: []byte(body)})
 				}
+				now := time.Now()
 				mu.Lock()
-				put[id] = time.Now()
+				for _, p := range offers {
+					put[p.ID] = now
+				}
 				mu.Unlock()
-				if _, err := store.Put(pctx, id, []byte(body), 0); err != nil {
-					return fmt.Errorf("put %s: %w", id, err)
+				_, errs, err := store.PutMany(pctx, offers)
+				if err != nil {
+					return fmt.Errorf("put offers %d to %d: %w", from, from+len(offers)-1, err)
+				}
+				for i, err := range errs {
+					if err != nil {
+						return fmt.Errorf("put %s: %w", offers[i].ID, err)
+					}
 				}
 			}
 			return nil
