@@ -34,9 +34,16 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 		if free == 0 || ctx.Err() != nil {
 			return next
 		}
-		// Entries of offers busy elsewhere, or in flight here, stay in
-		// the queue and come back in the peek: read past them.
-		entries, later, err := r.store.Peek(ctx, l, st.cfg.ID, r.clock.Now(), free+len(st.sem)+r.cfg.BatchSize)
+		// Entries of offers in flight here stay in the queue and come back
+		// in the peek: read past them. A Process call that ends after the
+		// peek began may have removed or moved its entry: such entries
+		// are left to the next peek (ended), so an entry taken is still
+		// in the queue and due, and needs no reading again.
+		r.mu.Lock()
+		clear(st.ended)
+		inFlight := st.inFlight[l.Shard]
+		r.mu.Unlock()
+		entries, later, err := r.store.Peek(ctx, l, st.cfg.ID, r.clock.Now(), free+inFlight+peekSlack)
 		if err != nil {
 			if errors.Is(err, ErrFenced) {
 				r.drop(l, err)
@@ -52,13 +59,13 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 			if len(st.sem) == cap(st.sem) {
 				break
 			}
-			if !r.take(e.OfferID, st.cfg.ID) {
+			if !r.take(st, e) {
 				continue
 			}
 			st.sem <- struct{}{}
 			go func() {
 				defer func() {
-					r.untake(e.OfferID)
+					r.untake(st, e)
 					<-st.sem
 					// The entries of this offer in other stages may wait for it.
 					r.signalStages()
@@ -70,6 +77,10 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 	return next
 }
 
+// peekSlack is how many entries a peek reads beyond the free slots and the
+// shard's entries in flight: for entries of offers busy in other stages.
+const peekSlack = 16
+
 func (r *Runner) signalStages() {
 	for _, st := range r.stages {
 		signal(st.wake)
@@ -78,21 +89,27 @@ func (r *Runner) signalStages() {
 
 // take marks an offer busy in a stage: one stage at a time on an offer
 // (S11, S22). A runner holds the offer's shard alone (the lease fences any
-// other), so a mark in its memory is enough.
-func (r *Runner) take(id, stage string) bool {
+// other), so a mark in its memory is enough. An entry whose offer's
+// Process call in this stage ended since the peek is not taken.
+func (r *Runner) take(st *stageRun, e Entry) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, busy := r.busy[id]; busy {
+	if _, busy := r.busy[e.OfferID]; busy || st.ended[e.OfferID] {
 		return false
 	}
-	r.busy[id] = stage
+	r.busy[e.OfferID] = st.cfg.ID
+	st.inFlight[e.Shard]++
 	return true
 }
 
-func (r *Runner) untake(id string) {
+func (r *Runner) untake(st *stageRun, e Entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.busy, id)
+	delete(r.busy, e.OfferID)
+	st.ended[e.OfferID] = true
+	if st.inFlight[e.Shard]--; st.inFlight[e.Shard] <= 0 {
+		delete(st.inFlight, e.Shard)
+	}
 }
 
 // ---- steps 2–6: one entry ----
@@ -103,20 +120,6 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 			return
 		}
 	}
-	// The peek may be stale: a Process of this offer that ended between
-	// the peek and the take removed the entry or moved it on.
-	cur, err := r.store.Check(ctx, l.Shard, e.OfferID)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("scheduler: check an entry", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
-		}
-		return
-	}
-	i := indexOfStage(cur, st.cfg.ID)
-	if i < 0 || cur[i].Due.After(r.clock.Now()) {
-		return
-	}
-	e = cur[i]
 	for conflicts := 0; ; conflicts++ {
 		if _, ok := r.lease(l.Shard); !ok {
 			return // the lease went stale while waiting: the next holder does it

@@ -142,6 +142,10 @@ type stageRun struct {
 	wake      chan struct{}
 	afterWake chan struct{}
 	after     AfterSaver
+	// Under Runner.mu: the stage's Process calls in flight by shard, and
+	// the offers whose call ended since the stage's last peek began.
+	inFlight map[int]int
+	ended    map[string]bool
 }
 
 // NewRunner checks cfg and makes a Runner.
@@ -165,7 +169,8 @@ func NewRunner(cfg Config) (*Runner, error) {
 		if _, dup := r.byID[sc.ID]; dup {
 			return nil, fmt.Errorf("%w: stage id %q is given twice", ErrInvalid, sc.ID)
 		}
-		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wake: make(chan struct{}, 1), afterWake: make(chan struct{}, 1)}
+		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wake: make(chan struct{}, 1), afterWake: make(chan struct{}, 1),
+			inFlight: map[int]int{}, ended: map[string]bool{}}
 		if sc.RateLimit > 0 {
 			st.limiter = rate.NewLimiter(sc.RateLimit, sc.Burst)
 		}

@@ -11,16 +11,63 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/shardkit/shardkit/scheduler"
 )
 
-// The batch writes (SaveMany, OfferMany, AckChanges; Save, Offer and
-// AckChange are batches of one) take a fixed number of round trips
-// whatever their size: BEGIN; one pipeline of the fence, the locks and the
-// reads; one pipeline of the writes, set-based where rows are alike
-// (unnest of arrays); COMMIT. What decides between the two pipelines
+// The batch writes (SaveMany, OfferMany, AckChanges, PutMany; Save,
+// Offer, AckChange and Put are batches of one) take two round trips
+// whatever their size: BEGIN with the fence, the locks and the reads in
+// one pipeline; the writes, set-based where rows are alike (unnest of
+// arrays), with COMMIT in another. What decides between the two pipelines
 // (version checks, patches, the queue's rules) runs here, between them.
+
+// pipeTx is a READ COMMITTED transaction on a connection of the pool
+// whose BEGIN goes with its first pipeline (read) and whose COMMIT goes
+// with its last (commit).
+type pipeTx struct {
+	c    *pgxpool.Conn
+	open bool
+}
+
+// ptx runs f in a pipeTx; a transaction f leaves open (an error, or
+// nothing to write) is rolled back.
+func (s *Store) ptx(ctx context.Context, what string, f func(*pipeTx) error) error {
+	c, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: %s: connect: %w", what, err)
+	}
+	defer c.Release() // a connection left in a transaction is closed by the pool
+	p := &pipeTx{c: c}
+	err = f(p)
+	if p.open {
+		_, _ = c.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
+	return err
+}
+
+// read begins the transaction and sends b in the same pipeline.
+func (p *pipeTx) read(ctx context.Context, b *pgx.Batch, what string) (pgx.BatchResults, error) {
+	nb := &pgx.Batch{QueuedQueries: append([]*pgx.QueuedQuery{{SQL: "BEGIN ISOLATION LEVEL READ COMMITTED"}}, b.QueuedQueries...)}
+	p.open = true
+	br := p.c.SendBatch(ctx, nb)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, fmt.Errorf("pgstore: %s: begin: %w", what, err)
+	}
+	return br, nil
+}
+
+// commit sends w and COMMIT in one pipeline.
+func (p *pipeTx) commit(ctx context.Context, w *pgx.Batch, what string) error {
+	w.Queue("COMMIT")
+	if err := execAll(p.c.SendBatch(ctx, w), w.Len(), what); err != nil {
+		return err
+	}
+	p.open = false
+	return nil
+}
 
 // pair is an (offer, stage) pair: a queue entry's or a state's key.
 type pair struct{ offer, stage string }
@@ -162,12 +209,15 @@ func (s *Store) OfferMany(ctx context.Context, l scheduler.Lease, entries []sche
 			pairs = append(pairs, p)
 		}
 	}
-	err := s.tx(ctx, "offer", func(tx pgx.Tx) error {
+	err := s.ptx(ctx, "offer", func(tx *pipeTx) error {
 		b := &pgx.Batch{}
 		s.queueFence(b, l)
 		s.queueLocks(b, l.Shard, pairs)
 		s.queueReadEntries(b, l.Shard, pairs)
-		br := tx.SendBatch(ctx, b)
+		br, err := tx.read(ctx, b, "offer")
+		if err != nil {
+			return err
+		}
 		if err := s.readFence(br, l); err != nil {
 			br.Close()
 			return err
@@ -229,7 +279,7 @@ func (s *Store) OfferMany(ctx context.Context, l scheduler.Lease, entries []sche
 		w := &pgx.Batch{}
 		s.queueDeleteEntries(w, l.Shard, del)
 		s.queueInsertEntries(w, l.Shard, ins)
-		return execAll(tx.SendBatch(ctx, w), w.Len(), "offer: write")
+		return tx.commit(ctx, w, "offer: write")
 	})
 	if err != nil {
 		return nil, err
@@ -251,17 +301,23 @@ func (s *Store) AckChanges(ctx context.Context, l scheduler.Lease, cs []schedule
 	if len(cs) == 0 {
 		return nil
 	}
-	return s.tx(ctx, "ack changed offers", func(tx pgx.Tx) error {
+	return s.ptx(ctx, "ack changed offers", func(tx *pipeTx) error {
 		b := &pgx.Batch{}
 		s.queueFence(b, l)
 		b.Queue("DELETE FROM "+s.t("changed")+" c USING unnest($2::text[], $3::bigint[]) AS u(offer_id, seq)"+
 			" WHERE c.shard = $1 AND c.offer_id = u.offer_id AND c.seq = u.seq", l.Shard, ids, seqs)
-		br := tx.SendBatch(ctx, b)
+		br, err := tx.read(ctx, b, "ack changed offers")
+		if err != nil {
+			return err
+		}
 		if err := s.readFence(br, l); err != nil {
 			br.Close()
 			return err
 		}
-		return execAll(br, 1, "ack changed offers")
+		if err := execAll(br, 1, "ack changed offers"); err != nil {
+			return err
+		}
+		return tx.commit(ctx, &pgx.Batch{}, "ack changed offers")
 	})
 }
 
@@ -313,7 +369,7 @@ func (s *Store) SaveMany(ctx context.Context, l scheduler.Lease, saves []schedul
 	}
 	slices.SortFunc(todo, func(a, b int) int { return cmpString(saves[a].OfferID, saves[b].OfferID) })
 	var out []scheduler.Saved
-	err := s.tx(ctx, "save", func(tx pgx.Tx) error {
+	err := s.ptx(ctx, "save", func(tx *pipeTx) error {
 		out = make([]scheduler.Saved, len(saves))
 		for _, i := range todo {
 			errs[i] = nil
@@ -335,7 +391,10 @@ func (s *Store) SaveMany(ctx context.Context, l scheduler.Lease, saves []schedul
 			" WHERE st.shard = $1 ORDER BY st.offer_id FOR UPDATE OF st", l.Shard, ids, stages)
 		s.queueLocks(b, l.Shard, pairs)
 		b.Queue("SELECT clock_timestamp()")
-		br := tx.SendBatch(ctx, b)
+		br, err := tx.read(ctx, b, "save")
+		if err != nil {
+			return err
+		}
 		if err := s.readFence(br, l); err != nil {
 			br.Close()
 			return err
@@ -343,7 +402,7 @@ func (s *Store) SaveMany(ctx context.Context, l scheduler.Lease, saves []schedul
 		offers := map[string]offerRow{}
 		states := map[pair]stateRow{}
 		var now time.Time
-		err := func() error {
+		err = func() error {
 			rows, err := br.Query()
 			if err != nil {
 				return err
@@ -490,9 +549,9 @@ func (s *Store) SaveMany(ctx context.Context, l scheduler.Lease, saves []schedul
 		}
 		s.queueOutbox(w, obIDs, obRecords)
 		if w.Len() == 0 {
-			return nil
+			return nil // nothing written: the transaction is rolled back
 		}
-		return execAll(tx.SendBatch(ctx, w), w.Len(), "save: write")
+		return tx.commit(ctx, w, "save: write")
 	})
 	if err != nil {
 		return nil, nil, err

@@ -545,7 +545,7 @@ func (s *Store) PutMany(ctx context.Context, offers []PutOffer) (versions []int6
 		}
 		return cmpString(offers[a].ID, offers[b].ID)
 	})
-	err = s.tx(ctx, "put offers", func(tx pgx.Tx) error {
+	err = s.ptx(ctx, "put offers", func(tx *pipeTx) error {
 		versions = make([]int64, len(offers))
 		for _, i := range todo {
 			errs[i] = nil
@@ -561,10 +561,13 @@ func (s *Store) PutMany(ctx context.Context, offers []PutOffer) (versions []int6
 		b.Queue("SELECT o.offer_id, o.version, o.body FROM "+s.t("offers")+" o JOIN unnest($1::integer[], $2::text[]) AS u(shard, offer_id)"+
 			" ON o.shard = u.shard AND o.offer_id = u.offer_id ORDER BY o.shard, o.offer_id FOR UPDATE OF o", shards, ids)
 		b.Queue("SELECT clock_timestamp()")
-		br := tx.SendBatch(ctx, b)
+		br, err := tx.read(ctx, b, "put offers")
+		if err != nil {
+			return err
+		}
 		old := map[string]offerRow{}
 		var now time.Time
-		err := func() error {
+		err = func() error {
 			rows, err := br.Query()
 			if err != nil {
 				return err
@@ -642,9 +645,9 @@ func (s *Store) PutMany(ctx context.Context, offers []PutOffer) (versions []int6
 		}
 		s.queueOutbox(w, recIDs, records)
 		if w.Len() == 0 {
-			return nil
+			return nil // nothing written: the transaction is rolled back
 		}
-		return execAll(tx.SendBatch(ctx, w), w.Len(), "put offers")
+		return tx.commit(ctx, w, "put offers")
 	})
 	if err != nil {
 		return nil, nil, err
