@@ -367,20 +367,20 @@ func (r *Runner) keepLeases(ctx context.Context) {
 		case errors.Is(err, ErrFenced):
 			r.drop(l, err)
 		default:
-			r.log.Warn("scheduler: renew shard lease", "lease", l.String(), "err", err)
+			r.warn(ctx, "scheduler: renew shard lease", "lease", l.String(), "err", err)
 		}
 	}
 	if err := r.store.Announce(ctx, r.cfg.Owner, r.cfg.LeaseTTL); err != nil {
-		r.log.Warn("scheduler: announce this runner", "err", err)
+		r.warn(ctx, "scheduler: announce this runner", "err", err)
 	}
 	live, err := r.store.Runners(ctx)
 	if err != nil {
-		r.log.Warn("scheduler: list runners", "err", err)
+		r.warn(ctx, "scheduler: list runners", "err", err)
 		return
 	}
 	infos, err := r.store.Leases(ctx)
 	if err != nil {
-		r.log.Warn("scheduler: list shard leases", "err", err)
+		r.warn(ctx, "scheduler: list shard leases", "err", err)
 		return
 	}
 	owners := map[string]bool{r.cfg.Owner: true}
@@ -407,7 +407,7 @@ func (r *Runner) keepLeases(ctx context.Context) {
 		start := time.Now()
 		got, err := r.store.Claim(ctx, r.cfg.Owner, want, r.cfg.LeaseTTL)
 		if err != nil {
-			r.log.Warn("scheduler: claim shards", "shards", want, "err", err)
+			r.warn(ctx, "scheduler: claim shards", "shards", want, "err", err)
 			return
 		}
 		r.mu.Lock()
@@ -426,6 +426,14 @@ func (r *Runner) keepLeases(ctx context.Context) {
 				r.log.Warn("scheduler: release shard", "lease", l.String(), "err", err)
 			}
 		}
+	}
+}
+
+// warn logs a failure unless the runner is stopping (ctx ended), when
+// the store's calls fail for that reason.
+func (r *Runner) warn(ctx context.Context, msg string, args ...any) {
+	if ctx.Err() == nil {
+		r.log.Warn(msg, args...)
 	}
 }
 

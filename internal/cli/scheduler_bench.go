@@ -84,7 +84,7 @@ to --offers.`,
 	f.IntVar(&o.shards, "shards", 64, "the store's shards")
 	f.IntVar(&o.writers, "writers", 4, "goroutines putting offers")
 	f.IntVar(&o.putBatch, "put-batch", 1000, "offers per put: one PutMany (a transaction) each, as River's bench inserts its jobs")
-	f.IntVar(&o.parallel, "parallel", 64, "each stage's MaxParallel")
+	f.IntVar(&o.parallel, "parallel", 256, "each stage's MaxParallel (River's side runs 200 workers)")
 	f.IntVar(&o.batch, "batch", 256, "the runner's BatchSize: entries or marks one store read takes")
 	f.IntVar(&o.relayBatch, "relay-batch", 1024, "outbox rows one relay round sends")
 	f.DurationVar(&o.pollInterval, "poll-interval", 100*time.Millisecond, "the runner's and the relay's PollInterval")
