@@ -26,56 +26,95 @@ func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 
 // dispatch starts Process calls for the stage's due entries in the held
 // shards while it has free slots, and returns when the earliest later
-// entry it saw is due (zero if none).
+// entry it saw is due (zero if none). It peeks peekParallel shards at a
+// time, starting one shard further each call so that no shard waits
+// behind the others when the slots are few.
 func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 	var next time.Time
-	for _, l := range r.held() {
+	held := r.held()
+	if len(held) == 0 {
+		return next
+	}
+	st.rotate = (st.rotate + 1) % len(held)
+	held = append(held[st.rotate:], held[:st.rotate]...)
+	// Entries of offers in flight here stay in the queue and come back in
+	// the peek: read past them. A Process call that ends after the peeks
+	// began may have removed or moved its entry: such entries are left to
+	// the next peek (ended), so an entry taken is still in the queue and
+	// due, and needs no reading again.
+	r.mu.Lock()
+	clear(st.ended)
+	r.mu.Unlock()
+	type peeked struct {
+		entries []Entry
+		later   time.Time
+		err     error
+	}
+	for from := 0; from < len(held); from += peekParallel {
 		free := cap(st.sem) - len(st.sem)
 		if free == 0 || ctx.Err() != nil {
 			return next
 		}
-		// Entries of offers in flight here stay in the queue and come back
-		// in the peek: read past them. A Process call that ends after the
-		// peek began may have removed or moved its entry: such entries
-		// are left to the next peek (ended), so an entry taken is still
-		// in the queue and due, and needs no reading again.
-		r.mu.Lock()
-		clear(st.ended)
-		inFlight := st.inFlight[l.Shard]
-		r.mu.Unlock()
-		entries, later, err := r.store.Peek(ctx, l, st.cfg.ID, r.clock.Now(), free+inFlight+peekSlack)
-		if err != nil {
-			if errors.Is(err, ErrFenced) {
-				r.drop(l, err)
-			} else if ctx.Err() == nil {
-				r.log.Warn("scheduler: peek", "stage", st.cfg.ID, "shard", l.Shard, "err", err)
-			}
-			continue
+		group := held[from:min(from+peekParallel, len(held))]
+		got := make([]peeked, len(group))
+		// Entries due within timerLead are taken now and wait for their
+		// time in process: a timer's lateness is then not the length of a
+		// round of peeks.
+		now := r.clock.Now().Add(timerLead)
+		var wg sync.WaitGroup
+		for i, l := range group {
+			r.mu.Lock()
+			limit := free + st.inFlight[l.Shard] + peekSlack
+			r.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i].entries, got[i].later, got[i].err = r.store.Peek(ctx, l, st.cfg.ID, now, limit)
+			}()
 		}
-		if !later.IsZero() && (next.IsZero() || later.Before(next)) {
-			next = later
-		}
-		for _, e := range entries {
-			if len(st.sem) == cap(st.sem) {
-				break
-			}
-			if !r.take(st, e) {
+		wg.Wait()
+		for i, l := range group {
+			if err := got[i].err; err != nil {
+				if errors.Is(err, ErrFenced) {
+					r.drop(l, err)
+				} else if ctx.Err() == nil {
+					r.log.Warn("scheduler: peek", "stage", st.cfg.ID, "shard", l.Shard, "err", err)
+				}
 				continue
 			}
-			st.sem <- struct{}{}
-			go func() {
-				defer func() {
-					r.untake(st, e)
-					<-st.sem
-					// The entries of this offer in other stages may wait for it.
-					r.signalStages()
+			if later := got[i].later; !later.IsZero() && (next.IsZero() || later.Before(next)) {
+				next = later
+			}
+			for _, e := range got[i].entries {
+				if len(st.sem) == cap(st.sem) {
+					break
+				}
+				if !r.take(st, e) {
+					continue
+				}
+				st.sem <- struct{}{}
+				go func() {
+					defer func() {
+						r.untake(st, e)
+						<-st.sem
+						// The entries of this offer in other stages may wait for it.
+						r.signalStages()
+					}()
+					r.process(ctx, st, l, e)
 				}()
-				r.process(ctx, st, l, e)
-			}()
+			}
 		}
 	}
 	return next
 }
+
+// peekParallel is how many shards one dispatch peeks at once; timerLead
+// is how long before its due time an entry is taken (holding a slot and
+// its offer until then).
+const (
+	peekParallel = 16
+	timerLead    = 100 * time.Millisecond
+)
 
 // peekSlack is how many entries a peek reads beyond the free slots and the
 // shard's entries in flight: for entries of offers busy in other stages.
@@ -115,6 +154,13 @@ func (r *Runner) untake(st *stageRun, e Entry) {
 // ---- steps 2–6: one entry ----
 
 func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
+	if wait := e.Due.Sub(r.clock.Now()); wait > 0 {
+		select {
+		case <-r.clock.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
 	if st.limiter != nil {
 		if err := st.limiter.Wait(ctx); err != nil {
 			return

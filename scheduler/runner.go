@@ -146,6 +146,9 @@ type stageRun struct {
 	// the offers whose call ended since the stage's last peek began.
 	inFlight map[int]int
 	ended    map[string]bool
+	// rotate is the held shard that the stage's next dispatch starts at
+	// (only its dispatch loop uses it).
+	rotate int
 }
 
 // NewRunner checks cfg and makes a Runner.
