@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,7 +15,7 @@ import (
 func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 	for {
 		next := r.dispatch(ctx, st)
-		if !r.wait(ctx, next, st.wake) {
+		if !r.wait(ctx, next, st.wake) || !r.gather(ctx, st) {
 			// Wait for the stage's calls in flight: Run returns after them.
 			for range cap(st.sem) {
 				st.sem <- struct{}{}
@@ -22,6 +23,25 @@ func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 			return
 		}
 	}
+}
+
+// gather waits, while more than three quarters of the stage's slots are
+// busy, up to gatherWait for calls to end: under load a dispatch then
+// fills many slots with a few peeks, instead of peeking shard after shard
+// for each slot that freed. It returns false when ctx ended.
+func (r *Runner) gather(ctx context.Context, st *stageRun) bool {
+	t := time.NewTimer(gatherWait)
+	defer t.Stop()
+	for len(st.sem) > cap(st.sem)*3/4 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-st.wake:
+		}
+	}
+	return true
 }
 
 // dispatch starts Process calls for the stage's due entries in the held
@@ -38,24 +58,34 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 	st.rotate = (st.rotate + 1) % len(held)
 	held = append(held[st.rotate:], held[:st.rotate]...)
 	// Entries of offers in flight here stay in the queue and come back in
-	// the peek: read past them. A Process call that ends after the peeks
-	// began may have removed or moved its entry: such entries are left to
-	// the next peek (ended), so an entry taken is still in the queue and
-	// due, and needs no reading again.
+	// the peek: read past them. Shards with none in flight are peeked
+	// first, so that a peek reads new entries rather than those in flight
+	// again, and a shard's entries go in batches (their saves then go
+	// together too). A Process call that ends after the peeks began may
+	// have removed or moved its entry: such entries are left to the next
+	// peek (ended), so an entry taken is still in the queue and due, and
+	// needs no reading again.
 	r.mu.Lock()
 	clear(st.ended)
+	slices.SortStableFunc(held, func(a, b Lease) int {
+		return min(st.inFlight[a.Shard], 1) - min(st.inFlight[b.Shard], 1)
+	})
 	r.mu.Unlock()
 	type peeked struct {
 		entries []Entry
 		later   time.Time
 		err     error
 	}
-	for from := 0; from < len(held); from += peekParallel {
+	for from := 0; from < len(held); {
 		free := cap(st.sem) - len(st.sem)
 		if free == 0 || ctx.Err() != nil {
 			return next
 		}
-		group := held[from:min(from+peekParallel, len(held))]
+		// As many shards side by side as the free slots may want: one
+		// shard for a few slots, up to peekParallel.
+		n := min(max(free/8, 1), peekParallel)
+		group := held[from:min(from+n, len(held))]
+		from += len(group)
 		got := make([]peeked, len(group))
 		// Entries due within timerLead are taken now and wait for their
 		// time in process: a timer's lateness is then not the length of a
@@ -64,7 +94,7 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 		var wg sync.WaitGroup
 		for i, l := range group {
 			r.mu.Lock()
-			limit := free + st.inFlight[l.Shard] + peekSlack
+			limit := (free+len(group)-1)/len(group) + st.inFlight[l.Shard] + peekSlack
 			r.mu.Unlock()
 			wg.Add(1)
 			go func() {
@@ -108,17 +138,19 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 	return next
 }
 
-// peekParallel is how many shards one dispatch peeks at once; timerLead
-// is how long before its due time an entry is taken (holding a slot and
-// its offer until then).
+// peekParallel is how many shards one dispatch peeks at once at most;
+// timerLead is how long before its due time an entry is taken (holding a
+// slot and its offer until then); gatherWait bounds gather.
 const (
 	peekParallel = 16
 	timerLead    = 100 * time.Millisecond
+	gatherWait   = 5 * time.Millisecond
 )
 
-// peekSlack is how many entries a peek reads beyond the free slots and the
-// shard's entries in flight: for entries of offers busy in other stages.
-const peekSlack = 16
+// peekSlack is how many entries a peek reads beyond its share of the free
+// slots and the shard's entries in flight: for entries of offers busy in
+// other stages.
+const peekSlack = 8
 
 func (r *Runner) signalStages() {
 	for _, st := range r.stages {

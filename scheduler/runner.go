@@ -50,7 +50,8 @@ type Config struct {
 	// RescanEvery starts a background rescan of every held shard through
 	// the stages' low-priority lanes this often (0: never).
 	RescanEvery time.Duration
-	// BatchSize is how many entries or marks one store read takes (default 64).
+	// BatchSize is how many changed-offer marks one store read takes, and
+	// how many saves one SaveMany carries at most (default 64).
 	BatchSize int
 	// Clock (default SystemClock).
 	Clock Clock

@@ -85,7 +85,7 @@ to --offers.`,
 	f.IntVar(&o.writers, "writers", 4, "goroutines putting offers")
 	f.IntVar(&o.putBatch, "put-batch", 1000, "offers per put: one PutMany (a transaction) each, as River's bench inserts its jobs")
 	f.IntVar(&o.parallel, "parallel", 256, "each stage's MaxParallel (River's side runs 200 workers)")
-	f.IntVar(&o.batch, "batch", 256, "the runner's BatchSize: entries or marks one store read takes")
+	f.IntVar(&o.batch, "batch", 256, "the runner's BatchSize: marks one store read takes, saves one SaveMany carries")
 	f.IntVar(&o.relayBatch, "relay-batch", 1024, "outbox rows one relay round sends")
 	f.DurationVar(&o.pollInterval, "poll-interval", 100*time.Millisecond, "the runner's and the relay's PollInterval")
 	f.Float64Var(&o.duePerS, "due-per-s", 10000, "--mode timers: timers due per second")
