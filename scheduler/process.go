@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"slices"
+	"sync"
 	"time"
 )
 
@@ -13,7 +15,7 @@ import (
 func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 	for {
 		next := r.dispatch(ctx, st)
-		if !r.wait(ctx, next, st.wake) {
+		if !r.wait(ctx, next, st.wake) || !r.gather(ctx, st) {
 			// Wait for the stage's calls in flight: Run returns after them.
 			for range cap(st.sem) {
 				st.sem <- struct{}{}
@@ -23,51 +25,132 @@ func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 	}
 }
 
+// gather waits, while more than three quarters of the stage's slots are
+// busy, up to gatherWait for calls to end: under load a dispatch then
+// fills many slots with a few peeks, instead of peeking shard after shard
+// for each slot that freed. It returns false when ctx ended.
+func (r *Runner) gather(ctx context.Context, st *stageRun) bool {
+	t := time.NewTimer(gatherWait)
+	defer t.Stop()
+	for len(st.sem) > cap(st.sem)*3/4 {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+			return true
+		case <-st.wake:
+		}
+	}
+	return true
+}
+
 // dispatch starts Process calls for the stage's due entries in the held
 // shards while it has free slots, and returns when the earliest later
-// entry it saw is due (zero if none).
+// entry it saw is due (zero if none). It peeks peekParallel shards at a
+// time, starting one shard further each call so that no shard waits
+// behind the others when the slots are few.
 func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 	var next time.Time
-	for _, l := range r.held() {
+	held := r.held()
+	if len(held) == 0 {
+		return next
+	}
+	st.rotate = (st.rotate + 1) % len(held)
+	held = append(held[st.rotate:], held[:st.rotate]...)
+	// Entries of offers in flight here stay in the queue and come back in
+	// the peek: read past them. Shards with none in flight are peeked
+	// first, so that a peek reads new entries rather than those in flight
+	// again, and a shard's entries go in batches (their saves then go
+	// together too). A Process call that ends after the peeks began may
+	// have removed or moved its entry: such entries are left to the next
+	// peek (ended), so an entry taken is still in the queue and due, and
+	// needs no reading again.
+	r.mu.Lock()
+	clear(st.ended)
+	slices.SortStableFunc(held, func(a, b Lease) int {
+		return min(st.inFlight[a.Shard], 1) - min(st.inFlight[b.Shard], 1)
+	})
+	r.mu.Unlock()
+	type peeked struct {
+		entries []Entry
+		later   time.Time
+		err     error
+	}
+	for from := 0; from < len(held); {
 		free := cap(st.sem) - len(st.sem)
 		if free == 0 || ctx.Err() != nil {
 			return next
 		}
-		// Entries of offers busy elsewhere, or in flight here, stay in
-		// the queue and come back in the peek: read past them.
-		entries, later, err := r.store.Peek(ctx, l, st.cfg.ID, r.clock.Now(), free+len(st.sem)+r.cfg.BatchSize)
-		if err != nil {
-			if errors.Is(err, ErrFenced) {
-				r.drop(l, err)
-			} else if ctx.Err() == nil {
-				r.log.Warn("scheduler: peek", "stage", st.cfg.ID, "shard", l.Shard, "err", err)
-			}
-			continue
+		// As many shards side by side as the free slots may want: one
+		// shard for a few slots, up to peekParallel.
+		n := min(max(free/8, 1), peekParallel)
+		group := held[from:min(from+n, len(held))]
+		from += len(group)
+		got := make([]peeked, len(group))
+		// Entries due within timerLead are taken now and wait for their
+		// time in process: a timer's lateness is then not the length of a
+		// round of peeks.
+		now := r.clock.Now().Add(timerLead)
+		var wg sync.WaitGroup
+		for i, l := range group {
+			r.mu.Lock()
+			limit := (free+len(group)-1)/len(group) + st.inFlight[l.Shard] + peekSlack
+			r.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				got[i].entries, got[i].later, got[i].err = r.store.Peek(ctx, l, st.cfg.ID, now, limit)
+			}()
 		}
-		if !later.IsZero() && (next.IsZero() || later.Before(next)) {
-			next = later
-		}
-		for _, e := range entries {
-			if len(st.sem) == cap(st.sem) {
-				break
-			}
-			if !r.take(e.OfferID, st.cfg.ID) {
+		wg.Wait()
+		for i, l := range group {
+			if err := got[i].err; err != nil {
+				if errors.Is(err, ErrFenced) {
+					r.drop(l, err)
+				} else if ctx.Err() == nil {
+					r.log.Warn("scheduler: peek", "stage", st.cfg.ID, "shard", l.Shard, "err", err)
+				}
 				continue
 			}
-			st.sem <- struct{}{}
-			go func() {
-				defer func() {
-					r.untake(e.OfferID)
-					<-st.sem
-					// The entries of this offer in other stages may wait for it.
-					r.signalStages()
+			if later := got[i].later; !later.IsZero() && (next.IsZero() || later.Before(next)) {
+				next = later
+			}
+			for _, e := range got[i].entries {
+				if len(st.sem) == cap(st.sem) {
+					break
+				}
+				if !r.take(st, e) {
+					continue
+				}
+				st.sem <- struct{}{}
+				go func() {
+					defer func() {
+						r.untake(st, e)
+						<-st.sem
+						// The entries of this offer in other stages may wait for it.
+						r.signalStages()
+					}()
+					r.process(ctx, st, l, e)
 				}()
-				r.process(ctx, st, l, e)
-			}()
+			}
 		}
 	}
 	return next
 }
+
+// peekParallel is how many shards one dispatch peeks at once at most;
+// timerLead is how long before its due time an entry is taken (holding a
+// slot and its offer until then); gatherWait bounds gather.
+const (
+	peekParallel = 16
+	timerLead    = 100 * time.Millisecond
+	gatherWait   = 5 * time.Millisecond
+)
+
+// peekSlack is how many entries a peek reads beyond its share of the free
+// slots and the shard's entries in flight: for entries of offers busy in
+// other stages.
+const peekSlack = 8
 
 func (r *Runner) signalStages() {
 	for _, st := range r.stages {
@@ -77,45 +160,44 @@ func (r *Runner) signalStages() {
 
 // take marks an offer busy in a stage: one stage at a time on an offer
 // (S11, S22). A runner holds the offer's shard alone (the lease fences any
-// other), so a mark in its memory is enough.
-func (r *Runner) take(id, stage string) bool {
+// other), so a mark in its memory is enough. An entry whose offer's
+// Process call in this stage ended since the peek is not taken.
+func (r *Runner) take(st *stageRun, e Entry) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, busy := r.busy[id]; busy {
+	if _, busy := r.busy[e.OfferID]; busy || st.ended[e.OfferID] {
 		return false
 	}
-	r.busy[id] = stage
+	r.busy[e.OfferID] = st.cfg.ID
+	st.inFlight[e.Shard]++
 	return true
 }
 
-func (r *Runner) untake(id string) {
+func (r *Runner) untake(st *stageRun, e Entry) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.busy, id)
+	delete(r.busy, e.OfferID)
+	st.ended[e.OfferID] = true
+	if st.inFlight[e.Shard]--; st.inFlight[e.Shard] <= 0 {
+		delete(st.inFlight, e.Shard)
+	}
 }
 
 // ---- steps 2–6: one entry ----
 
 func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
+	if wait := e.Due.Sub(r.clock.Now()); wait > 0 {
+		select {
+		case <-r.clock.After(wait):
+		case <-ctx.Done():
+			return
+		}
+	}
 	if st.limiter != nil {
 		if err := st.limiter.Wait(ctx); err != nil {
 			return
 		}
 	}
-	// The peek may be stale: a Process of this offer that ended between
-	// the peek and the take removed the entry or moved it on.
-	cur, err := r.store.Check(ctx, l.Shard, e.OfferID)
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("scheduler: check an entry", "stage", st.cfg.ID, "offer", e.OfferID, "err", err)
-		}
-		return
-	}
-	i := indexOfStage(cur, st.cfg.ID)
-	if i < 0 || cur[i].Due.After(r.clock.Now()) {
-		return
-	}
-	e = cur[i]
 	for conflicts := 0; ; conflicts++ {
 		if _, ok := r.lease(l.Shard); !ok {
 			return // the lease went stale while waiting: the next holder does it
@@ -165,7 +247,7 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 		if e.Timer || e.Lane == LaneRescan {
 			s.Chain = 1 // a timer or a rescan starts a new chain
 		}
-		saved, err := r.store.Save(ctx, l, s)
+		saved, err := r.save(ctx, l, s)
 		switch {
 		case errors.Is(err, ErrConflict):
 			// Step 6: run again on what is there now.
@@ -195,6 +277,74 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 			signal(st.wake)
 		}
 		return
+	}
+}
+
+// ---- step 5: saves, gathered per shard ----
+
+// saveCall is one Process call's save, waiting for its SaveMany.
+type saveCall struct {
+	l     Lease
+	s     Save
+	saved Saved
+	err   error
+	done  chan struct{}
+}
+
+// save writes s through the shard's saver: the saves of a shard's
+// concurrent Process calls that come while one SaveMany is in flight go
+// together in the next, so a busy shard takes one store write for many
+// saves, and a lone save waits for nothing.
+func (r *Runner) save(ctx context.Context, l Lease, s Save) (Saved, error) {
+	c := &saveCall{l: l, s: s, done: make(chan struct{})}
+	r.saveMu.Lock()
+	r.savePending[l.Shard] = append(r.savePending[l.Shard], c)
+	start := !r.saveBusy[l.Shard]
+	r.saveBusy[l.Shard] = true
+	r.saveMu.Unlock()
+	if start {
+		go r.flushSaves(ctx, l.Shard)
+	}
+	<-c.done
+	return c.saved, c.err
+}
+
+// flushSaves writes the shard's pending saves, BatchSize at a time and one
+// lease at a time, until none is left.
+func (r *Runner) flushSaves(ctx context.Context, shard int) {
+	for {
+		r.saveMu.Lock()
+		calls := r.savePending[shard]
+		if len(calls) == 0 {
+			delete(r.saveBusy, shard)
+			delete(r.savePending, shard)
+			r.saveMu.Unlock()
+			return
+		}
+		l := calls[0].l
+		var batch, rest []*saveCall
+		for _, c := range calls {
+			if c.l == l && len(batch) < r.cfg.BatchSize {
+				batch = append(batch, c)
+			} else {
+				rest = append(rest, c)
+			}
+		}
+		r.savePending[shard] = rest
+		r.saveMu.Unlock()
+		saves := make([]Save, len(batch))
+		for i, c := range batch {
+			saves[i] = c.s
+		}
+		saved, errs, err := r.store.SaveMany(ctx, l, saves)
+		for i, c := range batch {
+			if err != nil {
+				c.err = err
+			} else {
+				c.saved, c.err = saved[i], errs[i]
+			}
+			close(c.done)
+		}
 	}
 }
 
@@ -269,54 +419,124 @@ func (r *Runner) fail(ctx context.Context, st *stageRun, l Lease, e Entry, cause
 
 func (r *Runner) changesLoop(ctx context.Context) {
 	for {
-		for _, l := range r.held() {
-			r.passOnChanges(ctx, l)
-		}
+		r.eachHeld(ctx, r.passOnChanges)
 		if !r.wait(ctx, time.Time{}, r.changesWake) {
 			return
 		}
 	}
 }
 
+// changesParallel is how many shards' marks are passed on at once, and
+// passOnParallel how many marks of one shard are asked about at once.
+const (
+	changesParallel = 8
+	passOnParallel  = 32
+)
+
+// eachHeld runs f for every held lease, changesParallel at once, and
+// returns when all have returned.
+func (r *Runner) eachHeld(ctx context.Context, f func(context.Context, Lease)) {
+	sem := make(chan struct{}, changesParallel)
+	var wg sync.WaitGroup
+	for _, l := range r.held() {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				<-sem
+				wg.Done()
+			}()
+			f(ctx, l)
+		}()
+	}
+	wg.Wait()
+}
+
+// passOnChanges passes on the marks of l's shard, a batch at a time: the
+// stages are asked about each mark, then the batch's entries are offered
+// in one OfferMany and its marks removed in one AckChanges.
 func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
 	for ctx.Err() == nil {
 		cs, err := r.store.Changes(ctx, l, r.cfg.BatchSize)
 		if err != nil {
-			if errors.Is(err, ErrFenced) {
-				r.drop(l, err)
-			} else if ctx.Err() == nil {
-				r.log.Warn("scheduler: read changed offers", "shard", l.Shard, "err", err)
-			}
+			r.storeFailed(ctx, l, "read changed offers", err)
 			return
 		}
-		for _, c := range cs {
-			if err := r.passOn(ctx, l, c); err != nil {
-				if errors.Is(err, ErrFenced) {
-					r.drop(l, err)
-				} else if ctx.Err() == nil {
-					r.log.Warn("scheduler: pass on a changed offer", "offer", c.OfferID, "err", err)
+		// The marks are asked about side by side (their reads go together
+		// to the store); those that failed stay for the next round.
+		asked := make([][]Entry, len(cs))
+		errs := make([]error, len(cs))
+		sem := make(chan struct{}, passOnParallel)
+		var wg sync.WaitGroup
+		for i, c := range cs {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer func() {
+					<-sem
+					wg.Done()
+				}()
+				asked[i], errs[i] = r.passOn(ctx, l, c)
+			}()
+		}
+		wg.Wait()
+		var entries []Entry
+		var acks []Change
+		for i, c := range cs {
+			if errs[i] != nil {
+				r.storeFailed(ctx, l, "pass on a changed offer "+c.OfferID, errs[i])
+				continue
+			}
+			entries, acks = append(entries, asked[i]...), append(acks, c)
+		}
+		if len(entries) > 0 {
+			queued, err := r.store.OfferMany(ctx, l, entries)
+			if err != nil {
+				r.storeFailed(ctx, l, "queue changed offers", err)
+				return
+			}
+			for i, ok := range queued {
+				if ok {
+					signal(r.byID[entries[i].Stage].wake)
 				}
-				return // the mark stays; the next round does it again
 			}
 		}
-		if len(cs) < r.cfg.BatchSize {
+		if len(acks) > 0 {
+			if err := r.store.AckChanges(ctx, l, acks); err != nil {
+				r.storeFailed(ctx, l, "ack changed offers", err)
+				return
+			}
+		}
+		if len(acks) < len(cs) || len(cs) < r.cfg.BatchSize {
 			return
 		}
 	}
 }
 
-// passOn asks the stages about one changed offer and removes its mark.
-func (r *Runner) passOn(ctx context.Context, l Lease, c Change) error {
+// storeFailed lets l go when the store fenced it, and logs other failures
+// (unless the runner is stopping).
+func (r *Runner) storeFailed(ctx context.Context, l Lease, what string, err error) {
+	if errors.Is(err, ErrFenced) {
+		r.drop(l, err)
+	} else if ctx.Err() == nil {
+		r.log.Warn("scheduler: "+what, "shard", l.Shard, "err", err)
+	}
+}
+
+// passOn asks the stages about one changed offer and returns the entries
+// to offer for it; the caller removes the mark after offering them.
+func (r *Runner) passOn(ctx context.Context, l Lease, c Change) ([]Entry, error) {
 	if c.Chain > r.cfg.MaxChain {
 		r.m.loopGuard.WithLabelValues(c.Source).Inc()
 		r.log.Warn("scheduler: loop guard: a change not passed on", "offer", c.OfferID, "stage", c.Source, "chain", c.Chain, "max_chain", r.cfg.MaxChain)
-		return r.store.AckChange(ctx, l, c)
+		return nil, nil
 	}
 	queued, err := r.store.Check(ctx, l.Shard, c.OfferID)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	now := r.clock.Now()
+	var out []Entry
 	for _, st := range r.stages {
 		if st.cfg.ID == c.Source || !st.cfg.interested(c.Fields) {
 			continue
@@ -324,11 +544,15 @@ func (r *Runner) passOn(ctx context.Context, l Lease, c Change) error {
 		if i := indexOfStage(queued, st.cfg.ID); i >= 0 && !queued[i].Due.After(now) && queued[i].Lane == LaneMain {
 			continue // already due in its queue (S12)
 		}
-		if err := r.ask(ctx, st, l, c.OfferID, LaneMain, now); err != nil {
-			return err
+		e, want, err := r.decide(ctx, st, l, c.OfferID, LaneMain, now)
+		if err != nil {
+			return nil, err
+		}
+		if want {
+			out = append(out, e)
 		}
 	}
-	return r.store.AckChange(ctx, l, c)
+	return out, nil
 }
 
 func indexOfStage(es []Entry, stage string) int {
@@ -341,32 +565,11 @@ func indexOfStage(es []Entry, stage string) int {
 }
 
 // ask calls a stage's ShouldProcess on an offer and offers it to the
-// stage's queue as it answers; an error offers it now (S15).
+// stage's queue as it answers.
 func (r *Runner) ask(ctx context.Context, st *stageRun, l Lease, id string, lane Lane, now time.Time) error {
-	offer, state, err := r.store.Load(ctx, id, st.cfg.ID)
-	if err != nil {
+	e, want, err := r.decide(ctx, st, l, id, lane, now)
+	if err != nil || !want {
 		return err
-	}
-	if offer.Version == 0 {
-		return nil
-	}
-	r.m.asked.WithLabelValues(st.cfg.ID).Inc()
-	d, err := call(ctx, st, "ShouldProcess", func(ctx context.Context) (Decision, error) {
-		return st.cfg.Stage.ShouldProcess(ctx, offer, state)
-	})
-	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		r.log.Warn("scheduler: ShouldProcess failed; the offer is queued anyway", "stage", st.cfg.ID, "offer", id, "err", err)
-		d = Now()
-	}
-	e := Entry{Shard: l.Shard, Stage: st.cfg.ID, OfferID: id, Due: now, Lane: lane}
-	switch d.kind {
-	case decideSkip:
-		return nil
-	case decideAt:
-		e.Due, e.Timer = d.at, true
 	}
 	ok, err := r.store.Offer(ctx, l, e)
 	if err != nil {
@@ -376,6 +579,37 @@ func (r *Runner) ask(ctx context.Context, st *stageRun, l Lease, id string, lane
 		signal(st.wake)
 	}
 	return nil
+}
+
+// decide calls a stage's ShouldProcess on an offer and returns the entry
+// it asks for, if it wants the offer; an error wants it now (S15).
+func (r *Runner) decide(ctx context.Context, st *stageRun, l Lease, id string, lane Lane, now time.Time) (Entry, bool, error) {
+	offer, state, err := r.store.Load(ctx, id, st.cfg.ID)
+	if err != nil {
+		return Entry{}, false, err
+	}
+	if offer.Version == 0 {
+		return Entry{}, false, nil
+	}
+	r.m.asked.WithLabelValues(st.cfg.ID).Inc()
+	d, err := call(ctx, st, "ShouldProcess", func(ctx context.Context) (Decision, error) {
+		return st.cfg.Stage.ShouldProcess(ctx, offer, state)
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return Entry{}, false, ctx.Err()
+		}
+		r.log.Warn("scheduler: ShouldProcess failed; the offer is queued anyway", "stage", st.cfg.ID, "offer", id, "err", err)
+		d = Now()
+	}
+	e := Entry{Shard: l.Shard, Stage: st.cfg.ID, OfferID: id, Due: now, Lane: lane}
+	switch d.kind {
+	case decideSkip:
+		return Entry{}, false, nil
+	case decideAt:
+		e.Due, e.Timer = d.at, true
+	}
+	return e, true, nil
 }
 
 // ---- step 8: AfterSave ----

@@ -50,7 +50,8 @@ type Config struct {
 	// RescanEvery starts a background rescan of every held shard through
 	// the stages' low-priority lanes this often (0: never).
 	RescanEvery time.Duration
-	// BatchSize is how many entries or marks one store read takes (default 64).
+	// BatchSize is how many changed-offer marks one store read takes, and
+	// how many saves one SaveMany carries at most (default 64).
 	BatchSize int
 	// Clock (default SystemClock).
 	Clock Clock
@@ -122,6 +123,12 @@ type Runner struct {
 	mu     sync.Mutex
 	leases map[int]*held
 	busy   map[string]string // offer id -> the stage processing it
+
+	// The saves waiting for their shard's SaveMany, and the shards whose
+	// saver runs (save, flushSaves).
+	saveMu      sync.Mutex
+	savePending map[int][]*saveCall
+	saveBusy    map[int]bool
 }
 
 type held struct {
@@ -136,6 +143,13 @@ type stageRun struct {
 	wake      chan struct{}
 	afterWake chan struct{}
 	after     AfterSaver
+	// Under Runner.mu: the stage's Process calls in flight by shard, and
+	// the offers whose call ended since the stage's last peek began.
+	inFlight map[int]int
+	ended    map[string]bool
+	// rotate is the held shard that the stage's next dispatch starts at
+	// (only its dispatch loop uses it).
+	rotate int
 }
 
 // NewRunner checks cfg and makes a Runner.
@@ -149,6 +163,8 @@ func NewRunner(cfg Config) (*Runner, error) {
 		changesWake: make(chan struct{}, 1),
 		leases:      map[int]*held{},
 		busy:        map[string]string{},
+		savePending: map[int][]*saveCall{},
+		saveBusy:    map[int]bool{},
 	}
 	for _, sc := range cfg.Stages {
 		if err := sc.fill(); err != nil {
@@ -157,7 +173,8 @@ func NewRunner(cfg Config) (*Runner, error) {
 		if _, dup := r.byID[sc.ID]; dup {
 			return nil, fmt.Errorf("%w: stage id %q is given twice", ErrInvalid, sc.ID)
 		}
-		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wake: make(chan struct{}, 1), afterWake: make(chan struct{}, 1)}
+		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wake: make(chan struct{}, 1), afterWake: make(chan struct{}, 1),
+			inFlight: map[int]int{}, ended: map[string]bool{}}
 		if sc.RateLimit > 0 {
 			st.limiter = rate.NewLimiter(sc.RateLimit, sc.Burst)
 		}
@@ -354,20 +371,20 @@ func (r *Runner) keepLeases(ctx context.Context) {
 		case errors.Is(err, ErrFenced):
 			r.drop(l, err)
 		default:
-			r.log.Warn("scheduler: renew shard lease", "lease", l.String(), "err", err)
+			r.warn(ctx, "scheduler: renew shard lease", "lease", l.String(), "err", err)
 		}
 	}
 	if err := r.store.Announce(ctx, r.cfg.Owner, r.cfg.LeaseTTL); err != nil {
-		r.log.Warn("scheduler: announce this runner", "err", err)
+		r.warn(ctx, "scheduler: announce this runner", "err", err)
 	}
 	live, err := r.store.Runners(ctx)
 	if err != nil {
-		r.log.Warn("scheduler: list runners", "err", err)
+		r.warn(ctx, "scheduler: list runners", "err", err)
 		return
 	}
 	infos, err := r.store.Leases(ctx)
 	if err != nil {
-		r.log.Warn("scheduler: list shard leases", "err", err)
+		r.warn(ctx, "scheduler: list shard leases", "err", err)
 		return
 	}
 	owners := map[string]bool{r.cfg.Owner: true}
@@ -394,7 +411,7 @@ func (r *Runner) keepLeases(ctx context.Context) {
 		start := time.Now()
 		got, err := r.store.Claim(ctx, r.cfg.Owner, want, r.cfg.LeaseTTL)
 		if err != nil {
-			r.log.Warn("scheduler: claim shards", "shards", want, "err", err)
+			r.warn(ctx, "scheduler: claim shards", "shards", want, "err", err)
 			return
 		}
 		r.mu.Lock()
@@ -413,6 +430,14 @@ func (r *Runner) keepLeases(ctx context.Context) {
 				r.log.Warn("scheduler: release shard", "lease", l.String(), "err", err)
 			}
 		}
+	}
+}
+
+// warn logs a failure unless the runner is stopping (ctx ended), when
+// the store's calls fail for that reason.
+func (r *Runner) warn(ctx context.Context, msg string, args ...any) {
+	if ctx.Err() == nil {
+		r.log.Warn(msg, args...)
 	}
 }
 

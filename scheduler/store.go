@@ -58,6 +58,15 @@ type Store interface {
 	UpdateState(ctx context.Context, id, stage string, state *anypb.Any, version int64) (bool, error)
 	// Save writes a stage's Process result atomically (S4), see Save.
 	Save(ctx context.Context, l Lease, s Save) (Saved, error)
+	// SaveMany writes saves of l's shard, each as Save writes it, in one
+	// call (the Runner gathers the saves of its concurrent Process calls
+	// of a shard). saved[i] and errs[i] are saves[i]'s outcome: a refusal
+	// of one save (ErrConflict, ErrNotFound, ErrInvalid; ErrInvalid too for
+	// an offer that is in saves twice) writes nothing of it and does not
+	// stop the others. err is the call's: ErrFenced, or a failure of the
+	// store, after which any of the saves may or may not be written. Each
+	// save is atomic; a store may write them all in one atomic write.
+	SaveMany(ctx context.Context, l Lease, saves []Save) (saved []Saved, errs []error, err error)
 
 	// Offer puts an offer in a stage's queue (S14): true if it was not
 	// there (in either lane) and now is; an entry due later than e.Due, or
@@ -65,6 +74,11 @@ type Store interface {
 	// time (the earlier of the two) in the main lane if either is there,
 	// and takes e's Timer (true); otherwise false and nothing changes.
 	Offer(ctx context.Context, l Lease, e Entry) (bool, error)
+	// OfferMany offers entries of l's shard, each as Offer does, in order
+	// (an entry sees the queue as the earlier ones left it), in one call;
+	// queued[i] is entries[i]'s answer. A bad entry refuses the call
+	// (ErrInvalid, naming it) before anything is written.
+	OfferMany(ctx context.Context, l Lease, entries []Entry) (queued []bool, err error)
 	// Peek returns up to limit entries of a stage in l's shard due at or
 	// before now, the main lane's before the rescan lane's, each lane's in
 	// due order, and when the earliest later entry is due (zero if none).
@@ -85,6 +99,10 @@ type Store interface {
 	// AckChange removes c's mark unless the offer changed again since it
 	// was read (a newer Seq).
 	AckChange(ctx context.Context, l Lease, c Change) error
+	// AckChanges acks changes of l's shard, each as AckChange does, in one
+	// call. A bad change refuses the call (ErrInvalid, naming it) before
+	// anything is written.
+	AckChanges(ctx context.Context, l Lease, cs []Change) error
 	// Scan lists offer ids of a shard after the id after, in id order (the
 	// background rescan, S13).
 	Scan(ctx context.Context, shard int, after string, limit int) ([]string, error)

@@ -239,7 +239,7 @@ From the topic's end unless --from-start; until Ctrl-C or --limit records.`,
 	tf.BoolVar(&to.fromStart, "from-start", false, "read the topic from its start, not from its end")
 	tf.IntVar(&to.limit, "limit", 0, "stop after this many records (0: never)")
 	tf.StringVar(&to.format, "format", "text", "text (a line per record) or json (each record's value)")
-	cmd.AddCommand(run, status, dead, requeue, tail)
+	cmd.AddCommand(run, status, dead, requeue, tail, newSchedulerBenchCmd())
 	return cmd
 }
 

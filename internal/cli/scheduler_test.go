@@ -336,3 +336,32 @@ func FuzzChangelogLine(f *testing.F) {
 		}
 	})
 }
+
+// The scheduler's benchmark, in each mode, on a few offers: every offer's
+// last stage saved once and its record reached the changelog.
+func TestSchedulerBenchProcessesEveryOfferOnce(t *testing.T) {
+	dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
+	}
+	for _, mode := range []string{"throughput", "pipeline", "timers"} {
+		t.Run(mode, func(t *testing.T) {
+			schema := "sched_bench_test_" + mode
+			stdout, stderr, code := run(t, "scheduler", "bench", "--postgres", dsn, "--schema", schema, "--mode", mode,
+				"--offers", "300", "--shards", "8", "--writers", "4", "--due-per-s", "1000", "--lead", "1s", "--timeout", "2m")
+			if code != 0 {
+				t.Fatalf("bench: exit %d\n%s%s", code, stdout, stderr)
+			}
+			var res benchResult
+			if err := json.Unmarshal([]byte(stdout), &res); err != nil {
+				t.Fatalf("bench printed %q: %v", stdout, err)
+			}
+			if res.Mode != mode || res.Jobs != 300 || res.Records != 300 || res.ProcessedOnce != 300 {
+				t.Fatalf("bench: %s; want mode %s, 300 offers, 300 records, 300 saved once", stdout, mode)
+			}
+		})
+	}
+	if _, stderr, code := run(t, "scheduler", "bench", "--postgres", dsn, "--mode", "fast"); code != 2 || !strings.Contains(stderr, `--mode "fast"`) {
+		t.Fatalf("bench --mode fast: exit %d, %s", code, stderr)
+	}
+}

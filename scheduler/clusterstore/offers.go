@@ -94,13 +94,21 @@ func markTuple(sh int, id string, old client.Result, seq int64, source string, f
 
 // changelog adds to b the replacement of the offer's changelog row by r.
 func (st *Store) changelog(b *client.Batch, r scheduler.Record) error {
+	rec, err := st.changelogRow(r)
+	if err == nil {
+		b.Replace(st.sp.changelog, rec)
+	}
+	return err
+}
+
+// changelogRow is the offer's changelog row holding r.
+func (st *Store) changelogRow(r scheduler.Record) (tuple.Tuple, error) {
 	r.Time = time.Now().UTC()
 	v, err := json.Marshal(r)
 	if err != nil {
-		return fmt.Errorf("clusterstore: encode the changelog record of %q: %w", r.OfferID, err)
+		return nil, fmt.Errorf("clusterstore: encode the changelog record of %q: %w", r.OfferID, err)
 	}
-	b.Replace(st.sp.changelog, tuple.Tuple{shardKey(r.Shard), tuple.String(r.OfferID), tuple.String(string(v))})
-	return nil
+	return tuple.Tuple{shardKey(r.Shard), tuple.String(r.OfferID), tuple.String(string(v))}, nil
 }
 
 // Put implements scheduler.Store.
@@ -208,16 +216,8 @@ func (st *Store) UpdateState(ctx context.Context, id, stage string, state *anypb
 // Save implements scheduler.Store: one fenced batch with a check of every
 // row it read.
 func (st *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
-	if err := st.checkEntry(l, sv.Stage, sv.OfferID); err != nil {
+	if err := st.checkSave(l, sv); err != nil {
 		return scheduler.Saved{}, err
-	}
-	if sv.Body != nil && sv.Patch != nil {
-		return scheduler.Saved{}, fmt.Errorf("%w: save of offer %q by stage %q has both a body and a patch", scheduler.ErrInvalid, sv.OfferID, sv.Stage)
-	}
-	if sv.Body != nil {
-		if err := scheduler.CheckBody(sv.Body); err != nil {
-			return scheduler.Saved{}, err
-		}
 	}
 	var out scheduler.Saved
 	err := retry("save offer "+sv.OfferID, func() error {
@@ -232,12 +232,36 @@ func (st *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 }
 
 func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
-	sh, id := l.Shard, sv.OfferID
-	var off, sr, inv, mk client.Result
-	if err := st.getAll(ctx, read{st.sp.offers, offerKey(sh, id), &off}, read{st.sp.states, stateKey(sh, id, sv.Stage), &sr},
-		read{st.sp.inverted, stateKey(sh, id, sv.Stage), &inv}, read{st.sp.marks, offerKey(sh, id), &mk}); err != nil {
+	rows, err := st.readSave(ctx, l, sv)
+	if err != nil {
 		return scheduler.Saved{}, err
 	}
+	b := st.fenced(l)
+	out, err := st.buildSave(l, sv, rows, b)
+	if err != nil {
+		return out, err
+	}
+	return out, st.do(ctx, "save offer "+sv.OfferID, b, &l)
+}
+
+// saveRows are the rows a save reads: the offer, the stage's state, its
+// queue entry and the offer's mark.
+type saveRows struct{ off, sr, inv, mk client.Result }
+
+func (st *Store) readSave(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (saveRows, error) {
+	sh, id := l.Shard, sv.OfferID
+	var r saveRows
+	err := st.getAll(ctx, read{st.sp.offers, offerKey(sh, id), &r.off}, read{st.sp.states, stateKey(sh, id, sv.Stage), &r.sr},
+		read{st.sp.inverted, stateKey(sh, id, sv.Stage), &r.inv}, read{st.sp.marks, offerKey(sh, id), &r.mk})
+	return r, err
+}
+
+// buildSave adds to b (a batch carrying l's fence) the writes of sv over
+// the rows read, each checked to be still as read; a refusal of sv adds
+// nothing.
+func (st *Store) buildSave(l scheduler.Lease, sv scheduler.Save, rows saveRows, b *client.Batch) (scheduler.Saved, error) {
+	sh, id := l.Shard, sv.OfferID
+	off, sr, inv, mk := rows.off, rows.sr, rows.inv, rows.mk
 	if !off.Found {
 		return scheduler.Saved{}, fmt.Errorf("%w: offer %q (deleted while stage %q ran)", scheduler.ErrNotFound, id, sv.Stage)
 	}
@@ -259,7 +283,9 @@ func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 			newBody = nil
 		}
 	}
-	b := st.fenced(l).Check(st.sp.offers, offerKey(sh, id), client.VersionIs(off.Version))
+	var ops []func(*client.Batch)
+	add := func(f func(*client.Batch)) { ops = append(ops, f) }
+	add(func(b *client.Batch) { b.Check(st.sp.offers, offerKey(sh, id), client.VersionIs(off.Version)) })
 	body := o.Body
 	if newBody != nil && !bytes.Equal(newBody, o.Body) {
 		source := sv.Stage
@@ -270,9 +296,11 @@ func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 		if err != nil {
 			return out, err
 		}
-		b.Check(st.sp.marks, offerKey(sh, id), client.VersionIs(mk.Version)).
-			Replace(st.sp.offers, offerTuple(sh, id, o.Version+1, newBody, sv.Chain)).
-			Replace(st.sp.marks, mark)
+		add(func(b *client.Batch) {
+			b.Check(st.sp.marks, offerKey(sh, id), client.VersionIs(mk.Version)).
+				Replace(st.sp.offers, offerTuple(sh, id, o.Version+1, newBody, sv.Chain)).
+				Replace(st.sp.marks, mark)
+		})
 		out.OfferVersion, out.Changed, body = o.Version+1, true, newBody
 	}
 	state := stateOf(sr)
@@ -281,8 +309,11 @@ func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 			return out, fmt.Errorf("%w: state of stage %q of offer %q is at version %d, not %d", scheduler.ErrConflict, sv.Stage, id, state.Version, sv.StateVersion)
 		}
 		out.StateVersion = state.Version + 1
-		b.Check(st.sp.states, stateKey(sh, id, sv.Stage), client.VersionIs(sr.Version)).
-			Replace(st.sp.states, stateTuple(sh, id, sv.Stage, out.StateVersion, sv.State))
+		sv2 := out.StateVersion
+		add(func(b *client.Batch) {
+			b.Check(st.sp.states, stateKey(sh, id, sv.Stage), client.VersionIs(sr.Version)).
+				Replace(st.sp.states, stateTuple(sh, id, sv.Stage, sv2, sv.State))
+		})
 		state = scheduler.State{Value: sv.State, Version: out.StateVersion}
 	} else {
 		out.StateVersion = sv.StateVersion
@@ -292,27 +323,37 @@ func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 	// entry stays due and it runs again.
 	rerun := sv.Patch != nil && o.Version != sv.ReadVersion && !out.Changed
 	if !rerun {
-		b.Check(st.sp.inverted, stateKey(sh, id, sv.Stage), client.VersionIs(inv.Version))
-		if inv.Found {
-			st.deleteEntry(b, entryOf(inv.Tuple))
-		}
-		if !sv.Timer.IsZero() {
-			st.insertEntry(b, scheduler.Entry{Shard: sh, Stage: sv.Stage, OfferID: id, Due: sv.Timer, Timer: true})
-		}
+		add(func(b *client.Batch) {
+			b.Check(st.sp.inverted, stateKey(sh, id, sv.Stage), client.VersionIs(inv.Version))
+			if inv.Found {
+				st.deleteEntry(b, entryOf(inv.Tuple))
+			}
+			if !sv.Timer.IsZero() {
+				st.insertEntry(b, scheduler.Entry{Shard: sh, Stage: sv.Stage, OfferID: id, Due: sv.Timer, Timer: true})
+			}
+		})
 	}
 	if sv.AfterSave {
-		b.Replace(st.sp.after, tuple.Tuple{shardKey(sh), tuple.String(sv.Stage), tuple.String(id), tuple.Uint(st.nextSeq(l))})
+		seq := st.nextSeq(l)
+		add(func(b *client.Batch) {
+			b.Replace(st.sp.after, tuple.Tuple{shardKey(sh), tuple.String(sv.Stage), tuple.String(id), tuple.Uint(seq)})
+		})
 	}
 	if out.Changed || sv.State != nil {
 		r := scheduler.Record{OfferID: id, Shard: sh, OfferVersion: out.OfferVersion, Body: body, Stage: sv.Stage}
 		if state.Value != nil {
 			r.StateType, r.State, r.StateVersion = state.Value.GetTypeUrl(), state.Value.GetValue(), state.Version
 		}
-		if err := st.changelog(b, r); err != nil {
+		rec, err := st.changelogRow(r)
+		if err != nil {
 			return out, err
 		}
+		add(func(b *client.Batch) { b.Replace(st.sp.changelog, rec) })
 	}
-	return out, st.do(ctx, "save offer "+id, b, &l)
+	for _, f := range ops {
+		f(b)
+	}
+	return out, nil
 }
 
 // nextSeq numbers an AfterSave record of l's holder: higher than any of

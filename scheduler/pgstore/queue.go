@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -93,46 +94,13 @@ func (s *Store) checkEntry(l scheduler.Lease, stage, id string) error {
 	return scheduler.ValidateID("stage", stage)
 }
 
-// Offer implements scheduler.Store.
+// Offer implements scheduler.Store: an OfferMany of one.
 func (s *Store) Offer(ctx context.Context, l scheduler.Lease, e scheduler.Entry) (bool, error) {
-	if err := s.checkEntry(l, e.Stage, e.OfferID); err != nil {
+	queued, err := s.OfferMany(ctx, l, []scheduler.Entry{e})
+	if err != nil {
 		return false, err
 	}
-	if e.Lane != scheduler.LaneMain && e.Lane != scheduler.LaneRescan {
-		return false, fmt.Errorf("%w: lane %d", scheduler.ErrInvalid, e.Lane)
-	}
-	e.Shard = l.Shard
-	queued := false
-	err := s.tx(ctx, "offer", func(tx pgx.Tx) error {
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		// Lock the offer's queue rows: offers of one offer to one stage
-		// take turns, so it is at most once in the stage's queue.
-		old, found, err := s.lockEntry(ctx, tx, l.Shard, e.Stage, e.OfferID)
-		if err != nil {
-			return err
-		}
-		if found {
-			earlier := e.Due.Before(old.Due)
-			promote := e.Lane == scheduler.LaneMain && old.Lane == scheduler.LaneRescan
-			if !earlier && !promote {
-				return nil
-			}
-			if !earlier {
-				e.Due = old.Due
-			}
-			if old.Lane == scheduler.LaneMain {
-				e.Lane = scheduler.LaneMain
-			}
-			if _, _, err := s.takeEntry(ctx, tx, l.Shard, e.Stage, e.OfferID); err != nil {
-				return err
-			}
-		}
-		queued = true
-		return s.insertEntry(ctx, tx, e)
-	})
-	return queued, err
+	return queued[0], nil
 }
 
 // lockEntry reads a stage's entry of an offer and serialises the writers
@@ -182,34 +150,55 @@ func (s *Store) Peek(ctx context.Context, l scheduler.Lease, stage string, now t
 	if limit <= 0 {
 		return nil, time.Time{}, fmt.Errorf("%w: peek limit %d must be positive", scheduler.ErrInvalid, limit)
 	}
-	var out []scheduler.Entry
-	for _, lane := range []scheduler.Lane{scheduler.LaneMain, scheduler.LaneRescan} {
-		if len(out) >= limit {
-			break
-		}
-		rows, err := s.pool.Query(ctx, "SELECT i.shard_id, i.offer_id, i.stage_id, i.ts, i.lane, i.timer, i.attempts, i.last_error FROM "+s.t(laneTable(lane))+" q"+
-			" JOIN "+s.t("queue_inverted")+" i ON i.shard_id = q.shard_id AND i.offer_id = q.offer_id AND i.stage_id = q.stage_id"+
-			" WHERE q.shard_id = $1 AND q.stage_id = $2 AND q.ts <= $3 ORDER BY q.ts, q.offer_id LIMIT $4",
-			l.Shard, stage, micros(now), limit-len(out))
-		if err != nil {
-			return nil, time.Time{}, wrap("peek", err)
-		}
-		es, err := pgx.CollectRows(rows, scanEntry)
-		if err != nil {
-			return nil, time.Time{}, wrap("peek", err)
-		}
-		out = append(out, es...)
+	// One query: each lane's due entries (up to limit each), and the
+	// earliest later due time of either lane, read from the lanes' keys
+	// (shard_id, stage_id, ts, ...) so that it is the first row of a range.
+	lane := func(table string) string {
+		return "(SELECT q.ts AS sort_ts, i.shard_id, i.offer_id, i.stage_id, i.ts, i.lane, i.timer, i.attempts, i.last_error FROM " + s.t(table) + " q" +
+			" JOIN " + s.t("queue_inverted") + " i ON i.shard_id = q.shard_id AND i.offer_id = q.offer_id AND i.stage_id = q.stage_id" +
+			" WHERE q.shard_id = $1 AND q.stage_id = $2 AND q.ts <= $3 ORDER BY q.ts, q.offer_id LIMIT $4)"
 	}
-	var next *int64
-	err := s.pool.QueryRow(ctx, "SELECT min(ts) FROM "+s.t("queue_inverted")+" WHERE stage_id = $2 AND shard_id = $1 AND ts > $3", l.Shard, stage, micros(now)).Scan(&next)
+	rows, err := s.pool.Query(ctx, lane("queue")+" UNION ALL "+lane("queue_rescan")+
+		" UNION ALL (SELECT -1, 0, '', '', least((SELECT min(ts) FROM "+s.t("queue")+" WHERE shard_id = $1 AND stage_id = $2 AND ts > $3),"+
+		" (SELECT min(ts) FROM "+s.t("queue_rescan")+" WHERE shard_id = $1 AND stage_id = $2 AND ts > $3)), 0, false, 0, '')",
+		l.Shard, stage, micros(now), limit)
 	if err != nil {
 		return nil, time.Time{}, wrap("peek", err)
 	}
+	var main, rescan []scheduler.Entry
 	var at time.Time
-	if next != nil {
-		at = fromMicros(*next)
+	var sortTS int64
+	var e scheduler.Entry
+	var ts *int64
+	var ln int16
+	_, err = pgx.ForEachRow(rows, []any{&sortTS, &e.Shard, &e.OfferID, &e.Stage, &ts, &ln, &e.Timer, &e.Attempts, &e.LastError}, func() error {
+		switch {
+		case sortTS < 0:
+			if ts != nil {
+				at = fromMicros(*ts)
+			}
+		case ln == int16(scheduler.LaneRescan):
+			e.Due, e.Lane = fromMicros(*ts), scheduler.LaneRescan
+			rescan = append(rescan, e)
+		default:
+			e.Due, e.Lane = fromMicros(*ts), scheduler.LaneMain
+			main = append(main, e)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, time.Time{}, wrap("peek", err)
 	}
-	return out, at, nil
+	byDue := func(a, b scheduler.Entry) int {
+		if c := a.Due.Compare(b.Due); c != 0 {
+			return c
+		}
+		return cmpString(a.OfferID, b.OfferID)
+	}
+	slices.SortStableFunc(main, byDue)
+	slices.SortStableFunc(rescan, byDue)
+	out := append(main, rescan...)
+	return out[:min(len(out), limit)], at, nil
 }
 
 // Delete implements scheduler.Store.
@@ -233,7 +222,40 @@ func (s *Store) Check(ctx context.Context, shard int, id string) ([]scheduler.En
 	if err := scheduler.ValidateID("offer", id); err != nil {
 		return nil, err
 	}
-	return s.entries(ctx, s.pool, "", shard, id)
+	return s.checks.do(ctx, checkKey{shard: shard, offer: id})
+}
+
+type checkKey struct {
+	shard int
+	offer string
+}
+
+// checkMany lists the queue entries of offers, in one query.
+func (s *Store) checkMany(ctx context.Context, keys []checkKey) ([][]scheduler.Entry, error) {
+	shards, ids := make([]int32, len(keys)), make([]string, len(keys))
+	for i, k := range keys {
+		shards[i], ids[i] = int32(k.shard), k.offer //nolint:gosec // below maxShards
+	}
+	rows, err := s.pool.Query(ctx, "SELECT u.n, i.shard_id, i.offer_id, i.stage_id, i.ts, i.lane, i.timer, i.attempts, i.last_error"+
+		" FROM unnest($1::integer[], $2::text[]) WITH ORDINALITY AS u(shard, offer_id, n)"+
+		" JOIN "+s.t("queue_inverted")+" i ON i.shard_id = u.shard AND i.offer_id = u.offer_id ORDER BY u.n, i.stage_id", shards, ids)
+	if err != nil {
+		return nil, wrap("queue: read", err)
+	}
+	out := make([][]scheduler.Entry, len(keys))
+	var n int64
+	var e scheduler.Entry
+	var ts int64
+	var lane int16
+	_, err = pgx.ForEachRow(rows, []any{&n, &e.Shard, &e.OfferID, &e.Stage, &ts, &lane, &e.Timer, &e.Attempts, &e.LastError}, func() error {
+		e.Due, e.Lane = fromMicros(ts), scheduler.Lane(lane) //nolint:gosec // 0 or 1
+		out[n-1] = append(out[n-1], e)
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("queue: read", err)
+	}
+	return out, nil
 }
 
 // Retry implements scheduler.Store.
@@ -293,13 +315,9 @@ func (s *Store) Changes(ctx context.Context, l scheduler.Lease, limit int) ([]sc
 	return out, wrap("read changed offers", err)
 }
 
-// AckChange implements scheduler.Store.
+// AckChange implements scheduler.Store: an AckChanges of one.
 func (s *Store) AckChange(ctx context.Context, l scheduler.Lease, c scheduler.Change) error {
-	if err := s.checkShard(l, c.OfferID); err != nil {
-		return err
-	}
-	return s.fencedExec(ctx, l, "ack a changed offer",
-		"DELETE FROM "+s.t("changed")+" WHERE shard = $1 AND offer_id = $2 AND seq = $3", l.Shard, c.OfferID, c.Seq)
+	return s.AckChanges(ctx, l, []scheduler.Change{c})
 }
 
 // fencedExec runs one statement in a transaction fenced by l.

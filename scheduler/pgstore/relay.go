@@ -101,7 +101,7 @@ func (r *Relay) Run(ctx context.Context) error {
 // runTurn waits for the relay's lock on a connection of its own, then
 // sends until an error.
 func (r *Relay) runTurn(ctx context.Context, b *retry.Backoff) error {
-	conn, err := r.s.listen(ctx)
+	conn, err := r.s.listen(ctx, r.s.outboxChannel)
 	if err != nil {
 		return err
 	}
@@ -133,24 +133,21 @@ func (r *Relay) runTurn(ctx context.Context, b *retry.Backoff) error {
 	}
 }
 
-// idle waits for an outbox notification or the poll interval.
+// idle waits for a notification of the outbox's channel or the poll
+// interval.
 func (r *Relay) idle(ctx context.Context, conn *pgx.Conn) error {
 	wctx, cancel := context.WithTimeout(ctx, r.cfg.PollInterval)
 	defer cancel()
-	for {
-		n, err := conn.WaitForNotification(wctx)
-		switch {
-		case err == nil && n.Payload == "outbox":
-			return nil
-		case err == nil:
-			continue // a runner's wake-up
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case wctx.Err() != nil:
-			return nil // the poll
-		}
-		return wrap("relay: wait", err)
+	_, err := conn.WaitForNotification(wctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case wctx.Err() != nil:
+		return nil // the poll
 	}
+	return wrap("relay: wait", err)
 }
 
 // send sends one batch of the outbox, oldest first, and deletes it once

@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,8 +40,12 @@ type Store struct {
 	pool   *pgxpool.Pool
 	schema string
 	shards int
-	// channel is the NOTIFY channel of wake-ups.
-	channel string
+	// channel is the NOTIFY channel of the runners' wake-ups,
+	// outboxChannel the relay's: a relay hears only of the outbox.
+	channel, outboxChannel string
+	// loads and checks coalesce concurrent Loads and Checks.
+	loads  *coalescer[loadKey, loaded]
+	checks *coalescer[checkKey, []scheduler.Entry]
 }
 
 var _ scheduler.Store = (*Store)(nil)
@@ -60,7 +66,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgstore: connect: %w", err)
 	}
-	s := &Store{pool: pool, schema: opts.Schema, channel: opts.Schema + "_wake"}
+	s := &Store{pool: pool, schema: opts.Schema, channel: opts.Schema + "_wake", outboxChannel: opts.Schema + "_outbox"}
+	s.loads = &coalescer[loadKey, loaded]{query: s.loadMany}
+	s.checks = &coalescer[checkKey, []scheduler.Entry]{query: s.checkMany}
 	if err := s.init(ctx, opts.Shards); err != nil {
 		pool.Close()
 		return nil, err
@@ -247,6 +255,11 @@ func (s *Store) fence(ctx context.Context, tx pgx.Tx, l scheduler.Lease) error {
 	var owner string
 	var epoch int64
 	err := tx.QueryRow(ctx, "SELECT owner, epoch FROM "+s.t("shards")+" WHERE shard = $1 FOR SHARE", l.Shard).Scan(&owner, &epoch)
+	return s.fenceAnswer(l, err, owner, epoch)
+}
+
+// fenceAnswer judges the fence's read of the shard's row.
+func (s *Store) fenceAnswer(l scheduler.Lease, err error, owner string, epoch int64) error {
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w: %v: the store has no shard %d (it has %d)", scheduler.ErrInvalid, l, l.Shard, s.shards)
 	}
@@ -415,99 +428,231 @@ func (s *Store) Load(ctx context.Context, id, stage string) (scheduler.Offer, sc
 	if err := scheduler.ValidateID("offer", id); err != nil {
 		return scheduler.Offer{}, scheduler.State{}, err
 	}
-	sh := s.shardOf(id)
-	o := scheduler.Offer{ID: id}
-	err := s.pool.QueryRow(ctx, "SELECT version, body, chain FROM "+s.t("offers")+" WHERE shard = $1 AND offer_id = $2", sh, id).Scan(&o.Version, &o.Body, &o.Chain)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return o, scheduler.State{}, wrap("load offer "+id, err)
-	}
-	if stage == "" {
-		return o, scheduler.State{}, nil
-	}
-	var st scheduler.State
-	var typeURL string
-	var value []byte
-	err = s.pool.QueryRow(ctx, "SELECT version, type_url, value FROM "+s.t("states")+" WHERE shard = $1 AND offer_id = $2 AND stage_id = $3", sh, id, stage).Scan(&st.Version, &typeURL, &value)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-	case err != nil:
-		return o, st, wrap("load state of "+id, err)
-	default:
-		st.Value = &anypb.Any{TypeUrl: typeURL, Value: value}
-	}
-	return o, st, nil
+	l, err := s.loads.do(ctx, loadKey{shard: s.shardOf(id), offer: id, stage: stage})
+	return l.offer, l.state, err
 }
 
-// Put implements scheduler.Store.
+type loadKey struct {
+	shard        int
+	offer, stage string
+}
+
+type loaded struct {
+	offer scheduler.Offer
+	state scheduler.State
+}
+
+// loadMany reads offers and, where a stage is named, its state, in one
+// query from one snapshot.
+func (s *Store) loadMany(ctx context.Context, keys []loadKey) ([]loaded, error) {
+	shards, ids, stages := make([]int32, len(keys)), make([]string, len(keys)), make([]string, len(keys))
+	out := make([]loaded, len(keys))
+	for i, k := range keys {
+		shards[i], ids[i], stages[i] = int32(k.shard), k.offer, k.stage //nolint:gosec // below maxShards
+		out[i].offer.ID = k.offer
+	}
+	rows, err := s.pool.Query(ctx, "SELECT u.n, o.version, o.body, o.chain, st.version, st.type_url, st.value"+
+		" FROM unnest($1::integer[], $2::text[], $3::text[]) WITH ORDINALITY AS u(shard, offer_id, stage_id, n)"+
+		" LEFT JOIN "+s.t("offers")+" o ON o.shard = u.shard AND o.offer_id = u.offer_id"+
+		" LEFT JOIN "+s.t("states")+" st ON u.stage_id <> '' AND st.shard = u.shard AND st.offer_id = u.offer_id AND st.stage_id = u.stage_id",
+		shards, ids, stages)
+	if err != nil {
+		return nil, wrap("load offers", err)
+	}
+	var n int64
+	var ov, sv *int64
+	var chain *int
+	var body, value []byte
+	var typeURL *string
+	_, err = pgx.ForEachRow(rows, []any{&n, &ov, &body, &chain, &sv, &typeURL, &value}, func() error {
+		l := &out[n-1]
+		if ov != nil {
+			l.offer.Version, l.offer.Body, l.offer.Chain = *ov, slices.Clone(body), *chain
+		}
+		if sv != nil {
+			l.state = scheduler.State{Version: *sv, Value: &anypb.Any{TypeUrl: *typeURL, Value: slices.Clone(value)}}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrap("load offers", err)
+	}
+	return out, nil
+}
+
+// Put implements scheduler.Store: a PutMany of one.
 func (s *Store) Put(ctx context.Context, id string, body []byte, ifVersion int64) (int64, error) {
-	if err := scheduler.ValidateID("offer", id); err != nil {
+	versions, errs, err := s.PutMany(ctx, []PutOffer{{ID: id, Body: body, IfVersion: ifVersion}})
+	if err != nil {
 		return 0, err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		body = []byte("{}")
+	return versions[0], errs[0]
+}
+
+// PutOffer is one offer of PutMany: Put's arguments.
+type PutOffer struct {
+	ID        string
+	Body      []byte
+	IfVersion int64
+}
+
+func checkPut(p *PutOffer) error {
+	if err := scheduler.ValidateID("offer", p.ID); err != nil {
+		return err
 	}
-	if err := scheduler.CheckBody(body); err != nil {
-		return 0, err
+	if len(bytes.TrimSpace(p.Body)) == 0 {
+		p.Body = []byte("{}")
 	}
-	if ifVersion < scheduler.AnyVersion {
-		return 0, fmt.Errorf("%w: version %d: use 0 (create), a version, or AnyVersion", scheduler.ErrInvalid, ifVersion)
+	if err := scheduler.CheckBody(p.Body); err != nil {
+		return err
 	}
-	sh := s.shardOf(id)
-	var version int64
-	err := s.tx(ctx, "put offer "+id, func(tx pgx.Tx) error {
-		var old []byte
-		err := tx.QueryRow(ctx, "SELECT version, body FROM "+s.t("offers")+" WHERE shard = $1 AND offer_id = $2 FOR UPDATE", sh, id).Scan(&version, &old)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return wrap("put offer "+id, err)
+	if p.IfVersion < scheduler.AnyVersion {
+		return fmt.Errorf("%w: offer %q: version %d: use 0 (create), a version, or AnyVersion", scheduler.ErrInvalid, p.ID, p.IfVersion)
+	}
+	return nil
+}
+
+// PutMany writes offers from outside, each as Put writes it, in one
+// transaction (a bulk load: the scheduler's benchmark puts its offers so,
+// as River's inserts its jobs). versions[i] and errs[i] are offers[i]'s
+// outcome: a refusal (ErrConflict, ErrInvalid; ErrInvalid too for an
+// offer that is in offers twice) writes nothing of it and does not stop
+// the others; err is the call's, after which nothing is written.
+func (s *Store) PutMany(ctx context.Context, offers []PutOffer) (versions []int64, errs []error, err error) {
+	errs = make([]error, len(offers))
+	offers = slices.Clone(offers)
+	var todo []int
+	first := map[string]int{}
+	for i := range offers {
+		if err := checkPut(&offers[i]); err != nil {
+			errs[i] = err
+			continue
 		}
-		if ifVersion != scheduler.AnyVersion && version != ifVersion {
-			if version == 0 {
-				return fmt.Errorf("%w: offer %q does not exist (asked to replace version %d)", scheduler.ErrConflict, id, ifVersion)
-			}
-			return fmt.Errorf("%w: offer %q is at version %d, not %d", scheduler.ErrConflict, id, version, ifVersion)
+		if j, dup := first[offers[i].ID]; dup {
+			errs[i] = fmt.Errorf("%w: offer %q is in one PutMany twice (offers %d and %d)", scheduler.ErrInvalid, offers[i].ID, j, i)
+			continue
 		}
-		var fields []string
-		if version == 0 {
-			_, err = tx.Exec(ctx, "INSERT INTO "+s.t("offers")+" (shard, offer_id, version, body, chain) VALUES ($1, $2, 1, $3, 0)", sh, id, body)
-		} else {
-			if fields, err = scheduler.ChangedFields(old, body); err != nil {
-				return err
-			}
-			if len(fields) == 0 {
-				return nil // the same body: no new version, no trigger
-			}
-			_, err = tx.Exec(ctx, "UPDATE "+s.t("offers")+" SET version = version + 1, body = $3, chain = 0 WHERE shard = $1 AND offer_id = $2", sh, id, body)
+		first[offers[i].ID] = i
+		todo = append(todo, i)
+	}
+	shardOf := make([]int, len(offers))
+	for _, i := range todo {
+		shardOf[i] = s.shardOf(offers[i].ID)
+	}
+	slices.SortFunc(todo, func(a, b int) int {
+		if shardOf[a] != shardOf[b] {
+			return shardOf[a] - shardOf[b]
 		}
+		return cmpString(offers[a].ID, offers[b].ID)
+	})
+	err = s.ptx(ctx, "put offers", func(tx *pipeTx) error {
+		versions = make([]int64, len(offers))
+		for _, i := range todo {
+			errs[i] = nil
+		}
+		if len(todo) == 0 {
+			return nil
+		}
+		shards, ids := make([]int32, len(todo)), make([]string, len(todo))
+		for k, i := range todo {
+			shards[k], ids[k] = int32(shardOf[i]), offers[i].ID //nolint:gosec // below maxShards
+		}
+		b := &pgx.Batch{}
+		b.Queue("SELECT o.offer_id, o.version, o.body FROM "+s.t("offers")+" o JOIN unnest($1::integer[], $2::text[]) AS u(shard, offer_id)"+
+			" ON o.shard = u.shard AND o.offer_id = u.offer_id ORDER BY o.shard, o.offer_id FOR UPDATE OF o", shards, ids)
+		b.Queue("SELECT clock_timestamp()")
+		br, err := tx.read(ctx, b, "put offers")
 		if err != nil {
-			return wrap("put offer "+id, err)
-		}
-		version++
-		if err := s.markChanged(ctx, tx, sh, id, "", fields, 0); err != nil {
 			return err
 		}
-		return s.outbox(ctx, tx, scheduler.Record{OfferID: id, Shard: sh, OfferVersion: version, Body: body})
+		old := map[string]offerRow{}
+		var now time.Time
+		err = func() error {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			var id string
+			var o offerRow
+			if _, err := pgx.ForEachRow(rows, []any{&id, &o.version, &o.body}, func() error {
+				old[id] = offerRow{o.version, slices.Clone(o.body)}
+				return nil
+			}); err != nil {
+				return err
+			}
+			return br.QueryRow().Scan(&now)
+		}()
+		if err != nil {
+			br.Close()
+			return wrap("put offers: read", err)
+		}
+		if err := br.Close(); err != nil {
+			return wrap("put offers: read", err)
+		}
+		w := &pgx.Batch{}
+		var newShards []int32
+		var newIDs []string
+		var newBodies, records [][]byte
+		var recIDs []string
+		marked := map[int]bool{}
+		for _, i := range todo {
+			p := offers[i]
+			sh := shardOf[i]
+			cur := old[p.ID]
+			if p.IfVersion != scheduler.AnyVersion && cur.version != p.IfVersion {
+				if cur.version == 0 {
+					errs[i] = fmt.Errorf("%w: offer %q does not exist (asked to replace version %d)", scheduler.ErrConflict, p.ID, p.IfVersion)
+				} else {
+					errs[i] = fmt.Errorf("%w: offer %q is at version %d, not %d", scheduler.ErrConflict, p.ID, cur.version, p.IfVersion)
+				}
+				continue
+			}
+			versions[i] = cur.version
+			if cur.version == 0 {
+				newShards, newIDs, newBodies = append(newShards, int32(sh)), append(newIDs, p.ID), append(newBodies, p.Body) //nolint:gosec // below maxShards
+			} else {
+				fields, err := scheduler.ChangedFields(cur.body, p.Body)
+				if err != nil {
+					errs[i] = err
+					continue
+				}
+				if len(fields) == 0 {
+					continue // the same body: no new version, no trigger
+				}
+				w.Queue("UPDATE "+s.t("offers")+" SET version = version + 1, body = $3, chain = 0 WHERE shard = $1 AND offer_id = $2", sh, p.ID, p.Body)
+				s.queueMark(w, sh, p.ID, "", fields, 0)
+			}
+			versions[i]++
+			marked[sh] = true
+			rec, err := json.Marshal(scheduler.Record{OfferID: p.ID, Shard: sh, OfferVersion: versions[i], Body: p.Body, Time: now})
+			if err != nil {
+				return fmt.Errorf("pgstore: encode the changelog record of %q: %w", p.ID, err)
+			}
+			recIDs, records = append(recIDs, p.ID), append(records, rec)
+		}
+		if len(newIDs) > 0 {
+			w.Queue("INSERT INTO "+s.t("offers")+" (shard, offer_id, version, body, chain) SELECT shard, offer_id, 1, body, 0"+
+				" FROM unnest($1::integer[], $2::text[], $3::bytea[]) AS u(shard, offer_id, body)", newShards, newIDs, newBodies)
+			// A new offer's mark: every field changed. A mark may be left
+			// from an offer of that id deleted before: merged.
+			w.Queue("INSERT INTO "+s.t("changed")+" AS c (shard, offer_id, seq, source, all_fields, fields, chain)"+
+				" SELECT shard, offer_id, nextval('"+s.t("seq")+"'), '', true, '{}', 0 FROM unnest($1::integer[], $2::text[]) AS u(shard, offer_id)"+
+				" ON CONFLICT (shard, offer_id) DO UPDATE SET seq = EXCLUDED.seq, source = '', all_fields = true, chain = GREATEST(c.chain, EXCLUDED.chain)",
+				newShards, newIDs)
+		}
+		for _, sh := range slices.Sorted(maps.Keys(marked)) {
+			s.queueNotify(w, sh, "")
+		}
+		s.queueOutbox(w, recIDs, records)
+		if w.Len() == 0 {
+			return nil // nothing written: the transaction is rolled back
+		}
+		return tx.commit(ctx, w, "put offers")
 	})
-	return version, err
-}
-
-// markChanged makes or merges the offer's changed-offer mark and wakes the
-// shard's runner.
-func (s *Store) markChanged(ctx context.Context, tx pgx.Tx, sh int, id, source string, fields []string, chain int) error {
-	all := fields == nil
-	if all {
-		fields = []string{}
-	}
-	_, err := tx.Exec(ctx, "INSERT INTO "+s.t("changed")+" AS c (shard, offer_id, seq, source, all_fields, fields, chain)"+
-		" VALUES ($1, $2, nextval('"+s.t("seq")+"'), $3, $4, $5, $6)"+
-		" ON CONFLICT (shard, offer_id) DO UPDATE SET seq = EXCLUDED.seq,"+
-		" source = CASE WHEN c.source = EXCLUDED.source THEN c.source ELSE '' END,"+
-		" all_fields = c.all_fields OR EXCLUDED.all_fields,"+
-		" fields = ARRAY(SELECT DISTINCT f FROM unnest(c.fields || EXCLUDED.fields) AS f ORDER BY f),"+
-		" chain = GREATEST(c.chain, EXCLUDED.chain)", sh, id, source, all, fields, chain)
 	if err != nil {
-		return wrap("mark offer "+id+" changed", err)
+		return nil, nil, err
 	}
-	return s.notify(ctx, tx, sh, "")
+	return versions, errs, nil
 }
 
 // outbox writes the changelog record of a save.
@@ -522,7 +667,7 @@ func (s *Store) outbox(ctx context.Context, tx pgx.Tx, r scheduler.Record) error
 	if _, err := tx.Exec(ctx, "INSERT INTO "+s.t("outbox")+" (offer_id, record) VALUES ($1, $2)", r.OfferID, b); err != nil {
 		return wrap("outbox", err)
 	}
-	_, err = tx.Exec(ctx, "SELECT pg_notify($1, 'outbox')", s.channel)
+	_, err = tx.Exec(ctx, "SELECT pg_notify($1, '')", s.outboxChannel)
 	return wrap("notify", err)
 }
 
@@ -590,131 +735,14 @@ func nonNil(b []byte) []byte {
 	return b
 }
 
-// Save implements scheduler.Store.
+// Save implements scheduler.Store: a SaveMany of one.
 func (s *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
-	if err := s.checkShard(l, sv.OfferID); err != nil {
-		return scheduler.Saved{}, err
-	}
-	if err := scheduler.ValidateID("stage", sv.Stage); err != nil {
-		return scheduler.Saved{}, err
-	}
-	if sv.Body != nil && sv.Patch != nil {
-		return scheduler.Saved{}, fmt.Errorf("%w: save of offer %q by stage %q has both a body and a patch", scheduler.ErrInvalid, sv.OfferID, sv.Stage)
-	}
-	if sv.Body != nil {
-		if err := scheduler.CheckBody(sv.Body); err != nil {
-			return scheduler.Saved{}, err
-		}
-	}
-	var out scheduler.Saved
-	err := s.tx(ctx, "save", func(tx pgx.Tx) error {
-		out = scheduler.Saved{}
-		if err := s.fence(ctx, tx, l); err != nil {
-			return err
-		}
-		var version int64
-		var body []byte
-		var chain int
-		err := tx.QueryRow(ctx, "SELECT version, body, chain FROM "+s.t("offers")+" WHERE shard = $1 AND offer_id = $2 FOR UPDATE", l.Shard, sv.OfferID).Scan(&version, &body, &chain)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("%w: offer %q (deleted while stage %q ran)", scheduler.ErrNotFound, sv.OfferID, sv.Stage)
-		}
-		if err != nil {
-			return wrap("save: read offer", err)
-		}
-		if sv.Patch == nil && version != sv.ReadVersion {
-			return fmt.Errorf("%w: offer %q is at version %d; stage %q read version %d", scheduler.ErrConflict, sv.OfferID, version, sv.Stage, sv.ReadVersion)
-		}
-		out.OfferVersion = version
-		newBody, fields := sv.Body, sv.Fields
-		if sv.Patch != nil {
-			if newBody, err = scheduler.ApplyPatch(body, sv.Patch); err != nil {
-				return err
-			}
-			if fields, err = scheduler.ChangedFields(body, newBody); err != nil {
-				return err
-			}
-			if len(fields) == 0 {
-				newBody = nil
-			}
-		}
-		if newBody != nil && !bytes.Equal(newBody, body) {
-			if _, err := tx.Exec(ctx, "UPDATE "+s.t("offers")+" SET version = version + 1, body = $3, chain = $4 WHERE shard = $1 AND offer_id = $2",
-				l.Shard, sv.OfferID, newBody, sv.Chain); err != nil {
-				return wrap("save: write offer", err)
-			}
-			out.OfferVersion, out.Changed, body = version+1, true, newBody
-			source := sv.Stage
-			if version != sv.ReadVersion {
-				source = "" // a patch on a newer offer: the stage too is asked about it
-			}
-			if err := s.markChanged(ctx, tx, l.Shard, sv.OfferID, source, fields, sv.Chain); err != nil {
-				return err
-			}
-		}
-		if sv.State != nil {
-			if out.StateVersion, err = s.writeState(ctx, tx, l.Shard, sv.OfferID, sv.Stage, sv.State, sv.StateVersion); err != nil {
-				return err
-			}
-		} else {
-			out.StateVersion = sv.StateVersion
-		}
-		if _, _, err := s.lockEntry(ctx, tx, l.Shard, sv.Stage, sv.OfferID); err != nil {
-			return err
-		}
-		// A patch that changed nothing on a newer offer than the stage read:
-		// the stage has not seen that offer and no mark will ask it, so its
-		// entry stays due and it runs again.
-		rerun := sv.Patch != nil && version != sv.ReadVersion && !out.Changed
-		if !rerun {
-			if err := s.deleteEntry(ctx, tx, l.Shard, sv.Stage, sv.OfferID); err != nil {
-				return err
-			}
-			if !sv.Timer.IsZero() {
-				if err := s.insertEntry(ctx, tx, scheduler.Entry{Shard: l.Shard, Stage: sv.Stage, OfferID: sv.OfferID, Due: sv.Timer, Timer: true}); err != nil {
-					return err
-				}
-			}
-		}
-		if sv.AfterSave {
-			if _, err := tx.Exec(ctx, "INSERT INTO "+s.t("aftersave")+" (shard, stage_id, offer_id, seq) VALUES ($1, $2, $3, nextval('"+s.t("seq")+"'))"+
-				" ON CONFLICT (shard, stage_id, offer_id) DO UPDATE SET seq = EXCLUDED.seq", l.Shard, sv.Stage, sv.OfferID); err != nil {
-				return wrap("save: after-save", err)
-			}
-			if err := s.notify(ctx, tx, l.Shard, sv.Stage); err != nil {
-				return err
-			}
-		}
-		if !out.Changed && sv.State == nil {
-			return nil // nothing new to publish
-		}
-		r := scheduler.Record{OfferID: sv.OfferID, Shard: l.Shard, OfferVersion: out.OfferVersion, Body: body, Stage: sv.Stage}
-		if sv.State != nil {
-			r.StateType, r.State, r.StateVersion = sv.State.GetTypeUrl(), sv.State.GetValue(), out.StateVersion
-		} else if _, st, err := s.loadStateTx(ctx, tx, l.Shard, sv.OfferID, sv.Stage); err != nil {
-			return err
-		} else if st.Value != nil {
-			r.StateType, r.State, r.StateVersion = st.Value.GetTypeUrl(), st.Value.GetValue(), st.Version
-		}
-		return s.outbox(ctx, tx, r)
-	})
+	out, errs, err := s.SaveMany(ctx, l, []scheduler.Save{sv})
 	if err != nil {
 		return scheduler.Saved{}, err
 	}
-	return out, nil
-}
-
-func (s *Store) loadStateTx(ctx context.Context, tx pgx.Tx, sh int, id, stage string) (bool, scheduler.State, error) {
-	var st scheduler.State
-	var typeURL string
-	var value []byte
-	err := tx.QueryRow(ctx, "SELECT version, type_url, value FROM "+s.t("states")+" WHERE shard = $1 AND offer_id = $2 AND stage_id = $3", sh, id, stage).Scan(&st.Version, &typeURL, &value)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return false, st, nil
+	if errs[0] != nil {
+		return scheduler.Saved{}, errs[0]
 	}
-	if err != nil {
-		return false, st, wrap("read state", err)
-	}
-	st.Value = &anypb.Any{TypeUrl: typeURL, Value: value}
-	return true, st, nil
+	return out[0], nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -113,5 +114,67 @@ func TestConcurrentOpensOfANewSchema(t *testing.T) {
 	}
 	if _, err := pgstore.Open(t.Context(), d, pgstore.Options{Schema: "Bad-Name"}); !errors.Is(err, scheduler.ErrInvalid) {
 		t.Fatalf("Open with a bad schema name = %v, want ErrInvalid", err)
+	}
+}
+
+// PutMany decides each offer as Put would: created, replaced, left alone
+// when unchanged, refused on a version conflict, twice in one call or a
+// bad body, the others written with their marks and records.
+func TestPutManyDecidesEachOffer(t *testing.T) {
+	t.Parallel()
+	s := factory(t)(t, 4)(t).(*pgstore.Store)
+	if _, err := s.Put(t.Context(), "old", []byte(`{"a":1}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(t.Context(), "same", []byte(`{"a":1}`), 0); err != nil {
+		t.Fatal(err)
+	}
+	offers := []pgstore.PutOffer{
+		{ID: "new", Body: []byte(`{"n":1}`)},
+		{ID: "old", Body: []byte(`{"a":2}`), IfVersion: 1},
+		{ID: "same", Body: []byte(`{"a":1}`), IfVersion: scheduler.AnyVersion},
+		{ID: "conflict", Body: []byte(`{}`), IfVersion: 3},
+		{ID: "new", Body: []byte(`{"n":2}`)},
+		{ID: "bad", Body: []byte(`[1]`)},
+	}
+	versions, errs, err := s.PutMany(t.Context(), offers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []struct {
+		version int64
+		err     error
+	}{{1, nil}, {2, nil}, {1, nil}, {0, scheduler.ErrConflict}, {0, scheduler.ErrInvalid}, {0, scheduler.ErrInvalid}} {
+		if versions[i] != want.version || (want.err == nil) != (errs[i] == nil) || !errors.Is(errs[i], want.err) {
+			t.Errorf("offer %d (%s): version %d, %v; want %d, %v", i, offers[i].ID, versions[i], errs[i], want.version, want.err)
+		}
+	}
+	for id, want := range map[string]string{"new": `{"n":1}`, "old": `{"a":2}`, "same": `{"a":1}`, "conflict": "", "bad": ""} {
+		o, _, err := s.Load(t.Context(), id, "")
+		absent := want == "" && o.Version == 0
+		if err != nil || (string(o.Body) != want && !absent) {
+			t.Errorf("Load(%s) = %s v%d, %v; want %q", id, o.Body, o.Version, err, want)
+		}
+	}
+	marked := map[string]bool{}
+	for sh := range s.Shards() {
+		l, err := s.Claim(t.Context(), "r", []int{sh}, time.Minute)
+		if err != nil || len(l) != 1 {
+			t.Fatalf("Claim(%d) = %v, %v", sh, l, err)
+		}
+		cs, err := s.Changes(t.Context(), l[0], 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			marked[c.OfferID] = true
+		}
+	}
+	if len(marked) != 3 || !marked["new"] || !marked["old"] || !marked["same"] {
+		t.Fatalf("marks of %v, want new, old and same (from its first put)", marked)
+	}
+	var records int
+	if err := s.Pool().QueryRow(t.Context(), "SELECT count(*) FROM "+s.Schema()+".outbox").Scan(&records); err != nil || records != 4 {
+		t.Fatalf("outbox rows = %d, %v; want 4 (two first puts, new, old)", records, err)
 	}
 }

@@ -22,7 +22,7 @@ const listenRetry = time.Second
 // again and sends a Wakeup for everything (Shard -1), since notifications
 // sent meanwhile are lost.
 func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
-	conn, err := s.listen(ctx)
+	conn, err := s.listen(ctx, s.channel)
 	if err != nil {
 		return nil, err
 	}
@@ -41,7 +41,7 @@ func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 					return
 				case <-time.After(listenRetry):
 				}
-				if conn, err = s.listen(ctx); err != nil {
+				if conn, err = s.listen(ctx, s.channel); err != nil {
 					conn = nil
 					continue
 				}
@@ -71,7 +71,7 @@ func send(ch chan scheduler.Wakeup, w scheduler.Wakeup) {
 func parseWakeup(p string) (scheduler.Wakeup, bool) {
 	shard, stage, ok := strings.Cut(p, " ")
 	if !ok {
-		return scheduler.Wakeup{}, false // "outbox": for the relay
+		return scheduler.Wakeup{}, false
 	}
 	n, err := strconv.Atoi(shard)
 	if err != nil {
@@ -80,13 +80,13 @@ func parseWakeup(p string) (scheduler.Wakeup, bool) {
 	return scheduler.Wakeup{Shard: n, Stage: stage}, true
 }
 
-// listen opens a connection outside the pool that LISTENs on the channel.
-func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
+// listen opens a connection outside the pool that LISTENs on channel.
+func (s *Store) listen(ctx context.Context, channel string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, wrap("listen: connect", err)
 	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{channel}.Sanitize()); err != nil {
 		conn.Close(context.WithoutCancel(ctx))
 		return nil, wrap("listen", err)
 	}

@@ -601,19 +601,25 @@ func testConflictRerun(e env) {
 	}
 }
 
-// spyStore reports the errors of Save.
+// spyStore reports the errors of the runner's saves (SaveMany).
 type spyStore struct {
 	scheduler.Store
 	saveErrs chan error
 }
 
-func (s *spyStore) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
-	out, err := s.Store.Save(ctx, l, sv)
-	select {
-	case s.saveErrs <- err:
-	default:
+func (s *spyStore) SaveMany(ctx context.Context, l scheduler.Lease, svs []scheduler.Save) ([]scheduler.Saved, []error, error) {
+	out, errs, err := s.Store.SaveMany(ctx, l, svs)
+	for i := range svs {
+		e := err
+		if e == nil {
+			e = errs[i]
+		}
+		select {
+		case s.saveErrs <- e:
+		default:
+		}
 	}
-	return out, err
+	return out, errs, err
 }
 
 func testFencedRunner(e env) {
@@ -806,15 +812,17 @@ func (d *deafStore) Changes(context.Context, scheduler.Lease, int) ([]scheduler.
 	return nil, nil
 }
 
-func (d *deafStore) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
-	out, err := d.Store.Save(ctx, l, sv)
-	if err == nil && out.Changed {
-		select {
-		case d.saved <- struct{}{}:
-		default:
+func (d *deafStore) SaveMany(ctx context.Context, l scheduler.Lease, svs []scheduler.Save) ([]scheduler.Saved, []error, error) {
+	out, errs, err := d.Store.SaveMany(ctx, l, svs)
+	for i := range svs {
+		if err == nil && errs[i] == nil && out[i].Changed {
+			select {
+			case d.saved <- struct{}{}:
+			default:
+			}
 		}
 	}
-	return out, err
+	return out, errs, err
 }
 
 func testTriggerOutlivesRunner(e env) {

@@ -63,6 +63,9 @@ func Run(t *testing.T, f Factory) {
 		{"UnchangedBodyMakesNoMark", testUnchanged},
 		{"ChangedOfferSurvivesRestart", testChangesDurable},
 		{"AckLeavesANewerChange", testAckNewer},
+		{"SaveManyDecidesEachSave", testSaveMany},
+		{"OfferManyDecidesInOrder", testOfferMany},
+		{"AckChangesLeaveNewerChanges", testAckChanges},
 		{"TimerIsDueAtItsTime", testTimer},
 		{"RetryCountsAndDeadLetters", testDeadLetters},
 		{"UpdateStateIsCompareAndSet", testUpdateState},
@@ -349,6 +352,9 @@ func fencedWrites(t *testing.T, s scheduler.Store, l scheduler.Lease, id string,
 	_, checks["Retry"] = s.Retry(c, l, "st", id, t0, "stale")
 	checks["DeadLetter"] = s.DeadLetter(c, l, "st", id, "stale")
 	checks["AckChange"] = s.AckChange(c, l, scheduler.Change{Shard: l.Shard, OfferID: id, Seq: 1})
+	_, _, checks["SaveMany"] = s.SaveMany(c, l, []scheduler.Save{{OfferID: id, Stage: "st", ReadVersion: version, State: str("stale")}})
+	_, checks["OfferMany"] = s.OfferMany(c, l, []scheduler.Entry{{Shard: l.Shard, Stage: "other", OfferID: id, Due: t0}})
+	checks["AckChanges"] = s.AckChanges(c, l, []scheduler.Change{{Shard: l.Shard, OfferID: id, Seq: 1}})
 	checks["AfterSaveDone"] = s.AfterSaveDone(c, l, scheduler.Pending{Shard: l.Shard, Stage: "st", OfferID: id, Seq: 1})
 	for name, err := range checks {
 		if !errors.Is(err, scheduler.ErrFenced) {
@@ -999,5 +1005,128 @@ func testBadInput(e env) {
 		if !errors.Is(err, scheduler.ErrInvalid) {
 			t.Errorf("%s = %v, want ErrInvalid", name, err)
 		}
+	}
+}
+
+// SaveMany decides each save as Save would: the refused ones write
+// nothing, the others are written.
+func testSaveMany(e env) {
+	t, f := e.t, e.f
+	s := f(t, 1)(t)
+	va := put(t, s, "a", `{"n":1}`, 0)
+	vb := put(t, s, "b", `{"n":1}`, 0)
+	vb = put(t, s, "b", `{"n":2}`, vb) // the stage read version 1
+	vc := put(t, s, "c", `{"n":1}`, 0)
+	l := claimOne(t, s, "r", 0, time.Minute)
+	for _, c := range changes(t, s, l) {
+		if err := s.AckChange(ctx(t), l, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		offer(t, s, l, scheduler.Entry{Stage: "st", OfferID: id, Due: t0})
+	}
+	if out, errs, err := s.SaveMany(ctx(t), l, nil); err != nil || len(out) != 0 || len(errs) != 0 {
+		t.Fatalf("SaveMany of none = %v, %v, %v", out, errs, err)
+	}
+	saves := []scheduler.Save{
+		{OfferID: "a", Stage: "st", ReadVersion: va, State: str("a1"), Timer: t0.Add(time.Hour)},
+		{OfferID: "b", Stage: "st", ReadVersion: vb - 1, State: str("b1")},
+		{OfferID: "missing", Stage: "st", ReadVersion: 1, State: str("m1")},
+		{OfferID: "a", Stage: "st", ReadVersion: va, State: str("twice")},
+		{OfferID: "c", Stage: "st", ReadVersion: vc, Patch: scheduler.Patch{"x": json.RawMessage(`1`)}},
+	}
+	out, errs, err := s.SaveMany(ctx(t), l, saves)
+	if err != nil || len(out) != len(saves) || len(errs) != len(saves) {
+		t.Fatalf("SaveMany = %v, %v, %v; want an answer per save", out, errs, err)
+	}
+	for i, want := range []error{nil, scheduler.ErrConflict, scheduler.ErrNotFound, scheduler.ErrInvalid, nil} {
+		if (want == nil && errs[i] != nil) || (want != nil && !errors.Is(errs[i], want)) {
+			t.Errorf("save %d (offer %s): %v, want %v", i, saves[i].OfferID, errs[i], want)
+		}
+	}
+	if out[0].StateVersion != 1 || out[0].Changed || !out[4].Changed || out[4].OfferVersion != vc+1 {
+		t.Fatalf("Saved = %+v, want a's state at version 1 and c changed to version %d", out, vc+1)
+	}
+	if _, st := load(t, s, "a", "st"); StateString(st) != "a1" || st.Version != 1 {
+		t.Fatalf("a's state %q v%d, want a1 v1", StateString(st), st.Version)
+	}
+	if es := check(t, s, 0, "a"); len(es) != 1 || !es[0].Timer || !es[0].Due.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("a's queues = %+v, want st's timer at +1h", es)
+	}
+	if o, st := load(t, s, "b", "st"); o.Version != vb || st.Value != nil {
+		t.Fatalf("the conflicting save wrote: b v%d state %q", o.Version, StateString(st))
+	}
+	if es := check(t, s, 0, "b"); len(es) != 1 || !es[0].Due.Equal(t0) {
+		t.Fatalf("b's queues = %+v, want its entry as it was", es)
+	}
+	if o, _ := load(t, s, "c", ""); o.Version != vc+1 || Field(o.Body, "x") != "1" {
+		t.Fatalf("c = %s v%d, want the patch at version %d", o.Body, o.Version, vc+1)
+	}
+	if es := check(t, s, 0, "c"); len(es) != 0 {
+		t.Fatalf("c's queues = %+v, want none", es)
+	}
+	if c, ok := changeOf(changes(t, s, l), "c"); !ok || c.Source != "st" || !slices.Equal(c.Fields, []string{"x"}) {
+		t.Fatalf("c's mark = %+v (found %v), want source st, fields [x]", c, ok)
+	}
+}
+
+// OfferMany decides each entry as Offer would, on the queue as the
+// earlier entries of the call left it; a bad entry refuses the call.
+func testOfferMany(e env) {
+	t, f := e.t, e.f
+	s := f(t, 2)(t)
+	ids := IDIn("om", 0, 2, 2)
+	other := IDIn("om", 1, 2, 1)[0]
+	l := claimOne(t, s, "r", 0, time.Minute)
+	if _, err := s.OfferMany(ctx(t), l, []scheduler.Entry{
+		{Stage: "st", OfferID: ids[0], Due: t0},
+		{Stage: "st", OfferID: other, Due: t0},
+	}); !errors.Is(err, scheduler.ErrInvalid) {
+		t.Fatalf("OfferMany with an offer of another shard = %v, want ErrInvalid", err)
+	}
+	if es := check(t, s, 0, ids[0]); len(es) != 0 {
+		t.Fatalf("a refused OfferMany queued %+v", es)
+	}
+	queued, err := s.OfferMany(ctx(t), l, []scheduler.Entry{
+		{Stage: "st", OfferID: ids[0], Due: t0.Add(time.Hour), Timer: true},
+		{Stage: "st", OfferID: ids[0], Due: t0.Add(2 * time.Hour)},
+		{Stage: "st", OfferID: ids[1], Due: t0, Lane: scheduler.LaneRescan},
+		{Stage: "st", OfferID: ids[1], Due: t0.Add(time.Hour)},
+		{Stage: "st2", OfferID: ids[1], Due: t0},
+	})
+	if err != nil || !slices.Equal(queued, []bool{true, false, true, true, true}) {
+		t.Fatalf("OfferMany = %v, %v; want [true false true true true]", queued, err)
+	}
+	if es := check(t, s, 0, ids[0]); len(es) != 1 || !es[0].Timer || !es[0].Due.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("Check(%s) = %+v, want st's timer at +1h", ids[0], es)
+	}
+	es := check(t, s, 0, ids[1])
+	if len(es) != 2 || es[0].Stage != "st" || es[0].Lane != scheduler.LaneMain || !es[0].Due.Equal(t0) || es[1].Stage != "st2" {
+		t.Fatalf("Check(%s) = %+v, want st's entry moved to the main lane at t0, and st2's", ids[1], es)
+	}
+}
+
+// AckChanges removes the marks read, but not one that changed since.
+func testAckChanges(e env) {
+	t, f := e.t, e.f
+	s := f(t, 1)(t)
+	va := put(t, s, "a", `{"n":1}`, 0)
+	put(t, s, "b", `{"n":1}`, 0)
+	l := claimOne(t, s, "r", 0, time.Minute)
+	cs := changes(t, s, l)
+	if len(cs) != 2 {
+		t.Fatalf("Changes = %+v, want a's and b's", cs)
+	}
+	put(t, s, "a", `{"n":2}`, va)
+	if err := s.AckChanges(ctx(t), l, cs); err != nil {
+		t.Fatalf("AckChanges: %v", err)
+	}
+	left := changes(t, s, l)
+	if len(left) != 1 || left[0].OfferID != "a" {
+		t.Fatalf("after AckChanges, marks = %+v, want a's newer one only", left)
+	}
+	if err := s.AckChanges(ctx(t), l, []scheduler.Change{{Shard: 0, OfferID: ""}}); !errors.Is(err, scheduler.ErrInvalid) {
+		t.Fatalf("AckChanges of a change without an offer = %v, want ErrInvalid", err)
 	}
 }
