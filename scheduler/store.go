@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -136,6 +137,30 @@ type Store interface {
 
 // AnyVersion makes Put skip its version check.
 const AnyVersion int64 = -1
+
+// PutOffer is Put's arguments, for the stores' bulk puts (PutMany).
+type PutOffer struct {
+	ID        string
+	Body      []byte
+	IfVersion int64
+}
+
+// Check checks p as Put does, and makes an empty body {}.
+func (p *PutOffer) Check() error {
+	if err := ValidateID("offer", p.ID); err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(p.Body)) == 0 {
+		p.Body = []byte("{}")
+	}
+	if err := CheckBody(p.Body); err != nil {
+		return err
+	}
+	if p.IfVersion < AnyVersion {
+		return fmt.Errorf("%w: offer %q: version %d: use 0 (create), a version, or AnyVersion", ErrInvalid, p.ID, p.IfVersion)
+	}
+	return nil
+}
 
 // Lease is a runner's holding of a shard; Epoch fences its writes.
 type Lease struct {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/pprof"
 	"strconv"
@@ -20,12 +21,15 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/shardkit/shardkit/changefeed"
 	"github.com/shardkit/shardkit/scheduler"
+	"github.com/shardkit/shardkit/scheduler/clusterstore"
 	"github.com/shardkit/shardkit/scheduler/pgstore"
 )
 
 // schedulerBenchOptions are `shardkit scheduler bench`'s.
 type schedulerBenchOptions struct {
+	cluster           clusterFlags
 	postgres, schema  string
 	mode              string
 	offers, shards    int
@@ -51,12 +55,14 @@ const (
 func newSchedulerBenchCmd() *cobra.Command {
 	var o schedulerBenchOptions
 	cmd := &cobra.Command{
-		Use:   "bench --postgres DSN",
+		Use:   "bench [--peer ADDRS | --postgres DSN]",
 		Short: "Measure the scheduler end to end: offers put, stage passes, the saves, their changelog records in Kafka",
-		Long: `Measure the scheduler on the PostgreSQL store end to end (the side of
+		Long: `Measure the scheduler end to end, on the shardkit store of the cluster at
+--peer or on the PostgreSQL store with --postgres (the side of
 scripts/bench-scheduler.sh that River is measured against). --offers offers
-are put from outside; a runner works them, and the relay sends each save's
-changelog record to Kafka (franz-go's in-process broker unless --brokers).
+are put from outside; a runner works them, and the changefeed (shardkit) or
+the relay (PostgreSQL) sends each save's changelog record to Kafka
+(franz-go's in-process broker unless --brokers).
 
   --mode throughput  each offer needs one pass of a stage that does nothing
                      but save its state: offers per second from the first put
@@ -77,8 +83,11 @@ to --offers.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return benchScheduler(cmd, &o) },
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.postgres, "postgres", "", "PostgreSQL connection string (required)")
-	f.StringVar(&o.schema, "schema", "sched_bench", "the store's schema: dropped and made anew, and dropped at the end")
+	f.StringVar(&o.cluster.peers, "peer", defaultPeer, "address (host:port) of a cluster instance, for the shardkit store; a comma-separated list is tried in turn")
+	o.cluster.sec.register(f)
+	o.cluster.timeout = 30 * time.Second
+	f.StringVar(&o.postgres, "postgres", "", "PostgreSQL connection string: the PostgreSQL store instead of the cluster at --peer")
+	f.StringVar(&o.schema, "schema", "sched_bench", "the store's schema (dropped and made anew, and dropped at the end), or the shardkit store's prefix (a new one each run: the prefix and a time)")
 	f.StringVar(&o.mode, "mode", benchThroughput, "throughput, pipeline or timers")
 	f.IntVar(&o.offers, "offers", 20000, "offers to put")
 	f.IntVar(&o.shards, "shards", 64, "the store's shards")
@@ -233,9 +242,6 @@ func dropSchema(ctx context.Context, dsn, schema string) error {
 
 func benchScheduler(cmd *cobra.Command, o *schedulerBenchOptions) error {
 	what := "scheduler bench"
-	if o.postgres == "" {
-		return usagef("%s: give --postgres", what)
-	}
 	if o.offers < 1 || o.writers < 1 || o.putBatch < 1 || o.parallel < 1 || o.shards < 1 || o.batch < 1 || o.relayBatch < 1 || o.partitions < 1 {
 		return usagef("%s: --offers, --writers, --put-batch, --parallel, --shards, --batch, --relay-batch and --partitions must be at least 1", what)
 	}
@@ -287,17 +293,15 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 		defer k.Close()
 		brokers = k.ListenAddrs()
 	}
-	if err := dropSchema(ctx, o.postgres, o.schema); err != nil {
-		return nil, err
-	}
-	store, err := pgstore.Open(ctx, o.postgres, pgstore.Options{Schema: o.schema, Shards: o.shards})
+	log := newLogger("warn", "text", stderr)
+	bs, err := openBenchStore(ctx, o, brokers, log)
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
-	defer func() { _ = dropSchema(context.Background(), o.postgres, o.schema) }()
+	defer bs.close()
+	store := bs.store
 
-	res := &benchResult{System: "scheduler-pg", Mode: o.mode, Jobs: o.offers, Workers: o.parallel}
+	res := &benchResult{System: bs.system, Mode: o.mode, Jobs: o.offers, Workers: o.parallel}
 	var stages []scheduler.StageConfig
 	last := "noop"
 	var timers *timerStage
@@ -326,19 +330,13 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 		return nil, err
 	}
 	defer kc.Close()
-	log := newLogger("warn", "text", stderr)
 	r, err := scheduler.NewRunner(scheduler.Config{Store: store, Stages: stages, PollInterval: o.pollInterval, BatchSize: o.batch, Logger: log})
 	if err != nil {
 		return nil, err
 	}
-	relay, err := pgstore.NewRelay(store, pgstore.RelayConfig{Brokers: brokers, Topic: o.topic, Batch: o.relayBatch, PollInterval: o.pollInterval, Logger: log})
-	if err != nil {
-		return nil, err
-	}
-	defer relay.Close()
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return r.Run(gctx) })
-	g.Go(func() error { return relay.Run(gctx) })
+	g.Go(func() error { return bs.relay(gctx) })
 
 	var mu sync.Mutex
 	put := make(map[string]time.Time, o.offers)
@@ -360,14 +358,14 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 	for range o.writers {
 		pg.Go(func() error {
 			for from := range batches {
-				offers := make([]pgstore.PutOffer, 0, o.putBatch)
+				offers := make([]scheduler.PutOffer, 0, o.putBatch)
 				for i := from; i < min(from+o.putBatch, o.offers); i++ {
 					body := `{"n":` + strconv.Itoa(i) + `}`
 					if timers != nil {
 						due := first.Add(time.Duration(float64(i) / o.duePerS * float64(time.Second)))
 						body = `{"n":` + strconv.Itoa(i) + `,"due":` + strconv.FormatInt(due.UnixMicro(), 10) + `}`
 					}
-					offers = append(offers, pgstore.PutOffer{ID: "o" + strconv.Itoa(i), Body: []byte(body)})
+					offers = append(offers, scheduler.PutOffer{ID: "o" + strconv.Itoa(i), Body: []byte(body)})
 				}
 				now := time.Now()
 				mu.Lock()
@@ -375,7 +373,7 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 					put[p.ID] = now
 				}
 				mu.Unlock()
-				_, errs, err := store.PutMany(pctx, offers)
+				errs, err := bs.putMany(pctx, offers)
 				if err != nil {
 					return fmt.Errorf("put offers %d to %d: %w", from, from+len(offers)-1, err)
 				}
@@ -434,9 +432,102 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 	res.P50Ms, res.P99Ms = float64(hist.ValueAtQuantile(50))/1000, float64(hist.ValueAtQuantile(99))/1000
 	res.MaxMs = float64(hist.Max()) / 1000
 	// Saved once: the last stage's state is at version 1.
-	if err := store.Pool().QueryRow(context.Background(), "SELECT count(*) FROM "+pgx.Identifier{o.schema, "states"}.Sanitize()+
-		" WHERE stage_id = $1 AND version = 1", last).Scan(&res.ProcessedOnce); err != nil {
+	if res.ProcessedOnce, err = bs.savedOnce(context.Background(), last); err != nil {
 		return nil, fmt.Errorf("count the offers saved once: %w", err)
 	}
 	return res, nil
+}
+
+// benchStore is the store the bench runs on, with what differs between
+// the two: how the changelog reaches Kafka, how offers are put in bulk,
+// how the offers saved once are counted.
+type benchStore struct {
+	system    string
+	store     scheduler.Store
+	relay     func(context.Context) error
+	putMany   func(context.Context, []scheduler.PutOffer) ([]error, error)
+	savedOnce func(ctx context.Context, stage string) (int, error)
+	close     func()
+}
+
+func openBenchStore(ctx context.Context, o *schedulerBenchOptions, brokers []string, log *slog.Logger) (*benchStore, error) {
+	if o.postgres != "" {
+		if err := dropSchema(ctx, o.postgres, o.schema); err != nil {
+			return nil, err
+		}
+		store, err := pgstore.Open(ctx, o.postgres, pgstore.Options{Schema: o.schema, Shards: o.shards})
+		if err != nil {
+			return nil, err
+		}
+		relay, err := pgstore.NewRelay(store, pgstore.RelayConfig{Brokers: brokers, Topic: o.topic, Batch: o.relayBatch, PollInterval: o.pollInterval, Logger: log})
+		if err != nil {
+			store.Close()
+			return nil, err
+		}
+		return &benchStore{
+			system: "scheduler-pg", store: store, relay: relay.Run,
+			putMany: func(ctx context.Context, offers []scheduler.PutOffer) ([]error, error) {
+				_, errs, err := store.PutMany(ctx, offers)
+				return errs, err
+			},
+			savedOnce: func(ctx context.Context, stage string) (int, error) {
+				n := 0
+				err := store.Pool().QueryRow(ctx, "SELECT count(*) FROM "+pgx.Identifier{o.schema, "states"}.Sanitize()+
+					" WHERE stage_id = $1 AND version = 1", stage).Scan(&n)
+				return n, err
+			},
+			close: func() {
+				relay.Close()
+				store.Close()
+				_ = dropSchema(context.Background(), o.postgres, o.schema)
+			},
+		}, nil
+	}
+	c, err := o.cluster.client(ctx)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("%.24s%d", o.schema, time.Now().Unix()%1_000_000) // at most 30 of the 32 bytes a prefix has
+	store, err := clusterstore.Open(ctx, c, clusterstore.Options{Prefix: prefix, Shards: o.shards})
+	if err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	cfg := store.Changelog()
+	cfg.Brokers, cfg.Topic, cfg.Logger, cfg.SaveEvery = brokers, o.topic, log, o.pollInterval
+	return &benchStore{
+		system: "scheduler-shardkit", store: store,
+		relay: func(ctx context.Context) error { return changefeed.Run(ctx, cfg) },
+		putMany: func(ctx context.Context, offers []scheduler.PutOffer) ([]error, error) {
+			_, errs, err := store.PutMany(ctx, offers)
+			return errs, err
+		},
+		savedOnce: func(ctx context.Context, stage string) (int, error) {
+			n := 0
+			for sh := range o.shards {
+				after := ""
+				for {
+					ids, err := store.Scan(ctx, sh, after, 1000)
+					if err != nil {
+						return n, err
+					}
+					for _, id := range ids {
+						_, st, err := store.Load(ctx, id, stage)
+						if err != nil {
+							return n, err
+						}
+						if st.Version == 1 {
+							n++
+						}
+					}
+					if len(ids) < 1000 {
+						break
+					}
+					after = ids[len(ids)-1]
+				}
+			}
+			return n, nil
+		},
+		close: func() { _ = c.Close() },
+	}, nil
 }

@@ -340,15 +340,30 @@ func FuzzChangelogLine(f *testing.F) {
 // The scheduler's benchmark, in each mode, on a few offers: every offer's
 // last stage saved once and its record reached the changelog.
 func TestSchedulerBenchProcessesEveryOfferOnce(t *testing.T) {
-	dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
-	if dsn == "" {
-		t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
-	}
+	t.Run("shardkit", func(t *testing.T) {
+		addr := servertest.OneInstanceCluster(t)
+		benchEveryMode(t, "--peer", addr)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		dsn := os.Getenv("SHARDKIT_TEST_POSTGRES_DSN")
+		if dsn == "" {
+			t.Skip("SHARDKIT_TEST_POSTGRES_DSN is unset; run: eval \"$(bash scripts/services.sh env)\"")
+		}
+		benchEveryMode(t, "--postgres", dsn)
+		if _, stderr, code := run(t, "scheduler", "bench", "--postgres", dsn, "--mode", "fast"); code != 2 || !strings.Contains(stderr, `--mode "fast"`) {
+			t.Fatalf("bench --mode fast: exit %d, %s", code, stderr)
+		}
+	})
+}
+
+// benchEveryMode runs the bench on the store that store names.
+func benchEveryMode(t *testing.T, store ...string) {
+	t.Helper()
 	for _, mode := range []string{"throughput", "pipeline", "timers"} {
 		t.Run(mode, func(t *testing.T) {
 			schema := "sched_bench_test_" + mode
-			stdout, stderr, code := run(t, "scheduler", "bench", "--postgres", dsn, "--schema", schema, "--mode", mode,
-				"--offers", "300", "--shards", "8", "--writers", "4", "--due-per-s", "1000", "--lead", "1s", "--timeout", "2m")
+			stdout, stderr, code := run(t, append([]string{"scheduler", "bench", "--schema", schema, "--mode", mode,
+				"--offers", "300", "--shards", "8", "--writers", "4", "--due-per-s", "1000", "--lead", "1s", "--timeout", "2m"}, store...)...)
 			if code != 0 {
 				t.Fatalf("bench: exit %d\n%s%s", code, stdout, stderr)
 			}
@@ -360,8 +375,5 @@ func TestSchedulerBenchProcessesEveryOfferOnce(t *testing.T) {
 				t.Fatalf("bench: %s; want mode %s, 300 offers, 300 records, 300 saved once", stdout, mode)
 			}
 		})
-	}
-	if _, stderr, code := run(t, "scheduler", "bench", "--postgres", dsn, "--mode", "fast"); code != 2 || !strings.Contains(stderr, `--mode "fast"`) {
-		t.Fatalf("bench --mode fast: exit %d, %s", code, stderr)
 	}
 }

@@ -202,9 +202,10 @@ func (st *Store) offerChunk(ctx context.Context, l scheduler.Lease, entries []sc
 	return st.do(ctx, "offer entries", b, &l)
 }
 
-// AckChanges implements scheduler.Store: the marks are read together, and
-// those still at the seq read deleted in one fenced batch, each checked to
-// be still as read.
+// AckChanges implements scheduler.Store: one fenced batch deletes the
+// marks, each only while at the seq given; when one is not (it changed
+// again, or was acked), the marks are read, and those still at their seq
+// deleted in one batch checked to be still as read.
 func (st *Store) AckChanges(ctx context.Context, l scheduler.Lease, cs []scheduler.Change) error {
 	for i, c := range cs {
 		if err := st.checkLeaseShard(l, c.OfferID); err != nil {
@@ -213,6 +214,20 @@ func (st *Store) AckChanges(ctx context.Context, l scheduler.Lease, cs []schedul
 	}
 	for start := 0; start < len(cs); start += maxBatchOps / 2 {
 		chunk := cs[start:min(len(cs), start+maxBatchOps/2)]
+		// Most marks are still as read: first a batch that deletes each
+		// only while its seq is the one read, with no read; when one
+		// changed again, the whole batch is refused and the marks are read.
+		b := st.fenced(l)
+		for _, c := range chunk {
+			key := offerKey(l.Shard, c.OfferID)
+			b.Check(st.sp.marks, key, client.Where("seq", client.EQ, u64(c.Seq))).Delete(st.sp.marks, key)
+		}
+		switch err := st.do(ctx, "ack changed offers", b, &l); {
+		case err == nil:
+			continue
+		case !errors.Is(err, errRetry):
+			return err
+		}
 		err := retry("ack changed offers", func() error {
 			marks := make([]client.Result, len(chunk))
 			err := parallel(len(chunk), func(j int) error {

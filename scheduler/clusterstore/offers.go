@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -111,19 +112,26 @@ func (st *Store) changelogRow(r scheduler.Record) (tuple.Tuple, error) {
 	return tuple.Tuple{shardKey(r.Shard), tuple.String(r.OfferID), tuple.String(string(v))}, nil
 }
 
-// Put implements scheduler.Store.
+// Put implements scheduler.Store. A create (ifVersion 0) is one batch
+// with no read, checked to find neither the offer nor a mark.
 func (st *Store) Put(ctx context.Context, id string, body []byte, ifVersion int64) (int64, error) {
-	if err := scheduler.ValidateID("offer", id); err != nil {
+	p := scheduler.PutOffer{ID: id, Body: body, IfVersion: ifVersion}
+	if err := p.Check(); err != nil {
 		return 0, err
 	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		body = []byte("{}")
-	}
-	if err := scheduler.CheckBody(body); err != nil {
-		return 0, err
-	}
-	if ifVersion < scheduler.AnyVersion {
-		return 0, fmt.Errorf("%w: version %d: use 0 (create), a version, or AnyVersion", scheduler.ErrInvalid, ifVersion)
+	id, body = p.ID, p.Body
+	if ifVersion == 0 {
+		b := st.c.Batch()
+		if err := st.addCreate(b, p); err != nil {
+			return 0, err
+		}
+		if err := st.do(ctx, "create offer "+id, b, nil); !errors.Is(err, errRetry) {
+			if err != nil {
+				return 0, err
+			}
+			return 1, nil
+		}
+		// It exists (or has a mark): the read path below says how.
 	}
 	sh := scheduler.ShardOf(id, st.shards)
 	var version int64
@@ -169,6 +177,102 @@ func (st *Store) Put(ctx context.Context, id string, body []byte, ifVersion int6
 		return nil
 	})
 	return version, err
+}
+
+// addCreate adds to b the creation of p's offer at version 1: its row,
+// its mark (every field changed) and its changelog record, checked to
+// find no offer and no mark.
+func (st *Store) addCreate(b *client.Batch, p scheduler.PutOffer) error {
+	sh := scheduler.ShardOf(p.ID, st.shards)
+	mark, err := markTuple(sh, p.ID, client.Result{}, 1, "", nil, 0)
+	if err != nil {
+		return err
+	}
+	b.Check(st.sp.offers, offerKey(sh, p.ID), client.VersionIs(0)).
+		Check(st.sp.marks, offerKey(sh, p.ID), client.VersionIs(0)).
+		Replace(st.sp.offers, offerTuple(sh, p.ID, 1, p.Body, 0)).
+		Replace(st.sp.marks, mark)
+	return st.changelog(b, scheduler.Record{OfferID: p.ID, Shard: sh, OfferVersion: 1, Body: p.Body})
+}
+
+// createsPerBatch bounds the creates of one PutMany batch (5 operations
+// each).
+const createsPerBatch = 150
+
+// PutMany writes offers from outside, each as Put writes it (a bulk load:
+// the scheduler's benchmark puts its offers so). The creates (IfVersion 0)
+// of one shard go in one batch, with no read; when one of them exists,
+// that batch's offers are put one by one. versions[i] and errs[i] are
+// offers[i]'s outcome: a refusal (ErrConflict, ErrInvalid; ErrInvalid too
+// for an offer that is in offers twice) writes nothing of it and does not
+// stop the others; err is the call's (a failure of the cluster), after
+// which any of them may or may not be written.
+func (st *Store) PutMany(ctx context.Context, offers []scheduler.PutOffer) (versions []int64, errs []error, err error) {
+	versions, errs = make([]int64, len(offers)), make([]error, len(offers))
+	first := map[string]int{}
+	byShard := map[int][]int{}
+	var others []int
+	for i := range offers {
+		p := &offers[i]
+		pc := *p
+		if errs[i] = pc.Check(); errs[i] != nil {
+			continue
+		}
+		*p = pc
+		if j, dup := first[p.ID]; dup {
+			errs[i] = fmt.Errorf("%w: offer %q is in one PutMany twice (offers %d and %d)", scheduler.ErrInvalid, p.ID, j, i)
+			continue
+		}
+		first[p.ID] = i
+		if p.IfVersion != 0 {
+			others = append(others, i)
+			continue
+		}
+		sh := scheduler.ShardOf(p.ID, st.shards)
+		byShard[sh] = append(byShard[sh], i)
+	}
+	var chunks [][]int
+	for _, is := range byShard {
+		for len(is) > 0 {
+			n := min(len(is), createsPerBatch)
+			chunks = append(chunks, is[:n])
+			is = is[n:]
+		}
+	}
+	one := func(i int) error {
+		versions[i], errs[i] = st.Put(ctx, offers[i].ID, offers[i].Body, offers[i].IfVersion)
+		if errs[i] != nil && !errors.Is(errs[i], scheduler.ErrConflict) && !errors.Is(errs[i], scheduler.ErrInvalid) {
+			return errs[i]
+		}
+		return nil
+	}
+	err = parallel(len(chunks), func(j int) error {
+		b := st.c.Batch()
+		for _, i := range chunks[j] {
+			if err := st.addCreate(b, offers[i]); err != nil {
+				return err
+			}
+		}
+		switch err := st.do(ctx, "create offers", b, nil); {
+		case err == nil:
+			for _, i := range chunks[j] {
+				versions[i] = 1
+			}
+			return nil
+		case !errors.Is(err, errRetry):
+			return err
+		}
+		for _, i := range chunks[j] {
+			if err := one(i); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return versions, errs, err
+	}
+	return versions, errs, parallel(len(others), func(j int) error { return one(others[j]) })
 }
 
 // UpdateState implements scheduler.Store.

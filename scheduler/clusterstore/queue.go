@@ -36,6 +36,16 @@ func entryOf(t tuple.Tuple) scheduler.Entry {
 	}
 }
 
+// queueEntryOf reads a <p>_queue tuple: its key, then the entry's timer,
+// attempts and last error (as in queue_inverted: both rows are written
+// together).
+func queueEntryOf(t tuple.Tuple) scheduler.Entry {
+	return scheduler.Entry{
+		Shard: int(uintAt(t, 0)), Stage: strAt(t, 1), Lane: scheduler.Lane(uintAt(t, 2)), Due: time.UnixMicro(intAt(t, 3)), //nolint:gosec // small
+		OfferID: strAt(t, 4), Timer: boolAt(t, 5), Attempts: int(uintAt(t, 6)), LastError: strAt(t, 7), //nolint:gosec // bounded by MaxInt32
+	}
+}
+
 func queueKey(e scheduler.Entry) []tuple.Value {
 	return []tuple.Value{shardKey(e.Shard), tuple.String(e.Stage), lane(e.Lane), micros(e.Due), tuple.String(e.OfferID)}
 }
@@ -46,7 +56,7 @@ func queueKey(e scheduler.Entry) []tuple.Value {
 func (st *Store) insertEntry(b *client.Batch, e scheduler.Entry) {
 	b.Replace(st.sp.inverted, tuple.Tuple{shardKey(e.Shard), tuple.String(e.OfferID), tuple.String(e.Stage), lane(e.Lane), micros(e.Due),
 		tuple.Bool(e.Timer), u64(int64(e.Attempts)), tuple.String(e.LastError)})
-	b.Replace(st.sp.queue, tuple.Tuple(queueKey(e)))
+	b.Replace(st.sp.queue, append(tuple.Tuple(queueKey(e)), tuple.Bool(e.Timer), u64(int64(e.Attempts)), tuple.String(e.LastError)))
 }
 
 // deleteEntry adds to b the deletes of e's rows.
@@ -164,29 +174,12 @@ func (st *Store) Peek(ctx context.Context, l scheduler.Lease, stage string, now 
 			return nil, time.Time{}, err
 		}
 	}
-	var keys [][]tuple.Value
+	var out []scheduler.Entry
 	for _, rows := range due {
 		for _, r := range rows {
-			if len(keys) < limit {
-				keys = append(keys, stateKey(l.Shard, strAt(r.Tuple, 4), stage))
+			if len(out) < limit {
+				out = append(out, queueEntryOf(r.Tuple))
 			}
-		}
-	}
-	// The entries' attempts and timers are in queue_inverted.
-	invs := make([]client.Result, len(keys))
-	reads := make([]read, len(keys))
-	for j, k := range keys {
-		reads[j] = read{st.sp.inverted, k, &invs[j]}
-	}
-	if len(reads) > 0 {
-		if err := st.getAll(ctx, reads...); err != nil {
-			return nil, time.Time{}, err
-		}
-	}
-	out := make([]scheduler.Entry, 0, len(invs))
-	for _, r := range invs {
-		if r.Found { // taken out between the two reads
-			out = append(out, entryOf(r.Tuple))
 		}
 	}
 	var next time.Time

@@ -1,7 +1,6 @@
 package pgstore
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -490,27 +489,9 @@ func (s *Store) Put(ctx context.Context, id string, body []byte, ifVersion int64
 }
 
 // PutOffer is one offer of PutMany: Put's arguments.
-type PutOffer struct {
-	ID        string
-	Body      []byte
-	IfVersion int64
-}
+type PutOffer = scheduler.PutOffer
 
-func checkPut(p *PutOffer) error {
-	if err := scheduler.ValidateID("offer", p.ID); err != nil {
-		return err
-	}
-	if len(bytes.TrimSpace(p.Body)) == 0 {
-		p.Body = []byte("{}")
-	}
-	if err := scheduler.CheckBody(p.Body); err != nil {
-		return err
-	}
-	if p.IfVersion < scheduler.AnyVersion {
-		return fmt.Errorf("%w: offer %q: version %d: use 0 (create), a version, or AnyVersion", scheduler.ErrInvalid, p.ID, p.IfVersion)
-	}
-	return nil
-}
+func checkPut(p *PutOffer) error { return p.Check() }
 
 // PutMany writes offers from outside, each as Put writes it, in one
 // transaction (a bulk load: the scheduler's benchmark puts its offers so,
