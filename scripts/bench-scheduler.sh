@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The stage scheduler on its PostgreSQL store against River, on this machine
-# and the same PostgreSQL, in one run, interleaved (River, scheduler, River,
-# scheduler, ... for each measure):
+# The stage scheduler on its PostgreSQL store and on its shardkit store
+# against River, on this machine and the same PostgreSQL, in one run,
+# interleaved (River, scheduler, shardkit, River, ... for each measure):
 #
 #   throughput  OFFERS offers each needing one pass of a no-op stage, end to
 #               end: put -> queued -> processed -> saved -> its changelog
@@ -27,11 +27,16 @@
 # to the results file. Each side makes its schema anew and drops its rows:
 # nothing else in the database is touched. Kafka is franz-go's in-process
 # broker (kfake) inside the scheduler's bench; River's side has no Kafka.
+# The shardkit side (system "shardkit") runs the same bench with --peer on
+# three instances this script starts on loopback (replication factor 3: one
+# replicaset, as bench-vs-etcd.sh), each run on spaces of its own.
 # The figures and what bounds them are in docs/benchmarks.md ("Scheduler").
 #
 # Environment (defaults in brackets):
 #   MEASURES    throughput, timers and/or pipeline [throughput timers pipeline]
-#   SYSTEMS     river and/or scheduler [river scheduler]
+#   SYSTEMS     river, scheduler (PostgreSQL store) and/or shardkit (shardkit
+#               store) [river scheduler shardkit]
+#   SHARDKIT_PORT_BASE  the instances' gRPC ports are this + 1..3, HTTP + 11..13 [24300]
 #   ROUNDS      runs of each system per measure [2]
 #   OFFERS      offers (jobs) per throughput or pipeline run [50000]
 #   TIMERS      timers per timers run [50000]
@@ -52,7 +57,7 @@ REPO=$(cd "$(dirname "$0")/.." && pwd)
 
 MEASURES=${MEASURES:-throughput timers pipeline}
 MEASURES=${MEASURES//,/ }
-SYSTEMS=${SYSTEMS:-river scheduler}
+SYSTEMS=${SYSTEMS:-river scheduler shardkit}
 SYSTEMS=${SYSTEMS//,/ }
 ROUNDS=${ROUNDS:-2}
 OFFERS=${OFFERS:-50000}
@@ -77,7 +82,7 @@ for m in $MEASURES; do
   [[ $m == throughput || $m == timers || $m == pipeline ]] || die "MEASURES: unknown measure '$m' (want throughput, timers and/or pipeline)"
 done
 for s in $SYSTEMS; do
-  [[ $s == river || $s == scheduler ]] || die "SYSTEMS: unknown system '$s' (want river and/or scheduler)"
+  [[ $s == river || $s == scheduler || $s == shardkit ]] || die "SYSTEMS: unknown system '$s' (want river, scheduler and/or shardkit)"
 done
 [[ -n ${MEASURES// /} && -n ${SYSTEMS// /} ]] || die "MEASURES and SYSTEMS must not be empty"
 for v in ROUNDS OFFERS TIMERS DUE_PER_S SCHED_PARALLEL RIVER_WORKERS; do
@@ -93,9 +98,14 @@ DSN=$SHARDKIT_TEST_POSTGRES_DSN
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/bench-scheduler.XXXXXX")
 RUN_PID=''
+SK_PIDS=()
 cleanup() {
   local rc=$?
   if [[ -n $RUN_PID ]]; then kill "$RUN_PID" 2>/dev/null || true; fi
+  if ((${#SK_PIDS[@]} > 0)); then
+    kill "${SK_PIDS[@]}" 2>/dev/null || true
+    wait "${SK_PIDS[@]}" 2>/dev/null || true
+  fi
   if ((rc == 0)); then rm -rf "$WORK"; else log "logs kept in $WORK"; fi
 }
 trap cleanup EXIT
@@ -111,6 +121,26 @@ if [[ -z $RIVER ]] && has river "$SYSTEMS"; then
   log "building river-bench (bench/river)"
   (cd "$REPO/bench/river" && nice -n 19 go build -o "$WORK/river-bench" .) || die "go build in bench/river failed"
   RIVER=$WORK/river-bench
+fi
+
+# The shardkit store's cluster: three instances, replication factor 3.
+SHARDKIT_PORT_BASE=${SHARDKIT_PORT_BASE:-24300}
+SK_PEERS=127.0.0.1:$((SHARDKIT_PORT_BASE + 1)),127.0.0.1:$((SHARDKIT_PORT_BASE + 2)),127.0.0.1:$((SHARDKIT_PORT_BASE + 3))
+if has shardkit "$SYSTEMS"; then
+  mkdir -p "$WORK/logs"
+  for n in 1 2 3; do
+    "$SK" run --instance-id "s$n" --listen "127.0.0.1:$((SHARDKIT_PORT_BASE + n))" \
+      --http-listen "127.0.0.1:$((SHARDKIT_PORT_BASE + 10 + n))" --peer "$SK_PEERS" \
+      --data-dir "$WORK/data/s$n" --init-replication-factor 3 --shutdown-timeout 5s \
+      </dev/null >"$WORK/logs/shardkit-s$n.log" 2>&1 &
+    SK_PIDS+=($!)
+  done
+  deadline=$((SECONDS + 90))
+  until (($("$SK" status --peer "$SK_PEERS" 2>/dev/null | grep -c 'Online(') >= 3)); do
+    ((SECONDS < deadline)) || die "the shardkit instances were not Online within 90s (logs in $WORK/logs)"
+    sleep 0.5
+  done
+  log "shardkit: three instances Online on $SK_PEERS"
 fi
 
 # jget JSON KEY: the value of a top-level scalar KEY of a flat JSON object.
@@ -144,7 +174,8 @@ run_one() {
     # shellcheck disable=SC2206 # split on purpose: a list of flags
     if [[ -n ${RIVER_FLAGS:-} ]]; then cmd+=($RIVER_FLAGS); fi
   else
-    cmd=("$SK" scheduler bench --postgres "$DSN" --mode "$measure" --parallel "$SCHED_PARALLEL")
+    cmd=("$SK" scheduler bench --mode "$measure" --parallel "$SCHED_PARALLEL")
+    if [[ $sys == shardkit ]]; then cmd+=(--peer "$SK_PEERS"); else cmd+=(--postgres "$DSN"); fi
     case $measure in
     throughput | pipeline) cmd+=(--offers "$OFFERS") ;;
     timers) cmd+=(--offers "$TIMERS" --due-per-s "$DUE_PER_S" --lead "$LEAD") ;;
@@ -179,7 +210,7 @@ first_line=$(($(wc -l <"$RESULTS") + 1))
 log "$RUN_TOTAL runs: $MEASURES; $ROUNDS rounds of $SYSTEMS; results in $RESULTS"
 for measure in $MEASURES; do
   for ((round = 1; round <= ROUNDS; round++)); do
-    for sys in river scheduler; do
+    for sys in river scheduler shardkit; do
       if ! has "$sys" "$SYSTEMS" || [[ $measure == pipeline && $sys == river ]]; then continue; fi
       run_one "$sys" "$measure" "$round"
     done
@@ -187,7 +218,7 @@ for measure in $MEASURES; do
 done
 
 {
-  echo "scheduler (PostgreSQL store) vs River: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
+  echo "scheduler (scheduler-pg: PostgreSQL store; scheduler-shardkit: three instances) vs River: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(lscpu | sed -n 's/^Model name: *//p' | head -n1)), $(uname -sr)"
   echo "$(psql "$DSN" -Atc 'SHOW server_version' 2>/dev/null | sed 's/^/PostgreSQL /'); $("$SK" version 2>/dev/null | head -n1)"
   echo "throughput/pipeline: per second from the first put (insert) to the last record (completion); p50/p99 of each one's time"
   echo "timers: per second after the lead; p50/p99 lateness (due time to Process call / first attempt); results: $RESULTS"
@@ -199,9 +230,9 @@ done
       }
       return ""
     }
-    BEGIN { printf "%-10s %-12s %5s | %9s %10s %10s | %s\n", "measure", "system", "round", "per s", "p50 ms", "p99 ms", "load1" }
+    BEGIN { printf "%-10s %-18s %5s | %9s %10s %10s | %s\n", "measure", "system", "round", "per s", "p50 ms", "p99 ms", "load1" }
     {
-      printf "%-10s %-12s %5s | %9.0f %10.1f %10.1f | %s\n", jget($0, "measure"), jget($0, "system"), jget($0, "round"),
+      printf "%-10s %-18s %5s | %9.0f %10.1f %10.1f | %s\n", jget($0, "measure"), jget($0, "system"), jget($0, "round"),
         jget($0, "jobs_per_s"), jget($0, "p50_ms"), jget($0, "p99_ms"), jget($0, "load1")
     }'
 }
