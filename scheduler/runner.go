@@ -399,6 +399,7 @@ func (r *Runner) keepLeases(ctx context.Context) {
 		}
 		owners[in.Owner] = true
 	}
+	r.shareRates(len(owners))
 	shards := r.store.Shards()
 	share := (shards + len(owners) - 1) / len(owners)
 	if r.cfg.MaxShards > 0 {
@@ -429,6 +430,17 @@ func (r *Runner) keepLeases(ctx context.Context) {
 			if err := r.store.Release(ctx, l); err != nil {
 				r.log.Warn("scheduler: release shard", "lease", l.String(), "err", err)
 			}
+		}
+	}
+}
+
+// shareRates sets each stage's rate limit in this runner to its share of
+// the stage's: StageConfig.RateLimit is the stage's over all runners, so
+// each of n live runners takes RateLimit / n.
+func (r *Runner) shareRates(n int) {
+	for _, st := range r.stages {
+		if st.limiter != nil {
+			st.limiter.SetLimit(st.cfg.RateLimit / rate.Limit(max(n, 1)))
 		}
 	}
 }

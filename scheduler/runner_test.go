@@ -51,3 +51,34 @@ func TestBackoffDoublesUpToMax(t *testing.T) {
 		}
 	}
 }
+
+// runnersStore is a Store with live runners and free shards, for the
+// lease keeping's sums.
+type runnersStore struct {
+	Store
+	live []string
+}
+
+func (s runnersStore) Announce(context.Context, string, time.Duration) error { return nil }
+func (s runnersStore) Runners(context.Context) ([]string, error)             { return s.live, nil }
+func (s runnersStore) Leases(context.Context) ([]LeaseInfo, error)           { return nil, nil }
+func (s runnersStore) Shards() int                                           { return 0 }
+
+// A stage's RateLimit is over all the runners: each live one takes its
+// share, and takes it anew as runners come and go.
+func TestARateLimitIsSharedByTheLiveRunners(t *testing.T) {
+	st := &runnersStore{live: []string{"a", "b", "c", "d"}}
+	r, err := NewRunner(Config{Store: st, Owner: "a", Stages: []StageConfig{{ID: "s", Stage: noopStage{}, RateLimit: 100}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.keepLeases(t.Context())
+	if got := r.byID["s"].limiter.Limit(); got != 25 {
+		t.Fatalf("with 4 live runners the limit is %v, want 25", got)
+	}
+	st.live = []string{"a"}
+	r.keepLeases(t.Context())
+	if got := r.byID["s"].limiter.Limit(); got != 100 {
+		t.Fatalf("alone the limit is %v, want 100", got)
+	}
+}

@@ -107,8 +107,10 @@ type StageConfig struct {
 	Fields []string
 	// OwnFields are the fields the stage may patch.
 	OwnFields []string
-	// RateLimit caps Process calls per second in one Runner (0: no cap),
-	// with Burst (default 1). Runners sharing a store each have their own.
+	// RateLimit caps the stage's Process calls per second over all the
+	// runners of its store (0: no cap): each of n live runners (those
+	// announced or holding shards) takes RateLimit / n, recomputed every
+	// third of LeaseTTL; Burst (default 1) is each runner's.
 	RateLimit rate.Limit
 	Burst     int
 	// MaxParallel caps concurrent Process calls of the stage in one Runner
