@@ -32,7 +32,7 @@ func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 func (r *Runner) gather(ctx context.Context, st *stageRun) bool {
 	t := time.NewTimer(gatherWait)
 	defer t.Stop()
-	for len(st.sem) > cap(st.sem)*3/4 {
+	for len(st.sem) > st.slots()*3/4 {
 		select {
 		case <-ctx.Done():
 			return false
@@ -77,7 +77,7 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 		err     error
 	}
 	for from := 0; from < len(held); {
-		free := cap(st.sem) - len(st.sem)
+		free := max(st.slots()-len(st.sem), 0)
 		if free == 0 || ctx.Err() != nil {
 			return next
 		}
@@ -116,7 +116,7 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 				next = later
 			}
 			for _, e := range got[i].entries {
-				if len(st.sem) == cap(st.sem) {
+				if len(st.sem) >= st.slots() {
 					break
 				}
 				if !r.take(st, e) {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -137,9 +138,11 @@ type held struct {
 }
 
 type stageRun struct {
-	cfg       StageConfig
-	limiter   *rate.Limiter
-	sem       chan struct{}
+	cfg     StageConfig
+	limiter *rate.Limiter
+	sem     chan struct{}
+	// allowed is this runner's share of MaxParallel (0: all of it).
+	allowed   atomic.Int32
 	wake      chan struct{}
 	afterWake chan struct{}
 	after     AfterSaver
@@ -434,15 +437,27 @@ func (r *Runner) keepLeases(ctx context.Context) {
 	}
 }
 
-// shareRates sets each stage's rate limit in this runner to its share of
-// the stage's: StageConfig.RateLimit is the stage's over all runners, so
-// each of n live runners takes RateLimit / n.
+// shareRates sets each stage's limits in this runner to its share of the
+// stage's: StageConfig.RateLimit and MaxParallel are the stage's over all
+// runners, so each of n live runners takes RateLimit / n and MaxParallel
+// / n calls at a time (at least one).
 func (r *Runner) shareRates(n int) {
+	n = max(n, 1)
 	for _, st := range r.stages {
 		if st.limiter != nil {
-			st.limiter.SetLimit(st.cfg.RateLimit / rate.Limit(max(n, 1)))
+			st.limiter.SetLimit(st.cfg.RateLimit / rate.Limit(n))
 		}
+		st.allowed.Store(int32(max(st.cfg.MaxParallel/n, 1))) //nolint:gosec // bounded by MaxParallel
 	}
+}
+
+// slots is how many Process calls of the stage this runner may have at
+// once: its share of MaxParallel (sem's capacity until the first share).
+func (st *stageRun) slots() int {
+	if a := int(st.allowed.Load()); a > 0 {
+		return min(a, cap(st.sem))
+	}
+	return cap(st.sem)
 }
 
 // warn logs a failure unless the runner is stopping (ctx ended), when

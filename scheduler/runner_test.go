@@ -64,21 +64,21 @@ func (s runnersStore) Runners(context.Context) ([]string, error)             { r
 func (s runnersStore) Leases(context.Context) ([]LeaseInfo, error)           { return nil, nil }
 func (s runnersStore) Shards() int                                           { return 0 }
 
-// A stage's RateLimit is over all the runners: each live one takes its
+// A stage's RateLimit and MaxParallel are over all the runners: each live one takes its
 // share, and takes it anew as runners come and go.
-func TestARateLimitIsSharedByTheLiveRunners(t *testing.T) {
+func TestARateLimitAndMaxParallelAreSharedByTheLiveRunners(t *testing.T) {
 	st := &runnersStore{live: []string{"a", "b", "c", "d"}}
-	r, err := NewRunner(Config{Store: st, Owner: "a", Stages: []StageConfig{{ID: "s", Stage: noopStage{}, RateLimit: 100}}})
+	r, err := NewRunner(Config{Store: st, Owner: "a", Stages: []StageConfig{{ID: "s", Stage: noopStage{}, RateLimit: 100, MaxParallel: 10}}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.keepLeases(t.Context())
-	if got := r.byID["s"].limiter.Limit(); got != 25 {
-		t.Fatalf("with 4 live runners the limit is %v, want 25", got)
+	if got, slots := r.byID["s"].limiter.Limit(), r.byID["s"].slots(); got != 25 || slots != 2 {
+		t.Fatalf("with 4 live runners the limit is %v and the slots %d, want 25 and 2", got, slots)
 	}
 	st.live = []string{"a"}
 	r.keepLeases(t.Context())
-	if got := r.byID["s"].limiter.Limit(); got != 100 {
-		t.Fatalf("alone the limit is %v, want 100", got)
+	if got, slots := r.byID["s"].limiter.Limit(), r.byID["s"].slots(); got != 100 || slots != 10 {
+		t.Fatalf("alone the limit is %v and the slots %d, want 100 and 10", got, slots)
 	}
 }

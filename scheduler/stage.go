@@ -113,8 +113,9 @@ type StageConfig struct {
 	// third of LeaseTTL; Burst (default 1) is each runner's.
 	RateLimit rate.Limit
 	Burst     int
-	// MaxParallel caps concurrent Process calls of the stage in one Runner
-	// (default 4).
+	// MaxParallel caps concurrent Process calls of the stage over all the
+	// runners of its store (default 4): each of n live runners takes
+	// MaxParallel / n (at least one), as with RateLimit.
 	MaxParallel int
 	// MaxAttempts: after this many failed Process calls in a row, the
 	// offer goes to the stage's dead letters (default 5).
