@@ -42,8 +42,8 @@
 #   TIMERS      timers per timers run [50000]
 #   DUE_PER_S   timers due per second [10000]
 #   LEAD        the first timer is due this long after the start [5s]
-#   PARALLEL    the scheduler's stage MaxParallel and River's workers [256 / 200]:
-#               SCHED_PARALLEL [256], RIVER_WORKERS [200]
+#   SCHED_PARALLEL  the scheduler's stage MaxParallel [256]
+#   RIVER_WORKERS   River's workers [200]
 #   SCHED_FLAGS more `shardkit scheduler bench` flags, space-separated []
 #   RIVER_FLAGS more river-bench flags, space-separated []
 #   SETTLE      seconds of pause before each run [2]
