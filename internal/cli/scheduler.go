@@ -66,6 +66,9 @@ type schedulerConfig struct {
 		LeaseTTL    time.Duration `yaml:"lease_ttl"`
 		MaxChain    int           `yaml:"max_chain"`
 		RescanEvery time.Duration `yaml:"rescan_every"`
+		// PollInterval is how often the runner looks for work with no
+		// wake-up (Config.PollInterval).
+		PollInterval time.Duration `yaml:"poll_interval"`
 	} `yaml:"runner"`
 	Stages []stageConfig `yaml:"stages"`
 }
@@ -463,7 +466,7 @@ func runScheduler(cmd *cobra.Command, path string) error {
 	}
 	reg := prometheus.NewRegistry()
 	r, err := scheduler.NewRunner(scheduler.Config{Store: store, Stages: stages, Owner: c.Runner.Owner, LeaseTTL: c.Runner.LeaseTTL,
-		MaxChain: c.Runner.MaxChain, RescanEvery: c.Runner.RescanEvery, Logger: log, Registerer: reg})
+		MaxChain: c.Runner.MaxChain, RescanEvery: c.Runner.RescanEvery, PollInterval: c.Runner.PollInterval, Logger: log, Registerer: reg})
 	if err != nil {
 		return usagef("%s: %v", what, err)
 	}

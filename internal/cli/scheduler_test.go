@@ -32,7 +32,7 @@ store: {postgres: "postgres://u@127.0.0.1:1/db", schema: s, shards: 16}
 changelog: {brokers: ["127.0.0.1:9092"], topic: offers}
 http_listen: 127.0.0.1:0
 grpc_listen: 127.0.0.1:0
-runner: {lease_ttl: 5s, max_chain: 8}
+runner: {lease_ttl: 5s, max_chain: 8, poll_interval: 3s}
 stages:
   - {id: validate, address: "127.0.0.1:7001", fields: [price], own_fields: [valid], max_attempts: 3, timeout: 2s}
   - {id: price, address: "[::1]:7002", after_save: true, rate_limit: 50.5, burst: 5}
@@ -45,7 +45,7 @@ func TestASchedulerConfigIsReadOrRefusedNamingTheKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Store.Shards != 16 || c.Runner.LeaseTTL != 5*time.Second || len(c.Stages) != 2 || c.Stages[0].Timeout != 2*time.Second ||
+	if c.Store.Shards != 16 || c.Runner.LeaseTTL != 5*time.Second || c.Runner.PollInterval != 3*time.Second || len(c.Stages) != 2 || c.Stages[0].Timeout != 2*time.Second ||
 		!c.Stages[1].AfterSave || c.Stages[1].RateLimit != 50.5 || c.Changelog.Topic != "offers" {
 		t.Fatalf("read %+v", c)
 	}
