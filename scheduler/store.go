@@ -138,6 +138,20 @@ type Store interface {
 // AnyVersion makes Put skip its version check.
 const AnyVersion int64 = -1
 
+// CheckStateUpdate checks UpdateState's arguments as every store does.
+func CheckStateUpdate(id, stage string, state *anypb.Any) error {
+	if err := ValidateID("offer", id); err != nil {
+		return err
+	}
+	if err := ValidateID("stage", stage); err != nil {
+		return err
+	}
+	if state == nil {
+		return fmt.Errorf("%w: no state given for stage %q of offer %q", ErrInvalid, stage, id)
+	}
+	return nil
+}
+
 // PutOffer is Put's arguments, for the stores' bulk puts (PutMany).
 type PutOffer struct {
 	ID        string

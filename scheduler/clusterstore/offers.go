@@ -277,14 +277,8 @@ func (st *Store) PutMany(ctx context.Context, offers []scheduler.PutOffer) (vers
 
 // UpdateState implements scheduler.Store.
 func (st *Store) UpdateState(ctx context.Context, id, stage string, state *anypb.Any, version int64) (bool, error) {
-	if err := scheduler.ValidateID("offer", id); err != nil {
+	if err := scheduler.CheckStateUpdate(id, stage, state); err != nil {
 		return false, err
-	}
-	if err := scheduler.ValidateID("stage", stage); err != nil {
-		return false, err
-	}
-	if state == nil {
-		return false, fmt.Errorf("%w: no state given for stage %q of offer %q", scheduler.ErrInvalid, stage, id)
 	}
 	sh := scheduler.ShardOf(id, st.shards)
 	ok := false

@@ -654,14 +654,8 @@ func (s *Store) outbox(ctx context.Context, tx pgx.Tx, r scheduler.Record) error
 
 // UpdateState implements scheduler.Store.
 func (s *Store) UpdateState(ctx context.Context, id, stage string, state *anypb.Any, version int64) (bool, error) {
-	if err := scheduler.ValidateID("offer", id); err != nil {
+	if err := scheduler.CheckStateUpdate(id, stage, state); err != nil {
 		return false, err
-	}
-	if err := scheduler.ValidateID("stage", stage); err != nil {
-		return false, err
-	}
-	if state == nil {
-		return false, fmt.Errorf("%w: no state given for stage %q of offer %q", scheduler.ErrInvalid, stage, id)
 	}
 	sh := s.shardOf(id)
 	ok := false
