@@ -137,8 +137,8 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		failed   error // the first failed chunk entry
 	)
 	// apply logs chunks as one entry and records their outcomes.
-	apply := func(ctx context.Context, chunks []*rspb.CopyChunk) error {
-		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})
+	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, sst []byte) error {
+		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Sst: sst}}})
 		if err != nil {
 			return err
 		}
@@ -159,7 +159,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				finished[c.GetBucket()] = true
 				continue
 			}
-			r.Sent += uint64(len(c.GetTuples()))
+			r.Sent += uint64(o.Sent)
 			r.Copied += uint64(o.Copied)
 			for sp, k := range o.BySpace {
 				r.CopiedBySpace[sp] += k
@@ -209,6 +209,16 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			}
 			chunks, size := pending, pendingSize
 			pending, pendingSize = nil, 0
+			var sst []byte
+			if !s.cfg.CopyTuples {
+				var err error
+				if sst, err = s.sm.CopyTable(s.cfg.DB, chunks); err != nil {
+					mu.Lock()
+					failed = cmp.Or(failed, status.Error(codes.Internal, err.Error()))
+					mu.Unlock()
+					return
+				}
+			}
 			if err := s.copyPace.wait(ctx, size); err != nil {
 				mu.Lock()
 				failed = cmp.Or(failed, err)
@@ -227,7 +237,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			mu.Unlock()
 			wg.Go(func() {
 				defer func() { <-slots }()
-				err := apply(ctx, chunks)
+				err := apply(ctx, chunks, sst)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -236,7 +246,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				}
 				for _, c := range chunks {
 					b := c.GetBucket()
-					if len(c.GetTuples()) == 0 {
+					if c.GetLast() {
 						continue // a mark
 					}
 					if inflight[b]--; inflight[b] == 0 && waiting[b] != nil {
@@ -322,7 +332,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if len(marks) == 0 {
 			return nil
 		}
-		return apply(ctx, marks)
+		return apply(ctx, marks, nil)
 	})
 	if err != nil {
 		return nil, err

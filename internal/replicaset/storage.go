@@ -83,6 +83,11 @@ type StorageConfig struct {
 	// replicaset copies in while it receives buckets (the rebalancer's
 	// copy rate, read before each chunk); nil or 0: no limit.
 	CopyRate func() uint64
+	// CopyTuples makes the copy in log tuples (CopyChunk.tuples), which
+	// every member applies one by one, instead of tables of them
+	// (CopyChunk.sst), which every member ingests whole
+	// (docs/design/moves.md, "The copy as files").
+	CopyTuples bool
 	// History bounds every bucket's change history; this member
 	// proposes it while it leads the replicaset (zero: DefaultHistory).
 	History HistoryLimits

@@ -657,6 +657,13 @@ func (m *CopyChunks) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if len(m.Sst) > 0 {
+		i -= len(m.Sst)
+		copy(dAtA[i:], m.Sst)
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Sst)))
+		i--
+		dAtA[i] = 0x12
+	}
 	if len(m.Chunks) > 0 {
 		for iNdEx := len(m.Chunks) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.Chunks[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -1658,6 +1665,10 @@ func (m *CopyChunks) SizeVT() (n int) {
 			l = e.SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	l = len(m.Sst)
+	if l > 0 {
+		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -3332,6 +3343,40 @@ func (m *CopyChunks) UnmarshalVT(dAtA []byte) error {
 			m.Chunks = append(m.Chunks, &CopyChunk{})
 			if err := m.Chunks[len(m.Chunks)-1].UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
+			}
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Sst", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Sst = append(m.Sst[:0], dAtA[iNdEx:postIndex]...)
+			if m.Sst == nil {
+				m.Sst = []byte{}
 			}
 			iNdEx = postIndex
 		default:
