@@ -199,15 +199,15 @@ func (cc *copyCursor) absent(k []byte) bool {
 	return above && !touched
 }
 
-// copyChunks applies a CopyChunks entry: its table first (every bucket's
-// rows; CopyChunks.sst), then each chunk. A table refused as a whole
-// refuses every chunk.
+// copyChunks applies a CopyChunks entry: its tables first (the buckets'
+// rows; CopyChunks.tables), then each chunk. Tables refused refuse every
+// chunk.
 func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	outs := make([]*CopyOutcome, len(cc.GetChunks()))
 	var tabled map[uint32]*tableCopied
-	if len(cc.GetSst()) > 0 {
+	if len(cc.GetTables()) > 0 {
 		var refused error
-		tabled, refused = a.copyTable(cc.GetChunks(), cc.GetSst())
+		tabled, refused = a.copyTables(cc.GetChunks(), cc.GetTables())
 		if a.err != nil {
 			return nil
 		}
@@ -219,7 +219,7 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 		}
 	}
 	for j, c := range cc.GetChunks() {
-		// A bucket's rows in the table count with its first chunk
+		// A bucket's rows in the tables count with its first chunk
 		// applied.
 		outs[j] = a.copyChunk(c, tabled[c.GetBucket()])
 		if outs[j] != nil && outs[j].Refused == nil {
@@ -229,7 +229,7 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	return outs
 }
 
-// copyChunk applies one chunk; tabled is what the entry's table brought
+// copyChunk applies one chunk; tabled is what the entry's tables brought
 // its bucket (nil: nothing).
 func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome {
 	b := c.GetBucket()

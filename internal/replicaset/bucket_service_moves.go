@@ -137,8 +137,8 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		failed   error // the first failed chunk entry
 	)
 	// apply logs chunks as one entry and records their outcomes.
-	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, sst []byte) error {
-		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Sst: sst}}})
+	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
+		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
 		if err != nil {
 			return err
 		}
@@ -209,10 +209,10 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			}
 			chunks, size := pending, pendingSize
 			pending, pendingSize = nil, 0
-			var sst []byte
+			var tables [][]byte
 			if !s.cfg.CopyTuples {
 				var err error
-				if sst, err = s.sm.CopyTable(s.cfg.DB, chunks); err != nil {
+				if tables, err = s.sm.CopyTables(s.cfg.DB, chunks); err != nil {
 					mu.Lock()
 					failed = cmp.Or(failed, status.Error(codes.Internal, err.Error()))
 					mu.Unlock()
@@ -237,7 +237,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			mu.Unlock()
 			wg.Go(func() {
 				defer func() { <-slots }()
-				err := apply(ctx, chunks, sst)
+				err := apply(ctx, chunks, tables)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {

@@ -19,11 +19,19 @@ import (
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
-// The copy as files (docs/design/moves.md, "The copy as files"): a chunk
-// of a moving bucket's tuples travels through the destination's log as a
-// Pebble sstable of the destination's own tuple keys (CopyChunk.sst),
-// which every member writes to a file beside its database and ingests,
-// instead of applying each tuple through the apply batch.
+// The copy as files (docs/design/moves.md, "The copy as files"): the
+// tuples of a copy entry travel through the destination's log as Pebble
+// sstables of the destination's own tuple keys, one or more per bucket
+// (CopyChunks.tables), which every member writes to files beside its
+// database and ingests together, instead of applying each tuple through
+// the apply batch.
+//
+// A table holds one bucket's keys and none its leader held (a tuple or a
+// tombstone: writes made during the copy), and is cut at each held key,
+// so that its bounds hold none of the memtable's keys in the common case:
+// Pebble then places it in the lowest level with nothing in its range
+// (the bottom one, for a bucket arriving here), with no flush and no
+// compaction.
 //
 // An ingest is durable when it returns, before the apply batch of its
 // entry commits, so it must be repeatable: a member that crashes in
@@ -86,15 +94,14 @@ func (t *copyTable) finish() ([]byte, error) {
 	return t.out.buf.Bytes(), nil
 }
 
-// CopyTable builds the table of a copy entry (CopyChunks.sst) from its
-// chunks' tuples, in this replicaset's key layout, and takes the tuples
-// out of the chunks. It leaves out the keys r (this member's database)
-// holds a tuple or a tombstone of (none when r is nil): every member
-// leaves them out again at apply, and a table without them is ingested as
-// it is. The tuples may
-// come in any order; of two of the same key the first is kept. It returns
-// nil when no tuple is left.
-func (sm *SM) CopyTable(r pebble.Reader, chunks []*rspb.CopyChunk) ([]byte, error) {
+// CopyTables builds the tables of a copy entry (CopyChunks.tables) from
+// its chunks' tuples, in this replicaset's key layout, and takes the
+// tuples out of the chunks. It leaves out the keys r (this member's
+// database) holds a tuple or a tombstone of (none when r is nil), and
+// cuts a bucket's table at each of them: every member leaves them out
+// again at apply, and a table without them is ingested as it is. The
+// tuples may come in any order; of two of the same key the first is kept.
+func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, error) {
 	type row struct {
 		b    uint32
 		k, v []byte
@@ -108,7 +115,19 @@ func (sm *SM) CopyTable(r pebble.Reader, chunks []*rspb.CopyChunk) ([]byte, erro
 	}
 	slices.SortStableFunc(rows, func(x, y row) int { return bytes.Compare(x.k, y.k) })
 	rows = slices.CompactFunc(rows, func(x, y row) bool { return bytes.Equal(x.k, y.k) })
-	t := newCopyTable()
+	var out [][]byte
+	var t *copyTable
+	cut := func() error {
+		if t == nil {
+			return nil
+		}
+		sst, err := t.finish()
+		if sst != nil {
+			out = append(out, sst)
+		}
+		t = nil
+		return err
+	}
 	for len(rows) > 0 {
 		// One bucket's rows (its keys are contiguous).
 		n := 1
@@ -124,27 +143,33 @@ func (sm *SM) CopyTable(r pebble.Reader, chunks []*rspb.CopyChunk) ([]byte, erro
 		}
 		for _, r := range rows[:n] {
 			if _, h := held[string(r.k)]; h {
+				if err := cut(); err != nil {
+					return nil, err
+				}
 				continue
+			}
+			if t == nil {
+				t = newCopyTable()
 			}
 			if err := t.set(r.k, r.v); err != nil {
 				return nil, fmt.Errorf("replicaset: a copy table: %w", err)
 			}
 		}
+		if err := cut(); err != nil {
+			return nil, err
+		}
 		rows = rows[n:]
 	}
-	return t.finish()
+	return out, nil
 }
 
-// copySST is a copy entry's table, checked: every key a tuple key of one
-// of the entry's buckets under this group's prefix, with a space id,
-// every value a stored tuple, nothing but plain sets.
+// copySST is one table of a copy entry, checked: every key a tuple key
+// of one bucket the entry copies, under this group's prefix, with a space
+// id, every value a stored tuple, nothing but plain sets.
 type copySST struct {
-	r       *sstable.Reader
-	buckets map[uint32]*tableBucket
-}
-
-// tableBucket is what a copy table holds of one bucket.
-type tableBucket struct {
+	r           *sstable.Reader
+	sst         []byte
+	bucket      uint32
 	first, last []byte         // its smallest and largest keys
 	bySpace     map[uint32]int // keys per space id
 	n           int
@@ -153,8 +178,8 @@ type tableBucket struct {
 // errCopySST: a copy entry's table is not what a copy may ingest.
 var errCopySST = errors.New("replicaset: copy table refused")
 
-// openCopySST reads and checks a copy entry's table, whose keys may be of
-// the buckets named (only). The caller closes it.
+// openCopySST reads and checks a table of a copy entry, whose keys may be
+// of one of the buckets named. The caller closes it.
 func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err error) {
 	r, err := sstable.NewMemReader(sst, sstable.ReaderOptions{})
 	if err != nil {
@@ -186,34 +211,34 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errCopySST, err)
 	}
-	c := &copySST{r: r, buckets: map[uint32]*tableBucket{}}
+	c := &copySST{r: r, sst: sst, bySpace: map[uint32]int{}}
 	prefix := k.sub(storage.DataTuple, 0)
-	var tb *tableBucket
-	var cur uint32
 	err = c.each(func(key, v []byte) error {
 		if len(key) < len(prefix)+8 || !bytes.HasPrefix(key, prefix) {
 			return fmt.Errorf("%w: key %q is not a tuple key of this replicaset", errCopySST, key)
 		}
 		b := binary.BigEndian.Uint32(key[len(prefix):])
-		if !named[b] {
+		switch {
+		case c.n == 0 && !named[b]:
 			return fmt.Errorf("%w: key %q is of bucket %d, which the entry does not copy", errCopySST, key, b)
+		case c.n > 0 && b != c.bucket:
+			return fmt.Errorf("%w: key %q is of bucket %d, the table's first of bucket %d", errCopySST, key, b, c.bucket)
 		}
 		if len(v) < 8 {
 			return fmt.Errorf("%w: key %q: a stored tuple of %d bytes", errCopySST, key, len(v))
 		}
-		if tb == nil || b != cur {
-			tb, cur = &tableBucket{first: bytes.Clone(key), bySpace: map[uint32]int{}}, b
-			c.buckets[b] = tb
+		if c.n == 0 {
+			c.bucket, c.first = b, bytes.Clone(key)
 		}
-		tb.last = append(tb.last[:0], key...)
-		tb.bySpace[binary.BigEndian.Uint32(key[len(prefix)+4:])]++
-		tb.n++
+		c.last = append(c.last[:0], key...)
+		c.bySpace[binary.BigEndian.Uint32(key[len(prefix)+4:])]++
+		c.n++
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(c.buckets) == 0 {
+	if c.n == 0 {
 		return nil, fmt.Errorf("%w: no key", errCopySST)
 	}
 	return c, nil
@@ -275,21 +300,29 @@ func (sm *SM) SetIngestDir(fs vfs.FS, dir string) error {
 	return nil
 }
 
-// ingest makes sst's rows the database's, durably, at once.
-func (a *applier) ingest(sst []byte) {
-	if a.err != nil {
+// ingest makes the tables' rows the database's, durably, at once.
+func (a *applier) ingest(tables [][]byte) {
+	if a.err != nil || len(tables) == 0 {
 		return
 	}
 	sm := a.sm
-	path := sm.ingestFS.PathJoin(sm.ingestDir, fmt.Sprintf("copy-%d-%d.sst", sm.group, a.index))
-	a.err = writeSynced(sm.ingestFS, path, sst)
-	if a.err == nil {
-		if a.err = sm.db.Ingest(context.Background(), []string{path}); a.err != nil {
-			a.err = fmt.Errorf("replicaset: ingesting copy table %s: %w", filepath.Base(path), a.err)
+	var paths []string
+	defer func() {
+		// Pebble linked (or copied) them into the database's directory.
+		for _, p := range paths {
+			_ = sm.ingestFS.Remove(p)
 		}
+	}()
+	for i, t := range tables {
+		p := sm.ingestFS.PathJoin(sm.ingestDir, fmt.Sprintf("copy-%d-%d-%d.sst", sm.group, a.index, i))
+		if a.err = writeSynced(sm.ingestFS, p, t); a.err != nil {
+			return
+		}
+		paths = append(paths, p)
 	}
-	// Pebble linked (or copied) it into the database's directory.
-	_ = sm.ingestFS.Remove(path)
+	if err := sm.db.Ingest(context.Background(), paths); err != nil {
+		a.err = fmt.Errorf("replicaset: ingesting %d copy tables (%s...): %w", len(paths), filepath.Base(paths[0]), err)
+	}
 }
 
 func writeSynced(fs vfs.FS, path string, data []byte) error {
@@ -313,13 +346,13 @@ type tableCopied struct {
 	bySpace      map[uint32]uint64
 }
 
-// copyTable applies the table of a copy entry: its rows but those of the
-// buckets not received here at the generation of one of their chunks, of keys this
-// member holds a tuple or a tombstone of, or of a space it does not know
-// (dropped meanwhile), ingested (or, without an ingest directory, written
-// into the apply batch). It returns per bucket what the table brought, or
-// why the whole table is refused.
-func (a *applier) copyTable(chunks []*rspb.CopyChunk, sst []byte) (map[uint32]*tableCopied, error) {
+// copyTables applies the tables of a copy entry: their rows but those of
+// the buckets not received here at the generation of one of their chunks,
+// of keys this member holds a tuple or a tombstone of, or of a space it
+// does not know (dropped meanwhile), ingested together (or, without an
+// ingest directory, written into the apply batch). It returns per bucket
+// what the tables brought, or why they are refused, all of them.
+func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uint32]*tableCopied, error) {
 	gens := map[uint32]map[uint64]bool{} // bucket -> its chunks' generations
 	named := map[uint32]bool{}
 	for _, c := range chunks {
@@ -329,109 +362,105 @@ func (a *applier) copyTable(chunks []*rspb.CopyChunk, sst []byte) (map[uint32]*t
 		gens[c.GetBucket()][c.GetGeneration()] = true
 		named[c.GetBucket()] = true
 	}
-	c, err := openCopySST(a.sm.k, named, sst)
-	if err != nil {
-		return nil, err
-	}
-	defer c.close()
-	schema := a.sm.Schema()
-	out := map[uint32]*tableCopied{}
-	skip := map[uint32]bool{}     // buckets whose rows are left out
-	held := map[string]struct{}{} // keys left out
-	whole := true
-	for b, tb := range c.buckets {
-		out[b] = &tableCopied{sent: tb.n, bySpace: map[uint32]uint64{}}
-		if st := a.bucket(b); st.GetState() != rspb.BucketState_STATE_RECEIVING || !gens[b][st.GetGeneration()] {
-			skip[b], whole = true, false
-			continue
+	var ts []*copySST
+	defer func() {
+		for _, c := range ts {
+			c.close()
 		}
-		h, err := heldKeys(a.b, a.sm.k, tb.first, tb.last)
+	}()
+	for i, sst := range tables {
+		c, err := openCopySST(a.sm.k, named, sst)
+		if err != nil {
+			return nil, fmt.Errorf("table %d of %d: %w", i+1, len(tables), err)
+		}
+		ts = append(ts, c)
+		if i > 0 && bytes.Compare(ts[i-1].last, c.first) >= 0 {
+			return nil, fmt.Errorf("%w: table %d of %d begins at %q, within or before the one before it (to %q)", errCopySST, i+1, len(tables), c.first, ts[i-1].last)
+		}
+	}
+	schema := a.sm.Schema()
+	prefix := len(a.sm.k.sub(storage.DataTuple, 0))
+	out := map[uint32]*tableCopied{}
+	var ingest [][]byte
+	for _, c := range ts {
+		b := c.bucket
+		o := out[b]
+		if o == nil {
+			o = &tableCopied{bySpace: map[uint32]uint64{}}
+			out[b] = o
+		}
+		o.sent += c.n
+		if st := a.bucket(b); st.GetState() != rspb.BucketState_STATE_RECEIVING || !gens[b][st.GetGeneration()] {
+			continue // the bucket's chunks are refused
+		}
+		held, err := heldKeys(a.b, a.sm.k, c.first, c.last)
 		if err != nil {
 			a.err = err
 			return nil, nil
 		}
-		for k := range h {
-			held[k] = struct{}{}
-			whole = false
-		}
-		for sp := range tb.bySpace {
+		whole := len(held) == 0
+		for sp := range c.bySpace {
 			if schema.ByID(sp) == nil {
 				whole = false
 			}
 		}
-	}
-	prefix := len(a.sm.k.sub(storage.DataTuple, 0))
-	keep := func(k []byte) bool {
-		if skip[binary.BigEndian.Uint32(k[prefix:])] {
-			return false
+		a.sm.rows.dropBucket(a.sm.k, b)
+		keep := func(k []byte) bool {
+			_, h := held[string(k)]
+			return !h && schema.ByID(binary.BigEndian.Uint32(k[prefix+4:])) != nil
 		}
-		_, h := held[string(k)]
-		return !h && schema.ByID(binary.BigEndian.Uint32(k[prefix+4:])) != nil
-	}
-	count := func(k []byte) {
-		o := out[binary.BigEndian.Uint32(k[prefix:])]
-		o.copied++
-		o.bySpace[binary.BigEndian.Uint32(k[prefix+4:])]++
-	}
-	for b := range c.buckets {
-		if !skip[b] {
-			a.sm.rows.dropBucket(a.sm.k, b)
-		}
-	}
-	switch {
-	case whole && a.sm.ingestFS != nil:
-		a.ingest(sst)
-		for b, tb := range c.buckets {
-			out[b].copied = tb.n
-			for sp, n := range tb.bySpace {
-				out[b].bySpace[sp] = uint64(n)
+		switch {
+		case whole && a.sm.ingestFS != nil:
+			ingest = append(ingest, c.sst)
+			o.copied += c.n
+			for sp, n := range c.bySpace {
+				o.bySpace[sp] += uint64(n)
+			}
+		case a.sm.ingestFS != nil:
+			t := newCopyTable()
+			err := c.each(func(k, v []byte) error {
+				if !keep(k) {
+					return nil
+				}
+				o.copied++
+				o.bySpace[binary.BigEndian.Uint32(k[prefix+4:])]++
+				return t.set(k, v)
+			})
+			var rest []byte
+			if err == nil {
+				rest, err = t.finish()
+			}
+			if err != nil {
+				a.err = fmt.Errorf("replicaset: a copy table without the keys held here: %w", err)
+				return nil, nil
+			}
+			if rest != nil {
+				ingest = append(ingest, rest)
+			}
+		default:
+			err := c.each(func(k, v []byte) error {
+				if !keep(k) {
+					return nil
+				}
+				o.copied++
+				o.bySpace[binary.BigEndian.Uint32(k[prefix+4:])]++
+				a.setUncached(bytes.Clone(k), bytes.Clone(v))
+				return a.err
+			})
+			if err != nil && a.err == nil {
+				a.err = fmt.Errorf("replicaset: a copy table: %w", err)
 			}
 		}
-	case a.sm.ingestFS != nil:
-		t := newCopyTable()
-		err := c.each(func(k, v []byte) error {
-			if !keep(k) {
-				return nil
-			}
-			count(k)
-			return t.set(k, v)
-		})
-		var rest []byte
-		if err == nil {
-			rest, err = t.finish()
-		}
-		if err != nil {
-			a.err = fmt.Errorf("replicaset: a copy table without the keys held here: %w", err)
-			return nil, nil
-		}
-		if rest != nil {
-			a.ingest(rest)
-		}
-	default:
-		err := c.each(func(k, v []byte) error {
-			if !keep(k) {
-				return nil
-			}
-			count(k)
-			a.setUncached(bytes.Clone(k), bytes.Clone(v))
-			return a.err
-		})
-		if err != nil && a.err == nil {
-			a.err = fmt.Errorf("replicaset: a copy table: %w", err)
-		}
-	}
-	// The rows are in the database without the filters seeing them: the
-	// buckets' filters go (a receiving bucket has none; the invariant
-	// holds either way), and their copy cursors move past them.
-	for b, tb := range c.buckets {
-		if skip[b] {
-			continue
-		}
+		// The rows are in the database without the filters seeing them:
+		// the bucket's filter goes (a receiving bucket has none; the
+		// invariant holds either way), and its copy cursor moves past
+		// them.
 		a.sm.filters.drop(b)
-		if cc := a.sm.copies[b]; cc != nil && bytes.Compare(tb.last, cc.high) > 0 {
-			cc.high = append(cc.high[:0], tb.last...)
+		if cc := a.sm.copies[b]; cc != nil && bytes.Compare(c.last, cc.high) > 0 {
+			cc.high = append(cc.high[:0], c.last...)
 		}
 	}
+	a.ingest(ingest)
 	return out, nil
 }
 

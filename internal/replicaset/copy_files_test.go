@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 
@@ -158,22 +159,40 @@ func TestACopyTableWithoutAnIngestDirectoryGoesThroughTheBatch(t *testing.T) {
 	}
 }
 
-// A table holding a key of a bucket the entry does not copy is refused
-// whole, naming the key, and changes nothing; a bucket not received at
-// its chunk's generation has its rows left out.
-func TestACopyTableIsCheckedBeforeItIsIngested(t *testing.T) {
+// Tables holding a key of a bucket the entry does not copy, or out of
+// order, are refused, all of them, naming what is wrong, and change
+// nothing; a bucket not received at its chunk's generation has its rows
+// left out.
+func TestCopyTablesAreCheckedBeforeTheyAreIngested(t *testing.T) {
 	dst, chunk, _ := copyFixture(t)
-	other, err := dst.sm.CopyTable(nil, []*rspb.CopyChunk{{Bucket: copyBucket + 1, Tuples: chunk}})
+	other, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket + 1, Tuples: chunk}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Sst: other,
-		Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2}}}}})[0].Copies
-	if len(out) != 1 || out[0].Refused == nil || !strings.Contains(out[0].Refused.Error(), "which the entry does not copy") {
-		t.Fatalf("a table of another bucket: %+v", out)
+	first, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[:2]}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := rowsOf(t, dst, copyBucket); got != "" {
-		t.Fatalf("rows %s after a refused table", got)
+	second, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[1:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tables [][]byte
+		why    string
+	}{
+		{other, "which the entry does not copy"},
+		{append(slices.Clone(first), second...), "within or before the one before it"},
+		{[][]byte{[]byte("not a table")}, "copy table refused"},
+	} {
+		out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Tables: c.tables,
+			Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2}}}}})[0].Copies
+		if len(out) != 1 || out[0].Refused == nil || !strings.Contains(out[0].Refused.Error(), c.why) {
+			t.Fatalf("tables that should be refused (%s): %+v", c.why, out)
+		}
+		if got := rowsOf(t, dst, copyBucket); got != "" {
+			t.Fatalf("rows %s after refused tables", got)
+		}
 	}
 	if o := dst.copyChunk(copyBucket, 3, chunk...); o.Refused == nil {
 		t.Fatal("a copy at another generation was not refused")
@@ -181,38 +200,41 @@ func TestACopyTableIsCheckedBeforeItIsIngested(t *testing.T) {
 	if got := rowsOf(t, dst, copyBucket); got != "" {
 		t.Fatalf("rows %s after a copy at another generation", got)
 	}
-	if _, err := dst.sm.CopyTable(nil, nil); err != nil {
-		t.Fatal(err)
-	}
 }
 
-// The leader leaves out of its table the keys it holds a tuple or a
-// tombstone of, so that its members ingest the table as it is.
-func TestTheLeadersTableLeavesOutTheKeysItHolds(t *testing.T) {
+// The leader leaves out of its tables the keys it holds a tuple or a
+// tombstone of, and cuts the bucket's table there, so that its members
+// ingest each as it is with nothing of the memtable in its range.
+func TestTheLeadersTablesLeaveOutTheKeysItHolds(t *testing.T) {
 	dst, chunk, keyOf := copyFixture(t)
 	dst.ok(&rspb.Batch{Bucket: copyBucket, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: keyOf("c"),
 		Prev: &rspb.PrevFact{Found: true, Version: chunk[2].GetVersion(), Tuple: chunk[2].GetTuple()}}}})
-	sst, err := dst.sm.CopyTable(dst.db, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk}})
+	tables, err := dst.sm.CopyTables(dst.db, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := openCopySST(dst.sm.k, map[uint32]bool{copyBucket: true}, sst)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.close()
-	var keys [][]byte
-	if err := c.each(func(k, _ []byte) error { keys = append(keys, bytes.Clone(k)); return nil }); err != nil {
-		t.Fatal(err)
-	}
-	want := [][]byte{dst.sm.k.tuple(copyBucket, 1, keyOf("a")), dst.sm.k.tuple(copyBucket, 1, keyOf("b")), dst.sm.k.tuple(copyBucket, 1, keyOf("d"))}
-	if len(keys) != len(want) {
-		t.Fatalf("the table has %d keys, want 3 (a, b, d)", len(keys))
-	}
-	for i := range want {
-		if !bytes.Equal(keys[i], want[i]) {
-			t.Fatalf("key %d is %x, want %x", i, keys[i], want[i])
+	var got []string
+	for _, sst := range tables {
+		c, err := openCopySST(dst.sm.k, map[uint32]bool{copyBucket: true}, sst)
+		if err != nil {
+			t.Fatal(err)
 		}
+		var ids []string
+		if err := c.each(func(k, _ []byte) error {
+			for _, id := range []string{"a", "b", "c", "d"} {
+				if bytes.Equal(k, dst.sm.k.tuple(copyBucket, 1, keyOf(id))) {
+					ids = append(ids, id)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c.close()
+		got = append(got, strings.Join(ids, ","))
+	}
+	if g := strings.Join(got, " | "); g != "a,b | d" {
+		t.Fatalf("tables %s, want a,b | d", g)
 	}
 }
 
@@ -221,15 +243,15 @@ func TestTheLeadersTableLeavesOutTheKeysItHolds(t *testing.T) {
 func FuzzOpenCopySST(f *testing.F) {
 	k := newKeys(7)
 	sm := &SM{k: k}
-	good, err := sm.CopyTable(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
+	good, err := sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
 		{SpaceId: 1, Key: []byte("a"), Version: 1, Tuple: []byte("x")},
 		{SpaceId: 2, Key: []byte("b"), Version: 2, Tuple: []byte("y")},
 	}}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good)
-	f.Add(good[:len(good)/2])
+	f.Add(good[0])
+	f.Add(good[0][:len(good[0])/2])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, sst []byte) {
 		c, err := openCopySST(k, map[uint32]bool{3: true}, sst)
@@ -237,10 +259,8 @@ func FuzzOpenCopySST(f *testing.F) {
 			return
 		}
 		defer c.close()
-		for b, tb := range c.buckets {
-			if b != 3 || tb.n == 0 || bytes.Compare(tb.first, tb.last) > 0 {
-				t.Fatalf("bucket %d: %+v", b, tb)
-			}
+		if c.bucket != 3 || c.n == 0 || bytes.Compare(c.first, c.last) > 0 {
+			t.Fatalf("table of bucket %d, %d keys, %q to %q", c.bucket, c.n, c.first, c.last)
 		}
 	})
 }

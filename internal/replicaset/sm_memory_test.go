@@ -253,11 +253,11 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 			cc := &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: moving, Generation: gen + 1, Last: true,
 				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}
 			if fixtureCopyTables {
-				sst, err := (&SM{k: newKeys(7)}).CopyTable(nil, cc.GetChunks())
+				tables, err := (&SM{k: newKeys(7)}).CopyTables(nil, cc.GetChunks())
 				if err != nil {
 					t.Fatal(err)
 				}
-				cc.Sst = sst
+				cc.Tables = tables
 			}
 			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunks{CopyChunks: cc}}
 		case 300:

@@ -28,8 +28,8 @@ type fixture struct {
 	sm    *SM
 	index uint64
 	now   int64
-	// tables: the tuples of copy entries go as their table
-	// (CopyChunks.sst), as a leader builds it, but with every key in it;
+	// tables: the tuples of copy entries go as their tables
+	// (CopyChunks.tables), as a leader builds them, but with every key;
 	// fixtureCopyTables sets it for new fixtures.
 	tables bool
 }
@@ -59,16 +59,16 @@ func newFixture(t *testing.T) *fixture {
 // the fixture copies tables.
 func (f *fixture) tabled(c *rspb.Command) *rspb.Command {
 	cc := c.GetCopyChunks()
-	if !f.tables || cc == nil || len(cc.GetSst()) > 0 {
+	if !f.tables || cc == nil || len(cc.GetTables()) > 0 {
 		return c
 	}
 	c = proto.CloneOf(c)
 	cc = c.GetCopyChunks()
-	sst, err := f.sm.CopyTable(nil, cc.GetChunks())
+	tables, err := f.sm.CopyTables(nil, cc.GetChunks())
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	cc.Sst = sst
+	cc.Tables = tables
 	return c
 }
 

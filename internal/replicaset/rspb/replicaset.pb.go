@@ -937,14 +937,14 @@ func (x *SetBuckets) GetSteps() []*SetBucket {
 type CopyChunks struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Chunks []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
-	// The chunks' tuples as one Pebble sstable instead of in their tuples:
-	// the destination's own tuple keys (t/<bucket><space><key> under its
-	// group's prefix) of the chunks' buckets, in order, each value a stored
-	// tuple (version and encoding). Every member writes it to a file and
-	// ingests it (docs/design/moves.md, "The copy as files"), without the
-	// keys it holds a tuple or a tombstone of and the buckets it does not
-	// receive at their chunk's generation.
-	Sst           []byte `protobuf:"bytes,2,opt,name=sst,proto3" json:"sst,omitempty"`
+	// The chunks' tuples as Pebble sstables instead of in their tuples, in
+	// key order, each of one bucket: the destination's own tuple keys
+	// (t/<bucket><space><key> under its group's prefix), each value a
+	// stored tuple (version and encoding). Every member writes them to
+	// files and ingests them together (docs/design/moves.md, "The copy as
+	// files"), without the keys it holds a tuple or a tombstone of and the
+	// buckets it does not receive at their chunk's generation.
+	Tables        [][]byte `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -986,9 +986,9 @@ func (x *CopyChunks) GetChunks() []*CopyChunk {
 	return nil
 }
 
-func (x *CopyChunks) GetSst() []byte {
+func (x *CopyChunks) GetTables() [][]byte {
 	if x != nil {
-		return x.Sst
+		return x.Tables
 	}
 	return nil
 }
@@ -1893,11 +1893,11 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\x06result\"E\n" +
 	"\n" +
 	"SetBuckets\x127\n" +
-	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"Y\n" +
+	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"_\n" +
 	"\n" +
 	"CopyChunks\x129\n" +
-	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12\x10\n" +
-	"\x03sst\x18\x02 \x01(\fR\x03sst\"j\n" +
+	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12\x16\n" +
+	"\x06tables\x18\x02 \x03(\fR\x06tables\"j\n" +
 	"\vCopiedTuple\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +

@@ -657,12 +657,14 @@ func (m *CopyChunks) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
-	if len(m.Sst) > 0 {
-		i -= len(m.Sst)
-		copy(dAtA[i:], m.Sst)
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Sst)))
-		i--
-		dAtA[i] = 0x12
+	if len(m.Tables) > 0 {
+		for iNdEx := len(m.Tables) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.Tables[iNdEx])
+			copy(dAtA[i:], m.Tables[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Tables[iNdEx])))
+			i--
+			dAtA[i] = 0x12
+		}
 	}
 	if len(m.Chunks) > 0 {
 		for iNdEx := len(m.Chunks) - 1; iNdEx >= 0; iNdEx-- {
@@ -1666,9 +1668,11 @@ func (m *CopyChunks) SizeVT() (n int) {
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
 	}
-	l = len(m.Sst)
-	if l > 0 {
-		n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+	if len(m.Tables) > 0 {
+		for _, b := range m.Tables {
+			l = len(b)
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
 	}
 	n += len(m.unknownFields)
 	return n
@@ -3347,7 +3351,7 @@ func (m *CopyChunks) UnmarshalVT(dAtA []byte) error {
 			iNdEx = postIndex
 		case 2:
 			if wireType != 2 {
-				return fmt.Errorf("proto: wrong wireType = %d for field Sst", wireType)
+				return fmt.Errorf("proto: wrong wireType = %d for field Tables", wireType)
 			}
 			var byteLen int
 			for shift := uint(0); ; shift += 7 {
@@ -3374,10 +3378,8 @@ func (m *CopyChunks) UnmarshalVT(dAtA []byte) error {
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			m.Sst = append(m.Sst[:0], dAtA[iNdEx:postIndex]...)
-			if m.Sst == nil {
-				m.Sst = []byte{}
-			}
+			m.Tables = append(m.Tables, make([]byte, postIndex-iNdEx))
+			copy(m.Tables[len(m.Tables)-1], dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
