@@ -3,13 +3,13 @@ package replicaset
 import (
 	"crypto/rand"
 	"fmt"
-	"github.com/cockroachdb/pebble/v2/vfs"
 	mrand "math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -235,8 +235,9 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 
 // BenchmarkApplyCopy measures what the copy of a moving bucket costs a
 // member of its destination per tuple (an op is a tuple): CopyChunks
-// entries of 1,000 tuples (CopyChunkTuples), ten buckets of 100 tuples
-// each (300,000 rows in 3,000 buckets, as scripts/bench-moves.sh loads),
+// entries of buckets of 100 tuples each (300,000 rows in 3,000 buckets,
+// as scripts/bench-moves.sh loads), as many as an entry holds (ten with
+// tuples, eighty with tables; copyPerChunk, copyPerTables),
 // 100-byte values, applied one entry a run as the receive proposes them,
 // into buckets that are receiving and were not written meanwhile (the
 // copy's cursor skips the lookups) or were (written: every key is looked
@@ -268,7 +269,7 @@ func BenchmarkCopyTables(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	entries := copyEntries(b.N)
+	entries := copyEntries(b.N, copyPerTables)
 	cpu0, ok := processCPU()
 	b.ResetTimer()
 	for _, e := range entries {
@@ -282,19 +283,22 @@ func BenchmarkCopyTables(b *testing.B) {
 	}
 }
 
-const copyPerBucket, copyPerChunk = 100, 10 // tuples a bucket, buckets an entry
+// copyPerBucket is the tuples of a bucket; an entry holds ten buckets
+// with tuples (CopyChunkTuples), eighty with tables (CopyTableTuples and
+// MaxChunkBytes: 8,000 rows of about 130 bytes).
+const copyPerBucket, copyPerChunk, copyPerTables = 100, 10, 80
 
 // copyEntries makes the CopyChunks entries of n tuples (rounded up to a
-// bucket) into buckets 1, 2, ...: keys ascend within a bucket, as the
-// source streams them.
-func copyEntries(n int) []*rspb.Command {
+// bucket) into buckets 1, 2, ..., perChunk buckets an entry: keys ascend
+// within a bucket, as the source streams them.
+func copyEntries(n int, perChunk uint32) []*rspb.Command {
 	buckets := uint32(n/copyPerBucket + 1)
 	val := make([]byte, 100)
 	var entries []*rspb.Command
 	k := uint64(0)
-	for first := uint32(1); first <= buckets; first += copyPerChunk {
+	for first := uint32(1); first <= buckets; first += perChunk {
 		cc := &rspb.CopyChunks{}
-		for bk := first; bk < first+copyPerChunk && bk <= buckets; bk++ {
+		for bk := first; bk < first+perChunk && bk <= buckets; bk++ {
 			ch := &rspb.CopyChunk{Bucket: bk, Generation: 2}
 			for range copyPerBucket {
 				kb, _ := tuple.AppendKey(nil, tuple.Uint(k))
@@ -356,8 +360,9 @@ func benchCopy(b *testing.B, written, tables bool) {
 	}
 	// The entries are made before the clock starts: the receive makes
 	// them, not the applier.
-	entries := copyEntries(b.N)
+	entries := copyEntries(b.N, copyPerChunk)
 	if tables {
+		entries = copyEntries(b.N, copyPerTables)
 		for _, e := range entries {
 			cc := e.GetCopyChunks()
 			if cc.Tables, err = sm.CopyTables(db, cc.GetChunks()); err != nil {

@@ -203,8 +203,7 @@ func TestCopyTablesAreCheckedBeforeTheyAreIngested(t *testing.T) {
 }
 
 // The leader leaves out of its tables the keys it holds a tuple or a
-// tombstone of, and cuts the bucket's table there, so that its members
-// ingest each as it is with nothing of the memtable in its range.
+// tombstone of, so that its members ingest them as they are.
 func TestTheLeadersTablesLeaveOutTheKeysItHolds(t *testing.T) {
 	dst, chunk, keyOf := copyFixture(t)
 	dst.ok(&rspb.Batch{Bucket: copyBucket, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: keyOf("c"),
@@ -233,8 +232,33 @@ func TestTheLeadersTablesLeaveOutTheKeysItHolds(t *testing.T) {
 		c.close()
 		got = append(got, strings.Join(ids, ","))
 	}
-	if g := strings.Join(got, " | "); g != "a,b | d" {
-		t.Fatalf("tables %s, want a,b | d", g)
+	if g := strings.Join(got, " | "); g != "a,b,d" {
+		t.Fatalf("tables %s, want a,b,d", g)
+	}
+}
+
+// A table spans the buckets of an entry while the leader holds no tuple
+// key of another bucket between them, and is cut at one.
+func TestTheLeadersTablesSpanBucketsWithNothingBetween(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	tupleOf := func(id string) *rspb.CopiedTuple {
+		tp := offer(1, id, 1)
+		return &rspb.CopiedTuple{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 1, Tuple: enc(tp)}
+	}
+	chunks := func() []*rspb.CopyChunk {
+		return []*rspb.CopyChunk{
+			{Bucket: 10, Tuples: []*rspb.CopiedTuple{tupleOf("a"), tupleOf("b")}},
+			{Bucket: 12, Tuples: []*rspb.CopiedTuple{tupleOf("a")}},
+		}
+	}
+	tables, err := f.sm.CopyTables(f.db, chunks())
+	if err != nil || len(tables) != 1 {
+		t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
+	}
+	f.ok(&rspb.Batch{Bucket: 11, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}})
+	if tables, err = f.sm.CopyTables(f.db, chunks()); err != nil || len(tables) != 2 {
+		t.Fatalf("%d tables (%v) of two buckets with a tuple of this replicaset between, want 2", len(tables), err)
 	}
 }
 
@@ -259,8 +283,10 @@ func FuzzOpenCopySST(f *testing.F) {
 			return
 		}
 		defer c.close()
-		if c.bucket != 3 || c.n == 0 || bytes.Compare(c.first, c.last) > 0 {
-			t.Fatalf("table of bucket %d, %d keys, %q to %q", c.bucket, c.n, c.first, c.last)
+		for _, tb := range c.buckets {
+			if tb.bucket != 3 || tb.n == 0 || bytes.Compare(tb.first, tb.last) > 0 || bytes.Compare(tb.first, c.first) < 0 || bytes.Compare(tb.last, c.last) > 0 {
+				t.Fatalf("table of bucket %d, %d keys, %q to %q (the table's: %q to %q)", tb.bucket, tb.n, tb.first, tb.last, c.first, c.last)
+			}
 		}
 	})
 }
