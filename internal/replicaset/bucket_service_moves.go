@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -472,21 +473,43 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 
 // eachRequest calls fn with each of a bucket's remembered request ids
 // (requestWindow.ofBuckets), its result read from snap (an id forgotten
-// in snap is skipped), and its size.
+// in snap is skipped), and its size, in key order. One iterator reads
+// them all, seeking forward: a Get each cost the source 8 µs an id, as
+// much as the rest of the copy of the id's tuple.
 func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, fn func(r *rspb.CopiedRequest, size int) error) error {
-	for _, r := range ids {
-		v, err := get(snap, s.sm.k.requestID(r.ms, r.id))
+	if len(ids) == 0 {
+		return nil
+	}
+	keys := make([][]byte, len(ids))
+	for i, r := range ids {
+		keys[i] = s.sm.k.requestID(r.ms, r.id)
+	}
+	order := make([]int, len(ids))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(x, y int) int { return bytes.Compare(keys[x], keys[y]) })
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: keys[order[0]], UpperBound: append(bytes.Clone(keys[order[len(order)-1]]), 0)})
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	defer it.Close()
+	for _, i := range order {
+		if !it.SeekGE(keys[i]) || !bytes.Equal(it.Key(), keys[i]) {
+			if err := it.Error(); err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+			continue
+		}
+		v, err := it.ValueAndErr()
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-		if v == nil {
-			continue
-		}
 		res := &rspb.BatchResult{}
 		if err := res.UnmarshalVT(v); err != nil {
-			return status.Errorf(codes.Internal, "the result of request id %x: %v", r.id, err)
+			return status.Errorf(codes.Internal, "the result of request id %x: %v", ids[i].id, err)
 		}
-		if err := fn(&rspb.CopiedRequest{Id: r.id, Result: res}, len(r.id)+len(v)); err != nil {
+		if err := fn(&rspb.CopiedRequest{Id: ids[i].id, Result: res}, len(ids[i].id)+len(v)); err != nil {
 			return err
 		}
 	}

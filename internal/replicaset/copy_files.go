@@ -110,27 +110,50 @@ func (t *copyTable) finish() ([]byte, error) {
 // none). The tuples may come in any order; of two of the same key the
 // first is kept.
 func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, error) {
-	type row struct {
-		b    uint32
-		k, v []byte
-	}
-	var rows []row
+	var tuples, events []copyRow
 	for _, c := range chunks {
+		b := c.GetBucket()
 		for _, t := range c.GetTuples() {
-			rows = append(rows, row{c.GetBucket(), sm.k.tuple(c.GetBucket(), t.GetSpaceId(), t.GetKey()), encodeStored(t.GetVersion(), t.GetTuple())})
+			tuples = append(tuples, copyRow{b, sm.k.tuple(b, t.GetSpaceId(), t.GetKey()), encodeStored(t.GetVersion(), t.GetTuple())})
 		}
-		c.Tuples = nil
+		for _, ev := range c.GetEvents() {
+			v, err := ev.MarshalVT()
+			if err != nil {
+				return nil, err
+			}
+			events = append(events, copyRow{b, sm.k.event(b, ev.GetRevision()), v})
+		}
+		c.Tuples, c.Events = nil, nil
 	}
+	// The history's keys (e/) sort before the tuples' (t/), each in
+	// tables of their own.
+	evs, err := sm.copyTablesOf(r, events, false)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := sm.copyTablesOf(r, tuples, true)
+	return append(evs, ts...), err
+}
+
+// copyRow is a key and value of a copy table, of bucket b.
+type copyRow struct {
+	b    uint32
+	k, v []byte
+}
+
+// copyTablesOf builds the tables of rows, all tuples or all events, as
+// CopyTables says.
+func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]byte, error) {
 	if len(rows) == 0 {
 		return nil, nil
 	}
-	slices.SortStableFunc(rows, func(x, y row) int { return bytes.Compare(x.k, y.k) })
-	rows = slices.CompactFunc(rows, func(x, y row) bool { return bytes.Equal(x.k, y.k) })
+	slices.SortStableFunc(rows, func(x, y copyRow) int { return bytes.Compare(x.k, y.k) })
+	rows = slices.CompactFunc(rows, func(x, y copyRow) bool { return bytes.Equal(x.k, y.k) })
 	// The tombstones of the rows' buckets, as tuple keys.
 	tombs := map[string]struct{}{}
 	var it *pebble.Iterator
 	if r != nil {
-		for i := 0; i < len(rows); {
+		for i := 0; tuples && i < len(rows); {
 			n := i + 1
 			for n < len(rows) && rows[n].b == rows[i].b {
 				n++
@@ -161,14 +184,16 @@ func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, e
 		t = nil
 		return err
 	}
+	bucketAt := len(sm.k.prefix) + 2 // <tag>/<bucket:4>...
 	for _, row := range rows {
 		// A key held below this row, of a bucket other than the row's and
 		// the table's, cuts the table before it; one equal to it leaves
 		// the row out.
 		held := false
 		for it != nil && it.Valid() && bytes.Compare(it.Key(), row.k) <= 0 {
-			held = held || bytes.Equal(it.Key(), row.k)
-			if b, _ := sm.k.tupleBucket(it.Key()); b != row.b && (t == nil || b != t.bucket) {
+			k := it.Key()
+			held = held || bytes.Equal(k, row.k)
+			if b := binary.BigEndian.Uint32(k[bucketAt:]); b != row.b && (t == nil || b != t.bucket) {
 				if err := cut(); err != nil {
 					return nil, err
 				}
@@ -200,9 +225,10 @@ func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, e
 	return out, nil
 }
 
-// copySST is one table of a copy entry, checked: every key a tuple key
-// of a bucket the entry copies, under this group's prefix, with a space
-// id, every value a stored tuple, nothing but plain sets.
+// copySST is one table of a copy entry, checked: every key a tuple's
+// (with a space id, its value a stored tuple) or a history's (an event's
+// revision) of a bucket the entry copies, under this group's prefix,
+// nothing but plain sets.
 type copySST struct {
 	r           *sstable.Reader
 	sst         []byte
@@ -210,12 +236,14 @@ type copySST struct {
 	buckets     []*tableBucket // in key order
 }
 
-// tableBucket is what a copy table holds of one bucket.
+// tableBucket is what a copy table holds of one bucket: its tuples, or
+// its history (events).
 type tableBucket struct {
 	bucket      uint32
+	tuples      bool
 	first, last []byte         // its smallest and largest keys in the table
-	bySpace     map[uint32]int // keys per space id
-	n           int
+	bySpace     map[uint32]int // tuples per space id
+	n           int            // tuples
 }
 
 // errCopySST: a copy entry's table is not what a copy may ingest.
@@ -255,26 +283,31 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err err
 		return nil, fmt.Errorf("%w: %w", errCopySST, err)
 	}
 	c := &copySST{r: r, sst: sst}
-	prefix := k.sub(storage.DataTuple, 0)
+	tp, ep := k.sub(storage.DataTuple, 0), k.sub(storage.DataEvent, 0)
 	var tb *tableBucket
 	err = c.each(func(key, v []byte) error {
-		if len(key) < len(prefix)+8 || !bytes.HasPrefix(key, prefix) {
-			return fmt.Errorf("%w: key %q is not a tuple key of this replicaset", errCopySST, key)
+		tuple := bytes.HasPrefix(key, tp)
+		switch {
+		case tuple && len(key) < len(tp)+8:
+			return fmt.Errorf("%w: tuple key %q has no space id", errCopySST, key)
+		case tuple && len(v) < 8:
+			return fmt.Errorf("%w: key %q: a stored tuple of %d bytes", errCopySST, key, len(v))
+		case !tuple && (!bytes.HasPrefix(key, ep) || len(key) != len(ep)+12):
+			return fmt.Errorf("%w: key %q is neither a tuple's nor a history's of this replicaset", errCopySST, key)
 		}
-		b := binary.BigEndian.Uint32(key[len(prefix):])
+		b := binary.BigEndian.Uint32(key[len(tp):])
 		if !named[b] {
 			return fmt.Errorf("%w: key %q is of bucket %d, which the entry does not copy", errCopySST, key, b)
 		}
-		if len(v) < 8 {
-			return fmt.Errorf("%w: key %q: a stored tuple of %d bytes", errCopySST, key, len(v))
-		}
-		if tb == nil || tb.bucket != b {
-			tb = &tableBucket{bucket: b, first: bytes.Clone(key), bySpace: map[uint32]int{}}
+		if tb == nil || tb.bucket != b || tb.tuples != tuple {
+			tb = &tableBucket{bucket: b, tuples: tuple, first: bytes.Clone(key), bySpace: map[uint32]int{}}
 			c.buckets = append(c.buckets, tb)
 		}
 		tb.last = append(tb.last[:0], key...)
-		tb.bySpace[binary.BigEndian.Uint32(key[len(prefix)+4:])]++
-		tb.n++
+		if tuple {
+			tb.bySpace[binary.BigEndian.Uint32(key[len(tp)+4:])]++
+			tb.n++
+		}
 		return nil
 	})
 	if err != nil {
@@ -446,7 +479,11 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 				a.err = err
 				return nil, nil
 			}
-			if err := eachTombstone(a.b, a.sm.k, tb.first, tb.last, func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
+			if !tb.tuples {
+				// The history is read again when the bucket is next
+				// written (recordEvent).
+				delete(a.sm.hist, b)
+			} else if err := eachTombstone(a.b, a.sm.k, tb.first, tb.last, func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
 				a.err = err
 				return nil, nil
 			}
@@ -460,14 +497,18 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 			}
 			a.sm.rows.dropBucket(a.sm.k, b)
 		}
+		tupleKey := func(k []byte) bool { return k[prefix-2] == storage.DataTuple }
 		keep := func(k []byte) bool {
 			if skip[binary.BigEndian.Uint32(k[prefix:])] {
 				return false
 			}
 			_, h := held[string(k)]
-			return !h && schema.ByID(binary.BigEndian.Uint32(k[prefix+4:])) != nil
+			return !h && (!tupleKey(k) || schema.ByID(binary.BigEndian.Uint32(k[prefix+4:])) != nil)
 		}
 		count := func(k []byte) {
+			if !tupleKey(k) {
+				return
+			}
 			o := out[binary.BigEndian.Uint32(k[prefix:])]
 			o.copied++
 			o.bySpace[binary.BigEndian.Uint32(k[prefix+4:])]++
@@ -520,7 +561,7 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 		// invariant holds either way), and their copy cursors move past
 		// them.
 		for _, tb := range c.buckets {
-			if skip[tb.bucket] {
+			if skip[tb.bucket] || !tb.tuples {
 				continue
 			}
 			a.sm.filters.drop(tb.bucket)

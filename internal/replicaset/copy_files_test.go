@@ -27,6 +27,7 @@ func TestTheCopyTestsPassWithCopyTables(t *testing.T) {
 		"revisions":            TestABucketsRevisionContinuesAcrossMoves,
 		"key filters":          TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete,
 		"same log, same state": TestTheSameLogGivesTheSameStateWhateverTheRuns,
+		"history":              TestABucketsHistoryMovesWithIt,
 	} {
 		t.Run(name, test)
 	}
@@ -289,4 +290,40 @@ func FuzzOpenCopySST(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A bucket's change history moves with its copy (as tables or as events):
+// the destination keeps the source's revisions, and a repeated copy
+// changes none.
+func TestABucketsHistoryMovesWithIt(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	const b = 4
+	for _, id := range []string{"a", "b", "c"} {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
+	}
+	src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst")
+	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
+	history := func(f *fixture) (revs []uint64, evs []*rspb.Event) {
+		t.Helper()
+		if _, err := f.sm.Events(f.db, b, 0, func(ev *rspb.Event) bool {
+			revs, evs = append(revs, ev.GetRevision()), append(evs, ev)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return revs, evs
+	}
+	want, evs := history(src)
+	if len(want) != 3 {
+		t.Fatalf("the source keeps revisions %v, want 3", want)
+	}
+	for range 2 { // the second copy repeats the first
+		dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+			{Bucket: b, Generation: 2, Tuples: src.chunk(b), Events: evs}}}}})
+		if got, _ := history(dst); !slices.Equal(got, want) {
+			t.Fatalf("the destination keeps revisions %v, want %v", got, want)
+		}
+	}
 }
