@@ -147,7 +147,12 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	)
 	// apply logs chunks as one entry and records their outcomes.
 	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
+		if err := s.copyGate.acquire(ctx); err != nil {
+			return err
+		}
+		start := s.cfg.Now()
 		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
+		s.copyGate.release(s.cfg.Now().Sub(start), err == nil)
 		if err != nil {
 			return err
 		}
