@@ -13,7 +13,9 @@ import (
 // the transport of background bulk transfers) on log entries instead of
 // packets: the delay of a copy entry, from its proposal to its apply, is
 // the base delay (the least seen in the last two windows of
-// copyGateBaseWindow) plus the queue it waited in; the number of copy
+// copyGateBaseWindow) plus the queue it waited in (only full entries are
+// measured: an entry's own work grows with its size, and a small one
+// would make the base too small for the full ones); the number of copy
 // entries in flight, all of this replicaset's receives together, grows
 // while that queue stays below copyGateTarget and shrinks above it, below
 // one entry at a time by spacing the entries out. The clients' writes
@@ -38,7 +40,7 @@ type copyGate struct {
 
 const (
 	// copyGateTarget is the queue a copy may add to the log's delay.
-	copyGateTarget = 5 * time.Millisecond
+	copyGateTarget = 10 * time.Millisecond
 	// copyGateBaseWindow is how long a least delay counts as the base
 	// (two windows: a base that rose with a steady load is forgotten
 	// within 2 windows, and the load's own queue is in it then).
@@ -46,7 +48,7 @@ const (
 	// The window's bounds: at most copyGateMaxWindow entries in flight,
 	// at least one entry per 1/copyGateMinWindow of its delay.
 	copyGateMaxWindow = 16
-	copyGateMinWindow = 1.0 / 16
+	copyGateMinWindow = 1.0 / 8
 )
 
 func newCopyGate(now func() time.Time) *copyGate {
@@ -94,7 +96,8 @@ func (g *copyGate) flight() int {
 }
 
 // release ends an entry that took delay from its proposal to its apply
-// (ok false: it failed, and says nothing of the queue).
+// (ok false: it failed or was not a full entry, and says nothing of the
+// queue).
 func (g *copyGate) release(delay time.Duration, ok bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
