@@ -145,16 +145,9 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		finished = map[uint32]bool{}
 		failed   error // the first failed chunk entry
 	)
-	// apply logs chunks as one entry and records their outcomes; full:
-	// the entry is as large as an entry of the copy gets (its delay
-	// measures the log's queue, copyGate).
-	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte, full bool) error {
-		if err := s.copyGate.acquire(ctx); err != nil {
-			return err
-		}
-		start := s.cfg.Now()
+	// apply logs chunks as one entry and records their outcomes.
+	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
 		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
-		s.copyGate.release(s.cfg.Now().Sub(start), err == nil && full)
 		if err != nil {
 			return err
 		}
@@ -228,7 +221,6 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				return
 			}
 			chunks, size := pending, pendingSize
-			full := size >= MaxChunkBytes || tupleCount(chunks) >= entryTuples
 			pending, pendingSize = nil, 0
 			var tables [][]byte
 			if !s.cfg.CopyTuples {
@@ -258,7 +250,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			mu.Unlock()
 			wg.Go(func() {
 				defer func() { <-slots }()
-				err := apply(ctx, chunks, tables, full)
+				err := apply(ctx, chunks, tables)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
@@ -353,7 +345,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if len(marks) == 0 {
 			return nil
 		}
-		return apply(ctx, marks, nil, false)
+		return apply(ctx, marks, nil)
 	})
 	if err != nil {
 		return nil, err

@@ -113,8 +113,6 @@ type Storage struct {
 	sending, receiving quota
 	// The pace of the copy in (CopyRate).
 	copyPace copyPace
-	// The copy in's own pace, from its entries' delay (copyGate).
-	copyGate *copyGate
 }
 
 // quota counts buckets in flight against a limit read at each take.
@@ -166,7 +164,6 @@ func NewStorage(cfg StorageConfig) *Storage {
 	return &Storage{
 		cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID),
 		copyPace: copyPace{rate: cfg.CopyRate},
-		copyGate: newCopyGate(cfg.Now),
 	}
 }
 
