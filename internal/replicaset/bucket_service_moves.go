@@ -202,9 +202,9 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		// on the next chunks' entry (or one entry at the end), so that a
 		// bucket leaves its prev window (every write asking the source)
 		// as soon as it is whole, not when the whole batch is.
-		entryTuples := CopyTableTuples
-		if s.cfg.CopyTuples {
-			entryTuples = CopyChunkTuples
+		entryTuples := CopyChunkTuples
+		if s.cfg.CopyTables {
+			entryTuples = CopyTableTuples
 		}
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, CopyPipeline)
@@ -223,7 +223,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			chunks, size := pending, pendingSize
 			pending, pendingSize = nil, 0
 			var tables [][]byte
-			if !s.cfg.CopyTuples {
+			if s.cfg.CopyTables {
 				var err error
 				if tables, err = s.sm.CopyTables(s.cfg.DB, chunks); err != nil {
 					mu.Lock()

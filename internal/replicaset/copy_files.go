@@ -38,7 +38,10 @@ import (
 // is ingested as a flushable (Pebble rotates the memtable and flushes it
 // with the table into level 0, without blocking the apply), which cost
 // a member less than the files a cut at each made (0.4 µs a tuple
-// against 3.7–7.7, BenchmarkApplyCopy/tables/written).
+// against 3.7–7.7, BenchmarkApplyCopy/tables/written); but under a
+// closed-loop write load the rotations stalled writes on Pebble's
+// memtable count, which is why a leader builds tables only with
+// StorageConfig.CopyTables.
 //
 // An ingest is durable when it returns, before the apply batch of its
 // entry commits, so it must be repeatable: a member that crashes in
