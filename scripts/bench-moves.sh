@@ -546,7 +546,7 @@ wait_moves() {
         done
       fi
       moving=0
-      if [[ $ST == *'"moves":['* ]]; then moving=1; fi
+      if [[ $ST == *'"moves":[{'* ]]; then moving=1; fi # "moves":[] when none
       to_move=$(jget "$ST" buckets_to_move)
       to_move=${to_move:-0}
       if [[ -n $RS_NEW ]]; then

@@ -4,10 +4,12 @@ import (
 	"crypto/rand"
 	"fmt"
 	mrand "math/rand/v2"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -231,30 +233,103 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 	}
 }
 
-// BenchmarkApplyCopy measures what the copy of a moving bucket costs its
-// destination's state machine per tuple (an op is a tuple): CopyChunks entries of 1,000
-// tuples (CopyChunkTuples), ten buckets of 100 tuples each (300,000 rows
-// in 3,000 buckets, as scripts/bench-moves.sh loads), 100-byte values,
-// applied one entry a run as the receive proposes them, into buckets that
-// are receiving and were not written meanwhile (the copy's cursor skips
-// the lookups) or were (written: every key is looked up first).
+// BenchmarkApplyCopy measures what the copy of a moving bucket costs a
+// member of its destination per tuple (an op is a tuple): CopyChunks
+// entries of buckets of 100 tuples each (300,000 rows in 3,000 buckets,
+// as scripts/bench-moves.sh loads), as many as an entry holds (ten with
+// tuples, eighty with tables; copyPerChunk, copyPerTables),
+// 100-byte values, applied one entry a run as the receive proposes them,
+// into buckets that are receiving and were not written meanwhile (the
+// copy's cursor skips the lookups) or were (written: every key is looked
+// up first), as tuples (CopyChunk.tuples) or as tables
+// (CopyChunks.tables, built before the clock starts: the leader builds
+// them once, BenchmarkCopyTables). The database is flushed before the
+// clock stops, so the cost of the rows' flush is counted; cpu-ns/op is
+// the process's CPU, Pebble's background work included.
 //
 //	go test -run '^$' -bench BenchmarkApplyCopy -benchtime 200000x ./internal/replicaset/
 func BenchmarkApplyCopy(b *testing.B) {
-	b.Run("fresh", func(b *testing.B) { benchCopy(b, false) })
-	b.Run("written", func(b *testing.B) { benchCopy(b, true) })
+	for _, tables := range []bool{false, true} {
+		form := "tuples"
+		if tables {
+			form = "tables"
+		}
+		b.Run(form+"/fresh", func(b *testing.B) { benchCopy(b, false, tables) })
+		b.Run(form+"/written", func(b *testing.B) { benchCopy(b, true, tables) })
+	}
 }
 
-func benchCopy(b *testing.B, written bool) {
-	b.Helper()
+// BenchmarkCopyTables measures what building a copy entry's tables costs
+// the destination's leader per tuple (CopyTables: the rows sorted, the
+// keys it holds looked for, the tables written), entries as
+// BenchmarkApplyCopy's.
+func BenchmarkCopyTables(b *testing.B) {
 	db := benchDB(b)
 	sm, err := New(db, 7)
 	if err != nil {
 		b.Fatal(err)
 	}
+	entries := copyEntries(b.N, copyPerTables)
+	cpu0, ok := processCPU()
+	b.ResetTimer()
+	for _, e := range entries {
+		if _, err := sm.CopyTables(db, e.GetCopyChunks().GetChunks()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if cpu1, ok1 := processCPU(); ok && ok1 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// copyPerBucket is the tuples of a bucket; an entry holds ten buckets
+// with tuples (CopyChunkTuples), eighty with tables (CopyTableTuples and
+// MaxChunkBytes: 8,000 rows of about 130 bytes).
+const copyPerBucket, copyPerChunk, copyPerTables = 100, 10, 80
+
+// copyEntries makes the CopyChunks entries of n tuples (rounded up to a
+// bucket) into buckets 1, 2, ..., perChunk buckets an entry: keys ascend
+// within a bucket, as the source streams them.
+func copyEntries(n int, perChunk uint32) []*rspb.Command {
+	buckets := uint32(n/copyPerBucket + 1)
+	val := make([]byte, 100)
+	var entries []*rspb.Command
+	k := uint64(0)
+	for first := uint32(1); first <= buckets; first += perChunk {
+		cc := &rspb.CopyChunks{}
+		for bk := first; bk < first+perChunk && bk <= buckets; bk++ {
+			ch := &rspb.CopyChunk{Bucket: bk, Generation: 2}
+			for range copyPerBucket {
+				kb, _ := tuple.AppendKey(nil, tuple.Uint(k))
+				ch.Tuples = append(ch.Tuples, &rspb.CopiedTuple{SpaceId: 1, Key: kb, Version: k + 1,
+					Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.Bytes(val)})})
+				k++
+			}
+			cc.Chunks = append(cc.Chunks, ch)
+		}
+		entries = append(entries, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})
+	}
+	return entries
+}
+
+func benchCopy(b *testing.B, written, tables bool) {
+	b.Helper()
+	dir := b.TempDir()
+	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	sm, err := New(db, 7)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := sm.SetIngestDir(vfs.Default, filepath.Join(dir, "ingest")); err != nil {
+		b.Fatal(err)
+	}
 	def := benchSpace()
-	const perBucket, perChunk = 100, 10 // tuples a bucket, buckets an entry
-	buckets := uint32(b.N/perBucket + 1)
+	buckets := uint32(b.N/copyPerBucket + 1)
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli()
 	index := uint64(10)
 	apply := func(cmds ...*rspb.Command) {
@@ -284,27 +359,27 @@ func benchCopy(b *testing.B, written bool) {
 		apply(ws...)
 	}
 	// The entries are made before the clock starts: the receive makes
-	// them, not the applier. Keys ascend within a bucket, as the source
-	// streams them.
-	val := make([]byte, 100)
-	var entries []*rspb.Command
-	k := uint64(0) // tuples made: b.N rounded up to a bucket
-	for first := uint32(1); first <= buckets; first += perChunk {
-		cc := &rspb.CopyChunks{}
-		for bk := first; bk < first+perChunk && bk <= buckets; bk++ {
-			ch := &rspb.CopyChunk{Bucket: bk, Generation: 2}
-			for range perBucket {
-				kb, _ := tuple.AppendKey(nil, tuple.Uint(k))
-				ch.Tuples = append(ch.Tuples, &rspb.CopiedTuple{SpaceId: 1, Key: kb, Version: k + 1,
-					Tuple: tuple.AppendTuple(nil, tuple.Tuple{tuple.Uint(k), tuple.Bytes(val)})})
-				k++
+	// them, not the applier.
+	entries := copyEntries(b.N, copyPerChunk)
+	if tables {
+		entries = copyEntries(b.N, copyPerTables)
+		for _, e := range entries {
+			cc := e.GetCopyChunks()
+			if cc.Tables, err = sm.CopyTables(db, cc.GetChunks()); err != nil {
+				b.Fatal(err)
 			}
-			cc.Chunks = append(cc.Chunks, ch)
 		}
-		entries = append(entries, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})
 	}
+	cpu0, ok := processCPU()
 	b.ResetTimer()
 	for _, e := range entries {
 		apply(e)
+	}
+	if err := db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if cpu1, ok1 := processCPU(); ok && ok1 {
+		b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -30,9 +30,10 @@ type SetBucketOutcome struct {
 
 // CopyOutcome is what applying a CopyChunk returns.
 type CopyOutcome struct {
-	// Copied counts the tuples inserted, in all and by space id; the
-	// others were on the destination already or deleted there during the
-	// move.
+	// Sent counts the tuples the chunk brought (in its tuples or its
+	// table); Copied those inserted, in all and by space id; the others
+	// were on the destination already or deleted there during the move.
+	Sent    int
 	Copied  int
 	BySpace map[uint32]uint64
 	Refused error
@@ -198,15 +199,55 @@ func (cc *copyCursor) absent(k []byte) bool {
 	return above && !touched
 }
 
-func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
+// copyChunks applies a CopyChunks entry: its tables first (the buckets'
+// rows; CopyChunks.tables), then each chunk. Tables refused refuse every
+// chunk.
+func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
+	outs := make([]*CopyOutcome, len(cc.GetChunks()))
+	var tabled map[uint32]*tableCopied
+	if len(cc.GetTables()) > 0 {
+		var refused error
+		tabled, refused = a.copyTables(cc.GetChunks(), cc.GetTables())
+		if a.err != nil {
+			return nil
+		}
+		if refused != nil {
+			for j := range outs {
+				outs[j] = &CopyOutcome{Refused: refused}
+			}
+			return outs
+		}
+	}
+	for j, c := range cc.GetChunks() {
+		// A bucket's rows in the tables count with its first chunk
+		// applied.
+		outs[j] = a.copyChunk(c, tabled[c.GetBucket()])
+		if outs[j] != nil && outs[j].Refused == nil {
+			delete(tabled, c.GetBucket())
+		}
+	}
+	return outs
+}
+
+// copyChunk applies one chunk; tabled is what the entry's tables brought
+// its bucket (nil: nothing).
+func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome {
 	b := c.GetBucket()
 	cur := a.bucket(b)
 	if cur.GetState() != rspb.BucketState_STATE_RECEIVING || cur.GetGeneration() != c.GetGeneration() {
 		return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not receiving at generation %d", b, describeRecord(cur), c.GetGeneration())}
 	}
-	copied := 0
+	copied, sent := 0, len(c.GetTuples())
 	counts := map[uint32]int64{}
 	bySpace := map[uint32]uint64{}
+	if tabled != nil {
+		sent += tabled.sent
+		copied += tabled.copied
+		for sp, n := range tabled.bySpace {
+			bySpace[sp] += n
+			counts[sp] += int64(n)
+		}
+	}
 	cc := a.sm.copies[b]
 	// The copy is a bulk load: its rows stay out of the row cache (caching
 	// them cost a third of the copy's time), and the bucket's cached rows
@@ -245,6 +286,10 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 		}
 	}
 	if c.GetLast() {
+		// Counted again from the rows: a copy table ingested again (after
+		// a crash before its entry's batch committed) inserts nothing and
+		// so counts nothing (copy_files.go).
+		a.recount(b)
 		a.raiseRevision(b, c.GetRevision())
 		rec := proto.CloneOf(cur)
 		rec.Copied = true
@@ -253,5 +298,5 @@ func (a *applier) copyChunk(c *rspb.CopyChunk) *CopyOutcome {
 			return nil
 		}
 	}
-	return &CopyOutcome{Copied: copied, BySpace: bySpace}
+	return &CopyOutcome{Sent: sent, Copied: copied, BySpace: bySpace}
 }

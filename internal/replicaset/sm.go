@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/failpoint"
@@ -65,6 +66,10 @@ type SM struct {
 	reloadErr      error       // a reload after a dropped batch failed: Apply fails
 	rows           *rowCache   // what the apply path read and wrote lately (rowcache.go)
 	filters        *keyFilters // which tuple keys buckets may hold (keyfilter.go)
+	// Where copy tables are written to be ingested (SetIngestDir,
+	// copy_files.go); nil: their rows go through the apply batch.
+	ingestFS  vfs.FS
+	ingestDir string
 
 	// pub is the bucket records as committed, for readers.
 	pubMu sync.RWMutex
@@ -264,11 +269,7 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 				}
 			}
 		case *rspb.Command_CopyChunks:
-			outs := make([]*CopyOutcome, len(op.CopyChunks.GetChunks()))
-			for j, c := range op.CopyChunks.GetChunks() {
-				outs[j] = a.copyChunk(c)
-			}
-			out[i] = Result{Copies: outs}
+			out[i] = Result{Copies: a.copyChunks(op.CopyChunks)}
 			if err := sm.fp.Eval(FailpointAppliedCopyChunk); err != nil {
 				return nil, err
 			}

@@ -250,8 +250,16 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 			c = set(rspb.BucketState_STATE_RECEIVING, gen+1)
 		case 250:
 			tp := offer(uint64(moving), "copied", 1)
-			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: moving, Generation: gen + 1, Last: true,
-				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}}}
+			cc := &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: moving, Generation: gen + 1, Last: true,
+				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}
+			if fixtureCopyTables {
+				tables, err := (&SM{k: newKeys(7)}).CopyTables(nil, cc.GetChunks())
+				if err != nil {
+					t.Fatal(err)
+				}
+				cc.Tables = tables
+			}
+			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunks{CopyChunks: cc}}
 		case 300:
 			c = set(rspb.BucketState_STATE_ACTIVE, gen+1)
 		}
@@ -273,16 +281,23 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 				sm.filters.minCap = 1 // filters fill after a new key or two: rebuilt all the time
 			}
 		}
-		db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
+		fs := vfs.NewMem()
+		db, err := storage.Open("db", storage.Options{FS: fs})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer db.Close()
+		prepare := func(sm *SM) {
+			setup(sm)
+			if err := sm.SetIngestDir(fs, "ingest"); err != nil {
+				t.Fatal(err)
+			}
+		}
 		sm, err := New(db, 7)
 		if err != nil {
 			t.Fatal(err)
 		}
-		setup(sm)
+		prepare(sm)
 		r := mrand.New(mrand.NewPCG(seed, 1))
 		var results []string
 		var dump bytes.Buffer
@@ -322,7 +337,7 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 				if sm, err = New(db, 7); err != nil {
 					t.Fatal(err)
 				}
-				setup(sm)
+				prepare(sm)
 			}
 			if i%250 == 0 || i == len(cmds) {
 				fmt.Fprintf(&dump, "after entry %d:\n", i)
@@ -364,6 +379,12 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 			t.Fatalf("%s: the database differs from one entry per run without a row cache", what)
 		}
 		for i := range results {
+			// A table ingested by a dropped batch is durable: applied
+			// again, it finds its rows there and answers that it copied
+			// none (the copied mark counts them again; copy_files.go).
+			if fixtureCopyTables && c.drop > 0 && strings.HasPrefix(results[i], "copy ") {
+				continue
+			}
 			if results[i] != wantResults[i] {
 				t.Fatalf("%s: entry %d answered %s, want %s", what, i+1, results[i], wantResults[i])
 			}

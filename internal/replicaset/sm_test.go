@@ -28,11 +28,19 @@ type fixture struct {
 	sm    *SM
 	index uint64
 	now   int64
+	// tables: the tuples of copy entries go as their tables
+	// (CopyChunks.tables), as a leader builds them, but with every key;
+	// fixtureCopyTables sets it for new fixtures.
+	tables bool
 }
+
+// fixtureCopyTables makes new fixtures copy tables (fixture.tables).
+var fixtureCopyTables bool
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
-	db, err := storage.Open("db", storage.Options{FS: vfs.NewMem()})
+	fs := vfs.NewMem()
+	db, err := storage.Open("db", storage.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +49,27 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixture{t: t, db: db, sm: sm, now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli()}
+	if err := sm.SetIngestDir(fs, "ingest"); err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{t: t, db: db, sm: sm, now: time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixMilli(), tables: fixtureCopyTables}
+}
+
+// tabled returns c with the tuples of a copy entry in its table, when
+// the fixture copies tables.
+func (f *fixture) tabled(c *rspb.Command) *rspb.Command {
+	cc := c.GetCopyChunks()
+	if !f.tables || cc == nil || len(cc.GetTables()) > 0 {
+		return c
+	}
+	c = proto.CloneOf(c)
+	cc = c.GetCopyChunks()
+	tables, err := f.sm.CopyTables(nil, cc.GetChunks())
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	cc.Tables = tables
+	return c
 }
 
 // apply applies the commands as one run and returns their results.
@@ -53,7 +81,7 @@ func (f *fixture) apply(cmds ...*rspb.Command) []Result {
 		if c.NowUnixMs == 0 {
 			c.NowUnixMs = f.now
 		}
-		data, err := Encode(c)
+		data, err := Encode(f.tabled(c))
 		if err != nil {
 			f.t.Fatal(err)
 		}

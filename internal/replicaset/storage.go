@@ -83,6 +83,15 @@ type StorageConfig struct {
 	// replicaset copies in while it receives buckets (the rebalancer's
 	// copy rate, read before each chunk); nil or 0: no limit.
 	CopyRate func() uint64
+	// CopyTables makes the copy in log its tuples and history as tables
+	// (CopyChunks.tables), which every member ingests whole, instead of
+	// tuples (CopyChunk.tuples) and events, which every member applies
+	// one by one (docs/design/moves.md, "The copy as files"). Off by
+	// default: under a write load its ingests overlap the memtable, each
+	// rotates it, and writes stalled on Pebble's memtable count
+	// (docs/benchmarks.md, "The copy as files"). Every member ingests
+	// the tables of a leader that has it on.
+	CopyTables bool
 	// History bounds every bucket's change history; this member
 	// proposes it while it leads the replicaset (zero: DefaultHistory).
 	History HistoryLimits

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,12 +44,14 @@ func routeCall(node *cluster.Node) forward.Route { return node.Route }
 
 // dataLayer holds one instance's storage and router.
 type dataLayer struct {
-	ctx   context.Context
-	node  *cluster.Node
-	db    *pebble.DB
-	procs *proc.Registry
-	fp    *failpoint.Points
-	log   *slog.Logger
+	ctx  context.Context
+	node *cluster.Node
+	db   *pebble.DB
+	// ingestDir is the copy tables' directory (newDataLayer).
+	ingestDir string
+	procs     *proc.Registry
+	fp        *failpoint.Points
+	log       *slog.Logger
 	// rowCacheBytes sizes the replicaset state machine's row cache.
 	rowCacheBytes int64
 	history       replicaset.HistoryLimits // StorageConfig.History
@@ -76,8 +79,11 @@ func (z *moverGroupZero) Leads() bool {
 
 // newDataLayer makes the data layer; attach gives it the node once made
 // (the node's config needs the data layer's factory first).
-func newDataLayer(ctx context.Context, db *pebble.DB, procs *proc.Registry, fp *failpoint.Points, rowCacheBytes int64, log *slog.Logger) *dataLayer {
-	return &dataLayer{ctx: ctx, db: db, procs: procs, fp: fp, rowCacheBytes: rowCacheBytes, log: log}
+// ingestDir is where the replicaset's state machine writes the copy
+// tables it ingests (replicaset.SM.SetIngestDir): beside db, on its file
+// system.
+func newDataLayer(ctx context.Context, db *pebble.DB, ingestDir string, procs *proc.Registry, fp *failpoint.Points, rowCacheBytes int64, log *slog.Logger) *dataLayer {
+	return &dataLayer{ctx: ctx, db: db, ingestDir: ingestDir, procs: procs, fp: fp, rowCacheBytes: rowCacheBytes, log: log}
 }
 
 // attach gives the data layer the node, authz (nil: no security) the
@@ -122,6 +128,9 @@ func (d *dataLayer) newSM(g multiraft.GroupID) (multiraft.StateMachine, error) {
 	}
 	sm.SetFailpoints(d.fp)
 	sm.SetRowCacheBytes(d.rowCacheBytes)
+	if err := sm.SetIngestDir(vfs.Default, d.ingestDir); err != nil {
+		return nil, err
+	}
 	return sm, nil
 }
 

@@ -90,7 +90,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 		return &RefusedError{Err: err}
 	}
 	dataCtx, stopData := context.WithCancel(ctx)
-	data := newDataLayer(dataCtx, db, procs, fp, cfg.CacheSize/RowCacheShare, log)
+	data := newDataLayer(dataCtx, db, filepath.Join(cfg.DataDir, "ingest"), procs, fp, cfg.CacheSize/RowCacheShare, log)
 	data.history = history
 	defer func() {
 		stopData()

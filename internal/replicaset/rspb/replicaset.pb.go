@@ -935,8 +935,16 @@ func (x *SetBuckets) GetSteps() []*SetBucket {
 // CopyChunks is chunks of several receiving buckets in one entry, each
 // applied as a CopyChunk on its own.
 type CopyChunks struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chunks        []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Chunks []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// The chunks' tuples as Pebble sstables instead of in their tuples, in
+	// key order, each of one bucket: the destination's own tuple keys
+	// (t/<bucket><space><key> under its group's prefix), each value a
+	// stored tuple (version and encoding). Every member writes them to
+	// files and ingests them together (docs/design/moves.md, "The copy as
+	// files"), without the keys it holds a tuple or a tombstone of and the
+	// buckets it does not receive at their chunk's generation.
+	Tables        [][]byte `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -974,6 +982,13 @@ func (*CopyChunks) Descriptor() ([]byte, []int) {
 func (x *CopyChunks) GetChunks() []*CopyChunk {
 	if x != nil {
 		return x.Chunks
+	}
+	return nil
+}
+
+func (x *CopyChunks) GetTables() [][]byte {
+	if x != nil {
+		return x.Tables
 	}
 	return nil
 }
@@ -1878,10 +1893,11 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\x06result\"E\n" +
 	"\n" +
 	"SetBuckets\x127\n" +
-	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"G\n" +
+	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"_\n" +
 	"\n" +
 	"CopyChunks\x129\n" +
-	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\"j\n" +
+	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12\x16\n" +
+	"\x06tables\x18\x02 \x03(\fR\x06tables\"j\n" +
 	"\vCopiedTuple\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +

@@ -1,0 +1,627 @@
+package replicaset
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// The copy as files (docs/design/moves.md, "The copy as files"): the
+// tuples of a copy entry travel through the destination's log as Pebble
+// sstables of the destination's own tuple keys (CopyChunks.tables),
+// which every member writes to files beside its database and ingests
+// together, instead of applying each tuple through the apply batch.
+//
+// A table holds no key its leader held (a tuple or a tombstone: a write
+// or a delete made during the copy; every member leaves them out again)
+// and is cut wherever the leader holds a tuple key of another bucket
+// within its range (a bucket of its own between the copied ones), so
+// that none of the levels holds a key in its range: Pebble then places it
+// in the lowest level (the bottom one, for buckets arriving), with no
+// compaction. A table spans as many buckets as that allows, because a
+// file costs every member a create, a write and a sync whatever its size
+// (0.3–0.5 ms of CPU on this project's machines). It is not cut at the
+// held keys of its own buckets: those lie in the memtable, so the table
+// is ingested as a flushable (Pebble rotates the memtable and flushes it
+// with the table into level 0, without blocking the apply), which cost
+// a member less than the files a cut at each made (0.4 µs a tuple
+// against 3.7–7.7, BenchmarkApplyCopy/tables/written); but under a
+// closed-loop write load the rotations stalled writes on Pebble's
+// memtable count, which is why a leader builds tables only with
+// StorageConfig.CopyTables.
+//
+// An ingest is durable when it returns, before the apply batch of its
+// entry commits, so it must be repeatable: a member that crashes in
+// between applies the entry again after its restart, and a snapshot taken
+// in between holds the ingested rows under an applied index before the
+// entry. Both hold because an ingest never writes a key the member holds
+// a tuple or a tombstone of (those keys are left out of the file, as the
+// tuple path skips them): a repeated ingest finds every key and ingests
+// nothing, and the writes of the entries before it (which the batch holds
+// and commits above the ingest) left their keys out of it. The bucket's
+// counts, which a repeated ingest cannot tell it changed, are counted
+// again from its rows when its copy completes (the copied mark).
+
+// copyTableFormat is the sstable format of copied chunks: the newest one
+// the oldest database format Pebble opens (FormatMinSupported) ingests,
+// so any member can ingest what any leader builds.
+var copyTableFormat = pebble.FormatMinSupported.MaxTableFormat()
+
+// copyFilterBits is the Bloom filter of a copied sstable: as the
+// database's own tables (storage.Open), so an insert's look for an
+// absent key skips an ingested table.
+const copyFilterBits = 10
+
+// memWritable is an objstorage.Writable into memory.
+type memWritable struct{ buf bytes.Buffer }
+
+func (w *memWritable) Write(p []byte) error { _, err := w.buf.Write(p); return err }
+func (w *memWritable) Finish() error        { return nil }
+func (w *memWritable) Abort()               {}
+
+// copyTable writes sorted (strictly increasing) keys and their values as
+// an sstable.
+type copyTable struct {
+	out    *memWritable
+	w      *sstable.Writer
+	n      int
+	bucket uint32 // the bucket of the last key set
+}
+
+func newCopyTable() *copyTable {
+	out := &memWritable{}
+	return &copyTable{out: out, w: sstable.NewWriter(out, sstable.WriterOptions{
+		TableFormat:  copyTableFormat,
+		FilterPolicy: bloom.FilterPolicy(copyFilterBits),
+	})}
+}
+
+func (t *copyTable) set(k, v []byte) error {
+	t.n++
+	return t.w.Set(k, v)
+}
+
+// finish returns the table's bytes (nil when it holds no key).
+func (t *copyTable) finish() ([]byte, error) {
+	if err := t.w.Close(); err != nil {
+		return nil, err
+	}
+	if t.n == 0 {
+		return nil, nil
+	}
+	return t.out.buf.Bytes(), nil
+}
+
+// CopyTables builds the tables of a copy entry (CopyChunks.tables) from
+// its chunks' tuples, in this replicaset's key layout, and takes the
+// tuples out of the chunks. It leaves out the keys r (this member's
+// database) holds a tuple or a tombstone of, and cuts a table wherever r
+// holds a tuple key of a bucket other than those around it (nil r:
+// none). The tuples may come in any order; of two of the same key the
+// first is kept.
+func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, error) {
+	var tuples, events []copyRow
+	for _, c := range chunks {
+		b := c.GetBucket()
+		for _, t := range c.GetTuples() {
+			tuples = append(tuples, copyRow{b, sm.k.tuple(b, t.GetSpaceId(), t.GetKey()), encodeStored(t.GetVersion(), t.GetTuple())})
+		}
+		for _, ev := range c.GetEvents() {
+			v, err := ev.MarshalVT()
+			if err != nil {
+				return nil, err
+			}
+			events = append(events, copyRow{b, sm.k.event(b, ev.GetRevision()), v})
+		}
+		c.Tuples, c.Events = nil, nil
+	}
+	// The history's keys (e/) sort before the tuples' (t/), each in
+	// tables of their own.
+	evs, err := sm.copyTablesOf(r, events, false)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := sm.copyTablesOf(r, tuples, true)
+	return append(evs, ts...), err
+}
+
+// copyRow is a key and value of a copy table, of bucket b.
+type copyRow struct {
+	b    uint32
+	k, v []byte
+}
+
+// copyTablesOf builds the tables of rows, all tuples or all events, as
+// CopyTables says.
+func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]byte, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	slices.SortStableFunc(rows, func(x, y copyRow) int { return bytes.Compare(x.k, y.k) })
+	rows = slices.CompactFunc(rows, func(x, y copyRow) bool { return bytes.Equal(x.k, y.k) })
+	// The tombstones of the rows' buckets, as tuple keys.
+	tombs := map[string]struct{}{}
+	var it *pebble.Iterator
+	if r != nil {
+		for i := 0; tuples && i < len(rows); {
+			n := i + 1
+			for n < len(rows) && rows[n].b == rows[i].b {
+				n++
+			}
+			if err := eachTombstone(r, sm.k, rows[i].k, rows[n-1].k, func(k []byte) { tombs[string(k)] = struct{}{} }); err != nil {
+				return nil, err
+			}
+			i = n
+		}
+		var err error
+		it, err = r.NewIter(&pebble.IterOptions{LowerBound: rows[0].k, UpperBound: append(bytes.Clone(rows[len(rows)-1].k), 0)})
+		if err != nil {
+			return nil, err
+		}
+		defer it.Close()
+		it.First()
+	}
+	var out [][]byte
+	var t *copyTable
+	cut := func() error {
+		if t == nil {
+			return nil
+		}
+		sst, err := t.finish()
+		if sst != nil {
+			out = append(out, sst)
+		}
+		t = nil
+		return err
+	}
+	bucketAt := len(sm.k.prefix) + 2 // <tag>/<bucket:4>...
+	for _, row := range rows {
+		// A key held below this row, of a bucket other than the row's and
+		// the table's, cuts the table before it; one equal to it leaves
+		// the row out.
+		held := false
+		for it != nil && it.Valid() && bytes.Compare(it.Key(), row.k) <= 0 {
+			k := it.Key()
+			held = held || bytes.Equal(k, row.k)
+			if b := binary.BigEndian.Uint32(k[bucketAt:]); b != row.b && (t == nil || b != t.bucket) {
+				if err := cut(); err != nil {
+					return nil, err
+				}
+			}
+			it.Next()
+		}
+		if _, ok := tombs[string(row.k)]; ok {
+			held = true
+		}
+		if held {
+			continue
+		}
+		if t == nil {
+			t = newCopyTable()
+		}
+		t.bucket = row.b
+		if err := t.set(row.k, row.v); err != nil {
+			return nil, fmt.Errorf("replicaset: a copy table: %w", err)
+		}
+	}
+	if it != nil {
+		if err := it.Error(); err != nil {
+			return nil, err
+		}
+	}
+	if err := cut(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// copySST is one table of a copy entry, checked: every key a tuple's
+// (with a space id, its value a stored tuple) or a history's (an event's
+// revision) of a bucket the entry copies, under this group's prefix,
+// nothing but plain sets.
+type copySST struct {
+	r           *sstable.Reader
+	sst         []byte
+	first, last []byte         // its smallest and largest keys
+	buckets     []*tableBucket // in key order
+}
+
+// tableBucket is what a copy table holds of one bucket: its tuples, or
+// its history (events).
+type tableBucket struct {
+	bucket      uint32
+	tuples      bool
+	first, last []byte         // its smallest and largest keys in the table
+	bySpace     map[uint32]int // tuples per space id
+	n           int            // tuples
+}
+
+// errCopySST: a copy entry's table is not what a copy may ingest.
+var errCopySST = errors.New("replicaset: copy table refused")
+
+// openCopySST reads and checks a table of a copy entry, whose keys may be
+// of the buckets named. The caller closes it.
+func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err error) {
+	r, err := sstable.NewMemReader(sst, sstable.ReaderOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errCopySST, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = r.Close()
+		}
+	}()
+	if f, err := r.TableFormat(); err != nil {
+		return nil, fmt.Errorf("%w: %w", errCopySST, err)
+	} else if f > copyTableFormat {
+		return nil, fmt.Errorf("%w: table format %v (at most %v)", errCopySST, f, copyTableFormat)
+	}
+	dels, err := r.NewRawRangeDelIter(context.Background(), sstable.NoFragmentTransforms, sstable.NoReadEnv)
+	if dels != nil {
+		dels.Close()
+		return nil, fmt.Errorf("%w: it has range deletions (only tuples are copied)", errCopySST)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errCopySST, err)
+	}
+	rks, err := r.NewRawRangeKeyIter(context.Background(), sstable.NoFragmentTransforms, sstable.NoReadEnv)
+	if rks != nil {
+		rks.Close()
+		return nil, fmt.Errorf("%w: it has range keys (only tuples are copied)", errCopySST)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errCopySST, err)
+	}
+	c := &copySST{r: r, sst: sst}
+	tp, ep := k.sub(storage.DataTuple, 0), k.sub(storage.DataEvent, 0)
+	var tb *tableBucket
+	err = c.each(func(key, v []byte) error {
+		tuple := bytes.HasPrefix(key, tp)
+		switch {
+		case tuple && len(key) < len(tp)+8:
+			return fmt.Errorf("%w: tuple key %q has no space id", errCopySST, key)
+		case tuple && len(v) < 8:
+			return fmt.Errorf("%w: key %q: a stored tuple of %d bytes", errCopySST, key, len(v))
+		case !tuple && (!bytes.HasPrefix(key, ep) || len(key) != len(ep)+12):
+			return fmt.Errorf("%w: key %q is neither a tuple's nor a history's of this replicaset", errCopySST, key)
+		}
+		b := binary.BigEndian.Uint32(key[len(tp):])
+		if !named[b] {
+			return fmt.Errorf("%w: key %q is of bucket %d, which the entry does not copy", errCopySST, key, b)
+		}
+		if tb == nil || tb.bucket != b || tb.tuples != tuple {
+			tb = &tableBucket{bucket: b, tuples: tuple, first: bytes.Clone(key), bySpace: map[uint32]int{}}
+			c.buckets = append(c.buckets, tb)
+		}
+		tb.last = append(tb.last[:0], key...)
+		if tuple {
+			tb.bySpace[binary.BigEndian.Uint32(key[len(tp)+4:])]++
+			tb.n++
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(c.buckets) == 0 {
+		return nil, fmt.Errorf("%w: no key", errCopySST)
+	}
+	c.first, c.last = c.buckets[0].first, c.buckets[len(c.buckets)-1].last
+	return c, nil
+}
+
+// each calls fn with every key and value in order (valid during the
+// call); a key of a kind other than a set is refused.
+func (c *copySST) each(fn func(k, v []byte) error) error {
+	it, err := c.r.NewIter(sstable.NoTransforms, nil, nil, sstable.AssertNoBlobHandles)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errCopySST, err)
+	}
+	var buf []byte
+	for kv := it.First(); kv != nil; kv = it.Next() {
+		if kv.K.Kind() != pebble.InternalKeyKindSet {
+			_ = it.Close()
+			return fmt.Errorf("%w: key %q of kind %v (only sets are copied)", errCopySST, kv.K.UserKey, kv.K.Kind())
+		}
+		v, _, err := kv.Value(buf[:0])
+		if err == nil {
+			err = fn(kv.K.UserKey, v)
+		}
+		if err != nil {
+			_ = it.Close()
+			return err
+		}
+	}
+	if err := it.Close(); err != nil {
+		return fmt.Errorf("%w: %w", errCopySST, err)
+	}
+	return nil
+}
+
+func (c *copySST) close() { _ = c.r.Close() }
+
+// SetIngestDir gives the state machine a directory of fs, beside its
+// database and on the same file system, for the copy tables it ingests;
+// files left there by an earlier run are removed. Without one a member
+// applies a copy table's rows through its apply batch (the same rows, at
+// the tuples' cost). Call it before the group applies anything, as New's
+// caller.
+func (sm *SM) SetIngestDir(fs vfs.FS, dir string) error {
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("replicaset: the copy tables' directory: %w", err)
+	}
+	names, err := fs.List(dir)
+	if err != nil {
+		return fmt.Errorf("replicaset: the copy tables' directory: %w", err)
+	}
+	own := fmt.Sprintf("copy-%d-", sm.group)
+	for _, n := range names {
+		if strings.HasPrefix(n, own) && strings.HasSuffix(n, ".sst") {
+			if err := fs.Remove(fs.PathJoin(dir, n)); err != nil {
+				return fmt.Errorf("replicaset: a copy table left in %s: %w", dir, err)
+			}
+		}
+	}
+	sm.ingestFS, sm.ingestDir = fs, dir
+	return nil
+}
+
+// ingest makes the tables' rows the database's, durably, at once.
+func (a *applier) ingest(tables [][]byte) {
+	if a.err != nil || len(tables) == 0 {
+		return
+	}
+	sm := a.sm
+	var paths []string
+	defer func() {
+		// Pebble linked (or copied) them into the database's directory.
+		for _, p := range paths {
+			_ = sm.ingestFS.Remove(p)
+		}
+	}()
+	for i, t := range tables {
+		p := sm.ingestFS.PathJoin(sm.ingestDir, fmt.Sprintf("copy-%d-%d-%d.sst", sm.group, a.index, i))
+		if a.err = writeSynced(sm.ingestFS, p, t); a.err != nil {
+			return
+		}
+		paths = append(paths, p)
+	}
+	if err := sm.db.Ingest(context.Background(), paths); err != nil {
+		a.err = fmt.Errorf("replicaset: ingesting %d copy tables (%s...): %w", len(paths), filepath.Base(paths[0]), err)
+	}
+}
+
+func writeSynced(fs vfs.FS, path string, data []byte) error {
+	f, err := fs.Create(path, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// tableCopied is what a copy table brought one bucket.
+type tableCopied struct {
+	sent, copied int
+	bySpace      map[uint32]uint64
+}
+
+// copyTables applies the tables of a copy entry: their rows but those of
+// the buckets not received here at the generation of one of their chunks,
+// of keys this member holds a tuple or a tombstone of, or of a space it
+// does not know (dropped meanwhile), ingested together (or, without an
+// ingest directory, written into the apply batch). It returns per bucket
+// what the tables brought, or why they are refused, all of them.
+func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uint32]*tableCopied, error) {
+	gens := map[uint32]map[uint64]bool{} // bucket -> its chunks' generations
+	named := map[uint32]bool{}
+	for _, c := range chunks {
+		if gens[c.GetBucket()] == nil {
+			gens[c.GetBucket()] = map[uint64]bool{}
+		}
+		gens[c.GetBucket()][c.GetGeneration()] = true
+		named[c.GetBucket()] = true
+	}
+	var ts []*copySST
+	defer func() {
+		for _, c := range ts {
+			c.close()
+		}
+	}()
+	for i, sst := range tables {
+		c, err := openCopySST(a.sm.k, named, sst)
+		if err != nil {
+			return nil, fmt.Errorf("table %d of %d: %w", i+1, len(tables), err)
+		}
+		ts = append(ts, c)
+		if i > 0 && bytes.Compare(ts[i-1].last, c.first) >= 0 {
+			return nil, fmt.Errorf("%w: table %d of %d begins at %q, within or before the one before it (to %q)", errCopySST, i+1, len(tables), c.first, ts[i-1].last)
+		}
+	}
+	schema := a.sm.Schema()
+	prefix := len(a.sm.k.sub(storage.DataTuple, 0))
+	out := map[uint32]*tableCopied{}
+	skip := map[uint32]bool{}     // buckets not received here
+	held := map[string]struct{}{} // keys held here
+	var ingest [][]byte
+	for _, c := range ts {
+		whole := true
+		for _, tb := range c.buckets {
+			b := tb.bucket
+			o := out[b]
+			if o == nil {
+				o = &tableCopied{bySpace: map[uint32]uint64{}}
+				out[b] = o
+			}
+			o.sent += tb.n
+			if st := a.bucket(b); st.GetState() != rspb.BucketState_STATE_RECEIVING || !gens[b][st.GetGeneration()] {
+				skip[b], whole = true, false // the bucket's chunks are refused
+				continue
+			}
+			n := len(held)
+			if err := eachKey(a.b, tb.first, append(bytes.Clone(tb.last), 0), func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
+				a.err = err
+				return nil, nil
+			}
+			if !tb.tuples {
+				// The history is read again when the bucket is next
+				// written (recordEvent).
+				delete(a.sm.hist, b)
+			} else if err := eachTombstone(a.b, a.sm.k, tb.first, tb.last, func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
+				a.err = err
+				return nil, nil
+			}
+			if len(held) > n {
+				whole = false
+			}
+			for sp := range tb.bySpace {
+				if schema.ByID(sp) == nil {
+					whole = false
+				}
+			}
+			a.sm.rows.dropBucket(a.sm.k, b)
+		}
+		tupleKey := func(k []byte) bool { return k[prefix-2] == storage.DataTuple }
+		keep := func(k []byte) bool {
+			if skip[binary.BigEndian.Uint32(k[prefix:])] {
+				return false
+			}
+			_, h := held[string(k)]
+			return !h && (!tupleKey(k) || schema.ByID(binary.BigEndian.Uint32(k[prefix+4:])) != nil)
+		}
+		count := func(k []byte) {
+			if !tupleKey(k) {
+				return
+			}
+			o := out[binary.BigEndian.Uint32(k[prefix:])]
+			o.copied++
+			o.bySpace[binary.BigEndian.Uint32(k[prefix+4:])]++
+		}
+		switch {
+		case whole && a.sm.ingestFS != nil:
+			ingest = append(ingest, c.sst)
+			for _, tb := range c.buckets {
+				o := out[tb.bucket]
+				o.copied += tb.n
+				for sp, n := range tb.bySpace {
+					o.bySpace[sp] += uint64(n)
+				}
+			}
+		case a.sm.ingestFS != nil:
+			t := newCopyTable()
+			err := c.each(func(k, v []byte) error {
+				if !keep(k) {
+					return nil
+				}
+				count(k)
+				return t.set(k, v)
+			})
+			var rest []byte
+			if err == nil {
+				rest, err = t.finish()
+			}
+			if err != nil {
+				a.err = fmt.Errorf("replicaset: a copy table without the keys held here: %w", err)
+				return nil, nil
+			}
+			if rest != nil {
+				ingest = append(ingest, rest)
+			}
+		default:
+			err := c.each(func(k, v []byte) error {
+				if !keep(k) {
+					return nil
+				}
+				count(k)
+				a.setUncached(bytes.Clone(k), bytes.Clone(v))
+				return a.err
+			})
+			if err != nil && a.err == nil {
+				a.err = fmt.Errorf("replicaset: a copy table: %w", err)
+			}
+		}
+		// The rows are in the database without the filters seeing them:
+		// the buckets' filters go (a receiving bucket has none; the
+		// invariant holds either way), and their copy cursors move past
+		// them.
+		for _, tb := range c.buckets {
+			if skip[tb.bucket] || !tb.tuples {
+				continue
+			}
+			a.sm.filters.drop(tb.bucket)
+			if cc := a.sm.copies[tb.bucket]; cc != nil && bytes.Compare(tb.last, cc.high) > 0 {
+				cc.high = append(cc.high[:0], tb.last...)
+			}
+		}
+	}
+	a.ingest(ingest)
+	return out, nil
+}
+
+// eachTombstone calls fn with the tuple key of every tombstone r holds
+// of a tuple key in [first, last] (keys of one bucket).
+func eachTombstone(r pebble.Reader, k keys, first, last []byte, fn func(k []byte)) error {
+	tp, xp := k.sub(storage.DataTuple, 0), k.sub(storage.DataTombstone, 0)
+	from := append(bytes.Clone(xp), first[len(tp):]...)
+	to := append(append(bytes.Clone(xp), last[len(tp):]...), 0)
+	return eachKey(r, from, to, func(key []byte) {
+		fn(append(bytes.Clone(tp), key[len(xp):]...))
+	})
+}
+
+// eachKey calls fn with every key in [from, to) r holds.
+func eachKey(r pebble.Reader, from, to []byte, fn func(k []byte)) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		fn(it.Key())
+	}
+	return errors.Join(it.Error(), it.Close())
+}
+
+// recount sets bucket b's counts to the tuples it holds, as the apply
+// batch sees them.
+func (a *applier) recount(b uint32) {
+	if a.err != nil {
+		return
+	}
+	prefix := a.sm.k.bucketTuples(b)
+	n := map[uint32]int64{}
+	a.err = eachKey(a.b, prefix, storage.PrefixEnd(prefix), func(key []byte) {
+		if len(key) >= len(prefix)+4 {
+			n[binary.BigEndian.Uint32(key[len(prefix):])]++
+		}
+	})
+	if a.err != nil {
+		return
+	}
+	for sp, c := range a.sm.counts[b] {
+		if _, ok := n[sp]; !ok {
+			a.addCount(b, sp, -c)
+		}
+	}
+	for sp, c := range n {
+		a.addCount(b, sp, c-a.sm.counts[b][sp])
+	}
+}

@@ -1,0 +1,329 @@
+package replicaset
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/shardkit/shardkit/internal/meta/metapb"
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// The tests of the copy's apply pass with the copy as tables too: the
+// same rows, the same counts, the same answers.
+func TestTheCopyTestsPassWithCopyTables(t *testing.T) {
+	fixtureCopyTables = true
+	defer func() { fixtureCopyTables = false }()
+	for name, test := range map[string]func(*testing.T){
+		"prev semantics":       TestABucketMovesWithPrevSemantics,
+		"batched steps":        TestBatchedStepsApplyEachBucketOnItsOwn,
+		"copy lookups":         TestTheCopySkipsLookupsOnlyWhenNothingCanBeThere,
+		"request ids":          TestRequestIDsMoveWithTheirBucket,
+		"revisions":            TestABucketsRevisionContinuesAcrossMoves,
+		"key filters":          TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete,
+		"same log, same state": TestTheSameLogGivesTheSameStateWhateverTheRuns,
+		"history":              TestABucketsHistoryMovesWithIt,
+	} {
+		t.Run(name, test)
+	}
+}
+
+// copyFixture is a destination receiving bucket copyBucket from a source
+// that holds a, b, c and d, and the source's tuples of it.
+func copyFixture(t *testing.T) (dst *fixture, chunk []*rspb.CopiedTuple, keyOf func(id string) []byte) {
+	t.Helper()
+	src := newFixture(t)
+	src.setup()
+	dst = newFixture(t)
+	dst.tables = true
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	for _, id := range []string{"a", "b", "c", "d"} {
+		src.ok(&rspb.Batch{Bucket: copyBucket, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
+	}
+	src.setBucket(copyBucket, rspb.BucketState_STATE_SENDING, 2, "dst")
+	dst.setBucket(copyBucket, rspb.BucketState_STATE_RECEIVING, 2, "src")
+	keyOf = func(id string) []byte { return key(t, tuple.Uint(1), tuple.String(id)) }
+	return dst, src.chunk(copyBucket), keyOf
+}
+
+const copyBucket = 7
+
+// rowsOf is what a fixture holds of bucket b, as "id=price" in key order.
+func rowsOf(t *testing.T, f *fixture, b uint32) string {
+	t.Helper()
+	ts, _, err := f.sm.Range(f.db, b, 1, KeyRange{}, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, st := range ts {
+		tp, err := tuple.DecodeTuple(st.Tuple)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tp[1].String()+"="+tp[2].String())
+	}
+	return strings.Join(out, " ")
+}
+
+func ingested(f *fixture) uint64 { return f.db.Metrics().Ingest.Count }
+
+// A copy table is ingested without the keys the destination wrote or
+// deleted during the copy: a write made there is not undone, a deleted
+// tuple does not come back, and the counts are the bucket's rows.
+func TestACopyTableLeavesOutTheKeysHeldHere(t *testing.T) {
+	dst, chunk, keyOf := copyFixture(t)
+	// During the copy: a replaced on the destination, b deleted there.
+	a := insertOp(t, offer(1, "a", 5))
+	a.Kind, a.Prev = rspb.OpKind_OP_KIND_REPLACE, &rspb.PrevFact{}
+	dst.ok(&rspb.Batch{Bucket: copyBucket, Ops: []*rspb.Op{a}})
+	dst.ok(&rspb.Batch{Bucket: copyBucket, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: keyOf("b"),
+		Prev: &rspb.PrevFact{Found: true, Version: chunk[1].GetVersion(), Tuple: chunk[1].GetTuple()}}}})
+	before := ingested(dst)
+	o := dst.copyChunk(copyBucket, 2, chunk...)
+	if o.Refused != nil || o.Sent != 4 || o.Copied != 2 || o.BySpace[1] != 2 {
+		t.Fatalf("copy = %+v, want 4 sent, 2 copied (c, d)", o)
+	}
+	if n := ingested(dst) - before; n != 1 {
+		t.Fatalf("%d tables ingested, want 1", n)
+	}
+	if got, want := rowsOf(t, dst, copyBucket), `"a"=5 "c"=1 "d"=1`; got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+	dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2, Last: true}}}}})
+	if n, err := dst.sm.storedCount(dst.db, copyBucket, 1); err != nil || n != 3 {
+		t.Fatalf("stored count %d (%v), want 3", n, err)
+	}
+}
+
+// A copy entry applied again after its batch was dropped (a crash after
+// the ingest, before the commit) leaves the same rows, and the copied
+// mark the same counts, as one applied once.
+func TestACopyTableIngestedTwiceLeavesTheSameBucket(t *testing.T) {
+	dst, chunk, _ := copyFixture(t)
+	entry := dst.tabled(&rspb.Command{NowUnixMs: dst.now, Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2, Tuples: chunk}}}}})
+	data, err := Encode(entry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst.index++
+	e := []multiraft.Entry{{Index: dst.index, Term: 1, Cmd: data}}
+	b := dst.db.NewIndexedBatch()
+	if _, err := dst.sm.Apply(b, e); err != nil {
+		t.Fatal(err)
+	}
+	_ = b.Close()
+	dst.sm.ApplyDone(false)
+	if err := dst.sm.load(dst.db); err != nil { // as a restart does
+		t.Fatal(err)
+	}
+	b = dst.db.NewIndexedBatch()
+	out, err := dst.sm.Apply(b, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Commit(pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	dst.sm.ApplyDone(true)
+	if o := results(t, out)[0].Copies[0]; o.Refused != nil || o.Copied != 0 {
+		t.Fatalf("the copy applied again = %+v, want nothing copied (the ingest was durable)", o)
+	}
+	if got, want := rowsOf(t, dst, copyBucket), `"a"=1 "b"=1 "c"=1 "d"=1`; got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+	dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2, Last: true}}}}})
+	if n, err := dst.sm.storedCount(dst.db, copyBucket, 1); err != nil || n != 4 {
+		t.Fatalf("stored count %d (%v) after the copied mark, want 4", n, err)
+	}
+}
+
+// A member without an ingest directory applies a copy table's rows
+// through its batch: the same rows, nothing ingested.
+func TestACopyTableWithoutAnIngestDirectoryGoesThroughTheBatch(t *testing.T) {
+	dst, chunk, _ := copyFixture(t)
+	dst.sm.ingestFS = nil
+	before := ingested(dst)
+	if o := dst.copyChunk(copyBucket, 2, chunk[1:]...); o.Refused != nil || o.Copied != 3 {
+		t.Fatalf("copy = %+v, want 3 copied", o)
+	}
+	if n := ingested(dst) - before; n != 0 {
+		t.Fatalf("%d tables ingested, want none", n)
+	}
+	if got, want := rowsOf(t, dst, copyBucket), `"b"=1 "c"=1 "d"=1`; got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+}
+
+// Tables holding a key of a bucket the entry does not copy, or out of
+// order, are refused, all of them, naming what is wrong, and change
+// nothing; a bucket not received at its chunk's generation has its rows
+// left out.
+func TestCopyTablesAreCheckedBeforeTheyAreIngested(t *testing.T) {
+	dst, chunk, _ := copyFixture(t)
+	other, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket + 1, Tuples: chunk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[:2]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[1:]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		tables [][]byte
+		why    string
+	}{
+		{other, "which the entry does not copy"},
+		{append(slices.Clone(first), second...), "within or before the one before it"},
+		{[][]byte{[]byte("not a table")}, "copy table refused"},
+	} {
+		out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Tables: c.tables,
+			Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2}}}}})[0].Copies
+		if len(out) != 1 || out[0].Refused == nil || !strings.Contains(out[0].Refused.Error(), c.why) {
+			t.Fatalf("tables that should be refused (%s): %+v", c.why, out)
+		}
+		if got := rowsOf(t, dst, copyBucket); got != "" {
+			t.Fatalf("rows %s after refused tables", got)
+		}
+	}
+	if o := dst.copyChunk(copyBucket, 3, chunk...); o.Refused == nil {
+		t.Fatal("a copy at another generation was not refused")
+	}
+	if got := rowsOf(t, dst, copyBucket); got != "" {
+		t.Fatalf("rows %s after a copy at another generation", got)
+	}
+}
+
+// The leader leaves out of its tables the keys it holds a tuple or a
+// tombstone of, so that its members ingest them as they are.
+func TestTheLeadersTablesLeaveOutTheKeysItHolds(t *testing.T) {
+	dst, chunk, keyOf := copyFixture(t)
+	dst.ok(&rspb.Batch{Bucket: copyBucket, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: keyOf("c"),
+		Prev: &rspb.PrevFact{Found: true, Version: chunk[2].GetVersion(), Tuple: chunk[2].GetTuple()}}}})
+	tables, err := dst.sm.CopyTables(dst.db, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, sst := range tables {
+		c, err := openCopySST(dst.sm.k, map[uint32]bool{copyBucket: true}, sst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []string
+		if err := c.each(func(k, _ []byte) error {
+			for _, id := range []string{"a", "b", "c", "d"} {
+				if bytes.Equal(k, dst.sm.k.tuple(copyBucket, 1, keyOf(id))) {
+					ids = append(ids, id)
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		c.close()
+		got = append(got, strings.Join(ids, ","))
+	}
+	if g := strings.Join(got, " | "); g != "a,b,d" {
+		t.Fatalf("tables %s, want a,b,d", g)
+	}
+}
+
+// A table spans the buckets of an entry while the leader holds no tuple
+// key of another bucket between them, and is cut at one.
+func TestTheLeadersTablesSpanBucketsWithNothingBetween(t *testing.T) {
+	f := newFixture(t)
+	f.setup()
+	tupleOf := func(id string) *rspb.CopiedTuple {
+		tp := offer(1, id, 1)
+		return &rspb.CopiedTuple{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 1, Tuple: enc(tp)}
+	}
+	chunks := func() []*rspb.CopyChunk {
+		return []*rspb.CopyChunk{
+			{Bucket: 10, Tuples: []*rspb.CopiedTuple{tupleOf("a"), tupleOf("b")}},
+			{Bucket: 12, Tuples: []*rspb.CopiedTuple{tupleOf("a")}},
+		}
+	}
+	tables, err := f.sm.CopyTables(f.db, chunks())
+	if err != nil || len(tables) != 1 {
+		t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
+	}
+	f.ok(&rspb.Batch{Bucket: 11, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}})
+	if tables, err = f.sm.CopyTables(f.db, chunks()); err != nil || len(tables) != 2 {
+		t.Fatalf("%d tables (%v) of two buckets with a tuple of this replicaset between, want 2", len(tables), err)
+	}
+}
+
+// Whatever bytes a copy entry's table holds, reading it returns a table
+// or an error, never a panic.
+func FuzzOpenCopySST(f *testing.F) {
+	k := newKeys(7)
+	sm := &SM{k: k}
+	good, err := sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
+		{SpaceId: 1, Key: []byte("a"), Version: 1, Tuple: []byte("x")},
+		{SpaceId: 2, Key: []byte("b"), Version: 2, Tuple: []byte("y")},
+	}}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good[0])
+	f.Add(good[0][:len(good[0])/2])
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, sst []byte) {
+		c, err := openCopySST(k, map[uint32]bool{3: true}, sst)
+		if err != nil {
+			return
+		}
+		defer c.close()
+		for _, tb := range c.buckets {
+			if tb.bucket != 3 || tb.n == 0 || bytes.Compare(tb.first, tb.last) > 0 || bytes.Compare(tb.first, c.first) < 0 || bytes.Compare(tb.last, c.last) > 0 {
+				t.Fatalf("table of bucket %d, %d keys, %q to %q (the table's: %q to %q)", tb.bucket, tb.n, tb.first, tb.last, c.first, c.last)
+			}
+		}
+	})
+}
+
+// A bucket's change history moves with its copy (as tables or as events):
+// the destination keeps the source's revisions, and a repeated copy
+// changes none.
+func TestABucketsHistoryMovesWithIt(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	const b = 4
+	for _, id := range []string{"a", "b", "c"} {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
+	}
+	src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst")
+	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
+	history := func(f *fixture) (revs []uint64, evs []*rspb.Event) {
+		t.Helper()
+		if _, err := f.sm.Events(f.db, b, 0, func(ev *rspb.Event) bool {
+			revs, evs = append(revs, ev.GetRevision()), append(evs, ev)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return revs, evs
+	}
+	want, evs := history(src)
+	if len(want) != 3 {
+		t.Fatalf("the source keeps revisions %v, want 3", want)
+	}
+	for range 2 { // the second copy repeats the first
+		dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+			{Bucket: b, Generation: 2, Tuples: src.chunk(b), Events: evs}}}}})
+		if got, _ := history(dst); !slices.Equal(got, want) {
+			t.Fatalf("the destination keeps revisions %v, want %v", got, want)
+		}
+	}
+}
