@@ -56,7 +56,7 @@ func (st *Store) saveChunk(ctx context.Context, l scheduler.Lease, saves []sched
 	rows := make([]saveRows, len(chunk))
 	err := parallel(len(chunk), func(j int) error {
 		var err error
-		rows[j], err = st.readSave(ctx, l, saves[chunk[j]])
+		rows[j], err = st.readSave(ctx, l, saves[chunk[j]], false)
 		return err
 	})
 	if err != nil {
@@ -64,9 +64,25 @@ func (st *Store) saveChunk(ctx context.Context, l scheduler.Lease, saves []sched
 	}
 	b := st.fenced(l)
 	n := 0
+	var needMark []int // positions in chunk of saves that change their offer
 	for j, i := range chunk {
 		saved[i], errs[i] = st.buildSave(l, saves[i], rows[j], b)
-		if errs[i] == nil {
+		switch {
+		case errors.Is(errs[i], errNeedMark):
+			needMark = append(needMark, j)
+		case errs[i] == nil:
+			n++
+		}
+	}
+	if err := parallel(len(needMark), func(k int) error {
+		j := needMark[k]
+		return st.readMark(ctx, l, saves[chunk[j]], &rows[j])
+	}); err != nil {
+		return err
+	}
+	for _, j := range needMark {
+		i := chunk[j]
+		if saved[i], errs[i] = st.buildSave(l, saves[i], rows[j], b); errs[i] == nil {
 			n++
 		}
 	}

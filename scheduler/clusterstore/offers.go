@@ -318,9 +318,11 @@ func (st *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 		return scheduler.Saved{}, err
 	}
 	var out scheduler.Saved
+	full := false // the first attempt reads only what it must
 	err := retry("save offer "+sv.OfferID, func() error {
 		var err error
-		out, err = st.save(ctx, l, sv)
+		out, err = st.save(ctx, l, sv, full)
+		full = true
 		return err
 	})
 	if err != nil {
@@ -329,29 +331,58 @@ func (st *Store) Save(ctx context.Context, l scheduler.Lease, sv scheduler.Save)
 	return out, nil
 }
 
-func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (scheduler.Saved, error) {
-	rows, err := st.readSave(ctx, l, sv)
+func (st *Store) save(ctx context.Context, l scheduler.Lease, sv scheduler.Save, full bool) (scheduler.Saved, error) {
+	rows, err := st.readSave(ctx, l, sv, full)
 	if err != nil {
 		return scheduler.Saved{}, err
 	}
 	b := st.fenced(l)
 	out, err := st.buildSave(l, sv, rows, b)
+	if errors.Is(err, errNeedMark) {
+		if err := st.readMark(ctx, l, sv, &rows); err != nil {
+			return out, err
+		}
+		b = st.fenced(l)
+		out, err = st.buildSave(l, sv, rows, b)
+	}
 	if err != nil {
 		return out, err
 	}
 	return out, st.do(ctx, "save offer "+sv.OfferID, b, &l)
 }
 
-// saveRows are the rows a save reads: the offer, the stage's state, its
-// queue entry and the offer's mark.
-type saveRows struct{ off, sr, inv, mk client.Result }
+// saveRows are the rows a save reads: the offer and the stage's queue
+// entry always; the stage's state when the save keeps it (its record
+// holds it) or after a failed check (full); the offer's mark when the
+// save changes the offer's body.
+type saveRows struct {
+	off, sr, inv, mk    client.Result
+	stateRead, markRead bool
+}
 
-func (st *Store) readSave(ctx context.Context, l scheduler.Lease, sv scheduler.Save) (saveRows, error) {
+// errNeedMark: the save changes the offer's body, and its mark was not
+// read.
+var errNeedMark = errors.New("clusterstore: the save changes the offer: read its mark")
+
+func (st *Store) readSave(ctx context.Context, l scheduler.Lease, sv scheduler.Save, full bool) (saveRows, error) {
 	sh, id := l.Shard, sv.OfferID
-	var r saveRows
-	err := st.getAll(ctx, read{st.sp.offers, offerKey(sh, id), &r.off}, read{st.sp.states, stateKey(sh, id, sv.Stage), &r.sr},
-		read{st.sp.inverted, stateKey(sh, id, sv.Stage), &r.inv}, read{st.sp.marks, offerKey(sh, id), &r.mk})
+	r := saveRows{stateRead: full || sv.State == nil, markRead: full}
+	reads := []read{{st.sp.offers, offerKey(sh, id), &r.off}, {st.sp.inverted, stateKey(sh, id, sv.Stage), &r.inv}}
+	if r.stateRead {
+		reads = append(reads, read{st.sp.states, stateKey(sh, id, sv.Stage), &r.sr})
+	}
+	if r.markRead {
+		reads = append(reads, read{st.sp.marks, offerKey(sh, id), &r.mk})
+	}
+	err := st.getAll(ctx, reads...)
 	return r, err
+}
+
+func (st *Store) readMark(ctx context.Context, l scheduler.Lease, sv scheduler.Save, r *saveRows) error {
+	var err error
+	r.mk, err = st.get(ctx, st.sp.marks, offerKey(l.Shard, sv.OfferID)...)
+	r.markRead = err == nil
+	return err
 }
 
 // buildSave adds to b (a batch carrying l's fence) the writes of sv over
@@ -386,6 +417,9 @@ func (st *Store) buildSave(l scheduler.Lease, sv scheduler.Save, rows saveRows, 
 	add(func(b *client.Batch) { b.Check(st.sp.offers, offerKey(sh, id), client.VersionIs(off.Version)) })
 	body := o.Body
 	if newBody != nil && !bytes.Equal(newBody, o.Body) {
+		if !rows.markRead {
+			return out, errNeedMark
+		}
 		source := sv.Stage
 		if o.Version != sv.ReadVersion {
 			source = "" // a patch on a newer offer: the stage too is asked about it
@@ -402,7 +436,20 @@ func (st *Store) buildSave(l scheduler.Lease, sv scheduler.Save, rows saveRows, 
 		out.OfferVersion, out.Changed, body = o.Version+1, true, newBody
 	}
 	state := stateOf(sr)
-	if sv.State != nil {
+	switch {
+	case sv.State != nil && !rows.stateRead:
+		// Not read: the batch checks the version the stage read.
+		out.StateVersion = sv.StateVersion + 1
+		sv2, cond := out.StateVersion, client.VersionIs(0)
+		if sv.StateVersion > 0 {
+			cond = client.Where("version", client.EQ, u64(sv.StateVersion))
+		}
+		add(func(b *client.Batch) {
+			b.Check(st.sp.states, stateKey(sh, id, sv.Stage), cond).
+				Replace(st.sp.states, stateTuple(sh, id, sv.Stage, sv2, sv.State))
+		})
+		state = scheduler.State{Value: sv.State, Version: out.StateVersion}
+	case sv.State != nil:
 		if state.Version != sv.StateVersion {
 			return out, fmt.Errorf("%w: state of stage %q of offer %q is at version %d, not %d", scheduler.ErrConflict, sv.Stage, id, state.Version, sv.StateVersion)
 		}
@@ -413,7 +460,7 @@ func (st *Store) buildSave(l scheduler.Lease, sv scheduler.Save, rows saveRows, 
 				Replace(st.sp.states, stateTuple(sh, id, sv.Stage, sv2, sv.State))
 		})
 		state = scheduler.State{Value: sv.State, Version: out.StateVersion}
-	} else {
+	default:
 		out.StateVersion = sv.StateVersion
 	}
 	// A patch that changed nothing on a newer offer than the stage read:
