@@ -643,15 +643,25 @@ func testFencedRunner(e env) {
 	rn := startRunner(t, scheduler.Config{Store: spy, Owner: "old", Stages: []scheduler.StageConfig{{ID: "blocker", Stage: blocker}}})
 	v := put(t, s, "o", `{}`, 0)
 	<-entered
-	// Another runner takes the shard while the stage works.
-	infos, err := s.Leases(ctx(t))
-	if err != nil || len(infos) != 1 || infos[0].Owner != "old" {
-		t.Fatalf("Leases = %+v, %v; want shard 0 held by old", infos, err)
-	}
-	if err := s.Release(ctx(t), scheduler.Lease{Shard: 0, Owner: "old", Epoch: infos[0].Epoch}); err != nil {
-		t.Fatal(err)
-	}
-	claimOne(t, s, "thief", 0, time.Minute)
+	// Another runner takes the shard while the stage works. The old runner
+	// may claim the freed shard again first (it claims free shards): then
+	// it is freed again, until the thief has it.
+	waitFor(t, "the thief to take shard 0", func() bool {
+		infos, err := s.Leases(ctx(t))
+		if err != nil || len(infos) != 1 {
+			t.Fatalf("Leases = %+v, %v; want shard 0", infos, err)
+		}
+		if infos[0].Owner == "old" {
+			if err := s.Release(ctx(t), scheduler.Lease{Shard: 0, Owner: "old", Epoch: infos[0].Epoch}); err != nil && !errors.Is(err, scheduler.ErrFenced) {
+				t.Fatal(err)
+			}
+		}
+		got, err := s.Claim(ctx(t), "thief", []int{0}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(got) == 1
+	})
 	close(release)
 	select {
 	case err := <-spy.saveErrs:
