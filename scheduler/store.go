@@ -309,6 +309,37 @@ type Wakeup struct {
 	Stage string
 }
 
+// OncePerOffer is the input check of a store's batch call (SaveMany,
+// PutMany) over n items: check(i) checks item i, id(i) names its offer. It
+// returns, in order, the items that passed and name an offer no earlier
+// passing item named; errs[i] is the refusal of each other one (an offer
+// given twice is ErrInvalid, naming both items).
+func OncePerOffer(call string, n int, check func(i int) error, id func(i int) string) (todo []int, errs []error) {
+	errs = make([]error, n)
+	first := map[string]int{}
+	for i := range n {
+		if errs[i] = check(i); errs[i] != nil {
+			continue
+		}
+		if j, dup := first[id(i)]; dup {
+			errs[i] = fmt.Errorf("%w: offer %q is in one %s twice (items %d and %d)", ErrInvalid, id(i), call, j, i)
+			continue
+		}
+		first[id(i)] = i
+		todo = append(todo, i)
+	}
+	return todo, errs
+}
+
+// SendWakeup delivers w on a Wakeups channel unless its buffer is full:
+// deliveries may be dropped (the runner polls as well), never waited for.
+func SendWakeup(ch chan<- Wakeup, w Wakeup) {
+	select {
+	case ch <- w:
+	default:
+	}
+}
+
 // Record is the changelog's record of one save (S6, S12): the offer and,
 // for a stage's save, the stage's state, as written. Stores put it in
 // their outbox (or change stream) in the same atomic write, and it reaches

@@ -137,22 +137,11 @@ func runBench(cmd *cobra.Command, o benchOptions) error {
 	if o.progress || isTerminal(stderr) {
 		cfg.Progress = stderr
 	}
-	if o.cpuprofile != "" {
-		pf, err := os.Create(o.cpuprofile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			pf.Close()
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := pf.Close(); err != nil {
-				fmt.Fprintf(stderr, "shardkit: --cpuprofile: %v\n", err)
-			}
-		}()
+	stop, err := startCPUProfile(o.cpuprofile, stderr)
+	if err != nil {
+		return err
 	}
+	defer stop()
 	res, err := bench.Run(cmd.Context(), cfg)
 	if err != nil {
 		return fmt.Errorf("bench: %w", err)
@@ -199,4 +188,27 @@ func onOff(b bool) string {
 		return "on"
 	}
 	return "off"
+}
+
+// startCPUProfile writes the process's CPU profile to path (nothing when
+// path is empty) until stop; a failure to close the file is said on
+// stderr.
+func startCPUProfile(path string, stderr io.Writer) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	pf, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(pf); err != nil {
+		pf.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := pf.Close(); err != nil {
+			fmt.Fprintf(stderr, "shardkit: --cpuprofile: %v\n", err)
+		}
+	}, nil
 }

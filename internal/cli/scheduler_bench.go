@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -251,22 +249,11 @@ func benchScheduler(cmd *cobra.Command, o *schedulerBenchOptions) error {
 	if o.mode == benchTimers && (o.duePerS <= 0 || o.lead < 0) {
 		return usagef("%s: --due-per-s must be above 0 and --lead not negative", what)
 	}
-	if o.cpuprofile != "" {
-		pf, err := os.Create(o.cpuprofile)
-		if err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			pf.Close()
-			return fmt.Errorf("--cpuprofile: %w", err)
-		}
-		defer func() {
-			pprof.StopCPUProfile()
-			if err := pf.Close(); err != nil {
-				fmt.Fprintf(cmd.ErrOrStderr(), "shardkit: --cpuprofile: %v\n", err)
-			}
-		}()
+	stop, err := startCPUProfile(o.cpuprofile, cmd.ErrOrStderr())
+	if err != nil {
+		return err
 	}
+	defer stop()
 	res, err := runSchedulerBench(cmd.Context(), o, cmd.ErrOrStderr())
 	if err != nil {
 		return prefixExit(what, err)

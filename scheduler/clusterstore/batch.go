@@ -27,21 +27,8 @@ const (
 // when the batch fails a check, its saves are written one by one.
 func (st *Store) SaveMany(ctx context.Context, l scheduler.Lease, saves []scheduler.Save) ([]scheduler.Saved, []error, error) {
 	saved := make([]scheduler.Saved, len(saves))
-	errs := make([]error, len(saves))
-	first := map[string]int{}
-	var todo []int
-	for i, sv := range saves {
-		if err := st.checkSave(l, sv); err != nil {
-			errs[i] = err
-			continue
-		}
-		if j, dup := first[sv.OfferID]; dup {
-			errs[i] = fmt.Errorf("%w: offer %q is in one SaveMany twice (saves %d and %d)", scheduler.ErrInvalid, sv.OfferID, j, i)
-			continue
-		}
-		first[sv.OfferID] = i
-		todo = append(todo, i)
-	}
+	todo, errs := scheduler.OncePerOffer("SaveMany", len(saves),
+		func(i int) error { return st.checkSave(l, saves[i]) }, func(i int) string { return saves[i].OfferID })
 	for len(todo) > 0 {
 		chunk := todo[:min(len(todo), savesPerBatch)]
 		todo = todo[len(chunk):]

@@ -175,7 +175,7 @@ func (st *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 					w = nil
 					continue
 				}
-				send(ch, scheduler.Wakeup{Shard: -1})
+				scheduler.SendWakeup(ch, scheduler.Wakeup{Shard: -1})
 			}
 			for ev, err := range w.Events() {
 				if err != nil {
@@ -183,7 +183,7 @@ func (st *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 				}
 				for _, c := range ev.Changes {
 					if wk, ok := st.wakeupOf(c); ok {
-						send(ch, wk)
+						scheduler.SendWakeup(ch, wk)
 					}
 				}
 			}
@@ -207,11 +207,4 @@ func (st *Store) wakeupOf(c client.Change) (scheduler.Wakeup, bool) {
 		return scheduler.Wakeup{Shard: sh, Stage: strAt(c.Key, 1)}, true
 	}
 	return scheduler.Wakeup{}, false
-}
-
-func send(ch chan scheduler.Wakeup, w scheduler.Wakeup) {
-	select {
-	case ch <- w:
-	default: // the runner polls as well; a dropped wake-up only delays
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/anypb"
@@ -208,27 +209,18 @@ const createsPerBatch = 150
 // stop the others; err is the call's (a failure of the cluster), after
 // which any of them may or may not be written.
 func (st *Store) PutMany(ctx context.Context, offers []scheduler.PutOffer) (versions []int64, errs []error, err error) {
-	versions, errs = make([]int64, len(offers)), make([]error, len(offers))
-	first := map[string]int{}
+	offers = slices.Clone(offers) // Check fills in empty bodies
+	todo, errs := scheduler.OncePerOffer("PutMany", len(offers),
+		func(i int) error { return offers[i].Check() }, func(i int) string { return offers[i].ID })
+	versions = make([]int64, len(offers))
 	byShard := map[int][]int{}
 	var others []int
-	for i := range offers {
-		p := &offers[i]
-		pc := *p
-		if errs[i] = pc.Check(); errs[i] != nil {
-			continue
-		}
-		*p = pc
-		if j, dup := first[p.ID]; dup {
-			errs[i] = fmt.Errorf("%w: offer %q is in one PutMany twice (offers %d and %d)", scheduler.ErrInvalid, p.ID, j, i)
-			continue
-		}
-		first[p.ID] = i
-		if p.IfVersion != 0 {
+	for _, i := range todo {
+		if offers[i].IfVersion != 0 {
 			others = append(others, i)
 			continue
 		}
-		sh := scheduler.ShardOf(p.ID, st.shards)
+		sh := scheduler.ShardOf(offers[i].ID, st.shards)
 		byShard[sh] = append(byShard[sh], i)
 	}
 	var chunks [][]int

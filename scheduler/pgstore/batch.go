@@ -352,21 +352,9 @@ type stateRow struct {
 
 // SaveMany implements scheduler.Store: every save in one transaction.
 func (s *Store) SaveMany(ctx context.Context, l scheduler.Lease, saves []scheduler.Save) ([]scheduler.Saved, []error, error) {
-	errs := make([]error, len(saves))
-	var todo []int // the saves that passed the checks of their input, by offer id
-	first := map[string]int{}
-	for i, sv := range saves {
-		if err := s.checkSave(l, sv); err != nil {
-			errs[i] = err
-			continue
-		}
-		if j, dup := first[sv.OfferID]; dup {
-			errs[i] = fmt.Errorf("%w: offer %q is in one SaveMany twice (saves %d and %d)", scheduler.ErrInvalid, sv.OfferID, j, i)
-			continue
-		}
-		first[sv.OfferID] = i
-		todo = append(todo, i)
-	}
+	// todo: the saves that passed the checks of their input, by offer id.
+	todo, errs := scheduler.OncePerOffer("SaveMany", len(saves),
+		func(i int) error { return s.checkSave(l, saves[i]) }, func(i int) string { return saves[i].OfferID })
 	slices.SortFunc(todo, func(a, b int) int { return cmpString(saves[a].OfferID, saves[b].OfferID) })
 	var out []scheduler.Saved
 	err := s.ptx(ctx, "save", func(tx *pipeTx) error {

@@ -491,8 +491,6 @@ func (s *Store) Put(ctx context.Context, id string, body []byte, ifVersion int64
 // PutOffer is one offer of PutMany: Put's arguments.
 type PutOffer = scheduler.PutOffer
 
-func checkPut(p *PutOffer) error { return p.Check() }
-
 // PutMany writes offers from outside, each as Put writes it, in one
 // transaction (a bulk load: the scheduler's benchmark puts its offers so,
 // as River's inserts its jobs). versions[i] and errs[i] are offers[i]'s
@@ -500,22 +498,9 @@ func checkPut(p *PutOffer) error { return p.Check() }
 // offer that is in offers twice) writes nothing of it and does not stop
 // the others; err is the call's, after which nothing is written.
 func (s *Store) PutMany(ctx context.Context, offers []PutOffer) (versions []int64, errs []error, err error) {
-	errs = make([]error, len(offers))
 	offers = slices.Clone(offers)
-	var todo []int
-	first := map[string]int{}
-	for i := range offers {
-		if err := checkPut(&offers[i]); err != nil {
-			errs[i] = err
-			continue
-		}
-		if j, dup := first[offers[i].ID]; dup {
-			errs[i] = fmt.Errorf("%w: offer %q is in one PutMany twice (offers %d and %d)", scheduler.ErrInvalid, offers[i].ID, j, i)
-			continue
-		}
-		first[offers[i].ID] = i
-		todo = append(todo, i)
-	}
+	todo, errs := scheduler.OncePerOffer("PutMany", len(offers),
+		func(i int) error { return offers[i].Check() }, func(i int) string { return offers[i].ID })
 	shardOf := make([]int, len(offers))
 	for _, i := range todo {
 		shardOf[i] = s.shardOf(offers[i].ID)

@@ -45,7 +45,7 @@ func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 					conn = nil
 					continue
 				}
-				send(ch, scheduler.Wakeup{Shard: -1})
+				scheduler.SendWakeup(ch, scheduler.Wakeup{Shard: -1})
 			}
 			n, err := conn.WaitForNotification(ctx)
 			if err != nil {
@@ -54,18 +54,11 @@ func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 				continue
 			}
 			if w, ok := parseWakeup(n.Payload); ok {
-				send(ch, w)
+				scheduler.SendWakeup(ch, w)
 			}
 		}
 	}()
 	return ch, nil
-}
-
-func send(ch chan scheduler.Wakeup, w scheduler.Wakeup) {
-	select {
-	case ch <- w:
-	default: // the runner polls as well; a dropped wake-up only delays
-	}
 }
 
 func parseWakeup(p string) (scheduler.Wakeup, bool) {

@@ -1,5 +1,5 @@
 // Package storetest is the conformance suite every scheduler.Store passes
-// (PostgreSQL now; a shardkit store next), and the runner's tests on a
+// (scheduler/pgstore and scheduler/clusterstore), and the runner's tests on a
 // real store: a store's test calls Run and RunRunner with its Factory.
 //
 // It must never assume anything of a store beyond the scheduler.Store
