@@ -404,7 +404,14 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 		b := buckets[i]
 		what := fmt.Sprintf("scenario %d: bucket %d, %s on %s (%s, leader %v)", i, b, sc.failpoint, victim.Name, sc.rs, sc.leader)
 		if out, errs, code := shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", dst, "--peer", strings.Join(c.peers, ",")); code != 0 {
-			t.Fatalf("%s: bucket move: %s %s", what, out, errs)
+			// The mover is the group-0 leader, which serves the call: killed
+			// at a step the move reaches before the call is answered, it
+			// takes the answer with it. The outcome is unknown, and the next
+			// leader drives the move on (waited for below).
+			if sc.rs != "" || !strings.Contains(errs, "EOF") && !strings.Contains(errs, "unavailable") {
+				t.Fatalf("%s: bucket move: %s %s", what, out, errs)
+			}
+			t.Logf("%s: the call died with the mover that served it: %s", what, strings.TrimSpace(errs))
 		}
 		c.waitStatus(what+": the move done", 3*time.Minute, func(*statusJSON) bool {
 			// Only a confirmed view counts (exit 0): an instance that
