@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -385,7 +386,8 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 			if err := g.Wait(); err != nil && ctx.Err() == nil {
 				return nil, err // the runner or the relay failed
 			}
-			return nil, fmt.Errorf("%d of %d offers' saves by stage %q reached Kafka in %v", len(seen), o.offers, last, o.timeout)
+			return nil, fmt.Errorf("%d of %d offers' saves by stage %q reached Kafka in %v; %s", len(seen), o.offers, last, o.timeout,
+				missingOffers(store, o, seen, last))
 		}
 		if errs := fs.Errors(); len(errs) > 0 {
 			return nil, errs[0].Err
@@ -423,6 +425,38 @@ func runSchedulerBench(ctx context.Context, o *schedulerBenchOptions, stderr io.
 		return nil, fmt.Errorf("count the offers saved once: %w", err)
 	}
 	return res, nil
+}
+
+// missingOffers says what the store holds of (up to five of) the offers
+// whose last stage's record never reached Kafka: whether the stage saved
+// it (its state's version) and which queue entries it has, which tells a
+// trigger lost in the scheduler from a record lost on its way to Kafka.
+func missingOffers(store scheduler.Store, o *schedulerBenchOptions, seen map[string]bool, last string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []string
+	for i := 0; i < o.offers && len(out) < 5; i++ {
+		id := "o" + strconv.Itoa(i)
+		if seen[id] {
+			continue
+		}
+		off, state, err := store.Load(ctx, id, last)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: load: %v", id, err))
+			continue
+		}
+		entries, err := store.Check(ctx, scheduler.ShardOf(id, o.shards), id)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: check: %v", id, err))
+			continue
+		}
+		var es []string
+		for _, e := range entries {
+			es = append(es, fmt.Sprintf("%s lane %d due %s attempts %d %q", e.Stage, e.Lane, e.Due.UTC().Format(time.RFC3339Nano), e.Attempts, e.LastError))
+		}
+		out = append(out, fmt.Sprintf("%s: offer version %d, stage %q state version %d, entries [%s]", id, off.Version, last, state.Version, strings.Join(es, "; ")))
+	}
+	return "missing: " + strings.Join(out, ", ")
 }
 
 // benchStore is the store the bench runs on, with what differs between
