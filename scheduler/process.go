@@ -15,7 +15,7 @@ import (
 func (r *Runner) stageLoop(ctx context.Context, st *stageRun) {
 	for {
 		next := r.dispatch(ctx, st)
-		if !r.wait(ctx, next, st.wake) || !r.gather(ctx, st) {
+		if !r.wait(ctx, next, st.wants) || !r.gather(ctx, st) {
 			// Wait for the stage's calls in flight: Run returns after them.
 			for range cap(st.sem) {
 				st.sem <- struct{}{}
@@ -38,33 +38,40 @@ func (r *Runner) gather(ctx context.Context, st *stageRun) bool {
 			return false
 		case <-t.C:
 			return true
-		case <-st.wake:
+		case <-st.wants.wake:
 		}
 	}
 	return true
 }
 
 // dispatch starts Process calls for the stage's due entries in the held
-// shards while it has free slots, and returns when the earliest later
-// entry it saw is due (zero if none). It peeks peekParallel shards at a
+// shards it wants (st.wants: woken, polled, or with an entry come due)
+// while it has free slots, and returns when the earliest later entry of
+// a held shard is due (zero if none). It peeks peekParallel shards at a
 // time, starting one shard further each call so that no shard waits
-// behind the others when the slots are few.
+// behind the others when the slots are few; a shard it did not peek, or
+// whose due entries did not all find a slot, stays wanted.
 func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
-	var next time.Time
-	held := r.held()
-	if len(held) == 0 {
-		return next
+	all := r.held()
+	if len(all) == 0 {
+		return time.Time{}
 	}
-	st.rotate = (st.rotate + 1) % len(held)
-	held = append(held[st.rotate:], held[:st.rotate]...)
+	// Entries due within timerLead are taken now and wait for their time
+	// in process: a timer's lateness is then not the length of a round of
+	// peeks.
+	held := st.wants.take(all, r.clock.Now().Add(timerLead))
+	if len(held) > 0 {
+		st.rotate = (st.rotate + 1) % len(held)
+		held = append(held[st.rotate:], held[:st.rotate]...)
+	}
 	// Entries of offers in flight here stay in the queue and come back in
 	// the peek: read past them. Shards with none in flight are peeked
 	// first, so that a peek reads new entries rather than those in flight
 	// again, and a shard's entries go in batches (their saves then go
 	// together too). A Process call that ends after the peeks began may
 	// have removed or moved its entry: such entries are left to the next
-	// peek (ended), so an entry taken is still in the queue and due, and
-	// needs no reading again.
+	// peek (ended; the call's end wants its shard again), so an entry
+	// taken is still in the queue and due, and needs no reading again.
 	r.mu.Lock()
 	clear(st.ended)
 	slices.SortStableFunc(held, func(a, b Lease) int {
@@ -79,7 +86,10 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 	for from := 0; from < len(held); {
 		free := max(st.slots()-len(st.sem), 0)
 		if free == 0 || ctx.Err() != nil {
-			return next
+			for _, l := range held[from:] {
+				st.wants.putBack(l.Shard)
+			}
+			break
 		}
 		// As many shards side by side as the free slots may want: one
 		// shard for a few slots, up to peekParallel.
@@ -87,19 +97,17 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 		group := held[from:min(from+n, len(held))]
 		from += len(group)
 		got := make([]peeked, len(group))
-		// Entries due within timerLead are taken now and wait for their
-		// time in process: a timer's lateness is then not the length of a
-		// round of peeks.
+		limits := make([]int, len(group))
 		now := r.clock.Now().Add(timerLead)
 		var wg sync.WaitGroup
 		for i, l := range group {
 			r.mu.Lock()
-			limit := (free+len(group)-1)/len(group) + st.inFlight[l.Shard] + peekSlack
+			limits[i] = (free+len(group)-1)/len(group) + st.inFlight[l.Shard] + peekSlack
 			r.mu.Unlock()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				got[i].entries, got[i].later, got[i].err = r.store.Peek(ctx, l, st.cfg.ID, now, limit)
+				got[i].entries, got[i].later, got[i].err = r.store.Peek(ctx, l, st.cfg.ID, now, limits[i])
 			}()
 		}
 		wg.Wait()
@@ -108,15 +116,18 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 				if errors.Is(err, ErrFenced) {
 					r.drop(l, err)
 				} else if ctx.Err() == nil {
+					st.wants.setDue(l.Shard, r.clock.Now().Add(r.cfg.RetryInitial))
 					r.log.Warn("scheduler: peek", "stage", st.cfg.ID, "shard", l.Shard, "err", err)
 				}
 				continue
 			}
-			if later := got[i].later; !later.IsZero() && (next.IsZero() || later.Before(next)) {
-				next = later
+			st.wants.setDue(l.Shard, got[i].later)
+			if len(got[i].entries) >= limits[i] {
+				st.wants.putBack(l.Shard) // more may be due than the peek read
 			}
 			for _, e := range got[i].entries {
 				if len(st.sem) >= st.slots() {
+					st.wants.putBack(l.Shard) // due entries left for want of a slot
 					break
 				}
 				if !r.take(st, e) {
@@ -128,14 +139,14 @@ func (r *Runner) dispatch(ctx context.Context, st *stageRun) time.Time {
 						r.untake(st, e)
 						<-st.sem
 						// The entries of this offer in other stages may wait for it.
-						r.signalStages()
+						r.wakeStages(e.Shard)
 					}()
 					r.process(ctx, st, l, e)
 				}()
 			}
 		}
 	}
-	return next
+	return st.wants.earliest(all)
 }
 
 // peekParallel is how many shards one dispatch peeks at once at most;
@@ -151,12 +162,6 @@ const (
 // slots and the shard's entries in flight: for entries of offers busy in
 // other stages.
 const peekSlack = 8
-
-func (r *Runner) signalStages() {
-	for _, st := range r.stages {
-		signal(st.wake)
-	}
-}
 
 // take marks an offer busy in a stage: one stage at a time on an offer
 // (S11, S22). A runner holds the offer's shard alone (the lease fences any
@@ -268,13 +273,13 @@ func (r *Runner) process(ctx context.Context, st *stageRun, l Lease, e Entry) {
 		}
 		r.m.processed.WithLabelValues(st.cfg.ID).Inc()
 		if saved.Changed {
-			signal(r.changesWake)
+			r.changes.add(l.Shard)
 		}
 		if s.AfterSave {
-			signal(st.afterWake)
+			st.afterWants.add(l.Shard)
 		}
 		if !res.Timer.IsZero() {
-			signal(st.wake)
+			st.wants.add(l.Shard)
 		}
 		return
 	}
@@ -419,8 +424,9 @@ func (r *Runner) fail(ctx context.Context, st *stageRun, l Lease, e Entry, cause
 
 func (r *Runner) changesLoop(ctx context.Context) {
 	for {
-		r.eachHeld(ctx, r.passOnChanges)
-		if !r.wait(ctx, time.Time{}, r.changesWake) {
+		held := r.held()
+		r.eachLease(ctx, r.changes.take(held, r.clock.Now()), r.passOnChanges)
+		if !r.wait(ctx, r.changes.earliest(held), r.changes) {
 			return
 		}
 	}
@@ -433,12 +439,12 @@ const (
 	passOnParallel  = 32
 )
 
-// eachHeld runs f for every held lease, changesParallel at once, and
+// eachLease runs f for every lease of ls, changesParallel at once, and
 // returns when all have returned.
-func (r *Runner) eachHeld(ctx context.Context, f func(context.Context, Lease)) {
+func (r *Runner) eachLease(ctx context.Context, ls []Lease, f func(context.Context, Lease)) {
 	sem := make(chan struct{}, changesParallel)
 	var wg sync.WaitGroup
-	for _, l := range r.held() {
+	for _, l := range ls {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -497,7 +503,7 @@ func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
 			}
 			for i, ok := range queued {
 				if ok {
-					signal(r.byID[entries[i].Stage].wake)
+					r.byID[entries[i].Stage].wants.add(l.Shard)
 				}
 			}
 		}
@@ -513,12 +519,14 @@ func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
 	}
 }
 
-// storeFailed lets l go when the store fenced it, and logs other failures
-// (unless the runner is stopping).
+// storeFailed lets l go when the store fenced it; other failures of the
+// changed-offer pass are logged (unless the runner is stopping), and the
+// shard's marks read again RetryInitial later.
 func (r *Runner) storeFailed(ctx context.Context, l Lease, what string, err error) {
 	if errors.Is(err, ErrFenced) {
 		r.drop(l, err)
 	} else if ctx.Err() == nil {
+		r.changes.setDue(l.Shard, r.clock.Now().Add(r.cfg.RetryInitial))
 		r.log.Warn("scheduler: "+what, "shard", l.Shard, "err", err)
 	}
 }
@@ -576,7 +584,7 @@ func (r *Runner) ask(ctx context.Context, st *stageRun, l Lease, id string, lane
 		return err
 	}
 	if ok {
-		signal(st.wake)
+		st.wants.add(l.Shard)
 	}
 	return nil
 }
@@ -616,30 +624,36 @@ func (r *Runner) decide(ctx context.Context, st *stageRun, l Lease, id string, l
 
 func (r *Runner) afterSaveLoop(ctx context.Context, st *stageRun) {
 	for {
-		for _, l := range r.held() {
+		held := r.held()
+		for _, l := range st.afterWants.take(held, r.clock.Now()) {
 			r.afterSaves(ctx, st, l)
 		}
-		if !r.wait(ctx, time.Time{}, st.afterWake) {
+		if !r.wait(ctx, st.afterWants.earliest(held), st.afterWants) {
 			return
 		}
 	}
 }
 
-// afterSaves calls the hook for the shard's pending saves; a failed one
-// stays pending for the next round (the poll interval is its backoff).
+// afterSaves calls the hook for the shard's pending saves (a batch of
+// them; a full batch wants the shard again at once). A failed call stays
+// pending, and the shard is read again RetryInitial later.
 func (r *Runner) afterSaves(ctx context.Context, st *stageRun, l Lease) {
+	again := func() { st.afterWants.setDue(l.Shard, r.clock.Now().Add(r.cfg.RetryInitial)) }
 	ps, err := r.store.AfterSaves(ctx, l, st.cfg.ID, r.cfg.BatchSize)
 	if err != nil {
 		if errors.Is(err, ErrFenced) {
 			r.drop(l, err)
 		} else if ctx.Err() == nil {
+			again()
 			r.log.Warn("scheduler: read pending AfterSave calls", "stage", st.cfg.ID, "err", err)
 		}
 		return
 	}
+	failed := false
 	for _, p := range ps {
 		offer, state, err := r.store.Load(ctx, p.OfferID, st.cfg.ID)
 		if err != nil {
+			again()
 			return
 		}
 		if offer.Version != 0 {
@@ -650,15 +664,24 @@ func (r *Runner) afterSaves(ctx context.Context, st *stageRun, l Lease) {
 					r.m.retries.WithLabelValues(st.cfg.ID).Inc()
 					r.log.Warn("scheduler: AfterSave failed; retried later", "stage", st.cfg.ID, "offer", p.OfferID, "err", err)
 				}
+				failed = true
 				continue
 			}
 		}
 		if err := r.store.AfterSaveDone(ctx, l, p); err != nil {
 			if errors.Is(err, ErrFenced) {
 				r.drop(l, err)
+			} else {
+				again()
 			}
 			return
 		}
+	}
+	switch {
+	case failed:
+		again()
+	case len(ps) >= r.cfg.BatchSize:
+		st.afterWants.add(l.Shard)
 	}
 }
 

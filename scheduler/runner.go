@@ -34,8 +34,11 @@ type Config struct {
 	// shards divided by the live runners, rounded up; runners announce
 	// themselves in the store every third of LeaseTTL).
 	MaxShards int
-	// PollInterval is how often the runner looks for work without a
-	// wake-up from the store (default 1 s; real time).
+	// PollInterval is how often the runner reads every held shard's
+	// queues and marks without a wake-up from the store (default 10 s;
+	// real time). Wake-ups name the shard and stage with new work, and a
+	// runner reads only those (and the shards whose next timer came due),
+	// so the poll is for a wake-up the store could not deliver.
 	PollInterval time.Duration
 	// MaxChain is the loop guard: a change made by the MaxChain+1-th stage
 	// save in a row (no outside write, timer or rescan between) is not
@@ -78,7 +81,7 @@ func (c *Config) fill() error {
 	defaults := []struct {
 		d   *time.Duration
 		def time.Duration
-	}{{&c.LeaseTTL, 10 * time.Second}, {&c.PollInterval, time.Second}, {&c.RetryInitial, time.Second}, {&c.RetryMax, 5 * time.Minute}}
+	}{{&c.LeaseTTL, 10 * time.Second}, {&c.PollInterval, 10 * time.Second}, {&c.RetryInitial, time.Second}, {&c.RetryMax, 5 * time.Minute}}
 	for _, d := range defaults {
 		if *d.d < 0 {
 			return fmt.Errorf("%w: a negative duration in Config (%v)", ErrInvalid, *d.d)
@@ -119,7 +122,8 @@ type Runner struct {
 	byID   map[string]*stageRun
 	m      *metrics
 
-	changesWake chan struct{}
+	// changes is the shards whose changed-offer marks to read.
+	changes *shardWants
 
 	mu     sync.Mutex
 	leases map[int]*held
@@ -142,10 +146,11 @@ type stageRun struct {
 	limiter *rate.Limiter
 	sem     chan struct{}
 	// allowed is this runner's share of MaxParallel (0: all of it).
-	allowed   atomic.Int32
-	wake      chan struct{}
-	afterWake chan struct{}
-	after     AfterSaver
+	allowed atomic.Int32
+	// wants is the shards whose queue of the stage to peek, afterWants
+	// those whose pending AfterSave calls to make.
+	wants, afterWants *shardWants
+	after             AfterSaver
 	// Under Runner.mu: the stage's Process calls in flight by shard, and
 	// the offers whose call ended since the stage's last peek began.
 	inFlight map[int]int
@@ -163,7 +168,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 	r := &Runner{
 		cfg: cfg, store: cfg.Store, clock: cfg.Clock, log: cfg.Logger,
 		byID:        map[string]*stageRun{},
-		changesWake: make(chan struct{}, 1),
+		changes:     newShardWants(),
 		leases:      map[int]*held{},
 		busy:        map[string]string{},
 		savePending: map[int][]*saveCall{},
@@ -176,7 +181,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		if _, dup := r.byID[sc.ID]; dup {
 			return nil, fmt.Errorf("%w: stage id %q is given twice", ErrInvalid, sc.ID)
 		}
-		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wake: make(chan struct{}, 1), afterWake: make(chan struct{}, 1),
+		st := &stageRun{cfg: sc, sem: make(chan struct{}, sc.MaxParallel), wants: newShardWants(), afterWants: newShardWants(),
 			inFlight: map[int]int{}, ended: map[string]bool{}}
 		if sc.RateLimit > 0 {
 			st.limiter = rate.NewLimiter(sc.RateLimit, sc.Burst)
@@ -243,11 +248,20 @@ func signal(ch chan struct{}) {
 	}
 }
 
-func (r *Runner) signalAll() {
-	signal(r.changesWake)
+// wakeAll wants every held shard in every loop.
+func (r *Runner) wakeAll() {
+	r.changes.add(-1)
 	for _, st := range r.stages {
-		signal(st.wake)
-		signal(st.afterWake)
+		st.wants.add(-1)
+		st.afterWants.add(-1)
+	}
+}
+
+// wakeStages wants shard in every stage's queue: an offer of it is free
+// again, so its entries in the other stages may go.
+func (r *Runner) wakeStages(shard int) {
+	for _, st := range r.stages {
+		st.wants.add(shard)
 	}
 }
 
@@ -265,40 +279,33 @@ func (r *Runner) wakeLoop(ctx context.Context, ch <-chan Wakeup) {
 			}
 			switch st := r.byID[w.Stage]; {
 			case st != nil:
-				signal(st.wake)
-				signal(st.afterWake)
+				st.wants.add(w.Shard)
+				st.afterWants.add(w.Shard)
 			case w.Stage == "" && w.Shard >= 0:
-				signal(r.changesWake)
+				r.changes.add(w.Shard)
 			default:
-				r.signalAll()
+				r.wakeAll()
 			}
 		}
 	}
 }
 
-// wait blocks until ctx ends (false), a signal on one of chs, the poll
-// interval, or the clock reaching next (when not zero).
-func (r *Runner) wait(ctx context.Context, next time.Time, chs ...chan struct{}) bool {
+// wait blocks until ctx ends (false), a wake-up of w, the clock reaching
+// next (when not zero), or the poll interval, which wants every shard.
+func (r *Runner) wait(ctx context.Context, next time.Time, w *shardWants) bool {
 	poll := time.NewTimer(r.cfg.PollInterval)
 	defer poll.Stop()
 	var due <-chan time.Time
 	if !next.IsZero() {
 		due = r.clock.After(max(next.Sub(r.clock.Now()), 0))
 	}
-	var a, b chan struct{}
-	if len(chs) > 0 {
-		a = chs[0]
-	}
-	if len(chs) > 1 {
-		b = chs[1]
-	}
 	select {
 	case <-ctx.Done():
 		return false
 	case <-poll.C:
+		w.putBack(-1)
 	case <-due:
-	case <-a:
-	case <-b:
+	case <-w.wake:
 	}
 	return true
 }
@@ -425,7 +432,7 @@ func (r *Runner) keepLeases(ctx context.Context) {
 		r.mu.Unlock()
 		if len(got) > 0 {
 			r.log.Info("scheduler: claimed shards", "owner", r.cfg.Owner, "count", len(got))
-			r.signalAll()
+			r.wakeAll()
 		}
 	case len(mine) > share:
 		for _, l := range mine[share:] {

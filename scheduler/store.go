@@ -331,12 +331,35 @@ func OncePerOffer(call string, n int, check func(i int) error, id func(i int) st
 	return todo, errs
 }
 
-// SendWakeup delivers w on a Wakeups channel unless its buffer is full:
-// deliveries may be dropped (the runner polls as well), never waited for.
-func SendWakeup(ch chan<- Wakeup, w Wakeup) {
+// WakeupSender delivers a store's wake-ups on its Wakeups channel, never
+// waiting for the runner: when the channel's buffer is full a wake-up is
+// dropped, and a wake-up for every shard (Shard -1) goes before the next
+// one, so that a dropped wake-up costs the runner a read of every shard
+// rather than a wait for its poll. One goroutine sends with it.
+type WakeupSender struct {
+	ch   chan<- Wakeup
+	lost bool
+}
+
+// NewWakeupSender sends on ch.
+func NewWakeupSender(ch chan<- Wakeup) *WakeupSender { return &WakeupSender{ch: ch} }
+
+// Send delivers w, or notes that a wake-up was dropped.
+func (s *WakeupSender) Send(w Wakeup) {
+	if s.lost {
+		// The wake-up for every shard covers w too.
+		s.lost = !s.try(Wakeup{Shard: -1})
+		return
+	}
+	s.lost = !s.try(w)
+}
+
+func (s *WakeupSender) try(w Wakeup) bool {
 	select {
-	case ch <- w:
+	case s.ch <- w:
+		return true
 	default:
+		return false
 	}
 }
 

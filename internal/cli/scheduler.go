@@ -66,8 +66,9 @@ type schedulerConfig struct {
 		LeaseTTL    time.Duration `yaml:"lease_ttl"`
 		MaxChain    int           `yaml:"max_chain"`
 		RescanEvery time.Duration `yaml:"rescan_every"`
-		// PollInterval is how often the runner looks for work with no
-		// wake-up (Config.PollInterval).
+		// PollInterval is how often the runner reads every held shard
+		// with no wake-up (Config.PollInterval: a safety net for a lost
+		// wake-up).
 		PollInterval time.Duration `yaml:"poll_interval"`
 	} `yaml:"runner"`
 	Stages []stageConfig `yaml:"stages"`

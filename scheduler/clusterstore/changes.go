@@ -162,6 +162,7 @@ func (st *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 		return nil, fmt.Errorf("clusterstore: watch for wake-ups: %w", err)
 	}
 	ch := make(chan scheduler.Wakeup, 256)
+	send := scheduler.NewWakeupSender(ch)
 	go func() {
 		defer close(ch)
 		for ctx.Err() == nil {
@@ -175,7 +176,7 @@ func (st *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 					w = nil
 					continue
 				}
-				scheduler.SendWakeup(ch, scheduler.Wakeup{Shard: -1})
+				send.Send(scheduler.Wakeup{Shard: -1})
 			}
 			for ev, err := range w.Events() {
 				if err != nil {
@@ -183,7 +184,7 @@ func (st *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 				}
 				for _, c := range ev.Changes {
 					if wk, ok := st.wakeupOf(c); ok {
-						scheduler.SendWakeup(ch, wk)
+						send.Send(wk)
 					}
 				}
 			}

@@ -27,6 +27,7 @@ func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 		return nil, err
 	}
 	ch := make(chan scheduler.Wakeup, 256)
+	send := scheduler.NewWakeupSender(ch)
 	go func() {
 		defer close(ch)
 		defer func() {
@@ -45,7 +46,7 @@ func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 					conn = nil
 					continue
 				}
-				scheduler.SendWakeup(ch, scheduler.Wakeup{Shard: -1})
+				send.Send(scheduler.Wakeup{Shard: -1})
 			}
 			n, err := conn.WaitForNotification(ctx)
 			if err != nil {
@@ -54,7 +55,7 @@ func (s *Store) Wakeups(ctx context.Context) (<-chan scheduler.Wakeup, error) {
 				continue
 			}
 			if w, ok := parseWakeup(n.Payload); ok {
-				scheduler.SendWakeup(ch, w)
+				send.Send(w)
 			}
 		}
 	}()

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -33,6 +35,7 @@ func RunRunner(t *testing.T, f Factory) {
 		{"ATriggerOutlivesItsRunner", testTriggerOutlivesRunner},
 		{"AfterSaveIsCalledAtLeastOnce", testAfterSaveHook},
 		{"RescanUsesTheLowPriorityLane", testRescan},
+		{"AWakeupReadsItsShardAlone", testWakeupReadsItsShard},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -79,7 +82,7 @@ func startRunner(t *testing.T, cfg scheduler.Config) running {
 	reg := prometheus.NewRegistry()
 	cfg.Registerer = reg
 	if cfg.PollInterval == 0 {
-		cfg.PollInterval = 20 * time.Millisecond
+		cfg.PollInterval = time.Hour
 	}
 	if cfg.LeaseTTL == 0 {
 		cfg.LeaseTTL = 3 * time.Second
@@ -902,4 +905,77 @@ func testTriggerOutlivesRunner(e env) {
 		o, _ := load(t, s, "o", "")
 		return Field(o.Body, "second") == "true"
 	})
+}
+
+// readCounter is a Store that counts the runner's reads of queues and
+// marks by shard.
+type readCounter struct {
+	scheduler.Store
+	mu    sync.Mutex
+	reads map[int]int
+}
+
+func (c *readCounter) count(shard int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.reads[shard]++
+}
+
+func (c *readCounter) Peek(ctx context.Context, l scheduler.Lease, stage string, now time.Time, limit int) ([]scheduler.Entry, time.Time, error) {
+	c.count(l.Shard)
+	return c.Store.Peek(ctx, l, stage, now, limit)
+}
+
+func (c *readCounter) Changes(ctx context.Context, l scheduler.Lease, limit int) ([]scheduler.Change, error) {
+	c.count(l.Shard)
+	return c.Store.Changes(ctx, l, limit)
+}
+
+// testWakeupReadsItsShard: a runner that holds every shard and is never
+// polled (PollInterval of an hour) works an offer put in one shard from
+// the store's wake-ups alone, reading the queues and marks of that shard
+// and of no other.
+func testWakeupReadsItsShard(e env) {
+	t, f := e.t, e.f
+	const shards = 8
+	s := f(t, shards)(t)
+	c := &readCounter{Store: s, reads: map[int]int{}}
+	var mu sync.Mutex
+	done := map[string]bool{}
+	stage := funcStage{proc: func(_ context.Context, o scheduler.Offer, _ scheduler.State) (scheduler.Result, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		done[o.ID] = true
+		return scheduler.Result{State: str("seen")}, nil
+	}}
+	rn := startRunner(t, scheduler.Config{Store: c, Stages: []scheduler.StageConfig{{ID: "s", Stage: stage}}, PollInterval: time.Hour})
+	waitFor(t, "the runner to hold every shard", func() bool { return len(rn.r.Shards()) == shards })
+	// Its first rounds read every shard, and the claims' wake-ups may
+	// still be on their way: so three offers, one after another, and at
+	// least one of them must be worked reading its own shard alone.
+	var seen []string
+	for i := range 3 {
+		id := "o" + strconv.Itoa(i)
+		sh := scheduler.ShardOf(id, shards)
+		c.mu.Lock()
+		clear(c.reads)
+		c.mu.Unlock()
+		put(t, s, id, `{}`, 0)
+		waitFor(t, "offer "+id+" to be processed by wake-ups alone", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return done[id]
+		})
+		c.mu.Lock()
+		reads := maps.Clone(c.reads)
+		c.mu.Unlock()
+		if reads[sh] == 0 {
+			t.Fatalf("offer %s of shard %d was processed with no read of its shard: reads by shard %v", id, sh, reads)
+		}
+		if len(reads) == 1 {
+			return
+		}
+		seen = append(seen, fmt.Sprintf("offer %s of shard %d: reads by shard %v", id, sh, reads))
+	}
+	t.Fatalf("every wake-up for one shard read other shards too: %s", strings.Join(seen, "; "))
 }
