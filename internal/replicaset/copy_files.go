@@ -484,14 +484,14 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 	var ingest [][]byte
 	for _, c := range ts {
 		// A key held in the table's range: the table would overlap it,
-		// and one in the memtable makes its ingest a flushable, which
-		// rotates the memtable (writes stall when flushes fall behind).
-		n := len(held)
-		if err := eachKey(a.b, c.first, append(bytes.Clone(c.last), 0), func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
+		// and one in the memtable makes its ingest wait for a flush
+		// (copyTablesOf). Only the keys within its buckets' ranges can
+		// be rows of it to leave out.
+		overlaps, err := holdsAny(a.b, c.first, append(bytes.Clone(c.last), 0))
+		if err != nil {
 			a.err = err
 			return nil, nil
 		}
-		overlaps := len(held) > n
 		whole := !overlaps
 		for _, tb := range c.buckets {
 			b := tb.bucket
@@ -506,6 +506,10 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 				continue
 			}
 			n := len(held)
+			if err := eachKey(a.b, tb.first, append(bytes.Clone(tb.last), 0), func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
+				a.err = err
+				return nil, nil
+			}
 			if !tb.tuples {
 				// The history is read again when the bucket is next
 				// written (recordEvent).
@@ -515,7 +519,9 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 				return nil, nil
 			}
 			if len(held) > n {
-				whole, overlaps = false, true // a tuple key deleted here
+				// A key written here, or a tuple key deleted here (whose
+				// deletion no iterator shows).
+				whole, overlaps = false, true
 			}
 			for sp := range tb.bySpace {
 				if schema.ByID(sp) == nil {
@@ -610,6 +616,16 @@ func eachTombstone(r pebble.Reader, k keys, first, last []byte, fn func(k []byte
 	return eachKey(r, from, to, func(key []byte) {
 		fn(append(bytes.Clone(tp), key[len(xp):]...))
 	})
+}
+
+// holdsAny tells whether r holds a key in [from, to).
+func holdsAny(r pebble.Reader, from, to []byte) (bool, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
+	if err != nil {
+		return false, err
+	}
+	ok := it.First()
+	return ok, errors.Join(it.Error(), it.Close())
 }
 
 // eachKey calls fn with every key in [from, to) r holds.
