@@ -162,6 +162,15 @@ func runSettings() []runSetting {
 				c.DisableLeaseReads = !b
 				return nil
 			}},
+		{name: "copy-tables", typ: "bool", def: "true", usage: "while this instance leads a replicaset receiving buckets, their rows travel through its log as Pebble tables every member ingests; false: as tuples every member applies one by one (docs/data.md, \"Growing and shrinking\")",
+			apply: func(c *server.InstanceConfig, v string) error {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return errors.New("want true or false")
+				}
+				c.DisableCopyTables = !b
+				return nil
+			}},
 		{name: "auto-offline-timeout", typ: "duration", def: "30s", usage: "the leader marks an instance Offline after this long without a successful RPC",
 			apply: func(c *server.InstanceConfig, v string) error {
 				d, err := parsePositiveDuration(v)

@@ -126,6 +126,7 @@ log-format: json
 				c.Advertise = "10.0.0.1:4001"
 				c.InitReplicationFactor = 2
 			})},
+		{"copy tables off by flag", []string{"--config", "/etc/sk.yaml", "--copy-tables=false"}, nil, with(func(c *server.InstanceConfig) { c.DisableCopyTables = true })},
 		{"empty env var is unset", []string{"--config", "/etc/sk.yaml"}, map[string]string{"SHARDKIT_INSTANCE_ID": ""}, full},
 		{"advertise defaults to listen, peers to advertise", []string{"--listen", "[::1]:4100"}, nil, server.InstanceConfig{
 			ClusterID: "demo", Listen: "[::1]:4100", Advertise: "[::1]:4100", Peers: []string{"[::1]:4100"}, DataDir: ".", CacheSize: server.DefaultCacheSize,
@@ -169,6 +170,8 @@ func TestRunConfigFileForms(t *testing.T) {
 		{"anchors and aliases", "listen: &a 127.0.0.1:7\npeer: [*a]\n", func(c server.InstanceConfig) bool {
 			return slices.Equal(c.Peers, []string{"127.0.0.1:7"})
 		}},
+		{"copy tables off", "copy-tables: false\n", func(c server.InstanceConfig) bool { return c.DisableCopyTables }},
+		{"copy tables on", "copy-tables: true\n", func(c server.InstanceConfig) bool { return !c.DisableCopyTables }},
 		{"numbers as names", "instance-id: 1\nreplicaset-id: 2\n", func(c server.InstanceConfig) bool {
 			return c.InstanceID == "1" && c.ReplicasetID == "2"
 		}},
@@ -219,6 +222,7 @@ func TestRunConfigRefusals(t *testing.T) {
 		{"cache size not a size", []string{"--cache-size", "lots"}, nil, "", []string{"--cache-size", `"lots"`, "MiB"}},
 		{"cache size too small", []string{"--cache-size", "1MiB"}, nil, "", []string{"--cache-size", "smallest cache, 8MiB"}},
 		{"cache size negative", nil, map[string]string{"SHARDKIT_CACHE_SIZE": "-1GiB"}, "", []string{"SHARDKIT_CACHE_SIZE", "non-negative"}},
+		{"copy tables not a bool", nil, map[string]string{"SHARDKIT_COPY_TABLES": "maybe"}, "", []string{"SHARDKIT_COPY_TABLES", `"maybe"`, "true or false"}},
 		{"duration", []string{"--shutdown-timeout", "soon"}, nil, "", []string{"--shutdown-timeout", `"soon"`, "duration"}},
 		{"duration zero", []string{"--auto-offline-timeout", "0s"}, nil, "", []string{"--auto-offline-timeout", "positive"}},
 		{"instance id", []string{"--instance-id", "i 1"}, nil, "", []string{"--instance-id", `"i 1"`}},

@@ -241,9 +241,10 @@ func benchReplace(b *testing.B, window time.Duration, withIDs bool, rowCache int
 // 100-byte values, applied one entry a run as the receive proposes them,
 // into buckets that are receiving and were not written meanwhile (the
 // copy's cursor skips the lookups) or were (written: every key is looked
-// up first), as tuples (CopyChunk.tuples) or as tables
-// (CopyChunks.tables, built before the clock starts: the leader builds
-// them once, BenchmarkCopyTables). The database is flushed before the
+// up first; with tables, the write in each bucket ends a run of 100 rows,
+// so every table's rows go through the apply batch), as tuples
+// (CopyChunk.tuples) or as tables (CopyChunks.tables, built before the
+// clock starts: the leader builds them once, BenchmarkCopyTables). The database is flushed before the
 // clock stops, so the cost of the rows' flush is counted; cpu-ns/op is
 // the process's CPU, Pebble's background work included.
 //

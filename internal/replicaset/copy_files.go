@@ -26,22 +26,27 @@ import (
 // together, instead of applying each tuple through the apply batch.
 //
 // A table holds no key its leader held (a tuple or a tombstone: a write
-// or a delete made during the copy; every member leaves them out again)
-// and is cut wherever the leader holds a tuple key of another bucket
-// within its range (a bucket of its own between the copied ones), so
-// that none of the levels holds a key in its range: Pebble then places it
-// in the lowest level (the bottom one, for buckets arriving), with no
-// compaction. A table spans as many buckets as that allows, because a
-// file costs every member a create, a write and a sync whatever its size
-// (0.3–0.5 ms of CPU on this project's machines). It is not cut at the
-// held keys of its own buckets: those lie in the memtable, so the table
-// is ingested as a flushable (Pebble rotates the memtable and flushes it
-// with the table into level 0, without blocking the apply), which cost
-// a member less than the files a cut at each made (0.4 µs a tuple
-// against 3.7–7.7, BenchmarkApplyCopy/tables/written); but under a
-// closed-loop write load the rotations stalled writes on Pebble's
-// memtable count, which is why a leader builds tables only with
-// StorageConfig.CopyTables.
+// or a delete made during the copy; every member leaves them out again),
+// and no key the leader holds lies within its range. A table that
+// spanned one would land in level 0 over a key in the levels, or, over
+// one in the memtable (a write made during the copy), make its ingest
+// wait for a flush: Pebble (v2.1) ingests it as a flushable (a memtable
+// rotation, the table flushed after the memtable) only while no memtable
+// waits to be flushed (its queue below MemTableStopWritesThreshold, 2);
+// the next overlapping ingest, arriving while that flush runs, rotates
+// the memtable itself, which stalls every write ("memtable count limit
+// reached") while the queued memtables' arenas (32 MiB each, however
+// little they hold) reach twice the memtable size, and then waits for the
+// flush with the commit pipeline held. Under a closed-loop write load
+// nearly every table overlapped the memtable, and writes stalled up to
+// 172 ms. So the leader ends a run of rows at every key it holds: a run
+// of at least copyTableRows rows is a table of its own; shorter runs go
+// together into one table, whose range holds the keys between them, and
+// every member writes the rows of a table whose range holds a key it holds
+// through its apply batch instead of ingesting it (as CockroachDB writes a
+// small AddSSTable as a batch). A table spans as many buckets as that
+// allows, because a file costs every member a create, a write and a sync
+// whatever its size (0.3–0.5 ms of CPU on this project's machines).
 //
 // An ingest is durable when it returns, before the apply batch of its
 // entry commits, so it must be repeatable: a member that crashes in
@@ -60,6 +65,13 @@ import (
 // so any member can ingest what any leader builds.
 var copyTableFormat = pebble.FormatMinSupported.MaxTableFormat()
 
+// copyTableRows is the fewest rows a leader puts in a table of their own
+// between two keys it holds: a table costs every member a file's create,
+// write and sync (0.3–0.5 ms of CPU) whatever its size, and a row written
+// through the apply batch instead costs about 1 µs more than an ingested
+// one, so shorter runs go through the batches.
+const copyTableRows = 512
+
 // copyFilterBits is the Bloom filter of a copied sstable: as the
 // database's own tables (storage.Open), so an insert's look for an
 // absent key skips an ingested table.
@@ -75,10 +87,9 @@ func (w *memWritable) Abort()               {}
 // copyTable writes sorted (strictly increasing) keys and their values as
 // an sstable.
 type copyTable struct {
-	out    *memWritable
-	w      *sstable.Writer
-	n      int
-	bucket uint32 // the bucket of the last key set
+	out *memWritable
+	w   *sstable.Writer
+	n   int
 }
 
 func newCopyTable() *copyTable {
@@ -152,30 +163,29 @@ func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]by
 	}
 	slices.SortStableFunc(rows, func(x, y copyRow) int { return bytes.Compare(x.k, y.k) })
 	rows = slices.CompactFunc(rows, func(x, y copyRow) bool { return bytes.Equal(x.k, y.k) })
-	// The tombstones of the rows' buckets, as tuple keys.
-	tombs := map[string]struct{}{}
-	var it *pebble.Iterator
+	// The keys r holds in the rows' range, and the tuple keys of the
+	// tombstones of the rows' buckets (a delete made here also deleted
+	// the tuple key, which no iterator shows), in order.
+	var held [][]byte
 	if r != nil {
 		for i := 0; tuples && i < len(rows); {
 			n := i + 1
 			for n < len(rows) && rows[n].b == rows[i].b {
 				n++
 			}
-			if err := eachTombstone(r, sm.k, rows[i].k, rows[n-1].k, func(k []byte) { tombs[string(k)] = struct{}{} }); err != nil {
+			if err := eachTombstone(r, sm.k, rows[i].k, rows[n-1].k, func(k []byte) { held = append(held, k) }); err != nil {
 				return nil, err
 			}
 			i = n
 		}
-		var err error
-		it, err = r.NewIter(&pebble.IterOptions{LowerBound: rows[0].k, UpperBound: append(bytes.Clone(rows[len(rows)-1].k), 0)})
-		if err != nil {
+		if err := eachKey(r, rows[0].k, append(bytes.Clone(rows[len(rows)-1].k), 0), func(k []byte) { held = append(held, bytes.Clone(k)) }); err != nil {
 			return nil, err
 		}
-		defer it.Close()
-		it.First()
+		slices.SortFunc(held, bytes.Compare)
 	}
 	var out [][]byte
-	var t *copyTable
+	var t *copyTable  // the table being written
+	var run []copyRow // the rows since the last key held
 	cut := func() error {
 		if t == nil {
 			return nil
@@ -187,40 +197,49 @@ func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]by
 		t = nil
 		return err
 	}
-	bucketAt := len(sm.k.prefix) + 2 // <tag>/<bucket:4>...
-	for _, row := range rows {
-		// A key held below this row, of a bucket other than the row's and
-		// the table's, cuts the table before it; one equal to it leaves
-		// the row out.
-		held := false
-		for it != nil && it.Valid() && bytes.Compare(it.Key(), row.k) <= 0 {
-			k := it.Key()
-			held = held || bytes.Equal(k, row.k)
-			if b := binary.BigEndian.Uint32(k[bucketAt:]); b != row.b && (t == nil || b != t.bucket) {
-				if err := cut(); err != nil {
-					return nil, err
-				}
+	// A run of at least copyTableRows goes in a table of its own, which no
+	// key held here overlaps; shorter runs go together into one table,
+	// whose range holds the keys held between them, and which the members
+	// therefore write through their apply batches (copyTables).
+	endRun := func() error {
+		if len(run) >= copyTableRows {
+			if err := cut(); err != nil {
+				return err
 			}
-			it.Next()
 		}
-		if _, ok := tombs[string(row.k)]; ok {
-			held = true
+		for _, row := range run {
+			if t == nil {
+				t = newCopyTable()
+			}
+			if err := t.set(row.k, row.v); err != nil {
+				return fmt.Errorf("replicaset: a copy table: %w", err)
+			}
 		}
-		if held {
-			continue
+		if len(run) >= copyTableRows {
+			if err := cut(); err != nil {
+				return err
+			}
 		}
-		if t == nil {
-			t = newCopyTable()
+		run = run[:0]
+		return nil
+	}
+	for _, row := range rows {
+		// A key held below or at this row ends the run before it; one
+		// equal to it leaves the row out.
+		skip := false
+		for len(held) > 0 && bytes.Compare(held[0], row.k) <= 0 {
+			skip = skip || bytes.Equal(held[0], row.k)
+			if err := endRun(); err != nil {
+				return nil, err
+			}
+			held = held[1:]
 		}
-		t.bucket = row.b
-		if err := t.set(row.k, row.v); err != nil {
-			return nil, fmt.Errorf("replicaset: a copy table: %w", err)
+		if !skip {
+			run = append(run, row)
 		}
 	}
-	if it != nil {
-		if err := it.Error(); err != nil {
-			return nil, err
-		}
+	if err := endRun(); err != nil {
+		return nil, err
 	}
 	if err := cut(); err != nil {
 		return nil, err
@@ -464,7 +483,16 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 	held := map[string]struct{}{} // keys held here
 	var ingest [][]byte
 	for _, c := range ts {
-		whole := true
+		// A key held in the table's range: the table would overlap it,
+		// and one in the memtable makes its ingest wait for a flush
+		// (copyTablesOf). Only the keys within its buckets' ranges can
+		// be rows of it to leave out.
+		overlaps, err := holdsAny(a.b, c.first, append(bytes.Clone(c.last), 0))
+		if err != nil {
+			a.err = err
+			return nil, nil
+		}
+		whole := !overlaps
 		for _, tb := range c.buckets {
 			b := tb.bucket
 			o := out[b]
@@ -491,7 +519,9 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 				return nil, nil
 			}
 			if len(held) > n {
-				whole = false
+				// A key written here, or a tuple key deleted here (whose
+				// deletion no iterator shows).
+				whole, overlaps = false, true
 			}
 			for sp := range tb.bySpace {
 				if schema.ByID(sp) == nil {
@@ -526,7 +556,7 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 					o.bySpace[sp] += uint64(n)
 				}
 			}
-		case a.sm.ingestFS != nil:
+		case a.sm.ingestFS != nil && !overlaps:
 			t := newCopyTable()
 			err := c.each(func(k, v []byte) error {
 				if !keep(k) {
@@ -586,6 +616,16 @@ func eachTombstone(r pebble.Reader, k keys, first, last []byte, fn func(k []byte
 	return eachKey(r, from, to, func(key []byte) {
 		fn(append(bytes.Clone(tp), key[len(xp):]...))
 	})
+}
+
+// holdsAny tells whether r holds a key in [from, to).
+func holdsAny(r pebble.Reader, from, to []byte) (bool, error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: from, UpperBound: to})
+	if err != nil {
+		return false, err
+	}
+	ok := it.First()
+	return ok, errors.Join(it.Error(), it.Close())
 }
 
 // eachKey calls fn with every key in [from, to) r holds.

@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -73,9 +74,10 @@ func rowsOf(t *testing.T, f *fixture, b uint32) string {
 
 func ingested(f *fixture) uint64 { return f.db.Metrics().Ingest.Count }
 
-// A copy table is ingested without the keys the destination wrote or
-// deleted during the copy: a write made there is not undone, a deleted
-// tuple does not come back, and the counts are the bucket's rows.
+// A copy table's rows are applied without the keys the destination wrote
+// or deleted during the copy: a write made there is not undone, a deleted
+// tuple does not come back, and the counts are the bucket's rows. A table
+// whose range holds such keys goes through the apply batch, not an ingest.
 func TestACopyTableLeavesOutTheKeysHeldHere(t *testing.T) {
 	dst, chunk, keyOf := copyFixture(t)
 	// During the copy: a replaced on the destination, b deleted there.
@@ -89,8 +91,8 @@ func TestACopyTableLeavesOutTheKeysHeldHere(t *testing.T) {
 	if o.Refused != nil || o.Sent != 4 || o.Copied != 2 || o.BySpace[1] != 2 {
 		t.Fatalf("copy = %+v, want 4 sent, 2 copied (c, d)", o)
 	}
-	if n := ingested(dst) - before; n != 1 {
-		t.Fatalf("%d tables ingested, want 1", n)
+	if n := ingested(dst) - before; n != 0 {
+		t.Fatalf("%d tables ingested, want none (the table's range holds a and b, written here)", n)
 	}
 	if got, want := rowsOf(t, dst, copyBucket), `"a"=5 "c"=1 "d"=1`; got != want {
 		t.Fatalf("rows %s, want %s", got, want)
@@ -238,28 +240,100 @@ func TestTheLeadersTablesLeaveOutTheKeysItHolds(t *testing.T) {
 	}
 }
 
-// A table spans the buckets of an entry while the leader holds no tuple
-// key of another bucket between them, and is cut at one.
-func TestTheLeadersTablesSpanBucketsWithNothingBetween(t *testing.T) {
+// copiedRows is n copied tuples of space 1 of the offers fixture, ids
+// prefix000000, prefix000001, ...
+func copiedRows(t *testing.T, prefix string, n int) []*rspb.CopiedTuple {
+	t.Helper()
+	var out []*rspb.CopiedTuple
+	for i := range n {
+		tp := offer(1, fmt.Sprintf("%s%06d", prefix, i), 1)
+		out = append(out, &rspb.CopiedTuple{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 1, Tuple: enc(tp)})
+	}
+	return out
+}
+
+// A table spans the buckets of an entry while the leader holds no key
+// between them; a key it holds ends a run of rows, and a run of at least
+// copyTableRows goes in a table of its own, shorter ones together in one.
+func TestTheLeadersTablesAreCutWhereItHoldsKeys(t *testing.T) {
 	f := newFixture(t)
 	f.setup()
-	tupleOf := func(id string) *rspb.CopiedTuple {
-		tp := offer(1, id, 1)
-		return &rspb.CopiedTuple{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 1, Tuple: enc(tp)}
-	}
-	chunks := func() []*rspb.CopyChunk {
-		return []*rspb.CopyChunk{
-			{Bucket: 10, Tuples: []*rspb.CopiedTuple{tupleOf("a"), tupleOf("b")}},
-			{Bucket: 12, Tuples: []*rspb.CopiedTuple{tupleOf("a")}},
+	for _, n := range []int{copyTableRows, copyTableRows - 1} {
+		chunks := func() []*rspb.CopyChunk {
+			return []*rspb.CopyChunk{{Bucket: 10, Tuples: copiedRows(t, "a", n)}, {Bucket: 12, Tuples: copiedRows(t, "a", n)}}
+		}
+		tables, err := f.sm.CopyTables(nil, chunks())
+		if err != nil || len(tables) != 1 {
+			t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
+		}
+		if tables, err = f.sm.CopyTables(f.db, chunks()); err != nil || len(tables) != 1 {
+			t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
 		}
 	}
-	tables, err := f.sm.CopyTables(f.db, chunks())
-	if err != nil || len(tables) != 1 {
-		t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
-	}
 	f.ok(&rspb.Batch{Bucket: 11, Ops: []*rspb.Op{insertOp(t, offer(1, "x", 1))}})
-	if tables, err = f.sm.CopyTables(f.db, chunks()); err != nil || len(tables) != 2 {
-		t.Fatalf("%d tables (%v) of two buckets with a tuple of this replicaset between, want 2", len(tables), err)
+	for _, c := range []struct {
+		rows, want int
+	}{{copyTableRows, 2}, {copyTableRows - 1, 1}} {
+		tables, err := f.sm.CopyTables(f.db, []*rspb.CopyChunk{{Bucket: 10, Tuples: copiedRows(t, "a", c.rows)}, {Bucket: 12, Tuples: copiedRows(t, "a", c.rows)}})
+		if err != nil || len(tables) != c.want {
+			t.Fatalf("%d tables (%v) of two buckets of %d rows with a tuple of this replicaset between, want %d", len(tables), err, c.rows, c.want)
+		}
+	}
+}
+
+// No copy table is ingested over a key the member holds, written by the
+// time the leader built the tables or after (a write in flight): so no
+// ingest overlaps the memtable, none is a flushable (a memtable rotation,
+// which stalled the destination's writes when flushes fell behind), and
+// every row arrives.
+func TestNoCopyTableIsIngestedOverAKeyHeldHere(t *testing.T) {
+	for _, inFlight := range []bool{false, true} {
+		t.Run(fmt.Sprintf("in flight %v", inFlight), func(t *testing.T) {
+			dst := newFixture(t)
+			dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+			dst.setBucket(copyBucket, rspb.BucketState_STATE_RECEIVING, 2, "src")
+			rows := copiedRows(t, "r", 2*copyTableRows+1)
+			mid := rows[copyTableRows]
+			write := func() {
+				dst.ok(&rspb.Batch{Bucket: copyBucket, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_REPLACE, SpaceId: 1, Key: mid.GetKey(),
+					Prev: &rspb.PrevFact{Found: true, Version: mid.GetVersion(), Tuple: mid.GetTuple()}, Tuple: enc(offer(1, fmt.Sprintf("r%06d", copyTableRows), 9))}}})
+			}
+			if !inFlight {
+				write()
+			}
+			chunks := []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2, Tuples: rows}}
+			tables, err := dst.sm.CopyTables(dst.db, chunks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantTables, wantIngests := 2, uint64(1)
+			if inFlight {
+				write()
+				wantTables, wantIngests = 1, 0
+			}
+			if len(tables) != wantTables {
+				t.Fatalf("%d tables, want %d", len(tables), wantTables)
+			}
+			m0 := dst.db.Metrics()
+			out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Tables: tables, Chunks: chunks}}})[0].Copies
+			if len(out) != 1 || out[0].Refused != nil || out[0].Copied != 2*copyTableRows {
+				t.Fatalf("copy = %+v, want %d copied", out, 2*copyTableRows)
+			}
+			m1 := dst.db.Metrics()
+			if n := m1.Ingest.Count - m0.Ingest.Count; n != wantIngests {
+				t.Fatalf("%d ingests, want %d", n, wantIngests)
+			}
+			if n := m1.Flush.AsIngestCount - m0.Flush.AsIngestCount; n != 0 {
+				t.Fatalf("%d ingests overlapped the memtable", n)
+			}
+			ts, _, err := dst.sm.Range(dst.db, copyBucket, 1, KeyRange{}, 2*len(rows))
+			if err != nil || len(ts) != len(rows) {
+				t.Fatalf("%d rows (%v), want %d", len(ts), err, len(rows))
+			}
+			if got, want := string(ts[copyTableRows].Tuple), string(enc(offer(1, fmt.Sprintf("r%06d", copyTableRows), 9))); got != want {
+				t.Fatal("the row written during the copy was overwritten by the copy")
+			}
+		})
 	}
 }
 

@@ -86,11 +86,9 @@ type StorageConfig struct {
 	// CopyTables makes the copy in log its tuples and history as tables
 	// (CopyChunks.tables), which every member ingests whole, instead of
 	// tuples (CopyChunk.tuples) and events, which every member applies
-	// one by one (docs/design/moves.md, "The copy as files"). Off by
-	// default: under a write load its ingests overlap the memtable, each
-	// rotates it, and writes stalled on Pebble's memtable count
-	// (docs/benchmarks.md, "The copy as files"). Every member ingests
-	// the tables of a leader that has it on.
+	// one by one (docs/design/moves.md, "The copy as files"). A server
+	// sets it unless run with --copy-tables=false. Every member applies
+	// the tables of a leader that has it on, whatever its own setting.
 	CopyTables bool
 	// History bounds every bucket's change history; this member
 	// proposes it while it leads the replicaset (zero: DefaultHistory).

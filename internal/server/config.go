@@ -75,6 +75,11 @@ type InstanceConfig struct {
 	// heartbeat round for each read index (--lease-reads=false) instead of
 	// answering under its lease (multiraft.Config.LeaseReads).
 	DisableLeaseReads bool `yaml:"-"`
+	// DisableCopyTables makes this instance, while it leads a replicaset
+	// receiving buckets, log their copy as tuples every member applies one
+	// by one (--copy-tables=false) instead of as tables every member
+	// ingests (replicaset.StorageConfig.CopyTables).
+	DisableCopyTables bool `yaml:"-"`
 	// Timeouts overrides the cluster's internal timeouts (zero fields keep
 	// cluster.DefaultTimeouts); for tests.
 	Timeouts cluster.Timeouts `yaml:"-"`

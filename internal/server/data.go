@@ -55,6 +55,7 @@ type dataLayer struct {
 	// rowCacheBytes sizes the replicaset state machine's row cache.
 	rowCacheBytes int64
 	history       replicaset.HistoryLimits // StorageConfig.History
+	copyTables    bool                     // StorageConfig.CopyTables
 
 	mu      sync.Mutex
 	storage *replicaset.Storage
@@ -160,8 +161,9 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		CopyRate: func() uint64 {
 			return d.node.Meta().State().Props.GetRebalancer().GetCopyBytesPerS()
 		},
-		History: d.history,
-		Logger:  d.log,
+		History:    d.history,
+		CopyTables: d.copyTables,
+		Logger:     d.log,
 	})
 	d.mu.Lock()
 	d.storage = s

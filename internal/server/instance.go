@@ -92,6 +92,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	dataCtx, stopData := context.WithCancel(ctx)
 	data := newDataLayer(dataCtx, db, filepath.Join(cfg.DataDir, "ingest"), procs, fp, cfg.CacheSize/RowCacheShare, log)
 	data.history = history
+	data.copyTables = !cfg.DisableCopyTables
 	defer func() {
 		stopData()
 		data.wait()
