@@ -32,6 +32,9 @@ type Progress struct {
 	Buckets, BucketCount uint32
 	Rows                 uint64
 	Bytes                int64
+	// Refused counts the buckets a replicaset refused (moving) and that
+	// were asked again.
+	Refused int
 }
 
 // CreateOptions tune Create.
@@ -113,7 +116,11 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 				for _, rf := range refused {
 					lastRefusal = rf
 				}
+				prog.Refused += len(refused)
 				if entry == nil {
+					if o.Progress != nil {
+						o.Progress(prog)
+					}
 					continue
 				}
 				m.Files = append(m.Files, *entry)

@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/backup"
 	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/tuple"
@@ -179,5 +182,98 @@ func TestBackupUnderWritesRestoresIntoOneAndTwoReplicasets(t *testing.T) {
 	}
 	if code, _, errOut := runMain(t, "backup", "verify", dir); code != 1 || !strings.Contains(errOut, "incomplete backup") {
 		t.Fatalf("verify without a manifest: exit %d: %s", code, errOut)
+	}
+}
+
+// Backups taken while the rebalancer moves buckets to a second replicaset
+// that has just joined: a bucket being moved is refused by its source and
+// asked again once the move is over, from its new holder; each backup
+// restored holds every row written before it, once.
+func TestBackupDuringMovesCapturesEachBucketOnce(t *testing.T) {
+	var addrs []string
+	var liss []net.Listener
+	for range 2 {
+		l, a := servertest.Listen(t)
+		addrs, liss = append(addrs, a), append(liss, l)
+	}
+	start := func(i int) {
+		servertest.Run(t, server.InstanceConfig{Listener: liss[i], Peers: addrs[:1], InstanceID: fmt.Sprintf("i%d", i+1),
+			InitBucketCount: backupBuckets, AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+	}
+	start(0)
+	cl, err := client.New(t.Context(), client.Config{Peers: addrs, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		code, _, errOut := runMain(t, "space", "create", "kv", "--peer", addrs[0], "--field", "k:unsigned", "--field", "v:string", "--primary", "k", "--if-not-exists")
+		if code == 0 {
+			if _, err := cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(0), tuple.String("v0")}); err == nil {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster stores no row after 90s: %s", errOut)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	const rows = 3000
+	for k := range uint64(rows) {
+		if _, err := cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(k), tuple.String(fmt.Sprintf("v%d", k))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The copies run paced, so that each move stays under way (its source
+	// refusing its buckets) for many backups' time.
+	if err := cl.Sharding().SetRebalancer(t.Context(), &datav1.RebalancerSettings{CopyBytesPerS: 16 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	start(1)
+	refused, taken := 0, 0
+	var dirs []string
+	withRefusals := "" // a backup that asked for a moving bucket again
+	for round := 0; ; round++ {
+		st, err := cl.Sharding().Status(t.Context())
+		balanced := err == nil && !st.GetStale() && len(st.GetMoves()) == 0 && len(st.GetReplicasets()) == 2 && st.GetReplicasets()[1].GetBuckets() == backupBuckets/2
+		if balanced || round >= 200 {
+			break
+		}
+		dir := filepath.Join(t.TempDir(), fmt.Sprint("b", round))
+		var last backup.Progress
+		if _, err := backup.Create(t.Context(), backupCluster{cl}, dir, backup.CreateOptions{ChunkTuples: 50, Retry: 20 * time.Millisecond,
+			Progress: func(p backup.Progress) { last = p }}); err != nil {
+			t.Fatalf("backup %d during the moves: %v", round, err)
+		}
+		refused += last.Refused
+		if last.Refused > 0 {
+			withRefusals = dir
+		}
+		taken++
+		dirs = append(dirs, dir)
+	}
+	t.Logf("%d backups during the moves; %d buckets refused (moving) and asked again", taken, refused)
+	if withRefusals == "" {
+		t.Fatal("no backup met a moving bucket: nothing was tested")
+	}
+	for _, dir := range dirs {
+		if rep, err := backup.Verify(dir); err != nil || len(rep.Problems) > 0 {
+			t.Fatalf("%s: %v %q", dir, err, rep.Problems)
+		}
+	}
+	// A backup that met a moving bucket, restored.
+	dst, dcl := startBackupCluster(t, 1)
+	if code, out, errOut := runMain(t, "backup", "restore", "--peer", dst, "--from", withRefusals); code != 0 {
+		t.Fatalf("restore: exit %d\n%s%s", code, out, errOut)
+	}
+	got := rowsOf(t, dcl)
+	if len(got) != rows {
+		t.Fatalf("restored %d rows, want %d", len(got), rows)
+	}
+	for k := range uint64(rows) {
+		if got[k] != fmt.Sprintf("v%d", k) {
+			t.Fatalf("key %d restored as %q", k, got[k])
+		}
 	}
 }
