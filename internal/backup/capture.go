@@ -25,6 +25,8 @@ type Cluster interface {
 	Routing(ctx context.Context) (*datav1.GetRoutingResponse, error)
 	// Dial returns a connection to one instance.
 	Dial(addr string) (grpc.ClientConnInterface, error)
+	// Users lists the cluster's users with their roles.
+	Users(ctx context.Context) ([]User, error)
 }
 
 // Progress is how far a backup or a restore is.
@@ -79,6 +81,9 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 	}
 	for _, r := range rt.GetReplicasets() {
 		m.Replicasets = append(m.Replicasets, ReplicasetWeight{ID: r.GetReplicasetId(), Weight: r.GetWeight()})
+	}
+	if m.Users, err = cl.Users(ctx); err != nil {
+		return nil, fmt.Errorf("backup: listing the users: %w", err)
 	}
 	wait := o.Retry
 	if wait <= 0 {

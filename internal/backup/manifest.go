@@ -33,7 +33,19 @@ type Manifest struct {
 	// Replicasets are the source cluster's replicasets and weights, for
 	// the record: a restore spreads the buckets by the new cluster's.
 	Replicasets []ReplicasetWeight `json:"replicasets"`
-	Files       []FileEntry        `json:"files"`
+	// Users are the cluster's users (the CNs of client certificates) and
+	// their roles, root included, which every cluster has. A user's
+	// console password is not in the backup: the cluster keeps only its
+	// hash and gives it to no one; HasPassword says one must be set again.
+	Users []User      `json:"users"`
+	Files []FileEntry `json:"files"`
+}
+
+// User is one user of the source cluster.
+type User struct {
+	Name        string `json:"name"`
+	Role        string `json:"role"`
+	HasPassword bool   `json:"has_password,omitempty"`
 }
 
 // ReplicasetWeight is one replicaset of the source cluster.

@@ -19,6 +19,8 @@ type RestoreOptions struct {
 	// CreateSpace creates a space of the definition (data.v1 CreateSpace)
 	// and returns it as created, with the id the new cluster gave it.
 	CreateSpace func(ctx context.Context, sp *datav1.Space) (*datav1.Space, error)
+	// CreateUser creates a user with a role.
+	CreateUser func(ctx context.Context, u User) error
 	// Progress, if set, is called after each call that logged chunks.
 	Progress func(Progress)
 }
@@ -28,7 +30,7 @@ type RestoreOptions struct {
 // refused, saying what it found. The backup is verified first (a damaged
 // or incomplete one is refused, naming what is wrong). It creates the
 // backup's spaces (the new cluster gives them ids; the rows follow their
-// space by name), then logs each bucket's chunks into the replicaset the
+// space by name) and its users that the cluster does not have, then logs each bucket's chunks into the replicaset the
 // new cluster's routing places it on (RestoreBuckets): the rows, the
 // request ids remembered, the change history, and the revision, which
 // the bucket's next writes continue.
@@ -73,6 +75,18 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 			return nil, fmt.Errorf("backup: creating space %s: %w", sp.GetName(), err)
 		}
 		ids[sp.GetId()] = got.GetId()
+	}
+	have, err := cl.Users(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backup: listing the users: %w", err)
+	}
+	for _, u := range m.Users {
+		if slices.ContainsFunc(have, func(h User) bool { return h.Name == u.Name }) {
+			continue // root, or a user made for the restore
+		}
+		if err := o.CreateUser(ctx, u); err != nil {
+			return nil, fmt.Errorf("backup: creating user %s: %w", u.Name, err)
+		}
 	}
 	if rt, err = cl.Routing(ctx); err != nil {
 		return nil, fmt.Errorf("backup: reading the routing table: %w", err)

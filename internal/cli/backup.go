@@ -59,6 +59,18 @@ func (b backupCluster) Routing(ctx context.Context) (*datav1.GetRoutingResponse,
 
 func (b backupCluster) Dial(addr string) (grpc.ClientConnInterface, error) { return b.c.Conn(addr) }
 
+func (b backupCluster) Users(ctx context.Context) ([]backup.User, error) {
+	us, err := b.c.Users(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]backup.User, 0, len(us))
+	for _, u := range us {
+		out = append(out, backup.User{Name: u.GetName(), Role: client.RoleName(u.GetRole()), HasPassword: u.GetHasPassword()})
+	}
+	return out, nil
+}
+
 // progressLine prints p on one redrawn line of a terminal.
 func progressLine(w io.Writer, verb string, start time.Time, p backup.Progress) {
 	fmt.Fprintf(w, "\r%s %d/%d buckets, %d rows, %s in %.1fs   ", verb, p.Buckets, p.BucketCount, p.Rows, byteSize(p.Bytes), time.Since(start).Seconds())
@@ -295,6 +307,8 @@ when the cluster's security is on.
 					return err
 				})
 				return resp.GetSpace(), err
+			}, CreateUser: func(ctx context.Context, u backup.User) error {
+				return cl.CreateUser(ctx, u.Name, u.Role)
 			}}
 			if show {
 				opts.Progress = func(p backup.Progress) { progressLine(stderr, "restored", start, p) }
@@ -309,6 +323,11 @@ when the cluster's security is on.
 			s := summarize(m)
 			secs := time.Since(start).Seconds()
 			fmt.Fprintf(cmd.OutOrStdout(), "restored %d buckets, %d rows, %d spaces from %s in %.1fs\n", m.BucketCount, s.rows, len(m.Spaces), o.from, secs)
+			for _, u := range m.Users {
+				if u.HasPassword {
+					fmt.Fprintf(cmd.OutOrStdout(), "user %s had a console password, which a backup does not hold: set it again (shardkit user set-password %s --password-stdin)\n", u.Name, u.Name)
+				}
+			}
 			return nil
 		},
 	}

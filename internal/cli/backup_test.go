@@ -86,6 +86,9 @@ func TestBackupUnderWritesRestoresIntoOneAndTwoReplicasets(t *testing.T) {
 	if code, _, errOut := runMain(t, "space", "create", "kv", "--peer", peers, "--field", "k:unsigned", "--field", "v:string", "--primary", "k"); code != 0 {
 		t.Fatalf("space create: %s", errOut)
 	}
+	if err := src.CreateUser(t.Context(), "app", client.RoleWriter); err != nil {
+		t.Fatal(err)
+	}
 	value := func(k uint64) string { return fmt.Sprintf("v%d", k) }
 	write := func(k uint64) error {
 		_, err := src.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(k), tuple.String(value(k))})
@@ -160,6 +163,10 @@ func TestBackupUnderWritesRestoresIntoOneAndTwoReplicasets(t *testing.T) {
 		}
 		if c, err := dcl.Count(t.Context(), "kv"); err != nil || c != uint64(len(rows)) {
 			t.Fatalf("restored into %d replicasets: count %d (%v), scanned %d", n, c, err, len(rows))
+		}
+		us, err := dcl.Users(t.Context())
+		if err != nil || len(us) != 2 || us[1].GetName() != "app" || client.RoleName(us[1].GetRole()) != client.RoleWriter {
+			t.Fatalf("restored into %d replicasets: users %v, %v; want root and app (writer)", n, us, err)
 		}
 		// The restored cluster takes writes, and a second restore is refused.
 		if _, err := dcl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(0), tuple.String("after")}); err != nil {
