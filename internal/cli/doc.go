@@ -1,5 +1,5 @@
 // Package cli holds the cobra commands of the shardkit binary: run, status,
-// expel, demo, bench, version, the data commands (space, insert, replace,
+// expel, backup (internal/backup), demo, bench, version, the data commands (space, insert, replace,
 // select (a key, or a range of a bucket), scan, update, upsert, delete,
 // call, map-call; docs/data.md) and the
 // subcommands of the public libraries (cache, numerator). Main takes the
