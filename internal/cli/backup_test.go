@@ -40,6 +40,14 @@ func startBackupCluster(t *testing.T, n int) (string, *client.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cl.Close() })
+	waitBalanced(t, cl, n)
+	return strings.Join(addrs, ","), cl
+}
+
+// waitBalanced waits until the cluster has n replicasets holding
+// backupBuckets/n buckets each, with no move under way.
+func waitBalanced(t *testing.T, cl *client.Client, n int) {
+	t.Helper()
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		st, err := cl.Sharding().Status(t.Context())
@@ -49,7 +57,7 @@ func startBackupCluster(t *testing.T, n int) (string, *client.Client) {
 				even = even && r.GetBuckets() == backupBuckets/uint32(n)
 			}
 			if even {
-				return strings.Join(addrs, ","), cl
+				return
 			}
 		}
 		if time.Now().After(deadline) {
