@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"time"
@@ -72,13 +73,18 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 		return nil, errors.New("backup: the cluster's routing table has no buckets (not bootstrapped?)")
 	}
 	m := &Manifest{Format: FormatVersion, Created: started, BucketCount: n, SchemaVersion: rt.GetSchemaVersion()}
-	for _, sp := range rt.GetSpaces() {
-		b, err := protojson.Marshal(sp)
-		if err != nil {
-			return nil, err
+	// The spaces as the routing has them at the start and at the end: a
+	// space created during the backup may have rows in buckets captured
+	// after it was.
+	spaces := map[uint32]*datav1.Space{}
+	addSpaces := func(rt *datav1.GetRoutingResponse) {
+		for _, sp := range rt.GetSpaces() {
+			if spaces[sp.GetId()] == nil {
+				spaces[sp.GetId()] = sp
+			}
 		}
-		m.Spaces = append(m.Spaces, json.RawMessage(b))
 	}
+	addSpaces(rt)
 	for _, r := range rt.GetReplicasets() {
 		m.Replicasets = append(m.Replicasets, ReplicasetWeight{ID: r.GetReplicasetId(), Weight: r.GetWeight()})
 	}
@@ -142,6 +148,18 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 				}
 			}
 		}
+	}
+	if rt, err = cl.Routing(ctx); err != nil {
+		return nil, fmt.Errorf("backup: reading the routing table: %w", err)
+	}
+	addSpaces(rt)
+	ids := slices.Sorted(maps.Keys(spaces))
+	for _, id := range ids {
+		b, err := protojson.Marshal(spaces[id])
+		if err != nil {
+			return nil, err
+		}
+		m.Spaces = append(m.Spaces, json.RawMessage(b))
 	}
 	if err := WriteManifest(dir, m); err != nil {
 		return nil, err

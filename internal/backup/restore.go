@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -66,9 +67,19 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 		}
 		spaces = append(spaces, sp)
 	}
-	slices.SortFunc(spaces, func(a, b *datav1.Space) int { return int(a.GetId()) - int(b.GetId()) })
+	slices.SortFunc(spaces, func(a, b *datav1.Space) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	// A name twice: the space was dropped and created again during the
+	// backup; the later one (the higher id) is the space, the other's rows
+	// are restored nowhere (ids maps their space to none).
+	latest := map[string]uint32{}
+	for _, sp := range spaces {
+		latest[sp.GetName()] = sp.GetId()
+	}
 	ids := map[uint32]uint32{}
 	for _, sp := range spaces {
+		if latest[sp.GetName()] != sp.GetId() {
+			continue
+		}
 		def := &datav1.Space{Name: sp.GetName(), Format: sp.GetFormat(), PrimaryKey: sp.GetPrimaryKey(), ShardingKey: sp.GetShardingKey()}
 		got, err := o.CreateSpace(ctx, def)
 		if err != nil {
