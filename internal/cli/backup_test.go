@@ -186,6 +186,20 @@ func TestBackupUnderWritesRestoresIntoOneAndTwoReplicasets(t *testing.T) {
 		}
 	}
 
+	code, out, errOut = runMain(t, "backup", "list", dir)
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("; %d buckets, %d rows, ", backupBuckets, listed.Rows)) || !regexpLine(out, `^kv\s+\d+\s+\d+$`) {
+		t.Fatalf("backup list (table): exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A cluster of another bucket count is refused, saying both.
+	lis, other := servertest.Listen(t)
+	servertest.Run(t, server.InstanceConfig{Listener: lis, InitBucketCount: backupBuckets + 1, AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+	want := fmt.Sprintf("the cluster has %d buckets, the backup %d", backupBuckets+1, backupBuckets)
+	pollFor(t, "the restore into a cluster of another bucket count refused", func() bool {
+		code, _, errOut := runMain(t, "backup", "restore", "--peer", other, "--from", dir, "--timeout", "5s")
+		return code != 0 && strings.Contains(errOut, want)
+	})
+
 	// Backing up into a directory that is not empty is refused; a backup
 	// without its manifest is named incomplete by verify and refused by
 	// restore.
