@@ -116,6 +116,9 @@ var methods = map[string]Method{
 	rspb.BucketService_Lookup_FullMethodName:                {Role: Node},
 	rspb.BucketService_LookupRange_FullMethodName:           {Role: Node},
 	rspb.BucketService_Buckets_FullMethodName:               {Role: Node},
+	// A backup reads every bucket and a restore writes them: an admin's.
+	rspb.BucketService_BackupBuckets_FullMethodName:  {Role: Admin},
+	rspb.BucketService_RestoreBuckets_FullMethodName: {Role: Admin},
 }
 
 // Rule returns the role a method needs; false when the table has none

@@ -1,7 +1,7 @@
 // Package cli holds the cobra commands of the shardkit binary: run, status,
-// expel, demo, bench, version, the data commands (space, insert, replace,
-// select (a key, or a range of a bucket), scan, update, upsert, delete,
-// call, map-call; docs/data.md) and the
+// expel, backup (internal/backup), demo, bench, version, the data commands
+// (space, insert, replace, select (a key, or a range of a bucket), scan,
+// update, upsert, delete, call, map-call; docs/data.md) and the
 // subcommands of the public libraries (cache, numerator). Main takes the
 // binary's own stored procedures (cmd/shardkit/app) and hands them to run.
 //

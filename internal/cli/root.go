@@ -71,7 +71,7 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newRunCmd(procs), newStatusCmd(), newExpelCmd(),
 		newSpaceCmd(), newCallCmd(procs), newMapCallCmd(),
 		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
-		newCacheCmd(), newCertCmd(), newUserCmd(),
+		newCacheCmd(), newCertCmd(), newUserCmd(), newBackupCmd(),
 		newNumeratorCmd(), newBenchCmd(), newChangefeedCmd(), newSchedulerCmd(),
 	)
 	root.AddCommand(newDataCmds()...)

@@ -234,7 +234,14 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome {
 	b := c.GetBucket()
 	cur := a.bucket(b)
-	if cur.GetState() != rspb.BucketState_STATE_RECEIVING || cur.GetGeneration() != c.GetGeneration() {
+	switch {
+	case c.GetRestore():
+		// A backup's chunk goes into the bucket where the restored cluster
+		// keeps it (docs/design/backup.md).
+		if cur.GetState() != rspb.BucketState_STATE_ACTIVE {
+			return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not active: a backup is restored only into a bucket the replicaset holds", b, describeRecord(cur))}
+		}
+	case cur.GetState() != rspb.BucketState_STATE_RECEIVING || cur.GetGeneration() != c.GetGeneration():
 		return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not receiving at generation %d", b, describeRecord(cur), c.GetGeneration())}
 	}
 	copied, sent := 0, len(c.GetTuples())
@@ -291,6 +298,9 @@ func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome
 		// so counts nothing (copy_files.go).
 		a.recount(b)
 		a.raiseRevision(b, c.GetRevision())
+		if c.GetRestore() {
+			return &CopyOutcome{Sent: sent, Copied: copied, BySpace: bySpace}
+		}
 		rec := proto.CloneOf(cur)
 		rec.Copied = true
 		a.putBucket(b, rec)

@@ -382,22 +382,11 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 		return status.Errorf(codes.ResourceExhausted, "replicaset %s cannot send %d more buckets now: its quota is %d at once; retry", s.cfg.ReplicasetID, n, limit)
 	}
 	defer s.sending.give(n)
-	limit := int(req.GetChunkTuples())
-	if limit <= 0 || limit > CopyChunkTuples {
-		limit = CopyChunkTuples
-	}
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
-	out := &rspb.SendBucketsResponse{}
-	count, size := 0, 0
-	send := func() error {
-		if len(out.GetChunks()) == 0 && len(out.GetRefused()) == 0 {
-			return nil
-		}
-		err := stream.Send(out)
-		out, count, size = &rspb.SendBucketsResponse{}, 0, 0
-		return err
-	}
+	ch := &chunker{limit: int(req.GetChunkTuples()), flush: func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error {
+		return stream.Send(&rspb.SendBucketsResponse{Chunks: chunks, Refused: refused})
+	}}
 	// The buckets' remembered request ids, in one walk of the window.
 	asked := map[uint32]bool{}
 	for _, bg := range req.GetBuckets() {
@@ -411,64 +400,104 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 			return status.Error(codes.Internal, err.Error())
 		}
 		if st.GetState() != rspb.BucketState_STATE_SENDING || st.GetGeneration() != bg.GetGeneration() {
-			out.Refused = append(out.Refused, &rspb.BucketRefusal{Bucket: bucket,
-				Reason: fmt.Sprintf("bucket %d is %s on %s, not sending at generation %d", bucket, describeRecord(st), s.cfg.ReplicasetID, bg.GetGeneration())})
+			ch.refuse(bucket, fmt.Sprintf("bucket %d is %s on %s, not sending at generation %d", bucket, describeRecord(st), s.cfg.ReplicasetID, bg.GetGeneration()))
 			continue
 		}
-		chunk := &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
-		out.Chunks = append(out.Chunks, chunk)
-		// added accounts for n more bytes in the chunk; a full response
-		// is sent, and the bucket goes on in a new chunk.
-		added := func(n int, tuple bool) error {
-			size += n
-			if tuple {
-				count++
-			}
-			if count < limit && size < MaxChunkBytes {
-				return nil
-			}
-			if err := send(); err != nil {
-				return err
-			}
-			chunk = &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}
-			out.Chunks = append(out.Chunks, chunk)
+		if err := s.chunkBucket(snap, ch, &rspb.CopyChunk{Bucket: bucket, Generation: bg.GetGeneration()}, remembered[bucket]); err != nil {
+			return err
+		}
+	}
+	return ch.send()
+}
+
+// chunker cuts a stream of buckets into chunks of at most limit tuples
+// (0: CopyChunkTuples) and about MaxChunkBytes, and hands each full part
+// of the stream, with the buckets refused so far, to flush.
+type chunker struct {
+	limit       int
+	count, size int
+	chunks      []*rspb.CopyChunk
+	refused     []*rspb.BucketRefusal
+	flush       func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error
+}
+
+// send flushes what the chunker holds, if anything.
+func (c *chunker) send() error {
+	if len(c.chunks) == 0 && len(c.refused) == 0 {
+		return nil
+	}
+	err := c.flush(c.chunks, c.refused)
+	c.chunks, c.refused, c.count, c.size = nil, nil, 0, 0
+	return err
+}
+
+func (c *chunker) refuse(bucket uint32, reason string) {
+	c.refused = append(c.refused, &rspb.BucketRefusal{Bucket: bucket, Reason: reason})
+}
+
+// chunkBucket streams one bucket from snap, in chunks shaped as first
+// (its bucket, generation and restore flag): its tuples, every space,
+// then its remembered request ids, then its change history; the last
+// chunk carries its revision and has last set.
+func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered []rememberedID) error {
+	limit := ch.limit
+	if limit <= 0 || limit > CopyChunkTuples {
+		limit = CopyChunkTuples
+	}
+	bucket := first.GetBucket()
+	chunk := first
+	ch.chunks = append(ch.chunks, chunk)
+	// added accounts for n more bytes in the chunk; a full response
+	// is sent, and the bucket goes on in a new chunk.
+	added := func(n int, tuple bool) error {
+		ch.size += n
+		if tuple {
+			ch.count++
+		}
+		if ch.count < limit && ch.size < MaxChunkBytes {
 			return nil
 		}
-		err = s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
-			chunk.Tuples = append(chunk.Tuples, t)
-			return added(n, true)
-		})
-		if err != nil {
+		if err := ch.send(); err != nil {
 			return err
 		}
-		// The bucket's remembered request ids go with it, so that a retry
-		// of a write applied here is answered there too.
-		err = s.eachRequest(snap, remembered[bucket], func(r *rspb.CopiedRequest, n int) error {
-			chunk.Requests = append(chunk.Requests, r)
-			return added(n, false)
-		})
-		if err != nil {
-			return err
-		}
-		// And its change history, for watchers behind it.
-		var evErr error
-		_, err = s.sm.Events(snap, bucket, 0, func(ev *rspb.Event) bool {
-			chunk.Events = append(chunk.Events, ev)
-			evErr = added(ev.SizeVT(), false)
-			return evErr == nil
-		})
-		if evErr != nil {
-			return evErr
-		}
-		if err != nil {
-			return status.Error(codes.Internal, err.Error())
-		}
-		if chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
-			return status.Error(codes.Internal, err.Error())
-		}
-		chunk.Last = true // this bucket is whole
+		chunk = &rspb.CopyChunk{Bucket: bucket, Generation: first.GetGeneration(), Restore: first.GetRestore()}
+		ch.chunks = append(ch.chunks, chunk)
+		return nil
 	}
-	return send()
+	err := s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
+		chunk.Tuples = append(chunk.Tuples, t)
+		return added(n, true)
+	})
+	if err != nil {
+		return err
+	}
+	// The bucket's remembered request ids go with it, so that a retry
+	// of a write applied here is answered there too.
+	err = s.eachRequest(snap, remembered, func(r *rspb.CopiedRequest, n int) error {
+		chunk.Requests = append(chunk.Requests, r)
+		return added(n, false)
+	})
+	if err != nil {
+		return err
+	}
+	// And its change history, for watchers behind it.
+	var evErr error
+	_, err = s.sm.Events(snap, bucket, 0, func(ev *rspb.Event) bool {
+		chunk.Events = append(chunk.Events, ev)
+		evErr = added(ev.SizeVT(), false)
+		return evErr == nil
+	})
+	if evErr != nil {
+		return evErr
+	}
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	if chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
+	chunk.Last = true // this bucket is whole
+	return nil
 }
 
 // eachRequest calls fn with each of a bucket's remembered request ids

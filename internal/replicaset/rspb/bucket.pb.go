@@ -21,6 +21,229 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type BackupBucketsRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	Buckets      []uint32               `protobuf:"varint,2,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
+	// Tuples per chunk (0: 1000).
+	ChunkTuples   uint32 `protobuf:"varint,3,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupBucketsRequest) Reset() {
+	*x = BackupBucketsRequest{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupBucketsRequest) ProtoMessage() {}
+
+func (x *BackupBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupBucketsRequest.ProtoReflect.Descriptor instead.
+func (*BackupBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BackupBucketsRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *BackupBucketsRequest) GetBuckets() []uint32 {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+func (x *BackupBucketsRequest) GetChunkTuples() uint32 {
+	if x != nil {
+		return x.ChunkTuples
+	}
+	return 0
+}
+
+// BackupBucketsResponse is a part of the stream, as SendBucketsResponse:
+// a bucket's chunks (its last has last set), and buckets refused.
+type BackupBucketsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunks        []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	Refused       []*BucketRefusal       `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BackupBucketsResponse) Reset() {
+	*x = BackupBucketsResponse{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BackupBucketsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BackupBucketsResponse) ProtoMessage() {}
+
+func (x *BackupBucketsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BackupBucketsResponse.ProtoReflect.Descriptor instead.
+func (*BackupBucketsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *BackupBucketsResponse) GetChunks() []*CopyChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *BackupBucketsResponse) GetRefused() []*BucketRefusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+type RestoreBucketsRequest struct {
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
+	// Chunks of a backup, each with restore set; a bucket's last chunk
+	// after its others (in this call or an earlier one).
+	Chunks        []*CopyChunk `protobuf:"bytes,2,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreBucketsRequest) Reset() {
+	*x = RestoreBucketsRequest{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreBucketsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreBucketsRequest) ProtoMessage() {}
+
+func (x *RestoreBucketsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreBucketsRequest.ProtoReflect.Descriptor instead.
+func (*RestoreBucketsRequest) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RestoreBucketsRequest) GetReplicasetId() string {
+	if x != nil {
+		return x.ReplicasetId
+	}
+	return ""
+}
+
+func (x *RestoreBucketsRequest) GetChunks() []*CopyChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+type RestoreBucketsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per chunk, in order: why it was refused (empty: applied).
+	Refused []string `protobuf:"bytes,1,rep,name=refused,proto3" json:"refused,omitempty"`
+	// The tuples inserted, per chunk.
+	Copied        []uint64 `protobuf:"varint,2,rep,packed,name=copied,proto3" json:"copied,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoreBucketsResponse) Reset() {
+	*x = RestoreBucketsResponse{}
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoreBucketsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoreBucketsResponse) ProtoMessage() {}
+
+func (x *RestoreBucketsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoreBucketsResponse.ProtoReflect.Descriptor instead.
+func (*RestoreBucketsResponse) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *RestoreBucketsResponse) GetRefused() []string {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *RestoreBucketsResponse) GetCopied() []uint64 {
+	if x != nil {
+		return x.Copied
+	}
+	return nil
+}
+
 type LookupKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	SpaceId       uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
@@ -31,7 +254,7 @@ type LookupKey struct {
 
 func (x *LookupKey) Reset() {
 	*x = LookupKey{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -43,7 +266,7 @@ func (x *LookupKey) String() string {
 func (*LookupKey) ProtoMessage() {}
 
 func (x *LookupKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[0]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -56,7 +279,7 @@ func (x *LookupKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupKey.ProtoReflect.Descriptor instead.
 func (*LookupKey) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{0}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *LookupKey) GetSpaceId() uint32 {
@@ -92,7 +315,7 @@ type LookupRequest struct {
 
 func (x *LookupRequest) Reset() {
 	*x = LookupRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +327,7 @@ func (x *LookupRequest) String() string {
 func (*LookupRequest) ProtoMessage() {}
 
 func (x *LookupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[1]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +340,7 @@ func (x *LookupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRequest.ProtoReflect.Descriptor instead.
 func (*LookupRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{1}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *LookupRequest) GetReplicasetId() string {
@@ -169,7 +392,7 @@ type LookupResponse struct {
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -181,7 +404,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[2]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -194,7 +417,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{2}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *LookupResponse) GetFacts() []*PrevFact {
@@ -242,7 +465,7 @@ type LookupRangeRequest struct {
 
 func (x *LookupRangeRequest) Reset() {
 	*x = LookupRangeRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -254,7 +477,7 @@ func (x *LookupRangeRequest) String() string {
 func (*LookupRangeRequest) ProtoMessage() {}
 
 func (x *LookupRangeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[3]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -267,7 +490,7 @@ func (x *LookupRangeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRangeRequest.ProtoReflect.Descriptor instead.
 func (*LookupRangeRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{3}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LookupRangeRequest) GetReplicasetId() string {
@@ -343,7 +566,7 @@ type LookupRangeResponse struct {
 
 func (x *LookupRangeResponse) Reset() {
 	*x = LookupRangeResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -355,7 +578,7 @@ func (x *LookupRangeResponse) String() string {
 func (*LookupRangeResponse) ProtoMessage() {}
 
 func (x *LookupRangeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -368,7 +591,7 @@ func (x *LookupRangeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupRangeResponse.ProtoReflect.Descriptor instead.
 func (*LookupRangeResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LookupRangeResponse) GetTuples() []*CopiedTuple {
@@ -394,7 +617,7 @@ type BucketsRequest struct {
 
 func (x *BucketsRequest) Reset() {
 	*x = BucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +629,7 @@ func (x *BucketsRequest) String() string {
 func (*BucketsRequest) ProtoMessage() {}
 
 func (x *BucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +642,7 @@ func (x *BucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketsRequest.ProtoReflect.Descriptor instead.
 func (*BucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *BucketsRequest) GetReplicasetId() string {
@@ -439,7 +662,7 @@ type BucketsResponse struct {
 
 func (x *BucketsResponse) Reset() {
 	*x = BucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -451,7 +674,7 @@ func (x *BucketsResponse) String() string {
 func (*BucketsResponse) ProtoMessage() {}
 
 func (x *BucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -464,7 +687,7 @@ func (x *BucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketsResponse.ProtoReflect.Descriptor instead.
 func (*BucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *BucketsResponse) GetBuckets() map[uint32]*BucketState {
@@ -491,7 +714,7 @@ type SetBucketsRequest struct {
 
 func (x *SetBucketsRequest) Reset() {
 	*x = SetBucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -503,7 +726,7 @@ func (x *SetBucketsRequest) String() string {
 func (*SetBucketsRequest) ProtoMessage() {}
 
 func (x *SetBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -516,7 +739,7 @@ func (x *SetBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucketsRequest.ProtoReflect.Descriptor instead.
 func (*SetBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetBucketsRequest) GetReplicasetId() string {
@@ -547,7 +770,7 @@ type SetBucketResult struct {
 
 func (x *SetBucketResult) Reset() {
 	*x = SetBucketResult{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -559,7 +782,7 @@ func (x *SetBucketResult) String() string {
 func (*SetBucketResult) ProtoMessage() {}
 
 func (x *SetBucketResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -572,7 +795,7 @@ func (x *SetBucketResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucketResult.ProtoReflect.Descriptor instead.
 func (*SetBucketResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetBucketResult) GetChanged() bool {
@@ -613,7 +836,7 @@ type SetBucketsResponse struct {
 
 func (x *SetBucketsResponse) Reset() {
 	*x = SetBucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -625,7 +848,7 @@ func (x *SetBucketsResponse) String() string {
 func (*SetBucketsResponse) ProtoMessage() {}
 
 func (x *SetBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -638,7 +861,7 @@ func (x *SetBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBucketsResponse.ProtoReflect.Descriptor instead.
 func (*SetBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetBucketsResponse) GetResults() []*SetBucketResult {
@@ -659,7 +882,7 @@ type BucketGeneration struct {
 
 func (x *BucketGeneration) Reset() {
 	*x = BucketGeneration{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -671,7 +894,7 @@ func (x *BucketGeneration) String() string {
 func (*BucketGeneration) ProtoMessage() {}
 
 func (x *BucketGeneration) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -684,7 +907,7 @@ func (x *BucketGeneration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketGeneration.ProtoReflect.Descriptor instead.
 func (*BucketGeneration) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *BucketGeneration) GetBucket() uint32 {
@@ -713,7 +936,7 @@ type ReceiveBucketsRequest struct {
 
 func (x *ReceiveBucketsRequest) Reset() {
 	*x = ReceiveBucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +948,7 @@ func (x *ReceiveBucketsRequest) String() string {
 func (*ReceiveBucketsRequest) ProtoMessage() {}
 
 func (x *ReceiveBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +961,7 @@ func (x *ReceiveBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveBucketsRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ReceiveBucketsRequest) GetReplicasetId() string {
@@ -777,7 +1000,7 @@ type BucketReceived struct {
 
 func (x *BucketReceived) Reset() {
 	*x = BucketReceived{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +1012,7 @@ func (x *BucketReceived) String() string {
 func (*BucketReceived) ProtoMessage() {}
 
 func (x *BucketReceived) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +1025,7 @@ func (x *BucketReceived) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketReceived.ProtoReflect.Descriptor instead.
 func (*BucketReceived) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *BucketReceived) GetBucket() uint32 {
@@ -850,7 +1073,7 @@ type ReceiveBucketsResponse struct {
 
 func (x *ReceiveBucketsResponse) Reset() {
 	*x = ReceiveBucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -862,7 +1085,7 @@ func (x *ReceiveBucketsResponse) String() string {
 func (*ReceiveBucketsResponse) ProtoMessage() {}
 
 func (x *ReceiveBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -875,7 +1098,7 @@ func (x *ReceiveBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveBucketsResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReceiveBucketsResponse) GetResults() []*BucketReceived {
@@ -897,7 +1120,7 @@ type SendBucketsRequest struct {
 
 func (x *SendBucketsRequest) Reset() {
 	*x = SendBucketsRequest{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -909,7 +1132,7 @@ func (x *SendBucketsRequest) String() string {
 func (*SendBucketsRequest) ProtoMessage() {}
 
 func (x *SendBucketsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -922,7 +1145,7 @@ func (x *SendBucketsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBucketsRequest.ProtoReflect.Descriptor instead.
 func (*SendBucketsRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendBucketsRequest) GetReplicasetId() string {
@@ -957,7 +1180,7 @@ type BucketRefusal struct {
 
 func (x *BucketRefusal) Reset() {
 	*x = BucketRefusal{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -969,7 +1192,7 @@ func (x *BucketRefusal) String() string {
 func (*BucketRefusal) ProtoMessage() {}
 
 func (x *BucketRefusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -982,7 +1205,7 @@ func (x *BucketRefusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketRefusal.ProtoReflect.Descriptor instead.
 func (*BucketRefusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BucketRefusal) GetBucket() uint32 {
@@ -1011,7 +1234,7 @@ type SendBucketsResponse struct {
 
 func (x *SendBucketsResponse) Reset() {
 	*x = SendBucketsResponse{}
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1023,7 +1246,7 @@ func (x *SendBucketsResponse) String() string {
 func (*SendBucketsResponse) ProtoMessage() {}
 
 func (x *SendBucketsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_bucket_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1036,7 +1259,7 @@ func (x *SendBucketsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendBucketsResponse.ProtoReflect.Descriptor instead.
 func (*SendBucketsResponse) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_bucket_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SendBucketsResponse) GetChunks() []*CopyChunk {
@@ -1057,7 +1280,20 @@ var File_internal_replicaset_rspb_bucket_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\n" +
-	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"8\n" +
+	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"x\n" +
+	"\x14BackupBucketsRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x18\n" +
+	"\abuckets\x18\x02 \x03(\rR\abuckets\x12!\n" +
+	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\"\x93\x01\n" +
+	"\x15BackupBucketsResponse\x129\n" +
+	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
+	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused\"w\n" +
+	"\x15RestoreBucketsRequest\x12#\n" +
+	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x129\n" +
+	"\x06chunks\x18\x02 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\"J\n" +
+	"\x16RestoreBucketsResponse\x12\x18\n" +
+	"\arefused\x18\x01 \x03(\tR\arefused\x12\x16\n" +
+	"\x06copied\x18\x02 \x03(\x04R\x06copied\"8\n" +
 	"\tLookupKey\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"\xc2\x01\n" +
@@ -1139,7 +1375,7 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x91\x01\n" +
 	"\x13SendBucketsResponse\x129\n" +
 	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
-	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused2\xec\x04\n" +
+	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused2\xcd\x06\n" +
 	"\rBucketService\x12c\n" +
 	"\n" +
 	"SetBuckets\x12).shardkit.replicaset.v1.SetBucketsRequest\x1a*.shardkit.replicaset.v1.SetBucketsResponse\x12o\n" +
@@ -1147,7 +1383,9 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\vSendBuckets\x12*.shardkit.replicaset.v1.SendBucketsRequest\x1a+.shardkit.replicaset.v1.SendBucketsResponse0\x01\x12W\n" +
 	"\x06Lookup\x12%.shardkit.replicaset.v1.LookupRequest\x1a&.shardkit.replicaset.v1.LookupResponse\x12f\n" +
 	"\vLookupRange\x12*.shardkit.replicaset.v1.LookupRangeRequest\x1a+.shardkit.replicaset.v1.LookupRangeResponse\x12Z\n" +
-	"\aBuckets\x12&.shardkit.replicaset.v1.BucketsRequest\x1a'.shardkit.replicaset.v1.BucketsResponseB<Z:github.com/shardkit/shardkit/internal/replicaset/rspb;rspbb\x06proto3"
+	"\aBuckets\x12&.shardkit.replicaset.v1.BucketsRequest\x1a'.shardkit.replicaset.v1.BucketsResponse\x12n\n" +
+	"\rBackupBuckets\x12,.shardkit.replicaset.v1.BackupBucketsRequest\x1a-.shardkit.replicaset.v1.BackupBucketsResponse0\x01\x12o\n" +
+	"\x0eRestoreBuckets\x12-.shardkit.replicaset.v1.RestoreBucketsRequest\x1a..shardkit.replicaset.v1.RestoreBucketsResponseB<Z:github.com/shardkit/shardkit/internal/replicaset/rspb;rspbb\x06proto3"
 
 var (
 	file_internal_replicaset_rspb_bucket_proto_rawDescOnce sync.Once
@@ -1161,69 +1399,80 @@ func file_internal_replicaset_rspb_bucket_proto_rawDescGZIP() []byte {
 	return file_internal_replicaset_rspb_bucket_proto_rawDescData
 }
 
-var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_internal_replicaset_rspb_bucket_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_internal_replicaset_rspb_bucket_proto_goTypes = []any{
-	(*LookupKey)(nil),              // 0: shardkit.replicaset.v1.LookupKey
-	(*LookupRequest)(nil),          // 1: shardkit.replicaset.v1.LookupRequest
-	(*LookupResponse)(nil),         // 2: shardkit.replicaset.v1.LookupResponse
-	(*LookupRangeRequest)(nil),     // 3: shardkit.replicaset.v1.LookupRangeRequest
-	(*LookupRangeResponse)(nil),    // 4: shardkit.replicaset.v1.LookupRangeResponse
-	(*BucketsRequest)(nil),         // 5: shardkit.replicaset.v1.BucketsRequest
-	(*BucketsResponse)(nil),        // 6: shardkit.replicaset.v1.BucketsResponse
-	(*SetBucketsRequest)(nil),      // 7: shardkit.replicaset.v1.SetBucketsRequest
-	(*SetBucketResult)(nil),        // 8: shardkit.replicaset.v1.SetBucketResult
-	(*SetBucketsResponse)(nil),     // 9: shardkit.replicaset.v1.SetBucketsResponse
-	(*BucketGeneration)(nil),       // 10: shardkit.replicaset.v1.BucketGeneration
-	(*ReceiveBucketsRequest)(nil),  // 11: shardkit.replicaset.v1.ReceiveBucketsRequest
-	(*BucketReceived)(nil),         // 12: shardkit.replicaset.v1.BucketReceived
-	(*ReceiveBucketsResponse)(nil), // 13: shardkit.replicaset.v1.ReceiveBucketsResponse
-	(*SendBucketsRequest)(nil),     // 14: shardkit.replicaset.v1.SendBucketsRequest
-	(*BucketRefusal)(nil),          // 15: shardkit.replicaset.v1.BucketRefusal
-	(*SendBucketsResponse)(nil),    // 16: shardkit.replicaset.v1.SendBucketsResponse
-	nil,                            // 17: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	nil,                            // 18: shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
-	nil,                            // 19: shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
-	(*PrevFact)(nil),               // 20: shardkit.replicaset.v1.PrevFact
-	(*BatchResult)(nil),            // 21: shardkit.replicaset.v1.BatchResult
-	(*CopiedTuple)(nil),            // 22: shardkit.replicaset.v1.CopiedTuple
-	(*SetBucket)(nil),              // 23: shardkit.replicaset.v1.SetBucket
-	(*BucketState)(nil),            // 24: shardkit.replicaset.v1.BucketState
-	(*CopyChunk)(nil),              // 25: shardkit.replicaset.v1.CopyChunk
+	(*BackupBucketsRequest)(nil),   // 0: shardkit.replicaset.v1.BackupBucketsRequest
+	(*BackupBucketsResponse)(nil),  // 1: shardkit.replicaset.v1.BackupBucketsResponse
+	(*RestoreBucketsRequest)(nil),  // 2: shardkit.replicaset.v1.RestoreBucketsRequest
+	(*RestoreBucketsResponse)(nil), // 3: shardkit.replicaset.v1.RestoreBucketsResponse
+	(*LookupKey)(nil),              // 4: shardkit.replicaset.v1.LookupKey
+	(*LookupRequest)(nil),          // 5: shardkit.replicaset.v1.LookupRequest
+	(*LookupResponse)(nil),         // 6: shardkit.replicaset.v1.LookupResponse
+	(*LookupRangeRequest)(nil),     // 7: shardkit.replicaset.v1.LookupRangeRequest
+	(*LookupRangeResponse)(nil),    // 8: shardkit.replicaset.v1.LookupRangeResponse
+	(*BucketsRequest)(nil),         // 9: shardkit.replicaset.v1.BucketsRequest
+	(*BucketsResponse)(nil),        // 10: shardkit.replicaset.v1.BucketsResponse
+	(*SetBucketsRequest)(nil),      // 11: shardkit.replicaset.v1.SetBucketsRequest
+	(*SetBucketResult)(nil),        // 12: shardkit.replicaset.v1.SetBucketResult
+	(*SetBucketsResponse)(nil),     // 13: shardkit.replicaset.v1.SetBucketsResponse
+	(*BucketGeneration)(nil),       // 14: shardkit.replicaset.v1.BucketGeneration
+	(*ReceiveBucketsRequest)(nil),  // 15: shardkit.replicaset.v1.ReceiveBucketsRequest
+	(*BucketReceived)(nil),         // 16: shardkit.replicaset.v1.BucketReceived
+	(*ReceiveBucketsResponse)(nil), // 17: shardkit.replicaset.v1.ReceiveBucketsResponse
+	(*SendBucketsRequest)(nil),     // 18: shardkit.replicaset.v1.SendBucketsRequest
+	(*BucketRefusal)(nil),          // 19: shardkit.replicaset.v1.BucketRefusal
+	(*SendBucketsResponse)(nil),    // 20: shardkit.replicaset.v1.SendBucketsResponse
+	nil,                            // 21: shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	nil,                            // 22: shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	nil,                            // 23: shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	(*CopyChunk)(nil),              // 24: shardkit.replicaset.v1.CopyChunk
+	(*PrevFact)(nil),               // 25: shardkit.replicaset.v1.PrevFact
+	(*BatchResult)(nil),            // 26: shardkit.replicaset.v1.BatchResult
+	(*CopiedTuple)(nil),            // 27: shardkit.replicaset.v1.CopiedTuple
+	(*SetBucket)(nil),              // 28: shardkit.replicaset.v1.SetBucket
+	(*BucketState)(nil),            // 29: shardkit.replicaset.v1.BucketState
 }
 var file_internal_replicaset_rspb_bucket_proto_depIdxs = []int32{
-	0,  // 0: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
-	20, // 1: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
-	21, // 2: shardkit.replicaset.v1.LookupResponse.applied:type_name -> shardkit.replicaset.v1.BatchResult
-	22, // 3: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	17, // 4: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
-	23, // 5: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	24, // 6: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
-	18, // 7: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
-	8,  // 8: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
-	10, // 9: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
-	19, // 10: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
-	12, // 11: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
-	10, // 12: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
-	25, // 13: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	15, // 14: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
-	24, // 15: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
-	7,  // 16: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
-	11, // 17: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
-	14, // 18: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
-	1,  // 19: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
-	3,  // 20: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
-	5,  // 21: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
-	9,  // 22: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
-	13, // 23: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
-	16, // 24: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
-	2,  // 25: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
-	4,  // 26: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
-	6,  // 27: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
-	22, // [22:28] is the sub-list for method output_type
-	16, // [16:22] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	24, // 0: shardkit.replicaset.v1.BackupBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	19, // 1: shardkit.replicaset.v1.BackupBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
+	24, // 2: shardkit.replicaset.v1.RestoreBucketsRequest.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	4,  // 3: shardkit.replicaset.v1.LookupRequest.keys:type_name -> shardkit.replicaset.v1.LookupKey
+	25, // 4: shardkit.replicaset.v1.LookupResponse.facts:type_name -> shardkit.replicaset.v1.PrevFact
+	26, // 5: shardkit.replicaset.v1.LookupResponse.applied:type_name -> shardkit.replicaset.v1.BatchResult
+	27, // 6: shardkit.replicaset.v1.LookupRangeResponse.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	21, // 7: shardkit.replicaset.v1.BucketsResponse.buckets:type_name -> shardkit.replicaset.v1.BucketsResponse.BucketsEntry
+	28, // 8: shardkit.replicaset.v1.SetBucketsRequest.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	29, // 9: shardkit.replicaset.v1.SetBucketResult.record:type_name -> shardkit.replicaset.v1.BucketState
+	22, // 10: shardkit.replicaset.v1.SetBucketResult.deleted_by_space:type_name -> shardkit.replicaset.v1.SetBucketResult.DeletedBySpaceEntry
+	12, // 11: shardkit.replicaset.v1.SetBucketsResponse.results:type_name -> shardkit.replicaset.v1.SetBucketResult
+	14, // 12: shardkit.replicaset.v1.ReceiveBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	23, // 13: shardkit.replicaset.v1.BucketReceived.copied_by_space:type_name -> shardkit.replicaset.v1.BucketReceived.CopiedBySpaceEntry
+	16, // 14: shardkit.replicaset.v1.ReceiveBucketsResponse.results:type_name -> shardkit.replicaset.v1.BucketReceived
+	14, // 15: shardkit.replicaset.v1.SendBucketsRequest.buckets:type_name -> shardkit.replicaset.v1.BucketGeneration
+	24, // 16: shardkit.replicaset.v1.SendBucketsResponse.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	19, // 17: shardkit.replicaset.v1.SendBucketsResponse.refused:type_name -> shardkit.replicaset.v1.BucketRefusal
+	29, // 18: shardkit.replicaset.v1.BucketsResponse.BucketsEntry.value:type_name -> shardkit.replicaset.v1.BucketState
+	11, // 19: shardkit.replicaset.v1.BucketService.SetBuckets:input_type -> shardkit.replicaset.v1.SetBucketsRequest
+	15, // 20: shardkit.replicaset.v1.BucketService.ReceiveBuckets:input_type -> shardkit.replicaset.v1.ReceiveBucketsRequest
+	18, // 21: shardkit.replicaset.v1.BucketService.SendBuckets:input_type -> shardkit.replicaset.v1.SendBucketsRequest
+	5,  // 22: shardkit.replicaset.v1.BucketService.Lookup:input_type -> shardkit.replicaset.v1.LookupRequest
+	7,  // 23: shardkit.replicaset.v1.BucketService.LookupRange:input_type -> shardkit.replicaset.v1.LookupRangeRequest
+	9,  // 24: shardkit.replicaset.v1.BucketService.Buckets:input_type -> shardkit.replicaset.v1.BucketsRequest
+	0,  // 25: shardkit.replicaset.v1.BucketService.BackupBuckets:input_type -> shardkit.replicaset.v1.BackupBucketsRequest
+	2,  // 26: shardkit.replicaset.v1.BucketService.RestoreBuckets:input_type -> shardkit.replicaset.v1.RestoreBucketsRequest
+	13, // 27: shardkit.replicaset.v1.BucketService.SetBuckets:output_type -> shardkit.replicaset.v1.SetBucketsResponse
+	17, // 28: shardkit.replicaset.v1.BucketService.ReceiveBuckets:output_type -> shardkit.replicaset.v1.ReceiveBucketsResponse
+	20, // 29: shardkit.replicaset.v1.BucketService.SendBuckets:output_type -> shardkit.replicaset.v1.SendBucketsResponse
+	6,  // 30: shardkit.replicaset.v1.BucketService.Lookup:output_type -> shardkit.replicaset.v1.LookupResponse
+	8,  // 31: shardkit.replicaset.v1.BucketService.LookupRange:output_type -> shardkit.replicaset.v1.LookupRangeResponse
+	10, // 32: shardkit.replicaset.v1.BucketService.Buckets:output_type -> shardkit.replicaset.v1.BucketsResponse
+	1,  // 33: shardkit.replicaset.v1.BucketService.BackupBuckets:output_type -> shardkit.replicaset.v1.BackupBucketsResponse
+	3,  // 34: shardkit.replicaset.v1.BucketService.RestoreBuckets:output_type -> shardkit.replicaset.v1.RestoreBucketsResponse
+	27, // [27:35] is the sub-list for method output_type
+	19, // [19:27] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_bucket_proto_init() }
@@ -1238,7 +1487,7 @@ func file_internal_replicaset_rspb_bucket_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_bucket_proto_rawDesc), len(file_internal_replicaset_rspb_bucket_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

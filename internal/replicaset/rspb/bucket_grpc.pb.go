@@ -25,6 +25,8 @@ const (
 	BucketService_Lookup_FullMethodName         = "/shardkit.replicaset.v1.BucketService/Lookup"
 	BucketService_LookupRange_FullMethodName    = "/shardkit.replicaset.v1.BucketService/LookupRange"
 	BucketService_Buckets_FullMethodName        = "/shardkit.replicaset.v1.BucketService/Buckets"
+	BucketService_BackupBuckets_FullMethodName  = "/shardkit.replicaset.v1.BucketService/BackupBuckets"
+	BucketService_RestoreBuckets_FullMethodName = "/shardkit.replicaset.v1.BucketService/RestoreBuckets"
 )
 
 // BucketServiceClient is the client API for BucketService service.
@@ -54,6 +56,16 @@ type BucketServiceClient interface {
 	LookupRange(ctx context.Context, in *LookupRangeRequest, opts ...grpc.CallOption) (*LookupRangeResponse, error)
 	// Buckets lists the replicaset's bucket records, as its leader has them.
 	Buckets(ctx context.Context, in *BucketsRequest, opts ...grpc.CallOption) (*BucketsResponse, error)
+	// BackupBuckets streams buckets the replicaset holds (ACTIVE), as
+	// SendBuckets streams a move's, from one view read after a ReadIndex (so
+	// every write acknowledged before the call is in it), on the leader,
+	// for an admin's backup (docs/design/backup.md). Each bucket it does
+	// not hold is refused on its own, naming its state. Writes go on.
+	BackupBuckets(ctx context.Context, in *BackupBucketsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupBucketsResponse], error)
+	// RestoreBuckets logs chunks of a backup (CopyChunk.restore) into
+	// buckets the replicaset holds ACTIVE, on the leader, for an admin's
+	// restore; each chunk has its own result.
+	RestoreBuckets(ctx context.Context, in *RestoreBucketsRequest, opts ...grpc.CallOption) (*RestoreBucketsResponse, error)
 }
 
 type bucketServiceClient struct {
@@ -133,6 +145,35 @@ func (c *bucketServiceClient) Buckets(ctx context.Context, in *BucketsRequest, o
 	return out, nil
 }
 
+func (c *bucketServiceClient) BackupBuckets(ctx context.Context, in *BackupBucketsRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[BackupBucketsResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BucketService_ServiceDesc.Streams[1], BucketService_BackupBuckets_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[BackupBucketsRequest, BackupBucketsResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BucketService_BackupBucketsClient = grpc.ServerStreamingClient[BackupBucketsResponse]
+
+func (c *bucketServiceClient) RestoreBuckets(ctx context.Context, in *RestoreBucketsRequest, opts ...grpc.CallOption) (*RestoreBucketsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RestoreBucketsResponse)
+	err := c.cc.Invoke(ctx, BucketService_RestoreBuckets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BucketServiceServer is the server API for BucketService service.
 // All implementations must embed UnimplementedBucketServiceServer
 // for forward compatibility.
@@ -160,6 +201,16 @@ type BucketServiceServer interface {
 	LookupRange(context.Context, *LookupRangeRequest) (*LookupRangeResponse, error)
 	// Buckets lists the replicaset's bucket records, as its leader has them.
 	Buckets(context.Context, *BucketsRequest) (*BucketsResponse, error)
+	// BackupBuckets streams buckets the replicaset holds (ACTIVE), as
+	// SendBuckets streams a move's, from one view read after a ReadIndex (so
+	// every write acknowledged before the call is in it), on the leader,
+	// for an admin's backup (docs/design/backup.md). Each bucket it does
+	// not hold is refused on its own, naming its state. Writes go on.
+	BackupBuckets(*BackupBucketsRequest, grpc.ServerStreamingServer[BackupBucketsResponse]) error
+	// RestoreBuckets logs chunks of a backup (CopyChunk.restore) into
+	// buckets the replicaset holds ACTIVE, on the leader, for an admin's
+	// restore; each chunk has its own result.
+	RestoreBuckets(context.Context, *RestoreBucketsRequest) (*RestoreBucketsResponse, error)
 	mustEmbedUnimplementedBucketServiceServer()
 }
 
@@ -187,6 +238,12 @@ func (UnimplementedBucketServiceServer) LookupRange(context.Context, *LookupRang
 }
 func (UnimplementedBucketServiceServer) Buckets(context.Context, *BucketsRequest) (*BucketsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Buckets not implemented")
+}
+func (UnimplementedBucketServiceServer) BackupBuckets(*BackupBucketsRequest, grpc.ServerStreamingServer[BackupBucketsResponse]) error {
+	return status.Error(codes.Unimplemented, "method BackupBuckets not implemented")
+}
+func (UnimplementedBucketServiceServer) RestoreBuckets(context.Context, *RestoreBucketsRequest) (*RestoreBucketsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RestoreBuckets not implemented")
 }
 func (UnimplementedBucketServiceServer) mustEmbedUnimplementedBucketServiceServer() {}
 func (UnimplementedBucketServiceServer) testEmbeddedByValue()                       {}
@@ -310,6 +367,35 @@ func _BucketService_Buckets_Handler(srv interface{}, ctx context.Context, dec fu
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BucketService_BackupBuckets_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(BackupBucketsRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BucketServiceServer).BackupBuckets(m, &grpc.GenericServerStream[BackupBucketsRequest, BackupBucketsResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BucketService_BackupBucketsServer = grpc.ServerStreamingServer[BackupBucketsResponse]
+
+func _BucketService_RestoreBuckets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RestoreBucketsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BucketServiceServer).RestoreBuckets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BucketService_RestoreBuckets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BucketServiceServer).RestoreBuckets(ctx, req.(*RestoreBucketsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BucketService_ServiceDesc is the grpc.ServiceDesc for BucketService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -337,11 +423,20 @@ var BucketService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "Buckets",
 			Handler:    _BucketService_Buckets_Handler,
 		},
+		{
+			MethodName: "RestoreBuckets",
+			Handler:    _BucketService_RestoreBuckets_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "SendBuckets",
 			Handler:       _BucketService_SendBuckets_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "BackupBuckets",
+			Handler:       _BucketService_BackupBuckets_Handler,
 			ServerStreams: true,
 		},
 	},

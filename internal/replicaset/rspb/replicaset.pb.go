@@ -599,7 +599,11 @@ type CopyChunk struct {
 	Revision uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
 	// On the last chunk: the bucket's change history the source keeps
 	// (Event), so a watcher resuming from an older revision finds it here.
-	Events        []*Event `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*Event `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
+	// A chunk of a backup being restored (RestoreBuckets): applied to a
+	// bucket the replicaset holds ACTIVE, at any generation, instead of a
+	// receiving one; its last chunk does not mark the record copied.
+	Restore       bool `protobuf:"varint,8,opt,name=restore,proto3" json:"restore,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -681,6 +685,13 @@ func (x *CopyChunk) GetEvents() []*Event {
 		return x.Events
 	}
 	return nil
+}
+
+func (x *CopyChunk) GetRestore() bool {
+	if x != nil {
+		return x.Restore
+	}
+	return false
 }
 
 // Event is one batch applied to a bucket, as the change history keeps it
@@ -1865,7 +1876,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xaa\x02\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xc4\x02\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
@@ -1875,7 +1886,8 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12A\n" +
 	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x04R\brevision\x125\n" +
-	"\x06events\x18\a \x03(\v2\x1d.shardkit.replicaset.v1.EventR\x06events\"\x90\x01\n" +
+	"\x06events\x18\a \x03(\v2\x1d.shardkit.replicaset.v1.EventR\x06events\x12\x18\n" +
+	"\arestore\x18\b \x01(\bR\arestore\"\x90\x01\n" +
 	"\x05Event\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12 \n" +

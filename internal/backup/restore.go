@@ -1,0 +1,207 @@
+package backup
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	datav1 "github.com/shardkit/shardkit/api/data/v1"
+	"github.com/shardkit/shardkit/internal/replicaset"
+	"github.com/shardkit/shardkit/internal/replicaset/rsclient"
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+)
+
+// RestoreOptions tune Restore.
+type RestoreOptions struct {
+	// CreateSpace creates a space of the definition (data.v1 CreateSpace)
+	// and returns it as created, with the id the new cluster gave it.
+	CreateSpace func(ctx context.Context, sp *datav1.Space) (*datav1.Space, error)
+	// CreateUser creates a user with a role.
+	CreateUser func(ctx context.Context, u User) error
+	// Progress, if set, is called after each call that logged chunks.
+	Progress func(Progress)
+}
+
+// Restore loads the backup in dir into a running cluster that has no
+// spaces (so no rows) and the backup's bucket count; anything else is
+// refused, saying what it found. The backup is verified first (a damaged
+// or incomplete one is refused, naming what is wrong). It creates the
+// backup's spaces (the new cluster gives them ids; the rows follow their
+// space by name) and its users that the cluster does not have, then logs each bucket's chunks into the replicaset the
+// new cluster's routing places it on (RestoreBuckets): the rows, the
+// request ids remembered, the change history, and the revision, which
+// the bucket's next writes continue.
+func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Manifest, error) {
+	rep, err := Verify(dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Problems) > 0 {
+		return nil, fmt.Errorf("backup: %s does not verify, nothing restored: %s", dir, strings.Join(rep.Problems, "; "))
+	}
+	m := rep.Manifest
+	rt, err := cl.Routing(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backup: reading the routing table: %w", err)
+	}
+	if rt.GetBucketCount() != m.BucketCount {
+		return nil, fmt.Errorf("backup: the cluster has %d buckets, the backup %d: a restore keeps every row in its bucket, so the counts must match", rt.GetBucketCount(), m.BucketCount)
+	}
+	if len(rt.GetSpaces()) > 0 {
+		var names []string
+		for _, sp := range rt.GetSpaces() {
+			names = append(names, sp.GetName())
+		}
+		return nil, fmt.Errorf("backup: the cluster has spaces (%s): a backup is restored only into a cluster with none", strings.Join(names, ", "))
+	}
+	// The spaces, in the order of their old ids; ids maps old to new.
+	var spaces []*datav1.Space
+	for i, raw := range m.Spaces {
+		sp := &datav1.Space{}
+		if err := protojson.Unmarshal(raw, sp); err != nil {
+			return nil, fmt.Errorf("backup: the manifest's space %d: %w", i, err)
+		}
+		spaces = append(spaces, sp)
+	}
+	slices.SortFunc(spaces, func(a, b *datav1.Space) int { return cmp.Compare(a.GetId(), b.GetId()) })
+	// A name twice: the space was dropped and created again during the
+	// backup; the later one (the higher id) is the space, the other's rows
+	// are restored nowhere (ids maps their space to none).
+	latest := map[string]uint32{}
+	for _, sp := range spaces {
+		latest[sp.GetName()] = sp.GetId()
+	}
+	ids := map[uint32]uint32{}
+	for _, sp := range spaces {
+		if latest[sp.GetName()] != sp.GetId() {
+			continue
+		}
+		def := &datav1.Space{Name: sp.GetName(), Format: sp.GetFormat(), PrimaryKey: sp.GetPrimaryKey(), ShardingKey: sp.GetShardingKey()}
+		got, err := o.CreateSpace(ctx, def)
+		if err != nil {
+			return nil, fmt.Errorf("backup: creating space %s: %w", sp.GetName(), err)
+		}
+		ids[sp.GetId()] = got.GetId()
+	}
+	have, err := cl.Users(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("backup: listing the users: %w", err)
+	}
+	for _, u := range m.Users {
+		if slices.ContainsFunc(have, func(h User) bool { return h.Name == u.Name }) {
+			continue // root, or a user made for the restore
+		}
+		if err := o.CreateUser(ctx, u); err != nil {
+			return nil, fmt.Errorf("backup: creating user %s: %w", u.Name, err)
+		}
+	}
+	if rt, err = cl.Routing(ctx); err != nil {
+		return nil, fmt.Errorf("backup: reading the routing table: %w", err)
+	}
+	holder := map[uint32]*datav1.ReplicasetRoute{}
+	routes := map[string]*datav1.ReplicasetRoute{}
+	for _, r := range rt.GetReplicasets() {
+		routes[r.GetReplicasetId()] = r
+	}
+	for _, br := range rt.GetBuckets() {
+		for b := br.GetFirst(); b <= br.GetLast() && b != 0; b++ {
+			holder[b] = routes[br.GetReplicasetId()]
+		}
+	}
+	r := &restorer{cl: cl, pending: map[string][]*rspb.CopyChunk{}, prog: Progress{BucketCount: m.BucketCount}, progress: o.Progress}
+	err = Each(dir, m, func(_ string, c *rspb.CopyChunk) error {
+		h := holder[c.GetBucket()]
+		if h == nil {
+			return fmt.Errorf("backup: the cluster's routing places bucket %d on no replicaset", c.GetBucket())
+		}
+		c.Restore = true
+		c.Generation = 0
+		for _, t := range c.GetTuples() {
+			t.SpaceId = ids[t.GetSpaceId()]
+		}
+		for _, ev := range c.GetEvents() {
+			for _, op := range ev.GetOps() {
+				op.SpaceId = ids[op.GetSpaceId()]
+			}
+		}
+		return r.add(ctx, h, c)
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, h := range rt.GetReplicasets() {
+		if err := r.flush(ctx, h); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// restorer batches chunks per replicaset into RestoreBuckets calls of
+// about replicaset.MaxChunkBytes.
+type restorer struct {
+	cl       Cluster
+	pending  map[string][]*rspb.CopyChunk
+	size     map[string]int
+	prog     Progress
+	progress func(Progress)
+}
+
+func (r *restorer) add(ctx context.Context, h *datav1.ReplicasetRoute, c *rspb.CopyChunk) error {
+	if r.size == nil {
+		r.size = map[string]int{}
+	}
+	id := h.GetReplicasetId()
+	if r.size[id]+c.SizeVT() > replicaset.MaxChunkBytes {
+		if err := r.flush(ctx, h); err != nil {
+			return err
+		}
+	}
+	r.pending[id] = append(r.pending[id], c)
+	r.size[id] += c.SizeVT()
+	return nil
+}
+
+// flush logs h's pending chunks; a call repeated after an unknown outcome
+// inserts nothing twice (the copy's apply skips keys it holds).
+func (r *restorer) flush(ctx context.Context, h *datav1.ReplicasetRoute) error {
+	id := h.GetReplicasetId()
+	chunks := r.pending[id]
+	if len(chunks) == 0 {
+		return nil
+	}
+	r.pending[id], r.size[id] = nil, 0
+	addrs := []string{h.GetLeaderAddress()}
+	for _, mb := range h.GetMembers() {
+		addrs = append(addrs, mb.GetAddress())
+	}
+	var resp *rspb.RestoreBucketsResponse
+	err := rsclient.OnLeader(ctx, r.cl.Dial, id, addrs, func(ctx context.Context, c rspb.BucketServiceClient) error {
+		var err error
+		resp, err = c.RestoreBuckets(ctx, &rspb.RestoreBucketsRequest{ReplicasetId: id, Chunks: chunks})
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("backup: restoring into replicaset %s: %w", id, err)
+	}
+	for i, why := range resp.GetRefused() {
+		if why != "" {
+			return fmt.Errorf("backup: replicaset %s refused a chunk of bucket %d: %s", id, chunks[i].GetBucket(), why)
+		}
+	}
+	for _, c := range chunks {
+		if c.GetLast() {
+			r.prog.Buckets++
+		}
+		r.prog.Rows += uint64(len(c.GetTuples()))
+		r.prog.Bytes += int64(c.SizeVT())
+	}
+	if r.progress != nil {
+		r.progress(r.prog)
+	}
+	return nil
+}

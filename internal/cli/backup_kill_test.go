@@ -1,0 +1,106 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/internal/backup"
+	"github.com/shardkit/shardkit/internal/server/servertest"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// A backup of two `shardkit run` processes (two replicasets of one
+// instance each) during which the instance of the replicaset not yet
+// captured is killed -9: the backup fails, naming the replicaset, and
+// leaves no manifest (verify names the directory an incomplete backup,
+// restore refuses it).
+func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts real instances")
+	}
+	var addrs []string
+	for range 2 {
+		l, a := servertest.Listen(t)
+		addrs = append(addrs, a)
+		l.Close() // the instance binds it itself
+	}
+	var procs []*os.Process
+	for i, a := range addrs {
+		cmd, _, _ := startShardkit(t, "run", "--instance-id", fmt.Sprintf("i%d", i+1), "--listen", a, "--peer", addrs[0],
+			"--data-dir", t.TempDir(), "--init-bucket-count", fmt.Sprint(backupBuckets))
+		procs = append(procs, cmd.Process)
+	}
+	cl, err := client.New(t.Context(), client.Config{Peers: addrs, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	waitBalanced(t, cl, 2)
+	if code, _, errOut := runMain(t, "space", "create", "kv", "--peer", addrs[0], "--field", "k:unsigned", "--field", "v:string", "--primary", "k"); code != 0 {
+		t.Fatalf("space create: %s", errOut)
+	}
+	// The client learns the new space when its routing is read again.
+	pollFor(t, "a write to the new space", func() bool {
+		_, err := cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(0), tuple.String("v")})
+		return err == nil
+	})
+	for k := range uint64(300) {
+		if _, err := cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(k), tuple.String("v")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(t.TempDir(), "b")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var once sync.Once
+	_, err = backup.Create(ctx, backupCluster{cl}, dir, backup.CreateOptions{ChunkTuples: 3, Progress: func(backup.Progress) {
+		// After the first replicaset's file, the other's instance dies
+		// (replicasets are named after their instance: i1's is r1).
+		once.Do(func() {
+			victim := 1
+			if files := glob(t, filepath.Join(dir, "r2-*.data")); len(files) > 0 {
+				victim = 0
+			}
+			if err := procs[victim].Kill(); err != nil {
+				t.Error(err)
+			}
+			// The worker dies with its parent (a parent-death signal), a
+			// moment later: the backup goes on once it has.
+			pollFor(t, "the killed instance's port to close", func() bool {
+				c, err := net.DialTimeout("tcp", addrs[victim], time.Second)
+				if err == nil {
+					c.Close()
+				}
+				return err != nil
+			})
+		})
+	}})
+	if err == nil {
+		t.Fatal("the backup completed without the killed instance's buckets")
+	}
+	t.Logf("the backup failed: %v", err)
+	if !strings.Contains(err.Error(), "replicaset r") {
+		t.Fatalf("the failure does not name the replicaset: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, backup.ManifestName)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a failed backup left a manifest: %v", err)
+	}
+	if files := glob(t, filepath.Join(dir, "*.data")); len(files) == 0 {
+		t.Fatal("no data file of the replicaset captured before the kill: the kill came before the backup")
+	}
+	if code, _, errOut := runMain(t, "backup", "verify", dir); code != 1 || !strings.Contains(errOut, "incomplete backup") {
+		t.Fatalf("verify of the failed backup: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runMain(t, "backup", "restore", "--peer", addrs[0], "--from", dir, "--timeout", "10s"); code == 0 || !strings.Contains(errOut, "incomplete backup") {
+		t.Fatalf("restore of the failed backup: exit %d: %s", code, errOut)
+	}
+}

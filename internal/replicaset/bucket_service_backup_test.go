@@ -1,0 +1,90 @@
+package replicaset
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/tuple"
+)
+
+// A backup's chunks, as chunkBucket reads them from one replicaset,
+// restored into another that holds the bucket ACTIVE: the rows arrive,
+// the record stays ACTIVE (not marked copied), the bucket's revision
+// continues from the backed-up one, a retry of a write the source applied
+// is answered, not applied again, and a repeated restore inserts nothing.
+// A restore chunk is refused where the bucket is not ACTIVE, and a move's
+// chunk is still refused where it is.
+func TestABackupRestoresIntoAnActiveBucket(t *testing.T) {
+	const b = 5
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.setup()
+	id := requestID(1)
+	src.ok(&rspb.Batch{Bucket: b, RequestId: id, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
+	for i := range 3 {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint("b", i), 1))}})
+	}
+	srcRev, err := src.sm.RevisionOf(src.db, b)
+	if err != nil || srcRev != 4 {
+		t.Fatalf("the source's revision: %d, %v; want 4", srcRev, err)
+	}
+	source := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: src.db}}
+	var chunks []*rspb.CopyChunk
+	ch := &chunker{limit: 2, flush: func(cs []*rspb.CopyChunk, _ []*rspb.BucketRefusal) error {
+		chunks = append(chunks, cs...)
+		return nil
+	}}
+	if err := source.chunkBucket(src.db, ch, &rspb.CopyChunk{Bucket: b, Restore: true}, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b]); err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.send(); err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) < 2 || !chunks[len(chunks)-1].GetLast() || chunks[len(chunks)-1].GetRevision() != srcRev {
+		t.Fatalf("the bucket in %d chunks (2 rows each), the last %v", len(chunks), chunks[len(chunks)-1])
+	}
+	restore := func(f *fixture) []*CopyOutcome {
+		t.Helper()
+		return f.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})[0].Copies
+	}
+	copied := 0
+	for i, o := range restore(dst) {
+		if o.Refused != nil {
+			t.Fatalf("chunk %d refused: %v", i, o.Refused)
+		}
+		copied += o.Copied
+	}
+	if copied != 4 {
+		t.Fatalf("the restore copied %d rows, want 4", copied)
+	}
+	if st, err := dst.sm.BucketStateOf(dst.db, b); err != nil || st.GetState() != rspb.BucketState_STATE_ACTIVE || st.GetCopied() {
+		t.Fatalf("the record after the restore: %v, %v; want ACTIVE, not copied", st, err)
+	}
+	for i, o := range restore(dst) {
+		if o.Refused != nil || o.Copied != 0 {
+			t.Fatalf("a repeated restore's chunk %d: %+v, want nothing inserted", i, o)
+		}
+	}
+	if o := dst.batch(&rspb.Batch{Bucket: b, RequestId: id, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}}); !o.Duplicate {
+		t.Fatalf("a retry of the source's write after the restore: %+v, want its remembered answer", o)
+	}
+	if r := dst.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "c", 1))}}); r.GetRevision() != srcRev+1 {
+		t.Fatalf("the first write after the restore: revision %d, want %d", r.GetRevision(), srcRev+1)
+	}
+	k, _ := tuple.AppendKey(nil, tuple.Uint(1), tuple.String("b2"))
+	if _, found, err := dst.sm.Get(dst.db, b, 1, k); err != nil || !found {
+		t.Fatalf("a restored row: found %v, %v", found, err)
+	}
+
+	// Where the bucket is not ACTIVE, a restore is refused, naming it.
+	dst.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "r2")
+	if o := restore(dst)[0]; o.Refused == nil || !strings.Contains(o.Refused.Error(), "not active") {
+		t.Fatalf("a restore into a SENDING bucket: %+v", o)
+	}
+	// And a move's chunk is refused where the bucket is ACTIVE.
+	if o := dst.copyChunk(6, 1, chunks[0].GetTuples()...); o.Refused == nil || !strings.Contains(o.Refused.Error(), "not receiving") {
+		t.Fatalf("a move's chunk into an ACTIVE bucket: %+v", o)
+	}
+}
