@@ -104,3 +104,58 @@ func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 		t.Fatalf("restore of the failed backup: exit %d: %s", code, errOut)
 	}
 }
+
+// A `shardkit backup create` process killed -9 while it writes leaves a
+// directory with data files and no manifest: verify names it an
+// incomplete backup and restore refuses it. A kill that comes after the
+// backup ended proves nothing, so the backup is made slower (more rows,
+// a row a record) and taken again, up to three times.
+func TestABackupProcessKilledMidwayLeavesAnIncompleteBackup(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a real backup process")
+	}
+	peers, cl := startBackupCluster(t, 3)
+	if code, _, errOut := runMain(t, "space", "create", "kv", "--peer", peers, "--field", "k:unsigned", "--field", "v:string", "--primary", "k"); code != 0 {
+		t.Fatalf("space create: %s", errOut)
+	}
+	rows := uint64(0)
+	for attempt := range 3 {
+		for more := rows + 1000<<(2*attempt); rows < more; rows++ {
+			if _, err := cl.Space("kv").Replace(t.Context(), tuple.Tuple{tuple.Uint(rows), tuple.String("v")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dir := filepath.Join(t.TempDir(), "b")
+		cmd, out, done := startShardkit(t, "backup", "create", "--peer", peers, "--to", dir, "--chunk-rows", "1")
+		pollFor(t, "the backup's first data file", func() bool {
+			select {
+			case err := <-done:
+				done <- err // for startShardkit's cleanup
+				t.Fatalf("backup create ended before a data file was seen (%v): %s", err, out.String())
+			default:
+			}
+			return len(glob(t, filepath.Join(dir, "*.data"))) > 0
+		})
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		done <- <-done // ended; left for startShardkit's cleanup
+		if _, err := os.Stat(filepath.Join(dir, backup.ManifestName)); err == nil {
+			// A manifest: the backup ended before the kill, and is whole.
+			if rep, err := backup.Verify(dir); err != nil || len(rep.Problems) > 0 {
+				t.Fatalf("a backup killed midway left a manifest, and it does not verify: %v %v", err, rep)
+			}
+			t.Logf("attempt %d: the backup of %d rows ended before the kill; again with more rows", attempt+1, rows)
+			continue
+		}
+		code, stdout, errOut := runMain(t, "backup", "verify", dir)
+		if code != 1 || !strings.Contains(errOut+stdout, "incomplete backup") {
+			t.Fatalf("verify of a backup killed midway: exit %d: %s%s", code, stdout, errOut)
+		}
+		if code, _, errOut := runMain(t, "backup", "restore", "--peer", peers, "--from", dir, "--timeout", "10s"); code == 0 || !strings.Contains(errOut, "incomplete backup") {
+			t.Fatalf("restore of a backup killed midway: exit %d: %s", code, errOut)
+		}
+		return
+	}
+	t.Fatalf("every backup ended before its process was killed (%d rows at the last)", rows)
+}
