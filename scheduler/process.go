@@ -468,56 +468,102 @@ func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
 			r.storeFailed(ctx, l, "read changed offers", err)
 			return
 		}
-		// The marks are asked about side by side (their reads go together
-		// to the store); those that failed stay for the next round.
-		asked := make([][]Entry, len(cs))
-		errs := make([]error, len(cs))
-		sem := make(chan struct{}, passOnParallel)
-		var wg sync.WaitGroup
-		for i, c := range cs {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer func() {
-					<-sem
-					wg.Done()
-				}()
-				asked[i], errs[i] = r.passOn(ctx, l, c)
-			}()
-		}
-		wg.Wait()
-		var entries []Entry
-		var acks []Change
-		for i, c := range cs {
-			if errs[i] != nil {
-				r.storeFailed(ctx, l, "pass on a changed offer "+c.OfferID, errs[i])
-				continue
-			}
-			entries, acks = append(entries, asked[i]...), append(acks, c)
-		}
-		if len(entries) > 0 {
-			queued, err := r.store.OfferMany(ctx, l, entries)
-			if err != nil {
-				r.storeFailed(ctx, l, "queue changed offers", err)
-				return
-			}
-			for i, ok := range queued {
-				if ok {
-					r.byID[entries[i].Stage].wants.add(l.Shard)
-				}
-			}
-		}
-		if len(acks) > 0 {
-			if err := r.store.AckChanges(ctx, l, acks); err != nil {
-				r.storeFailed(ctx, l, "ack changed offers", err)
-				return
-			}
-		}
-		if len(acks) < len(cs) || len(cs) < r.cfg.BatchSize {
+		if !r.passOnBatch(ctx, l, cs) {
 			return
 		}
 	}
 }
+
+// passOnBatch passes on one batch of l's marks and says whether to read
+// more. Each offer is held busy from its ask until its mark is acked, so
+// that no stage saves it in between: such a save would merge its own
+// change into the mark being passed on (whose ack then fails, the seq
+// having moved), and the stage would be asked again about its own change.
+func (r *Runner) passOnBatch(ctx context.Context, l Lease, cs []Change) bool {
+	held := r.holdChanged(cs)
+	defer r.releaseChanged(l.Shard, held)
+	// The marks are asked about side by side (their reads go together
+	// to the store); those that failed stay for the next round.
+	asked := make([][]Entry, len(cs))
+	errs := make([]error, len(cs))
+	sem := make(chan struct{}, passOnParallel)
+	var wg sync.WaitGroup
+	for i, c := range cs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() {
+				<-sem
+				wg.Done()
+			}()
+			asked[i], errs[i] = r.passOn(ctx, l, c)
+		}()
+	}
+	wg.Wait()
+	var entries []Entry
+	var acks []Change
+	for i, c := range cs {
+		if errs[i] != nil {
+			r.storeFailed(ctx, l, "pass on a changed offer "+c.OfferID, errs[i])
+			continue
+		}
+		entries, acks = append(entries, asked[i]...), append(acks, c)
+	}
+	if len(entries) > 0 {
+		queued, err := r.store.OfferMany(ctx, l, entries)
+		if err != nil {
+			r.storeFailed(ctx, l, "queue changed offers", err)
+			return false
+		}
+		for i, ok := range queued {
+			if ok {
+				r.byID[entries[i].Stage].wants.add(l.Shard)
+			}
+		}
+	}
+	if len(acks) > 0 {
+		if err := r.store.AckChanges(ctx, l, acks); err != nil {
+			r.storeFailed(ctx, l, "ack changed offers", err)
+			return false
+		}
+	}
+	return len(acks) == len(cs) && len(cs) >= r.cfg.BatchSize
+}
+
+// holdChanged marks busy the offers of cs that no stage is processing,
+// and returns them.
+func (r *Runner) holdChanged(cs []Change) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for _, c := range cs {
+		if _, busy := r.busy[c.OfferID]; !busy {
+			r.busy[c.OfferID] = changesBusy
+			ids = append(ids, c.OfferID)
+		}
+	}
+	return ids
+}
+
+// releaseChanged frees the offers holdChanged held, and wants their
+// shard in every stage (their entries were left alone while held).
+func (r *Runner) releaseChanged(shard int, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	r.mu.Lock()
+	for _, id := range ids {
+		if r.busy[id] == changesBusy {
+			delete(r.busy, id)
+		}
+	}
+	r.mu.Unlock()
+	r.wakeStages(shard)
+}
+
+// changesBusy is the busy mark of an offer whose change is being passed
+// on (no stage id is empty).
+const changesBusy = ""
 
 // storeFailed lets l go when the store fenced it; other failures of the
 // changed-offer pass are logged (unless the runner is stopping), and the

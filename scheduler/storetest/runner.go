@@ -954,9 +954,12 @@ func testWakeupReadsItsShard(e env) {
 	// still be on their way: so three offers, one after another, and at
 	// least one of them must be worked reading its own shard alone.
 	var seen []string
+	prev := -1 // the shard of the offer before: its call's end wants it again
 	for i := range 3 {
 		id := "o" + strconv.Itoa(i)
 		sh := scheduler.ShardOf(id, shards)
+		before := prev
+		prev = sh
 		c.mu.Lock()
 		clear(c.reads)
 		c.mu.Unlock()
@@ -972,7 +975,10 @@ func testWakeupReadsItsShard(e env) {
 		if reads[sh] == 0 {
 			t.Fatalf("offer %s of shard %d was processed with no read of its shard: reads by shard %v", id, sh, reads)
 		}
-		if len(reads) == 1 {
+		if before != sh {
+			delete(reads, before)
+		}
+		if reads[sh] > 0 && len(reads) == 1 {
 			return
 		}
 		seen = append(seen, fmt.Sprintf("offer %s of shard %d: reads by shard %v", id, sh, reads))
