@@ -180,11 +180,16 @@ func (r *Runner) take(st *stageRun, e Entry) bool {
 
 func (r *Runner) untake(st *stageRun, e Entry) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	delete(r.busy, e.OfferID)
 	st.ended[e.OfferID] = true
 	if st.inFlight[e.Shard]--; st.inFlight[e.Shard] <= 0 {
 		delete(st.inFlight, e.Shard)
+	}
+	deferred := r.deferred[e.OfferID]
+	delete(r.deferred, e.OfferID)
+	r.mu.Unlock()
+	if deferred {
+		r.changes.add(e.Shard)
 	}
 }
 
@@ -476,11 +481,13 @@ func (r *Runner) passOnChanges(ctx context.Context, l Lease) {
 
 // passOnBatch passes on one batch of l's marks and says whether to read
 // more. Each offer is held busy from its ask until its mark is acked, so
-// that no stage saves it in between: such a save would merge its own
-// change into the mark being passed on (whose ack then fails, the seq
-// having moved), and the stage would be asked again about its own change.
+// that no stage processes it in between: the stages' answers are about
+// the offer as read, and an entry offered after a stage's save on a
+// stale answer would run the stage again. The mark of an offer a stage
+// is processing now is left for when that call ends.
 func (r *Runner) passOnBatch(ctx context.Context, l Lease, cs []Change) bool {
-	held := r.holdChanged(cs)
+	all := len(cs)
+	held, cs := r.holdChanged(cs)
 	defer r.releaseChanged(l.Shard, held)
 	// The marks are asked about side by side (their reads go together
 	// to the store); those that failed stay for the next round.
@@ -527,22 +534,27 @@ func (r *Runner) passOnBatch(ctx context.Context, l Lease, cs []Change) bool {
 			return false
 		}
 	}
-	return len(acks) == len(cs) && len(cs) >= r.cfg.BatchSize
+	return len(acks) == all && all >= r.cfg.BatchSize
 }
 
 // holdChanged marks busy the offers of cs that no stage is processing,
-// and returns them.
-func (r *Runner) holdChanged(cs []Change) []string {
+// and returns them and their changes; the others are deferred to the end
+// of their stage's call.
+func (r *Runner) holdChanged(cs []Change) ([]string, []Change) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var ids []string
+	var free []Change
 	for _, c := range cs {
-		if _, busy := r.busy[c.OfferID]; !busy {
-			r.busy[c.OfferID] = changesBusy
-			ids = append(ids, c.OfferID)
+		if _, busy := r.busy[c.OfferID]; busy {
+			r.deferred[c.OfferID] = true
+			continue
 		}
+		r.busy[c.OfferID] = changesBusy
+		ids = append(ids, c.OfferID)
+		free = append(free, c)
 	}
-	return ids
+	return ids, free
 }
 
 // releaseChanged frees the offers holdChanged held, and wants their

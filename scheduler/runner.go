@@ -128,6 +128,9 @@ type Runner struct {
 	mu     sync.Mutex
 	leases map[int]*held
 	busy   map[string]string // offer id -> the stage processing it
+	// deferred: offers whose mark the changed-offer pass left for when
+	// their stage's call ends (the call's end wants their shard's marks).
+	deferred map[string]bool
 
 	// The saves waiting for their shard's SaveMany, and the shards whose
 	// saver runs (save, flushSaves).
@@ -171,6 +174,7 @@ func NewRunner(cfg Config) (*Runner, error) {
 		changes:     newShardWants(),
 		leases:      map[int]*held{},
 		busy:        map[string]string{},
+		deferred:    map[string]bool{},
 		savePending: map[int][]*saveCall{},
 		saveBusy:    map[int]bool{},
 	}
