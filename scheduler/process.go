@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 // ---- step 1: a stage's queue ----
@@ -447,20 +449,15 @@ const (
 // eachLease runs f for every lease of ls, changesParallel at once, and
 // returns when all have returned.
 func (r *Runner) eachLease(ctx context.Context, ls []Lease, f func(context.Context, Lease)) {
-	sem := make(chan struct{}, changesParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(changesParallel)
 	for _, l := range ls {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() {
-				<-sem
-				wg.Done()
-			}()
+		g.Go(func() error {
 			f(ctx, l)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // f returns nothing to wait for
 }
 
 // passOnChanges passes on the marks of l's shard, a batch at a time: the
@@ -493,20 +490,15 @@ func (r *Runner) passOnBatch(ctx context.Context, l Lease, cs []Change) bool {
 	// to the store); those that failed stay for the next round.
 	asked := make([][]Entry, len(cs))
 	errs := make([]error, len(cs))
-	sem := make(chan struct{}, passOnParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(passOnParallel)
 	for i, c := range cs {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer func() {
-				<-sem
-				wg.Done()
-			}()
+		g.Go(func() error {
 			asked[i], errs[i] = r.passOn(ctx, l, c)
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait() // each mark's error is its own, in errs
 	var entries []Entry
 	var acks []Change
 	for i, c := range cs {
