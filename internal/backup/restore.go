@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
 
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -112,7 +115,7 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 			holder[b] = routes[br.GetReplicasetId()]
 		}
 	}
-	r := &restorer{cl: cl, pending: map[string][]*rspb.CopyChunk{}, prog: Progress{BucketCount: m.BucketCount}, progress: o.Progress}
+	r := newRestorer(ctx, cl, m.BucketCount, o.Progress)
 	err = Each(dir, m, func(_ string, c *rspb.CopyChunk) error {
 		h := holder[c.GetBucket()]
 		if h == nil {
@@ -128,36 +131,57 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 				op.SpaceId = ids[op.GetSpaceId()]
 			}
 		}
-		return r.add(ctx, h, c)
+		return r.add(h, c)
 	})
+	for _, h := range rt.GetReplicasets() {
+		if err != nil {
+			break
+		}
+		err = r.flush(h)
+	}
+	// A call's failure is the cause of anything that failed after it.
+	if werr := r.wait(); werr != nil {
+		err = werr
+	}
 	if err != nil {
 		return nil, err
-	}
-	for _, h := range rt.GetReplicasets() {
-		if err := r.flush(ctx, h); err != nil {
-			return nil, err
-		}
 	}
 	return m, nil
 }
 
 // restorer batches chunks per replicaset into RestoreBuckets calls of
-// about replicaset.MaxChunkBytes.
+// about replicaset.MaxChunkBytes, and logs each replicaset's calls in
+// order (a bucket's chunks go to one replicaset, so in order too) while
+// the replicasets' calls, and the reading of the next chunks, go on
+// beside them: a restore's time is its slowest replicaset's log, not
+// their sum.
 type restorer struct {
 	cl       Cluster
+	g        *errgroup.Group
+	ctx      context.Context // g's: done when a call failed
 	pending  map[string][]*rspb.CopyChunk
 	size     map[string]int
+	queues   map[string]chan []*rspb.CopyChunk
+	mu       sync.Mutex // guards prog, and calls progress one at a time
 	prog     Progress
 	progress func(Progress)
 }
 
-func (r *restorer) add(ctx context.Context, h *datav1.ReplicasetRoute, c *rspb.CopyChunk) error {
-	if r.size == nil {
-		r.size = map[string]int{}
+func newRestorer(ctx context.Context, cl Cluster, bucketCount uint32, progress func(Progress)) *restorer {
+	g, gctx := errgroup.WithContext(ctx)
+	return &restorer{
+		cl: cl, g: g, ctx: gctx,
+		pending: map[string][]*rspb.CopyChunk{}, size: map[string]int{}, queues: map[string]chan []*rspb.CopyChunk{},
+		prog: Progress{BucketCount: bucketCount}, progress: progress,
 	}
+}
+
+// add queues c for h, handing h's pending chunks to its calls first when
+// c would make them more than one call's worth.
+func (r *restorer) add(h *datav1.ReplicasetRoute, c *rspb.CopyChunk) error {
 	id := h.GetReplicasetId()
 	if r.size[id]+c.SizeVT() > replicaset.MaxChunkBytes {
-		if err := r.flush(ctx, h); err != nil {
+		if err := r.flush(h); err != nil {
 			return err
 		}
 	}
@@ -166,15 +190,51 @@ func (r *restorer) add(ctx context.Context, h *datav1.ReplicasetRoute, c *rspb.C
 	return nil
 }
 
-// flush logs h's pending chunks; a call repeated after an unknown outcome
-// inserts nothing twice (the copy's apply skips keys it holds).
-func (r *restorer) flush(ctx context.Context, h *datav1.ReplicasetRoute) error {
+// flush hands h's pending chunks to its calls, starting them on first use.
+// It waits while h's previous batch waits for its call: the file is read
+// no further ahead than one call a replicaset.
+func (r *restorer) flush(h *datav1.ReplicasetRoute) error {
 	id := h.GetReplicasetId()
 	chunks := r.pending[id]
 	if len(chunks) == 0 {
 		return nil
 	}
 	r.pending[id], r.size[id] = nil, 0
+	q := r.queues[id]
+	if q == nil {
+		q = make(chan []*rspb.CopyChunk, 1)
+		r.queues[id] = q
+		r.g.Go(func() error {
+			for chunks := range q {
+				if err := r.call(r.ctx, h, chunks); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	select {
+	case q <- chunks:
+		return nil
+	case <-r.ctx.Done():
+		return r.wait()
+	}
+}
+
+// wait flushes nothing more: it ends every replicaset's calls and returns
+// the first failure.
+func (r *restorer) wait() error {
+	for id, q := range r.queues {
+		close(q)
+		delete(r.queues, id)
+	}
+	return r.g.Wait()
+}
+
+// call logs chunks into h; a call repeated after an unknown outcome
+// inserts nothing twice (the copy's apply skips keys it holds).
+func (r *restorer) call(ctx context.Context, h *datav1.ReplicasetRoute, chunks []*rspb.CopyChunk) error {
+	id := h.GetReplicasetId()
 	addrs := []string{h.GetLeaderAddress()}
 	for _, mb := range h.GetMembers() {
 		addrs = append(addrs, mb.GetAddress())
@@ -193,6 +253,8 @@ func (r *restorer) flush(ctx context.Context, h *datav1.ReplicasetRoute) error {
 			return fmt.Errorf("backup: replicaset %s refused a chunk of bucket %d: %s", id, chunks[i].GetBucket(), why)
 		}
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	for _, c := range chunks {
 		if c.GetLast() {
 			r.prog.Buckets++

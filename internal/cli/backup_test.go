@@ -86,10 +86,10 @@ func rowsOf(t *testing.T, cl *client.Client) map[uint64]string {
 
 // A backup taken while writers write, of a two-replicaset cluster,
 // verified, listed, and restored into a new cluster of one replicaset
-// and into one of two: each restored cluster holds every row whose write
+// and into one of three: each restored cluster holds every row whose write
 // was acknowledged before the backup began, and no row that was never
 // written (a row written during the backup is in it or not, whole).
-func TestBackupUnderWritesRestoresIntoOneAndTwoReplicasets(t *testing.T) {
+func TestBackupUnderWritesRestoresIntoOneAndThreeReplicasets(t *testing.T) {
 	peers, src := startBackupCluster(t, 2)
 	if code, _, errOut := runMain(t, "space", "create", "kv", "--peer", peers, "--field", "k:unsigned", "--field", "v:string", "--primary", "k"); code != 0 {
 		t.Fatalf("space create: %s", errOut)
@@ -149,7 +149,7 @@ func TestBackupUnderWritesRestoresIntoOneAndTwoReplicasets(t *testing.T) {
 	}
 
 	t.Logf("%d keys written before the backup, %d tried during it, %d rows backed up", before, tried-before, listed.Spaces[0].Rows)
-	for _, n := range []int{1, 2} {
+	for _, n := range []int{1, 3} {
 		dst, dcl := startBackupCluster(t, n)
 		code, out, errOut := runMain(t, "backup", "restore", "--peer", dst, "--from", dir)
 		if code != 0 {

@@ -94,7 +94,15 @@ func (b *BucketService) RestoreBuckets(ctx context.Context, req *rspb.RestoreBuc
 	if _, err := s.ensureSchema(ctx, v); err != nil {
 		return nil, err
 	}
-	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})
+	// As a move's copy (ReceiveBuckets), the rows go as tables every
+	// member ingests, unless the replicaset copies tuple by tuple.
+	var tables [][]byte
+	if s.cfg.CopyTables {
+		if tables, err = s.sm.CopyTables(s.cfg.DB, chunks); err != nil {
+			return nil, status.Error(codes.Internal, err.Error())
+		}
+	}
+	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
 	if err != nil {
 		return nil, err
 	}

@@ -445,7 +445,7 @@ type tableCopied struct {
 }
 
 // copyTables applies the tables of a copy entry: their rows but those of
-// the buckets not received here at the generation of one of their chunks,
+// the buckets that would refuse their chunks (copyChunk),
 // of keys this member holds a tuple or a tombstone of, or of a space it
 // does not know (dropped meanwhile), ingested together (or, without an
 // ingest directory, written into the apply batch). It returns per bucket
@@ -453,12 +453,24 @@ type tableCopied struct {
 func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uint32]*tableCopied, error) {
 	gens := map[uint32]map[uint64]bool{} // bucket -> its chunks' generations
 	named := map[uint32]bool{}
+	restore := map[uint32]bool{} // buckets restored from a backup
 	for _, c := range chunks {
 		if gens[c.GetBucket()] == nil {
 			gens[c.GetBucket()] = map[uint64]bool{}
 		}
 		gens[c.GetBucket()][c.GetGeneration()] = true
 		named[c.GetBucket()] = true
+		restore[c.GetBucket()] = restore[c.GetBucket()] || c.GetRestore()
+	}
+	// A bucket takes the tables' rows where its chunks would be applied
+	// (copyChunk): receiving at one of their generations, or, restored
+	// from a backup, active.
+	takes := func(b uint32) bool {
+		st := a.bucket(b)
+		if restore[b] {
+			return st.GetState() == rspb.BucketState_STATE_ACTIVE
+		}
+		return st.GetState() == rspb.BucketState_STATE_RECEIVING && gens[b][st.GetGeneration()]
 	}
 	var ts []*copySST
 	defer func() {
@@ -501,7 +513,7 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 				out[b] = o
 			}
 			o.sent += tb.n
-			if st := a.bucket(b); st.GetState() != rspb.BucketState_STATE_RECEIVING || !gens[b][st.GetGeneration()] {
+			if !takes(b) {
 				skip[b], whole = true, false // the bucket's chunks are refused
 				continue
 			}

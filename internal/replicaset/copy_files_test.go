@@ -29,6 +29,7 @@ func TestTheCopyTestsPassWithCopyTables(t *testing.T) {
 		"key filters":          TestAReceivingBucketGetsAFilterOnceItsCopyIsComplete,
 		"same log, same state": TestTheSameLogGivesTheSameStateWhateverTheRuns,
 		"history":              TestABucketsHistoryMovesWithIt,
+		"restore":              TestABackupRestoresIntoAnActiveBucket,
 	} {
 		t.Run(name, test)
 	}
