@@ -9,7 +9,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"time"
 
 	"github.com/shardkit/shardkit/client"
+	"github.com/shardkit/shardkit/tests/framework"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -32,18 +32,6 @@ func buildBinary(t *testing.T, dir string) string {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	return bin
-}
-
-// freeAddr is a loopback address free a moment ago (the process binds it
-// itself).
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // startCluster runs `bin run` as a one-instance cluster on addr until the
@@ -112,7 +100,7 @@ func TestExampleBinary(t *testing.T) {
 		t.Skip("builds and runs the example binary")
 	}
 	bin := buildBinary(t, t.TempDir())
-	addr := freeAddr(t)
+	addr := framework.FreePorts(t, 1)[0]
 	startCluster(t, bin, addr)
 	c, err := client.New(t.Context(), client.Config{Peers: []string{addr}, Timeout: 5 * time.Second})
 	if err != nil {

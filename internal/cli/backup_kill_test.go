@@ -14,7 +14,7 @@ import (
 
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/backup"
-	"github.com/shardkit/shardkit/internal/server/servertest"
+	"github.com/shardkit/shardkit/tests/framework"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -27,12 +27,7 @@ func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real instances")
 	}
-	var addrs []string
-	for range 2 {
-		l, a := servertest.Listen(t)
-		addrs = append(addrs, a)
-		l.Close() // the instance binds it itself
-	}
+	addrs := framework.FreePorts(t, 2) // the instances bind them themselves
 	var procs []*os.Process
 	for i, a := range addrs {
 		cmd, _, _ := startShardkit(t, "run", "--instance-id", fmt.Sprintf("i%d", i+1), "--listen", a, "--peer", addrs[0],

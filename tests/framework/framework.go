@@ -29,40 +29,102 @@ func Build(dir string, flags ...string) (string, error) {
 	return binary, nil
 }
 
-// handedOut holds every address FreePorts returned in this process: the
-// kernel may give a port just closed to the next listener on port 0, so
-// two calls (two instances allocated one after the other, the first not
-// started yet) could get the same port; FreePorts never returns one twice.
+// FreePorts hands out ports below the kernel's ephemeral range (the ports
+// it gives to listeners on port 0 and to outgoing connections), so that
+// no connection made by anyone between FreePorts and the process that
+// binds the port can take it (a port from the ephemeral range was taken
+// so, in CI, by a connection's local end). Test binaries run in parallel
+// (`go test ./...`), so each port is reserved across processes by a lock
+// on a file named for it (portLocks), held until this process exits.
+const (
+	portsFrom = 20000 // below: the services of scripts/services.sh (1xxxx)
+	portsTo   = 32768 // the usual start of the ephemeral range
+)
+
+// portLocks is where FreePorts' reservations are, one file a port.
+var portLocks = filepath.Join(os.TempDir(), "shardkit-test-ports")
+
+// handedOut holds the ports this process reserved, with their locked
+// files (kept open: closing one would release its lock).
 var handedOut = struct {
 	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
+	ports map[int]*os.File
+	next  int // where the next search starts; 0: not chosen yet
+}{ports: map[int]*os.File{}}
 
-// FreePorts returns n loopback addresses that were free a moment ago,
-// none returned before in this process.
+// portRange is the ports FreePorts hands out: [portsFrom, portsTo) and
+// below the ephemeral range this machine has.
+func portRange() (from, to int) {
+	from, to = portsFrom, portsTo
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if lo, err := strconv.Atoi(f[0]); err == nil && lo < to {
+				to = lo
+			}
+		}
+	}
+	return from, to
+}
+
+// FreePorts returns n loopback addresses whose ports are free, below the
+// ephemeral range, and reserved for this process: none is returned twice,
+// in this process or another.
 func FreePorts(tb testing.TB, n int) []string {
 	tb.Helper()
 	handedOut.Lock()
 	defer handedOut.Unlock()
+	from, to := portRange()
+	if to-from < 100 {
+		tb.Fatalf("no room for test ports: the ephemeral range begins at %d, FreePorts' at %d", to, from)
+	}
+	if err := os.MkdirAll(portLocks, 0o777); err != nil {
+		tb.Fatal(err)
+	}
+	if handedOut.next == 0 {
+		// Processes started together begin their searches apart.
+		handedOut.next = from + (os.Getpid()*7919)%(to-from)
+	}
 	var out []string
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			_ = l.Close()
+	for tried := 0; len(out) < n; tried++ {
+		if tried == to-from {
+			tb.Fatalf("no free port in [%d, %d) for this test (%d handed out here)", from, to, len(handedOut.ports))
 		}
-	}()
-	for len(out) < n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p := handedOut.next
+		if handedOut.next++; handedOut.next == to {
+			handedOut.next = from
+		}
+		if handedOut.ports[p] != nil {
+			continue
+		}
+		f, ok := reservePort(p)
+		if !ok {
+			continue
+		}
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(p))
+		l, err := net.Listen("tcp", addr)
 		if err != nil {
-			tb.Fatal(err)
+			_ = f.Close() // bound by something else: not ours
+			continue
 		}
-		ls = append(ls, l) // held open until all n are found: none repeats within the call
-		if addr := l.Addr().String(); !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			out = append(out, addr)
-		}
+		_ = l.Close()
+		handedOut.ports[p] = f
+		out = append(out, addr)
 	}
 	return out
+}
+
+// reservePort locks p's file in portLocks without waiting; ok is false
+// when another process holds it.
+func reservePort(p int) (*os.File, bool) {
+	f, err := os.OpenFile(filepath.Join(portLocks, strconv.Itoa(p)), os.O_RDWR|os.O_CREATE, 0o666)
+	if err != nil {
+		return nil, false
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return nil, false
+	}
+	return f, true
 }
 
 // StartMarker begins the line Start appends to the log before each start.

@@ -1,9 +1,11 @@
 package framework
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -81,9 +83,11 @@ func waitLog(t *testing.T, inst *Instance, want string) {
 	}
 }
 
-// FreePorts never hands out an address twice in one process, however
-// often the kernel offers a port just closed.
+// FreePorts never hands out an address twice in one process, gives
+// ports below the ephemeral range, and holds each reserved against other
+// processes (a lock of its file, which another open of it cannot take).
 func TestFreePortsNeverRepeats(t *testing.T) {
+	from, to := portRange()
 	seen := map[string]bool{}
 	for range 200 {
 		for _, a := range FreePorts(t, 3) {
@@ -91,6 +95,15 @@ func TestFreePortsNeverRepeats(t *testing.T) {
 				t.Fatalf("FreePorts returned %s twice", a)
 			}
 			seen[a] = true
+			_, ps, _ := net.SplitHostPort(a)
+			p, err := strconv.Atoi(ps)
+			if err != nil || p < from || p >= to {
+				t.Fatalf("FreePorts returned %s, outside [%d, %d)", a, from, to)
+			}
+			if f, ok := reservePort(p); ok {
+				_ = f.Close()
+				t.Fatalf("port %d, handed out, could be reserved again", p)
+			}
 		}
 	}
 }
