@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -58,12 +60,24 @@ type CreateOptions struct {
 // is in it); a bucket refused (moving) is asked again, from whichever
 // replicaset holds it then, until every bucket is captured or ctx ends.
 // The manifest is written last: on any failure dir has none, and is an
-// incomplete backup.
-func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Manifest, error) {
+// incomplete backup, whose data files Create removes (a backup that
+// failed on a full disk gives its space back).
+func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Manifest, err error) {
 	started := time.Now().UTC()
 	if err := prepareDir(dir); err != nil {
 		return nil, err
 	}
+	var m *Manifest
+	defer func() {
+		if err == nil || m == nil {
+			return
+		}
+		for _, f := range m.Files {
+			if rerr := os.Remove(filepath.Join(dir, f.Name)); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = fmt.Errorf("%w (and removing its data file: %w)", err, rerr)
+			}
+		}
+	}()
 	rt, err := cl.Routing(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("backup: reading the routing table: %w", err)
@@ -72,7 +86,7 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 	if n == 0 {
 		return nil, errors.New("backup: the cluster's routing table has no buckets (not bootstrapped?)")
 	}
-	m := &Manifest{Format: FormatVersion, Created: started, BucketCount: n, SchemaVersion: rt.GetSchemaVersion()}
+	m = &Manifest{Format: FormatVersion, Created: started, BucketCount: n, SchemaVersion: rt.GetSchemaVersion()}
 	// The spaces as the routing has them at the start and at the end: a
 	// space created during the backup may have rows in buckets captured
 	// after it was.

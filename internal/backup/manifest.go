@@ -142,9 +142,11 @@ func WriteManifest(dir string, m *Manifest) error {
 	}
 	tmp := filepath.Join(dir, ManifestName+".tmp")
 	if err := writeSynced(tmp, data); err != nil {
+		_ = os.Remove(tmp) // a full disk: not left behind
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, ManifestName)); err != nil {
+		_ = os.Remove(tmp)
 		return err
 	}
 	return syncDir(dir)
