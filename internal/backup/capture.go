@@ -82,7 +82,7 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 	m := &Manifest{Format: FormatVersion, Kind: KindFull, Created: started, BucketCount: n, SchemaVersion: rt.GetSchemaVersion()}
 	var baseRevs map[uint32]uint64
 	if o.Base != "" {
-		if baseRevs, m.Base, err = readBase(dir, o.Base, n); err != nil {
+		if baseRevs, m.Base, err = readBase(dir, o.Base, rt); err != nil {
 			return nil, err
 		}
 		m.Kind = KindIncremental
@@ -187,12 +187,16 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (*Mani
 	return m, nil
 }
 
-// readBase reads the base of an incremental backup into dir of a cluster
-// of n buckets: each bucket's revision in it, and its reference. It
-// refuses a base that is not a complete backup, whose chain does not
-// hold (Chain), of another bucket count, or of format FormatFull1 (which
-// records no revisions).
-func readBase(dir, base string, n uint32) (map[uint32]uint64, *BaseRef, error) {
+// readBase reads the base of an incremental backup into dir of the
+// cluster whose routing is rt: each bucket's revision in it, and its
+// reference. It refuses a base that is not a complete backup, whose chain
+// does not hold (Chain), of another bucket count, of format FormatFull1
+// (which records no revisions), or that names a space the cluster has
+// under another id: rows are composed by space id and key, so a space
+// dropped and created again since the base, or a base of another cluster
+// (a restore gives spaces new ids), would mix two spaces' rows.
+func readBase(dir, base string, rt *datav1.GetRoutingResponse) (map[uint32]uint64, *BaseRef, error) {
+	n := rt.GetBucketCount()
 	bm, sum, err := readManifestSum(base)
 	if err != nil {
 		return nil, nil, fmt.Errorf("backup: the base %s: %w", base, err)
@@ -205,6 +209,22 @@ func readBase(dir, base string, n uint32) (map[uint32]uint64, *BaseRef, error) {
 	}
 	if bm.Format == FormatFull1 {
 		return nil, nil, fmt.Errorf("backup: the base %s is of format %d, which records no revisions of its buckets: take a full backup to start a chain from", base, FormatFull1)
+	}
+	ids := map[string]uint32{}
+	for _, sp := range rt.GetSpaces() {
+		ids[sp.GetName()] = sp.GetId()
+	}
+	for i, raw := range bm.Spaces {
+		sp := &datav1.Space{}
+		if err := protojson.Unmarshal(raw, sp); err != nil {
+			return nil, nil, fmt.Errorf("backup: the base %s: its manifest's space %d: %w", base, i, err)
+		}
+		if id, ok := ids[sp.GetName()]; ok && id != sp.GetId() && !slices.ContainsFunc(bm.Spaces[i+1:], func(later json.RawMessage) bool {
+			l := &datav1.Space{}
+			return protojson.Unmarshal(later, l) == nil && l.GetName() == sp.GetName() && l.GetId() == id
+		}) {
+			return nil, nil, fmt.Errorf("backup: the base %s has space %s with id %d, the cluster with id %d: the space was dropped and created again since, or the base is of another cluster (a restore gives spaces new ids): rows are matched by space id, so take a full backup", base, sp.GetName(), sp.GetId(), id)
+		}
 	}
 	revs := map[uint32]uint64{}
 	for _, f := range bm.Files {

@@ -241,4 +241,17 @@ func TestBackupIncrementalChainRestoresAsAFullBackup(t *testing.T) {
 	if c, err := chainCl.Count(t.Context(), "kv"); err != nil || c != uint64(len(chain)) {
 		t.Fatalf("the chain restored: count %d (%v), scanned %d", c, err, len(chain))
 	}
+
+	// kv dropped and created again: its rows are another space's, and an
+	// incremental from a base of the old kv is refused, naming it.
+	if code, _, errOut := runMain(t, "space", "drop", "kv", "--peer", peers, "--force"); code != 0 {
+		t.Fatalf("space drop: %s", errOut)
+	}
+	if code, _, errOut := runMain(t, "space", "create", "kv", "--peer", peers, "--field", "k:unsigned", "--field", "v:string", "--primary", "k"); code != 0 {
+		t.Fatalf("space create: %s", errOut)
+	}
+	code, _, errOut = runMain(t, "backup", "create", "--peer", peers, "--to", dir("inc3"), "--incremental-from", dir("inc2"))
+	if code == 0 || !strings.Contains(errOut, "has space kv with id ") || !strings.Contains(errOut, "take a full backup") {
+		t.Fatalf("an incremental across a space created again: exit %d: %s", code, errOut)
+	}
 }
