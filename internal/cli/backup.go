@@ -392,8 +392,13 @@ role when the cluster's security is on.
 			}, CreateUser: func(ctx context.Context, u backup.User) error {
 				return cl.CreateUser(ctx, u.Name, u.Role)
 			}}
-			if show {
-				opts.Progress = func(p backup.Progress) { progressLine(stderr, "restored", start, p) }
+			// The rows sent: of an incremental backup, its chain's composed.
+			var sent backup.Progress
+			opts.Progress = func(p backup.Progress) {
+				sent = p
+				if show {
+					progressLine(stderr, "restored", start, p)
+				}
 			}
 			m, err := backup.Restore(ctx, backupCluster{cl}, o.from, opts)
 			if show {
@@ -402,9 +407,8 @@ role when the cluster's security is on.
 			if err != nil {
 				return dataError("backup restore", o.timeout, err)
 			}
-			s := summarize(m)
 			secs := time.Since(start).Seconds()
-			fmt.Fprintf(cmd.OutOrStdout(), "restored %d buckets, %d rows, %d spaces from %s in %.1fs\n", m.BucketCount, s.rows, len(m.Spaces), o.from, secs)
+			fmt.Fprintf(cmd.OutOrStdout(), "restored %d buckets, %d rows, %d spaces from %s in %.1fs\n", m.BucketCount, sent.Rows, len(m.Spaces), o.from, secs)
 			for _, u := range m.Users {
 				if u.HasPassword {
 					fmt.Fprintf(cmd.OutOrStdout(), "user %s had a console password, which a backup does not hold: set it again (shardkit user set-password %s --password-stdin)\n", u.Name, u.Name)

@@ -214,14 +214,18 @@ func TestBackupIncrementalChainRestoresAsAFullBackup(t *testing.T) {
 	}
 
 	chainPeers, chainCl := startBackupCluster(t, 2)
-	if code, out, errOut := runMain(t, "backup", "restore", "--peer", chainPeers, "--from", dir("inc2")); code != 0 {
-		t.Fatalf("restore of the chain: exit %d\n%s%s", code, out, errOut)
+	code, restored, errOut := runMain(t, "backup", "restore", "--peer", chainPeers, "--from", dir("inc2"))
+	if code != 0 {
+		t.Fatalf("restore of the chain: exit %d\n%s%s", code, restored, errOut)
 	}
 	samePeers, sameCl := startBackupCluster(t, 1)
 	if code, out, errOut := runMain(t, "backup", "restore", "--peer", samePeers, "--from", dir("same")); code != 0 {
 		t.Fatalf("restore of the full backup: exit %d\n%s%s", code, out, errOut)
 	}
 	chain, same := rowsOf(t, chainCl), rowsOf(t, sameCl)
+	if want := fmt.Sprintf("restored %d buckets, %d rows, ", backupBuckets, len(chain)); !strings.HasPrefix(restored, want) {
+		t.Fatalf("restore of the chain says %q, want %q...", restored, want)
+	}
 	m.check(t, "the chain restored", chain, from, to)
 	m.check(t, "the full backup restored", same, from, to)
 	compared := 0
