@@ -14,11 +14,13 @@
 #      (`shardkit bench --workload insert`);
 #   3. a full backup (`shardkit backup create`): its time, its size, the
 #      servers' CPU (the instances' workers, /proc); then `backup verify`;
-#   4. the writers' p99 without and with a backup: a replace load of
+#   4. 1% of the rows replaced (ROWS/100 replaces of random keys), then an
+#      incremental backup from the full one (`--incremental-from`): its
+#      time, its size, the servers' CPU; then `backup verify` of it (which
+#      reads its base too);
+#   5. the writers' p99 without and with a backup: a replace load of
 #      LOAD_DURATION alone, then the same load with a backup started
 #      LOAD_LEAD seconds into it;
-#   5. an incremental backup after 1% of the rows were replaced, when
-#      `backup create` has --incremental-from;
 #   6. a second cluster of RESTORE_REPLICASETS x 3 instances, and the full
 #      backup restored into it (`shardkit backup restore`): its time, and
 #      the rows counted there (`shardkit map-call count`), which must be ROWS.
@@ -222,7 +224,7 @@ load() {
 }
 
 shardkit_side() {
-  local t cpu0 cpu1 size p99a p99b errs have_inc=0 rows t_verify
+  local t cpu0 cpu1 size p99a p99b errs rows t_verify
   cluster src 1 $((REPLICASETS * 3))
   SRC_PIDS=("${CL_PIDS[@]}") SRC_PEERS=$CL_PEERS
   log "source: $((REPLICASETS * 3)) instances, $REPLICASETS replicasets, on $SRC_PEERS (load average $(loadavg))"
@@ -246,6 +248,21 @@ shardkit_side() {
   result "{\"bench\":\"backup\",\"system\":\"shardkit\",\"step\":\"full\",\"rows\":$ROWS,\"value_size\":$VALUE_SIZE,\"replicasets\":$REPLICASETS,\"seconds\":$t,\"bytes\":$size,\"server_cpu_ms\":$(((cpu1 - cpu0) * 1000 / TICK)),\"verify_seconds\":$t_verify,\"load1\":$(loadavg)}"
   SUMMARY+=("shardkit full backup: $t s, $((size / 1048576)) MiB, servers' CPU $(((cpu1 - cpu0) * 1000 / TICK)) ms; verify $t_verify s")
 
+  log "replacing 1% of the rows ($((ROWS / 100)) at random), then an incremental backup from the full one"
+  "$SK" bench --peer "$SRC_PEERS" --workload replace --keys "$ROWS" --count $((ROWS / 100)) --clients "$CLIENTS" \
+    --conns "$CONNS" --value-size "$VALUE_SIZE" --timeout 5s --format json >"$WORK/runs/change.json" 2>"$WORK/logs/change.stderr" ||
+    die "the 1% replace failed"
+  cpu0=$(cpu_ticks "${SRC_PIDS[@]}")
+  timed t "$SK" backup create --peer "$SRC_PEERS" --incremental-from "$WORK/backups/full" --to "$WORK/backups/inc" \
+    >"$WORK/logs/backup-inc.log" 2>&1 || die "incremental backup failed: $(tail -n 5 "$WORK/logs/backup-inc.log")"
+  cpu1=$(cpu_ticks "${SRC_PIDS[@]}")
+  size=$(du -sb "$WORK/backups/inc" | cut -f1)
+  timed t_verify "$SK" backup verify "$WORK/backups/inc" >"$WORK/logs/verify-inc.log" 2>&1 ||
+    die "backup verify of the incremental failed: $(tail -n 5 "$WORK/logs/verify-inc.log")"
+  log "    $t s, $size bytes, servers' CPU $(((cpu1 - cpu0) * 1000 / TICK)) ms; verify (with its base) $t_verify s; $(grep '^incremental since' "$WORK/logs/backup-inc.log" | sed 's/^incremental since [^:]*: //')"
+  result "{\"bench\":\"backup\",\"system\":\"shardkit\",\"step\":\"incremental\",\"changed_rows\":$((ROWS / 100)),\"seconds\":$t,\"bytes\":$size,\"server_cpu_ms\":$(((cpu1 - cpu0) * 1000 / TICK)),\"verify_seconds\":$t_verify,\"load1\":$(loadavg)}"
+  SUMMARY+=("shardkit incremental backup of 1% changed since the full one: $t s, $((size / 1024)) KiB, servers' CPU $(((cpu1 - cpu0) * 1000 / TICK)) ms; verify with its base $t_verify s")
+
   log "writers without a backup ($LOAD_DURATION)"
   load idle || die "the load failed: $(tail -n 5 "$WORK/logs/idle.stderr")"
   log "writers with a backup started ${LOAD_LEAD} s into the load"
@@ -262,21 +279,6 @@ shardkit_side() {
   result "{\"bench\":\"backup\",\"system\":\"shardkit\",\"step\":\"under_load\",\"backup_seconds\":$t,\"p99_ms_alone\":${p99a:-null},\"p99_ms_with_backup\":${p99b:-null},\"errors\":${errs:-null},\"load1\":$(loadavg)}"
   SUMMARY+=("shardkit writers' p99: $p99a ms alone, $p99b ms with a backup ($t s; $CLIENTS clients, $LOAD_DURATION; errors $errs)")
 
-  if "$SK" backup create --help 2>&1 | grep -q -- --incremental-from; then have_inc=1; fi
-  if ((have_inc)); then
-    log "replacing 1% of the rows, then an incremental backup"
-    "$SK" bench --peer "$SRC_PEERS" --workload replace --keys "$ROWS" --count $((ROWS / 100)) --clients "$CLIENTS" \
-      --conns "$CONNS" --value-size "$VALUE_SIZE" --timeout 5s --format json >"$WORK/runs/change.json" 2>"$WORK/logs/change.stderr" ||
-      die "the 1% replace failed"
-    timed t "$SK" backup create --peer "$SRC_PEERS" --incremental-from "$WORK/backups/during" --to "$WORK/backups/inc" \
-      >"$WORK/logs/backup-inc.log" 2>&1 || die "incremental backup failed: $(tail -n 5 "$WORK/logs/backup-inc.log")"
-    size=$(du -sb "$WORK/backups/inc" | cut -f1)
-    log "    $t s, $size bytes"
-    result "{\"bench\":\"backup\",\"system\":\"shardkit\",\"step\":\"incremental\",\"changed_rows\":$((ROWS / 100)),\"seconds\":$t,\"bytes\":$size,\"load1\":$(loadavg)}"
-    SUMMARY+=("shardkit incremental backup of 1% changed: $t s, $((size / 1024)) KiB")
-  else
-    SUMMARY+=("shardkit incremental backup: not measured (this build's backup create has no --incremental-from)")
-  fi
   stop "${SRC_PIDS[@]}"
 
   cluster dst 20 $((RESTORE_REPLICASETS * 3))

@@ -93,7 +93,7 @@ func flip(b []byte, i int) []byte {
 func writeBackup(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	m := &Manifest{Format: FormatVersion, Created: time.Unix(1700000000, 0).UTC(), BucketCount: 4}
+	m := &Manifest{Format: FormatVersion, Kind: KindFull, Created: time.Unix(1700000000, 0).UTC(), BucketCount: 4}
 	for i, bs := range [][]uint32{{1, 2}, {3, 4}} {
 		fw, err := CreateFile(dir, []string{"rs1-0.data", "rs2-0.data"}[i])
 		if err != nil {
@@ -204,7 +204,16 @@ func TestParseManifestRefuses(t *testing.T) {
 	sha := strings.Repeat("a", 64)
 	for name, tc := range map[string]struct{ json, want string }{
 		"not json":       {`{`, "not valid JSON"},
-		"format":         {`{"format":2,"bucket_count":1}`, "format is 2"},
+		"format":         {`{"format":3,"bucket_count":1}`, "format is 3"},
+		"no kind":        {`{"format":2,"bucket_count":1}`, `kind is ""`},
+		"kind in 1":      {`{"format":1,"kind":"full","bucket_count":1}`, "has a kind or a base"},
+		"no base":        {`{"format":2,"kind":"incremental","bucket_count":1}`, "names no base"},
+		"base sha":       {`{"format":2,"kind":"incremental","base":{"dir":"../a","manifest_sha256":"x"},"bucket_count":1}`, "names no base"},
+		"full with base": {`{"format":2,"kind":"full","base":{"dir":"../a","manifest_sha256":"` + sha + `"},"bucket_count":1}`, "full backup and names a base"},
+		"revisions":      {`{"format":2,"kind":"full","bucket_count":2,"files":[{"name":"x","size":8,"sha256":"` + sha + `","buckets":[1,2],"revisions":[3]}]}`, "1 revisions for 2 buckets"},
+		"revisions in 1": {`{"format":1,"bucket_count":2,"files":[{"name":"x","size":8,"sha256":"` + sha + `","buckets":[1],"revisions":[3]}]}`, "which format 1 does not"},
+		"changes full":   {`{"format":2,"kind":"full","bucket_count":2,"files":[{"name":"x","size":8,"sha256":"` + sha + `","buckets":[1],"revisions":[3],"changes":[1]}]}`, "change sets in a full backup"},
+		"changes other":  {`{"format":2,"kind":"incremental","base":{"dir":"a","manifest_sha256":"` + sha + `"},"bucket_count":2,"files":[{"name":"x","size":8,"sha256":"` + sha + `","buckets":[1],"revisions":[3],"changes":[2]}]}`, "bucket 2 a change set, and not among its buckets"},
 		"no buckets":     {`{"format":1}`, "bucket_count is 0"},
 		"unknown field":  {`{"format":1,"bucket_count":1,"extra":1}`, "unknown field"},
 		"path":           {`{"format":1,"bucket_count":1,"files":[{"name":"../x","size":8,"sha256":"` + sha + `"}]}`, `name "../x"`},

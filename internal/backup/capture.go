@@ -52,6 +52,10 @@ type CreateOptions struct {
 	// Retry is how long to wait before asking again for buckets refused
 	// (moving); 0: 200 ms. The context bounds the whole backup.
 	Retry time.Duration
+	// Base, if set, is the directory of an earlier backup of the cluster
+	// (full or incremental): the backup is incremental, holding each
+	// bucket's changes since its revision there.
+	Base string
 }
 
 // Create backs the cluster up into dir, which must be empty or absent:
@@ -61,7 +65,10 @@ type CreateOptions struct {
 // replicaset holds it then, until every bucket is captured or ctx ends.
 // The manifest is written last: on any failure dir has none, and is an
 // incomplete backup, whose data files Create removes (a backup that
-// failed on a full disk gives its space back).
+// failed on a full disk gives its space back). With o.Base, the backup is
+// incremental: each bucket is asked its changes since its revision in the
+// base (BackupBuckets' base_revisions), which its replicaset sends as
+// unchanged, as changes, or whole.
 func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Manifest, err error) {
 	started := time.Now().UTC()
 	if err := prepareDir(dir); err != nil {
@@ -86,7 +93,14 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 	if n == 0 {
 		return nil, errors.New("backup: the cluster's routing table has no buckets (not bootstrapped?)")
 	}
-	m = &Manifest{Format: FormatVersion, Created: started, BucketCount: n, SchemaVersion: rt.GetSchemaVersion()}
+	m = &Manifest{Format: FormatVersion, Kind: KindFull, Created: started, BucketCount: n, SchemaVersion: rt.GetSchemaVersion()}
+	var baseRevs map[uint32]uint64
+	if o.Base != "" {
+		if baseRevs, m.Base, err = readBase(dir, o.Base, rt); err != nil {
+			return nil, err
+		}
+		m.Kind = KindIncremental
+	}
 	// The spaces as the routing has them at the start and at the end: a
 	// space created during the backup may have rows in buckets captured
 	// after it was.
@@ -134,7 +148,13 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 				asked = asked[len(batch):]
 				seq++
 				name := fmt.Sprintf("%s-%04d.data", safeName(r.GetReplicasetId()), seq)
-				entry, refused, err := captureBatch(ctx, cl, dir, name, r, batch, o.ChunkTuples)
+				var bases []uint64
+				if baseRevs != nil {
+					for _, b := range batch {
+						bases = append(bases, baseRevs[b])
+					}
+				}
+				entry, refused, err := captureBatch(ctx, cl, dir, name, r, batch, bases, o.ChunkTuples)
 				if err != nil {
 					return nil, err
 				}
@@ -181,6 +201,58 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 	return m, nil
 }
 
+// readBase reads the base of an incremental backup into dir of the
+// cluster whose routing is rt: each bucket's revision in it, and its
+// reference. It refuses a base that is not a complete backup, whose chain
+// does not hold (Chain), of another bucket count, of format FormatFull1
+// (which records no revisions), or that names a space the cluster has
+// under another id: rows are composed by space id and key, so a space
+// dropped and created again since the base, or a base of another cluster
+// (a restore gives spaces new ids), would mix two spaces' rows.
+func readBase(dir, base string, rt *datav1.GetRoutingResponse) (map[uint32]uint64, *BaseRef, error) {
+	n := rt.GetBucketCount()
+	bm, sum, err := readManifestSum(base)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: the base %s: %w", base, err)
+	}
+	if _, err := Chain(base, bm); err != nil {
+		return nil, nil, err
+	}
+	if bm.BucketCount != n {
+		return nil, nil, fmt.Errorf("backup: the base %s has %d buckets, the cluster %d: a backup of another cluster", base, bm.BucketCount, n)
+	}
+	if bm.Format == FormatFull1 {
+		return nil, nil, fmt.Errorf("backup: the base %s is of format %d, which records no revisions of its buckets: take a full backup to start a chain from", base, FormatFull1)
+	}
+	ids := map[string]uint32{}
+	for _, sp := range rt.GetSpaces() {
+		ids[sp.GetName()] = sp.GetId()
+	}
+	for i, raw := range bm.Spaces {
+		sp := &datav1.Space{}
+		if err := protojson.Unmarshal(raw, sp); err != nil {
+			return nil, nil, fmt.Errorf("backup: the base %s: its manifest's space %d: %w", base, i, err)
+		}
+		if id, ok := ids[sp.GetName()]; ok && id != sp.GetId() && !slices.ContainsFunc(bm.Spaces[i+1:], func(later json.RawMessage) bool {
+			l := &datav1.Space{}
+			return protojson.Unmarshal(later, l) == nil && l.GetName() == sp.GetName() && l.GetId() == id
+		}) {
+			return nil, nil, fmt.Errorf("backup: the base %s has space %s with id %d, the cluster with id %d: the space was dropped and created again since, or the base is of another cluster (a restore gives spaces new ids): rows are matched by space id, so take a full backup", base, sp.GetName(), sp.GetId(), id)
+		}
+	}
+	revs := map[uint32]uint64{}
+	for _, f := range bm.Files {
+		for i, b := range f.Buckets {
+			revs[b] = f.Revisions[i]
+		}
+	}
+	ref, err := baseRef(dir, base, sum)
+	if err != nil {
+		return nil, nil, fmt.Errorf("backup: naming the base %s: %w", base, err)
+	}
+	return revs, ref, nil
+}
+
 // holdersOf lists, in order, the pending buckets rt places on replicaset rs.
 func holdersOf(rt *datav1.GetRoutingResponse, rs string, pending map[uint32]bool) []uint32 {
 	var out []uint32
@@ -198,11 +270,12 @@ func holdersOf(rt *datav1.GetRoutingResponse, rs string, pending map[uint32]bool
 	return out
 }
 
-// captureBatch asks replicaset r's leader for buckets into data file name.
+// captureBatch asks replicaset r's leader for buckets into data file name
+// (with bases, their revisions in the base backup, for their changes).
 // It returns the file's entry (nil when no bucket came whole: the file is
 // removed) and the refusals. A stream broken midway removes the file and
 // asks again (rsclient.OnLeader), for all of the batch.
-func captureBatch(ctx context.Context, cl Cluster, dir, name string, r *datav1.ReplicasetRoute, buckets []uint32, chunkTuples int) (*FileEntry, []string, error) {
+func captureBatch(ctx context.Context, cl Cluster, dir, name string, r *datav1.ReplicasetRoute, buckets []uint32, bases []uint64, chunkTuples int) (*FileEntry, []string, error) {
 	addrs := []string{r.GetLeaderAddress()}
 	for _, mb := range r.GetMembers() {
 		addrs = append(addrs, mb.GetAddress())
@@ -215,7 +288,7 @@ func captureBatch(ctx context.Context, cl Cluster, dir, name string, r *datav1.R
 		if err != nil {
 			return err
 		}
-		stream, err := c.BackupBuckets(ctx, &rspb.BackupBucketsRequest{ReplicasetId: r.GetReplicasetId(), Buckets: buckets, ChunkTuples: uint32(chunkTuples)})
+		stream, err := c.BackupBuckets(ctx, &rspb.BackupBucketsRequest{ReplicasetId: r.GetReplicasetId(), Buckets: buckets, ChunkTuples: uint32(chunkTuples), BaseRevisions: bases})
 		if err != nil {
 			fw.Abort()
 			return err

@@ -22,6 +22,8 @@ type FileWriter struct {
 	buckets []uint32
 	open    map[uint32]bool // buckets with chunks written and no last one yet
 	rows    map[uint32]uint64
+	revs    map[uint32]uint64 // the buckets' revisions, from their last chunks
+	changes []uint32          // the buckets written as change sets
 }
 
 // CreateFile creates dir/name (which must not exist).
@@ -33,7 +35,7 @@ func CreateFile(dir, name string) (*FileWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	fw := &FileWriter{f: f, name: name, sum: sha256.New(), open: map[uint32]bool{}, rows: map[uint32]uint64{}}
+	fw := &FileWriter{f: f, name: name, sum: sha256.New(), open: map[uint32]bool{}, rows: map[uint32]uint64{}, revs: map[uint32]uint64{}}
 	if fw.rw, err = NewRecordWriter(io.MultiWriter(f, fw.sum)); err != nil {
 		f.Close()
 		return nil, err
@@ -53,6 +55,10 @@ func (fw *FileWriter) Write(c *rspb.CopyChunk) error {
 	if c.GetLast() {
 		delete(fw.open, c.GetBucket())
 		fw.buckets = append(fw.buckets, c.GetBucket())
+		fw.revs[c.GetBucket()] = c.GetRevision()
+		if c.GetChanges() {
+			fw.changes = append(fw.changes, c.GetBucket())
+		}
 	}
 	return nil
 }
@@ -78,8 +84,13 @@ func (fw *FileWriter) Close() (FileEntry, error) {
 		return FileEntry{}, fmt.Errorf("backup: file %s holds part of %d buckets (no last chunk)", fw.name, len(fw.open))
 	}
 	slices.Sort(fw.buckets)
+	slices.Sort(fw.changes)
+	revs := make([]uint64, len(fw.buckets))
+	for i, b := range fw.buckets {
+		revs[i] = fw.revs[b]
+	}
 	return FileEntry{Name: fw.name, Size: fw.rw.Size(), SHA256: hex.EncodeToString(fw.sum.Sum(nil)),
-		Records: fw.rw.Records(), Buckets: fw.buckets, Rows: fw.rows}, nil
+		Records: fw.rw.Records(), Buckets: fw.buckets, Rows: fw.rows, Revisions: revs, Changes: fw.changes}, nil
 }
 
 // Abort closes and removes the file.

@@ -7,20 +7,39 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"time"
 )
 
 // ManifestName is the manifest's file name in a backup directory.
 const ManifestName = "manifest.json"
 
-// FormatVersion is the manifest's format version this package writes and
-// reads.
-const FormatVersion = 1
+// FormatVersion is the manifest's format version this package writes.
+// It reads it and FormatFull1, the format before incremental backups.
+const FormatVersion = 2
+
+// FormatFull1 is the first format: a full backup, with no kind, no base
+// and no revisions per bucket.
+const FormatFull1 = 1
+
+// The kinds of backup a manifest of FormatVersion says it is.
+const (
+	// KindFull holds every bucket whole.
+	KindFull = "full"
+	// KindIncremental holds, per bucket, its changes since its base
+	// backup (Manifest.Base), or the bucket whole where the changes
+	// could not be told (FileEntry.Changes names the change sets).
+	KindIncremental = "incremental"
+)
 
 // Manifest describes a complete backup. It is written last: a directory
 // without one is an incomplete backup.
 type Manifest struct {
 	Format int `json:"format"`
+	// Kind is KindFull or KindIncremental (empty in FormatFull1: full).
+	Kind string `json:"kind,omitempty"`
+	// Base is an incremental's base backup (nil for a full one).
+	Base *BaseRef `json:"base,omitempty"`
 	// Created is when the capture began: every write acknowledged before
 	// it is in the backup.
 	Created     time.Time `json:"created"`
@@ -40,6 +59,20 @@ type Manifest struct {
 	Users []User      `json:"users"`
 	Files []FileEntry `json:"files"`
 }
+
+// BaseRef names the backup an incremental one holds the changes since.
+type BaseRef struct {
+	// Dir is the base's directory: as given when the incremental was
+	// taken if absolute, else relative to the incremental's own
+	// directory (so that backups kept side by side move together).
+	Dir string `json:"dir"`
+	// ManifestSHA256 is the SHA-256 of the base's manifest.json: a base
+	// swapped for another backup (or retaken) is refused.
+	ManifestSHA256 string `json:"manifest_sha256"`
+}
+
+// Incremental reports whether m is an incremental backup.
+func (m *Manifest) Incremental() bool { return m.Kind == KindIncremental }
 
 // User is one user of the source cluster.
 type User struct {
@@ -65,7 +98,18 @@ type FileEntry struct {
 	Buckets []uint32 `json:"buckets"`
 	// Rows counts the file's tuples by space id.
 	Rows map[uint32]uint64 `json:"rows"`
+	// Revisions are the buckets' revisions at their capture, in the order
+	// of Buckets (FormatVersion; none in FormatFull1): what an
+	// incremental taken from this backup asks the changes since.
+	Revisions []uint64 `json:"revisions,omitempty"`
+	// Changes are the buckets of Buckets the file holds as their changes
+	// since the base (CopyChunk.changes; an incremental's only); the
+	// others it holds whole.
+	Changes []uint32 `json:"changes,omitempty"`
 }
+
+// changeSet reports whether the file holds bucket b as a change set.
+func (f *FileEntry) changeSet(b uint32) bool { return slices.Contains(f.Changes, b) }
 
 var fileName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 var sha256Hex = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -84,8 +128,17 @@ func ParseManifest(data []byte) (*Manifest, error) {
 	if dec.More() {
 		return nil, fmt.Errorf("backup: the manifest has data after its object")
 	}
-	if m.Format != FormatVersion {
-		return nil, fmt.Errorf("backup: the manifest's format is %d; this shardkit reads %d", m.Format, FormatVersion)
+	switch {
+	case m.Format != FormatVersion && m.Format != FormatFull1:
+		return nil, fmt.Errorf("backup: the manifest's format is %d; this shardkit reads %d and %d", m.Format, FormatFull1, FormatVersion)
+	case m.Format == FormatFull1 && (m.Kind != "" || m.Base != nil):
+		return nil, fmt.Errorf("backup: the manifest is of format %d (full backups only) and has a kind or a base", FormatFull1)
+	case m.Format == FormatVersion && m.Kind != KindFull && m.Kind != KindIncremental:
+		return nil, fmt.Errorf("backup: the manifest's kind is %q: want %q or %q", m.Kind, KindFull, KindIncremental)
+	case m.Incremental() && (m.Base == nil || m.Base.Dir == "" || !sha256Hex.MatchString(m.Base.ManifestSHA256)):
+		return nil, fmt.Errorf("backup: the manifest is of an incremental backup and names no base (a directory and its manifest's sha256 in 64 lowercase hex digits): %+v", m.Base)
+	case !m.Incremental() && m.Base != nil:
+		return nil, fmt.Errorf("backup: the manifest is of a full backup and names a base (%s)", m.Base.Dir)
 	}
 	if m.BucketCount == 0 {
 		return nil, fmt.Errorf("backup: the manifest's bucket_count is 0")
@@ -104,6 +157,24 @@ func ParseManifest(data []byte) (*Manifest, error) {
 			return nil, fmt.Errorf("backup: the manifest's file %q has size %d and %d records", f.Name, f.Size, f.Records)
 		}
 		files[f.Name] = true
+		switch {
+		case m.Format == FormatFull1 && (len(f.Revisions) > 0 || len(f.Changes) > 0):
+			return nil, fmt.Errorf("backup: the manifest's file %q has revisions or changes, which format %d does not", f.Name, FormatFull1)
+		case m.Format == FormatVersion && len(f.Revisions) != len(f.Buckets):
+			return nil, fmt.Errorf("backup: the manifest's file %q has %d revisions for %d buckets", f.Name, len(f.Revisions), len(f.Buckets))
+		case !m.Incremental() && len(f.Changes) > 0:
+			return nil, fmt.Errorf("backup: the manifest's file %q names change sets in a full backup", f.Name)
+		}
+		held := map[uint32]bool{}
+		for _, b := range f.Buckets {
+			held[b] = true
+		}
+		for _, b := range f.Changes {
+			if !held[b] {
+				return nil, fmt.Errorf("backup: the manifest's file %q names bucket %d a change set, and not among its buckets (or twice)", f.Name, b)
+			}
+			delete(held, b)
+		}
 		for _, b := range f.Buckets {
 			if b == 0 || b > m.BucketCount {
 				return nil, fmt.Errorf("backup: the manifest's file %q names bucket %d, outside 1..%d", f.Name, b, m.BucketCount)

@@ -31,8 +31,11 @@ type RestoreOptions struct {
 
 // Restore loads the backup in dir into a running cluster that has no
 // spaces (so no rows) and the backup's bucket count; anything else is
-// refused, saying what it found. The backup is verified first (a damaged
-// or incomplete one is refused, naming what is wrong). It creates the
+// refused, saying what it found. The backup is verified first, with its
+// chain if it is incremental (a damaged or incomplete one is refused,
+// naming what is wrong); an incremental's buckets are composed from its
+// chain (EachComposed), and the spaces and users are the last backup's.
+// It creates the
 // backup's spaces (the new cluster gives them ids; the rows follow their
 // space by name) and its users that the cluster does not have, then logs each bucket's chunks into the replicaset the
 // new cluster's routing places it on (RestoreBuckets): the rows, the
@@ -47,6 +50,10 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 		return nil, fmt.Errorf("backup: %s does not verify, nothing restored: %s", dir, strings.Join(rep.Problems, "; "))
 	}
 	m := rep.Manifest
+	chain, err := Chain(dir, m)
+	if err != nil {
+		return nil, err
+	}
 	rt, err := cl.Routing(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("backup: reading the routing table: %w", err)
@@ -116,7 +123,7 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 		}
 	}
 	r := newRestorer(ctx, cl, m.BucketCount, o.Progress)
-	err = Each(dir, m, func(_ string, c *rspb.CopyChunk) error {
+	err = EachComposed(chain, func(c *rspb.CopyChunk) error {
 		h := holder[c.GetBucket()]
 		if h == nil {
 			return fmt.Errorf("backup: the cluster's routing places bucket %d on no replicaset", c.GetBucket())

@@ -22,19 +22,40 @@ type Report struct {
 
 // Verify checks the backup in dir: the manifest; every file's size and
 // SHA-256; every record's CRC; that each file holds the buckets its entry
-// names, each whole (a last chunk), and the records it counts; and that
-// every bucket 1..bucket_count appears exactly once. A directory without
-// a manifest is an error (an incomplete backup); any other problem is in
-// the report.
+// names, each whole (a last chunk) or as the change set it names, with
+// its revision, and the records it counts; and that every bucket
+// 1..bucket_count appears exactly once. Of an incremental backup it
+// checks its chain (Chain) and each base's files as well, each problem
+// naming the base. A directory without a manifest is an error (an
+// incomplete backup); any other problem is in the report.
 func Verify(dir string) (*Report, error) {
 	m, err := ReadManifest(dir)
 	if err != nil {
 		return nil, err
 	}
-	r := &Report{Manifest: m}
+	r := &Report{Manifest: m, Problems: verifyFiles(dir, m)}
+	if !m.Incremental() {
+		return r, nil
+	}
+	chain, err := Chain(dir, m)
+	if err != nil {
+		r.Problems = append(r.Problems, err.Error())
+		return r, nil
+	}
+	for _, l := range chain[:len(chain)-1] {
+		for _, p := range verifyFiles(l.Dir, l.Manifest) {
+			r.Problems = append(r.Problems, fmt.Sprintf("the base %s: %s", l.Dir, p))
+		}
+	}
+	return r, nil
+}
+
+// verifyFiles checks the files of the backup in dir, whose manifest is m.
+func verifyFiles(dir string, m *Manifest) []string {
+	var probs []string
 	seen := map[uint32]string{}
 	for _, f := range m.Files {
-		r.Problems = append(r.Problems, verifyFile(dir, f, seen)...)
+		probs = append(probs, verifyFile(dir, f, seen)...)
 	}
 	missing := 0
 	first := uint32(0)
@@ -47,9 +68,9 @@ func Verify(dir string) (*Report, error) {
 		}
 	}
 	if missing > 0 {
-		r.Problems = append(r.Problems, fmt.Sprintf("%d of %d buckets are in no file (the first: %d)", missing, m.BucketCount, first))
+		probs = append(probs, fmt.Sprintf("%d of %d buckets are in no file (the first: %d)", missing, m.BucketCount, first))
 	}
-	return r, nil
+	return probs
 }
 
 func verifyFile(dir string, f FileEntry, seen map[uint32]string) []string {
@@ -69,9 +90,14 @@ func verifyFile(dir string, f FileEntry, seen map[uint32]string) []string {
 	sum := sha256.New()
 	rr := NewRecordReader(io.TeeReader(fh, sum))
 	named := map[uint32]bool{}
-	for _, b := range f.Buckets {
+	revision := map[uint32]uint64{}
+	for i, b := range f.Buckets {
 		named[b] = true
+		if i < len(f.Revisions) {
+			revision[b] = f.Revisions[i]
+		}
 	}
+	kindSaid := map[uint32]bool{}
 	whole := map[uint32]bool{}
 	records := 0
 	for {
@@ -93,9 +119,18 @@ func verifyFile(dir string, f FileEntry, seen map[uint32]string) []string {
 			named[b] = true // said once
 		case whole[b]:
 			probs = append(probs, fmt.Sprintf("%s: a record of bucket %d after its last chunk", f.Name, b))
+		case c.GetChanges() != f.changeSet(b) && !kindSaid[b]:
+			probs = append(probs, fmt.Sprintf("%s: a record of bucket %d is a change set: %v, the manifest says %v", f.Name, b, c.GetChanges(), f.changeSet(b)))
+			kindSaid[b] = true
+		case !c.GetChanges() && len(c.GetDeleted()) > 0 && !kindSaid[b]:
+			probs = append(probs, fmt.Sprintf("%s: a record of bucket %d names deleted keys and is not a change set", f.Name, b))
+			kindSaid[b] = true
 		}
 		if c.GetLast() {
 			whole[b] = true
+			if want, ok := revision[b]; ok && c.GetRevision() != want {
+				probs = append(probs, fmt.Sprintf("%s: bucket %d has revision %d, the manifest says %d", f.Name, b, c.GetRevision(), want))
+			}
 		}
 	}
 	if got := hex.EncodeToString(sum.Sum(nil)); got != f.SHA256 {

@@ -91,6 +91,7 @@ func byteSize(n int64) string {
 type backupCreateOptions struct {
 	clusterFlags
 	to        string
+	base      string
 	progress  bool
 	chunkRows int
 }
@@ -108,7 +109,15 @@ without one (the command failed or was killed) is an incomplete backup,
 which verify names and restore refuses. Needs the admin role when the
 cluster's security is on.
 
-  shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-28`,
+With --incremental-from DIR2 (an earlier backup of the cluster, full or
+incremental) the backup holds only what changed since DIR2: per bucket
+its changed and deleted rows, or the bucket whole where its change
+history no longer reaches back to DIR2. Restoring it reads its chain
+(DIR2, DIR2's base, ..., down to a full backup), which must stay in place
+(a relative DIR2 is recorded relative to DIR).
+
+  shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-28
+  shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-29 --incremental-from /backups/2026-11-28`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.to == "" {
 				return usagef("--to is required: the directory to write the backup into")
@@ -124,7 +133,7 @@ cluster's security is on.
 			if o.chunkRows < 0 || o.chunkRows > replicaset.CopyChunkTuples {
 				return usagef("invalid --chunk-rows %d: want 1 to %d (0: %d)", o.chunkRows, replicaset.CopyChunkTuples, replicaset.CopyChunkTuples)
 			}
-			opts := backup.CreateOptions{ChunkTuples: o.chunkRows}
+			opts := backup.CreateOptions{ChunkTuples: o.chunkRows, Base: o.base}
 			if show {
 				opts.Progress = func(p backup.Progress) { progressLine(stderr, "backed up", start, p) }
 			}
@@ -139,6 +148,10 @@ cluster's security is on.
 			secs := time.Since(start).Seconds()
 			fmt.Fprintf(cmd.OutOrStdout(), "backed up %d buckets, %d rows, %s in %d files to %s in %.1fs (%s/s)\n",
 				m.BucketCount, s.rows, byteSize(s.bytes), len(m.Files), o.to, secs, byteSize(int64(float64(s.bytes)/max(secs, 1e-3))))
+			if m.Incremental() {
+				fmt.Fprintf(cmd.OutOrStdout(), "incremental since %s: %d buckets as their changes, %d whole (their history no longer reaches back)\n",
+					o.base, s.changeSets, m.BucketCount-s.changeSets)
+			}
 			return nil
 		},
 	}
@@ -146,6 +159,7 @@ cluster's security is on.
 	f := cmd.Flags()
 	o.register(f, backupTimeout, "how long the whole backup may take")
 	f.StringVar(&o.to, "to", "", "the directory to write the backup into (new, or empty)")
+	f.StringVar(&o.base, "incremental-from", "", "an earlier backup of the cluster (full or incremental): back up only what changed since it")
 	f.IntVar(&o.chunkRows, "chunk-rows", 0, "rows per record of the data files at most (0: 1000)")
 	f.BoolVar(&o.progress, "progress", false, "print progress on stderr even when it is not a terminal")
 	return cmd
@@ -155,12 +169,16 @@ type backupSummary struct {
 	rows    uint64
 	bytes   int64
 	bySpace map[uint32]uint64
+	// changeSets counts the buckets held as their changes since the base
+	// (an incremental's).
+	changeSets uint32
 }
 
 func summarize(m *backup.Manifest) backupSummary {
 	s := backupSummary{bySpace: map[uint32]uint64{}}
 	for _, f := range m.Files {
 		s.bytes += f.Size
+		s.changeSets += uint32(len(f.Changes))
 		for sp, n := range f.Rows {
 			s.rows += n
 			s.bySpace[sp] += n
@@ -174,9 +192,12 @@ func newBackupVerifyCmd() *cobra.Command {
 		Use:   "verify DIR",
 		Short: "Check a backup's manifest, files and checksums",
 		Long: `Check the backup in DIR: its manifest, every file's size and SHA-256, every
-record's CRC32C, and that every bucket is in it exactly once, whole. Each
-missing or damaged file is named; a directory without a manifest is an
-incomplete backup. Exits 1 on any problem.`,
+record's CRC32C, and that every bucket is in it exactly once, whole (or,
+in an incremental backup, as its changes). Of an incremental backup its
+chain is checked too: each base present, with the manifest recorded, and
+its files. Each missing or damaged file, and each missing or replaced
+base, is named; a directory without a manifest is an incomplete backup.
+Exits 1 on any problem.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep, err := backup.Verify(args[0])
 			if err != nil {
@@ -189,6 +210,13 @@ incomplete backup. Exits 1 on any problem.`,
 				return &ExitError{Code: 1, Err: fmt.Errorf("backup verify: %s: %d problems", args[0], len(rep.Problems))}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok, %d buckets in %d files\n", args[0], rep.Manifest.BucketCount, len(rep.Manifest.Files))
+			if rep.Manifest.Incremental() {
+				chain, err := backup.Chain(args[0], rep.Manifest)
+				if err != nil {
+					return &ExitError{Code: 1, Err: err}
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "an incremental backup; its chain of %d backups verified: %s\n", len(chain), chainNames(chain))
+			}
 			return nil
 		},
 	}
@@ -196,6 +224,11 @@ incomplete backup. Exits 1 on any problem.`,
 }
 
 type backupListJSON struct {
+	// Kind is full or incremental.
+	Kind string `json:"kind"`
+	// Chain is what a restore reads, the full backup first and this one
+	// last (an incremental's; a full one's is itself).
+	Chain       []backupChainJSON         `json:"chain"`
 	Created     time.Time                 `json:"created"`
 	BucketCount uint32                    `json:"bucket_count"`
 	Files       int                       `json:"files"`
@@ -203,6 +236,33 @@ type backupListJSON struct {
 	Rows        uint64                    `json:"rows"`
 	Spaces      []backupSpaceJSON         `json:"spaces"`
 	Replicasets []backup.ReplicasetWeight `json:"replicasets"`
+}
+
+type backupChainJSON struct {
+	Dir     string    `json:"dir"`
+	Kind    string    `json:"kind"`
+	Created time.Time `json:"created"`
+	// ChangeSets counts the buckets the backup holds as their changes
+	// since its base.
+	ChangeSets uint32 `json:"change_sets"`
+	Bytes      int64  `json:"bytes"`
+}
+
+// kindOf is a manifest's kind (full for format 1).
+func kindOf(m *backup.Manifest) string {
+	if m.Incremental() {
+		return backup.KindIncremental
+	}
+	return backup.KindFull
+}
+
+// chainNames is a chain as text: its directories, oldest first.
+func chainNames(chain []backup.Link) string {
+	var names []string
+	for _, l := range chain {
+		names = append(names, fmt.Sprintf("%s (%s)", l.Dir, kindOf(l.Manifest)))
+	}
+	return strings.Join(names, " <- ")
 }
 
 type backupSpaceJSON struct {
@@ -217,10 +277,13 @@ func newBackupListCmd() *cobra.Command {
 		Use:   "list DIR",
 		Short: "Show what a backup holds",
 		Long: `Show what the backup in DIR holds: when it was taken, its buckets, its
-spaces with their rows, its size, and the source cluster's replicasets.
-It reads the manifest only (verify checks the files). --format json prints
-{"created","bucket_count","files","bytes","rows","spaces":[{"name","id","rows"}],
-"replicasets":[{"id","weight"}]}.`,
+spaces with their rows, its size, and the source cluster's replicasets;
+of an incremental backup its chain (what a restore reads, the full backup
+first) and the rows written since its base. It reads the manifests only
+(verify checks the files). --format json prints {"kind","chain":[{"dir",
+"kind","created","change_sets","bytes"}],"created","bucket_count","files",
+"bytes","rows","spaces":[{"name","id","rows"}],"replicasets":[{"id",
+"weight"}]}.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if format != "table" && format != "json" {
 				return usagef("invalid --format %q: want table or json", format)
@@ -229,9 +292,17 @@ It reads the manifest only (verify checks the files). --format json prints
 			if err != nil {
 				return &ExitError{Code: 1, Err: err}
 			}
+			chain, err := backup.Chain(args[0], m)
+			if err != nil {
+				return &ExitError{Code: 1, Err: err}
+			}
 			s := summarize(m)
-			out := backupListJSON{Created: m.Created, BucketCount: m.BucketCount, Files: len(m.Files), Bytes: s.bytes, Rows: s.rows,
+			out := backupListJSON{Kind: kindOf(m), Created: m.Created, BucketCount: m.BucketCount, Files: len(m.Files), Bytes: s.bytes, Rows: s.rows,
 				Spaces: []backupSpaceJSON{}, Replicasets: m.Replicasets}
+			for _, l := range chain {
+				ls := summarize(l.Manifest)
+				out.Chain = append(out.Chain, backupChainJSON{Dir: l.Dir, Kind: kindOf(l.Manifest), Created: l.Manifest.Created, ChangeSets: ls.changeSets, Bytes: ls.bytes})
+			}
 			for i, raw := range m.Spaces {
 				sp := &datav1.Space{}
 				if err := protojson.Unmarshal(raw, sp); err != nil {
@@ -246,7 +317,16 @@ It reads the manifest only (verify checks the files). --format json prints
 				enc.SetIndent("", "  ")
 				return enc.Encode(out)
 			}
-			fmt.Fprintf(w, "taken %s; %d buckets, %d rows, %s in %d files\n", m.Created.Format(time.RFC3339), m.BucketCount, s.rows, byteSize(s.bytes), len(m.Files))
+			if m.Incremental() {
+				fmt.Fprintf(w, "incremental, taken %s; %d buckets (%d as their changes since its base, %d whole), %d rows written since, %s in %d files\n",
+					m.Created.Format(time.RFC3339), m.BucketCount, s.changeSets, m.BucketCount-s.changeSets, s.rows, byteSize(s.bytes), len(m.Files))
+				fmt.Fprintln(w, "chain (a restore reads each, the full backup first):")
+				for _, l := range out.Chain {
+					fmt.Fprintf(w, "  %s  %s, taken %s, %s\n", l.Dir, l.Kind, l.Created.Format(time.RFC3339), byteSize(l.Bytes))
+				}
+			} else {
+				fmt.Fprintf(w, "taken %s; %d buckets, %d rows, %s in %d files\n", m.Created.Format(time.RFC3339), m.BucketCount, s.rows, byteSize(s.bytes), len(m.Files))
+			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "SPACE\tID\tROWS")
 			for _, sp := range out.Spaces {
@@ -283,8 +363,10 @@ func newBackupRestoreCmd() *cobra.Command {
 spaces (so no rows) and the backup's bucket count: the backup is verified,
 its spaces are created, and each bucket's rows, remembered request ids,
 change history and revision go to the replicaset the new cluster's
-weights place it on (any number of replicasets). Needs the admin role
-when the cluster's security is on.
+weights place it on (any number of replicasets). An incremental backup is
+restored with its chain: each bucket is composed from the full backup
+and the changes of each incremental after it, in order. Needs the admin
+role when the cluster's security is on.
 
   shardkit backup restore --peer 127.0.0.1:4301 --from /backups/2026-11-28`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -310,8 +392,13 @@ when the cluster's security is on.
 			}, CreateUser: func(ctx context.Context, u backup.User) error {
 				return cl.CreateUser(ctx, u.Name, u.Role)
 			}}
-			if show {
-				opts.Progress = func(p backup.Progress) { progressLine(stderr, "restored", start, p) }
+			// The rows sent: of an incremental backup, its chain's composed.
+			var sent backup.Progress
+			opts.Progress = func(p backup.Progress) {
+				sent = p
+				if show {
+					progressLine(stderr, "restored", start, p)
+				}
 			}
 			m, err := backup.Restore(ctx, backupCluster{cl}, o.from, opts)
 			if show {
@@ -320,9 +407,8 @@ when the cluster's security is on.
 			if err != nil {
 				return dataError("backup restore", o.timeout, err)
 			}
-			s := summarize(m)
 			secs := time.Since(start).Seconds()
-			fmt.Fprintf(cmd.OutOrStdout(), "restored %d buckets, %d rows, %d spaces from %s in %.1fs\n", m.BucketCount, s.rows, len(m.Spaces), o.from, secs)
+			fmt.Fprintf(cmd.OutOrStdout(), "restored %d buckets, %d rows, %d spaces from %s in %.1fs\n", m.BucketCount, sent.Rows, len(m.Spaces), o.from, secs)
 			for _, u := range m.Users {
 				if u.HasPassword {
 					fmt.Fprintf(cmd.OutOrStdout(), "user %s had a console password, which a backup does not hold: set it again (shardkit user set-password %s --password-stdin)\n", u.Name, u.Name)

@@ -22,7 +22,7 @@ import (
 // instance each) during which the instance of the replicaset not yet
 // captured is killed -9: the backup fails, naming the replicaset, and
 // leaves no manifest (verify names the directory an incomplete backup,
-// restore refuses it).
+// restore refuses it) and none of the data files it wrote before.
 func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts real instances")
@@ -57,10 +57,12 @@ func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var once sync.Once
+	var before []string // the data files when the instance was killed
 	_, err = backup.Create(ctx, backupCluster{cl}, dir, backup.CreateOptions{ChunkTuples: 3, Progress: func(backup.Progress) {
 		// After the first replicaset's file, the other's instance dies
 		// (replicasets are named after their instance: i1's is r1).
 		once.Do(func() {
+			before = glob(t, filepath.Join(dir, "*.data"))
 			victim := 1
 			if files := glob(t, filepath.Join(dir, "r2-*.data")); len(files) > 0 {
 				victim = 0
@@ -89,8 +91,11 @@ func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, backup.ManifestName)); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("a failed backup left a manifest: %v", err)
 	}
-	if files := glob(t, filepath.Join(dir, "*.data")); len(files) == 0 {
+	if len(before) == 0 {
 		t.Fatal("no data file of the replicaset captured before the kill: the kill came before the backup")
+	}
+	if files := glob(t, filepath.Join(dir, "*.data")); len(files) > 0 {
+		t.Fatalf("the failed backup left its data files %v (of %v before the kill)", files, before)
 	}
 	if code, _, errOut := runMain(t, "backup", "verify", dir); code != 1 || !strings.Contains(errOut, "incomplete backup") {
 		t.Fatalf("verify of the failed backup: exit %d: %s", code, errOut)

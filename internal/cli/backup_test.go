@@ -28,12 +28,21 @@ const backupBuckets = 30
 // with no move under way, and returns the --peer list and a client.
 func startBackupCluster(t *testing.T, n int) (string, *client.Client) {
 	t.Helper()
+	return startBackupClusterWith(t, n, func(*server.InstanceConfig) {})
+}
+
+// startBackupClusterWith is startBackupCluster with each instance's
+// configuration changed by tune.
+func startBackupClusterWith(t *testing.T, n int, tune func(*server.InstanceConfig)) (string, *client.Client) {
+	t.Helper()
 	var addrs []string
 	for i := range n {
 		lis, addr := servertest.Listen(t)
 		addrs = append(addrs, addr)
-		servertest.Run(t, server.InstanceConfig{Listener: lis, Peers: addrs[:1], InstanceID: fmt.Sprintf("i%d", i+1),
-			InitBucketCount: backupBuckets, AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second})
+		cfg := server.InstanceConfig{Listener: lis, Peers: addrs[:1], InstanceID: fmt.Sprintf("i%d", i+1),
+			InitBucketCount: backupBuckets, AutoOfflineTimeout: 10 * time.Second, ShutdownTimeout: 5 * time.Second}
+		tune(&cfg)
+		servertest.Run(t, cfg)
 	}
 	cl, err := client.New(t.Context(), client.Config{Peers: addrs, Timeout: 2 * time.Second})
 	if err != nil {

@@ -3,6 +3,10 @@ package replicaset
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/cockroachdb/pebble/v2"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -26,6 +30,10 @@ import (
 func (b *BucketService) BackupBuckets(req *rspb.BackupBucketsRequest, stream grpc.ServerStreamingServer[rspb.BackupBucketsResponse]) error {
 	if err := checkBatch(len(req.GetBuckets())); err != nil {
 		return err
+	}
+	bases := req.GetBaseRevisions()
+	if len(bases) != 0 && len(bases) != len(req.GetBuckets()) {
+		return status.Errorf(codes.InvalidArgument, "%d base revisions for %d buckets: want one per bucket, or none", len(bases), len(req.GetBuckets()))
 	}
 	s, err := b.leader(req.GetReplicasetId(), req.GetBuckets()[0])
 	if err != nil {
@@ -51,7 +59,7 @@ func (b *BucketService) BackupBuckets(req *rspb.BackupBucketsRequest, stream grp
 	// Ids the window holds now and snap does not (remembered after it) are
 	// skipped by eachRequest.
 	remembered := s.sm.reqs.ofBuckets(asked)
-	for _, bucket := range req.GetBuckets() {
+	for i, bucket := range req.GetBuckets() {
 		st, err := s.sm.BucketStateOf(snap, bucket)
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
@@ -60,11 +68,132 @@ func (b *BucketService) BackupBuckets(req *rspb.BackupBucketsRequest, stream grp
 			ch.refuse(bucket, fmt.Sprintf("bucket %d is %s on %s, not active", bucket, describeRecord(st), s.cfg.ReplicasetID))
 			continue
 		}
-		if err := s.chunkBucket(snap, ch, &rspb.CopyChunk{Bucket: bucket, Generation: st.GetGeneration()}, remembered[bucket]); err != nil {
+		first := &rspb.CopyChunk{Bucket: bucket, Generation: st.GetGeneration()}
+		if len(bases) > 0 {
+			sent, err := s.chunkChanges(snap, ch, first, remembered[bucket], bases[i])
+			if err != nil {
+				return err
+			}
+			if sent {
+				continue
+			}
+		}
+		if err := s.chunkBucket(snap, ch, first, remembered[bucket]); err != nil {
 			return err
 		}
 	}
 	return ch.send()
+}
+
+// chunkChanges streams a bucket's changes since base (its revision in
+// the base backup) from snap, in chunks shaped as first, with changes
+// set, and reports whether it did. A bucket at the base's revision is one
+// last chunk with its revision: unchanged. A bucket whose kept history
+// holds the base's revision or one before it (trimming drops only the
+// oldest, so it holds every batch after the base) is sent as the keys its
+// history names after the base, in key order, each with its tuple in
+// snap (in tuples) or none (in deleted), then its remembered request ids,
+// its history after the base, and its revision. Any other bucket (its
+// history does not reach back; its revision is below the base's, so it is
+// another cluster's or was restored since) is not sent: the caller sends
+// it whole.
+func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered []rememberedID, base uint64) (bool, error) {
+	bucket := first.GetBucket()
+	rev, err := s.sm.RevisionOf(snap, bucket)
+	if err != nil {
+		return false, status.Error(codes.Internal, err.Error())
+	}
+	if rev == base {
+		first.Changes, first.Revision, first.Last = true, rev, true
+		ch.chunks = append(ch.chunks, first)
+		ch.size += first.SizeVT()
+		return true, nil
+	}
+	if rev < base || base == 0 {
+		return false, nil
+	}
+	oldest, err := s.sm.OldestEvent(snap, bucket)
+	if err != nil {
+		return false, status.Error(codes.Internal, err.Error())
+	}
+	if oldest == 0 || oldest > base {
+		return false, nil
+	}
+	var events []*rspb.Event
+	written := map[string]*rspb.TupleKey{}
+	if _, err := s.sm.Events(snap, bucket, base, func(ev *rspb.Event) bool {
+		events = append(events, ev)
+		for _, op := range ev.GetOps() {
+			k := string(s.sm.k.tuple(bucket, op.GetSpaceId(), op.GetKey()))
+			if written[k] == nil {
+				written[k] = &rspb.TupleKey{SpaceId: op.GetSpaceId(), Key: op.GetKey()}
+			}
+		}
+		return true
+	}); err != nil {
+		return false, status.Error(codes.Internal, err.Error())
+	}
+	limit := ch.limit
+	if limit <= 0 || limit > CopyChunkTuples {
+		limit = CopyChunkTuples
+	}
+	first.Changes = true
+	chunk := first
+	ch.chunks = append(ch.chunks, chunk)
+	// added accounts for n more bytes in the chunk; a full response is
+	// sent, and the bucket goes on in a new chunk.
+	added := func(n int, tuple bool) error {
+		ch.size += n
+		if tuple {
+			ch.count++
+		}
+		if ch.count < limit && ch.size < MaxChunkBytes {
+			return nil
+		}
+		if err := ch.send(); err != nil {
+			return err
+		}
+		chunk = &rspb.CopyChunk{Bucket: bucket, Generation: first.GetGeneration(), Changes: true}
+		ch.chunks = append(ch.chunks, chunk)
+		return nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(written)) {
+		key := written[k]
+		v, err := get(snap, []byte(k))
+		if err != nil {
+			return false, status.Error(codes.Internal, err.Error())
+		}
+		if v == nil {
+			chunk.Deleted = append(chunk.Deleted, key)
+			if err := added(len(k), true); err != nil {
+				return false, err
+			}
+			continue
+		}
+		ver, t, err := decodeStored(v)
+		if err != nil {
+			return false, status.Error(codes.Internal, err.Error())
+		}
+		chunk.Tuples = append(chunk.Tuples, &rspb.CopiedTuple{SpaceId: key.GetSpaceId(), Key: key.GetKey(), Version: ver, Tuple: append([]byte(nil), t...)})
+		if err := added(len(k)+len(v), true); err != nil {
+			return false, err
+		}
+	}
+	err = s.eachRequest(snap, remembered, func(r *rspb.CopiedRequest, n int) error {
+		chunk.Requests = append(chunk.Requests, r)
+		return added(n, false)
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, ev := range events {
+		chunk.Events = append(chunk.Events, ev)
+		if err := added(ev.SizeVT(), false); err != nil {
+			return false, err
+		}
+	}
+	chunk.Revision, chunk.Last = rev, true
+	return true, nil
 }
 
 // RestoreBuckets implements BucketService: the chunks, each marked

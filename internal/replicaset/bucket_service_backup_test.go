@@ -88,3 +88,84 @@ func TestABackupRestoresIntoAnActiveBucket(t *testing.T) {
 		t.Fatalf("a move's chunk into an ACTIVE bucket: %+v", o)
 	}
 }
+
+// chunkChanges of one bucket since base: the chunks flushed, and whether
+// it sent them (false: the caller sends the bucket whole).
+func changesSince(t *testing.T, f *fixture, b uint32, base uint64) ([]*rspb.CopyChunk, bool) {
+	t.Helper()
+	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
+	var chunks []*rspb.CopyChunk
+	ch := &chunker{limit: 2, flush: func(cs []*rspb.CopyChunk, _ []*rspb.BucketRefusal) error {
+		chunks = append(chunks, cs...)
+		return nil
+	}}
+	sent, err := s.chunkChanges(f.db, ch, &rspb.CopyChunk{Bucket: b}, f.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.send(); err != nil {
+		t.Fatal(err)
+	}
+	return chunks, sent
+}
+
+// An incremental backup's bucket, as the replicaset sends it since a
+// base revision: unchanged (one last chunk, its revision), its changes
+// (the keys written after the base with their tuples, those deleted, the
+// history after the base, every chunk marked changes), or not at all
+// (whole, the caller's) when its history does not reach back to the base
+// or its revision is below the base's.
+func TestBackupSendsABucketsChangesSinceItsBase(t *testing.T) {
+	const b = 5
+	f := newFixture(t)
+	f.setup()
+	for i := range 4 {
+		f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint("a", i), 1))}})
+	}
+	const base = 4
+	if chunks, sent := changesSince(t, f, b, base); !sent || len(chunks) != 1 || !chunks[0].GetChanges() || !chunks[0].GetLast() ||
+		chunks[0].GetRevision() != base || len(chunks[0].GetTuples())+len(chunks[0].GetEvents()) != 0 {
+		t.Fatalf("unchanged since the base: sent %v, %v", sent, chunks)
+	}
+	f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a9", 1)), insertOp(t, offer(1, "a8", 1))}})
+	f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: key(t, tuple.Uint(1), tuple.String("a1"))}}})
+	chunks, sent := changesSince(t, f, b, base)
+	if !sent {
+		t.Fatal("changes since a base the history holds: not sent")
+	}
+	var written, deleted []string
+	var events []uint64
+	for i, c := range chunks {
+		if !c.GetChanges() || c.GetLast() != (i == len(chunks)-1) {
+			t.Fatalf("chunk %d of %d: changes %v, last %v", i, len(chunks), c.GetChanges(), c.GetLast())
+		}
+		for _, tp := range c.GetTuples() {
+			written = append(written, string(tp.GetKey()))
+		}
+		for _, d := range c.GetDeleted() {
+			deleted = append(deleted, string(d.GetKey()))
+		}
+		for _, ev := range c.GetEvents() {
+			events = append(events, ev.GetRevision())
+		}
+	}
+	k := func(id string) string { return string(key(t, tuple.Uint(1), tuple.String(id))) }
+	if fmt.Sprint(written) != fmt.Sprint([]string{k("a8"), k("a9")}) || fmt.Sprint(deleted) != fmt.Sprint([]string{k("a1")}) ||
+		fmt.Sprint(events) != "[5 6]" || chunks[len(chunks)-1].GetRevision() != 6 {
+		t.Fatalf("changes since %d: written %q, deleted %q, events %v, revision %d", base, written, deleted, events, chunks[len(chunks)-1].GetRevision())
+	}
+	if _, sent := changesSince(t, f, b, 7); sent {
+		t.Fatal("a base above the bucket's revision (another cluster's): sent as changes")
+	}
+	// History trimmed past the base: the bucket goes whole.
+	f.apply(&rspb.Command{Op: &rspb.Command_SetHistory{SetHistory: &rspb.SetHistory{Revisions: MinHistoryRevisions, Bytes: MinHistoryBytes}}})
+	for i := range MinHistoryRevisions + eventTrimSlack + 1 {
+		f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(2, fmt.Sprint("h", i), 1))}})
+	}
+	if oldest, err := f.sm.OldestEvent(f.db, b); err != nil || oldest <= base {
+		t.Fatalf("the history was not trimmed past %d: its oldest revision %d, %v", base, oldest, err)
+	}
+	if _, sent := changesSince(t, f, b, base); sent {
+		t.Fatal("a base the history no longer reaches: sent as changes")
+	}
+}

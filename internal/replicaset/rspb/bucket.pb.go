@@ -26,7 +26,13 @@ type BackupBucketsRequest struct {
 	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
 	Buckets      []uint32               `protobuf:"varint,2,rep,packed,name=buckets,proto3" json:"buckets,omitempty"`
 	// Tuples per chunk (0: 1000).
-	ChunkTuples   uint32 `protobuf:"varint,3,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
+	ChunkTuples uint32 `protobuf:"varint,3,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
+	// For an incremental backup: per asked bucket, in the order of buckets,
+	// its revision in the base backup (empty: every bucket whole). A bucket
+	// at that revision is sent as unchanged, one whose kept history holds
+	// the base's revision (or one before it) as its changes since
+	// (CopyChunk.changes), any other whole.
+	BaseRevisions []uint64 `protobuf:"varint,4,rep,packed,name=base_revisions,json=baseRevisions,proto3" json:"base_revisions,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -80,6 +86,13 @@ func (x *BackupBucketsRequest) GetChunkTuples() uint32 {
 		return x.ChunkTuples
 	}
 	return 0
+}
+
+func (x *BackupBucketsRequest) GetBaseRevisions() []uint64 {
+	if x != nil {
+		return x.BaseRevisions
+	}
+	return nil
 }
 
 // BackupBucketsResponse is a part of the stream, as SendBucketsResponse:
@@ -1280,11 +1293,12 @@ var File_internal_replicaset_rspb_bucket_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\n" +
-	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"x\n" +
+	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"\x9f\x01\n" +
 	"\x14BackupBucketsRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x18\n" +
 	"\abuckets\x18\x02 \x03(\rR\abuckets\x12!\n" +
-	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\"\x93\x01\n" +
+	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\x12%\n" +
+	"\x0ebase_revisions\x18\x04 \x03(\x04R\rbaseRevisions\"\x93\x01\n" +
 	"\x15BackupBucketsResponse\x129\n" +
 	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
 	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused\"w\n" +

@@ -48,19 +48,14 @@ func (m *BackupBucketsRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) 
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
-	if m.ChunkTuples != 0 {
-		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ChunkTuples))
-		i--
-		dAtA[i] = 0x18
-	}
-	if len(m.Buckets) > 0 {
+	if len(m.BaseRevisions) > 0 {
 		var pksize2 int
-		for _, num := range m.Buckets {
+		for _, num := range m.BaseRevisions {
 			pksize2 += protohelpers.SizeOfVarint(uint64(num))
 		}
 		i -= pksize2
 		j1 := i
-		for _, num := range m.Buckets {
+		for _, num := range m.BaseRevisions {
 			for num >= 1<<7 {
 				dAtA[j1] = uint8(uint64(num)&0x7f | 0x80)
 				num >>= 7
@@ -70,6 +65,31 @@ func (m *BackupBucketsRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) 
 			j1++
 		}
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(pksize2))
+		i--
+		dAtA[i] = 0x22
+	}
+	if m.ChunkTuples != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ChunkTuples))
+		i--
+		dAtA[i] = 0x18
+	}
+	if len(m.Buckets) > 0 {
+		var pksize4 int
+		for _, num := range m.Buckets {
+			pksize4 += protohelpers.SizeOfVarint(uint64(num))
+		}
+		i -= pksize4
+		j3 := i
+		for _, num := range m.Buckets {
+			for num >= 1<<7 {
+				dAtA[j3] = uint8(uint64(num)&0x7f | 0x80)
+				num >>= 7
+				j3++
+			}
+			dAtA[j3] = uint8(num)
+			j3++
+		}
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(pksize4))
 		i--
 		dAtA[i] = 0x12
 	}
@@ -1240,6 +1260,13 @@ func (m *BackupBucketsRequest) SizeVT() (n int) {
 	if m.ChunkTuples != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ChunkTuples))
 	}
+	if len(m.BaseRevisions) > 0 {
+		l = 0
+		for _, e := range m.BaseRevisions {
+			l += protohelpers.SizeOfVarint(uint64(e))
+		}
+		n += 1 + protohelpers.SizeOfVarint(uint64(l)) + l
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1848,6 +1875,82 @@ func (m *BackupBucketsRequest) UnmarshalVT(dAtA []byte) error {
 				if b < 0x80 {
 					break
 				}
+			}
+		case 4:
+			if wireType == 0 {
+				var v uint64
+				for shift := uint(0); ; shift += 7 {
+					if shift >= 64 {
+						return protohelpers.ErrIntOverflow
+					}
+					if iNdEx >= l {
+						return io.ErrUnexpectedEOF
+					}
+					b := dAtA[iNdEx]
+					iNdEx++
+					v |= uint64(b&0x7F) << shift
+					if b < 0x80 {
+						break
+					}
+				}
+				m.BaseRevisions = append(m.BaseRevisions, v)
+			} else if wireType == 2 {
+				var packedLen int
+				for shift := uint(0); ; shift += 7 {
+					if shift >= 64 {
+						return protohelpers.ErrIntOverflow
+					}
+					if iNdEx >= l {
+						return io.ErrUnexpectedEOF
+					}
+					b := dAtA[iNdEx]
+					iNdEx++
+					packedLen |= int(b&0x7F) << shift
+					if b < 0x80 {
+						break
+					}
+				}
+				if packedLen < 0 {
+					return protohelpers.ErrInvalidLength
+				}
+				postIndex := iNdEx + packedLen
+				if postIndex < 0 {
+					return protohelpers.ErrInvalidLength
+				}
+				if postIndex > l {
+					return io.ErrUnexpectedEOF
+				}
+				var elementCount int
+				var count int
+				for _, integer := range dAtA[iNdEx:postIndex] {
+					if integer < 128 {
+						count++
+					}
+				}
+				elementCount = count
+				if elementCount != 0 && len(m.BaseRevisions) == 0 {
+					m.BaseRevisions = make([]uint64, 0, elementCount)
+				}
+				for iNdEx < postIndex {
+					var v uint64
+					for shift := uint(0); ; shift += 7 {
+						if shift >= 64 {
+							return protohelpers.ErrIntOverflow
+						}
+						if iNdEx >= l {
+							return io.ErrUnexpectedEOF
+						}
+						b := dAtA[iNdEx]
+						iNdEx++
+						v |= uint64(b&0x7F) << shift
+						if b < 0x80 {
+							break
+						}
+					}
+					m.BaseRevisions = append(m.BaseRevisions, v)
+				}
+			} else {
+				return fmt.Errorf("proto: wrong wireType = %d for field BaseRevisions", wireType)
 			}
 		default:
 			iNdEx = preIndex

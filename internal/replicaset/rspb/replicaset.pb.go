@@ -215,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18, 0}
 }
 
 type BucketState_State int32
@@ -270,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -603,7 +603,19 @@ type CopyChunk struct {
 	// A chunk of a backup being restored (RestoreBuckets): applied to a
 	// bucket the replicaset holds ACTIVE, at any generation, instead of a
 	// receiving one; its last chunk does not mark the record copied.
-	Restore       bool `protobuf:"varint,8,opt,name=restore,proto3" json:"restore,omitempty"`
+	Restore bool `protobuf:"varint,8,opt,name=restore,proto3" json:"restore,omitempty"`
+	// A bucket's changes since a base backup's revision (BackupBuckets with
+	// base_revisions), never a move's or a restore's chunk: tuples are the
+	// keys written after the base with their current tuples, deleted the
+	// keys deleted after it, and the last chunk's events only the history
+	// after the base (its requests and revision as a whole bucket's). A
+	// bucket unchanged since the base is one last chunk with changes set,
+	// its revision, and nothing else. The backup client composes change
+	// sets onto their base's whole bucket before a restore.
+	Changes bool `protobuf:"varint,9,opt,name=changes,proto3" json:"changes,omitempty"`
+	// With changes: keys deleted after the base (held by none of this
+	// bucket's chunks' tuples).
+	Deleted       []*TupleKey `protobuf:"bytes,10,rep,name=deleted,proto3" json:"deleted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,6 +706,73 @@ func (x *CopyChunk) GetRestore() bool {
 	return false
 }
 
+func (x *CopyChunk) GetChanges() bool {
+	if x != nil {
+		return x.Changes
+	}
+	return false
+}
+
+func (x *CopyChunk) GetDeleted() []*TupleKey {
+	if x != nil {
+		return x.Deleted
+	}
+	return nil
+}
+
+// TupleKey names one tuple of a bucket: its space and its key encoding.
+type TupleKey struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SpaceId       uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
+	Key           []byte                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TupleKey) Reset() {
+	*x = TupleKey{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TupleKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TupleKey) ProtoMessage() {}
+
+func (x *TupleKey) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TupleKey.ProtoReflect.Descriptor instead.
+func (*TupleKey) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TupleKey) GetSpaceId() uint32 {
+	if x != nil {
+		return x.SpaceId
+	}
+	return 0
+}
+
+func (x *TupleKey) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
 // Event is one batch applied to a bucket, as the change history keeps it
 // (e/<bucket><revision>) and watchers receive it.
 type Event struct {
@@ -708,7 +787,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -720,7 +799,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -733,7 +812,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Event) GetBucket() uint32 {
@@ -780,7 +859,7 @@ type EventOp struct {
 
 func (x *EventOp) Reset() {
 	*x = EventOp{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -792,7 +871,7 @@ func (x *EventOp) String() string {
 func (*EventOp) ProtoMessage() {}
 
 func (x *EventOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -805,7 +884,7 @@ func (x *EventOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventOp.ProtoReflect.Descriptor instead.
 func (*EventOp) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EventOp) GetSpaceId() uint32 {
@@ -854,7 +933,7 @@ type CopiedRequest struct {
 
 func (x *CopiedRequest) Reset() {
 	*x = CopiedRequest{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -866,7 +945,7 @@ func (x *CopiedRequest) String() string {
 func (*CopiedRequest) ProtoMessage() {}
 
 func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -879,7 +958,7 @@ func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedRequest.ProtoReflect.Descriptor instead.
 func (*CopiedRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CopiedRequest) GetId() []byte {
@@ -908,7 +987,7 @@ type SetBuckets struct {
 
 func (x *SetBuckets) Reset() {
 	*x = SetBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +999,7 @@ func (x *SetBuckets) String() string {
 func (*SetBuckets) ProtoMessage() {}
 
 func (x *SetBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1012,7 @@ func (x *SetBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBuckets.ProtoReflect.Descriptor instead.
 func (*SetBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SetBuckets) GetSteps() []*SetBucket {
@@ -962,7 +1041,7 @@ type CopyChunks struct {
 
 func (x *CopyChunks) Reset() {
 	*x = CopyChunks{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1053,7 @@ func (x *CopyChunks) String() string {
 func (*CopyChunks) ProtoMessage() {}
 
 func (x *CopyChunks) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1066,7 @@ func (x *CopyChunks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunks.ProtoReflect.Descriptor instead.
 func (*CopyChunks) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CopyChunks) GetChunks() []*CopyChunk {
@@ -1017,7 +1096,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1029,7 +1108,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1042,7 +1121,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -1087,7 +1166,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1178,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1191,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -1150,7 +1229,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1241,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1254,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -1205,7 +1284,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1296,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1309,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -1269,7 +1348,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1360,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1373,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Condition) GetField() uint32 {
@@ -1344,7 +1423,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1435,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1448,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1464,7 +1543,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1476,7 +1555,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1489,7 +1568,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1552,7 +1631,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1643,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1656,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1619,7 +1698,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1710,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1723,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1708,7 +1787,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1720,7 +1799,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1733,7 +1812,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1788,7 +1867,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1800,7 +1879,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1813,7 +1892,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1876,7 +1955,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xc4\x02\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\x9a\x03\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
@@ -1887,7 +1966,13 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\x12\x1a\n" +
 	"\brevision\x18\x06 \x01(\x04R\brevision\x125\n" +
 	"\x06events\x18\a \x03(\v2\x1d.shardkit.replicaset.v1.EventR\x06events\x12\x18\n" +
-	"\arestore\x18\b \x01(\bR\arestore\"\x90\x01\n" +
+	"\arestore\x18\b \x01(\bR\arestore\x12\x18\n" +
+	"\achanges\x18\t \x01(\bR\achanges\x12:\n" +
+	"\adeleted\x18\n" +
+	" \x03(\v2 .shardkit.replicaset.v1.TupleKeyR\adeleted\"7\n" +
+	"\bTupleKey\x12\x19\n" +
+	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\fR\x03key\"\x90\x01\n" +
 	"\x05Event\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x04R\brevision\x12 \n" +
@@ -2031,7 +2116,7 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
 	(Compare)(0),           // 1: shardkit.replicaset.v1.Compare
@@ -2041,57 +2126,59 @@ var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(*SetHistory)(nil),     // 5: shardkit.replicaset.v1.SetHistory
 	(*SetBucket)(nil),      // 6: shardkit.replicaset.v1.SetBucket
 	(*CopyChunk)(nil),      // 7: shardkit.replicaset.v1.CopyChunk
-	(*Event)(nil),          // 8: shardkit.replicaset.v1.Event
-	(*EventOp)(nil),        // 9: shardkit.replicaset.v1.EventOp
-	(*CopiedRequest)(nil),  // 10: shardkit.replicaset.v1.CopiedRequest
-	(*SetBuckets)(nil),     // 11: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),     // 12: shardkit.replicaset.v1.CopyChunks
-	(*CopiedTuple)(nil),    // 13: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 14: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),      // 15: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 16: shardkit.replicaset.v1.CreateBuckets
-	(*Condition)(nil),      // 17: shardkit.replicaset.v1.Condition
-	(*Op)(nil),             // 18: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 19: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 20: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 21: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 22: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 23: shardkit.replicaset.v1.BucketState
-	(*metapb.Space)(nil),   // 24: shardkit.meta.v1.Space
+	(*TupleKey)(nil),       // 8: shardkit.replicaset.v1.TupleKey
+	(*Event)(nil),          // 9: shardkit.replicaset.v1.Event
+	(*EventOp)(nil),        // 10: shardkit.replicaset.v1.EventOp
+	(*CopiedRequest)(nil),  // 11: shardkit.replicaset.v1.CopiedRequest
+	(*SetBuckets)(nil),     // 12: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),     // 13: shardkit.replicaset.v1.CopyChunks
+	(*CopiedTuple)(nil),    // 14: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),       // 15: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),      // 16: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),  // 17: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),      // 18: shardkit.replicaset.v1.Condition
+	(*Op)(nil),             // 19: shardkit.replicaset.v1.Op
+	(*Batch)(nil),          // 20: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),       // 21: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),        // 22: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),    // 23: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),    // 24: shardkit.replicaset.v1.BucketState
+	(*metapb.Space)(nil),   // 25: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	19, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	15, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	16, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	11, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	12, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	20, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	16, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	17, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	12, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	13, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
 	5,  // 5: shardkit.replicaset.v1.Command.set_history:type_name -> shardkit.replicaset.v1.SetHistory
 	3,  // 6: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
 	3,  // 7: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	13, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	10, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
-	8,  // 10: shardkit.replicaset.v1.CopyChunk.events:type_name -> shardkit.replicaset.v1.Event
-	9,  // 11: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
-	0,  // 12: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
-	22, // 13: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
-	6,  // 14: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	7,  // 15: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	24, // 16: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 17: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 18: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	14, // 19: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	17, // 20: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	18, // 21: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	22, // 22: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 23: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	20, // 24: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	21, // 25: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 26: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	14, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	11, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
+	9,  // 10: shardkit.replicaset.v1.CopyChunk.events:type_name -> shardkit.replicaset.v1.Event
+	8,  // 11: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
+	10, // 12: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
+	0,  // 13: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
+	23, // 14: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
+	6,  // 15: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	7,  // 16: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	25, // 17: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 18: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 19: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	15, // 20: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	18, // 21: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	19, // 22: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	23, // 23: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 24: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	21, // 25: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	22, // 26: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 27: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	28, // [28:28] is the sub-list for method output_type
+	28, // [28:28] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -2107,14 +2194,14 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_CopyChunks)(nil),
 		(*Command_SetHistory)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[14].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
