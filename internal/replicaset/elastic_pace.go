@@ -125,7 +125,6 @@ func (e *elasticPace) step(bound uint64) {
 	if bound > 0 {
 		ceiling = float64(bound)
 	}
-	floor := min(float64(paceFloor), ceiling)
 	switch {
 	case !copying:
 		if !e.lastCopy.IsZero() && now.Sub(e.lastCopy) >= paceIdle {
@@ -142,7 +141,7 @@ func (e *elasticPace) step(bound uint64) {
 	default:
 		e.rate += paceStep
 	}
-	e.rate = min(max(e.rate, floor), ceiling)
+	e.rate = min(max(e.rate, paceFloor), ceiling) // a bound below the floor wins
 	if e.log != nil && copying {
 		e.log.Debug("copy pace", "pace", int64(e.rate), "used", int64(used), "delay", value, "target", target, "measured", ok)
 	}
