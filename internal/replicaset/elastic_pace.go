@@ -57,8 +57,8 @@ type elasticPace struct {
 type paceSignal interface {
 	// window ends a window: the signal's value over it and the target
 	// the value must stay under; ok is false when the window told
-	// nothing. copying says whether the copy proposed bytes in it.
-	window(copying bool) (value, target time.Duration, ok bool)
+	// nothing.
+	window() (value, target time.Duration, ok bool)
 }
 
 const (
@@ -117,7 +117,7 @@ func (e *elasticPace) step(bound uint64) {
 		return
 	}
 	copying := e.bytes > 0
-	value, target, ok := e.signal.window(copying)
+	value, target, ok := e.signal.window()
 	e.value, e.target, e.measured = value, target, ok
 	used := float64(e.bytes) / took.Seconds()
 	e.start, e.bytes = now, 0

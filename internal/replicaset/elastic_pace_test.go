@@ -11,12 +11,10 @@ type fakeSignal struct {
 	value, target time.Duration
 	ok            bool
 	windows       int
-	copying       []bool
 }
 
-func (f *fakeSignal) window(copying bool) (time.Duration, time.Duration, bool) {
+func (f *fakeSignal) window() (time.Duration, time.Duration, bool) {
 	f.windows++
-	f.copying = append(f.copying, copying)
 	return f.value, f.target, f.ok
 }
 
@@ -149,9 +147,6 @@ func TestElasticPaceWindowsWithoutACopyChangeNothingAndAnIdleOneResets(t *testin
 	if p := r.e.pace(0); p != paceFloor {
 		t.Fatalf("after a window without a copy: %d, want it kept at %d", p, paceFloor)
 	}
-	if got := r.sig.copying[len(r.sig.copying)-1]; got {
-		t.Fatal("a window without bytes copied was reported as copying")
-	}
 	windows := r.sig.windows
 	r.now = r.now.Add(paceWindow / 2)
 	r.e.pace(0)
@@ -191,13 +186,13 @@ func TestCopyPaceWaitsAtTheElasticPace(t *testing.T) {
 func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
 	var w writeDelay
 	// No writes yet: the floor is the base, and the window tells nothing.
-	if _, target, ok := w.window(true); ok || target != time.Duration(float64(writeDelayFloor)*writeDelayFactor) {
+	if _, target, ok := w.window(); ok || target != time.Duration(float64(writeDelayFloor)*writeDelayFactor) {
 		t.Fatalf("no writes: target %v ok %v, want %v from the floor and no value", target, ok, time.Duration(float64(writeDelayFloor)*writeDelayFactor))
 	}
 	for range writeDelaySamples - 1 {
 		w.observe(time.Second)
 	}
-	if _, _, ok := w.window(true); ok {
+	if _, _, ok := w.window(); ok {
 		t.Fatal("a window of fewer than writeDelaySamples writes told something")
 	}
 	window := func(d time.Duration) (time.Duration, time.Duration) {
@@ -205,7 +200,7 @@ func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
 		for range writeDelaySamples {
 			w.observe(d)
 		}
-		v, target, ok := w.window(true)
+		v, target, ok := w.window()
 		if !ok {
 			t.Fatalf("a window of %d writes told nothing", writeDelaySamples)
 		}
@@ -228,7 +223,7 @@ func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
 		w.observe(10 * time.Millisecond)
 	}
 	w.observe(3 * time.Second)
-	if v, _, _ := w.window(true); v != 10*time.Millisecond {
+	if v, _, _ := w.window(); v != 10*time.Millisecond {
 		t.Fatalf("a window of %d writes of 10ms and one of 3s: %v, want 10ms", writeDelaySamples, v)
 	}
 	// The base forgets windows older than writeDelayBases.

@@ -56,7 +56,7 @@ func (w *writeDelay) observe(d time.Duration) {
 }
 
 // window implements paceSignal.
-func (w *writeDelay) window(bool) (value, target time.Duration, ok bool) {
+func (w *writeDelay) window() (value, target time.Duration, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	base := writeDelayFloor
