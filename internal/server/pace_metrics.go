@@ -20,7 +20,7 @@ var (
 	descPace = prometheus.NewDesc("shardkit_copy_pace_bytes_per_second",
 		"The pace of the copy of moved buckets into this replicaset (bytes of tuples proposed per second), which the copy sets itself from the clients' write delay, within the rebalancer's copy rate.", []string{"replicaset"}, nil)
 	descPaceDelay = prometheus.NewDesc("shardkit_copy_pace_write_delay_seconds",
-		"The clients' writes' mean delay on this member, from proposal to result, over the copy pace's last window (0 when it had too few writes to tell).", []string{"replicaset"}, nil)
+		"The clients' writes' median delay on this member, from proposal to result, over the copy pace's last window (0 when it had too few writes to tell).", []string{"replicaset"}, nil)
 	descPaceTarget = prometheus.NewDesc("shardkit_copy_pace_write_delay_target_seconds",
 		"The write delay above which the copy pace's last window halved the pace.", []string{"replicaset"}, nil)
 )
