@@ -258,12 +258,14 @@ func newRebalanceConfigCmd() *cobra.Command {
 --max-sending and --max-receiving bound the buckets one replicaset sends
 and receives at once (each replicaset enforces them on its own moves,
 manual ones too; not on "reshard start", which switches its whole plan at
-once, as the seed's procedure does). --copy-rate bounds the bytes of tuples (key and tuple)
-one replicaset copies in per second while it receives buckets, e.g. 4MiB;
-0 removes the limit (the default). A bucket's copy runs after its switch,
-so the rate never lengthens the time writes to a bucket are refused; it
-trades the speed of a rebalance for the latency of the clients' calls on
-the same machines (docs/data.md, "Growing and shrinking").`,
+once, as the seed's procedure does). The copy paces itself from the
+destination's clients' write delay (slower while they wait longer);
+--copy-rate bounds the bytes of tuples (key and tuple) one replicaset
+copies in per second while it receives buckets, e.g. 4MiB; 0 sets no bound
+(the default). A bucket's copy runs after its switch, so the rate never
+lengthens the time writes to a bucket are refused; it trades the speed of
+a rebalance for the latency of the clients' calls on the same machines
+(docs/data.md, "Growing and shrinking").`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if enable && disable {
@@ -336,7 +338,7 @@ the same machines (docs/data.md, "Growing and shrinking").`,
 	cmd.Flags().Float64Var(&threshold, "threshold", 1, "act when a replicaset's disbalance exceeds this many percent")
 	cmd.Flags().Uint32Var(&maxSend, "max-sending", mover.DefaultMaxSending, "buckets one replicaset sends at once")
 	cmd.Flags().Uint32Var(&maxRecv, "max-receiving", mover.DefaultMaxReceiving, "buckets one replicaset receives at once")
-	cmd.Flags().StringVar(&rateFlag, "copy-rate", "0", "bytes of tuples one replicaset copies in per second while it receives buckets (e.g. 4MiB; 0: no limit)")
+	cmd.Flags().StringVar(&rateFlag, "copy-rate", "0", "bytes of tuples one replicaset copies in per second while it receives buckets (e.g. 4MiB; 0: no bound; the copy paces itself within it)")
 	return cmd
 }
 

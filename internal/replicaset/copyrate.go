@@ -17,10 +17,12 @@ import (
 // runs. It counts bytes proposed, not bytes streamed: the stream waits
 // while a chunk waits (gRPC's flow control holds the source back).
 //
-// The rate is read before each chunk, so a change applies to the copies
-// under way. Zero means no limit.
+// The rate is read before each part of a chunk, so a change applies to
+// the copies under way. Zero means no limit. With elastic, the pace is
+// elastic's within that rate (the operator's bound).
 type copyPace struct {
-	rate func() uint64 // bytes per second; nil or 0: no limit
+	rate    func() uint64 // bytes per second; nil or 0: no limit
+	elastic *elasticPace  // nil: the rate alone
 
 	mu   sync.Mutex
 	lim  *rate.Limiter
@@ -45,6 +47,9 @@ func (p *copyPace) limiter() *rate.Limiter {
 	if p.rate != nil {
 		r = p.rate()
 	}
+	if p.elastic != nil {
+		r = p.elastic.pace(r)
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if r == 0 {
@@ -63,17 +68,27 @@ func (p *copyPace) limiter() *rate.Limiter {
 }
 
 // wait returns when n more bytes may be copied, or with ctx's error.
+// The limiter is read again for each part of at most a burst, so a pace
+// that changes applies within the chunk.
 func (p *copyPace) wait(ctx context.Context, n int) error {
-	lim := p.limiter()
-	if lim == nil {
-		return nil
-	}
 	for n > 0 {
+		lim := p.limiter()
+		if lim == nil {
+			p.copied(n)
+			return nil
+		}
 		k := min(n, lim.Burst())
 		if err := lim.WaitN(ctx, k); err != nil {
 			return fmt.Errorf("waiting for the copy rate (%.0f bytes/s): %w", float64(lim.Limit()), err)
 		}
+		p.copied(k)
 		n -= k
 	}
 	return nil
+}
+
+func (p *copyPace) copied(n int) {
+	if p.elastic != nil {
+		p.elastic.copied(n)
+	}
 }

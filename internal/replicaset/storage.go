@@ -113,8 +113,11 @@ type Storage struct {
 
 	// Buckets being sent and received now, against the quotas.
 	sending, receiving quota
-	// The pace of the copy in (CopyRate).
+	// The pace of the copy in: elastic's, within CopyRate.
 	copyPace copyPace
+	// The clients' writes' delay on this member while it leads, which
+	// the copy's pace watches.
+	writeDelay writeDelay
 }
 
 // quota counts buckets in flight against a limit read at each take.
@@ -163,10 +166,20 @@ func NewStorage(cfg StorageConfig) *Storage {
 	if cfg.MaxReceiving <= 0 {
 		cfg.MaxReceiving = 100
 	}
-	return &Storage{
-		cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID),
-		copyPace: copyPace{rate: cfg.CopyRate},
+	s := &Storage{cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID)}
+	s.copyPace = copyPace{rate: cfg.CopyRate, elastic: newElasticPace(&s.writeDelay, nil)}
+	s.copyPace.elastic.log = s.log
+	return s
+}
+
+// CopyPace reports the pace of the copy into this replicaset now (on its
+// leader, which copies) and the signal it is set from.
+func (s *Storage) CopyPace() PaceState {
+	var bound uint64
+	if s.cfg.CopyRate != nil {
+		bound = s.cfg.CopyRate()
 	}
+	return s.copyPace.elastic.state(bound)
 }
 
 // ReplicasetID names the replicaset.
@@ -453,10 +466,12 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
+	start := time.Now()
 	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_Batch{Batch: batch}})
 	if err != nil {
 		return nil, err
 	}
+	s.writeDelay.observe(time.Since(start))
 	out := res.Batch
 	if out == nil {
 		return nil, status.Error(codes.Internal, "replicaset: a batch was applied without an outcome")

@@ -93,6 +93,7 @@ func runInstance(ctx context.Context, cfg InstanceConfig, entrypoint string) err
 	data := newDataLayer(dataCtx, db, filepath.Join(cfg.DataDir, "ingest"), procs, fp, cfg.CacheSize/RowCacheShare, log)
 	data.history = history
 	data.copyTables = !cfg.DisableCopyTables
+	reg.MustRegister(&paceMetrics{storage: data.local})
 	defer func() {
 		stopData()
 		data.wait()

@@ -1,0 +1,170 @@
+package replicaset
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// elasticPace is the pace of a copy that yields to the clients by
+// itself: the bytes per second the copy of moved buckets into this
+// replicaset may propose, set from what the replicaset observes, with no
+// operator setting (docs/design/moves.md, "A copy that yields by
+// itself"). Moves are elastic work: they take what the clients' writes
+// leave and step back when the writes need the cores.
+//
+// Its contract:
+//
+//   - The copy calls pace before it proposes (copyPace does, before each
+//     part of a chunk) and copied with the bytes it then proposes.
+//   - Time is cut into windows of paceWindow, on the clock now; pace ends
+//     the window it finds over, and only then asks the signal for the
+//     window's value and target.
+//   - A window in which the copy proposed bytes and the signal stayed at
+//     or under its target (or told nothing: no client writes) raises the
+//     pace: it doubles up to the last pace it halved to, then goes up
+//     paceStep a window (TCP's slow start and congestion avoidance). It is
+//     not raised while the copy used less than half of it: then the pace
+//     is not what holds the copy back.
+//   - A window in which the signal went above its target halves the pace,
+//     from the bytes the copy proposed in that window when fewer.
+//   - The pace never goes below paceFloor (so a move always ends) nor
+//     above the operator's bound (--copy-rate; 0: no bound); a bound below
+//     paceFloor is the pace.
+//   - A window with no bytes copied changes nothing; after paceIdle with
+//     none, the next copy starts again from paceStart.
+//
+// One elasticPace serves every copy into its replicaset (the
+// ReceiveBuckets calls its leader runs); a copy that reads and streams
+// buckets (a backup) may be paced by the same type.
+type elasticPace struct {
+	signal paceSignal
+	now    func() time.Time
+	log    *slog.Logger // nil: none
+
+	mu       sync.Mutex
+	rate     float64 // bytes per second, paceFloor..paceCeiling
+	ssthresh float64 // where doubling stops
+	start    time.Time
+	bytes    int64     // copied in the window since start
+	lastCopy time.Time // the last bytes copied
+	// The last window's signal and target, and whether it told anything.
+	value, target time.Duration
+	measured      bool
+}
+
+// paceSignal is what an elasticPace watches.
+type paceSignal interface {
+	// window ends a window: the signal's value over it and the target
+	// the value must stay under; ok is false when the window told
+	// nothing.
+	window() (value, target time.Duration, ok bool)
+}
+
+const (
+	// paceWindow is how long the pace is held before the signal is read:
+	// long enough for a destination leader to apply hundreds of client
+	// writes, short enough to step back within a fraction of a second.
+	paceWindow = 200 * time.Millisecond
+	// paceStart is the pace of a copy that finds none under way.
+	paceStart = 4 << 20
+	// paceFloor is the least pace (a bucket of 100 rows every 30-60 ms):
+	// a move ends however busy the clients keep the replicaset.
+	paceFloor = 1 << 20
+	// paceStep is how much a window under target adds past the last
+	// halving.
+	paceStep = 1 << 20
+	// paceCeiling is the pace with no operator bound: more than a copy
+	// gets through on any machine this project runs on.
+	paceCeiling = 1 << 30
+	// paceIdle is how long without a copy resets the pace to paceStart.
+	paceIdle = 5 * time.Second
+)
+
+func newElasticPace(signal paceSignal, now func() time.Time) *elasticPace {
+	if now == nil {
+		now = time.Now
+	}
+	return &elasticPace{signal: signal, now: now, rate: paceStart, ssthresh: paceCeiling, start: now()}
+}
+
+// pace returns the bytes per second the copy may propose now, within
+// bound (the operator's; 0: none), ending the window if it is over.
+func (e *elasticPace) pace(bound uint64) uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.step(bound)
+	r := e.rate
+	if bound > 0 && float64(bound) < r {
+		r = float64(bound)
+	}
+	return uint64(r)
+}
+
+// copied counts n bytes proposed by the copy.
+func (e *elasticPace) copied(n int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.bytes += int64(n)
+	e.lastCopy = e.now()
+}
+
+// step ends the window when it is over and sets the pace from it.
+func (e *elasticPace) step(bound uint64) {
+	now := e.now()
+	took := now.Sub(e.start)
+	if took < paceWindow {
+		return
+	}
+	copying := e.bytes > 0
+	value, target, ok := e.signal.window()
+	e.value, e.target, e.measured = value, target, ok
+	used := float64(e.bytes) / took.Seconds()
+	e.start, e.bytes = now, 0
+	ceiling := float64(paceCeiling)
+	if bound > 0 {
+		ceiling = float64(bound)
+	}
+	switch {
+	case !copying:
+		if !e.lastCopy.IsZero() && now.Sub(e.lastCopy) >= paceIdle {
+			e.rate, e.ssthresh, e.lastCopy = paceStart, paceCeiling, time.Time{}
+		}
+	case ok && value > target:
+		e.rate = min(e.rate, used) / 2
+		e.ssthresh = e.rate
+	case used < e.rate/2:
+		// Held back by something else (the source, the log): a higher
+		// pace would only let a later burst through.
+	case e.rate < e.ssthresh:
+		e.rate = min(2*e.rate, e.ssthresh)
+	default:
+		e.rate += paceStep
+	}
+	e.rate = min(max(e.rate, paceFloor), ceiling) // a bound below the floor wins
+	if e.log != nil && copying {
+		e.log.Debug("copy pace", "pace", int64(e.rate), "used", int64(used), "delay", value, "target", target, "measured", ok)
+	}
+}
+
+// PaceState is what the copy's pace into a replicaset is now.
+type PaceState struct {
+	// BytesPerS is the pace, within the operator's bound.
+	BytesPerS uint64
+	// Signal and Target are the last window's value of what the pace
+	// watches and the target it must stay under; Measured is false when
+	// that window told nothing (no client writes).
+	Signal, Target time.Duration
+	Measured       bool
+}
+
+// state reports the pace within bound, without ending a window.
+func (e *elasticPace) state(bound uint64) PaceState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r := uint64(e.rate)
+	if bound > 0 {
+		r = min(r, bound)
+	}
+	return PaceState{BytesPerS: r, Signal: e.value, Target: e.target, Measured: e.measured}
+}

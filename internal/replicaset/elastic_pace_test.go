@@ -1,0 +1,236 @@
+package replicaset
+
+import (
+	"math"
+	"testing"
+	"time"
+)
+
+// fakeSignal is a paceSignal whose every window has the value set.
+type fakeSignal struct {
+	value, target time.Duration
+	ok            bool
+	windows       int
+}
+
+func (f *fakeSignal) window() (time.Duration, time.Duration, bool) {
+	f.windows++
+	return f.value, f.target, f.ok
+}
+
+// paceRig drives an elasticPace on a fake clock.
+type paceRig struct {
+	t   *testing.T
+	now time.Time
+	sig *fakeSignal
+	e   *elasticPace
+}
+
+func newPaceRig(t *testing.T) *paceRig {
+	t.Helper()
+	r := &paceRig{t: t, now: time.Unix(1_000_000, 0), sig: &fakeSignal{target: 10 * time.Millisecond, ok: true}}
+	r.e = newElasticPace(r.sig, func() time.Time { return r.now })
+	return r
+}
+
+// windows runs n windows in which the copy takes all the pace lets
+// through (bound: the operator's), and returns the pace after them.
+func (r *paceRig) windows(n int, bound uint64) uint64 {
+	r.t.Helper()
+	var p uint64
+	for range n {
+		p = r.e.pace(bound)
+		r.e.copied(int(math.Ceil(float64(p) * paceWindow.Seconds())))
+		r.now = r.now.Add(paceWindow)
+	}
+	return r.e.pace(bound)
+}
+
+func TestElasticPaceRisesToItsBoundWithNoLoad(t *testing.T) {
+	r := newPaceRig(t)
+	if p := r.e.pace(0); p != paceStart {
+		t.Fatalf("a new pace is %d, want paceStart (%d)", p, paceStart)
+	}
+	// Doubling: from 4 MiB/s, 8 MiB/s after one window.
+	if p := r.windows(1, 0); p != 2*paceStart {
+		t.Fatalf("after one window under target: %d, want %d (doubled)", p, 2*paceStart)
+	}
+	if p := r.windows(20, 0); p != paceCeiling {
+		t.Fatalf("after 21 windows under target, no bound: %d, want the ceiling (%d)", p, paceCeiling)
+	}
+	// With the operator's bound it stops there.
+	r = newPaceRig(t)
+	const bound = 24 << 20
+	if p := r.windows(20, bound); p != bound {
+		t.Fatalf("after 20 windows under target, bound %d: %d", bound, p)
+	}
+	// A window that told nothing (no client writes) raises it as well.
+	r = newPaceRig(t)
+	r.sig.ok, r.sig.value = false, time.Second
+	if p := r.windows(1, 0); p != 2*paceStart {
+		t.Fatalf("after a window with no writes: %d, want %d", p, 2*paceStart)
+	}
+}
+
+func TestElasticPaceHalvesUnderAHighSignal(t *testing.T) {
+	r := newPaceRig(t)
+	r.windows(3, 0) // 32 MiB/s
+	if p := r.e.pace(0); p != 32<<20 {
+		t.Fatalf("after three windows: %d, want 32MiB/s", p)
+	}
+	r.sig.value = 11 * time.Millisecond // above its target
+	if p := r.windows(1, 0); p != 16<<20 {
+		t.Fatalf("after a window above target: %d, want 16MiB/s", p)
+	}
+	if p := r.windows(1, 0); p != 8<<20 {
+		t.Fatalf("after two windows above target: %d, want 8MiB/s", p)
+	}
+	// At its target it rises again, now by paceStep a window: the last
+	// halving is where doubling stops.
+	r.sig.value = 10 * time.Millisecond
+	if p := r.windows(1, 0); p != 8<<20+paceStep {
+		t.Fatalf("a window at target after halving: %d, want %d", p, 8<<20+paceStep)
+	}
+	if p := r.windows(2, 0); p != 8<<20+3*paceStep {
+		t.Fatalf("three windows at target after halving: %d, want %d", p, 8<<20+3*paceStep)
+	}
+}
+
+func TestElasticPaceHalvesWhatTheCopyUsed(t *testing.T) {
+	r := newPaceRig(t)
+	r.windows(5, 0) // 128 MiB/s, far more than the copy below takes
+	r.sig.value = time.Second
+	r.e.pace(0)
+	r.e.copied(2 << 20) // 10 MiB/s over the window
+	r.now = r.now.Add(paceWindow)
+	if p := r.e.pace(0); p != 5<<20 {
+		t.Fatalf("halved after a window of 10MiB/s used at a pace of 128MiB/s: %d, want 5MiB/s", p)
+	}
+}
+
+func TestElasticPaceNeverGoesBelowItsFloor(t *testing.T) {
+	r := newPaceRig(t)
+	r.sig.value = time.Second
+	if p := r.windows(30, 0); p != paceFloor {
+		t.Fatalf("after 30 windows above target: %d, want the floor (%d)", p, paceFloor)
+	}
+	// An operator's bound below the floor is the pace.
+	const bound = 64 << 10
+	if p := r.windows(3, bound); p != bound {
+		t.Fatalf("bound %d below the floor: %d", bound, p)
+	}
+	// And the pace the copy gets is within the operator's bound whatever
+	// the controller's, even before a window ends.
+	r = newPaceRig(t)
+	if p := r.e.pace(1 << 20); p != 1<<20 {
+		t.Fatalf("a new pace under a bound of 1MiB/s: %d", p)
+	}
+}
+
+func TestElasticPaceIsNotRaisedWhileTheCopyUsesLittleOfIt(t *testing.T) {
+	r := newPaceRig(t)
+	for range 10 {
+		r.e.pace(0)
+		r.e.copied(100 << 10) // 0.5 MiB/s, an eighth of the pace
+		r.now = r.now.Add(paceWindow)
+	}
+	if p := r.e.pace(0); p != paceStart {
+		t.Fatalf("after windows using an eighth of it: %d, want it kept at %d", p, paceStart)
+	}
+}
+
+func TestElasticPaceWindowsWithoutACopyChangeNothingAndAnIdleOneResets(t *testing.T) {
+	r := newPaceRig(t)
+	r.sig.value = time.Second
+	r.windows(2, 0) // 1 MiB/s
+	r.now = r.now.Add(paceWindow)
+	if p := r.e.pace(0); p != paceFloor {
+		t.Fatalf("after a window without a copy: %d, want it kept at %d", p, paceFloor)
+	}
+	windows := r.sig.windows
+	r.now = r.now.Add(paceWindow / 2)
+	r.e.pace(0)
+	if r.sig.windows != windows {
+		t.Fatal("the signal was read before the window ended")
+	}
+	r.now = r.now.Add(paceIdle)
+	if p := r.e.pace(0); p != paceStart {
+		t.Fatalf("after %v without a copy: %d, want paceStart (%d)", paceIdle, p, paceStart)
+	}
+	if st := r.e.state(0); st.Signal != time.Second || st.Target != 10*time.Millisecond || !st.Measured || st.BytesPerS != paceStart {
+		t.Fatalf("state %+v, want the last window's signal and target and the pace", st)
+	}
+}
+
+func TestCopyPaceWaitsAtTheElasticPace(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	sig := &fakeSignal{target: time.Millisecond, value: time.Second, ok: true}
+	e := newElasticPace(sig, func() time.Time { return now })
+	var bound uint64 = 64 << 20
+	p := &copyPace{rate: func() uint64 { return bound }, elastic: e}
+	if lim := p.limiter(); lim.Limit() != paceStart {
+		t.Fatalf("limit %v, want the elastic pace (%d)", lim.Limit(), paceStart)
+	}
+	if err := p.wait(t.Context(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	if e.bytes != 1000 {
+		t.Fatalf("the elastic pace counted %d bytes copied, want 1000", e.bytes)
+	}
+	bound = 1 << 10
+	if lim := p.limiter(); lim.Limit() != 1<<10 {
+		t.Fatalf("limit %v, want the operator's bound (1KiB/s)", lim.Limit())
+	}
+}
+
+func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
+	var w writeDelay
+	// No writes yet: the floor is the base, and the window tells nothing.
+	if _, target, ok := w.window(); ok || target != time.Duration(float64(writeDelayFloor)*writeDelayFactor) {
+		t.Fatalf("no writes: target %v ok %v, want %v from the floor and no value", target, ok, time.Duration(float64(writeDelayFloor)*writeDelayFactor))
+	}
+	for range writeDelaySamples - 1 {
+		w.observe(time.Second)
+	}
+	if _, _, ok := w.window(); ok {
+		t.Fatal("a window of fewer than writeDelaySamples writes told something")
+	}
+	window := func(d time.Duration) (time.Duration, time.Duration) {
+		t.Helper()
+		for range writeDelaySamples {
+			w.observe(d)
+		}
+		v, target, ok := w.window()
+		if !ok {
+			t.Fatalf("a window of %d writes told nothing", writeDelaySamples)
+		}
+		return v, target
+	}
+	if v, _ := window(10 * time.Millisecond); v != 10*time.Millisecond {
+		t.Fatalf("median %v, want 10ms", v)
+	}
+	if _, target := window(40 * time.Millisecond); target != 15*time.Millisecond {
+		t.Fatalf("target %v after a window of 10ms, want 15ms", target)
+	}
+	if _, target := window(time.Millisecond); target != 15*time.Millisecond {
+		t.Fatalf("target %v, want 15ms (the least of 10 and 40 ms)", target)
+	}
+	if _, target := window(10 * time.Millisecond); target != 3*time.Millisecond {
+		t.Fatalf("target %v after a window of 1ms, want the floor's 3ms", target)
+	}
+	// A window's value is its median: one stalled write does not make it.
+	for range writeDelaySamples {
+		w.observe(10 * time.Millisecond)
+	}
+	w.observe(3 * time.Second)
+	if v, _, _ := w.window(); v != 10*time.Millisecond {
+		t.Fatalf("a window of %d writes of 10ms and one of 3s: %v, want 10ms", writeDelaySamples, v)
+	}
+	// The base forgets windows older than writeDelayBases.
+	for range writeDelayBases {
+		window(20 * time.Millisecond)
+	}
+	if _, target := window(20 * time.Millisecond); target != 30*time.Millisecond {
+		t.Fatalf("target %v after %d windows of 20ms, want 30ms", target, writeDelayBases)
+	}
+}
