@@ -129,7 +129,7 @@ func TestRebalanceStatusJSONPrintsZeroFields(t *testing.T) {
 	}
 	want := `{"bucket_count":3000,"replicasets":[{"replicaset_id":"r2","weight":0,"locked":false,"buckets":1,"target":0,` +
 		`"disbalance_percent":"Infinity","pinned":1,"sending":0,"receiving":0,"available":false,"pinned_buckets":[],"drain_waits":""}],"moves":[],` +
-		`"settings":{"disabled":false,"threshold_percent":0,"max_sending":0,"max_receiving":0,"copy_bytes_per_s":0,"paused_by_reshard":false},` +
+		`"settings":{"disabled":false,"threshold_percent":0,"max_sending":0,"max_receiving":0,"copy_bytes_per_s":0,"paused_by_reshard":false,"copy_pace_off":false},` +
 		`"max_disbalance_percent":"Infinity","buckets_to_move":1,"stale":false,"stale_reason":""}` + "\n"
 	if out != want {
 		t.Errorf("rebalance status --format json:\n got %s\nwant %s", out, want)
@@ -152,7 +152,7 @@ func TestWriteProtoJSONLine(t *testing.T) {
 	}
 	b.Reset()
 	err = writeProtoJSONLine(&b, &datav1.RebalancerSettings{ThresholdPercent: 1e-7, CopyBytesPerS: 4096})
-	want = `{"disabled":false,"threshold_percent":1e-7,"max_sending":0,"max_receiving":0,"copy_bytes_per_s":4096,"paused_by_reshard":false}` + "\n"
+	want = `{"disabled":false,"threshold_percent":1e-7,"max_sending":0,"max_receiving":0,"copy_bytes_per_s":4096,"paused_by_reshard":false,"copy_pace_off":false}` + "\n"
 	if err != nil || b.String() != want {
 		t.Errorf("writeProtoJSONLine = %s, %v; want %s", b.String(), err, want)
 	}

@@ -231,8 +231,8 @@ func writeBalance(w io.Writer, st *datav1.RebalanceStatusResponse) error {
 	case s.GetDisabled():
 		state = "off"
 	}
-	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset, copy rate %s); max disbalance %s\n",
-		state, mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), mover.FormatPercent(st.GetMaxDisbalancePercent()))
+	fmt.Fprintf(w, "rebalancer %s (threshold %s, %d sends and %d receives at once per replicaset, copy rate %s, copy pace %s); max disbalance %s\n",
+		state, mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), copyPace(s.GetCopyPaceOff()), mover.FormatPercent(st.GetMaxDisbalancePercent()))
 	done := st.GetBucketCount() - st.GetBucketsToMove()
 	fmt.Fprintf(w, "moves in progress: %d; buckets still to move: %d (%d of %d in place)\n", len(st.GetMoves()), st.GetBucketsToMove(), done, st.GetBucketCount())
 	for _, line := range drainWaits(st) {
@@ -249,9 +249,9 @@ func newRebalanceConfigCmd() *cobra.Command {
 	var enable, disable bool
 	var threshold float64
 	var maxSend, maxRecv uint32
-	var rateFlag string
+	var rateFlag, paceFlag string
 	cmd := &cobra.Command{
-		Use:   "config [--enable|--disable] [--threshold PERCENT] [--max-sending N] [--max-receiving N] [--copy-rate BYTES]",
+		Use:   "config [--enable|--disable] [--threshold PERCENT] [--max-sending N] [--max-receiving N] [--copy-rate BYTES] [--copy-pace auto|off]",
 		Short: "Change the rebalancer's settings (unset flags keep theirs)",
 		Long: `Change the rebalancer's settings; flags not given keep their values.
 
@@ -260,6 +260,8 @@ and receives at once (each replicaset enforces them on its own moves,
 manual ones too; not on "reshard start", which switches its whole plan at
 once, as the seed's procedure does). The copy paces itself from the
 destination's clients' write delay (slower while they wait longer);
+--copy-pace off turns that off, for a rebalance as fast as the machines
+allow whatever it costs the clients (--copy-pace auto turns it on again).
 --copy-rate bounds the bytes of tuples (key and tuple) one replicaset
 copies in per second while it receives buckets, e.g. 4MiB; 0 sets no bound
 (the default). A bucket's copy runs after its switch, so the rate never
@@ -282,6 +284,9 @@ a rebalance for the latency of the clients' calls on the same machines
 			}
 			if fl.Changed("max-receiving") && maxRecv == 0 {
 				return usagef("invalid --max-receiving 0: want at least 1 (the default is %d; --disable stops the rebalancer)", mover.DefaultMaxReceiving)
+			}
+			if fl.Changed("copy-pace") && paceFlag != "auto" && paceFlag != "off" {
+				return usagef("invalid --copy-pace %q: want auto (the copy paces itself from the clients' write delay) or off (only --copy-rate bounds it)", paceFlag)
 			}
 			var rateBytes int64
 			if cmd.Flags().Changed("copy-rate") {
@@ -324,11 +329,14 @@ a rebalance for the latency of the clients' calls on the same machines
 			if fl.Changed("copy-rate") {
 				s.CopyBytesPerS = uint64(rateBytes)
 			}
+			if fl.Changed("copy-pace") {
+				s.CopyPaceOff = paceFlag == "off"
+			}
 			if err := cl.Sharding().SetRebalancer(ctx, s); err != nil {
 				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rebalancer: disabled=%v threshold=%s max-sending=%d max-receiving=%d copy-rate=%s\n",
-				s.GetDisabled(), mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()))
+			fmt.Fprintf(cmd.OutOrStdout(), "rebalancer: disabled=%v threshold=%s max-sending=%d max-receiving=%d copy-rate=%s copy-pace=%s\n",
+				s.GetDisabled(), mover.FormatPercent(s.GetThresholdPercent()), s.GetMaxSending(), s.GetMaxReceiving(), copyRate(s.GetCopyBytesPerS()), copyPace(s.GetCopyPaceOff()))
 			return nil
 		},
 	}
@@ -338,8 +346,17 @@ a rebalance for the latency of the clients' calls on the same machines
 	cmd.Flags().Float64Var(&threshold, "threshold", 1, "act when a replicaset's disbalance exceeds this many percent")
 	cmd.Flags().Uint32Var(&maxSend, "max-sending", mover.DefaultMaxSending, "buckets one replicaset sends at once")
 	cmd.Flags().Uint32Var(&maxRecv, "max-receiving", mover.DefaultMaxReceiving, "buckets one replicaset receives at once")
+	cmd.Flags().StringVar(&paceFlag, "copy-pace", "auto", "auto: the copy paces itself from the destination's clients' write delay; off: only --copy-rate bounds it")
 	cmd.Flags().StringVar(&rateFlag, "copy-rate", "0", "bytes of tuples one replicaset copies in per second while it receives buckets (e.g. 4MiB; 0: no bound; the copy paces itself within it)")
 	return cmd
+}
+
+// copyPace shows the copy pace setting as --copy-pace takes it.
+func copyPace(off bool) string {
+	if off {
+		return "off"
+	}
+	return "auto"
 }
 
 // copyRate shows a copy rate setting.

@@ -453,6 +453,43 @@ func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
 	}
 }
 
+// --copy-pace off turns the copy's own pace off, auto on again; unset, it
+// is sent back as read; anything else is refused, naming the flag. The
+// status and the config's echo show it.
+func TestRebalanceConfigCopyPace(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		args    []string
+		was     bool
+		wantOff bool
+	}{
+		{[]string{"--copy-pace", "off"}, false, true},
+		{[]string{"--copy-pace", "auto"}, true, false},
+		{[]string{"--copy-rate", "4MiB"}, true, true},
+	} {
+		st := balance(false)
+		st.Settings.CopyPaceOff = c.was
+		f := &fakeSharding{resp: st}
+		code, out, errOut := runMain(t, append([]string{"rebalance", "config", "--peer", f.serve(t)}, c.args...)...)
+		f.mu.Lock()
+		got := f.last
+		f.mu.Unlock()
+		want := map[bool]string{true: "copy-pace=off", false: "copy-pace=auto"}[c.wantOff]
+		if code != 0 || got.GetCopyPaceOff() != c.wantOff || !strings.Contains(out, want) {
+			t.Errorf("config %v (was off: %v): exit %d, sent %v, printed %q; want copy_pace_off %v (%s)", c.args, c.was, code, got, out, c.wantOff, errOut)
+		}
+	}
+	if code, _, errOut := runMain(t, "rebalance", "config", "--peer", "127.0.0.1:1", "--copy-pace", "fast"); code == 0 || !strings.Contains(errOut, `invalid --copy-pace "fast"`) {
+		t.Errorf("--copy-pace fast: exit %d: %s", code, errOut)
+	}
+	st := balance(false)
+	st.Settings.CopyPaceOff = true
+	code, out, _ := runMain(t, "rebalance", "status", "--peer", (&fakeSharding{resp: st}).serve(t))
+	if code != 0 || !strings.Contains(out, "copy pace off)") {
+		t.Errorf("status with the pace off: exit %d\n%s", code, out)
+	}
+}
+
 // The NOTE column says why a replicaset stands apart from the balance.
 func TestRebalanceStatusNotes(t *testing.T) {
 	st := balance(false)

@@ -76,6 +76,7 @@ func (s *Service) RebalanceStatus(ctx context.Context, _ *datav1.RebalanceStatus
 		Settings: &datav1.RebalancerSettings{Disabled: disabled, ThresholdPercent: threshold,
 			MaxSending: uint32(maxSend), MaxReceiving: uint32(maxRecv),
 			CopyBytesPerS:   st.Props.GetRebalancer().GetCopyBytesPerS(),
+			CopyPaceOff:     st.Props.GetRebalancer().GetCopyPaceOff(),
 			PausedByReshard: st.Props.GetRebalancer().GetPausedByReshard()},
 		MaxDisbalancePercent: p.MaxDisbalance,
 		Stale:                staleReason != "",
@@ -205,7 +206,8 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 		return nil, status.Errorf(codes.InvalidArgument, "threshold %v%% is outside [0, 100]", t)
 	}
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
-		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS()}
+		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS(),
+		CopyPaceOff: in.GetCopyPaceOff()}
 	// Sent back as read when other settings change during a reshard (a
 	// copy rate, say): the cleanup still turns on the rebalancer `reshard
 	// start` turned off. An operator's own --enable or --disable sends
@@ -215,7 +217,7 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 		return nil, err
 	}
 	s.m.log.Info("rebalancer settings", "disabled", r.GetDisabled(), "threshold_centi_percent", r.GetThresholdCentiPercent(),
-		"max_sending", r.GetMaxSending(), "max_receiving", r.GetMaxReceiving(), "copy_bytes_per_s", r.GetCopyBytesPerS())
+		"max_sending", r.GetMaxSending(), "max_receiving", r.GetMaxReceiving(), "copy_bytes_per_s", r.GetCopyBytesPerS(), "copy_pace_off", r.GetCopyPaceOff())
 	return &datav1.SetRebalancerResponse{}, nil
 }
 

@@ -19,9 +19,12 @@ import (
 //
 // The rate is read before each part of a chunk, so a change applies to
 // the copies under way. Zero means no limit. With elastic, the pace is
-// elastic's within that rate (the operator's bound).
+// elastic's within that rate (the operator's bound), unless off says the
+// operator turned it off (`rebalance config --copy-pace off`), read as
+// often as the rate.
 type copyPace struct {
 	rate    func() uint64 // bytes per second; nil or 0: no limit
+	off     func() bool   // nil: never off
 	elastic *elasticPace  // nil: the rate alone
 
 	mu   sync.Mutex
@@ -47,7 +50,7 @@ func (p *copyPace) limiter() *rate.Limiter {
 	if p.rate != nil {
 		r = p.rate()
 	}
-	if p.elastic != nil {
+	if !p.isOff() {
 		r = p.elastic.pace(r)
 	}
 	p.mu.Lock()
@@ -88,7 +91,13 @@ func (p *copyPace) wait(ctx context.Context, n int) error {
 }
 
 func (p *copyPace) copied(n int) {
-	if p.elastic != nil {
+	if !p.isOff() {
 		p.elastic.copied(n)
 	}
+}
+
+// isOff says whether the rate alone paces the copy: no elastic pace, or
+// the operator turned it off.
+func (p *copyPace) isOff() bool {
+	return p.elastic == nil || p.off != nil && p.off()
 }

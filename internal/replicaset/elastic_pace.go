@@ -156,6 +156,9 @@ type PaceState struct {
 	// that window told nothing (no client writes).
 	Signal, Target time.Duration
 	Measured       bool
+	// Off: the operator turned the pace off (`rebalance config
+	// --copy-pace off`); BytesPerS is the operator's bound alone.
+	Off bool
 }
 
 // state reports the pace within bound, without ending a window.

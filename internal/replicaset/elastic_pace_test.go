@@ -183,6 +183,35 @@ func TestCopyPaceWaitsAtTheElasticPace(t *testing.T) {
 	}
 }
 
+// With the pace turned off (rebalance config --copy-pace off) the
+// operator's rate alone paces the copy, and the elastic pace is neither
+// asked nor told of the bytes copied; turned on again, it is.
+func TestCopyPaceOffLeavesTheRateAlone(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	sig := &fakeSignal{target: time.Millisecond, value: time.Second, ok: true}
+	e := newElasticPace(sig, func() time.Time { return now })
+	var bound uint64
+	off := true
+	p := &copyPace{rate: func() uint64 { return bound }, off: func() bool { return off }, elastic: e}
+	if lim := p.limiter(); lim != nil {
+		t.Fatalf("limit %v with the pace off and no rate, want none", lim.Limit())
+	}
+	bound = 64 << 20
+	if lim := p.limiter(); lim == nil || lim.Limit() != 64<<20 {
+		t.Fatalf("limit %v with the pace off, want the operator's rate (64MiB/s)", lim)
+	}
+	if err := p.wait(t.Context(), 1000); err != nil {
+		t.Fatal(err)
+	}
+	if e.bytes != 0 {
+		t.Fatalf("the elastic pace counted %d bytes copied while off", e.bytes)
+	}
+	off = false
+	if lim := p.limiter(); lim.Limit() != paceStart {
+		t.Fatalf("limit %v with the pace on again, want the elastic pace (%d)", lim.Limit(), paceStart)
+	}
+}
+
 func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
 	var w writeDelay
 	// No writes yet: the floor is the base, and the window tells nothing.

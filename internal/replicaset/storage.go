@@ -83,6 +83,10 @@ type StorageConfig struct {
 	// replicaset copies in while it receives buckets (the rebalancer's
 	// copy rate, read before each chunk); nil or 0: no limit.
 	CopyRate func() uint64
+	// CopyPaceOff returns whether the copy in runs without pacing itself
+	// from the clients' writes (the rebalancer's `--copy-pace off`):
+	// CopyRate alone bounds it. nil: it paces itself.
+	CopyPaceOff func() bool
 	// CopyTables makes the copy in log its tuples and history as tables
 	// (CopyChunks.tables), which every member ingests whole, instead of
 	// tuples (CopyChunk.tuples) and events, which every member applies
@@ -167,7 +171,7 @@ func NewStorage(cfg StorageConfig) *Storage {
 		cfg.MaxReceiving = 100
 	}
 	s := &Storage{cfg: cfg, sm: cfg.SM, g: cfg.Group, self: cfg.Group.Status().Node, log: cfg.Logger.With("replicaset", cfg.ReplicasetID)}
-	s.copyPace = copyPace{rate: cfg.CopyRate, elastic: newElasticPace(&s.writeDelay, nil)}
+	s.copyPace = copyPace{rate: cfg.CopyRate, off: cfg.CopyPaceOff, elastic: newElasticPace(&s.writeDelay, nil)}
 	s.copyPace.elastic.log = s.log
 	return s
 }
@@ -178,6 +182,9 @@ func (s *Storage) CopyPace() PaceState {
 	var bound uint64
 	if s.cfg.CopyRate != nil {
 		bound = s.cfg.CopyRate()
+	}
+	if s.copyPace.isOff() {
+		return PaceState{BytesPerS: bound, Off: true}
 	}
 	return s.copyPace.elastic.state(bound)
 }

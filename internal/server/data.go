@@ -161,6 +161,9 @@ func (d *dataLayer) opened(rsID string, g *multiraft.Group, sm multiraft.StateMa
 		CopyRate: func() uint64 {
 			return d.node.Meta().State().Props.GetRebalancer().GetCopyBytesPerS()
 		},
+		CopyPaceOff: func() bool {
+			return d.node.Meta().State().Props.GetRebalancer().GetCopyPaceOff()
+		},
 		History:    d.history,
 		CopyTables: d.copyTables,
 		Logger:     d.log,

@@ -2967,8 +2967,12 @@ type RebalancerSettings struct {
 	// changes other settings sends it back as read, and an operator's own
 	// enable or disable sends false.
 	PausedByReshard bool `protobuf:"varint,6,opt,name=paused_by_reshard,json=pausedByReshard,proto3" json:"paused_by_reshard,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The copy does not pace itself from the destination's client writes
+	// (`rebalance config --copy-pace off`): copy_bytes_per_s alone bounds
+	// it. false (the default): it paces itself within copy_bytes_per_s.
+	CopyPaceOff   bool `protobuf:"varint,7,opt,name=copy_pace_off,json=copyPaceOff,proto3" json:"copy_pace_off,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RebalancerSettings) Reset() {
@@ -3039,6 +3043,13 @@ func (x *RebalancerSettings) GetCopyBytesPerS() uint64 {
 func (x *RebalancerSettings) GetPausedByReshard() bool {
 	if x != nil {
 		return x.PausedByReshard
+	}
+	return false
+}
+
+func (x *RebalancerSettings) GetCopyPaceOff() bool {
+	if x != nil {
+		return x.CopyPaceOff
 	}
 	return false
 }
@@ -4719,7 +4730,7 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x12CODE_DUPLICATE_KEY\x10\x01\x12\x19\n" +
 	"\x15CODE_CONDITION_FAILED\x10\x02\x12\x16\n" +
 	"\x12CODE_NO_SUCH_SPACE\x10\x03\x12\x10\n" +
-	"\fCODE_INVALID\x10\x04\"\xf8\x01\n" +
+	"\fCODE_INVALID\x10\x04\"\x9c\x02\n" +
 	"\x12RebalancerSettings\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x12+\n" +
 	"\x11threshold_percent\x18\x02 \x01(\x01R\x10thresholdPercent\x12\x1f\n" +
@@ -4727,7 +4738,8 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"maxSending\x12#\n" +
 	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
 	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\x12*\n" +
-	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\"\xff\x02\n" +
+	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\x12\"\n" +
+	"\rcopy_pace_off\x18\a \x01(\bR\vcopyPaceOff\"\xff\x02\n" +
 	"\x11ReplicasetBalance\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x16\n" +
 	"\x06weight\x18\x02 \x01(\rR\x06weight\x12\x16\n" +

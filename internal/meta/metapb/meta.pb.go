@@ -680,8 +680,11 @@ type Rebalancer struct {
 	// enable or disable clears it; other settings keep it (SetRebalancer
 	// keeps it only while disabled).
 	PausedByReshard bool `protobuf:"varint,6,opt,name=paused_by_reshard,json=pausedByReshard,proto3" json:"paused_by_reshard,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The copy does not pace itself from the destination's client writes
+	// (`rebalance config --copy-pace off`): copy_bytes_per_s alone bounds it.
+	CopyPaceOff   bool `protobuf:"varint,7,opt,name=copy_pace_off,json=copyPaceOff,proto3" json:"copy_pace_off,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Rebalancer) Reset() {
@@ -752,6 +755,13 @@ func (x *Rebalancer) GetCopyBytesPerS() uint64 {
 func (x *Rebalancer) GetPausedByReshard() bool {
 	if x != nil {
 		return x.PausedByReshard
+	}
+	return false
+}
+
+func (x *Rebalancer) GetCopyPaceOff() bool {
+	if x != nil {
+		return x.CopyPaceOff
 	}
 	return false
 }
@@ -3098,7 +3108,7 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"\x1bbucket_bootstrap_replicaset\x18\r \x01(\tR\x19bucketBootstrapReplicaset\x12<\n" +
 	"\n" +
 	"rebalancer\x18\x0e \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
-	"rebalancer\"\xfb\x01\n" +
+	"rebalancer\"\x9f\x02\n" +
 	"\n" +
 	"Rebalancer\x12\x1a\n" +
 	"\bdisabled\x18\x01 \x01(\bR\bdisabled\x126\n" +
@@ -3107,7 +3117,8 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"maxSending\x12#\n" +
 	"\rmax_receiving\x18\x04 \x01(\rR\fmaxReceiving\x12'\n" +
 	"\x10copy_bytes_per_s\x18\x05 \x01(\x04R\rcopyBytesPerS\x12*\n" +
-	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\"\xdc\x02\n" +
+	"\x11paused_by_reshard\x18\x06 \x01(\bR\x0fpausedByReshard\x12\"\n" +
+	"\rcopy_pace_off\x18\a \x01(\bR\vcopyPaceOff\"\xdc\x02\n" +
 	"\x04Move\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\tR\x04from\x12\x0e\n" +

@@ -451,6 +451,16 @@ func (m *Rebalancer) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.CopyPaceOff {
+		i--
+		if m.CopyPaceOff {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x38
+	}
 	if m.PausedByReshard {
 		i--
 		if m.PausedByReshard {
@@ -3018,6 +3028,9 @@ func (m *Rebalancer) SizeVT() (n int) {
 	if m.PausedByReshard {
 		n += 2
 	}
+	if m.CopyPaceOff {
+		n += 2
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -5432,6 +5445,26 @@ func (m *Rebalancer) UnmarshalVT(dAtA []byte) error {
 				}
 			}
 			m.PausedByReshard = bool(v != 0)
+		case 7:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CopyPaceOff", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.CopyPaceOff = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
