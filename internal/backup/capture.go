@@ -56,6 +56,10 @@ type CreateOptions struct {
 	// (full or incremental): the backup is incremental, holding each
 	// bucket's changes since its revision there.
 	Base string
+	// Unpaced makes each replicaset's leader stream as fast as it reads;
+	// by default it yields to its clients' writes (BackupBucketsRequest's
+	// unpaced).
+	Unpaced bool
 }
 
 // Create backs the cluster up into dir, which must be empty or absent:
@@ -154,7 +158,7 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 						bases = append(bases, baseRevs[b])
 					}
 				}
-				entry, refused, err := captureBatch(ctx, cl, dir, name, r, batch, bases, o.ChunkTuples)
+				entry, refused, err := captureBatch(ctx, cl, dir, name, r, batch, bases, o)
 				if err != nil {
 					return nil, err
 				}
@@ -275,7 +279,7 @@ func holdersOf(rt *datav1.GetRoutingResponse, rs string, pending map[uint32]bool
 // It returns the file's entry (nil when no bucket came whole: the file is
 // removed) and the refusals. A stream broken midway removes the file and
 // asks again (rsclient.OnLeader), for all of the batch.
-func captureBatch(ctx context.Context, cl Cluster, dir, name string, r *datav1.ReplicasetRoute, buckets []uint32, bases []uint64, chunkTuples int) (*FileEntry, []string, error) {
+func captureBatch(ctx context.Context, cl Cluster, dir, name string, r *datav1.ReplicasetRoute, buckets []uint32, bases []uint64, o CreateOptions) (*FileEntry, []string, error) {
 	addrs := []string{r.GetLeaderAddress()}
 	for _, mb := range r.GetMembers() {
 		addrs = append(addrs, mb.GetAddress())
@@ -288,7 +292,7 @@ func captureBatch(ctx context.Context, cl Cluster, dir, name string, r *datav1.R
 		if err != nil {
 			return err
 		}
-		stream, err := c.BackupBuckets(ctx, &rspb.BackupBucketsRequest{ReplicasetId: r.GetReplicasetId(), Buckets: buckets, ChunkTuples: uint32(chunkTuples), BaseRevisions: bases})
+		stream, err := c.BackupBuckets(ctx, &rspb.BackupBucketsRequest{ReplicasetId: r.GetReplicasetId(), Buckets: buckets, ChunkTuples: uint32(o.ChunkTuples), BaseRevisions: bases, Unpaced: o.Unpaced})
 		if err != nil {
 			fw.Abort()
 			return err

@@ -94,6 +94,7 @@ type backupCreateOptions struct {
 	base      string
 	progress  bool
 	chunkRows int
+	pace      string
 }
 
 func newBackupCreateCmd() *cobra.Command {
@@ -116,6 +117,11 @@ history no longer reaches back to DIR2. Restoring it reads its chain
 (DIR2, DIR2's base, ..., down to a full backup), which must stay in place
 (a relative DIR2 is recorded relative to DIR).
 
+A backup is elastic work, as a move's copy is: each replicaset's leader
+reads and sends at a pace it sets from its clients' write delay (full
+speed while they write nothing, slower while they wait longer). --pace
+off reads as fast as the leaders can, whatever it costs the clients.
+
   shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-28
   shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-29 --incremental-from /backups/2026-11-28`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -133,7 +139,10 @@ history no longer reaches back to DIR2. Restoring it reads its chain
 			if o.chunkRows < 0 || o.chunkRows > replicaset.CopyChunkTuples {
 				return usagef("invalid --chunk-rows %d: want 1 to %d (0: %d)", o.chunkRows, replicaset.CopyChunkTuples, replicaset.CopyChunkTuples)
 			}
-			opts := backup.CreateOptions{ChunkTuples: o.chunkRows, Base: o.base}
+			if o.pace != "auto" && o.pace != "off" {
+				return usagef("invalid --pace %q: want auto (each replicaset yields to its clients' writes) or off (as fast as it reads)", o.pace)
+			}
+			opts := backup.CreateOptions{ChunkTuples: o.chunkRows, Base: o.base, Unpaced: o.pace == "off"}
 			if show {
 				opts.Progress = func(p backup.Progress) { progressLine(stderr, "backed up", start, p) }
 			}
@@ -162,6 +171,7 @@ history no longer reaches back to DIR2. Restoring it reads its chain
 	f.StringVar(&o.base, "incremental-from", "", "an earlier backup of the cluster (full or incremental): back up only what changed since it")
 	f.IntVar(&o.chunkRows, "chunk-rows", 0, "rows per record of the data files at most (0: 1000)")
 	f.BoolVar(&o.progress, "progress", false, "print progress on stderr even when it is not a terminal")
+	f.StringVar(&o.pace, "pace", "auto", "auto: each replicaset's leader reads at a pace its clients' write delay sets (as a move's copy); off: as fast as it can")
 	return cmd
 }
 

@@ -46,9 +46,12 @@ func (b *BucketService) BackupBuckets(req *rspb.BackupBucketsRequest, stream grp
 	}
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
-	ch := &chunker{limit: int(req.GetChunkTuples()), flush: func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error {
-		return stream.Send(&rspb.BackupBucketsResponse{Chunks: chunks, Refused: refused})
-	}}
+	// A backup is elastic work, as the copy of moved buckets is: unless
+	// asked not to, each part waits for the pace the clients' write delay
+	// sets (elasticPace, shared with the copy into this replicaset, which
+	// a move may run at the same time; each has its own limiter at that
+	// pace), and reading the next waits with it.
+	ch := &chunker{limit: int(req.GetChunkTuples()), flush: backupSender(stream.Context(), s.copyPace.elastic, req.GetUnpaced(), stream.Send)}
 	asked := map[uint32]bool{}
 	for _, bucket := range req.GetBuckets() {
 		if asked[bucket] {
@@ -194,6 +197,21 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 	}
 	chunk.Revision, chunk.Last = rev, true
 	return true, nil
+}
+
+// backupSender is a backup stream's flush: each part waits for elastic's
+// pace (with a limiter of its own) unless unpaced, then goes.
+func backupSender(ctx context.Context, elastic *elasticPace, unpaced bool, send func(*rspb.BackupBucketsResponse) error) func([]*rspb.CopyChunk, []*rspb.BucketRefusal) error {
+	pace := &copyPace{elastic: elastic}
+	return func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error {
+		resp := &rspb.BackupBucketsResponse{Chunks: chunks, Refused: refused}
+		if !unpaced {
+			if err := pace.wait(ctx, resp.SizeVT()); err != nil {
+				return err
+			}
+		}
+		return send(resp)
+	}
 }
 
 // RestoreBuckets implements BucketService: the chunks, each marked

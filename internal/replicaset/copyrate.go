@@ -82,7 +82,7 @@ func (p *copyPace) wait(ctx context.Context, n int) error {
 		}
 		k := min(n, lim.Burst())
 		if err := lim.WaitN(ctx, k); err != nil {
-			return fmt.Errorf("waiting for the copy rate (%.0f bytes/s): %w", float64(lim.Limit()), err)
+			return fmt.Errorf("waiting for the pace (%.0f bytes/s): %w", float64(lim.Limit()), err)
 		}
 		p.copied(k)
 		n -= k

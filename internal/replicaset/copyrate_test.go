@@ -41,8 +41,8 @@ func TestCopyPaceTakesTheBytesCopied(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	err := p.wait(ctx, 100<<10)
-	if err == nil || !strings.Contains(err.Error(), "copy rate (1 bytes/s)") {
-		t.Fatalf("a wait past the deadline: %v, want an error naming the copy rate", err)
+	if err == nil || !strings.Contains(err.Error(), "the pace (1 bytes/s)") {
+		t.Fatalf("a wait past the deadline: %v, want an error naming the pace", err)
 	}
 
 	// A change of the setting applies to the next chunk.

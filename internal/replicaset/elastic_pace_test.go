@@ -1,9 +1,12 @@
 package replicaset
 
 import (
+	"context"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/shardkit/shardkit/internal/replicaset/rspb"
 )
 
 // fakeSignal is a paceSignal whose every window has the value set.
@@ -209,6 +212,36 @@ func TestCopyPaceOffLeavesTheRateAlone(t *testing.T) {
 	off = false
 	if lim := p.limiter(); lim.Limit() != paceStart {
 		t.Fatalf("limit %v with the pace on again, want the elastic pace (%d)", lim.Limit(), paceStart)
+	}
+}
+
+// A backup's stream waits for the elastic pace and counts what it sent
+// against it, as the copy does; unpaced (backup create --pace off), it
+// neither waits nor counts.
+func TestABackupStreamGoesAtTheElasticPaceUnlessUnpaced(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	e := newElasticPace(&fakeSignal{target: time.Millisecond, ok: true}, func() time.Time { return now })
+	part := []*rspb.CopyChunk{{Bucket: 1, Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: []byte("k"), Tuple: []byte("some bytes")}}}}
+	size := (&rspb.BackupBucketsResponse{Chunks: part}).SizeVT()
+	for _, unpaced := range []bool{true, false} {
+		sent := 0
+		flush := backupSender(t.Context(), e, unpaced, func(*rspb.BackupBucketsResponse) error { sent++; return nil })
+		if err := flush(part, nil); err != nil || sent != 1 {
+			t.Fatalf("unpaced %v: sent %d, %v", unpaced, sent, err)
+		}
+		want := int64(0)
+		if !unpaced {
+			want = int64(size)
+		}
+		if e.bytes != want {
+			t.Fatalf("unpaced %v: the elastic pace counted %d bytes, want %d", unpaced, e.bytes, want)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	e.rate = 1 // a pace that lets nothing through soon: the wait ends with the context
+	if err := backupSender(ctx, e, false, func(*rspb.BackupBucketsResponse) error { return nil })(part, nil); err == nil {
+		t.Fatal("a paced part sent after its context ended")
 	}
 }
 

@@ -33,6 +33,10 @@ type BackupBucketsRequest struct {
 	// the base's revision (or one before it) as its changes since
 	// (CopyChunk.changes), any other whole.
 	BaseRevisions []uint64 `protobuf:"varint,4,rep,packed,name=base_revisions,json=baseRevisions,proto3" json:"base_revisions,omitempty"`
+	// The leader streams as fast as it reads (`backup create --pace off`).
+	// false: it yields to the clients' writes by itself, at the pace the
+	// copy of moved buckets into the replicaset keeps (elastic work).
+	Unpaced       bool `protobuf:"varint,5,opt,name=unpaced,proto3" json:"unpaced,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -93,6 +97,13 @@ func (x *BackupBucketsRequest) GetBaseRevisions() []uint64 {
 		return x.BaseRevisions
 	}
 	return nil
+}
+
+func (x *BackupBucketsRequest) GetUnpaced() bool {
+	if x != nil {
+		return x.Unpaced
+	}
+	return false
 }
 
 // BackupBucketsResponse is a part of the stream, as SendBucketsResponse:
@@ -1293,12 +1304,13 @@ var File_internal_replicaset_rspb_bucket_proto protoreflect.FileDescriptor
 
 const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\n" +
-	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"\x9f\x01\n" +
+	"%internal/replicaset/rspb/bucket.proto\x12\x16shardkit.replicaset.v1\x1a)internal/replicaset/rspb/replicaset.proto\"\xb9\x01\n" +
 	"\x14BackupBucketsRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12\x18\n" +
 	"\abuckets\x18\x02 \x03(\rR\abuckets\x12!\n" +
 	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\x12%\n" +
-	"\x0ebase_revisions\x18\x04 \x03(\x04R\rbaseRevisions\"\x93\x01\n" +
+	"\x0ebase_revisions\x18\x04 \x03(\x04R\rbaseRevisions\x12\x18\n" +
+	"\aunpaced\x18\x05 \x01(\bR\aunpaced\"\x93\x01\n" +
 	"\x15BackupBucketsResponse\x129\n" +
 	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
 	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused\"w\n" +
