@@ -75,6 +75,9 @@
 #   COPY_RATE   when set, `shardkit rebalance config --copy-rate` before the
 #               scale out: bytes of tuples per second a replicaset copies in,
 #               e.g. 4MiB (default: no limit)
+#   COPY_PACE   when set (auto or off), `shardkit rebalance config --copy-pace`
+#               before the scale out: off, the copy does not yield to the
+#               clients' writes by itself (default: auto, it does)
 #   RATE        when set, every load run is paced at RATE writes a second in all
 #               (`shardkit bench --rate`: latency from each call's scheduled
 #               start), the latency of a given load rather than of a saturated
@@ -118,6 +121,7 @@ DRAIN=${DRAIN:-1}
 MAX_SENDING=${MAX_SENDING:-}
 MAX_RECEIVING=${MAX_RECEIVING:-}
 COPY_RATE=${COPY_RATE:-}
+COPY_PACE=${COPY_PACE:-}
 RATE=${RATE:-}
 MOVE_TIMEOUT=${MOVE_TIMEOUT:-1200}
 LOG_LEVEL=${LOG_LEVEL:-debug}
@@ -151,6 +155,7 @@ for v in MAX_SENDING MAX_RECEIVING RATE; do
   [[ -z ${!v} || ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v: '${!v}' is not a positive number"
 done
 [[ $DRAIN =~ ^[01]$ ]] || die "DRAIN: '$DRAIN' is not 0 or 1"
+[[ -z $COPY_PACE || $COPY_PACE =~ ^(auto|off)$ ]] || die "COPY_PACE: '$COPY_PACE' is not auto or off"
 [[ $PIN =~ ^[01]$ ]] || die "PIN: '$PIN' is not 0 or 1"
 PIN_NOTE=''
 if [[ $PIN == 1 ]]; then
@@ -496,11 +501,12 @@ IDLE_PERSIST=$(persist_mean "$IDLE_PERSIST0" "$(persist_totals 1 3)" "$(awk -v a
 
 # ---------------------------------------------------------------- scale out under load
 
-if [[ -n $MAX_SENDING || -n $MAX_RECEIVING || -n $COPY_RATE ]]; then
+if [[ -n $MAX_SENDING || -n $MAX_RECEIVING || -n $COPY_RATE || -n $COPY_PACE ]]; then
   cfg=()
   if [[ -n $MAX_SENDING ]]; then cfg+=(--max-sending "$MAX_SENDING"); fi
   if [[ -n $MAX_RECEIVING ]]; then cfg+=(--max-receiving "$MAX_RECEIVING"); fi
   if [[ -n $COPY_RATE ]]; then cfg+=(--copy-rate "$COPY_RATE"); fi
+  if [[ -n $COPY_PACE ]]; then cfg+=(--copy-pace "$COPY_PACE"); fi
   timeout 30 "$SK" rebalance config "${cfg[@]}" --peer "$SK_PEERS" >"$WORK/logs/rebalance-config.log" 2>&1 ||
     fail_log "rebalance config" "$WORK/logs/rebalance-config.log" "failed"
   log "rebalancer: ${cfg[*]}"
