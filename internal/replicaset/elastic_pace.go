@@ -20,19 +20,23 @@ import (
 //   - Time is cut into windows of paceWindow, on the clock now; pace ends
 //     the window it finds over, and only then asks the signal for the
 //     window's value and target.
+//   - A window in which the signal told nothing (no client writes, or
+//     too few to tell) sets the pace to its ceiling, whether the copy
+//     proposed bytes in it or not: there is no one to yield to, and an
+//     idle cluster copies (and backs up) at full speed from its first
+//     window on, not after a slow start.
 //   - A window in which the copy proposed bytes and the signal stayed at
-//     or under its target (or told nothing: no client writes) raises the
-//     pace: it doubles up to the last pace it halved to, then goes up
-//     paceStep a window (TCP's slow start and congestion avoidance). It is
-//     not raised while the copy used less than half of it: then the pace
-//     is not what holds the copy back.
+//     or under its target raises the pace: it doubles up to the last pace
+//     it halved to, then goes up paceStep a window (TCP's slow start and
+//     congestion avoidance). It is not raised while the copy used less
+//     than half of it: then the pace is not what holds the copy back.
 //   - A window in which the signal went above its target halves the pace,
 //     from the bytes the copy proposed in that window when fewer.
 //   - The pace never goes below paceFloor (so a move always ends) nor
 //     above the operator's bound (--copy-rate; 0: no bound); a bound below
 //     paceFloor is the pace.
-//   - A window with no bytes copied changes nothing; after paceIdle with
-//     none, the next copy starts again from paceStart.
+//   - Otherwise a window with no bytes copied changes nothing; after
+//     paceIdle with none, the next copy starts again from paceStart.
 //
 // One elasticPace serves every copy into its replicaset (the
 // ReceiveBuckets calls its leader runs); a copy that reads and streams
@@ -126,11 +130,13 @@ func (e *elasticPace) step(bound uint64) {
 		ceiling = float64(bound)
 	}
 	switch {
+	case !ok:
+		e.rate, e.ssthresh = paceCeiling, paceCeiling
 	case !copying:
 		if !e.lastCopy.IsZero() && now.Sub(e.lastCopy) >= paceIdle {
 			e.rate, e.ssthresh, e.lastCopy = paceStart, paceCeiling, time.Time{}
 		}
-	case ok && value > target:
+	case value > target:
 		e.rate = min(e.rate, used) / 2
 		e.ssthresh = e.rate
 	case used < e.rate/2:

@@ -67,11 +67,28 @@ func TestElasticPaceRisesToItsBoundWithNoLoad(t *testing.T) {
 	if p := r.windows(20, bound); p != bound {
 		t.Fatalf("after 20 windows under target, bound %d: %d", bound, p)
 	}
-	// A window that told nothing (no client writes) raises it as well.
+	// A window that told nothing (no client writes) sets it to the
+	// ceiling, or the operator's bound, at once, copying or not.
 	r = newPaceRig(t)
 	r.sig.ok, r.sig.value = false, time.Second
-	if p := r.windows(1, 0); p != 2*paceStart {
-		t.Fatalf("after a window with no writes: %d, want %d", p, 2*paceStart)
+	if p := r.windows(1, 0); p != paceCeiling {
+		t.Fatalf("after a window with no writes: %d, want the ceiling (%d)", p, paceCeiling)
+	}
+	if p := r.windows(1, bound); p != bound {
+		t.Fatalf("after a window with no writes, bound %d: %d", bound, p)
+	}
+	r = newPaceRig(t)
+	r.sig.ok = false
+	r.now = r.now.Add(paceWindow) // a window with nothing copied
+	if p := r.e.pace(0); p != paceCeiling {
+		t.Fatalf("after a window with no writes and no copy: %d, want the ceiling (%d)", p, paceCeiling)
+	}
+	// Writes above the target again: it comes down from what the copy used.
+	r.sig.ok, r.sig.value = true, time.Second
+	r.e.copied(8 << 20)
+	r.now = r.now.Add(paceWindow)
+	if p := r.e.pace(0); p != 20<<20 {
+		t.Fatalf("writes above target after the ceiling, 8 MiB copied in a window: %d, want half of 40 MiB/s", p)
 	}
 }
 
