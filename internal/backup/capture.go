@@ -11,8 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -67,7 +70,8 @@ type CreateOptions struct {
 // after the call began (every write acknowledged before Create was called
 // is in it); a bucket refused (moving) is asked again, from whichever
 // replicaset holds it then, until every bucket is captured or ctx ends.
-// The manifest is written last: on any failure dir has none, and is an
+// The replicasets are read beside each other (each paces itself to its
+// clients' writes). The manifest is written last: on any failure dir has none, and is an
 // incomplete backup, whose data files Create removes (a backup that
 // failed on a full disk gives its space back). With o.Base, the backup is
 // incremental: each bucket is asked its changes since its revision in the
@@ -134,6 +138,51 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 	prog := Progress{BucketCount: n}
 	seq := 0
 	var lastRefusal string
+	// The replicasets are read beside each other, each its batches one
+	// after the other; mu guards what they share (pending, seq, prog,
+	// m.Files, lastRefusal) and calls Progress one at a time.
+	var mu sync.Mutex
+	captureOn := func(ctx context.Context, r *datav1.ReplicasetRoute, asked []uint32) error {
+		for len(asked) > 0 {
+			batch := asked[:min(len(asked), replicaset.MaxBatchBuckets)]
+			asked = asked[len(batch):]
+			mu.Lock()
+			seq++
+			name := fmt.Sprintf("%s-%04d.data", safeName(r.GetReplicasetId()), seq)
+			mu.Unlock()
+			var bases []uint64
+			if baseRevs != nil {
+				for _, b := range batch {
+					bases = append(bases, baseRevs[b])
+				}
+			}
+			entry, refused, err := captureBatch(ctx, cl, dir, name, r, batch, bases, o)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			for _, rf := range refused {
+				lastRefusal = rf
+			}
+			prog.Refused += len(refused)
+			if entry != nil {
+				m.Files = append(m.Files, *entry)
+				for _, b := range entry.Buckets {
+					delete(pending, b)
+				}
+				prog.Buckets += uint32(len(entry.Buckets))
+				prog.Bytes += entry.Size
+				for _, c := range entry.Rows {
+					prog.Rows += c
+				}
+			}
+			if o.Progress != nil {
+				o.Progress(prog)
+			}
+			mu.Unlock()
+		}
+		return nil
+	}
 	for round := 0; len(pending) > 0; round++ {
 		if round > 0 {
 			select {
@@ -145,48 +194,18 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 				return nil, fmt.Errorf("backup: reading the routing table: %w", err)
 			}
 		}
+		g, gctx := errgroup.WithContext(ctx)
 		for _, r := range rt.GetReplicasets() {
-			asked := holdersOf(rt, r.GetReplicasetId(), pending)
-			for len(asked) > 0 {
-				batch := asked[:min(len(asked), replicaset.MaxBatchBuckets)]
-				asked = asked[len(batch):]
-				seq++
-				name := fmt.Sprintf("%s-%04d.data", safeName(r.GetReplicasetId()), seq)
-				var bases []uint64
-				if baseRevs != nil {
-					for _, b := range batch {
-						bases = append(bases, baseRevs[b])
-					}
-				}
-				entry, refused, err := captureBatch(ctx, cl, dir, name, r, batch, bases, o)
-				if err != nil {
-					return nil, err
-				}
-				for _, rf := range refused {
-					lastRefusal = rf
-				}
-				prog.Refused += len(refused)
-				if entry == nil {
-					if o.Progress != nil {
-						o.Progress(prog)
-					}
-					continue
-				}
-				m.Files = append(m.Files, *entry)
-				for _, b := range entry.Buckets {
-					delete(pending, b)
-				}
-				prog.Buckets += uint32(len(entry.Buckets))
-				prog.Bytes += entry.Size
-				for _, c := range entry.Rows {
-					prog.Rows += c
-				}
-				if o.Progress != nil {
-					o.Progress(prog)
-				}
+			if asked := holdersOf(rt, r.GetReplicasetId(), pending); len(asked) > 0 {
+				g.Go(func() error { return captureOn(gctx, r, asked) })
 			}
 		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
 	}
+	// In the order of their names, whatever order the replicasets ended in.
+	slices.SortFunc(m.Files, func(a, b FileEntry) int { return strings.Compare(a.Name, b.Name) })
 	if rt, err = cl.Routing(ctx); err != nil {
 		return nil, fmt.Errorf("backup: reading the routing table: %w", err)
 	}

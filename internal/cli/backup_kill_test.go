@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/backup"
 	"github.com/shardkit/shardkit/tests/framework"
@@ -19,9 +21,10 @@ import (
 )
 
 // A backup of two `shardkit run` processes (two replicasets of one
-// instance each) during which the instance of the replicaset not yet
-// captured is killed -9: the backup fails, naming the replicaset, and
-// leaves no manifest (verify names the directory an incomplete backup,
+// instance each) during which the instance of one replicaset is killed
+// -9 as the backup turns to it, after the other's file is whole: the
+// backup fails, naming the replicaset, and leaves no manifest (verify
+// names the directory an incomplete backup,
 // restore refuses it) and none of the data files it wrote before.
 func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	if testing.Short() {
@@ -56,30 +59,40 @@ func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "b")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var once sync.Once
+	// The replicasets are read beside each other: r2's instance dies when
+	// the backup first dials it, once r1's file is whole (replicasets are
+	// named after their instance: i2's is r2).
 	var before []string // the data files when the instance was killed
-	_, err = backup.Create(ctx, backupCluster{cl}, dir, backup.CreateOptions{ChunkTuples: 3, Progress: func(backup.Progress) {
-		// After the first replicaset's file, the other's instance dies
-		// (replicasets are named after their instance: i1's is r1).
-		once.Do(func() {
-			before = glob(t, filepath.Join(dir, "*.data"))
-			victim := 1
-			if files := glob(t, filepath.Join(dir, "r2-*.data")); len(files) > 0 {
-				victim = 0
+	r1Done := make(chan struct{})
+	kill := sync.OnceFunc(func() {
+		select {
+		case <-r1Done:
+		case <-time.After(30 * time.Second):
+			t.Error("r1's file was not whole within 30 s")
+		}
+		before = glob(t, filepath.Join(dir, "*.data"))
+		if err := procs[1].Kill(); err != nil {
+			t.Error(err)
+		}
+		// The worker dies with its parent (a parent-death signal), a
+		// moment later: the backup goes on once it has.
+		pollFor(t, "the killed instance's port to close", func() bool {
+			c, err := net.DialTimeout("tcp", addrs[1], time.Second)
+			if err == nil {
+				c.Close()
 			}
-			if err := procs[victim].Kill(); err != nil {
-				t.Error(err)
-			}
-			// The worker dies with its parent (a parent-death signal), a
-			// moment later: the backup goes on once it has.
-			pollFor(t, "the killed instance's port to close", func() bool {
-				c, err := net.DialTimeout("tcp", addrs[victim], time.Second)
-				if err == nil {
-					c.Close()
-				}
-				return err != nil
-			})
+			return err != nil
 		})
+	})
+	cluster := killOnDial{backupCluster: backupCluster{cl}, victim: addrs[1], kill: kill}
+	_, err = backup.Create(ctx, cluster, dir, backup.CreateOptions{ChunkTuples: 3, Progress: func(p backup.Progress) {
+		if len(glob(t, filepath.Join(dir, "r1-*.data"))) > 0 && p.Buckets > 0 {
+			select {
+			case <-r1Done:
+			default:
+				close(r1Done)
+			}
+		}
 	}})
 	if err == nil {
 		t.Fatal("the backup completed without the killed instance's buckets")
@@ -103,6 +116,21 @@ func TestBackupWhoseSourceIsKilledLeavesNoManifest(t *testing.T) {
 	if code, _, errOut := runMain(t, "backup", "restore", "--peer", addrs[0], "--from", dir, "--timeout", "10s"); code == 0 || !strings.Contains(errOut, "incomplete backup") {
 		t.Fatalf("restore of the failed backup: exit %d: %s", code, errOut)
 	}
+}
+
+// killOnDial is a backup's view of the cluster that calls kill before it
+// first dials victim, the address of the instance the test kills.
+type killOnDial struct {
+	backupCluster
+	victim string
+	kill   func()
+}
+
+func (k killOnDial) Dial(addr string) (grpc.ClientConnInterface, error) {
+	if addr == k.victim {
+		k.kill()
+	}
+	return k.backupCluster.Dial(addr)
 }
 
 // A `shardkit backup create` process killed -9 while it writes leaves a
