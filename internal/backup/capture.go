@@ -70,8 +70,9 @@ type CreateOptions struct {
 // after the call began (every write acknowledged before Create was called
 // is in it); a bucket refused (moving) is asked again, from whichever
 // replicaset holds it then, until every bucket is captured or ctx ends.
-// The replicasets are read beside each other (each paces itself to its
-// clients' writes). The manifest is written last: on any failure dir has none, and is an
+// The replicasets are read one at a time, each leader pacing itself to
+// its clients' writes; with o.Unpaced, beside each other. The manifest is
+// written last: on any failure dir has none, and is an
 // incomplete backup, whose data files Create removes (a backup that
 // failed on a full disk gives its space back). With o.Base, the backup is
 // incremental: each bucket is asked its changes since its revision in the
@@ -138,8 +139,8 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 	prog := Progress{BucketCount: n}
 	seq := 0
 	var lastRefusal string
-	// The replicasets are read beside each other, each its batches one
-	// after the other; mu guards what they share (pending, seq, prog,
+	// Each replicaset's batches are read one after the other, the
+	// replicasets beside each other when unpaced; mu guards what they share (pending, seq, prog,
 	// m.Files, lastRefusal) and calls Progress one at a time.
 	var mu sync.Mutex
 	captureOn := func(ctx context.Context, r *datav1.ReplicasetRoute, asked []uint32) error {
@@ -195,6 +196,11 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 			}
 		}
 		g, gctx := errgroup.WithContext(ctx)
+		if !o.Unpaced {
+			// Each leader's pace sees its own clients' delay, not what
+			// the others' reads cost cores they may share.
+			g.SetLimit(1)
+		}
 		for _, r := range rt.GetReplicasets() {
 			if asked := holdersOf(rt, r.GetReplicasetId(), pending); len(asked) > 0 {
 				g.Go(func() error { return captureOn(gctx, r, asked) })

@@ -117,10 +117,11 @@ history no longer reaches back to DIR2. Restoring it reads its chain
 (DIR2, DIR2's base, ..., down to a full backup), which must stay in place
 (a relative DIR2 is recorded relative to DIR).
 
-A backup is elastic work, as a move's copy is: each replicaset's leader
-reads and sends at a pace it sets from its clients' write delay (full
-speed while they write nothing, slower while they wait longer). --pace
-off reads as fast as the leaders can, whatever it costs the clients.
+A backup is elastic work, as a move's copy is: the replicasets are read
+one at a time, each leader at a pace it sets from its clients' write
+delay (full speed while they write nothing, slower while they wait
+longer). --pace off reads every replicaset at once as fast as the
+leaders can, whatever it costs the clients.
 
   shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-28
   shardkit backup create --peer 127.0.0.1:3301 --to /backups/2026-11-29 --incremental-from /backups/2026-11-28`,

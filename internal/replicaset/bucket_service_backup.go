@@ -95,8 +95,9 @@ func (b *BucketService) BackupBuckets(req *rspb.BackupBucketsRequest, stream grp
 // holds the base's revision or one before it (trimming drops only the
 // oldest, so it holds every batch after the base) is sent as the keys its
 // history names after the base, in key order, each with its tuple in
-// snap (in tuples) or none (in deleted), then its remembered request ids,
-// its history after the base, and its revision. Any other bucket (its
+// snap (in tuples) or none (in deleted), then the request ids it
+// remembered after the base, its history after the base, and its
+// revision. Any other bucket (its
 // history does not reach back; its revision is below the base's, so it is
 // another cluster's or was restored since) is not sent: the caller sends
 // it whole.
@@ -183,6 +184,14 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 		}
 	}
 	err = s.eachRequest(snap, remembered, func(r *rspb.CopiedRequest, n int) error {
+		// An id whose batch made a revision at or below the base's was
+		// remembered before the base's capture, and is in the base (a
+		// chain's restore takes the ids of every backup of it); every
+		// batch makes a revision, and a bucket's revisions go on across
+		// moves and restores.
+		if rev := r.GetResult().GetRevision(); rev != 0 && rev <= base {
+			return nil
+		}
 		chunk.Requests = append(chunk.Requests, r)
 		return added(n, false)
 	})

@@ -120,22 +120,25 @@ func TestBackupSendsABucketsChangesSinceItsBase(t *testing.T) {
 	f := newFixture(t)
 	f.setup()
 	for i := range 4 {
-		f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint("a", i), 1))}})
+		f.ok(&rspb.Batch{Bucket: b, RequestId: requestID(byte(10 + i)), Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint("a", i), 1))}})
 	}
 	const base = 4
 	if chunks, sent := changesSince(t, f, b, base); !sent || len(chunks) != 1 || !chunks[0].GetChanges() || !chunks[0].GetLast() ||
 		chunks[0].GetRevision() != base || len(chunks[0].GetTuples())+len(chunks[0].GetEvents()) != 0 {
 		t.Fatalf("unchanged since the base: sent %v, %v", sent, chunks)
 	}
-	f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a9", 1)), insertOp(t, offer(1, "a8", 1))}})
+	f.ok(&rspb.Batch{Bucket: b, RequestId: requestID(20), Ops: []*rspb.Op{insertOp(t, offer(1, "a9", 1)), insertOp(t, offer(1, "a8", 1))}})
 	f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: key(t, tuple.Uint(1), tuple.String("a1"))}}})
 	chunks, sent := changesSince(t, f, b, base)
 	if !sent {
 		t.Fatal("changes since a base the history holds: not sent")
 	}
 	var written, deleted []string
-	var events []uint64
+	var events, requests []uint64 // the requests' revisions
 	for i, c := range chunks {
+		for _, r := range c.GetRequests() {
+			requests = append(requests, r.GetResult().GetRevision())
+		}
 		if !c.GetChanges() || c.GetLast() != (i == len(chunks)-1) {
 			t.Fatalf("chunk %d of %d: changes %v, last %v", i, len(chunks), c.GetChanges(), c.GetLast())
 		}
@@ -153,6 +156,11 @@ func TestBackupSendsABucketsChangesSinceItsBase(t *testing.T) {
 	if fmt.Sprint(written) != fmt.Sprint([]string{k("a8"), k("a9")}) || fmt.Sprint(deleted) != fmt.Sprint([]string{k("a1")}) ||
 		fmt.Sprint(events) != "[5 6]" || chunks[len(chunks)-1].GetRevision() != 6 {
 		t.Fatalf("changes since %d: written %q, deleted %q, events %v, revision %d", base, written, deleted, events, chunks[len(chunks)-1].GetRevision())
+	}
+	// Of the four ids remembered before the base and the one after, the
+	// one after.
+	if fmt.Sprint(requests) != "[5]" {
+		t.Fatalf("changes since %d: request ids of revisions %v, want those after the base ([5])", base, requests)
 	}
 	if _, sent := changesSince(t, f, b, 7); sent {
 		t.Fatal("a base above the bucket's revision (another cluster's): sent as changes")
