@@ -399,7 +399,7 @@ func (a *applier) remember(id []byte, b uint32, res *rspb.BatchResult) {
 	}
 	a.set(a.sm.k.requestID(a.now, id), v)
 	if a.err == nil {
-		a.sm.reqs.add(id, requestStamp{ms: a.now, bucket: b})
+		a.sm.reqs.add(id, requestStamp{ms: a.now, bucket: b, rev: res.GetRevision()})
 	}
 }
 

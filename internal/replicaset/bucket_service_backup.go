@@ -183,15 +183,18 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 			return false, err
 		}
 	}
-	err = s.eachRequest(snap, remembered, func(r *rspb.CopiedRequest, n int) error {
-		// An id whose batch made a revision at or below the base's was
-		// remembered before the base's capture, and is in the base (a
-		// chain's restore takes the ids of every backup of it); every
-		// batch makes a revision, and a bucket's revisions go on across
-		// moves and restores.
-		if rev := r.GetResult().GetRevision(); rev != 0 && rev <= base {
-			return nil
+	// An id whose batch made a revision at or below the base's was
+	// remembered before the base's capture, and is in the base (a chain's
+	// restore takes the ids of every backup of it); every batch makes a
+	// revision, and a bucket's revisions go on across moves and restores.
+	// The window knows each id's revision: the others are not read.
+	since := remembered[:0:0]
+	for _, r := range remembered {
+		if r.rev == 0 || r.rev > base {
+			since = append(since, r)
 		}
+	}
+	err = s.eachRequest(snap, since, func(r *rspb.CopiedRequest, n int) error {
 		chunk.Requests = append(chunk.Requests, r)
 		return added(n, false)
 	})

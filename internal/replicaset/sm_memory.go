@@ -49,6 +49,10 @@ type requestWindow struct {
 type requestStamp struct {
 	ms     int64
 	bucket uint32
+	// rev is the revision its batch made in the bucket (BatchResult's),
+	// so that an incremental backup takes the ids remembered after its
+	// base without reading the others' answers.
+	rev uint64
 }
 
 // requestIDLen is the length of every request id the data service takes
@@ -131,10 +135,12 @@ func (w *requestWindow) find(id []byte) (requestStamp, bool) {
 	return w.stamp(id)
 }
 
-// rememberedID is a request id in the window and when it was written.
+// rememberedID is a request id in the window, when it was written and
+// the revision its batch made.
 type rememberedID struct {
-	id []byte
-	ms int64
+	id  []byte
+	ms  int64
+	rev uint64
 }
 
 // ofBuckets returns, for each of buckets, the ids in the window written
@@ -147,12 +153,12 @@ func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]remember
 	defer w.mu.RUnlock()
 	for _, s := range w.order.q[w.order.head:] {
 		if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
-			out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms})
+			out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
 		}
 	}
 	for _, s := range w.odd.q[w.odd.head:] {
 		if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
-			out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms})
+			out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
 		}
 	}
 	return out
@@ -295,7 +301,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 				_ = it.Close()
 				return fmt.Errorf("replicaset: the result of request id key %x: %w", k, err)
 			}
-			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: res.GetBucket()})
+			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: res.GetBucket(), rev: res.GetRevision()})
 		}
 		return it.Close()
 	})
