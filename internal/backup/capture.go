@@ -201,9 +201,15 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 			// the others' reads cost cores they may share.
 			g.SetLimit(1)
 		}
-		for _, r := range rt.GetReplicasets() {
-			if asked := holdersOf(rt, r.GetReplicasetId(), pending); len(asked) > 0 {
-				g.Go(func() error { return captureOn(gctx, r, asked) })
+		// Each replicaset's buckets, named before any capture runs (the
+		// captures take theirs out of pending).
+		asked := make([][]uint32, len(rt.GetReplicasets()))
+		for i, r := range rt.GetReplicasets() {
+			asked[i] = holdersOf(rt, r.GetReplicasetId(), pending)
+		}
+		for i, r := range rt.GetReplicasets() {
+			if len(asked[i]) > 0 {
+				g.Go(func() error { return captureOn(gctx, r, asked[i]) })
 			}
 		}
 		if err := g.Wait(); err != nil {
