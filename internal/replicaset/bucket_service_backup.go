@@ -137,30 +137,8 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 	}); err != nil {
 		return false, status.Error(codes.Internal, err.Error())
 	}
-	limit := ch.limit
-	if limit <= 0 || limit > CopyChunkTuples {
-		limit = CopyChunkTuples
-	}
 	first.Changes = true
-	chunk := first
-	ch.chunks = append(ch.chunks, chunk)
-	// added accounts for n more bytes in the chunk; a full response is
-	// sent, and the bucket goes on in a new chunk.
-	added := func(n int, tuple bool) error {
-		ch.size += n
-		if tuple {
-			ch.count++
-		}
-		if ch.count < limit && ch.size < MaxChunkBytes {
-			return nil
-		}
-		if err := ch.send(); err != nil {
-			return err
-		}
-		chunk = &rspb.CopyChunk{Bucket: bucket, Generation: first.GetGeneration(), Changes: true}
-		ch.chunks = append(ch.chunks, chunk)
-		return nil
-	}
+	bc := ch.bucket(first)
 	for _, k := range slices.Sorted(maps.Keys(written)) {
 		key := written[k]
 		v, err := get(snap, []byte(k))
@@ -168,8 +146,8 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 			return false, status.Error(codes.Internal, err.Error())
 		}
 		if v == nil {
-			chunk.Deleted = append(chunk.Deleted, key)
-			if err := added(len(k), true); err != nil {
+			bc.chunk.Deleted = append(bc.chunk.Deleted, key)
+			if err := bc.added(len(k), true); err != nil {
 				return false, err
 			}
 			continue
@@ -178,8 +156,8 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 		if err != nil {
 			return false, status.Error(codes.Internal, err.Error())
 		}
-		chunk.Tuples = append(chunk.Tuples, &rspb.CopiedTuple{SpaceId: key.GetSpaceId(), Key: key.GetKey(), Version: ver, Tuple: append([]byte(nil), t...)})
-		if err := added(len(k)+len(v), true); err != nil {
+		bc.chunk.Tuples = append(bc.chunk.Tuples, &rspb.CopiedTuple{SpaceId: key.GetSpaceId(), Key: key.GetKey(), Version: ver, Tuple: append([]byte(nil), t...)})
+		if err := bc.added(len(k)+len(v), true); err != nil {
 			return false, err
 		}
 	}
@@ -195,19 +173,19 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 		}
 	}
 	err = s.eachRequest(snap, since, func(r *rspb.CopiedRequest, n int) error {
-		chunk.Requests = append(chunk.Requests, r)
-		return added(n, false)
+		bc.chunk.Requests = append(bc.chunk.Requests, r)
+		return bc.added(n, false)
 	})
 	if err != nil {
 		return false, err
 	}
 	for _, ev := range events {
-		chunk.Events = append(chunk.Events, ev)
-		if err := added(ev.SizeVT(), false); err != nil {
+		bc.chunk.Events = append(bc.chunk.Events, ev)
+		if err := bc.added(ev.SizeVT(), false); err != nil {
 			return false, err
 		}
 	}
-	chunk.Revision, chunk.Last = rev, true
+	bc.chunk.Revision, bc.chunk.Last = rev, true
 	return true, nil
 }
 

@@ -440,33 +440,11 @@ func (c *chunker) refuse(bucket uint32, reason string) {
 // then its remembered request ids, then its change history; the last
 // chunk carries its revision and has last set.
 func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered []rememberedID) error {
-	limit := ch.limit
-	if limit <= 0 || limit > CopyChunkTuples {
-		limit = CopyChunkTuples
-	}
 	bucket := first.GetBucket()
-	chunk := first
-	ch.chunks = append(ch.chunks, chunk)
-	// added accounts for n more bytes in the chunk; a full response
-	// is sent, and the bucket goes on in a new chunk.
-	added := func(n int, tuple bool) error {
-		ch.size += n
-		if tuple {
-			ch.count++
-		}
-		if ch.count < limit && ch.size < MaxChunkBytes {
-			return nil
-		}
-		if err := ch.send(); err != nil {
-			return err
-		}
-		chunk = &rspb.CopyChunk{Bucket: bucket, Generation: first.GetGeneration(), Restore: first.GetRestore()}
-		ch.chunks = append(ch.chunks, chunk)
-		return nil
-	}
+	bc := ch.bucket(first)
 	err := s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
-		chunk.Tuples = append(chunk.Tuples, t)
-		return added(n, true)
+		bc.chunk.Tuples = append(bc.chunk.Tuples, t)
+		return bc.added(n, true)
 	})
 	if err != nil {
 		return err
@@ -474,8 +452,8 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	// The bucket's remembered request ids go with it, so that a retry
 	// of a write applied here is answered there too.
 	err = s.eachRequest(snap, remembered, func(r *rspb.CopiedRequest, n int) error {
-		chunk.Requests = append(chunk.Requests, r)
-		return added(n, false)
+		bc.chunk.Requests = append(bc.chunk.Requests, r)
+		return bc.added(n, false)
 	})
 	if err != nil {
 		return err
@@ -483,8 +461,8 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	// And its change history, for watchers behind it.
 	var evErr error
 	_, err = s.sm.Events(snap, bucket, 0, func(ev *rspb.Event) bool {
-		chunk.Events = append(chunk.Events, ev)
-		evErr = added(ev.SizeVT(), false)
+		bc.chunk.Events = append(bc.chunk.Events, ev)
+		evErr = bc.added(ev.SizeVT(), false)
 		return evErr == nil
 	})
 	if evErr != nil {
@@ -493,10 +471,50 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	if chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
+	if bc.chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	chunk.Last = true // this bucket is whole
+	bc.chunk.Last = true // this bucket is whole
+	return nil
+}
+
+// bucketChunks cuts one bucket's part of a chunker's stream into chunks
+// shaped as its first (its bucket, generation, restore and changes): the
+// chunk being filled is chunk.
+type bucketChunks struct {
+	ch           *chunker
+	first, chunk *rspb.CopyChunk
+	limit        int // tuples a response holds at most
+}
+
+// bucket begins a bucket's chunks with first.
+func (c *chunker) bucket(first *rspb.CopyChunk) *bucketChunks {
+	limit := c.limit
+	if limit <= 0 || limit > CopyChunkTuples {
+		limit = CopyChunkTuples
+	}
+	c.chunks = append(c.chunks, first)
+	return &bucketChunks{ch: c, first: first, chunk: first, limit: limit}
+}
+
+// added accounts for n more bytes in the chunk (a tuple's, or a deleted
+// key's, when tuple); a full response is sent, and the bucket goes on in
+// a new chunk.
+func (b *bucketChunks) added(n int, tuple bool) error {
+	ch := b.ch
+	ch.size += n
+	if tuple {
+		ch.count++
+	}
+	if ch.count < b.limit && ch.size < MaxChunkBytes {
+		return nil
+	}
+	if err := ch.send(); err != nil {
+		return err
+	}
+	f := b.first
+	b.chunk = &rspb.CopyChunk{Bucket: f.GetBucket(), Generation: f.GetGeneration(), Restore: f.GetRestore(), Changes: f.GetChanges()}
+	ch.chunks = append(ch.chunks, b.chunk)
 	return nil
 }
 

@@ -312,4 +312,15 @@ func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
 	if _, target := window(20 * time.Millisecond); target != 30*time.Millisecond {
 		t.Fatalf("target %v after %d windows of 20ms, want 30ms", target, writeDelayBases)
 	}
+	// A window of more writes than it keeps is its last ones': a window
+	// read long after its first writes is the recent writes' delay.
+	for range writeDelayKept {
+		w.observe(time.Second)
+	}
+	for range writeDelayKept/2 + 1 {
+		w.observe(5 * time.Millisecond)
+	}
+	if v, _, _ := w.window(); v != 5*time.Millisecond {
+		t.Fatalf("a window of %d writes of 1s then %d of 5ms: %v, want the recent 5ms", writeDelayKept, writeDelayKept/2+1, v)
+	}
 }

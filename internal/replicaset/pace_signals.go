@@ -23,7 +23,8 @@ import (
 // is mostly the other processes' CPU and their size.
 type writeDelay struct {
 	mu      sync.Mutex
-	samples []time.Duration // the window's, up to writeDelayKept
+	samples []time.Duration // the window's last writeDelayKept, a ring once full
+	seen    int             // writes observed in the window
 	medians []time.Duration // the last windows', oldest first
 }
 
@@ -41,7 +42,9 @@ const (
 	// writeDelaySamples is the fewest writes of a window that tell
 	// anything.
 	writeDelaySamples = 8
-	// writeDelayKept bounds the writes a window keeps: its first ones.
+	// writeDelayKept bounds the writes a window keeps: its last ones (a
+	// window read after a long time without a copy is the recent writes',
+	// not the first after the last read).
 	writeDelayKept = 4096
 )
 
@@ -51,7 +54,10 @@ func (w *writeDelay) observe(d time.Duration) {
 	w.mu.Lock()
 	if len(w.samples) < writeDelayKept {
 		w.samples = append(w.samples, d)
+	} else {
+		w.samples[w.seen%writeDelayKept] = d
 	}
+	w.seen++
 	w.mu.Unlock()
 }
 
@@ -65,6 +71,7 @@ func (w *writeDelay) window() (value, target time.Duration, ok bool) {
 	}
 	target = time.Duration(float64(base) * writeDelayFactor)
 	n := len(w.samples)
+	w.seen = 0
 	if n < writeDelaySamples {
 		w.samples = w.samples[:0]
 		return 0, target, false
