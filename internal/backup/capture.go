@@ -72,9 +72,9 @@ type CreateOptions struct {
 // replicaset holds it then, until every bucket is captured or ctx ends.
 // The replicasets are read one at a time, each leader pacing itself to
 // its clients' writes; with o.Unpaced, beside each other. The manifest is
-// written last: on any failure dir has none, and is an
-// incomplete backup, whose data files Create removes (a backup that
-// failed on a full disk gives its space back). With o.Base, the backup is
+// written last: on any failure dir has none, and is an incomplete backup,
+// whose data files Create removes (a backup that failed on a full disk
+// gives its space back). With o.Base, the backup is
 // incremental: each bucket is asked its changes since its revision in the
 // base (BackupBuckets' base_revisions), which its replicaset sends as
 // unchanged, as changes, or whole.
@@ -140,8 +140,9 @@ func Create(ctx context.Context, cl Cluster, dir string, o CreateOptions) (_ *Ma
 	seq := 0
 	var lastRefusal string
 	// Each replicaset's batches are read one after the other, the
-	// replicasets beside each other when unpaced; mu guards what they share (pending, seq, prog,
-	// m.Files, lastRefusal) and calls Progress one at a time.
+	// replicasets beside each other when unpaced; mu guards what they
+	// share (pending, seq, prog, m.Files, lastRefusal) and calls Progress
+	// one at a time.
 	var mu sync.Mutex
 	captureOn := func(ctx context.Context, r *datav1.ReplicasetRoute, asked []uint32) error {
 		for len(asked) > 0 {
@@ -259,20 +260,20 @@ func readBase(dir, base string, rt *datav1.GetRoutingResponse) (map[uint32]uint6
 	if bm.Format == FormatFull1 {
 		return nil, nil, fmt.Errorf("backup: the base %s is of format %d, which records no revisions of its buckets: take a full backup to start a chain from", base, FormatFull1)
 	}
-	ids := map[string]uint32{}
-	for _, sp := range rt.GetSpaces() {
-		ids[sp.GetName()] = sp.GetId()
-	}
+	// The base's ids of each space name (two where it was dropped and
+	// created again during the base's capture): the cluster's id must be
+	// one of them.
+	baseIDs := map[string][]uint32{}
 	for i, raw := range bm.Spaces {
 		sp := &datav1.Space{}
 		if err := protojson.Unmarshal(raw, sp); err != nil {
 			return nil, nil, fmt.Errorf("backup: the base %s: its manifest's space %d: %w", base, i, err)
 		}
-		if id, ok := ids[sp.GetName()]; ok && id != sp.GetId() && !slices.ContainsFunc(bm.Spaces[i+1:], func(later json.RawMessage) bool {
-			l := &datav1.Space{}
-			return protojson.Unmarshal(later, l) == nil && l.GetName() == sp.GetName() && l.GetId() == id
-		}) {
-			return nil, nil, fmt.Errorf("backup: the base %s has space %s with id %d, the cluster with id %d: the space was dropped and created again since, or the base is of another cluster (a restore gives spaces new ids): rows are matched by space id, so take a full backup", base, sp.GetName(), sp.GetId(), id)
+		baseIDs[sp.GetName()] = append(baseIDs[sp.GetName()], sp.GetId())
+	}
+	for _, sp := range rt.GetSpaces() {
+		if had := baseIDs[sp.GetName()]; len(had) > 0 && !slices.Contains(had, sp.GetId()) {
+			return nil, nil, fmt.Errorf("backup: the base %s has space %s with id %d, the cluster with id %d: the space was dropped and created again since, or the base is of another cluster (a restore gives spaces new ids): rows are matched by space id, so take a full backup", base, sp.GetName(), had[len(had)-1], sp.GetId())
 		}
 	}
 	revs := map[uint32]uint64{}

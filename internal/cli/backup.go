@@ -140,10 +140,11 @@ leaders can, whatever it costs the clients.
 			if o.chunkRows < 0 || o.chunkRows > replicaset.CopyChunkTuples {
 				return usagef("invalid --chunk-rows %d: want 1 to %d (0: %d)", o.chunkRows, replicaset.CopyChunkTuples, replicaset.CopyChunkTuples)
 			}
-			if o.pace != "auto" && o.pace != "off" {
-				return usagef("invalid --pace %q: want auto (each replicaset yields to its clients' writes) or off (as fast as it reads)", o.pace)
+			unpaced, err := parsePace("pace", o.pace, "auto: each replicaset yields to its clients' writes; off: all at once, as fast as they read")
+			if err != nil {
+				return err
 			}
-			opts := backup.CreateOptions{ChunkTuples: o.chunkRows, Base: o.base, Unpaced: o.pace == "off"}
+			opts := backup.CreateOptions{ChunkTuples: o.chunkRows, Base: o.base, Unpaced: unpaced}
 			if show {
 				opts.Progress = func(p backup.Progress) { progressLine(stderr, "backed up", start, p) }
 			}

@@ -285,8 +285,9 @@ a rebalance for the latency of the clients' calls on the same machines
 			if fl.Changed("max-receiving") && maxRecv == 0 {
 				return usagef("invalid --max-receiving 0: want at least 1 (the default is %d; --disable stops the rebalancer)", mover.DefaultMaxReceiving)
 			}
-			if fl.Changed("copy-pace") && paceFlag != "auto" && paceFlag != "off" {
-				return usagef("invalid --copy-pace %q: want auto (the copy paces itself from the clients' write delay) or off (only --copy-rate bounds it)", paceFlag)
+			paceOff, err := parsePace("copy-pace", paceFlag, "auto: the copy paces itself from the clients' write delay; off: only --copy-rate bounds it")
+			if err != nil {
+				return err
 			}
 			var rateBytes int64
 			if cmd.Flags().Changed("copy-rate") {
@@ -330,7 +331,7 @@ a rebalance for the latency of the clients' calls on the same machines
 				s.CopyBytesPerS = uint64(rateBytes)
 			}
 			if fl.Changed("copy-pace") {
-				s.CopyPaceOff = paceFlag == "off"
+				s.CopyPaceOff = paceOff
 			}
 			if err := cl.Sharding().SetRebalancer(ctx, s); err != nil {
 				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
@@ -351,12 +352,25 @@ a rebalance for the latency of the clients' calls on the same machines
 	return cmd
 }
 
-// copyPace shows the copy pace setting as --copy-pace takes it.
+// copyPace shows a pace setting (--copy-pace, backup create --pace) as
+// the flag takes it.
 func copyPace(off bool) string {
 	if off {
 		return "off"
 	}
 	return "auto"
+}
+
+// parsePace reads a pace flag: auto (the work yields to the clients'
+// writes by itself) or off; what says what each does, for the refusal.
+func parsePace(flag, value, what string) (off bool, err error) {
+	switch value {
+	case "auto":
+		return false, nil
+	case "off":
+		return true, nil
+	}
+	return false, usagef("invalid --%s %q: want auto or off (%s)", flag, value, what)
 }
 
 // copyRate shows a copy rate setting.
