@@ -229,19 +229,27 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	return outs
 }
 
+// copyTakes says whether a bucket of record st takes a copy's chunk (or
+// a table's rows): a move's where it is receiving at the chunk's
+// generation; a backup's (restore) where it is active, at any generation,
+// which is where the restored cluster keeps it (docs/design/backup.md).
+func copyTakes(st *rspb.BucketState, restore bool, generation uint64) bool {
+	if restore {
+		return st.GetState() == rspb.BucketState_STATE_ACTIVE
+	}
+	return st.GetState() == rspb.BucketState_STATE_RECEIVING && st.GetGeneration() == generation
+}
+
 // copyChunk applies one chunk; tabled is what the entry's tables brought
 // its bucket (nil: nothing).
 func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome {
 	b := c.GetBucket()
 	cur := a.bucket(b)
 	switch {
+	case copyTakes(cur, c.GetRestore(), c.GetGeneration()):
 	case c.GetRestore():
-		// A backup's chunk goes into the bucket where the restored cluster
-		// keeps it (docs/design/backup.md).
-		if cur.GetState() != rspb.BucketState_STATE_ACTIVE {
-			return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not active: a backup is restored only into a bucket the replicaset holds", b, describeRecord(cur))}
-		}
-	case cur.GetState() != rspb.BucketState_STATE_RECEIVING || cur.GetGeneration() != c.GetGeneration():
+		return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not active: a backup is restored only into a bucket the replicaset holds", b, describeRecord(cur))}
+	default:
 		return &CopyOutcome{Refused: fmt.Errorf("bucket %d is %s here, not receiving at generation %d", b, describeRecord(cur), c.GetGeneration())}
 	}
 	copied, sent := 0, len(c.GetTuples())

@@ -462,15 +462,16 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 		named[c.GetBucket()] = true
 		restore[c.GetBucket()] = restore[c.GetBucket()] || c.GetRestore()
 	}
-	// A bucket takes the tables' rows where its chunks would be applied
-	// (copyChunk): receiving at one of their generations, or, restored
-	// from a backup, active.
+	// A bucket takes the tables' rows where one of its chunks would be
+	// applied (copyChunk).
 	takes := func(b uint32) bool {
 		st := a.bucket(b)
-		if restore[b] {
-			return st.GetState() == rspb.BucketState_STATE_ACTIVE
+		for gen := range gens[b] {
+			if copyTakes(st, restore[b], gen) {
+				return true
+			}
 		}
-		return st.GetState() == rspb.BucketState_STATE_RECEIVING && gens[b][st.GetGeneration()]
+		return false
 	}
 	var ts []*copySST
 	defer func() {
