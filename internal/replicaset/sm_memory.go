@@ -42,6 +42,10 @@ type requestWindow struct {
 	order idQueue[requestKey]
 	other map[string]requestStamp
 	odd   idQueue[string]
+	// loads counts load's replacements of the queues, so that a walk
+	// that lets mu go between its parts (ofBuckets) starts again when
+	// the queues it walked are gone.
+	loads uint64
 }
 
 // requestStamp is when a remembered request id was written (ms, the
@@ -66,6 +70,10 @@ type requestKey [requestIDLen]byte
 type idQueue[K comparable] struct {
 	q    []stampedID[K]
 	head int
+	// base is how many ids were dropped from the front of q (by forget's
+	// compaction): q[i] is the base+i-th id the queue ever held, a
+	// position that survives compaction.
+	base int
 }
 
 type stampedID[K comparable] struct {
@@ -84,6 +92,7 @@ func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp)) err
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.at, w.order, w.other, w.odd = n.at, n.order, n.other, n.odd
+	w.loads++
 	return nil
 }
 
@@ -144,24 +153,72 @@ type rememberedID struct {
 }
 
 // ofBuckets returns, for each of buckets, the ids in the window written
-// for it; any goroutine. It walks the whole window once, holding mu for
-// reading (the apply loop's adds wait meanwhile): the source of a move
-// calls it once for all the buckets of one copy stream.
+// for it; any goroutine. It walks the whole window once, in parts of
+// ofBucketsPart ids, holding mu for reading only through a part: a window
+// holds up to RequestIDWindow of writes (a million ids and more), and
+// holding mu through all of it stopped the apply loop's adds, and so
+// every write of the replicaset, for 10-100 ms each time a copy stream or
+// a backup began. The ids of a bucket frozen for its move (the copy's)
+// are final before the walk starts; ids added during it (a backup's
+// buckets take writes) may or may not be in the answer, and ids that
+// leave the window during it may or may not be: the callers read each
+// id's answer from their snapshot and skip those it does not hold.
 func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]rememberedID {
-	out := map[uint32][]rememberedID{}
-	w.mu.RLock()
-	defer w.mu.RUnlock()
-	for _, s := range w.order.q[w.order.head:] {
-		if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
-			out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
+	for {
+		out := map[uint32][]rememberedID{}
+		w.mu.RLock()
+		loads := w.loads
+		w.mu.RUnlock()
+		ok := walkParts(w, loads, func(w *requestWindow) *idQueue[requestKey] { return &w.order }, func(s *stampedID[requestKey]) {
+			if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
+				out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
+			}
+		}) && walkParts(w, loads, func(w *requestWindow) *idQueue[string] { return &w.odd }, func(s *stampedID[string]) {
+			if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
+				out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
+			}
+		})
+		if ok {
+			return out
 		}
 	}
-	for _, s := range w.odd.q[w.odd.head:] {
-		if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
-			out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
+}
+
+// ofBucketsPart is how many ids ofBuckets reads under one hold of mu
+// (about 0.1-0.5 ms).
+const ofBucketsPart = 4096
+
+// walkParts calls fn, under mu for reading, on every id of the queue
+// that queue returns, a part at a time (walkPart), letting mu go between
+// the parts; it reports false, having stopped, if load replaced the
+// queues (loads is no longer the window's).
+func walkParts[K comparable](w *requestWindow, loads uint64, queue func(*requestWindow) *idQueue[K], fn func(*stampedID[K])) bool {
+	pos := 0
+	for {
+		w.mu.RLock()
+		if w.loads != loads {
+			w.mu.RUnlock()
+			return false
+		}
+		var done bool
+		pos, done = queue(w).walkPart(pos, fn)
+		w.mu.RUnlock()
+		if done {
+			return true
 		}
 	}
-	return out
+}
+
+// walkPart calls fn on up to ofBucketsPart ids of q from position pos
+// (idQueue.base; ids forgotten since are skipped) and returns the next
+// position, and whether that is q's end.
+func (q *idQueue[K]) walkPart(pos int, fn func(*stampedID[K])) (int, bool) {
+	i := max(pos-q.base, q.head)
+	end := min(i+ofBucketsPart, len(q.q))
+	for ; i < end; i++ {
+		fn(&q.q[i])
+	}
+	return q.base + end, end == len(q.q)
 }
 
 // forget drops the ids written before cutoff: O(ids dropped).
@@ -195,6 +252,7 @@ func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
 		n := copy(q.q, q.q[q.head:]) // in place: the capacity stays
 		clear(q.q[n:])
 		q.q = q.q[:n]
+		q.base += q.head
 		q.head = 0
 	}
 }
