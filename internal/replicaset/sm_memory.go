@@ -42,10 +42,6 @@ type requestWindow struct {
 	order idQueue[requestKey]
 	other map[string]requestStamp
 	odd   idQueue[string]
-	// loads counts load's replacements of the queues, so that a walk
-	// that lets mu go between its parts (ofBuckets) starts again when
-	// the queues it walked are gone.
-	loads uint64
 }
 
 // requestStamp is when a remembered request id was written (ms, the
@@ -74,6 +70,26 @@ type idQueue[K comparable] struct {
 	// compaction): q[i] is the base+i-th id the queue ever held, a
 	// position that survives compaction.
 	base int
+	// byBucket indexes q[head:] by bucket: each bucket's positions, in
+	// order (ofBuckets reads a moving bucket's ids without walking a
+	// window of a million ids and more; 8 bytes an id).
+	byBucket map[uint32][]int
+}
+
+// push appends an id to the queue.
+func (q *idQueue[K]) push(s stampedID[K]) {
+	if q.byBucket == nil {
+		q.byBucket = map[uint32][]int{}
+	}
+	q.byBucket[s.bucket] = append(q.byBucket[s.bucket], q.base+len(q.q))
+	q.q = append(q.q, s)
+}
+
+// ofBucket calls fn on the ids of bucket b in the queue, oldest first.
+func (q *idQueue[K]) ofBucket(b uint32, fn func(*stampedID[K])) {
+	for _, pos := range q.byBucket[b] {
+		fn(&q.q[pos-q.base])
+	}
 }
 
 type stampedID[K comparable] struct {
@@ -92,7 +108,6 @@ func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp)) err
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.at, w.order, w.other, w.odd = n.at, n.order, n.other, n.odd
-	w.loads++
 	return nil
 }
 
@@ -106,12 +121,12 @@ func (w *requestWindow) addLocked(id []byte, at requestStamp) {
 	if len(id) == requestIDLen {
 		k := requestKey(id)
 		w.at[k] = at
-		w.order.q = append(w.order.q, stampedID[requestKey]{requestStamp: at, id: k})
+		w.order.push(stampedID[requestKey]{requestStamp: at, id: k})
 		return
 	}
 	s := string(id)
 	w.other[s] = at
-	w.odd.q = append(w.odd.q, stampedID[string]{requestStamp: at, id: s})
+	w.odd.push(stampedID[string]{requestStamp: at, id: s})
 }
 
 // lookup returns when id was written, if that was at cutoff or later
@@ -153,72 +168,28 @@ type rememberedID struct {
 }
 
 // ofBuckets returns, for each of buckets, the ids in the window written
-// for it; any goroutine. It walks the whole window once, in parts of
-// ofBucketsPart ids, holding mu for reading only through a part: a window
-// holds up to RequestIDWindow of writes (a million ids and more), and
-// holding mu through all of it stopped the apply loop's adds, and so
-// every write of the replicaset, for 10-100 ms each time a copy stream or
-// a backup began. The ids of a bucket frozen for its move (the copy's)
-// are final before the walk starts; ids added during it (a backup's
-// buckets take writes) may or may not be in the answer, and ids that
-// leave the window during it may or may not be: the callers read each
-// id's answer from their snapshot and skip those it does not hold.
+// for it; any goroutine. It reads them from the queues' index by bucket,
+// under mu for reading (the apply loop's adds wait meanwhile): O(the ids
+// of buckets), where a walk of the whole window (up to RequestIDWindow of
+// writes, a million ids and more) held every write of the replicaset for
+// 10-100 ms each time a copy stream or a backup began.
 func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]rememberedID {
-	for {
-		out := map[uint32][]rememberedID{}
-		w.mu.RLock()
-		loads := w.loads
-		w.mu.RUnlock()
-		ok := walkParts(w, loads, func(w *requestWindow) *idQueue[requestKey] { return &w.order }, func(s *stampedID[requestKey]) {
-			if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
-				out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
-			}
-		}) && walkParts(w, loads, func(w *requestWindow) *idQueue[string] { return &w.odd }, func(s *stampedID[string]) {
-			if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
-				out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
+	out := map[uint32][]rememberedID{}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	for b := range buckets {
+		w.order.ofBucket(b, func(s *stampedID[requestKey]) {
+			if w.at[s.id] == s.requestStamp {
+				out[b] = append(out[b], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
 			}
 		})
-		if ok {
-			return out
-		}
+		w.odd.ofBucket(b, func(s *stampedID[string]) {
+			if w.other[s.id] == s.requestStamp {
+				out[b] = append(out[b], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
+			}
+		})
 	}
-}
-
-// ofBucketsPart is how many ids ofBuckets reads under one hold of mu
-// (about 0.1-0.5 ms).
-const ofBucketsPart = 4096
-
-// walkParts calls fn, under mu for reading, on every id of the queue
-// that queue returns, a part at a time (walkPart), letting mu go between
-// the parts; it reports false, having stopped, if load replaced the
-// queues (loads is no longer the window's).
-func walkParts[K comparable](w *requestWindow, loads uint64, queue func(*requestWindow) *idQueue[K], fn func(*stampedID[K])) bool {
-	pos := 0
-	for {
-		w.mu.RLock()
-		if w.loads != loads {
-			w.mu.RUnlock()
-			return false
-		}
-		var done bool
-		pos, done = queue(w).walkPart(pos, fn)
-		w.mu.RUnlock()
-		if done {
-			return true
-		}
-	}
-}
-
-// walkPart calls fn on up to ofBucketsPart ids of q from position pos
-// (idQueue.base; ids forgotten since are skipped) and returns the next
-// position, and whether that is q's end.
-func (q *idQueue[K]) walkPart(pos int, fn func(*stampedID[K])) (int, bool) {
-	i := max(pos-q.base, q.head)
-	end := min(i+ofBucketsPart, len(q.q))
-	for ; i < end; i++ {
-		fn(&q.q[i])
-	}
-	return q.base + end, end == len(q.q)
+	return out
 }
 
 // forget drops the ids written before cutoff: O(ids dropped).
@@ -244,6 +215,11 @@ func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
 		s := q.q[q.head]
 		if at[s.id] == s.requestStamp {
 			delete(at, s.id)
+		}
+		if ps := q.byBucket[s.bucket]; len(ps) > 1 {
+			q.byBucket[s.bucket] = ps[1:] // ps[0] is this id's position
+		} else {
+			delete(q.byBucket, s.bucket)
 		}
 		q.q[q.head] = stampedID[K]{}
 		q.head++

@@ -465,66 +465,60 @@ func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 	<-done
 }
 
-// ofBuckets walks the window in parts, letting the apply loop add and
-// forget ids between them: an id still in the window after a part is not
-// missed nor given twice when the window forgets and compacts its queue
-// between two parts, and a walk that a reload overtook starts again.
-func TestTheWindowIsWalkedInPartsAcrossForgetsAndReloads(t *testing.T) {
+// ofBuckets reads a bucket's ids from the window's index by bucket: it
+// gives exactly the ids a walk of the whole window finds for the buckets
+// asked, in the order they were written, while the window adds ids,
+// forgets the oldest and compacts its queue (which shifts the positions
+// the index holds), and after a reload.
+func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 	var w requestWindow
-	w.at = map[requestKey]requestStamp{}
-	w.other = map[string]requestStamp{}
-	key := func(i int) []byte { return fmt.Appendf(nil, "%016d", i) }
-	const old, kept = 3 * ofBucketsPart, 2*ofBucketsPart + 17
-	for i := range old + kept {
-		ms, bucket := int64(1), uint32(2) // the old ids: bucket 2, to be forgotten
-		if i >= old {
-			ms, bucket = 10, uint32(1+i%3) // the kept ones: buckets 1, 2 and 3
-		}
-		w.add(key(i), requestStamp{ms: ms, bucket: bucket})
-	}
-	want := map[uint32]int{}
-	for i := old; i < old+kept; i++ {
-		want[uint32(1+i%3)]++
-	}
-
-	// Part by part, with the old ids forgotten (and the queue compacted:
-	// its positions shift) after the first part.
-	pos, parts, got := 0, 0, map[uint32]int{}
-	seen := map[requestKey]bool{}
-	for done := false; !done; parts++ {
-		pos, done = w.order.walkPart(pos, func(s *stampedID[requestKey]) {
-			if s.ms == 10 {
-				if seen[s.id] {
-					t.Fatalf("id %s given twice", s.id[:])
-				}
-				seen[s.id] = true
-				got[s.bucket]++
-			}
-		})
-		if parts == 0 {
-			w.forget(5)
-			if w.order.base == 0 {
-				t.Fatal("forget did not compact the queue: the test does not test positions")
-			}
-		}
-	}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("walked %v of the kept ids by bucket, want %v", got, want)
-	}
-
-	// ofBuckets on the compacted window, and after a reload.
-	ids := w.ofBuckets(map[uint32]bool{1: true, 3: true})
-	if len(ids[1]) != want[1] || len(ids[3]) != want[3] || len(ids[2]) != 0 {
-		t.Fatalf("ofBuckets: %d, %d, %d ids of buckets 1, 2, 3; want %d, 0, %d", len(ids[1]), len(ids[2]), len(ids[3]), want[1], want[3])
-	}
-	loads := w.loads
-	if err := w.load(func(add func([]byte, requestStamp)) error { add(key(0), requestStamp{ms: 10, bucket: 1}); return nil }); err != nil {
+	if err := w.load(func(func([]byte, requestStamp)) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if walkParts(&w, loads, func(w *requestWindow) *idQueue[requestKey] { return &w.order }, func(*stampedID[requestKey]) {}) {
-		t.Fatal("a walk begun before a reload went on over the new queues")
+	walk := func(buckets map[uint32]bool) map[uint32][]rememberedID {
+		out := map[uint32][]rememberedID{}
+		for _, s := range w.order.q[w.order.head:] {
+			if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
+				out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
+			}
+		}
+		for _, s := range w.odd.q[w.odd.head:] {
+			if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
+				out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
+			}
+		}
+		return out
 	}
-	if ids := w.ofBuckets(map[uint32]bool{1: true}); len(ids[1]) != 1 {
-		t.Fatalf("after a reload ofBuckets gave %d ids of bucket 1, want 1", len(ids[1]))
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	asked := map[uint32]bool{1: true, 3: true, 4: true}
+	compacted := 0
+	for ms := int64(1); ms <= 400; ms++ {
+		for range 40 {
+			id := fmt.Appendf(nil, "%016d", rng.IntN(6000)) // some written again: the older stamp is no longer the id's
+			if rng.IntN(50) == 0 {
+				id = fmt.Appendf(nil, "odd-%d", rng.IntN(100)) // of another length
+			}
+			w.add(id, requestStamp{ms: ms, bucket: uint32(1 + rng.IntN(5)), rev: uint64(ms)})
+		}
+		base := w.order.base
+		w.forget(ms - 50)
+		if w.order.base != base {
+			compacted++
+		}
+		if got, want := w.ofBuckets(asked), walk(asked); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("at ms %d: ofBuckets gave %v,\nthe window holds %v", ms, got, want)
+		}
+	}
+	if compacted == 0 {
+		t.Fatal("the queue was never compacted: the test does not test the index's positions")
+	}
+	if err := w.load(func(add func([]byte, requestStamp)) error {
+		add(fmt.Appendf(nil, "%016d", 1), requestStamp{ms: 500, bucket: 3})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if got := w.ofBuckets(asked); len(got) != 1 || len(got[3]) != 1 || got[3][0].ms != 500 {
+		t.Fatalf("after a reload ofBuckets gave %v, want the one id of bucket 3", got)
 	}
 }
