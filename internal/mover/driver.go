@@ -415,6 +415,7 @@ func (m *Mover) receive(ctx context.Context, mvs []*metapb.Move, copied map[uint
 				errs = append(errs, fmt.Errorf("copy of buckets %s: %w", describeBuckets(part), err))
 				return
 			}
+			m.recordWindow(to, resp.GetWindow())
 			var why []string
 			for i, r := range resp.GetResults() {
 				if i >= len(part) {

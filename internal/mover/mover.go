@@ -23,11 +23,15 @@ import (
 const (
 	DefaultThresholdPercent = 1.0
 	// DefaultMaxSending and DefaultMaxReceiving are the buckets a
-	// replicaset sends and receives at once (vshard's max_receiving
-	// default is 100 too); moves run in batches (driver.go), so these
-	// bound how much of the data is in flight, not how many steps run.
-	DefaultMaxSending   = 100
-	DefaultMaxReceiving = 100
+	// replicaset sends and receives at once at most; moves run in
+	// batches (driver.go), so these bound how much of the data is in
+	// flight, not how many steps run. They are upper bounds: the moves
+	// the rebalancer starts into a replicaset follow its copy's pace
+	// (its receive window), so that an idle cluster moves many buckets
+	// at once and a busy one few (vshard's max_receiving, 100 by
+	// default, is the one bound it has).
+	DefaultMaxSending   = 1000
+	DefaultMaxReceiving = 1000
 	// DefaultSwitchTimeout bounds how long a bucket refuses writes (from
 	// its source freezing it to the switch), like vshard's
 	// bucket_send_timeout.
@@ -124,6 +128,53 @@ type Mover struct {
 	// rebalancer goes on until every replicaset has its target (as
 	// vshard's does), not only until it is back under the threshold.
 	balancing bool
+	// windows holds, under mu, each destination's last receive window
+	// (ReceiveBucketsResponse.window), which bounds the moves the
+	// rebalancer starts into it (receiveRoom).
+	windows map[string]receiveWindow
+}
+
+// receiveWindow is a destination's receive window as its last copy told
+// it, and when.
+type receiveWindow struct {
+	buckets int // 0: no bound but the quotas
+	at      time.Time
+}
+
+// windowFresh is how long a destination's receive window holds without a
+// copy telling it again: about as long as its pace outlives a copy
+// (a pace idle for 5 s starts again).
+const windowFresh = 5 * time.Second
+
+// firstWindow bounds the moves the rebalancer starts into a destination
+// whose window no copy has told (none yet, or not for windowFresh): one
+// batch's worth, whose copy tells the window for the next round.
+const firstWindow = BatchSize
+
+// recordWindow records a destination's receive window.
+func (m *Mover) recordWindow(to string, buckets uint32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.windows[to] = receiveWindow{buckets: int(buckets), at: m.cfg.Now()}
+}
+
+// receiveRoom returns how many more moves the rebalancer may start into
+// destination to, with copying of them in flight (switched or about to
+// be, not yet copied): its receive window less those, firstWindow less
+// those when the window is not known, and no bound (-1) when the window
+// says none.
+func (m *Mover) receiveRoom(to string, copying int) int {
+	m.mu.Lock()
+	w, ok := m.windows[to]
+	m.mu.Unlock()
+	switch {
+	case !ok || m.cfg.Now().Sub(w.at) > windowFresh:
+		return max(firstWindow-copying, 0)
+	case w.buckets == 0:
+		return -1
+	default:
+		return max(w.buckets-copying, 0)
+	}
 }
 
 // New makes a mover.
@@ -143,7 +194,7 @@ func New(cfg Config) *Mover {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Mover{cfg: cfg, log: cfg.Logger.With("component", "mover"), active: map[uint32]bool{}}
+	return &Mover{cfg: cfg, log: cfg.Logger.With("component", "mover"), active: map[uint32]bool{}, windows: map[string]receiveWindow{}}
 }
 
 // Run drives moves and rebalances until ctx ends.
@@ -298,8 +349,12 @@ func (m *Mover) rebalance(ctx context.Context) error {
 		m.balancing = true
 	}
 	taken := map[uint32]bool{}
-	for b := range st.Moves {
+	copying := map[string]int{} // by destination: moves not yet copied
+	for b, mv := range st.Moves {
 		taken[b] = true
+		if p := mv.GetPhase(); p == metapb.Move_PHASE_PREPARE || p == metapb.Move_PHASE_COPY {
+			copying[mv.GetTo()]++
+		}
 	}
 	// One group-0 entry starts the round's moves (each refused or not on
 	// its own); the drivers take them in batches by route.
@@ -307,6 +362,10 @@ func (m *Mover) rebalance(ctx context.Context) error {
 	var routes []sharding.Route
 	for _, r := range p.Routes {
 		room := min(r.Count, maxSend-p.Sending[r.From], maxRecv-p.Receiving[r.To], batchSize(maxSend, maxRecv))
+		if w := m.receiveRoom(r.To, copying[r.To]); w >= 0 {
+			room = min(room, w)
+		}
+		copying[r.To] += max(room, 0)
 		for b := uint32(1); room > 0 && int(b) <= len(st.Buckets); b++ {
 			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
 				continue

@@ -167,6 +167,8 @@ type fakeRS struct {
 	// refuse, when set, may refuse one bucket of a call on its own (the
 	// reason; "" lets it through).
 	refuse func(call rsCall, bucket uint32) string
+	// window is the receive window its copies answer with.
+	window uint32
 }
 
 // tupleKey names a tuple within its bucket.
@@ -335,6 +337,9 @@ func (f *fakeRS) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBucketsReq
 	}
 	resp := &rspb.ReceiveBucketsResponse{}
 	index := map[uint32]*rspb.BucketReceived{}
+	f.mu.Lock()
+	resp.Window = f.window
+	f.mu.Unlock()
 	var want []*rspb.BucketGeneration
 	f.mu.Lock()
 	for _, bg := range req.GetBuckets() {

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/shardkit/shardkit/internal/meta"
 	"github.com/shardkit/shardkit/internal/meta/metapb"
@@ -105,12 +106,15 @@ func counts(started map[string][]uint32) map[string]int {
 	return out
 }
 
-// finishInZero ends every recorded move in group 0 alone (switched and
-// forgotten).
+// finishInZero ends every recorded move in group 0 alone (switched, if
+// not yet, and forgotten).
 func (c *cluster) finishInZero() {
 	c.t.Helper()
 	for b, mv := range c.zero.State().Moves {
 		for _, p := range []metapb.Move_Phase{metapb.Move_PHASE_COPY, metapb.Move_PHASE_CLEANUP} {
+			if mv.GetPhase() >= p {
+				continue
+			}
 			c.must(&metapb.Command{Op: &metapb.Command_SetMovePhase{SetMovePhase: &metapb.SetMovePhase{Bucket: b, Generation: mv.GetGeneration(), Phase: p}}})
 		}
 		c.must(&metapb.Command{Op: &metapb.Command_FinishMove{FinishMove: &metapb.FinishMove{Bucket: b, Generation: mv.GetGeneration()}}})
@@ -286,6 +290,8 @@ func TestRebalancerStartsAtMostABatchPerRoute(t *testing.T) {
 		c := newCluster(t, 600, 1, 1, 1) // r2 and r3 are 200 short each
 		c.setRebalancer(&metapb.Rebalancer{MaxSending: uint32(tc.quota), MaxReceiving: uint32(tc.quota)})
 		m := c.mover(0)
+		m.recordWindow("r2", 0) // no bound but the quotas (receiveRoom)
+		m.recordWindow("r3", 0)
 		got := counts(c.rebalanceRound(m))
 		if want := map[string]int{"r2": tc.batch, "r3": tc.batch}; !maps.Equal(got, want) {
 			t.Fatalf("quotas %d, first round: started %v, want %v", tc.quota, got, want)
@@ -340,5 +346,63 @@ func TestRebalancerSkipsPinnedAndMovingBuckets(t *testing.T) {
 	}
 	if got := c.rebalanceRound(c.mover(0)); len(got) != 0 {
 		t.Errorf("every bucket pinned: started %v", got)
+	}
+}
+
+// A destination's receive window (its copy's answer) bounds the moves
+// the rebalancer starts into it, counting its moves not yet copied; one
+// no copy has told (or not for windowFresh) gets one batch; a window of
+// 0 leaves the quotas alone.
+func TestRebalancerKeepsToTheDestinationsReceiveWindow(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 600, 1, 1, 1) // r2 and r3 are 200 short each
+	c.setRebalancer(&metapb.Rebalancer{MaxSending: 600, MaxReceiving: 600})
+	m := c.mover(0)
+	if got, want := counts(c.rebalanceRound(m)), map[string]int{"r2": firstWindow, "r3": firstWindow}; !maps.Equal(got, want) {
+		t.Fatalf("no window told: started %v, want %v", got, want)
+	}
+	c.finishInZero()
+
+	m.recordWindow("r2", 5)
+	m.recordWindow("r3", 0)
+	// r3: all it is still short of, under the batch.
+	if got, want := counts(c.rebalanceRound(m)), map[string]int{"r2": 5, "r3": 200 - firstWindow}; !maps.Equal(got, want) {
+		t.Fatalf("windows 5 and none: started %v, want %v", got, want)
+	}
+	// r2's five are still to be copied: no room.
+	if got := counts(c.rebalanceRound(m)); got["r2"] != 0 {
+		t.Fatalf("window 5 with 5 moves not yet copied: started %d more into r2", got["r2"])
+	}
+	// Copied (CLEANUP): they no longer count against the window.
+	for _, mv := range slices.Collect(maps.Values(c.zero.State().Moves)) {
+		for _, p := range []metapb.Move_Phase{metapb.Move_PHASE_COPY, metapb.Move_PHASE_CLEANUP} {
+			c.must(&metapb.Command{Op: &metapb.Command_SetMovePhase{SetMovePhase: &metapb.SetMovePhase{Bucket: mv.GetBucket(), Generation: mv.GetGeneration(), Phase: p}}})
+		}
+	}
+	if got := counts(c.rebalanceRound(m)); got["r2"] != 5 {
+		t.Fatalf("window 5, the moves before it copied: started %d into r2, want 5", got["r2"])
+	}
+	c.finishInZero()
+
+	// A window no copy has told again for windowFresh is not known.
+	c.zero.nowMs.Add((windowFresh + time.Second).Milliseconds())
+	if got := counts(c.rebalanceRound(m)); got["r2"] != firstWindow {
+		t.Fatalf("a stale window: started %d into r2, want %d", got["r2"], firstWindow)
+	}
+}
+
+// The driver records the window a destination's copy answers with.
+func TestTheDriverRecordsTheWindowACopyAnswers(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 8, 1, 1)
+	c.rs["r2"].window = 3
+	c.start("r2", 1, 2)
+	m := c.mover(0)
+	if got := m.receiveRoom("r2", 0); got != firstWindow {
+		t.Fatalf("before a copy: room %d, want %d", got, firstWindow)
+	}
+	c.driveAll(m)
+	if got := m.receiveRoom("r2", 1); got != 2 {
+		t.Fatalf("after a copy answering window 3, with one not yet copied: room %d, want 2", got)
 	}
 }

@@ -129,6 +129,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		}
 	}
 	if len(want) == 0 {
+		resp.Window = s.copyPace.receiveWindow()
 		return resp, nil
 	}
 	// The destination must know every space the source may send.
@@ -144,6 +145,9 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		// asked for again when the stream is retried.
 		finished = map[uint32]bool{}
 		failed   error // the first failed chunk entry
+		// copiedBytes: what the copy's entries took, for the pace's
+		// bucket size (receiveWindow).
+		copiedBytes int64
 	)
 	// apply logs chunks as one entry and records their outcomes.
 	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
@@ -222,6 +226,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			}
 			chunks, size := pending, pendingSize
 			pending, pendingSize = nil, 0
+			copiedBytes += int64(size)
 			var tables [][]byte
 			if s.cfg.CopyTables {
 				var err error
@@ -355,6 +360,10 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			r.Refused = "the source did not send it whole"
 		}
 	}
+	if s.copyPace.elastic != nil {
+		s.copyPace.elastic.copiedBuckets(copiedBytes, len(want))
+	}
+	resp.Window = s.copyPace.receiveWindow()
 	return resp, nil
 }
 

@@ -96,6 +96,20 @@ func (p *copyPace) copied(n int) {
 	}
 }
 
+// receiveWindow is the buckets the copy takes at once at the pace now
+// (elasticPace.receiveWindow); 0: no bound but the quotas, always when the
+// rate alone paces the copy.
+func (p *copyPace) receiveWindow() uint32 {
+	if p.isOff() {
+		return 0
+	}
+	var r uint64
+	if p.rate != nil {
+		r = p.rate()
+	}
+	return p.elastic.receiveWindow(r)
+}
+
 // isOff says whether the rate alone paces the copy: no elastic pace, or
 // the operator turned it off.
 func (p *copyPace) isOff() bool {

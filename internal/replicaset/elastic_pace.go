@@ -1,7 +1,9 @@
 package replicaset
 
 import (
+	"cmp"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 )
@@ -55,6 +57,18 @@ type elasticPace struct {
 	// The last window's signal and target, and whether it told anything.
 	value, target time.Duration
 	measured      bool
+	// bucketBytes is the bytes a copied bucket took, a moving average
+	// over the copies (0: none yet), for receiveWindow.
+	bucketBytes float64
+	// idleSince is when the windows began telling nothing (zero while
+	// they tell), and measuredRate the pace the last window that told
+	// left (0: none yet): a lull in the writes is not an idle cluster
+	// (receiveWindow).
+	idleSince    time.Time
+	measuredRate float64
+	// lastUsed is the bytes per second the copy proposed in the last
+	// window it copied in (0: none yet).
+	lastUsed float64
 }
 
 // paceSignal is what an elasticPace watches.
@@ -148,9 +162,101 @@ func (e *elasticPace) step(bound uint64) {
 		e.rate += paceStep
 	}
 	e.rate = min(max(e.rate, paceFloor), ceiling) // a bound below the floor wins
+	if copying {
+		e.lastUsed = used
+	}
+	switch {
+	case ok:
+		e.idleSince, e.measuredRate = time.Time{}, e.rate
+	case e.idleSince.IsZero():
+		e.idleSince = now
+	}
 	if e.log != nil && copying {
 		e.log.Debug("copy pace", "pace", int64(e.rate), "used", int64(used), "delay", value, "target", target, "measured", ok)
 	}
+}
+
+// Receive windows: how many buckets a destination takes into its prev
+// window at once (receiveWindow).
+const (
+	// receiveHorizon is how long the buckets of a receive window take to
+	// copy at the pace: about how long each waits in its prev window,
+	// every write to it asking its source first.
+	receiveHorizon = 250 * time.Millisecond
+	// minReceiveWindow is the least window: a move always goes on.
+	minReceiveWindow = 4
+	// receiveIdle is how long the pace's windows must have told nothing
+	// (no client writes) before the receive window is no bound: a
+	// shorter lull (clients between two bursts) keeps the window of the
+	// pace before it, since moves started cannot be taken back.
+	receiveIdle = time.Second
+	// bucketBytesWeight is the weight of the latest copy in bucketBytes.
+	bucketBytesWeight = 0.25
+)
+
+// copiedBuckets counts a copy of n buckets that took bytes in all.
+func (e *elasticPace) copiedBuckets(bytes int64, n int) {
+	if n <= 0 || bytes <= 0 {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	per := float64(bytes) / float64(n)
+	if e.bucketBytes == 0 {
+		e.bucketBytes = per
+		return
+	}
+	e.bucketBytes += bucketBytesWeight * (per - e.bucketBytes)
+}
+
+// receiveWindow returns how many buckets the copy into this replicaset
+// takes at once at its pace now (within bound, the operator's; 0: none):
+// what it copies in receiveHorizon, at least minReceiveWindow. It is 0
+// (no bound but the quotas) while the pace is at its ceiling (no clients
+// to yield to: an idle cluster moves as many at once as the quotas let)
+// or no copy has told a bucket's size yet. The pace goes to its ceiling
+// at the first window with too few writes to tell; the window waits for
+// receiveIdle of them, keeping the last pace measured (paceStart if
+// none) through a shorter lull. While writes are measured, the window is
+// also at most twice what the copy got through in the last window it
+// copied in (paceStart's before any): a pace that no write delay has
+// halved yet is still at its ceiling, which says nothing of how many
+// buckets the copy gets through. The rebalancer starts no more
+// moves into the replicaset than this (docs/design/moves.md, "A copy
+// that yields by itself"): the pace alone sets bytes per second, while
+// every bucket switched waits in its prev window until its copy ends,
+// so a batch of a hundred at the floor's pace kept each there for
+// seconds.
+func (e *elasticPace) receiveWindow(bound uint64) uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.receiveWindowLocked(bound)
+}
+
+func (e *elasticPace) receiveWindowLocked(bound uint64) uint32 {
+	if e.bucketBytes == 0 {
+		return 0
+	}
+	r := e.rate
+	switch idle := !e.idleSince.IsZero(); {
+	case idle && e.now().Sub(e.idleSince) >= receiveIdle:
+		r = paceCeiling // no clients: no bound but the operator's
+	default:
+		if idle {
+			r = cmp.Or(e.measuredRate, paceStart) // a lull, not yet idleness
+		}
+		// What the copy got through, doubled (it may grow by half a
+		// second's worth a round), or paceStart before it copied.
+		r = min(r, cmp.Or(2*e.lastUsed, paceStart))
+	}
+	if bound > 0 {
+		r = min(r, float64(bound))
+	}
+	if r >= paceCeiling {
+		return 0
+	}
+	n := r * receiveHorizon.Seconds() / e.bucketBytes
+	return uint32(min(max(n, minReceiveWindow), math.MaxUint32))
 }
 
 // PaceState is what the copy's pace into a replicaset is now.
@@ -165,6 +271,9 @@ type PaceState struct {
 	// Off: the operator turned the pace off (`rebalance config
 	// --copy-pace off`); BytesPerS is the operator's bound alone.
 	Off bool
+	// ReceiveWindow is how many buckets the copy takes at once at the
+	// pace (receiveWindow; 0: no bound but the quotas).
+	ReceiveWindow uint32
 }
 
 // state reports the pace within bound, without ending a window.
@@ -175,5 +284,5 @@ func (e *elasticPace) state(bound uint64) PaceState {
 	if bound > 0 {
 		r = min(r, bound)
 	}
-	return PaceState{BytesPerS: r, Signal: e.value, Target: e.target, Measured: e.measured}
+	return PaceState{BytesPerS: r, Signal: e.value, Target: e.target, Measured: e.measured, ReceiveWindow: e.receiveWindowLocked(bound)}
 }

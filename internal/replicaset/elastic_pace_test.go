@@ -324,3 +324,81 @@ func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
 		t.Fatalf("a window of %d writes of 1s then %d of 5ms: %v, want the recent 5ms", writeDelayKept, writeDelayKept/2+1, v)
 	}
 }
+
+// The receive window is what the copy takes in receiveHorizon at its pace
+// (at least minReceiveWindow), from the copies' mean bucket size; none
+// (0) before a copy told a size, and after receiveIdle with no client
+// writes to tell; under an operator's bound it is the bound's.
+func TestTheReceiveWindowIsWhatThePaceCopiesInItsHorizon(t *testing.T) {
+	want := func(bytesPerS, bucket float64) uint32 {
+		return uint32(max(bytesPerS*receiveHorizon.Seconds()/bucket, minReceiveWindow))
+	}
+	r := newPaceRig(t)
+	if w := r.e.receiveWindow(0); w != 0 {
+		t.Fatalf("before any copy: window %d, want 0", w)
+	}
+	const kib = 1 << 10
+	r.e.copiedBuckets(10*kib, 1) // 10 KiB a bucket
+	if w, x := r.e.receiveWindow(0), want(paceStart, 10*kib); w != x || w <= minReceiveWindow {
+		t.Fatalf("at paceStart with 10 KiB buckets: window %d, want %d", w, x)
+	}
+	if w, x := r.e.receiveWindow(1<<20), want(1<<20, 10*kib); w != x || w <= minReceiveWindow {
+		t.Fatalf("bound to 1 MiB/s: window %d, want %d", w, x)
+	}
+	if w := r.e.receiveWindow(16 * kib); w != minReceiveWindow {
+		t.Fatalf("bound to 16 KiB/s: window %d, want minReceiveWindow (%d)", w, minReceiveWindow)
+	}
+	// The mean follows the copies: 5 KiB buckets after many copies.
+	for range 50 {
+		r.e.copiedBuckets(3*5*kib, 3)
+	}
+	if w, x := r.e.receiveWindow(0), want(paceStart, 5*kib); w != x {
+		t.Fatalf("with 5 KiB buckets: window %d, want %d", w, x)
+	}
+	// A window with no client writes to tell sets the pace's ceiling, but
+	// a lull shorter than receiveIdle keeps the window of the pace
+	// measured before it; a longer one is an idle cluster: no bound.
+	r.sig.ok = false
+	r.now = r.now.Add(paceWindow)
+	if p := r.e.pace(0); p != paceCeiling {
+		t.Fatalf("a window with too few writes: pace %d, want the ceiling", p)
+	}
+	if w, x := r.e.receiveWindow(0), want(paceStart, 5*kib); w != x {
+		t.Fatalf("a lull of one window: window %d, want %d (the pace measured before it)", w, x)
+	}
+	for r.now = r.now.Add(paceWindow); r.e.idleSince.Add(receiveIdle).After(r.now); r.now = r.now.Add(paceWindow) {
+		r.e.pace(0)
+	}
+	if w := r.e.receiveWindow(0); w != 0 {
+		t.Fatalf("no writes for %v: window %d, want 0 (no bound)", receiveIdle, w)
+	}
+	if w, x := r.e.receiveWindow(6<<20), want(6<<20, 5*kib); w != x {
+		t.Fatalf("idle under a 6 MiB/s bound: window %d, want %d", w, x)
+	}
+	// Writes again, the pace still at its ceiling: no copy since, so
+	// paceStart's window; then twice what the copy got through.
+	r.sig.ok, r.sig.value = true, 0
+	r.now = r.now.Add(paceWindow)
+	r.e.pace(0)
+	if w, x := r.e.receiveWindow(0), want(paceStart, 5*kib); w != x {
+		t.Fatalf("writes told again, the pace at its ceiling, no copy since: window %d, want %d", w, x)
+	}
+	r.e.copied(int(3 << 20 * paceWindow.Seconds()))
+	r.now = r.now.Add(paceWindow)
+	if p := r.e.pace(0); p != paceCeiling {
+		t.Fatalf("under target with the copy using a fraction of it: pace %d, want the ceiling", p)
+	}
+	if w, x := r.e.receiveWindow(0), want(6<<20, 5*kib); w != x {
+		t.Fatalf("the copy got 3 MiB/s through: window %d, want %d", w, x)
+	}
+
+	// A lull before any window told: paceStart's window.
+	r = newPaceRig(t)
+	r.e.copiedBuckets(10*kib, 1)
+	r.sig.ok = false
+	r.now = r.now.Add(paceWindow)
+	r.e.pace(0)
+	if w, x := r.e.receiveWindow(0), want(paceStart, 10*kib); w != x {
+		t.Fatalf("a lull with no pace measured yet: window %d, want %d (paceStart's)", w, x)
+	}
+}

@@ -23,6 +23,8 @@ var (
 		"The clients' writes' median delay on this member, from proposal to result, over the copy pace's last window (0 when it had too few writes to tell).", []string{"replicaset"}, nil)
 	descPaceTarget = prometheus.NewDesc("shardkit_copy_pace_write_delay_target_seconds",
 		"The write delay above which the copy pace's last window halved the pace.", []string{"replicaset"}, nil)
+	descReceiveWindow = prometheus.NewDesc("shardkit_copy_receive_window_buckets",
+		"How many buckets the copy into this replicaset takes at once at its pace: the rebalancer starts no more moves into it (0: no bound but the quotas).", []string{"replicaset"}, nil)
 )
 
 // Describe implements prometheus.Collector.
@@ -30,6 +32,7 @@ func (m *paceMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descPace
 	ch <- descPaceDelay
 	ch <- descPaceTarget
+	ch <- descReceiveWindow
 }
 
 // Collect implements prometheus.Collector.
@@ -43,4 +46,5 @@ func (m *paceMetrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPace, prometheus.GaugeValue, float64(st.BytesPerS), rs)
 	ch <- prometheus.MustNewConstMetric(descPaceDelay, prometheus.GaugeValue, st.Signal.Seconds(), rs)
 	ch <- prometheus.MustNewConstMetric(descPaceTarget, prometheus.GaugeValue, st.Target.Seconds(), rs)
+	ch <- prometheus.MustNewConstMetric(descReceiveWindow, prometheus.GaugeValue, float64(st.ReceiveWindow), rs)
 }

@@ -1090,7 +1090,11 @@ func (x *BucketReceived) GetRefused() string {
 type ReceiveBucketsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// One per bucket asked, in order.
-	Results       []*BucketReceived `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	Results []*BucketReceived `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
+	// How many buckets the destination would copy in at once now, from its
+	// copy's pace (the rebalancer starts no more moves to it than this); 0:
+	// no bound but the quotas (no clients to yield to, or the pace is off).
+	Window        uint32 `protobuf:"varint,2,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1130,6 +1134,13 @@ func (x *ReceiveBucketsResponse) GetResults() []*BucketReceived {
 		return x.Results
 	}
 	return nil
+}
+
+func (x *ReceiveBucketsResponse) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
 }
 
 type SendBucketsRequest struct {
@@ -1389,9 +1400,10 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\arefused\x18\x05 \x01(\tR\arefused\x1a@\n" +
 	"\x12CopiedBySpaceEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"Z\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"r\n" +
 	"\x16ReceiveBucketsResponse\x12@\n" +
-	"\aresults\x18\x01 \x03(\v2&.shardkit.replicaset.v1.BucketReceivedR\aresults\"\xa0\x01\n" +
+	"\aresults\x18\x01 \x03(\v2&.shardkit.replicaset.v1.BucketReceivedR\aresults\x12\x16\n" +
+	"\x06window\x18\x02 \x01(\rR\x06window\"\xa0\x01\n" +
 	"\x12SendBucketsRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12B\n" +
 	"\abuckets\x18\x02 \x03(\v2(.shardkit.replicaset.v1.BucketGenerationR\abuckets\x12!\n" +

@@ -1076,6 +1076,11 @@ func (m *ReceiveBucketsResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.Window != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.Window))
+		i--
+		dAtA[i] = 0x10
+	}
 	if len(m.Results) > 0 {
 		for iNdEx := len(m.Results) - 1; iNdEx >= 0; iNdEx-- {
 			size, err := m.Results[iNdEx].MarshalToSizedBufferVT(dAtA[:i])
@@ -1666,6 +1671,9 @@ func (m *ReceiveBucketsResponse) SizeVT() (n int) {
 			l = e.SizeVT()
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
+	}
+	if m.Window != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.Window))
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4469,6 +4477,25 @@ func (m *ReceiveBucketsResponse) UnmarshalVT(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 2:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Window", wireType)
+			}
+			m.Window = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Window |= uint32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
