@@ -23,15 +23,16 @@ import (
 const (
 	DefaultThresholdPercent = 1.0
 	// DefaultMaxSending and DefaultMaxReceiving are the buckets a
-	// replicaset sends and receives at once at most; moves run in
-	// batches (driver.go), so these bound how much of the data is in
-	// flight, not how many steps run. They are upper bounds: the moves
-	// the rebalancer starts into a replicaset follow its copy's pace
-	// (its receive window), so that an idle cluster moves many buckets
-	// at once and a busy one few (vshard's max_receiving, 100 by
-	// default, is the one bound it has).
-	DefaultMaxSending   = 1000
-	DefaultMaxReceiving = 1000
+	// replicaset sends and receives at once at most (vshard's
+	// max_receiving default is 100 too); moves run in batches
+	// (driver.go), so these bound how much of the data is in flight, not
+	// how many steps run. They are upper bounds: the moves the
+	// rebalancer starts into a replicaset follow its copy's pace (its
+	// receive window), so that a busy one takes a few at once. More at
+	// once did not move an idle cluster faster on the benchmark machine
+	// (1,000: 35.7k tuples/s, 100: the same; docs/benchmarks.md).
+	DefaultMaxSending   = 100
+	DefaultMaxReceiving = 100
 	// DefaultSwitchTimeout bounds how long a bucket refuses writes (from
 	// its source freezing it to the switch), like vshard's
 	// bucket_send_timeout.
