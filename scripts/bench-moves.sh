@@ -99,8 +99,9 @@
 #   KEEP_WORKDIR=1  keep the data dirs and logs (they are kept anyway on failure)
 #   PROFILE     when set to N, the instances run with --enable-pprof and, from
 #               s4-s6's start, every instance's CPU is profiled for N seconds
-#               into WORKDIR/profiles/sK.pprof, and from the drain's weight
-#               change into sK-drain.pprof (the moves start ~1 s after s4-s6;
+#               into WORKDIR/profiles/sK.pprof, from the balanced runs' start
+#               into sK-balanced.pprof, and from the drain's weight change
+#               into sK-drain.pprof (the moves start ~1 s after s4-s6;
 #               read with `go tool pprof -top BIN FILE`); implies KEEP_WORKDIR
 #
 # Everything it started is stopped on exit, by pid; nothing else is.
@@ -616,6 +617,11 @@ if ((TOTAL_ROWS != ROWS)); then log "warning: the replicasets hold $TOTAL_ROWS r
 # moves' cost from the new layout's.
 AFTER_P99S='' AFTER_OPS='' AFTER_ERRS=0
 AFTER_PERSIST0=$(persist_totals 1 6) AFTER_T0=$EPOCHREALTIME AFTER_TICKS0=$(server_ticks 1 6) AFTER_N=0
+# With PROFILE, the balanced runs are profiled too (from their start, for
+# PROFILE seconds: AFTER_RUNS x CHUNK should cover it), to set against the
+# drain's profile: the same six instances, with and without moves.
+for p in "${PROFILE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+start_profiles -balanced
 for ((i = 1; i <= AFTER_RUNS; i++)); do
   steady_run after balanced "$i" "$AFTER_RUNS"
   AFTER_P99S+=" $(jget "$BENCH_JSON" p99_ms)"
