@@ -756,9 +756,10 @@ analyse_moves() {
     MOVE_WINDOW_SRC=logs
   fi
   MOVE_S=$(awk -v a="$T_FIRST" -v b="$T_LAST" 'BEGIN { printf "%.1f", b - a }')
+  MOVE_S_EXACT=$(awk -v a="$T_FIRST" -v b="$T_LAST" 'BEGIN { printf "%.3f", b - a }') # the rates' divisor
 }
 analyse_moves scale "$T_SCALE" "$T_BALANCED"
-TUPLES_PER_S=$(awk -v n="$MOVED_ROWS" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+TUPLES_PER_S=$(awk -v n="$MOVED_ROWS" -v s="$MOVE_S_EXACT" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
 SCALE_S=$(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }')
 BUCKETS_NEW=$(rs_field "$ST_SCALE" "$RS_NEW" buckets)
 
@@ -832,7 +833,7 @@ drain_report() {
   analyse_moves drain "$T_DRAIN" "$T_DRAINED"
   load_during drain "$T_DRAIN" "$T_DRAINED"
   D_TUPLES=$((MOVED_ROWS - D_LEFT))
-  D_RATE=$(awk -v n="$D_TUPLES" -v s="$MOVE_S" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
+  D_RATE=$(awk -v n="$D_TUPLES" -v s="$MOVE_S_EXACT" 'BEGIN { printf "%.0f", (s > 0 ? n / s : 0) }')
   D_SECS=$(awk -v a="$T_DRAIN" -v b="$T_DRAINED" 'BEGIN { printf "%.1f", b - a }')
   read -r D_P99 D_P99_MAX _ < <(stats "$P99S")
   read -r _ D_MAX _ < <(stats "$MAXS")
