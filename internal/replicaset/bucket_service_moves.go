@@ -151,7 +151,9 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	)
 	// apply logs chunks as one entry and records their outcomes.
 	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
+		s.copyInLog.proposed.Add(1)
 		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
+		s.copyInLog.answered.Add(1)
 		if err != nil {
 			return err
 		}

@@ -262,66 +262,107 @@ func TestABackupStreamGoesAtTheElasticPaceUnlessUnpaced(t *testing.T) {
 	}
 }
 
-func TestWriteDelayTargetsItsLeastRecentMean(t *testing.T) {
+// The writes' delay is a window's writeDelayQuantile against a base from
+// the writes that met no copy entry in the log (the median of the last
+// writeDelayCleanBases windows with enough of them), which follows the
+// load; before any, the least value of the recent windows; never below
+// the floor.
+func TestWriteDelayTargetsTheWritesThatMetNoCopy(t *testing.T) {
 	var w writeDelay
-	// No writes yet: the floor is the base, and the window tells nothing.
-	if _, target, ok := w.window(); ok || target != time.Duration(float64(writeDelayFloor)*writeDelayFactor) {
-		t.Fatalf("no writes: target %v ok %v, want %v from the floor and no value", target, ok, time.Duration(float64(writeDelayFloor)*writeDelayFactor))
+	floorTarget := time.Duration(float64(writeDelayFloor) * writeDelayFactor)
+	if _, target, ok := w.window(); ok || target != floorTarget {
+		t.Fatalf("no writes: target %v ok %v, want %v from the floor and no value", target, ok, floorTarget)
 	}
 	for range writeDelaySamples - 1 {
-		w.observe(time.Second)
+		w.observe(time.Second, true)
 	}
 	if _, _, ok := w.window(); ok {
 		t.Fatal("a window of fewer than writeDelaySamples writes told something")
 	}
-	window := func(d time.Duration) (time.Duration, time.Duration) {
+	// window observes n writes of d (clean or not) and m of dm, and ends
+	// the window.
+	window := func(n int, d time.Duration, clean bool, m int, dm time.Duration) (time.Duration, time.Duration) {
 		t.Helper()
-		for range writeDelaySamples {
-			w.observe(d)
+		for range n {
+			w.observe(d, clean)
+		}
+		for range m {
+			w.observe(dm, false)
 		}
 		v, target, ok := w.window()
 		if !ok {
-			t.Fatalf("a window of %d writes told nothing", writeDelaySamples)
+			t.Fatalf("a window of %d writes told nothing", n+m)
 		}
 		return v, target
 	}
-	if v, _ := window(10 * time.Millisecond); v != 10*time.Millisecond {
-		t.Fatalf("median %v, want 10ms", v)
+	// No clean writes yet: the least value of the recent windows.
+	if v, _ := window(10, 10*time.Millisecond, false, 0, 0); v != 10*time.Millisecond {
+		t.Fatalf("value %v, want 10ms", v)
 	}
-	if _, target := window(40 * time.Millisecond); target != 15*time.Millisecond {
-		t.Fatalf("target %v after a window of 10ms, want 15ms", target)
+	if _, target := window(10, 40*time.Millisecond, false, 0, 0); target != 15*time.Millisecond {
+		t.Fatalf("no clean writes: target %v after a window of 10ms, want 15ms", target)
 	}
-	if _, target := window(time.Millisecond); target != 15*time.Millisecond {
-		t.Fatalf("target %v, want 15ms (the least of 10 and 40 ms)", target)
+	// The value is the tail: nine writes of 10ms and one of 3s are 10ms,
+	// eight of 10ms and twelve of 30ms are 30ms.
+	if v, _ := window(9, 10*time.Millisecond, false, 1, 3*time.Second); v != 10*time.Millisecond {
+		t.Fatalf("nine writes of 10ms and one of 3s: %v, want 10ms", v)
 	}
-	if _, target := window(10 * time.Millisecond); target != 3*time.Millisecond {
-		t.Fatalf("target %v after a window of 1ms, want the floor's 3ms", target)
+	if v, _ := window(8, 10*time.Millisecond, false, 12, 30*time.Millisecond); v != 30*time.Millisecond {
+		t.Fatalf("eight writes of 10ms and twelve of 30ms: %v, want 30ms", v)
 	}
-	// A window's value is its median: one stalled write does not make it.
-	for range writeDelaySamples {
-		w.observe(10 * time.Millisecond)
+	// Clean writes set the base, above the recent windows' least value:
+	// 20ms clean, 40ms beside a copy.
+	v, target := window(10, 20*time.Millisecond, true, 10, 40*time.Millisecond)
+	if v != 40*time.Millisecond || target != 30*time.Millisecond {
+		t.Fatalf("clean writes of 20ms, others of 40ms: value %v target %v, want 40ms and 30ms", v, target)
 	}
-	w.observe(3 * time.Second)
-	if v, _, _ := w.window(); v != 10*time.Millisecond {
-		t.Fatalf("a window of %d writes of 10ms and one of 3s: %v, want 10ms", writeDelaySamples, v)
+	// Too few clean writes in a window: the base stands.
+	if _, target := window(writeDelaySamples-1, 5*time.Millisecond, true, 10, 40*time.Millisecond); target != 30*time.Millisecond {
+		t.Fatalf("a window of %d clean writes moved the base: target %v, want 30ms", writeDelaySamples-1, target)
 	}
-	// The base forgets windows older than writeDelayBases.
-	for range writeDelayBases {
-		window(20 * time.Millisecond)
+	// The base follows the load: the median of the last windows' clean
+	// writes.
+	for range writeDelayCleanBases / 2 {
+		window(10, 60*time.Millisecond, true, 0, 0)
 	}
-	if _, target := window(20 * time.Millisecond); target != 30*time.Millisecond {
-		t.Fatalf("target %v after %d windows of 20ms, want 30ms", target, writeDelayBases)
+	if _, target := window(10, 60*time.Millisecond, true, 0, 0); target != 90*time.Millisecond {
+		t.Fatalf("after most recent windows' clean writes took 60ms: target %v, want 90ms", target)
 	}
-	// A window of more writes than it keeps is its last ones': a window
-	// read long after its first writes is the recent writes' delay.
+	// Never below the floor.
+	for range writeDelayCleanBases {
+		window(10, time.Millisecond, true, 0, 0)
+	}
+	if _, target := window(10, time.Millisecond, true, 0, 0); target != floorTarget {
+		t.Fatalf("clean writes of 1ms: target %v, want the floor's %v", target, floorTarget)
+	}
+	// A window of more writes than it keeps is its last ones'.
 	for range writeDelayKept {
-		w.observe(time.Second)
+		w.observe(time.Second, false)
 	}
-	for range writeDelayKept/2 + 1 {
-		w.observe(5 * time.Millisecond)
+	if v, _ := window(writeDelayKept, 5*time.Millisecond, false, 0, 0); v != 5*time.Millisecond {
+		t.Fatalf("a window of %d writes of 1s then %d of 5ms: %v, want the recent 5ms", writeDelayKept, writeDelayKept, v)
 	}
-	if v, _, _ := w.window(); v != 5*time.Millisecond {
-		t.Fatalf("a window of %d writes of 1s then %d of 5ms: %v, want the recent 5ms", writeDelayKept, writeDelayKept/2+1, v)
+}
+
+// A write is clean when no copy entry was in the log at its proposal and
+// none was proposed before its result.
+func TestAWriteBesideACopyEntryIsNotClean(t *testing.T) {
+	var c copyInLog
+	m := c.mark()
+	if !c.clean(m) {
+		t.Fatal("no copy entry at all: not clean")
+	}
+	c.proposed.Add(1)
+	if c.clean(m) {
+		t.Fatal("a copy entry proposed during the write: clean")
+	}
+	m = c.mark()
+	c.answered.Add(1)
+	if c.clean(m) {
+		t.Fatal("a copy entry in flight at the write's proposal: clean")
+	}
+	if m = c.mark(); !c.clean(m) {
+		t.Fatal("the copy entry answered before the write: not clean")
 	}
 }
 

@@ -122,6 +122,8 @@ type Storage struct {
 	// The clients' writes' delay on this member while it leads, which
 	// the copy's pace watches.
 	writeDelay writeDelay
+	// copyInLog counts the copy's entries in this replicaset's log, for writeDelay.
+	copyInLog copyInLog
 }
 
 // quota counts buckets in flight against a limit read at each take.
@@ -473,12 +475,12 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
-	start := time.Now()
+	start, mark := time.Now(), s.copyInLog.mark()
 	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_Batch{Batch: batch}})
 	if err != nil {
 		return nil, err
 	}
-	s.writeDelay.observe(time.Since(start))
+	s.writeDelay.observe(time.Since(start), s.copyInLog.clean(mark))
 	out := res.Batch
 	if out == nil {
 		return nil, status.Error(codes.Internal, "replicaset: a batch was applied without an outcome")

@@ -20,9 +20,9 @@ var (
 	descPace = prometheus.NewDesc("shardkit_copy_pace_bytes_per_second",
 		"The pace of the copy of moved buckets into this replicaset (bytes of tuples proposed per second), which the copy sets itself from the clients' write delay, within the rebalancer's copy rate.", []string{"replicaset"}, nil)
 	descPaceDelay = prometheus.NewDesc("shardkit_copy_pace_write_delay_seconds",
-		"The clients' writes' median delay on this member, from proposal to result, over the copy pace's last window (0 when it had too few writes to tell).", []string{"replicaset"}, nil)
+		"The clients' writes' delay on this member, from proposal to result, the 90th percentile of the copy pace's last window (0 when it had too few writes to tell).", []string{"replicaset"}, nil)
 	descPaceTarget = prometheus.NewDesc("shardkit_copy_pace_write_delay_target_seconds",
-		"The write delay above which the copy pace's last window halved the pace.", []string{"replicaset"}, nil)
+		"The write delay above which the copy pace's last window halved the pace: 1.5 times that of the writes that met no copy entry in the log.", []string{"replicaset"}, nil)
 	descReceiveWindow = prometheus.NewDesc("shardkit_copy_receive_window_buckets",
 		"How many buckets the copy into this replicaset takes at once at its pace: the rebalancer starts no more moves into it (0: no bound but the quotas).", []string{"replicaset"}, nil)
 )
