@@ -30,7 +30,7 @@ const (
 	// rebalancer starts into a replicaset follow its copy's pace (its
 	// receive window), so that a busy one takes a few at once. More at
 	// once did not move an idle cluster faster on the benchmark machine
-	// (1,000: 35.7k tuples/s, 100: the same; docs/benchmarks.md).
+	// (docs/benchmarks.md, "Bucket moves under load").
 	DefaultMaxSending   = 100
 	DefaultMaxReceiving = 100
 	// DefaultSwitchTimeout bounds how long a bucket refuses writes (from

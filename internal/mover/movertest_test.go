@@ -337,11 +337,9 @@ func (f *fakeRS) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBucketsReq
 	}
 	resp := &rspb.ReceiveBucketsResponse{}
 	index := map[uint32]*rspb.BucketReceived{}
-	f.mu.Lock()
-	resp.Window = f.window
-	f.mu.Unlock()
 	var want []*rspb.BucketGeneration
 	f.mu.Lock()
+	resp.Window = f.window
 	for _, bg := range req.GetBuckets() {
 		r := &rspb.BucketReceived{Bucket: bg.GetBucket(), CopiedBySpace: map[uint32]uint64{}}
 		resp.Results = append(resp.Results, r)

@@ -239,7 +239,7 @@ func (b *BucketService) RestoreBuckets(ctx context.Context, req *rspb.RestoreBuc
 			return nil, status.Error(codes.Internal, err.Error())
 		}
 	}
-	res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
+	res, err := s.proposeCopy(ctx, chunks, tables)
 	if err != nil {
 		return nil, err
 	}

@@ -151,9 +151,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	)
 	// apply logs chunks as one entry and records their outcomes.
 	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
-		s.copyInLog.proposed.Add(1)
-		res, err := s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
-		s.copyInLog.answered.Add(1)
+		res, err := s.proposeCopy(ctx, chunks, tables)
 		if err != nil {
 			return err
 		}

@@ -46,10 +46,7 @@ const minCopyBurst = 16 << 10
 
 // limiter returns the limiter for the rate now, nil when there is no limit.
 func (p *copyPace) limiter() *rate.Limiter {
-	var r uint64
-	if p.rate != nil {
-		r = p.rate()
-	}
+	r := p.bound()
 	if !p.isOff() {
 		r = p.elastic.pace(r)
 	}
@@ -103,11 +100,15 @@ func (p *copyPace) receiveWindow() uint32 {
 	if p.isOff() {
 		return 0
 	}
-	var r uint64
-	if p.rate != nil {
-		r = p.rate()
+	return p.elastic.receiveWindow(p.bound())
+}
+
+// bound is the operator's rate (--copy-rate; 0: none).
+func (p *copyPace) bound() uint64 {
+	if p.rate == nil {
+		return 0
 	}
-	return p.elastic.receiveWindow(r)
+	return p.rate()
 }
 
 // isOff says whether the rate alone paces the copy: no elastic pace, or

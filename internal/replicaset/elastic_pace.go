@@ -225,7 +225,7 @@ func (e *elasticPace) copiedBuckets(bytes int64, n int) {
 // moves into the replicaset than this (docs/design/moves.md, "A copy
 // that yields by itself"): the pace alone sets bytes per second, while
 // every bucket switched waits in its prev window until its copy ends,
-// so a batch of a hundred at the floor's pace kept each there for
+// and at the floor's pace each of a batch of a hundred waits there for
 // seconds.
 func (e *elasticPace) receiveWindow(bound uint64) uint32 {
 	e.mu.Lock()

@@ -169,10 +169,11 @@ type rememberedID struct {
 
 // ofBuckets returns, for each of buckets, the ids in the window written
 // for it; any goroutine. It reads them from the queues' index by bucket,
-// under mu for reading (the apply loop's adds wait meanwhile): O(the ids
-// of buckets), where a walk of the whole window (up to RequestIDWindow of
-// writes, a million ids and more) held every write of the replicaset for
-// 10-100 ms each time a copy stream or a backup began.
+// under mu for reading (the apply loop's adds wait meanwhile), in O(the
+// ids of buckets): the window holds up to RequestIDWindow of writes, a
+// million ids and more, and a walk of all of them under mu would hold
+// every write of the replicaset for 10-100 ms at each copy stream or
+// backup.
 func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]rememberedID {
 	out := map[uint32][]rememberedID{}
 	w.mu.RLock()

@@ -181,10 +181,7 @@ func NewStorage(cfg StorageConfig) *Storage {
 // CopyPace reports the pace of the copy into this replicaset now (on its
 // leader, which copies) and the signal it is set from.
 func (s *Storage) CopyPace() PaceState {
-	var bound uint64
-	if s.cfg.CopyRate != nil {
-		bound = s.cfg.CopyRate()
-	}
+	bound := s.copyPace.bound()
 	if s.copyPace.isOff() {
 		return PaceState{BytesPerS: bound, Off: true}
 	}
@@ -472,6 +469,15 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 		return nil
 	}
 	return s.refused(batch.GetBucket(), sendingRefusal(batch.GetBucket(), st).GetRefusal())
+}
+
+// proposeCopy logs chunks of a copy or a restore, with their tables, as
+// one entry, counted in copyInLog: the clients' writes beside it are not
+// clean (writeDelay).
+func (s *Storage) proposeCopy(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) (Result, error) {
+	s.copyInLog.proposed.Add(1)
+	defer s.copyInLog.answered.Add(1)
+	return s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {
