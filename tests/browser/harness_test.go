@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,16 +100,22 @@ func run(ctx context.Context, t *testing.T, d time.Duration, what string, action
 	}
 }
 
-// text is an element's text content (the first that matches sel).
+// text is an element's text content (the first that matches sel), once
+// one matches. It is found and read in one script run: the console
+// redraws its views as it polls the cluster, and a node found by one
+// DevTools call may be gone by the next ("No node with given id found").
 func text(ctx context.Context, t *testing.T, sel string) string {
 	t.Helper()
 	tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	s, err := chromedp.Run(tctx, chromedp.TextContent(chromedp.CSS(sel)))
+	expr := fmt.Sprintf(`(e => e ? {text: e.textContent} : null)(document.querySelector(%s))`, strconv.Quote(sel))
+	got, err := chromedp.Run(tctx, chromedp.Poll[struct {
+		Text string `json:"text"`
+	}](expr, chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(0)))
 	if err != nil {
 		t.Fatalf("the text of %s: %v", sel, err)
 	}
-	return s
+	return got.Text
 }
 
 // waitJS waits until the JavaScript expression is true, also across a
