@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -35,7 +36,7 @@ func newStorageMetrics(reg prometheus.Registerer) *storageMetrics {
 			Name: "shardkit_storage_write_stall_seconds_total",
 			Help: "Time this instance's database held every commit back in write stalls, by reason.",
 		}, []string{"reason"}),
-		descL0:     prometheus.NewDesc("shardkit_storage_l0_sublevels", "Sublevels of level 0 of this instance's database (writes stall at 12).", nil, nil),
+		descL0:     prometheus.NewDesc("shardkit_storage_l0_sublevels", fmt.Sprintf("Sublevels of level 0 of this instance's database (compacted from %d, writes stall at %d).", storage.L0CompactionSublevels, storage.L0StopWritesThreshold), nil, nil),
 		descMem:    prometheus.NewDesc("shardkit_storage_memtables", "Memtables of this instance's database, the one being written and those waiting to be flushed.", nil, nil),
 		descDebt:   prometheus.NewDesc("shardkit_storage_compaction_debt_bytes", "Bytes this instance's database estimates it must compact to bring its levels into shape.", nil, nil),
 		descCompac: prometheus.NewDesc("shardkit_storage_compactions_running", "Compactions of this instance's database under way.", nil, nil),

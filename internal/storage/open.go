@@ -33,6 +33,34 @@ type Options struct {
 	OnWriteStall func(reason string, took time.Duration)
 }
 
+// L0CompactionThreshold is Pebble's setting of when level 0 is compacted
+// into the level below: once its sublevels (one a flush, about) reach half
+// of it, 8, where Pebble's default of 4 compacts at 2. An instance's
+// database is small next to a memtable (tens to hundreds of MiB against
+// 32 MiB), so the level below level 0 is the last one, and every memtable
+// flushed holds keys across the whole of a replicaset's range: the
+// clients' writes in every bucket, the raft log (deleted by then, but in
+// the flushed file's bounds), the request ids. Each compaction of level 0
+// therefore rewrites nearly all of the data below it, the rows a bucket
+// move ingested as tables included. Gathering 8 flushes before one
+// compaction rewrites that data a quarter as often: a rebalance of an
+// idle cluster spent a third less CPU a moved tuple, and the clients'
+// writes of a closed loop did not lose (docs/benchmarks.md, "Level 0
+// compacted less often"). The price is read amplification: a read looks
+// in up to that many more sublevels (a point read skips most by their
+// bloom filters).
+const L0CompactionThreshold = 16
+
+// L0CompactionSublevels are the level-0 sublevels that start a compaction
+// of level 0 under L0CompactionThreshold.
+const L0CompactionSublevels = L0CompactionThreshold / 2
+
+// L0StopWritesThreshold is the level-0 sublevels at which Pebble holds
+// every write back until a compaction catches up (a write stall, reason
+// "L0 file count limit exceeded"): four times the sublevels that start a
+// compaction (Pebble's default, 12, is six times its 2).
+const L0StopWritesThreshold = 32
+
 // Open opens (creating if needed) the Pebble database in dir.
 func Open(dir string, o Options) (*pebble.DB, error) {
 	if o.FS == nil {
@@ -59,6 +87,10 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 		// caller can recover. Corruption is reported to the owner instead.
 		EventListener: corruptionListener(o),
 	}
+	// Level 0 is compacted, and holds the writes back, later than by
+	// Pebble's defaults (see the constants).
+	opts.L0CompactionThreshold = L0CompactionThreshold
+	opts.L0StopWritesThreshold = L0StopWritesThreshold
 	// Bloom filters on every level: point lookups of absent keys (every
 	// insert checks that its key is new) then skip tables without reading them.
 	for i := range opts.Levels {
@@ -125,7 +157,7 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 // Gauges are what leads up to a write stall (Options.OnWriteStall), as
 // Pebble has them now.
 type Gauges struct {
-	// L0Sublevels: writes stall at 12 (Pebble's L0StopWritesThreshold).
+	// L0Sublevels: writes stall at L0StopWritesThreshold.
 	L0Sublevels int64
 	// Memtables: the one being written and those waiting to be flushed.
 	Memtables int64

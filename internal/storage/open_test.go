@@ -99,3 +99,45 @@ func TestAWriteStallIsReportedWithItsReasonAndLength(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Level 0 gathers L0CompactionSublevels before it is compacted (Pebble's
+// score is twice the sublevels over L0CompactionThreshold):
+// the flushes below each overlap the last (the same two keys), so each is
+// a sublevel of its own.
+func TestLevel0IsCompactedFromItsThresholdOfSublevels(t *testing.T) {
+	db, err := Open("db", Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	flush := func(i int) {
+		t.Helper()
+		for _, k := range []string{"a", "z"} {
+			if err := db.Set([]byte(k), fmt.Appendf(nil, "v%d", i), pebble.NoSync); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const trigger = L0CompactionSublevels
+	for i := range trigger - 1 {
+		flush(i)
+	}
+	// Below it no compaction is picked at all (Pebble's default of 4
+	// would have compacted level 0 at its second sublevel, and again
+	// within the flushes that followed).
+	if m := db.Metrics(); m.Levels[0].Sublevels != trigger-1 || m.Compact.Count != 0 {
+		t.Fatalf("after %d overlapping flushes: %d sublevels in level 0 and %d compactions, want %d and none",
+			trigger-1, m.Levels[0].Sublevels, m.Compact.Count, trigger-1)
+	}
+	flush(trigger)
+	deadline := time.Now().Add(10 * time.Second)
+	for db.Metrics().Levels[0].Sublevels >= trigger {
+		if time.Now().After(deadline) {
+			t.Fatalf("level 0 holds %d sublevels 10 s after a flush brought it to %d: not compacted", db.Metrics().Levels[0].Sublevels, trigger)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
