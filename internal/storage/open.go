@@ -44,7 +44,7 @@ type Options struct {
 // therefore rewrites nearly all of the data below it, the rows a bucket
 // move ingested as tables included. Gathering 8 flushes before one
 // compaction rewrites that data a quarter as often: a rebalance of an
-// idle cluster spent a third less CPU a moved tuple, and the clients'
+// idle cluster spent a quarter less CPU a moved tuple, and the clients'
 // writes of a closed loop did not lose (docs/benchmarks.md, "Level 0
 // compacted less often"). The price is read amplification: a read looks
 // in up to that many more sublevels (a point read skips most by their
