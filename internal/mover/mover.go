@@ -28,9 +28,10 @@ const (
 	// (driver.go), so these bound how much of the data is in flight, not
 	// how many steps run. They are upper bounds: the moves the
 	// rebalancer starts into a replicaset follow its copy's pace (its
-	// receive window), so that a busy one takes a few at once. More at
-	// once did not move an idle cluster faster on the benchmark machine
-	// (docs/benchmarks.md, "Bucket moves under load").
+	// receive window), so that a busy one takes a few at once. Ten times
+	// as many at once moved an idle cluster at most a fifth faster on
+	// the benchmark machine (docs/benchmarks.md, "Level 0 compacted less
+	// often").
 	DefaultMaxSending   = 100
 	DefaultMaxReceiving = 100
 	// DefaultSwitchTimeout bounds how long a bucket refuses writes (from
@@ -366,7 +367,6 @@ func (m *Mover) rebalance(ctx context.Context) error {
 		if w := m.receiveRoom(r.To, copying[r.To]); w >= 0 {
 			room = min(room, w)
 		}
-		copying[r.To] += max(room, 0)
 		for b := uint32(1); room > 0 && int(b) <= len(st.Buckets); b++ {
 			if st.Buckets[b-1] != r.From || taken[b] || st.Pinned[b] {
 				continue
@@ -377,6 +377,7 @@ func (m *Mover) rebalance(ctx context.Context) error {
 			room--
 			p.Sending[r.From]++
 			p.Receiving[r.To]++
+			copying[r.To]++
 		}
 	}
 	if len(steps) == 0 {

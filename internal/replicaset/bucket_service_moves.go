@@ -355,14 +355,17 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 	if err != nil {
 		return nil, err
 	}
+	whole := 0
 	for _, bg := range want {
-		if r := resp.Results[index[bg.GetBucket()]]; !finished[bg.GetBucket()] && r.GetRefused() == "" {
+		r := resp.Results[index[bg.GetBucket()]]
+		if !finished[bg.GetBucket()] && r.GetRefused() == "" {
 			r.Refused = "the source did not send it whole"
 		}
+		if r.GetRefused() == "" {
+			whole++
+		}
 	}
-	if s.copyPace.elastic != nil {
-		s.copyPace.elastic.copiedBuckets(copiedBytes, len(want))
-	}
+	s.copyPace.copiedBuckets(copiedBytes, whole)
 	resp.Window = s.copyPace.receiveWindow()
 	return resp, nil
 }

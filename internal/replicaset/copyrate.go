@@ -93,6 +93,14 @@ func (p *copyPace) copied(n int) {
 	}
 }
 
+// copiedBuckets counts a copy that took bytes for n buckets copied whole,
+// for the receive window's bucket size.
+func (p *copyPace) copiedBuckets(bytes int64, n int) {
+	if !p.isOff() {
+		p.elastic.copiedBuckets(bytes, n)
+	}
+}
+
 // receiveWindow is the buckets the copy takes at once at the pace now
 // (elasticPace.receiveWindow); 0: no bound but the quotas, always when the
 // rate alone paces the copy.
