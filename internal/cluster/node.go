@@ -339,6 +339,7 @@ func (n *Node) startRaft(ident *Identity, boot bool) error {
 		NodeID:      multiraft.NodeID(ident.RaftID),
 		DB:          n.db,
 		SnapshotDir: filepath.Join(n.cfg.DataDir, "snapshots"),
+		SideloadDir: filepath.Join(n.cfg.DataDir, "raft-sideloaded"),
 		Transport:   tr,
 		Logger:      n.log,
 		LeaseReads:  !n.cfg.DisableLeaseReads,

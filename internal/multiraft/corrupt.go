@@ -44,7 +44,8 @@ func (p *raftPanic) lostLog() bool {
 // recoverRound turns the failures that stop a host, raised as panics in
 // the middle of a round or of opening a group, into an error: Pebble's
 // fatal failure (storage.FatalError), raft's panic at a log that lost
-// entries, and raft's panic at a read of the log that found corruption.
+// entries, and raft's panic at a read of the log that found corruption
+// (Pebble's, or the log's own ErrCorruptState).
 // Those two are ErrCorruptState. Defer it directly around work that calls
 // raft or writes to the database; any other panic is a bug and goes on.
 func recoverRound(errp *error) {
@@ -62,7 +63,13 @@ func recoverRound(errp *error) {
 			return
 		}
 	case error:
-		// raft panics with its Storage's unexpected errors as they are.
+		// raft panics with its Storage's unexpected errors as they are:
+		// Pebble's corruption, or the log's own (a value that does not
+		// decode, a sideloaded entry's file lost or damaged).
+		if errors.Is(v, ErrCorruptState) {
+			*errp = v
+			return
+		}
 		if storage.IsDamaged(v) {
 			*errp = fmt.Errorf("%w: reading the raft log: %w", ErrCorruptState, v)
 			return

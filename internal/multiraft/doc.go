@@ -50,6 +50,8 @@
 //     commit it with one fsync if any Ready needs it (MustSync, or a
 //     snapshot). This is the group commit: one fsync serves every group of
 //     the round, and Pebble merges concurrent commits of several workers.
+//     A large entry's data is written to a file of its own and synced
+//     first; the batch holds its header ("Sideloaded entries").
 //  5. Only now does raft's Storage serve the new entries.
 //  6. Only now do followers and candidates send: their votes and
 //     acknowledgements promise that state is durable.
@@ -223,6 +225,39 @@
 // member down for a while catches up from the leader's log as long as
 // neither rule has truncated past what it has (the count rule does not
 // wait for it); otherwise by snapshot.
+//
+// # Sideloaded entries
+//
+// An entry whose data holds Config.SideloadMinBytes or more (256 KiB by
+// default: a bucket copy's chunks of about 1 MiB, a very large batch) is
+// stored as CockroachDB stores its AddSSTable commands: its data in a
+// file of its own, SideloadDir/<group>/i<index>.t<term>, and in the
+// database only a header: a zero byte (which no protobuf encoding starts
+// with), the data's length and CRC-32C, and the entry's encoding without
+// its data. Kept in the database, megabytes of data an entry went through
+// the write-ahead log and filled memtables; those flushed tables spanned
+// the whole replicaset's keys, and each compaction of them rewrote the
+// tables a copy had just ingested (docs/benchmarks.md, "Level 0
+// compacted less often").
+//
+//  1. Step 4 writes and syncs the round's files, then syncs their
+//     directory, before it commits the batch that names them: a header is
+//     never durable without its data.
+//  2. Raft and the transport see whole entries: the entry cache holds
+//     them as appended, and a read from the database reads the file back
+//     and checks its length and checksum. A file lost or damaged is
+//     ErrCorruptState, as a log entry that does not decode is.
+//  3. A file goes with its entry: when the log is truncated through it,
+//     when a new leader's entries replace it (a new entry of the same
+//     index and term is the same entry and keeps the file), when a
+//     snapshot replaces the log, and with its group (RemoveGroup with
+//     destroy). A file a failed round wrote before its batch committed is
+//     named by no header; opening the group removes the files the log
+//     cannot hold (at or below its truncated index, above its last).
+//
+// A host must keep its SideloadDir: with it empty, a log that holds a
+// sideloaded entry is corrupt, as it is to a build from before sideloaded
+// entries.
 //
 // # Transport
 //

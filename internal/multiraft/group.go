@@ -179,7 +179,7 @@ func (h *Host) openGroup(gc GroupConfig) (_ *group, err error) {
 		host:         h,
 		sm:           gc.StateMachine,
 		log:          h.log.With("group", uint64(gc.ID)),
-		store:        newLogStore(h.db, gc.ID, h.cfg.EntryCacheBytes),
+		store:        newLogStore(h.db, gc.ID, h.cfg.EntryCacheBytes, h.sideloadStore(gc.ID)),
 		pendingReads: make(map[uint64]*readRequest),
 		waiters:      make(map[uint64]*proposal),
 		byIndex:      make(map[uint64]*proposal),

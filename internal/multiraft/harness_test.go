@@ -116,10 +116,15 @@ func (c *cluster) openNode(n *testNode) {
 		c.t.Fatalf("node %d: %v", n.id, err)
 	}
 	cfg := multiraft.Config{
-		NodeID:           n.id,
-		DB:               db,
-		FS:               fs,
-		SnapshotDir:      "snapshots",
+		NodeID:      n.id,
+		DB:          db,
+		FS:          fs,
+		SnapshotDir: "snapshots",
+		// Every entry of 16 bytes or more is sideloaded (the default is
+		// 256 KiB): the tests' commands run through the files, crashes
+		// and full disks included.
+		SideloadDir:      "sideloaded",
+		SideloadMinBytes: 16,
 		Transport:        c.net.Endpoint(n.id),
 		Logger:           testLogger(),
 		ManualProcessing: true,

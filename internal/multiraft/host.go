@@ -28,6 +28,13 @@ type Config struct {
 	// required.
 	FS          vfs.FS
 	SnapshotDir string
+	// SideloadDir is where the data of large log entries is kept, a file
+	// an entry, instead of in the database (doc.go, "Sideloaded entries"):
+	// those of SideloadMinBytes or more (default 256 KiB). Empty: every
+	// entry is stored in the database. A host must keep the directory it
+	// had: a log that sideloaded entries cannot be read without it.
+	SideloadDir      string
+	SideloadMinBytes int
 	// Transport sends this host's messages. Required (may be set with
 	// SetTransport after NewHost, before Start).
 	Transport Transport
@@ -153,6 +160,7 @@ func (c *Config) setDefaults() error {
 	setDefault(&c.MaxInflightMsgs, 256)
 	setDefault(&c.MaxUncommittedBytes, 64<<20)
 	setDefault(&c.EntryCacheBytes, 4<<20)
+	setDefault(&c.SideloadMinBytes, 256<<10)
 	setDefault(&c.InboxSize, 4096)
 	setDefault(&c.LogCompactionThreshold, 10000)
 	setDefault(&c.LogCompactionKeep, 1000)
@@ -224,6 +232,17 @@ func NewHost(cfg Config) (*Host, error) {
 	// spooled snapshots with it.
 	if err := syncDir(cfg.FS, cfg.FS.PathDir(cfg.SnapshotDir)); err != nil {
 		return nil, fmt.Errorf("multiraft: sync parent of snapshot dir %s: %w", cfg.SnapshotDir, err)
+	}
+	if cfg.SideloadDir != "" {
+		// Durable as the snapshot directory, or a crash could take the
+		// sideloaded entries with it; each group's directory is made and
+		// synced in it at its first sideloaded entry.
+		if err := cfg.FS.MkdirAll(cfg.SideloadDir, 0o755); err != nil {
+			return nil, fmt.Errorf("multiraft: sideload dir %s: %w", cfg.SideloadDir, err)
+		}
+		if err := syncDir(cfg.FS, cfg.FS.PathDir(cfg.SideloadDir)); err != nil {
+			return nil, fmt.Errorf("multiraft: sync parent of sideload dir %s: %w", cfg.SideloadDir, err)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &Host{
@@ -425,7 +444,19 @@ func (h *Host) RemoveGroup(id GroupID, destroy bool) (err error) {
 		h.fatalIfPebbleFailed(err)
 		return fmt.Errorf("multiraft: destroy group %d: %w", id, err)
 	}
+	if err := g.store.side.destroy(); err != nil {
+		return fmt.Errorf("multiraft: destroy group %d: %w", id, err)
+	}
 	return nil
+}
+
+// sideloadStore is group g's store of sideloaded entries (nil: the host
+// sideloads none).
+func (h *Host) sideloadStore(g GroupID) *sideloadStore {
+	if h.cfg.SideloadDir == "" {
+		return nil
+	}
+	return newSideloadStore(h.cfg.FS, h.cfg.SideloadDir, g, h.cfg.SideloadMinBytes)
 }
 
 // deleteRange deletes [lo, hi) durably, returning Pebble's fatal failure.

@@ -60,7 +60,7 @@ func TestInterruptedRestoreKeepsEntriesAfterSnapshot(t *testing.T) {
 
 	// What the round writes for such a Ready (stageSnapshot, stageAppend,
 	// stageHardState in one batch), and nothing after it.
-	g := &group{id: gid, store: newLogStore(db, gid, 0)}
+	g := &group{id: gid, store: newLogStore(db, gid, 0, nil)}
 	b := db.NewBatch()
 	snap := &raftpb.Snapshot{
 		Data: []byte("g7-spooled.snap"),

@@ -10,7 +10,8 @@ import (
 // "raft/" + 8-byte big-endian group id + "/", so one group's keys are one
 // contiguous range and log entries sort by index:
 //
-//	raft/<group>/log/<index>   one raftpb.Entry per index (proto encoding)
+//	raft/<group>/log/<index>   one raftpb.Entry per index (proto encoding),
+//	                           or a sideloaded entry's header (doc.go, "Sideloaded entries")
 //	raft/<group>/hardstate     raftpb.HardState (proto encoding)
 //	raft/<group>/applied       appliedState: index, term and ConfState of the last applied entry
 //	raft/<group>/truncated     logPosition: index and term of the last entry removed from the log

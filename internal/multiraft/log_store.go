@@ -29,6 +29,7 @@ type logStore struct {
 
 	cache entryCache
 	sizes appliedSizes
+	side  *sideloadStore // large entries' data (nil: none is sideloaded)
 }
 
 // appliedSizes follows the bytes of the applied entries still in the log,
@@ -85,8 +86,8 @@ func (z *appliedSizes) reset() { z.base, z.marks = z.total, z.marks[:0] }
 
 var _ raft.Storage = (*logStore)(nil)
 
-func newLogStore(db *pebble.DB, g GroupID, cacheBytes int) *logStore {
-	return &logStore{db: db, group: g, hardState: &raftpb.HardState{}, cache: entryCache{maxBytes: cacheBytes}}
+func newLogStore(db *pebble.DB, g GroupID, cacheBytes int, side *sideloadStore) *logStore {
+	return &logStore{db: db, group: g, hardState: &raftpb.HardState{}, cache: entryCache{maxBytes: cacheBytes}, side: side}
 }
 
 // load reads the group's persisted raft state. A group that has none
@@ -131,6 +132,11 @@ func (s *logStore) load() (found bool, err error) {
 	if last > s.lastIndex {
 		s.lastIndex = last
 		found = true
+	}
+	if s.side != nil {
+		if err := s.side.open(s.truncated.Index, s.lastIndex); err != nil {
+			return false, err
+		}
 	}
 	return found, nil
 }
@@ -190,7 +196,7 @@ func (s *logStore) Term(i uint64) (uint64, error) {
 	if e, _, ok := s.cache.get(i); ok {
 		return e.GetTerm(), nil
 	}
-	e, err := s.readEntry(i)
+	e, err := s.readEntry(i, false)
 	if err != nil {
 		return 0, err
 	}
@@ -234,15 +240,15 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
-		e := &raftpb.Entry{}
-		if err := proto.Unmarshal(it.Value(), e); err != nil {
-			return nil, fmt.Errorf("%w: group %d entry: %w", ErrCorruptState, s.group, err)
+		e, n, err := s.decode(i, it.Value(), true)
+		if err != nil {
+			return nil, err
 		}
 		if e.GetIndex() != i {
 			return nil, fmt.Errorf("%w: group %d: expected entry %d, found %d", ErrCorruptState, s.group, i, e.GetIndex())
 		}
 		i++
-		if !add(e, len(it.Value())) {
+		if !add(e, n) {
 			return out, nil
 		}
 	}
@@ -255,7 +261,8 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	return out, nil
 }
 
-func (s *logStore) readEntry(i uint64) (*raftpb.Entry, error) {
+// readEntry reads entry i; a sideloaded entry's data only if withData.
+func (s *logStore) readEntry(i uint64, withData bool) (*raftpb.Entry, error) {
 	v, ok, err := s.get(logKey(s.group, i))
 	if err != nil {
 		return nil, err
@@ -263,11 +270,33 @@ func (s *logStore) readEntry(i uint64) (*raftpb.Entry, error) {
 	if !ok {
 		return nil, raft.ErrUnavailable
 	}
-	e := &raftpb.Entry{}
-	if err := proto.Unmarshal(v, e); err != nil {
-		return nil, fmt.Errorf("%w: group %d entry %d: %w", ErrCorruptState, s.group, i, err)
+	e, _, err := s.decode(i, v, withData)
+	if err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// decode decodes the stored value of entry i (sideload.go), reading a
+// sideloaded entry's data from its file if withData, and gives the
+// entry's size as raft counts it (its encoding, data included).
+func (s *logStore) decode(i uint64, v []byte, withData bool) (*raftpb.Entry, int, error) {
+	e, ref, sideloaded, err := decodeStoredEntry(v)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%w: group %d: log entry %d: %w", ErrCorruptState, s.group, i, err)
+	}
+	if !sideloaded {
+		return e, len(v), nil
+	}
+	if s.side == nil {
+		return nil, 0, fmt.Errorf("%w: group %d: log entry %d is sideloaded, and this host keeps no sideloaded entries (Config.SideloadDir is empty)", ErrCorruptState, s.group, i)
+	}
+	if withData {
+		if e.Data, err = s.side.read(logPosition{Index: e.GetIndex(), Term: e.GetTerm()}, ref.size, ref.crc); err != nil {
+			return nil, 0, fmt.Errorf("%w: group %d: %w", ErrCorruptState, s.group, err)
+		}
+	}
+	return e, len(v) + int(ref.size), nil
 }
 
 // Snapshot implements raft.Storage. The engine's snapshots are made on
@@ -292,16 +321,40 @@ func (s *logStore) stageAppend(b *pebble.Batch, ents []*raftpb.Entry) error {
 	if len(ents) == 0 {
 		return nil
 	}
+	wrote := false
 	for _, e := range ents {
 		// Encoded in place in the batch (entry_codec.go): no buffer of
-		// its own, no reflection.
+		// its own, no reflection. A large entry's data goes to a file of
+		// its own, its header to the batch (sideload.go).
+		side := s.side.sideloads(e)
+		var crc uint32
 		n := entrySize(e)
+		if side {
+			var err error
+			if crc, err = s.side.write(e); err != nil {
+				return err
+			}
+			wrote, n = true, sideloadedValueSize(e)
+		}
 		op := b.SetDeferred(logKeyLen, n)
 		appendLogKey(op.Key[:0], s.group, e.GetIndex())
-		if v := appendEntry(op.Value[:0], e); len(v) != n {
+		var v []byte
+		if side {
+			v = appendSideloadedValue(op.Value[:0], e, crc)
+		} else {
+			v = appendEntry(op.Value[:0], e)
+		}
+		if len(v) != n {
 			return fmt.Errorf("group %d entry %d: encoded in %d bytes, %d expected", s.group, e.GetIndex(), len(v), n)
 		}
 		if err := op.Finish(); err != nil {
+			return err
+		}
+	}
+	if wrote {
+		// The files, and their names, are durable before the batch that
+		// names them.
+		if err := s.side.sync(); err != nil {
 			return err
 		}
 	}
@@ -320,6 +373,7 @@ func (s *logStore) commitAppend(ents []*raftpb.Entry) {
 	}
 	s.cache.append(ents)
 	s.lastIndex = ents[len(ents)-1].GetIndex()
+	s.side.committed(ents[0].GetIndex())
 }
 
 func (s *logStore) stageHardState(b *pebble.Batch, hs *raftpb.HardState) error {
@@ -353,6 +407,7 @@ func (s *logStore) commitTruncate(pos logPosition) {
 	}
 	s.cache.truncateFront(pos.Index + 1)
 	s.sizes.truncated(pos.Index)
+	s.side.truncated(pos.Index)
 }
 
 // resetToSnapshot replaces the in-memory view after a snapshot became durable.
@@ -361,4 +416,5 @@ func (s *logStore) resetToSnapshot(pos logPosition) {
 	s.lastIndex = pos.Index
 	s.cache.clear()
 	s.sizes.reset()
+	s.side.reset()
 }
