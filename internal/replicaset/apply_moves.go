@@ -303,8 +303,14 @@ func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome
 	if c.GetLast() {
 		// Counted again from the rows: a copy table ingested again (after
 		// a crash before its entry's batch committed) inserts nothing and
-		// so counts nothing (copy_files.go).
-		a.recount(b)
+		// so counts nothing (copy_files.go). Not where this member applied
+		// the bucket's RECEIVING step itself (it has its copy cursor):
+		// every entry of the copy was then applied once, since a dropped
+		// batch, a restart and a restored snapshot all load the state
+		// again, which forgets the cursors, so its counts are exact.
+		if cc == nil {
+			a.recount(b)
+		}
 		a.raiseRevision(b, c.GetRevision())
 		if c.GetRestore() {
 			return &CopyOutcome{Sent: sent, Copied: copied, BySpace: bySpace}

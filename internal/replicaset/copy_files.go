@@ -58,7 +58,9 @@ import (
 // nothing, and the writes of the entries before it (which the batch holds
 // and commits above the ingest) left their keys out of it. The bucket's
 // counts, which a repeated ingest cannot tell it changed, are counted
-// again from its rows when its copy completes (the copied mark).
+// again from its rows when its copy completes (the copied mark), by a
+// member that may have ingested a table twice: one that loaded its state
+// since it applied the bucket's RECEIVING step (copyChunk).
 
 // copyTableFormat is the sstable format of copied chunks: the newest one
 // the oldest database format Pebble opens (FormatMinSupported) ingests,
