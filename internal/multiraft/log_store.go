@@ -196,7 +196,7 @@ func (s *logStore) Term(i uint64) (uint64, error) {
 	if e, _, ok := s.cache.get(i); ok {
 		return e.GetTerm(), nil
 	}
-	e, err := s.readEntry(i, false)
+	e, err := s.readEntry(i)
 	if err != nil {
 		return 0, err
 	}
@@ -213,13 +213,9 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	}
 	var out []*raftpb.Entry
 	var size uint64
-	add := func(e *raftpb.Entry, n int) bool {
+	fits := func(n int) bool {
 		size += uint64(n)
-		if len(out) > 0 && size > maxSize {
-			return false
-		}
-		out = append(out, e)
-		return true
+		return len(out) == 0 || size <= maxSize
 	}
 	i := lo
 	for ; i < hi; i++ {
@@ -227,9 +223,10 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 		if !ok {
 			break
 		}
-		if !add(e, n) {
+		if !fits(n) {
 			return out, nil
 		}
+		out = append(out, e)
 	}
 	if i == hi {
 		return out, nil
@@ -240,7 +237,7 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
-		e, n, err := s.decode(i, it.Value(), true)
+		e, n, ref, err := s.decode(i, it.Value())
 		if err != nil {
 			return nil, err
 		}
@@ -248,9 +245,15 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 			return nil, fmt.Errorf("%w: group %d: expected entry %d, found %d", ErrCorruptState, s.group, i, e.GetIndex())
 		}
 		i++
-		if !add(e, n) {
+		if !fits(n) {
 			return out, nil
 		}
+		if ref != nil { // read only once it fits
+			if e.Data, err = s.side.read(logPosition{Index: e.GetIndex(), Term: e.GetTerm()}, ref.size, ref.crc); err != nil {
+				return nil, fmt.Errorf("%w: group %d: %w", ErrCorruptState, s.group, err)
+			}
+		}
+		out = append(out, e)
 	}
 	if err := it.Error(); err != nil {
 		return nil, err
@@ -261,8 +264,8 @@ func (s *logStore) Entries(lo, hi, maxSize uint64) ([]*raftpb.Entry, error) {
 	return out, nil
 }
 
-// readEntry reads entry i; a sideloaded entry's data only if withData.
-func (s *logStore) readEntry(i uint64, withData bool) (*raftpb.Entry, error) {
+// readEntry reads entry i, without a sideloaded entry's data.
+func (s *logStore) readEntry(i uint64) (*raftpb.Entry, error) {
 	v, ok, err := s.get(logKey(s.group, i))
 	if err != nil {
 		return nil, err
@@ -270,33 +273,29 @@ func (s *logStore) readEntry(i uint64, withData bool) (*raftpb.Entry, error) {
 	if !ok {
 		return nil, raft.ErrUnavailable
 	}
-	e, _, err := s.decode(i, v, withData)
+	e, _, _, err := s.decode(i, v)
 	if err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
-// decode decodes the stored value of entry i (sideload.go), reading a
-// sideloaded entry's data from its file if withData, and gives the
-// entry's size as raft counts it (its encoding, data included).
-func (s *logStore) decode(i uint64, v []byte, withData bool) (*raftpb.Entry, int, error) {
+// decode decodes the stored value of entry i (sideload.go) and gives the
+// entry's size as raft counts it (its encoding, data included); for a
+// sideloaded entry, whose data is then still in its file, also what the
+// log says of the file.
+func (s *logStore) decode(i uint64, v []byte) (*raftpb.Entry, int, *sideloadRef, error) {
 	e, ref, sideloaded, err := decodeStoredEntry(v)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%w: group %d: log entry %d: %w", ErrCorruptState, s.group, i, err)
+		return nil, 0, nil, fmt.Errorf("%w: group %d: log entry %d: %w", ErrCorruptState, s.group, i, err)
 	}
 	if !sideloaded {
-		return e, len(v), nil
+		return e, len(v), nil, nil
 	}
 	if s.side == nil {
-		return nil, 0, fmt.Errorf("%w: group %d: log entry %d is sideloaded, and this host keeps no sideloaded entries (Config.SideloadDir is empty)", ErrCorruptState, s.group, i)
+		return nil, 0, nil, fmt.Errorf("%w: group %d: log entry %d is sideloaded, and this host keeps no sideloaded entries (Config.SideloadDir is empty)", ErrCorruptState, s.group, i)
 	}
-	if withData {
-		if e.Data, err = s.side.read(logPosition{Index: e.GetIndex(), Term: e.GetTerm()}, ref.size, ref.crc); err != nil {
-			return nil, 0, fmt.Errorf("%w: group %d: %w", ErrCorruptState, s.group, err)
-		}
-	}
-	return e, len(v) + int(ref.size), nil
+	return e, len(v) + int(ref.size), &ref, nil
 }
 
 // Snapshot implements raft.Storage. The engine's snapshots are made on

@@ -319,3 +319,20 @@ func TestADamagedEntryReadByRaftIsRecoveredAsCorruptState(t *testing.T) {
 		t.Fatalf("recovered %v, want the read's error %v", err, readErr)
 	}
 }
+
+// Entries reads a sideloaded entry's file only when the entry fits in the
+// size asked for: a follower catching up is sent entries of about 1 MiB
+// one a message, and each call read the next entry's file too, to drop it.
+func TestEntriesReadsNoFileItLeavesOut(t *testing.T) {
+	f := newSideloadFixture(t)
+	first, second := fixtureEntry(1, 1, 300), fixtureEntry(2, 1, 300)
+	f.append(first, second)
+	// Were entry 2's file read, its loss would be an error.
+	if err := f.fs.Remove(f.fs.PathJoin("side", "9", "i2.t1")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := f.s.Entries(1, 3, 400)
+	if err != nil || len(got) != 1 || !proto.Equal(got[0], first) {
+		t.Fatalf("entries [1, 3) within 400 bytes: %v, %v; want entry 1 alone", got, err)
+	}
+}
