@@ -12,9 +12,11 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	clusterv1 "github.com/shardkit/shardkit/api/cluster/v1"
+	"github.com/shardkit/shardkit/client"
 	"github.com/shardkit/shardkit/internal/server"
 	"github.com/shardkit/shardkit/internal/server/servertest"
 	"github.com/shardkit/shardkit/internal/storage"
+	"github.com/shardkit/shardkit/tuple"
 )
 
 // runRefused runs an instance on dataDir and returns the refusal it must
@@ -139,4 +141,51 @@ func TestCorruptTableIsRefused(t *testing.T) {
 		t.Fatalf("refusal %q does not name the damaged table and the recovery", msg)
 	}
 	t.Logf("refused: %s", msg)
+}
+
+// An instance keeps the data of its raft log's large entries (a bucket
+// copy's chunks, a large write) as files in <data dir>/raft-sideloaded,
+// and serves what it wrote through them.
+func TestALargeWriteIsSideloadedInTheDataDir(t *testing.T) {
+	l, addr := servertest.Listen(t)
+	servertest.Run(t, server.InstanceConfig{Listener: l, AutoOfflineTimeout: 5 * time.Second, ShutdownTimeout: 5 * time.Second, InitBucketCount: 30})
+	// servertest's data dirs are the test's temporary directories
+	// (<t.TempDir()'s parent>/NNN/run-N), as is this one.
+	tmp := filepath.Dir(t.TempDir())
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	c, err := client.New(ctx, client.Config{Peers: []string{addr}, Timeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	big := strings.Repeat("v", 600<<10) // above the 256-KiB threshold
+	pollOK(t, "the space and the large write", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "s", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
+			PrimaryKey: []string{"k"}}, true)
+		if err == nil {
+			_, err = c.Space("s").Replace(ctx, tuple.Tuple{tuple.Uint(1), tuple.String(big)})
+		}
+		return err
+	})
+	r, _, err := c.Space("s").Select(ctx, []tuple.Value{tuple.Uint(1)}, client.RW)
+	if err != nil || !r.Found || len(r.Tuple) != 2 {
+		t.Fatalf("the large tuple read back: %d fields, found %v, %v", len(r.Tuple), r.Found, err)
+	}
+	if v, _ := r.Tuple[1].AsString(); v != big {
+		t.Fatalf("the large tuple read back holds %d bytes, not the %d written", len(v), len(big))
+	}
+	files, err := filepath.Glob(filepath.Join(tmp, "*", "run-*", "raft-sideloaded", "*", "i*.t*"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("sideloaded files in the data dir: %v, %v; want the large write's", files, err)
+	}
+	var largest int64
+	for _, f := range files {
+		if st, err := os.Stat(f); err == nil {
+			largest = max(largest, st.Size())
+		}
+	}
+	if largest < int64(len(big)) {
+		t.Fatalf("sideloaded files %v: the largest holds %d bytes; want the write's %d or more", files, largest, len(big))
+	}
 }
