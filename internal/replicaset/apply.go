@@ -397,9 +397,15 @@ func (a *applier) remember(id []byte, b uint32, res *rspb.BatchResult) {
 		a.err = err
 		return
 	}
-	a.set(a.sm.k.requestID(a.now, id), v)
+	a.rememberStored(id, requestStamp{ms: a.now, bucket: b, rev: res.GetRevision()}, v)
+}
+
+// rememberStored remembers id with v, its write's BatchResult as stored
+// (of bucket at.bucket, at revision at.rev), written at at.ms.
+func (a *applier) rememberStored(id []byte, at requestStamp, v []byte) {
+	a.set(a.sm.k.requestID(at.ms, id), v)
 	if a.err == nil {
-		a.sm.reqs.add(id, requestStamp{ms: a.now, bucket: b, rev: res.GetRevision()})
+		a.sm.reqs.add(id, at)
 	}
 }
 

@@ -204,6 +204,12 @@ func (cc *copyCursor) absent(k []byte) bool {
 // chunk.
 func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	outs := make([]*CopyOutcome, len(cc.GetChunks()))
+	if refused := checkCopiedRequests(cc.GetChunks(), false); refused != nil {
+		for j := range outs {
+			outs[j] = &CopyOutcome{Refused: refused}
+		}
+		return outs
+	}
 	var tabled map[uint32]*tableCopied
 	if len(cc.GetTables()) > 0 {
 		var refused error
@@ -287,15 +293,17 @@ func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome
 	a.copyEvents(b, c.GetEvents())
 	cutoff := a.sm.requestCutoff(a.now)
 	for _, r := range c.GetRequests() {
-		if len(r.GetId()) == 0 || r.GetResult() == nil {
+		if len(r.GetId()) == 0 || len(r.GetResult()) == 0 {
 			continue
 		}
 		if _, ok := a.sm.reqs.lookup(r.GetId(), cutoff); ok {
 			continue // this replicaset answered it itself (the source's answer, asked by a write)
 		}
-		// Stamped with this log's clock, not the source's: remembered a
-		// little longer, never less.
-		a.remember(r.GetId(), b, r.GetResult())
+		// Kept as the source stored it (copyChunks checked that it names
+		// the bucket), and stamped with this log's clock, not the
+		// source's: remembered a little longer, never less.
+		_, rev, _ := resultStamp(r.GetResult())
+		a.rememberStored(r.GetId(), requestStamp{ms: a.now, bucket: b, rev: rev}, r.GetResult())
 		if a.err != nil {
 			return nil
 		}

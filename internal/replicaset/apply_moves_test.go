@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -559,6 +560,79 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	}
 	if len(reqs) != 2 {
 		t.Fatalf("the destination would send %d request ids on, want 2", len(reqs))
+	}
+}
+
+// A copied request id's result is kept as the bytes the source stored,
+// so it is checked before it is kept: whole by the destination's leader
+// before it proposes the chunks (a source or a backup file may send
+// anything), and its bucket by every member at apply. A chunk with a
+// result that fails is refused, with every chunk of its entry, naming
+// the id; nothing of the entry is applied.
+func TestACopiedRequestsResultIsCheckedBeforeItIsKept(t *testing.T) {
+	const b = 5
+	dst := newFixture(t)
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	if o := dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "r1"); !o.Changed {
+		t.Fatalf("RECEIVING: %+v", o)
+	}
+	result := func(bucket uint32) []byte {
+		v, err := (&rspb.BatchResult{Index: 7, Bucket: bucket, Revision: 3}).MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// A result whose framing holds but whose first field is no OpResult
+	// (a field 1 of one byte, 0xff): apply's stamp reads past it, the
+	// leader's decoding does not.
+	badInside := append([]byte{0x0a, 0x01, 0xff}, result(b)...)
+	id := requestID(9)
+	leader := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "r2", DB: dst.db}}
+	for _, tc := range []struct {
+		name     string
+		result   []byte
+		atApply  string // what apply's refusal says ("": applied)
+		atLeader string // what the leader's says ("": proposed)
+	}{
+		{"cut short", result(b)[:3], "is not a BatchResult", "is not a BatchResult"},
+		{"of another bucket", result(b + 1), "is of bucket 6", "is of bucket 6"},
+		{"no OpResult inside", badInside, "", "is not a BatchResult"},
+	} {
+		chunks := []*rspb.CopyChunk{
+			{Bucket: b, Generation: 2, Tuples: copiedRows(t, "a", 1), Requests: []*rspb.CopiedRequest{{Id: id, Result: tc.result}}},
+		}
+		_, err := leader.proposeCopy(t.Context(), chunks, nil)
+		if tc.atLeader == "" && err != nil || tc.atLeader != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.atLeader) || !strings.Contains(err.Error(), fmt.Sprintf("%x", id))) {
+			t.Fatalf("%s: the leader's check: %v, want InvalidArgument naming the id and %q", tc.name, err, tc.atLeader)
+		}
+		if tc.atApply == "" {
+			continue
+		}
+		out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks}}})[0].Copies
+		if len(out) != 1 || out[0].Refused == nil || !strings.Contains(out[0].Refused.Error(), tc.atApply) {
+			t.Fatalf("%s: apply: %+v, want the chunk refused: %q", tc.name, out, tc.atApply)
+		}
+		if dst.sm.reqs.has(id) {
+			t.Fatalf("%s: the refused chunk's request id is remembered", tc.name)
+		}
+		if _, found, _ := dst.sm.Get(dst.db, b, 1, chunks[0].GetTuples()[0].GetKey()); found {
+			t.Fatalf("%s: the refused chunk's tuple was applied", tc.name)
+		}
+	}
+	// A good one is kept as it came, and answers a retry.
+	good := result(b)
+	if out := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{
+		{Bucket: b, Generation: 2, Requests: []*rspb.CopiedRequest{{Id: id, Result: good}}}}}}})[0].Copies; len(out) != 1 || out[0].Refused != nil {
+		t.Fatalf("a good result: %+v", out)
+	}
+	at, ok := dst.sm.reqs.find(id)
+	if !ok || at.bucket != b || at.rev != 3 {
+		t.Fatalf("the copied id's stamp: %+v, %v; want bucket %d, revision 3", at, ok, b)
+	}
+	stored, err := get(dst.db, dst.sm.k.requestID(at.ms, id))
+	if err != nil || !bytes.Equal(stored, good) {
+		t.Fatalf("stored %x, %v; want the copied bytes %x", stored, err, good)
 	}
 }
 

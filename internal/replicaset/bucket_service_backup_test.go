@@ -137,7 +137,11 @@ func TestBackupSendsABucketsChangesSinceItsBase(t *testing.T) {
 	var events, requests []uint64 // the requests' revisions
 	for i, c := range chunks {
 		for _, r := range c.GetRequests() {
-			requests = append(requests, r.GetResult().GetRevision())
+			res := &rspb.BatchResult{}
+			if err := res.UnmarshalVT(r.GetResult()); err != nil {
+				t.Fatalf("request id %x: its result: %v", r.GetId(), err)
+			}
+			requests = append(requests, res.GetRevision())
 		}
 		if !c.GetChanges() || c.GetLast() != (i == len(chunks)-1) {
 			t.Fatalf("chunk %d of %d: changes %v, last %v", i, len(chunks), c.GetChanges(), c.GetLast())

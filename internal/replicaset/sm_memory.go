@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/planetscale/vtprotobuf/protohelpers"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
@@ -53,6 +54,90 @@ type requestStamp struct {
 	// so that an incremental backup takes the ids remembered after its
 	// base without reading the others' answers.
 	rev uint64
+}
+
+// resultStamp reads the bucket and the revision of a stored BatchResult
+// (its fields 4 and 5) and nothing else of it: a copied request id's
+// result is kept as the bytes its source stored (CopiedRequest.result),
+// and the window needs only these. It reads varints and skips fields as
+// the generated decoder does (which takes a tenth varint byte above 1),
+// and checks the framing, not the fields it skips;
+// FuzzResultStampAgreesWithTheDecoder holds it to that decoder.
+func resultStamp(v []byte) (bucket uint32, rev uint64, err error) {
+	for i := 0; i < len(v); {
+		tag, n := storedVarint(v[i:])
+		if n == 0 {
+			return 0, 0, fmt.Errorf("a field's tag at byte %d is cut short or too long", i)
+		}
+		if num := tag >> 3; (num == 4 || num == 5) && tag&7 == 0 {
+			x, m := storedVarint(v[i+n:])
+			if m == 0 {
+				return 0, 0, fmt.Errorf("field %d at byte %d is cut short or too long", num, i)
+			}
+			if num == 4 {
+				bucket = uint32(x)
+			} else {
+				rev = x
+			}
+			i += n + m
+			continue
+		}
+		skip, err := protohelpers.Skip(v[i:])
+		if err != nil {
+			return 0, 0, fmt.Errorf("the field at byte %d: %w", i, err)
+		}
+		if skip <= 0 {
+			return 0, 0, fmt.Errorf("the field at byte %d has a negative length", i)
+		}
+		i += skip
+	}
+	return bucket, rev, nil
+}
+
+// storedVarint reads a varint as generated decoders do: at most ten
+// bytes, the bits past 64 dropped. n is 0 when v ends first or the
+// varint is longer.
+func storedVarint(v []byte) (x uint64, n int) {
+	for shift := uint(0); shift < 64 && n < len(v); shift += 7 {
+		b := v[n]
+		n++
+		x |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			return x, n
+		}
+	}
+	return 0, 0
+}
+
+// checkCopiedRequests checks that the result of every request id the
+// chunks copy is a BatchResult of its chunk's bucket: decoded whole when
+// full (the leader, before the chunks go in the log: a source or a
+// backup file may send anything), or read by resultStamp (every member
+// at apply, which keeps the bytes and answers a retry from them).
+func checkCopiedRequests(chunks []*rspb.CopyChunk, full bool) error {
+	for _, c := range chunks {
+		for _, r := range c.GetRequests() {
+			if len(r.GetId()) == 0 || len(r.GetResult()) == 0 {
+				continue // nothing to remember (apply skips it)
+			}
+			var bucket uint32
+			var err error
+			if full {
+				res := &rspb.BatchResult{}
+				err = res.UnmarshalVT(r.GetResult())
+				bucket = res.GetBucket()
+			} else {
+				bucket, _, err = resultStamp(r.GetResult())
+			}
+			switch {
+			case err != nil:
+				return fmt.Errorf("bucket %d: the result copied with request id %x is not a BatchResult: %w", c.GetBucket(), r.GetId(), err)
+			case bucket != c.GetBucket():
+				return fmt.Errorf("bucket %d: the result copied with request id %x is of bucket %d", c.GetBucket(), r.GetId(), bucket)
+			}
+		}
+	}
+	return nil
 }
 
 // requestIDLen is the length of every request id the data service takes
@@ -327,16 +412,17 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 				_ = it.Close()
 				return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
 			}
-			res := &rspb.BatchResult{}
+			var bucket uint32
+			var rev uint64
 			v, err := it.ValueAndErr()
 			if err == nil {
-				err = res.UnmarshalVT(v)
+				bucket, rev, err = resultStamp(v)
 			}
 			if err != nil {
 				_ = it.Close()
 				return fmt.Errorf("replicaset: the result of request id key %x: %w", k, err)
 			}
-			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: res.GetBucket(), rev: res.GetRevision()})
+			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: bucket, rev: rev})
 		}
 		return it.Close()
 	})

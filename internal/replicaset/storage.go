@@ -475,6 +475,9 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 // one entry, counted in copyInLog: the clients' writes beside it are not
 // clean (writeDelay).
 func (s *Storage) proposeCopy(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) (Result, error) {
+	if err := checkCopiedRequests(chunks, true); err != nil {
+		return Result{}, status.Error(codes.InvalidArgument, err.Error())
+	}
 	s.copyInLog.proposed.Add(1)
 	defer s.copyInLog.answered.Add(1)
 	return s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})

@@ -924,9 +924,15 @@ func (x *EventOp) GetVersion() uint64 {
 
 // CopiedRequest is one remembered request id of a moving bucket.
 type CopiedRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Result        *BatchResult           `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The write's BatchResult as the source stores it (its bucket and
+	// revision set), carried as bytes: neither the source nor the
+	// destination's members decode it and encode it again. The encoding is
+	// that of a BatchResult field, so copies and backups written when this
+	// field was one read the same. The destination's leader checks it
+	// before proposing (Storage.proposeCopy).
+	Result        []byte `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -968,7 +974,7 @@ func (x *CopiedRequest) GetId() []byte {
 	return nil
 }
 
-func (x *CopiedRequest) GetResult() *BatchResult {
+func (x *CopiedRequest) GetResult() []byte {
 	if x != nil {
 		return x.Result
 	}
@@ -1984,10 +1990,10 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x04kind\x18\x02 \x01(\x0e2\x1e.shardkit.replicaset.v1.OpKindR\x04kind\x12\x10\n" +
 	"\x03key\x18\x03 \x01(\fR\x03key\x12\x14\n" +
 	"\x05tuple\x18\x04 \x01(\fR\x05tuple\x12\x18\n" +
-	"\aversion\x18\x05 \x01(\x04R\aversion\"\\\n" +
+	"\aversion\x18\x05 \x01(\x04R\aversion\"7\n" +
 	"\rCopiedRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\fR\x02id\x12;\n" +
-	"\x06result\x18\x02 \x01(\v2#.shardkit.replicaset.v1.BatchResultR\x06result\"E\n" +
+	"\x02id\x18\x01 \x01(\fR\x02id\x12\x16\n" +
+	"\x06result\x18\x02 \x01(\fR\x06result\"E\n" +
 	"\n" +
 	"SetBuckets\x127\n" +
 	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"_\n" +
@@ -2160,25 +2166,24 @@ var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
 	8,  // 11: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
 	10, // 12: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
 	0,  // 13: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
-	23, // 14: shardkit.replicaset.v1.CopiedRequest.result:type_name -> shardkit.replicaset.v1.BatchResult
-	6,  // 15: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	7,  // 16: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	25, // 17: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 18: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 19: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	15, // 20: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	18, // 21: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	19, // 22: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	23, // 23: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 24: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	21, // 25: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	22, // 26: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 27: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	28, // [28:28] is the sub-list for method output_type
-	28, // [28:28] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	6,  // 14: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	7,  // 15: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	25, // 16: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 17: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 18: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	15, // 19: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	18, // 20: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	19, // 21: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	23, // 22: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 23: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	21, // 24: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	22, // 25: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 26: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
