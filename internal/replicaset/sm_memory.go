@@ -147,33 +147,73 @@ const requestIDLen = 16
 type requestKey [requestIDLen]byte
 
 // idQueue is a window's ids in time order (the clock of the log never
-// goes back); q[head:] are still in it.
+// goes back), in blocks of idBlock: blocks[0][head:] and the blocks
+// after it are still in it.
 type idQueue[K comparable] struct {
-	q    []stampedID[K]
-	head int
-	// base is how many ids were dropped from the front of q (by forget's
-	// compaction): q[i] is the base+i-th id the queue ever held, a
-	// position that survives compaction.
+	blocks [][]stampedID[K]
+	head   int
+	// base is how many ids were dropped with the blocks before
+	// blocks[0]: blocks[i][j] is the base+i*idBlock+j-th id the queue
+	// ever held, a position that survives the drops.
 	base int
-	// byBucket indexes q[head:] by bucket: each bucket's positions, in
-	// order (ofBuckets reads a moving bucket's ids without walking a
-	// window of a million ids and more; 8 bytes an id).
+	// byBucket indexes the ids still in by bucket: each bucket's
+	// positions, in order (ofBuckets reads a moving bucket's ids without
+	// walking a window of a million ids and more; 8 bytes an id).
 	byBucket map[uint32][]int
 }
+
+// idBlock is how many ids a block of an idQueue holds. The queue grows a
+// block at a time and never copies the ids it holds: a move brings a
+// destination a bucket's ids by the thousand, and a queue in one slice,
+// grown by append, copied all of them again at each growth (a third of
+// the window's cost in a scale out).
+const idBlock = 4096
 
 // push appends an id to the queue.
 func (q *idQueue[K]) push(s stampedID[K]) {
 	if q.byBucket == nil {
 		q.byBucket = map[uint32][]int{}
 	}
-	q.byBucket[s.bucket] = append(q.byBucket[s.bucket], q.base+len(q.q))
-	q.q = append(q.q, s)
+	n := len(q.blocks)
+	if n == 0 || len(q.blocks[n-1]) == idBlock {
+		q.blocks = append(q.blocks, make([]stampedID[K], 0, idBlock))
+		n++
+	}
+	last := &q.blocks[n-1]
+	q.byBucket[s.bucket] = append(q.byBucket[s.bucket], q.base+(n-1)*idBlock+len(*last))
+	*last = append(*last, s)
+}
+
+// at is the id at position pos (one of byBucket's).
+func (q *idQueue[K]) at(pos int) *stampedID[K] {
+	i := pos - q.base
+	return &q.blocks[i/idBlock][i%idBlock]
+}
+
+// oldest is the oldest id still in the queue, nil if none is.
+func (q *idQueue[K]) oldest() *stampedID[K] {
+	if len(q.blocks) == 0 || q.head == len(q.blocks[0]) {
+		return nil // blocks[0] is the last block, and all of it is dropped
+	}
+	return &q.blocks[0][q.head]
+}
+
+// each calls fn on every id still in the queue, oldest first.
+func (q *idQueue[K]) each(fn func(*stampedID[K])) {
+	for i, blk := range q.blocks {
+		if i == 0 {
+			blk = blk[q.head:]
+		}
+		for j := range blk {
+			fn(&blk[j])
+		}
+	}
 }
 
 // ofBucket calls fn on the ids of bucket b in the queue, oldest first.
 func (q *idQueue[K]) ofBucket(b uint32, fn func(*stampedID[K])) {
 	for _, pos := range q.byBucket[b] {
-		fn(&q.q[pos-q.base])
+		fn(q.at(pos))
 	}
 }
 
@@ -291,14 +331,14 @@ func (w *requestWindow) forget(cutoff int64) {
 
 // expired reports whether the oldest id in q was written before cutoff.
 func (q *idQueue[K]) expired(cutoff int64) bool {
-	return q.head < len(q.q) && q.q[q.head].ms < cutoff
+	o := q.oldest()
+	return o != nil && o.ms < cutoff
 }
 
 // forget drops from q, and from at unless written again since, the ids
-// written before cutoff.
+// written before cutoff; a block all dropped goes.
 func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
-	for q.head < len(q.q) && q.q[q.head].ms < cutoff {
-		s := q.q[q.head]
+	for s := q.oldest(); s != nil && s.ms < cutoff; s = q.oldest() {
 		if at[s.id] == s.requestStamp {
 			delete(at, s.id)
 		}
@@ -307,15 +347,13 @@ func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
 		} else {
 			delete(q.byBucket, s.bucket)
 		}
-		q.q[q.head] = stampedID[K]{}
-		q.head++
-	}
-	if q.head > 1024 && 2*q.head > len(q.q) {
-		n := copy(q.q, q.q[q.head:]) // in place: the capacity stays
-		clear(q.q[n:])
-		q.q = q.q[:n]
-		q.base += q.head
-		q.head = 0
+		*s = stampedID[K]{}
+		if q.head++; q.head == idBlock {
+			q.blocks[0] = nil
+			q.blocks = q.blocks[1:]
+			q.base += idBlock
+			q.head = 0
+		}
 	}
 }
 

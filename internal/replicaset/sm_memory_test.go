@@ -468,7 +468,7 @@ func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 // ofBuckets reads a bucket's ids from the window's index by bucket: it
 // gives exactly the ids a walk of the whole window finds for the buckets
 // asked, in the order they were written, while the window adds ids,
-// forgets the oldest and compacts its queue (which shifts the positions
+// forgets the oldest and drops its queue's blocks (which moves the positions
 // the index holds), and after a reload.
 func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 	var w requestWindow
@@ -477,21 +477,21 @@ func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 	}
 	walk := func(buckets map[uint32]bool) map[uint32][]rememberedID {
 		out := map[uint32][]rememberedID{}
-		for _, s := range w.order.q[w.order.head:] {
+		w.order.each(func(s *stampedID[requestKey]) {
 			if buckets[s.bucket] && w.at[s.id] == s.requestStamp {
 				out[s.bucket] = append(out[s.bucket], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
 			}
-		}
-		for _, s := range w.odd.q[w.odd.head:] {
+		})
+		w.odd.each(func(s *stampedID[string]) {
 			if buckets[s.bucket] && w.other[s.id] == s.requestStamp {
 				out[s.bucket] = append(out[s.bucket], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
 			}
-		}
+		})
 		return out
 	}
 	rng := mrand.New(mrand.NewPCG(1, 2))
 	asked := map[uint32]bool{1: true, 3: true, 4: true}
-	compacted := 0
+	dropped := 0
 	for ms := int64(1); ms <= 400; ms++ {
 		for range 40 {
 			id := fmt.Appendf(nil, "%016d", rng.IntN(6000)) // some written again: the older stamp is no longer the id's
@@ -503,14 +503,14 @@ func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 		base := w.order.base
 		w.forget(ms - 50)
 		if w.order.base != base {
-			compacted++
+			dropped++
 		}
 		if got, want := w.ofBuckets(asked), walk(asked); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("at ms %d: ofBuckets gave %v,\nthe window holds %v", ms, got, want)
 		}
 	}
-	if compacted == 0 {
-		t.Fatal("the queue was never compacted: the test does not test the index's positions")
+	if dropped == 0 {
+		t.Fatal("no block of the queue was ever dropped: the test does not test the index's positions")
 	}
 	if err := w.load(func(add func([]byte, requestStamp)) error {
 		add(fmt.Appendf(nil, "%016d", 1), requestStamp{ms: 500, bucket: 3})
