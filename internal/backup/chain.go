@@ -1,6 +1,7 @@
 package backup
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -170,7 +171,11 @@ func EachComposed(chain []Link, fn func(c *rspb.CopyChunk) error) error {
 			}
 			whole := acc[b]
 			delete(acc, b)
-			for _, out := range composeBucket(whole, sets[b]) {
+			composed, err := composeBucket(whole, sets[b])
+			if err != nil {
+				return err
+			}
+			for _, out := range composed {
 				if err := fn(out); err != nil {
 					return err
 				}
@@ -193,10 +198,11 @@ func EachComposed(chain []Link, fn func(c *rspb.CopyChunk) error) error {
 // full backup holds them: its tuples in key order (space id, then key),
 // at most replicaset.CopyChunkTuples and about replicaset.MaxChunkBytes a
 // chunk, then its request ids and its history by revision, and on the
-// last chunk its revision. Without sets it is whole.
-func composeBucket(whole []*rspb.CopyChunk, sets [][]*rspb.CopyChunk) []*rspb.CopyChunk {
+// last chunk its revision. Without sets it is whole. An event that is no
+// Event (its revision unknown) is an error.
+func composeBucket(whole []*rspb.CopyChunk, sets [][]*rspb.CopyChunk) ([]*rspb.CopyChunk, error) {
 	if len(sets) == 0 {
-		return whole
+		return whole, nil
 	}
 	key := func(space uint32, k []byte) string {
 		return string(binary.BigEndian.AppendUint32(nil, space)) + string(k)
@@ -204,7 +210,8 @@ func composeBucket(whole []*rspb.CopyChunk, sets [][]*rspb.CopyChunk) []*rspb.Co
 	tuples := map[string]*rspb.CopiedTuple{}
 	requests := map[string]*rspb.CopiedRequest{}
 	var requestOrder []string
-	events := map[uint64]*rspb.Event{}
+	events := map[uint64][]byte{} // as stored, by revision
+	var bad error
 	var revision uint64
 	apply := func(c *rspb.CopyChunk) {
 		for _, t := range c.GetTuples() {
@@ -220,8 +227,13 @@ func composeBucket(whole []*rspb.CopyChunk, sets [][]*rspb.CopyChunk) []*rspb.Co
 			}
 			requests[id] = r
 		}
-		for _, ev := range c.GetEvents() {
-			events[ev.GetRevision()] = ev
+		for _, v := range c.GetEvents() {
+			ev := &rspb.Event{}
+			if err := ev.UnmarshalVT(v); err != nil {
+				bad = cmp.Or(bad, fmt.Errorf("backup: bucket %d: an event of its history is not an Event: %w", c.GetBucket(), err))
+				continue
+			}
+			events[ev.GetRevision()] = v
 		}
 		if c.GetLast() {
 			revision = c.GetRevision()
@@ -261,11 +273,14 @@ func composeBucket(whole []*rspb.CopyChunk, sets [][]*rspb.CopyChunk) []*rspb.Co
 		chunk.Requests = append(chunk.Requests, r)
 		added(r.SizeVT(), false)
 	}
+	if bad != nil {
+		return nil, bad
+	}
 	for _, rev := range slices.Sorted(maps.Keys(events)) {
-		ev := events[rev]
-		chunk.Events = append(chunk.Events, ev)
-		added(ev.SizeVT(), false)
+		v := events[rev]
+		chunk.Events = append(chunk.Events, v)
+		added(len(v), false)
 	}
 	chunk.Revision, chunk.Last = revision, true
-	return out
+	return out, nil
 }

@@ -32,8 +32,18 @@ func wholeBucket(b uint32, rev uint64, keys ...string) bucketChunks {
 	}
 	c.Last, c.Revision = true, rev
 	c.Requests = []*rspb.CopiedRequest{{Id: []byte(fmt.Sprint("req", rev))}}
-	c.Events = []*rspb.Event{{Bucket: b, Revision: rev}}
+	c.Events = [][]byte{storedEvent(b, rev)}
 	return append(out, c)
+}
+
+// storedEvent is an event of bucket b at revision rev as a replicaset
+// stores it and a backup carries it.
+func storedEvent(b uint32, rev uint64) []byte {
+	v, err := (&rspb.Event{Bucket: b, Revision: rev}).MarshalVT()
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 func tupleAt(k string, rev uint64) *rspb.CopiedTuple {
@@ -54,7 +64,7 @@ func changedBucket(b uint32, base, rev uint64, written, deleted []string) bucket
 	}
 	last.Requests = []*rspb.CopiedRequest{{Id: []byte(fmt.Sprint("req", rev))}}
 	for r := base + 1; r <= rev; r++ {
-		last.Events = append(last.Events, &rspb.Event{Bucket: b, Revision: r})
+		last.Events = append(last.Events, storedEvent(b, r))
 	}
 	return bucketChunks{first, last}
 }
@@ -190,7 +200,11 @@ func composeChain(t *testing.T, dir string) map[uint32]composed {
 		for _, r := range c.GetRequests() {
 			g.requests = append(g.requests, string(r.GetId()))
 		}
-		for _, ev := range c.GetEvents() {
+		for _, v := range c.GetEvents() {
+			ev := &rspb.Event{}
+			if err := ev.UnmarshalVT(v); err != nil {
+				return err
+			}
 			g.events = append(g.events, ev.GetRevision())
 		}
 		if c.GetLast() {
@@ -233,7 +247,10 @@ func TestComposeBucketCutsChunks(t *testing.T) {
 	for i := range replicaset.CopyChunkTuples + 10 {
 		keys = append(keys, fmt.Sprintf("k%05d", i))
 	}
-	out := composeBucket(wholeBucket(1, 5, keys...), [][]*rspb.CopyChunk{changedBucket(1, 5, 6, []string{"k00000"}, []string{"k00001"})})
+	out, err := composeBucket(wholeBucket(1, 5, keys...), [][]*rspb.CopyChunk{changedBucket(1, 5, 6, []string{"k00000"}, []string{"k00001"})})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(out) != 2 || len(out[0].GetTuples()) != replicaset.CopyChunkTuples || out[0].GetLast() || !out[1].GetLast() || out[1].GetRevision() != 6 {
 		t.Fatalf("%d chunks: the first of %d tuples (last %v), the last's revision %d", len(out), len(out[0].GetTuples()), out[0].GetLast(), out[len(out)-1].GetRevision())
 	}
@@ -347,5 +364,15 @@ func TestChainRefusesCycleAndBucketCount(t *testing.T) {
 	m.Base = &BaseRef{Dir: filepath.Join("..", "four"), ManifestSHA256: sum4}
 	if _, err := Chain(inc, m); err == nil || !strings.Contains(err.Error(), "has 4 buckets") {
 		t.Fatalf("another bucket count: %v", err)
+	}
+}
+
+// A change set's event that is no Event (its revision unknown) is an
+// error of the composition, naming the bucket, not an event dropped.
+func TestComposeBucketRefusesAnEventThatIsNoEvent(t *testing.T) {
+	set := changedBucket(1, 5, 6, []string{"k00000"}, nil)
+	set[len(set)-1].Events = append(set[len(set)-1].Events, []byte{0x10}) // a revision's tag, no value
+	if _, err := composeBucket(wholeBucket(1, 5, "k00000"), [][]*rspb.CopyChunk{set}); err == nil || !strings.Contains(err.Error(), "bucket 1") || !strings.Contains(err.Error(), "not an Event") {
+		t.Fatalf("composing an event that is no Event: %v", err)
 	}
 }

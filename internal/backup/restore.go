@@ -133,9 +133,17 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 		for _, t := range c.GetTuples() {
 			t.SpaceId = ids[t.GetSpaceId()]
 		}
-		for _, ev := range c.GetEvents() {
+		for i, v := range c.GetEvents() {
+			ev := &rspb.Event{}
+			if err := ev.UnmarshalVT(v); err != nil {
+				return fmt.Errorf("backup: bucket %d: event %d of its history is not an Event: %w", c.GetBucket(), i, err)
+			}
 			for _, op := range ev.GetOps() {
 				op.SpaceId = ids[op.GetSpaceId()]
+			}
+			var err error
+			if c.Events[i], err = ev.MarshalVT(); err != nil {
+				return err
 			}
 		}
 		return r.add(h, c)

@@ -204,7 +204,7 @@ func (cc *copyCursor) absent(k []byte) bool {
 // chunk.
 func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	outs := make([]*CopyOutcome, len(cc.GetChunks()))
-	if refused := checkCopiedRequests(cc.GetChunks(), false); refused != nil {
+	if refused := checkCopied(cc.GetChunks(), false); refused != nil {
 		for j := range outs {
 			outs[j] = &CopyOutcome{Refused: refused}
 		}
@@ -300,7 +300,7 @@ func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome
 			continue // this replicaset answered it itself (the source's answer, asked by a write)
 		}
 		// Kept as the source stored it (copyChunks checked that it names
-		// the bucket), and stamped with this log's clock, not the
+		// the bucket: checkCopied), and stamped with this log's clock, not the
 		// source's: remembered a little longer, never less.
 		_, rev, _ := resultStamp(r.GetResult())
 		a.rememberStored(r.GetId(), requestStamp{ms: a.now, bucket: b, rev: rev}, r.GetResult())

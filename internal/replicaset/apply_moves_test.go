@@ -563,13 +563,14 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	}
 }
 
-// A copied request id's result is kept as the bytes the source stored,
-// so it is checked before it is kept: whole by the destination's leader
-// before it proposes the chunks (a source or a backup file may send
-// anything), and its bucket by every member at apply. A chunk with a
-// result that fails is refused, with every chunk of its entry, naming
-// the id; nothing of the entry is applied.
-func TestACopiedRequestsResultIsCheckedBeforeItIsKept(t *testing.T) {
+// A copied request id's result and a copied event are kept as the bytes
+// the source stored, so they are checked before they are kept: whole by
+// the destination's leader before it builds tables of the chunks or
+// proposes them (a source or a backup file may send anything), and their
+// bucket (and an event's revision) by every member at apply. A chunk
+// with one that fails is refused, with every chunk of its entry, naming
+// it; nothing of the entry is applied.
+func TestWhatACopyCarriesAsStoredIsCheckedBeforeItIsKept(t *testing.T) {
 	const b = 5
 	dst := newFixture(t)
 	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
@@ -583,28 +584,45 @@ func TestACopiedRequestsResultIsCheckedBeforeItIsKept(t *testing.T) {
 		}
 		return v
 	}
-	// A result whose framing holds but whose first field is no OpResult
-	// (a field 1 of one byte, 0xff): apply's stamp reads past it, the
-	// leader's decoding does not.
-	badInside := append([]byte{0x0a, 0x01, 0xff}, result(b)...)
+	event := func(bucket uint32, rev uint64) []byte {
+		v, err := (&rspb.Event{Bucket: bucket, Revision: rev, TimeUnixMs: 1}).MarshalVT()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	// A result or an event whose framing holds but whose first field of
+	// a message is not one (a field of one byte, 0xff): apply's stamp
+	// reads past it, the leader's decoding does not.
+	badResult := append([]byte{0x0a, 0x01, 0xff}, result(b)...)
+	badEvent := append([]byte{0x22, 0x01, 0xff}, event(b, 4)...)
 	id := requestID(9)
 	leader := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "r2", DB: dst.db}}
 	for _, tc := range []struct {
 		name     string
 		result   []byte
+		event    []byte
 		atApply  string // what apply's refusal says ("": applied)
 		atLeader string // what the leader's says ("": proposed)
 	}{
-		{"cut short", result(b)[:3], "is not a BatchResult", "is not a BatchResult"},
-		{"of another bucket", result(b + 1), "is of bucket 6", "is of bucket 6"},
-		{"no OpResult inside", badInside, "", "is not a BatchResult"},
+		{"a result cut short", result(b)[:3], nil, "is not a BatchResult", "is not a BatchResult"},
+		{"a result of another bucket", result(b + 1), nil, "is of bucket 6", "is of bucket 6"},
+		{"a result with no OpResult inside", badResult, nil, "", "is not a BatchResult"},
+		{"an event cut short", result(b), event(b, 4)[:3], "is not an Event", "is not an Event"},
+		{"an event of another bucket", result(b), event(b+1, 4), "is of bucket 6, revision 4", "is of bucket 6, revision 4"},
+		{"an event of no revision", result(b), event(b, 0), "is of bucket 5, revision 0", "is of bucket 5, revision 0"},
+		{"an event with no EventOp inside", result(b), badEvent, "", "is not an Event"},
 	} {
 		chunks := []*rspb.CopyChunk{
 			{Bucket: b, Generation: 2, Tuples: copiedRows(t, "a", 1), Requests: []*rspb.CopiedRequest{{Id: id, Result: tc.result}}},
 		}
-		_, err := leader.proposeCopy(t.Context(), chunks, nil)
-		if tc.atLeader == "" && err != nil || tc.atLeader != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.atLeader) || !strings.Contains(err.Error(), fmt.Sprintf("%x", id))) {
-			t.Fatalf("%s: the leader's check: %v, want InvalidArgument naming the id and %q", tc.name, err, tc.atLeader)
+		named := fmt.Sprintf("%x", id)
+		if tc.event != nil {
+			chunks[0].Events, named = [][]byte{tc.event}, "event 0"
+		}
+		_, err := leader.checkedCopy(chunks)
+		if tc.atLeader == "" && err != nil || tc.atLeader != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.atLeader) || !strings.Contains(err.Error(), named)) {
+			t.Fatalf("%s: the leader's check: %v, want InvalidArgument naming %s and %q", tc.name, err, named, tc.atLeader)
 		}
 		if tc.atApply == "" {
 			continue

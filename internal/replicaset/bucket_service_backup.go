@@ -1,6 +1,8 @@
 package replicaset
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -123,10 +125,15 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 	if oldest == 0 || oldest > base {
 		return false, nil
 	}
-	var events []*rspb.Event
+	var events [][]byte // as stored, as a move's copy sends them
 	written := map[string]*rspb.TupleKey{}
-	if _, err := s.sm.Events(snap, bucket, base, func(ev *rspb.Event) bool {
-		events = append(events, ev)
+	var bad error
+	if _, err := s.sm.EventBytes(snap, bucket, base, func(v []byte) bool {
+		ev := &rspb.Event{}
+		if bad = ev.UnmarshalVT(v); bad != nil {
+			return false
+		}
+		events = append(events, bytes.Clone(v))
 		for _, op := range ev.GetOps() {
 			k := string(s.sm.k.tuple(bucket, op.GetSpaceId(), op.GetKey()))
 			if written[k] == nil {
@@ -134,8 +141,8 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 			}
 		}
 		return true
-	}); err != nil {
-		return false, status.Error(codes.Internal, err.Error())
+	}); err != nil || bad != nil {
+		return false, status.Error(codes.Internal, cmp.Or(bad, err).Error())
 	}
 	first.Changes = true
 	bc := ch.bucket(first)
@@ -179,9 +186,9 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 	if err != nil {
 		return false, err
 	}
-	for _, ev := range events {
-		bc.chunk.Events = append(bc.chunk.Events, ev)
-		if err := bc.added(ev.SizeVT(), false); err != nil {
+	for _, v := range events {
+		bc.chunk.Events = append(bc.chunk.Events, v)
+		if err := bc.added(len(v), false); err != nil {
 			return false, err
 		}
 	}
@@ -233,11 +240,9 @@ func (b *BucketService) RestoreBuckets(ctx context.Context, req *rspb.RestoreBuc
 	}
 	// As a move's copy (ReceiveBuckets), the rows go as tables every
 	// member ingests, unless the replicaset copies tuple by tuple.
-	var tables [][]byte
-	if s.cfg.CopyTables {
-		if tables, err = s.sm.CopyTables(s.cfg.DB, chunks); err != nil {
-			return nil, status.Error(codes.Internal, err.Error())
-		}
+	tables, err := s.checkedCopy(chunks)
+	if err != nil {
+		return nil, err
 	}
 	res, err := s.proposeCopy(ctx, chunks, tables)
 	if err != nil {

@@ -152,7 +152,11 @@ func TestBackupSendsABucketsChangesSinceItsBase(t *testing.T) {
 		for _, d := range c.GetDeleted() {
 			deleted = append(deleted, string(d.GetKey()))
 		}
-		for _, ev := range c.GetEvents() {
+		for _, v := range c.GetEvents() {
+			ev := &rspb.Event{}
+			if err := ev.UnmarshalVT(v); err != nil {
+				t.Fatalf("an event: %v", err)
+			}
 			events = append(events, ev.GetRevision())
 		}
 	}

@@ -227,15 +227,12 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			chunks, size := pending, pendingSize
 			pending, pendingSize = nil, 0
 			copiedBytes += int64(size)
-			var tables [][]byte
-			if s.cfg.CopyTables {
-				var err error
-				if tables, err = s.sm.CopyTables(s.cfg.DB, chunks); err != nil {
-					mu.Lock()
-					failed = cmp.Or(failed, status.Error(codes.Internal, err.Error()))
-					mu.Unlock()
-					return
-				}
+			tables, err := s.checkedCopy(chunks)
+			if err != nil {
+				mu.Lock()
+				failed = cmp.Or(failed, err)
+				mu.Unlock()
+				return
 			}
 			if err := s.copyPace.wait(ctx, size); err != nil {
 				mu.Lock()
@@ -321,7 +318,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 						pendingSize += len(r.GetId()) + len(r.GetResult())
 					}
 					for _, e := range ch.GetEvents() {
-						pendingSize += e.SizeVT()
+						pendingSize += len(e)
 					}
 				}
 				if mark != nil {
@@ -472,9 +469,9 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	}
 	// And its change history, for watchers behind it.
 	var evErr error
-	_, err = s.sm.Events(snap, bucket, 0, func(ev *rspb.Event) bool {
-		bc.chunk.Events = append(bc.chunk.Events, ev)
-		evErr = bc.added(ev.SizeVT(), false)
+	_, err = s.sm.EventBytes(snap, bucket, 0, func(v []byte) bool {
+		bc.chunk.Events = append(bc.chunk.Events, bytes.Clone(v)) // as stored: the destination's leader checks it (checkedCopy)
+		evErr = bc.added(len(v), false)
 		return evErr == nil
 	})
 	if evErr != nil {

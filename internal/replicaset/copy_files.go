@@ -132,12 +132,12 @@ func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, e
 		for _, t := range c.GetTuples() {
 			tuples = append(tuples, copyRow{b, sm.k.tuple(b, t.GetSpaceId(), t.GetKey()), encodeStored(t.GetVersion(), t.GetTuple())})
 		}
-		for _, ev := range c.GetEvents() {
-			v, err := ev.MarshalVT()
+		for _, v := range c.GetEvents() {
+			_, rev, err := eventStamp(v) // as the source stored it, checked (checkedCopy)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("bucket %d: a copied event: %w", b, err)
 			}
-			events = append(events, copyRow{b, sm.k.event(b, ev.GetRevision()), v})
+			events = append(events, copyRow{b, sm.k.event(b, rev), v})
 		}
 		c.Tuples, c.Events = nil, nil
 	}

@@ -380,10 +380,14 @@ func TestABucketsHistoryMovesWithIt(t *testing.T) {
 	}
 	src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst")
 	dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
-	history := func(f *fixture) (revs []uint64, evs []*rspb.Event) {
+	history := func(f *fixture) (revs []uint64, evs [][]byte) {
 		t.Helper()
 		if _, err := f.sm.Events(f.db, b, 0, func(ev *rspb.Event) bool {
-			revs, evs = append(revs, ev.GetRevision()), append(evs, ev)
+			v, err := ev.MarshalVT()
+			if err != nil {
+				t.Fatal(err)
+			}
+			revs, evs = append(revs, ev.GetRevision()), append(evs, v)
 			return true
 		}); err != nil {
 			t.Fatal(err)

@@ -2,6 +2,7 @@ package replicaset
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"sync"
@@ -223,24 +224,20 @@ func (a *applier) recordEvent(c *rspb.Batch, res *rspb.BatchResult) {
 // copyEvents keeps a moving bucket's history as its source sent it: the
 // revisions it lacks (its own, written since the move began, are above
 // the source's last).
-func (a *applier) copyEvents(b uint32, evs []*rspb.Event) {
+func (a *applier) copyEvents(b uint32, evs [][]byte) {
 	if len(evs) > 0 {
 		delete(a.sm.hist, b) // read again when next written
 	}
-	for _, ev := range evs {
+	for _, v := range evs {
 		if a.err != nil {
 			return
 		}
-		k := a.sm.k.event(b, ev.GetRevision())
+		_, rev, _ := eventStamp(v) // of bucket b, checked (copyChunks: checkCopied)
+		k := a.sm.k.event(b, rev)
 		if a.get(k) != nil {
 			continue
 		}
-		v, err := ev.MarshalVT()
-		if err != nil {
-			a.err = err
-			return
-		}
-		a.setUncached(k, v)
+		a.setUncached(k, v) // kept as the source stored it
 	}
 }
 
@@ -256,23 +253,47 @@ func (sm *SM) Events(r pebble.Reader, b uint32, after uint64, fn func(*rspb.Even
 	return eventsAt(it, it.First(), storage.PrefixEnd(sm.k.bucketEvents(b)), fn)
 }
 
+// EventBytes calls fn with bucket b's kept history after revision after,
+// each event as stored (an Event's encoding, fn's until it returns), in
+// revision order, until fn returns false: what a copy sends as it is.
+func (sm *SM) EventBytes(r pebble.Reader, b uint32, after uint64, fn func(v []byte) bool) (first uint64, err error) {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.event(b, after+1), UpperBound: storage.PrefixEnd(sm.k.bucketEvents(b))})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	return eventBytesAt(it, it.First(), storage.PrefixEnd(sm.k.bucketEvents(b)), fn)
+}
+
 // eventsAt calls fn with the events from it's position (ok: it has one)
 // up to the key end, until fn returns false, and returns the first
 // revision it found (0: none).
 func eventsAt(it *pebble.Iterator, ok bool, end []byte, fn func(*rspb.Event) bool) (first uint64, err error) {
+	var bad error
+	first, err = eventBytesAt(it, ok, end, func(v []byte) bool {
+		ev := &rspb.Event{}
+		if bad = ev.UnmarshalVT(v); bad != nil {
+			bad = fmt.Errorf("replicaset: event %x: %w", it.Key(), bad)
+			return false
+		}
+		return fn(ev)
+	})
+	return first, cmp.Or(bad, err)
+}
+
+// eventBytesAt is eventsAt with each event as stored; the first revision
+// is its key's.
+func eventBytesAt(it *pebble.Iterator, ok bool, end []byte, fn func(v []byte) bool) (first uint64, err error) {
 	for ; ok && bytes.Compare(it.Key(), end) < 0; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return first, err
 		}
-		ev := &rspb.Event{}
-		if err := ev.UnmarshalVT(v); err != nil {
-			return first, fmt.Errorf("replicaset: event %x: %w", it.Key(), err)
-		}
 		if first == 0 {
-			first = ev.GetRevision()
+			k := it.Key()
+			first = binary.BigEndian.Uint64(k[len(k)-8:])
 		}
-		if !fn(ev) {
+		if !fn(v) {
 			break
 		}
 	}

@@ -57,27 +57,42 @@ type requestStamp struct {
 }
 
 // resultStamp reads the bucket and the revision of a stored BatchResult
-// (its fields 4 and 5) and nothing else of it: a copied request id's
-// result is kept as the bytes its source stored (CopiedRequest.result),
-// and the window needs only these. It reads varints and skips fields as
-// the generated decoder does (which takes a tenth varint byte above 1),
-// and checks the framing, not the fields it skips;
-// FuzzResultStampAgreesWithTheDecoder holds it to that decoder.
+// (its fields 4 and 5), and eventStamp those of a stored Event (1 and
+// 2), and nothing else of them: a copied request id's result and a
+// copied event are kept as the bytes their source stored
+// (CopiedRequest.result, CopyChunk.events), and the copy needs only
+// these.
 func resultStamp(v []byte) (bucket uint32, rev uint64, err error) {
+	b, rev, err := storedVarints(v, 4, 5)
+	return uint32(b), rev, err
+}
+
+func eventStamp(v []byte) (bucket uint32, rev uint64, err error) {
+	b, rev, err := storedVarints(v, 1, 2)
+	return uint32(b), rev, err
+}
+
+// storedVarints reads the varint fields x and y of a message's encoding,
+// the last of each (0: absent). It reads varints and skips fields as the
+// generated decoder does (which takes a tenth varint byte above 1), and
+// checks the framing, not the fields it skips; the fuzz tests
+// FuzzResultStampAgreesWithTheDecoder and FuzzEventStampAgreesWithTheDecoder
+// hold it to that decoder.
+func storedVarints(v []byte, x, y uint64) (xv, yv uint64, err error) {
 	for i := 0; i < len(v); {
 		tag, n := storedVarint(v[i:])
 		if n == 0 {
 			return 0, 0, fmt.Errorf("a field's tag at byte %d is cut short or too long", i)
 		}
-		if num := tag >> 3; (num == 4 || num == 5) && tag&7 == 0 {
-			x, m := storedVarint(v[i+n:])
+		if num := tag >> 3; (num == x || num == y) && tag&7 == 0 {
+			val, m := storedVarint(v[i+n:])
 			if m == 0 {
 				return 0, 0, fmt.Errorf("field %d at byte %d is cut short or too long", num, i)
 			}
-			if num == 4 {
-				bucket = uint32(x)
+			if num == x {
+				xv = val
 			} else {
-				rev = x
+				yv = val
 			}
 			i += n + m
 			continue
@@ -91,7 +106,7 @@ func resultStamp(v []byte) (bucket uint32, rev uint64, err error) {
 		}
 		i += skip
 	}
-	return bucket, rev, nil
+	return xv, yv, nil
 }
 
 // storedVarint reads a varint as generated decoders do: at most ten
@@ -109,12 +124,14 @@ func storedVarint(v []byte) (x uint64, n int) {
 	return 0, 0
 }
 
-// checkCopiedRequests checks that the result of every request id the
-// chunks copy is a BatchResult of its chunk's bucket: decoded whole when
-// full (the leader, before the chunks go in the log: a source or a
-// backup file may send anything), or read by resultStamp (every member
-// at apply, which keeps the bytes and answers a retry from them).
-func checkCopiedRequests(chunks []*rspb.CopyChunk, full bool) error {
+// checkCopied checks what the chunks carry as their source stored it:
+// the result of every request id they copy is a BatchResult, and every
+// event of their history an Event (of a revision), of their chunk's
+// bucket. Decoded whole when full (the leader, before the chunks go in
+// the log or in its tables, Storage.checkedCopy: a source or a backup
+// file may send anything), or read by resultStamp and eventStamp (every
+// member at apply, which keeps the bytes and answers a retry from them).
+func checkCopied(chunks []*rspb.CopyChunk, full bool) error {
 	for _, c := range chunks {
 		for _, r := range c.GetRequests() {
 			if len(r.GetId()) == 0 || len(r.GetResult()) == 0 {
@@ -134,6 +151,24 @@ func checkCopiedRequests(chunks []*rspb.CopyChunk, full bool) error {
 				return fmt.Errorf("bucket %d: the result copied with request id %x is not a BatchResult: %w", c.GetBucket(), r.GetId(), err)
 			case bucket != c.GetBucket():
 				return fmt.Errorf("bucket %d: the result copied with request id %x is of bucket %d", c.GetBucket(), r.GetId(), bucket)
+			}
+		}
+		for i, v := range c.GetEvents() {
+			var bucket uint32
+			var rev uint64
+			var err error
+			if full {
+				ev := &rspb.Event{}
+				err = ev.UnmarshalVT(v)
+				bucket, rev = ev.GetBucket(), ev.GetRevision()
+			} else {
+				bucket, rev, err = eventStamp(v)
+			}
+			switch {
+			case err != nil:
+				return fmt.Errorf("bucket %d: copied event %d is not an Event: %w", c.GetBucket(), i, err)
+			case bucket != c.GetBucket() || rev == 0:
+				return fmt.Errorf("bucket %d: copied event %d is of bucket %d, revision %d", c.GetBucket(), i, bucket, rev)
 			}
 		}
 	}

@@ -471,13 +471,28 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 	return s.refused(batch.GetBucket(), sendingRefusal(batch.GetBucket(), st).GetRefusal())
 }
 
+// checkedCopy checks chunks of a copy or a restore whole (checkCopied:
+// what they carry as their source stored it goes in the log, or in
+// tables, as it came) and builds their tables when this replicaset copies
+// tables (CopyTables): what proposeCopy logs.
+func (s *Storage) checkedCopy(chunks []*rspb.CopyChunk) ([][]byte, error) {
+	if err := checkCopied(chunks, true); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if !s.cfg.CopyTables {
+		return nil, nil
+	}
+	tables, err := s.sm.CopyTables(s.cfg.DB, chunks)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return tables, nil
+}
+
 // proposeCopy logs chunks of a copy or a restore, with their tables, as
 // one entry, counted in copyInLog: the clients' writes beside it are not
 // clean (writeDelay).
 func (s *Storage) proposeCopy(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) (Result, error) {
-	if err := checkCopiedRequests(chunks, true); err != nil {
-		return Result{}, status.Error(codes.InvalidArgument, err.Error())
-	}
 	s.copyInLog.proposed.Add(1)
 	defer s.copyInLog.answered.Add(1)
 	return s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})

@@ -597,9 +597,12 @@ type CopyChunk struct {
 	// On the last chunk: the bucket's revision on the source (frozen, so
 	// final); the destination's revisions of the bucket continue above it.
 	Revision uint64 `protobuf:"varint,6,opt,name=revision,proto3" json:"revision,omitempty"`
-	// On the last chunk: the bucket's change history the source keeps
-	// (Event), so a watcher resuming from an older revision finds it here.
-	Events []*Event `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
+	// On the last chunk: the bucket's change history the source keeps, so
+	// a watcher resuming from an older revision finds it here: each an
+	// Event as the source stores it, carried as bytes as
+	// CopiedRequest.result is (the encoding of an Event field, which this
+	// field was).
+	Events [][]byte `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
 	// A chunk of a backup being restored (RestoreBuckets): applied to a
 	// bucket the replicaset holds ACTIVE, at any generation, instead of a
 	// receiving one; its last chunk does not mark the record copied.
@@ -692,7 +695,7 @@ func (x *CopyChunk) GetRevision() uint64 {
 	return 0
 }
 
-func (x *CopyChunk) GetEvents() []*Event {
+func (x *CopyChunk) GetEvents() [][]byte {
 	if x != nil {
 		return x.Events
 	}
@@ -931,7 +934,7 @@ type CopiedRequest struct {
 	// destination's members decode it and encode it again. The encoding is
 	// that of a BatchResult field, so copies and backups written when this
 	// field was one read the same. The destination's leader checks it
-	// before proposing (Storage.proposeCopy).
+	// before proposing (Storage.checkedCopy).
 	Result        []byte `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1961,7 +1964,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\x9a\x03\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xfb\x02\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
@@ -1970,8 +1973,8 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x06tuples\x18\x03 \x03(\v2#.shardkit.replicaset.v1.CopiedTupleR\x06tuples\x12\x12\n" +
 	"\x04last\x18\x04 \x01(\bR\x04last\x12A\n" +
 	"\brequests\x18\x05 \x03(\v2%.shardkit.replicaset.v1.CopiedRequestR\brequests\x12\x1a\n" +
-	"\brevision\x18\x06 \x01(\x04R\brevision\x125\n" +
-	"\x06events\x18\a \x03(\v2\x1d.shardkit.replicaset.v1.EventR\x06events\x12\x18\n" +
+	"\brevision\x18\x06 \x01(\x04R\brevision\x12\x16\n" +
+	"\x06events\x18\a \x03(\fR\x06events\x12\x18\n" +
 	"\arestore\x18\b \x01(\bR\arestore\x12\x18\n" +
 	"\achanges\x18\t \x01(\bR\achanges\x12:\n" +
 	"\adeleted\x18\n" +
@@ -2162,28 +2165,27 @@ var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
 	3,  // 7: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
 	14, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
 	11, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
-	9,  // 10: shardkit.replicaset.v1.CopyChunk.events:type_name -> shardkit.replicaset.v1.Event
-	8,  // 11: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
-	10, // 12: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
-	0,  // 13: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
-	6,  // 14: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	7,  // 15: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	25, // 16: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 17: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 18: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	15, // 19: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	18, // 20: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	19, // 21: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	23, // 22: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 23: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	21, // 24: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	22, // 25: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 26: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	27, // [27:27] is the sub-list for method output_type
-	27, // [27:27] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	8,  // 10: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
+	10, // 11: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
+	0,  // 12: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
+	6,  // 13: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	7,  // 14: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	25, // 15: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 16: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 17: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	15, // 18: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	18, // 19: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	19, // 20: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	23, // 21: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 22: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	21, // 23: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	22, // 24: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 25: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	26, // [26:26] is the sub-list for method output_type
+	26, // [26:26] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
