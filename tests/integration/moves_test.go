@@ -403,7 +403,18 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 		setFailpoint(t, victim, sc.failpoint, "kill")
 		b := buckets[i]
 		what := fmt.Sprintf("scenario %d: bucket %d, %s on %s (%s, leader %v)", i, b, sc.failpoint, victim.Name, sc.rs, sc.leader)
-		if out, errs, code := shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", dst, "--peer", strings.Join(c.peers, ",")); code != 0 {
+		move := func() (string, string, int) {
+			return shardkit(30*time.Second, "bucket", "move", fmt.Sprint(b), "--to", dst, "--peer", strings.Join(c.peers, ","))
+		}
+		out, errs, code := move()
+		// The last scenario's victim may not be Online again yet: the
+		// move is refused before it starts ("has no quorum"), so asking
+		// again is safe.
+		for deadline := time.Now().Add(30 * time.Second); code != 0 && strings.Contains(errs, "has no quorum") && time.Now().Before(deadline); {
+			time.Sleep(200 * time.Millisecond)
+			out, errs, code = move()
+		}
+		if code != 0 {
 			// The mover is the group-0 leader, which serves the call: killed
 			// at a step the move reaches before the call is answered, it
 			// takes the answer with it. The outcome is unknown, and the next
