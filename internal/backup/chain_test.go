@@ -376,3 +376,28 @@ func TestComposeBucketRefusesAnEventThatIsNoEvent(t *testing.T) {
 		t.Fatalf("composing an event that is no Event: %v", err)
 	}
 }
+
+// A restore gives the spaces a bucket names the restored cluster's ids,
+// in its tuples and in its history's events (stored bytes), and refuses
+// an event that is no Event, naming the bucket.
+func TestRenameSpacesRenamesTuplesAndHistory(t *testing.T) {
+	ev, err := (&rspb.Event{Bucket: 1, Revision: 5, Ops: []*rspb.EventOp{{SpaceId: 512, Key: []byte("k")}, {SpaceId: 513}}}).MarshalVT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &rspb.CopyChunk{Bucket: 1, Tuples: []*rspb.CopiedTuple{tupleAt("k", 5)}, Events: [][]byte{ev}}
+	if err := renameSpaces(c, map[uint32]uint32{512: 600, 513: 601}); err != nil {
+		t.Fatal(err)
+	}
+	got := &rspb.Event{}
+	if err := got.UnmarshalVT(c.GetEvents()[0]); err != nil {
+		t.Fatal(err)
+	}
+	if c.GetTuples()[0].GetSpaceId() != 600 || got.GetOps()[0].GetSpaceId() != 600 || got.GetOps()[1].GetSpaceId() != 601 || got.GetRevision() != 5 || string(got.GetOps()[0].GetKey()) != "k" {
+		t.Fatalf("renamed: tuple space %d, event %+v; want spaces 600 and 601, the rest as it was", c.GetTuples()[0].GetSpaceId(), got)
+	}
+	bad := &rspb.CopyChunk{Bucket: 7, Events: [][]byte{{0x10}}}
+	if err := renameSpaces(bad, map[uint32]uint32{}); err == nil || !strings.Contains(err.Error(), "bucket 7") {
+		t.Fatalf("an event that is no Event: %v", err)
+	}
+}

@@ -130,21 +130,8 @@ func Restore(ctx context.Context, cl Cluster, dir string, o RestoreOptions) (*Ma
 		}
 		c.Restore = true
 		c.Generation = 0
-		for _, t := range c.GetTuples() {
-			t.SpaceId = ids[t.GetSpaceId()]
-		}
-		for i, v := range c.GetEvents() {
-			ev := &rspb.Event{}
-			if err := ev.UnmarshalVT(v); err != nil {
-				return fmt.Errorf("backup: bucket %d: event %d of its history is not an Event: %w", c.GetBucket(), i, err)
-			}
-			for _, op := range ev.GetOps() {
-				op.SpaceId = ids[op.GetSpaceId()]
-			}
-			var err error
-			if c.Events[i], err = ev.MarshalVT(); err != nil {
-				return err
-			}
+		if err := renameSpaces(c, ids); err != nil {
+			return err
 		}
 		return r.add(h, c)
 	})
@@ -279,6 +266,30 @@ func (r *restorer) call(ctx context.Context, h *datav1.ReplicasetRoute, chunks [
 	}
 	if r.progress != nil {
 		r.progress(r.prog)
+	}
+	return nil
+}
+
+// renameSpaces gives the spaces c names (its tuples' and its history's)
+// the ids they have in the cluster restored into: ids maps the backup's
+// space ids to those. The history's events are stored bytes, so each is
+// decoded and encoded again.
+func renameSpaces(c *rspb.CopyChunk, ids map[uint32]uint32) error {
+	for _, t := range c.GetTuples() {
+		t.SpaceId = ids[t.GetSpaceId()]
+	}
+	for i, v := range c.GetEvents() {
+		ev := &rspb.Event{}
+		if err := ev.UnmarshalVT(v); err != nil {
+			return fmt.Errorf("backup: bucket %d: event %d of its history is not an Event: %w", c.GetBucket(), i, err)
+		}
+		for _, op := range ev.GetOps() {
+			op.SpaceId = ids[op.GetSpaceId()]
+		}
+		var err error
+		if c.Events[i], err = ev.MarshalVT(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -130,7 +130,8 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 	var bad error
 	if _, err := s.sm.EventBytes(snap, bucket, base, func(v []byte) bool {
 		ev := &rspb.Event{}
-		if bad = ev.UnmarshalVT(v); bad != nil {
+		if err := ev.UnmarshalVT(v); err != nil {
+			bad = fmt.Errorf("bucket %d: a stored event after revision %d: %w", bucket, base, err)
 			return false
 		}
 		events = append(events, bytes.Clone(v))

@@ -561,7 +561,7 @@ func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, fn func(r 
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-		// As stored: the destination's leader checks it (proposeCopy).
+		// As stored: the destination's leader checks it (checkedCopy).
 		if err := fn(&rspb.CopiedRequest{Id: ids[i].id, Result: bytes.Clone(v)}, len(ids[i].id)+len(v)); err != nil {
 			return err
 		}

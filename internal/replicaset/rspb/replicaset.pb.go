@@ -600,8 +600,8 @@ type CopyChunk struct {
 	// On the last chunk: the bucket's change history the source keeps, so
 	// a watcher resuming from an older revision finds it here: each an
 	// Event as the source stores it, carried as bytes as
-	// CopiedRequest.result is (the encoding of an Event field, which this
-	// field was).
+	// CopiedRequest.result is (the encoding of an Event field of the same
+	// number).
 	Events [][]byte `protobuf:"bytes,7,rep,name=events,proto3" json:"events,omitempty"`
 	// A chunk of a backup being restored (RestoreBuckets): applied to a
 	// bucket the replicaset holds ACTIVE, at any generation, instead of a
@@ -931,10 +931,10 @@ type CopiedRequest struct {
 	Id    []byte                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The write's BatchResult as the source stores it (its bucket and
 	// revision set), carried as bytes: neither the source nor the
-	// destination's members decode it and encode it again. The encoding is
-	// that of a BatchResult field, so copies and backups written when this
-	// field was one read the same. The destination's leader checks it
-	// before proposing (Storage.checkedCopy).
+	// destination's members decode it and encode it again. Its encoding is
+	// that of a BatchResult field of the same number, so a reader of either
+	// form reads both. The destination's leader checks it before proposing
+	// (Storage.checkedCopy).
 	Result        []byte `protobuf:"bytes,2,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
