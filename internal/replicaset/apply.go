@@ -405,7 +405,7 @@ func (a *applier) remember(id []byte, b uint32, res *rspb.BatchResult) {
 func (a *applier) rememberStored(id []byte, at requestStamp, v []byte) {
 	a.set(a.sm.k.requestID(at.ms, id), v)
 	if a.err == nil {
-		a.sm.reqs.add(id, at)
+		a.sm.reqs.add(id, at, v)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 
@@ -530,7 +531,7 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 
 	// The copy: the tuples and then the source's remembered ids.
 	var reqs []*rspb.CopiedRequest
-	if err := source.eachRequest(src.db, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+	if err := source.eachRequest(src.db, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], math.MaxUint64, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(reqs) != 2 {
@@ -555,11 +556,72 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	// Onward: the destination sends both ids with the bucket.
 	onward := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "r2", DB: dst.db}}
 	reqs = nil
-	if err := onward.eachRequest(dst.db, dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+	if err := onward.eachRequest(dst.db, dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], math.MaxUint64, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(reqs) != 2 {
 		t.Fatalf("the destination would send %d request ids on, want 2", len(reqs))
+	}
+}
+
+// A copy sends a request id's result from the window when the window kept
+// it, and the same bytes as the database holds: but only for the writes
+// its snapshot holds (the bucket's revision there), since the window runs
+// ahead of any snapshot; an id remembered after it is not sent, as the
+// database's snapshot does not know it either (a backup reads an active
+// bucket while it is written).
+func TestACopySendsTheKeptResultsOfItsSnapshotOnly(t *testing.T) {
+	const b = 5
+	f := newFixture(t)
+	f.setup()
+	for i := range 6 {
+		f.ok(&rspb.Batch{RequestId: requestID(byte(1 + i)), Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint(i), 1))}})
+		if i == 4 {
+			f.db.Flush() // some of them read from a table, some from the memtable
+		}
+	}
+	snap := f.db.NewSnapshot()
+	defer snap.Close()
+	rev, err := f.sm.RevisionOf(snap, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := requestID(9)
+	f.ok(&rspb.Batch{RequestId: after, Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "after", 1))}})
+	ids := f.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b]
+	read := make([]rememberedID, len(ids))
+	for i, r := range ids {
+		if r.result == nil {
+			t.Fatalf("the window kept no result of request id %x: the test does not test the kept results", r.id)
+		}
+		read[i] = r
+		read[i].result = nil
+	}
+	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
+	sent := func(ids []rememberedID) map[string][]byte {
+		out := map[string][]byte{}
+		if err := s.eachRequest(snap, ids, rev, func(r *rspb.CopiedRequest, n int) error {
+			if n != len(r.GetId())+len(r.GetResult()) {
+				t.Errorf("request id %x: size %d, want %d", r.GetId(), n, len(r.GetId())+len(r.GetResult()))
+			}
+			out[string(r.GetId())] = r.GetResult()
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	kept, stored := sent(ids), sent(read)
+	if len(stored) != 6 || stored[string(after)] != nil {
+		t.Fatalf("read from the snapshot, the copy sends %d ids (the one after it: %v), want the 6 before it", len(stored), stored[string(after)] != nil)
+	}
+	if len(kept) != len(stored) {
+		t.Fatalf("from the window the copy sends %d ids, from the snapshot %d: %q against %q", len(kept), len(stored), kept, stored)
+	}
+	for id, v := range stored {
+		if !bytes.Equal(kept[id], v) {
+			t.Fatalf("request id %x: the window's result %x, the database's %x", id, kept[id], v)
+		}
 	}
 }
 

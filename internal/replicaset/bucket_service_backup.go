@@ -180,7 +180,7 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 			since = append(since, r)
 		}
 	}
-	err = s.eachRequest(snap, since, func(r *rspb.CopiedRequest, n int) error {
+	err = s.eachRequest(snap, since, rev, func(r *rspb.CopiedRequest, n int) error {
 		bc.chunk.Requests = append(bc.chunk.Requests, r)
 		return bc.added(n, false)
 	})

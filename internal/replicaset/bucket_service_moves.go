@@ -458,9 +458,13 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	if err != nil {
 		return err
 	}
+	rev, err := s.sm.RevisionOf(snap, bucket)
+	if err != nil {
+		return status.Error(codes.Internal, err.Error())
+	}
 	// The bucket's remembered request ids go with it, so that a retry
 	// of a write applied here is answered there too.
-	err = s.eachRequest(snap, remembered, func(r *rspb.CopiedRequest, n int) error {
+	err = s.eachRequest(snap, remembered, rev, func(r *rspb.CopiedRequest, n int) error {
 		bc.chunk.Requests = append(bc.chunk.Requests, r)
 		return bc.added(n, false)
 	})
@@ -480,9 +484,7 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
-	if bc.chunk.Revision, err = s.sm.RevisionOf(snap, bucket); err != nil {
-		return status.Error(codes.Internal, err.Error())
-	}
+	bc.chunk.Revision = rev
 	bc.chunk.Last = true // this bucket is whole
 	return nil
 }
@@ -528,30 +530,47 @@ func (b *bucketChunks) added(n int, tuple bool) error {
 }
 
 // eachRequest calls fn with each of a bucket's remembered request ids
-// (requestWindow.ofBuckets), its result read from snap (an id forgotten
-// in snap is skipped), and its size, in key order. One iterator reads
-// them all, seeking forward: a Get each cost the source 8 µs an id, as
-// much as the rest of the copy of the id's tuple.
-func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, fn func(r *rspb.CopiedRequest, size int) error) error {
-	if len(ids) == 0 {
+// (requestWindow.ofBuckets), its result, and its size, in key order; upTo
+// is the bucket's revision in snap. A result the window kept is taken from
+// there if its batch's revision is at most upTo (so its write is in snap,
+// and the id too unless forgotten, which the window did first); the others
+// are read from snap, and an id forgotten in snap is skipped. The kept
+// come first, oldest first; the others after, in key order, read by one
+// iterator seeking forward (a Get each cost the source 8 µs an id).
+func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint64, fn func(r *rspb.CopiedRequest, size int) error) error {
+	var keys [][]byte
+	var order []int
+	for i, r := range ids {
+		if r.result != nil && r.rev != 0 && r.rev <= upTo {
+			continue
+		}
+		keys = append(keys, s.sm.k.requestID(r.ms, r.id))
+		order = append(order, i)
+	}
+	for _, r := range ids {
+		if r.result != nil && r.rev != 0 && r.rev <= upTo {
+			// As stored: the destination's leader checks it (checkedCopy).
+			if err := fn(&rspb.CopiedRequest{Id: r.id, Result: r.result}, len(r.id)+len(r.result)); err != nil {
+				return err
+			}
+		}
+	}
+	if len(order) == 0 {
 		return nil
 	}
-	keys := make([][]byte, len(ids))
-	for i, r := range ids {
-		keys[i] = s.sm.k.requestID(r.ms, r.id)
+	byKey := make([]int, len(order))
+	for i := range byKey {
+		byKey[i] = i
 	}
-	order := make([]int, len(ids))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortFunc(order, func(x, y int) int { return bytes.Compare(keys[x], keys[y]) })
-	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: keys[order[0]], UpperBound: append(bytes.Clone(keys[order[len(order)-1]]), 0)})
+	slices.SortFunc(byKey, func(x, y int) int { return bytes.Compare(keys[x], keys[y]) })
+	it, err := snap.NewIter(&pebble.IterOptions{LowerBound: keys[byKey[0]], UpperBound: append(bytes.Clone(keys[byKey[len(byKey)-1]]), 0)})
 	if err != nil {
 		return status.Error(codes.Internal, err.Error())
 	}
 	defer it.Close()
-	for _, i := range order {
-		if !it.SeekGE(keys[i]) || !bytes.Equal(it.Key(), keys[i]) {
+	for _, k := range byKey {
+		i := order[k]
+		if !it.SeekGE(keys[k]) || !bytes.Equal(it.Key(), keys[k]) {
 			if err := it.Error(); err != nil {
 				return status.Error(codes.Internal, err.Error())
 			}

@@ -103,6 +103,7 @@ var (
 func New(db *pebble.DB, g multiraft.GroupID) (*SM, error) {
 	sm := &SM{db: db, group: g, k: newKeys(uint64(g)), window: RequestIDWindow, changed: make(chan struct{}), feed: newFeed(FeedBytes),
 		rows: newRowCache(DefaultRowCacheBytes), filters: newKeyFilters(DefaultKeyFilterBytes)}
+	sm.reqs.keepLimit = RequestResultsKept
 	if err := sm.load(db); err != nil {
 		return nil, err
 	}

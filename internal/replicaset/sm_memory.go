@@ -37,13 +37,37 @@ import (
 // the only writer); other goroutines ask has, find and ofBuckets, under mu.
 // Like the bucket records it runs ahead of the database while a batch is
 // applied, never behind what readers see committed.
+//
+// It keeps each id's result as stored, too, up to RequestResultsKept bytes
+// of them: a bucket's copy then sends its ids' results without reading
+// them (a point read each, the ids being stored by time: 6 µs an id, the
+// largest cost of a copied tuple; docs/benchmarks.md, "Request results
+// kept in memory").
 type requestWindow struct {
 	mu    sync.RWMutex
 	at    map[requestKey]requestStamp
 	order idQueue[requestKey]
 	other map[string]requestStamp
 	odd   idQueue[string]
+	// kept is the bytes of results the queues hold (with those of ids
+	// forgotten whose block is not yet dropped), at most keepLimit
+	// (RequestResultsKept; 0 keeps none).
+	kept, keepLimit int
 }
+
+// RequestResultsKept is how many bytes of the remembered request ids'
+// results a replicaset member keeps in memory beside the ids, for the
+// copies of moving buckets (and backups) to send without reading them. A
+// result is as large as its batch's answer (a replace's holds its tuple);
+// once the window's kept results reach this, the next ones are read from
+// the database when a copy needs them, until older ones leave the window.
+// The memory they take is up to twice this while a block's results grow
+// (by append), and their block of ids stays until its last id leaves.
+const RequestResultsKept = 64 << 20
+
+// maxKeptResult is the largest result the window keeps: one larger is read
+// when needed, so that a few large answers do not take the room of many.
+const maxKeptResult = 1 << 10
 
 // requestStamp is when a remembered request id was written (ms, the
 // leader-stamped clock) and the bucket its write was of.
@@ -195,6 +219,10 @@ type idQueue[K comparable] struct {
 	// positions, in order (ofBuckets reads a moving bucket's ids without
 	// walking a window of a million ids and more; 8 bytes an id).
 	byBucket map[uint32][]int
+	// results[i] holds the results kept of blocks[i]'s ids, one after
+	// another (stampedID.res): only appended to, so a result handed out
+	// is never written over, and dropped with its block.
+	results [][]byte
 }
 
 // idBlock is how many ids a block of an idQueue holds. The queue grows a
@@ -204,19 +232,36 @@ type idQueue[K comparable] struct {
 // the window's cost in a scale out).
 const idBlock = 4096
 
-// push appends an id to the queue.
-func (q *idQueue[K]) push(s stampedID[K]) {
+// push appends an id to the queue, with its result if res is not nil.
+func (q *idQueue[K]) push(s stampedID[K], res []byte) {
 	if q.byBucket == nil {
 		q.byBucket = map[uint32][]int{}
 	}
 	n := len(q.blocks)
 	if n == 0 || len(q.blocks[n-1]) == idBlock {
 		q.blocks = append(q.blocks, make([]stampedID[K], 0, idBlock))
+		q.results = append(q.results, nil)
 		n++
 	}
 	last := &q.blocks[n-1]
 	q.byBucket[s.bucket] = append(q.byBucket[s.bucket], q.base+(n-1)*idBlock+len(*last))
+	if res != nil {
+		r := &q.results[n-1]
+		s.res = resultSpan{off: uint32(len(*r)), n: uint32(len(res))}
+		*r = append(*r, res...)
+	}
 	*last = append(*last, s)
+}
+
+// result is the result kept with the id at position pos, nil if none is.
+func (q *idQueue[K]) result(pos int) []byte {
+	i := pos - q.base
+	s := &q.blocks[i/idBlock][i%idBlock]
+	if s.res.n == 0 {
+		return nil
+	}
+	r := q.results[i/idBlock]
+	return r[s.res.off : s.res.off+s.res.n : s.res.off+s.res.n]
 }
 
 // at is the id at position pos (one of byBucket's).
@@ -245,48 +290,61 @@ func (q *idQueue[K]) each(fn func(*stampedID[K])) {
 	}
 }
 
-// ofBucket calls fn on the ids of bucket b in the queue, oldest first.
-func (q *idQueue[K]) ofBucket(b uint32, fn func(*stampedID[K])) {
+// ofBucket calls fn on the ids of bucket b in the queue, oldest first,
+// with their results if kept.
+func (q *idQueue[K]) ofBucket(b uint32, fn func(s *stampedID[K], res []byte)) {
 	for _, pos := range q.byBucket[b] {
-		fn(q.at(pos))
+		fn(q.at(pos), q.result(pos))
 	}
 }
 
 type stampedID[K comparable] struct {
 	requestStamp
-	id K
+	id  K
+	res resultSpan
 }
+
+// resultSpan is where in its block's results an id's result is kept (n
+// 0: not kept; a BatchResult stored with an id has a revision, so it is
+// never empty).
+type resultSpan struct{ off, n uint32 }
 
 // load replaces the window's ids with those fill adds, at once for has,
 // and only when fill succeeds (a failed reload leaves the window as it
 // was, no smaller: has must never miss an id apply would find).
-func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp)) error) error {
-	n := &requestWindow{at: map[requestKey]requestStamp{}, other: map[string]requestStamp{}}
+func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp, res []byte)) error) error {
+	n := &requestWindow{at: map[requestKey]requestStamp{}, other: map[string]requestStamp{}, keepLimit: w.keepLimit}
 	if err := fill(n.addLocked); err != nil {
 		return err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.at, w.order, w.other, w.odd = n.at, n.order, n.other, n.odd
+	w.at, w.order, w.other, w.odd, w.kept = n.at, n.order, n.other, n.odd, n.kept
 	return nil
 }
 
-func (w *requestWindow) add(id []byte, at requestStamp) {
+// add remembers id, written at at, with res, its result as stored (kept
+// while the window has room for it; add copies it).
+func (w *requestWindow) add(id []byte, at requestStamp, res []byte) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.addLocked(id, at)
+	w.addLocked(id, at, res)
 }
 
-func (w *requestWindow) addLocked(id []byte, at requestStamp) {
+func (w *requestWindow) addLocked(id []byte, at requestStamp, res []byte) {
+	if len(res) == 0 || len(res) > maxKeptResult || w.kept+len(res) > w.keepLimit {
+		res = nil
+	}
+	w.kept += len(res)
 	if len(id) == requestIDLen {
 		k := requestKey(id)
 		w.at[k] = at
-		w.order.push(stampedID[requestKey]{requestStamp: at, id: k})
+		w.order.push(stampedID[requestKey]{requestStamp: at, id: k}, res)
 		return
 	}
 	s := string(id)
 	w.other[s] = at
-	w.odd.push(stampedID[string]{requestStamp: at, id: s})
+	w.odd.push(stampedID[string]{requestStamp: at, id: s}, res)
 }
 
 // lookup returns when id was written, if that was at cutoff or later
@@ -320,11 +378,13 @@ func (w *requestWindow) find(id []byte) (requestStamp, bool) {
 }
 
 // rememberedID is a request id in the window, when it was written and
-// the revision its batch made.
+// the revision its batch made, and its result as stored if the window kept
+// it (not to be changed: it is the window's).
 type rememberedID struct {
-	id  []byte
-	ms  int64
-	rev uint64
+	id     []byte
+	ms     int64
+	rev    uint64
+	result []byte
 }
 
 // ofBuckets returns, for each of buckets, the ids in the window written
@@ -339,14 +399,14 @@ func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]remember
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	for b := range buckets {
-		w.order.ofBucket(b, func(s *stampedID[requestKey]) {
+		w.order.ofBucket(b, func(s *stampedID[requestKey], res []byte) {
 			if w.at[s.id] == s.requestStamp {
-				out[b] = append(out[b], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev})
+				out[b] = append(out[b], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev, result: res})
 			}
 		})
-		w.odd.ofBucket(b, func(s *stampedID[string]) {
+		w.odd.ofBucket(b, func(s *stampedID[string], res []byte) {
 			if w.other[s.id] == s.requestStamp {
-				out[b] = append(out[b], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev})
+				out[b] = append(out[b], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev, result: res})
 			}
 		})
 	}
@@ -360,8 +420,8 @@ func (w *requestWindow) forget(cutoff int64) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.order.forget(w.at, cutoff)
-	w.odd.forget(w.other, cutoff)
+	w.kept -= w.order.forget(w.at, cutoff)
+	w.kept -= w.odd.forget(w.other, cutoff)
 }
 
 // expired reports whether the oldest id in q was written before cutoff.
@@ -371,8 +431,9 @@ func (q *idQueue[K]) expired(cutoff int64) bool {
 }
 
 // forget drops from q, and from at unless written again since, the ids
-// written before cutoff; a block all dropped goes.
-func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
+// written before cutoff; a block all dropped goes, with its results. It
+// returns the bytes of the results it let go of.
+func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) (dropped int) {
 	for s := q.oldest(); s != nil && s.ms < cutoff; s = q.oldest() {
 		if at[s.id] == s.requestStamp {
 			delete(at, s.id)
@@ -384,12 +445,14 @@ func (q *idQueue[K]) forget(at map[K]requestStamp, cutoff int64) {
 		}
 		*s = stampedID[K]{}
 		if q.head++; q.head == idBlock {
-			q.blocks[0] = nil
-			q.blocks = q.blocks[1:]
+			dropped += len(q.results[0])
+			q.blocks[0], q.results[0] = nil, nil
+			q.blocks, q.results = q.blocks[1:], q.results[1:]
 			q.base += idBlock
 			q.head = 0
 		}
 	}
+	return dropped
 }
 
 // requestSlot is how much of the window (ms) one range deletion of expired
@@ -474,7 +537,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 	}
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
 	prefix := sm.k.requestIDs()
-	err = sm.reqs.load(func(add func(id []byte, at requestStamp)) error {
+	err = sm.reqs.load(func(add func(id []byte, at requestStamp, res []byte)) error {
 		it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(cutoff), UpperBound: storage.PrefixEnd(prefix)})
 		if err != nil {
 			return err
@@ -495,7 +558,7 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 				_ = it.Close()
 				return fmt.Errorf("replicaset: the result of request id key %x: %w", k, err)
 			}
-			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: bucket, rev: rev})
+			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: bucket, rev: rev}, v)
 		}
 		return it.Close()
 	})

@@ -435,12 +435,12 @@ func describeOutcome(o any) string {
 func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 	var w requestWindow
 	id := []byte("0123456789abcdef")
-	if err := w.load(func(add func([]byte, requestStamp)) error { add(id, requestStamp{ms: 5}); return nil }); err != nil {
+	if err := w.load(func(add func([]byte, requestStamp, []byte)) error { add(id, requestStamp{ms: 5}, nil); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	failed := errors.New("scan failed")
-	if err := w.load(func(add func([]byte, requestStamp)) error {
-		add([]byte("fedcba9876543210"), requestStamp{ms: 6})
+	if err := w.load(func(add func([]byte, requestStamp, []byte)) error {
+		add([]byte("fedcba9876543210"), requestStamp{ms: 6}, nil)
 		return failed
 	}); !errors.Is(err, failed) {
 		t.Fatalf("a failed reload: %v, want its error", err)
@@ -469,12 +469,30 @@ func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 // gives exactly the ids a walk of the whole window finds for the buckets
 // asked, in the order they were written, while the window adds ids,
 // forgets the oldest and drops its queue's blocks (which moves the positions
-// the index holds), and after a reload.
+// the index holds), and after a reload. The results it hands out with them
+// are those added with each, as long as the window had room for them: it
+// keeps no more than its limit, counts what its blocks hold, and keeps
+// results again once dropped blocks have made room.
 func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
-	var w requestWindow
-	if err := w.load(func(func([]byte, requestStamp)) error { return nil }); err != nil {
+	w := requestWindow{keepLimit: 150_000}
+	if err := w.load(func(func([]byte, requestStamp, []byte)) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
+	type added struct {
+		id string
+		ms int64
+	}
+	results := map[added][]byte{}
+	held := func() (n int) {
+		for _, r := range w.order.results {
+			n += len(r)
+		}
+		for _, r := range w.odd.results {
+			n += len(r)
+		}
+		return n
+	}
+	var kept, notKept, keptAfterRefusal int
 	walk := func(buckets map[uint32]bool) map[uint32][]rememberedID {
 		out := map[uint32][]rememberedID{}
 		w.order.each(func(s *stampedID[requestKey]) {
@@ -498,28 +516,54 @@ func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 			if rng.IntN(50) == 0 {
 				id = fmt.Appendf(nil, "odd-%d", rng.IntN(100)) // of another length
 			}
-			w.add(id, requestStamp{ms: ms, bucket: uint32(1 + rng.IntN(5)), rev: uint64(ms)})
+			res := fmt.Appendf(nil, "result of %s at %d", id, ms)
+			results[added{string(id), ms}] = res
+			w.add(id, requestStamp{ms: ms, bucket: uint32(1 + rng.IntN(5)), rev: uint64(ms)}, res)
 		}
 		base := w.order.base
 		w.forget(ms - 50)
 		if w.order.base != base {
 			dropped++
 		}
-		if got, want := w.ofBuckets(asked), walk(asked); fmt.Sprint(got) != fmt.Sprint(want) {
+		got, want := w.ofBuckets(asked), walk(asked)
+		for b, ids := range got {
+			for i, r := range ids {
+				switch {
+				case r.result == nil:
+					notKept++
+				case !bytes.Equal(r.result, results[added{string(r.id), r.ms}]):
+					t.Fatalf("at ms %d: id %s of %d came with the result %q, added with %q", ms, r.id, r.ms, r.result, results[added{string(r.id), r.ms}])
+				case notKept > 0:
+					keptAfterRefusal++
+					fallthrough
+				default:
+					kept++
+				}
+				ids[i].result = nil
+			}
+			got[b] = ids
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("at ms %d: ofBuckets gave %v,\nthe window holds %v", ms, got, want)
+		}
+		if h := held(); w.kept != h || w.kept > w.keepLimit {
+			t.Fatalf("at ms %d: the window counts %d bytes of results kept, its blocks hold %d; the limit is %d", ms, w.kept, h, w.keepLimit)
 		}
 	}
 	if dropped == 0 {
 		t.Fatal("no block of the queue was ever dropped: the test does not test the index's positions")
 	}
-	if err := w.load(func(add func([]byte, requestStamp)) error {
-		add(fmt.Appendf(nil, "%016d", 1), requestStamp{ms: 500, bucket: 3})
+	if kept == 0 || notKept == 0 || keptAfterRefusal == 0 {
+		t.Fatalf("results handed out kept %d, not kept %d, kept again after the window was full %d: the limit was never reached, or never made room", kept, notKept, keptAfterRefusal)
+	}
+	if err := w.load(func(add func([]byte, requestStamp, []byte)) error {
+		add(fmt.Appendf(nil, "%016d", 1), requestStamp{ms: 500, bucket: 3}, []byte("a result"))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.ofBuckets(asked); len(got) != 1 || len(got[3]) != 1 || got[3][0].ms != 500 {
-		t.Fatalf("after a reload ofBuckets gave %v, want the one id of bucket 3", got)
+	if got := w.ofBuckets(asked); len(got) != 1 || len(got[3]) != 1 || got[3][0].ms != 500 || string(got[3][0].result) != "a result" || w.kept != len("a result") {
+		t.Fatalf("after a reload ofBuckets gave %v (%d bytes of results kept), want the one id of bucket 3 with its result", got, w.kept)
 	}
 }
 
