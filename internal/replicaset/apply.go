@@ -56,6 +56,9 @@ type applier struct {
 	index uint64
 	now   int64
 	err   error // a storage failure: stops the host
+	// records is how many records of copied request ids this entry
+	// stored (rememberCopied): the next one's place in its key.
+	records uint32
 }
 
 // version is the version a write at this entry gives a tuple: the
@@ -289,8 +292,9 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	id := c.GetRequestId()
 	if len(id) > 0 && sm.remembersRequests() {
 		if ms, ok := sm.reqs.lookup(id, sm.requestCutoff(a.now)); ok {
-			v := a.get(sm.k.requestID(ms, id))
-			if a.err != nil {
+			v, err := sm.storedResult(a.b, ms, id)
+			if err != nil {
+				a.err = err
 				return nil
 			}
 			if v == nil {

@@ -235,6 +235,49 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	return outs
 }
 
+// rememberCopied remembers the request ids a chunk of bucket b brought
+// but those this replicaset knows already (it answered them itself, from
+// the source's answer asked by a write), with their results as the
+// source stored them (copyChunks checked that each names the bucket:
+// checkCopied), stamped with this log's clock, not the source's:
+// remembered a little longer, never less. The database keeps them as one
+// record under that time (requestRecord), not a key each: a copy brings
+// them by the thousand, and a key each cost every member an insert into
+// its apply batch's index and then its memtable, and a flush
+// (docs/benchmarks.md, "Request results kept in memory").
+func (a *applier) rememberCopied(b uint32, reqs []*rspb.CopiedRequest) {
+	cutoff := a.sm.requestCutoff(a.now)
+	var kept []*rspb.CopiedRequest
+	for _, r := range reqs {
+		if len(r.GetId()) == 0 || len(r.GetResult()) == 0 {
+			continue
+		}
+		if _, ok := a.sm.reqs.lookup(r.GetId(), cutoff); ok {
+			continue
+		}
+		kept = append(kept, r)
+	}
+	if len(kept) == 0 {
+		return
+	}
+	v, err := (&rspb.CopyChunk{Bucket: b, Requests: kept}).MarshalVT()
+	if err != nil {
+		a.err = err
+		return
+	}
+	a.set(a.sm.k.requestRecord(a.now, a.index, a.records), v)
+	a.records++
+	if a.err != nil {
+		return
+	}
+	a.sm.reqs.mu.Lock()
+	defer a.sm.reqs.mu.Unlock()
+	for _, r := range kept {
+		_, rev, _ := resultStamp(r.GetResult())
+		a.sm.reqs.addLocked(r.GetId(), requestStamp{ms: a.now, bucket: b, rev: rev}, r.GetResult())
+	}
+}
+
 // copyTakes says whether a bucket of record st takes a copy's chunk (or
 // a table's rows): a move's where it is receiving at the chunk's
 // generation; a backup's (restore) where it is active, at any generation,
@@ -291,22 +334,9 @@ func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome
 		a.addCount(b, sp, n)
 	}
 	a.copyEvents(b, c.GetEvents())
-	cutoff := a.sm.requestCutoff(a.now)
-	for _, r := range c.GetRequests() {
-		if len(r.GetId()) == 0 || len(r.GetResult()) == 0 {
-			continue
-		}
-		if _, ok := a.sm.reqs.lookup(r.GetId(), cutoff); ok {
-			continue // this replicaset answered it itself (the source's answer, asked by a write)
-		}
-		// Kept as the source stored it (copyChunks checked that it names
-		// the bucket: checkCopied), and stamped with this log's clock, not the
-		// source's: remembered a little longer, never less.
-		_, rev, _ := resultStamp(r.GetResult())
-		a.rememberStored(r.GetId(), requestStamp{ms: a.now, bucket: b, rev: rev}, r.GetResult())
-		if a.err != nil {
-			return nil
-		}
+	a.rememberCopied(b, c.GetRequests())
+	if a.err != nil {
+		return nil
 	}
 	if c.GetLast() {
 		// Counted again from the rows: a copy table ingested again (after

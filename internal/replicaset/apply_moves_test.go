@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -480,8 +481,10 @@ func TestARetryOfAWriteAppliedBeforeTheFreezeGetsItsAnswer(t *testing.T) {
 // before its freeze is answered on the destination, not applied a second
 // time there — before the copy ends (the destination's write asks the
 // source, whose answer apply remembers) and after it (the ids come with
-// the last chunk) — and the destination passes it on to the bucket's next
-// replicaset, across a restart too.
+// the last chunk, and are stored as one record) — and the destination
+// passes it on to the bucket's next replicaset, across a restart too,
+// from its window or its database alike; the record leaves the database
+// with the window's time slot.
 func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	const b = 5
 	src, dst := newFixture(t), newFixture(t)
@@ -562,6 +565,50 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	if len(reqs) != 2 {
 		t.Fatalf("the destination would send %d request ids on, want 2", len(reqs))
 	}
+	// The same, read from the database: one id under a key of its own
+	// (the answer a write asked of the source), one in the copy's record.
+	fromWindow := map[string][]byte{}
+	for _, r := range reqs {
+		fromWindow[string(r.GetId())] = r.GetResult()
+	}
+	ids := dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b]
+	for i := range ids {
+		ids[i].result = nil
+	}
+	reqs = nil
+	if err := onward.eachRequest(dst.db, ids, math.MaxUint64, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(reqs) != 2 {
+		t.Fatalf("read from the database, the destination would send %d request ids on, want 2", len(reqs))
+	}
+	for _, r := range reqs {
+		if !bytes.Equal(r.GetResult(), fromWindow[string(r.GetId())]) {
+			t.Fatalf("request id %x: the database's result %x, the window's %x", r.GetId(), r.GetResult(), fromWindow[string(r.GetId())])
+		}
+	}
+	if n := scanCount(t, dst.db, dst.sm.k.requestRecords()); n != 1 {
+		t.Fatalf("the destination stores %d records of copied request ids, want 1", n)
+	}
+	// Both leave the database a slot after the window.
+	dst.now += RequestIDWindow.Milliseconds() + 2*dst.sm.requestSlot()
+	dst.apply(&rspb.Command{Op: &rspb.Command_CreateBuckets{CreateBuckets: &rspb.CreateBuckets{First: 1, Last: 1}}}) // any entry moves the clock
+	if n := dst.storedRequestIDs(); n != 0 {
+		t.Fatalf("%d request ids stored after the window, want none", n)
+	}
+	if dst.sm.reqs.has(early) || dst.sm.reqs.has(late) {
+		t.Fatal("the window still holds the copied ids after it")
+	}
+}
+
+// scanCount counts the keys under prefix.
+func scanCount(t *testing.T, db pebble.Reader, prefix []byte) int {
+	t.Helper()
+	n := 0
+	if err := scan(db, prefix, func(_, _ []byte) error { n++; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 // A copy sends a request id's result from the window when the window kept
@@ -710,7 +757,7 @@ func TestWhatACopyCarriesAsStoredIsCheckedBeforeItIsKept(t *testing.T) {
 	if !ok || at.bucket != b || at.rev != 3 {
 		t.Fatalf("the copied id's stamp: %+v, %v; want bucket %d, revision 3", at, ok, b)
 	}
-	stored, err := get(dst.db, dst.sm.k.requestID(at.ms, id))
+	stored, err := dst.sm.storedResult(dst.db, at.ms, id)
 	if err != nil || !bytes.Equal(stored, good) {
 		t.Fatalf("stored %x, %v; want the copied bytes %x", stored, err, good)
 	}

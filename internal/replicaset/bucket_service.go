@@ -135,7 +135,7 @@ func (s *Storage) appliedResult(snap pebble.Reader, b uint32, id []byte) (*rspb.
 	if !ok || at.bucket != b {
 		return nil, nil
 	}
-	v, err := get(snap, s.sm.k.requestID(at.ms, id))
+	v, err := s.sm.storedResult(snap, at.ms, id)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 
@@ -534,9 +535,11 @@ func (b *bucketChunks) added(n int, tuple bool) error {
 // is the bucket's revision in snap. A result the window kept is taken from
 // there if its batch's revision is at most upTo (so its write is in snap,
 // and the id too unless forgotten, which the window did first); the others
-// are read from snap, and an id forgotten in snap is skipped. The kept
-// come first, oldest first; the others after, in key order, read by one
-// iterator seeking forward (a Get each cost the source 8 µs an id).
+// are read from snap (their keys, or the records of the copies that
+// brought them: requestRecord), and an id forgotten in snap is skipped.
+// The kept come first, oldest first; the others after, in key order,
+// read by one iterator seeking forward (a Get each cost the source 8 µs
+// an id).
 func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint64, fn func(r *rspb.CopiedRequest, size int) error) error {
 	var keys [][]byte
 	var order []int
@@ -568,12 +571,17 @@ func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint6
 		return status.Error(codes.Internal, err.Error())
 	}
 	defer it.Close()
+	missed := map[int64]map[string]bool{} // by time: ids with no key of their own
 	for _, k := range byKey {
 		i := order[k]
 		if !it.SeekGE(keys[k]) || !bytes.Equal(it.Key(), keys[k]) {
 			if err := it.Error(); err != nil {
 				return status.Error(codes.Internal, err.Error())
 			}
+			if missed[ids[i].ms] == nil {
+				missed[ids[i].ms] = map[string]bool{}
+			}
+			missed[ids[i].ms][string(ids[i].id)] = true
 			continue
 		}
 		v, err := it.ValueAndErr()
@@ -583,6 +591,28 @@ func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint6
 		// As stored: the destination's leader checks it (checkedCopy).
 		if err := fn(&rspb.CopiedRequest{Id: ids[i].id, Result: bytes.Clone(v)}, len(ids[i].id)+len(v)); err != nil {
 			return err
+		}
+	}
+	// The ids a copy brought are in its records, one read for all those of
+	// a time; one in neither was forgotten in snap.
+	for _, ms := range slices.Sorted(maps.Keys(missed)) {
+		var ferr error
+		err := s.sm.eachRequestRecordAt(snap, ms, func(c *rspb.CopyChunk) bool {
+			for _, q := range c.GetRequests() {
+				if missed[ms][string(q.GetId())] {
+					delete(missed[ms], string(q.GetId()))
+					if ferr = fn(q, len(q.GetId())+len(q.GetResult())); ferr != nil {
+						return false
+					}
+				}
+			}
+			return len(missed[ms]) > 0
+		})
+		if ferr != nil {
+			return ferr
+		}
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -485,7 +486,127 @@ func (sm *SM) expireRequests(b *pebble.Batch) error {
 		return nil
 	}
 	sm.reqDropped = to
-	return b.DeleteRange(sm.k.requestIDs(), sm.k.requestIDsAt(to), nil)
+	if err := b.DeleteRange(sm.k.requestIDs(), sm.k.requestIDsAt(to), nil); err != nil {
+		return err
+	}
+	return b.DeleteRange(sm.k.requestRecords(), sm.k.requestRecordsAt(to), nil)
+}
+
+// eachStoredRequest calls fn with every request id stored in r as
+// remembered at ms or later (i/ a key each, j/ a record of a copy's), its
+// stamp and its result as stored, in the order of their times: the
+// window's queue is kept in time order.
+func (sm *SM) eachStoredRequest(r pebble.Reader, ms int64, fn func(id []byte, at requestStamp, res []byte)) error {
+	ids, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(ms), UpperBound: storage.PrefixEnd(sm.k.requestIDs())})
+	if err != nil {
+		return err
+	}
+	defer ids.Close()
+	recs, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestRecordsAt(ms), UpperBound: storage.PrefixEnd(sm.k.requestRecords())})
+	if err != nil {
+		return err
+	}
+	defer recs.Close()
+	idPrefix, recPrefix := len(sm.k.requestIDs()), len(sm.k.requestRecords())
+	okID, okRec := ids.First(), recs.First()
+	for okID || okRec {
+		var idMs, recMs int64
+		if okID {
+			k := ids.Key()
+			if len(k) <= idPrefix+8 {
+				return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
+			}
+			idMs = int64(binary.BigEndian.Uint64(k[idPrefix:]))
+		}
+		if okRec {
+			k := recs.Key()
+			if len(k) != recPrefix+20 {
+				return fmt.Errorf("replicaset: request record key %x (a time, an index and a chunk expected after the prefix)", k)
+			}
+			recMs = int64(binary.BigEndian.Uint64(k[recPrefix:]))
+		}
+		if okID && (!okRec || idMs <= recMs) {
+			k := ids.Key()
+			v, err := ids.ValueAndErr()
+			var bucket uint32
+			var rev uint64
+			if err == nil {
+				bucket, rev, err = resultStamp(v)
+			}
+			if err != nil {
+				return fmt.Errorf("replicaset: the result of request id key %x: %w", k, err)
+			}
+			fn(k[idPrefix+8:], requestStamp{ms: idMs, bucket: bucket, rev: rev}, v)
+			okID = ids.Next()
+			continue
+		}
+		k := recs.Key()
+		v, err := recs.ValueAndErr()
+		c := &rspb.CopyChunk{}
+		if err == nil {
+			err = c.UnmarshalVT(v)
+		}
+		if err != nil {
+			return fmt.Errorf("replicaset: request record %x: %w", k, err)
+		}
+		for _, q := range c.GetRequests() {
+			_, rev, err := resultStamp(q.GetResult())
+			if err != nil {
+				return fmt.Errorf("replicaset: request record %x, request id %x: %w", k, q.GetId(), err)
+			}
+			fn(q.GetId(), requestStamp{ms: recMs, bucket: c.GetBucket(), rev: rev}, q.GetResult())
+		}
+		okRec = recs.Next()
+	}
+	if err := ids.Error(); err != nil {
+		return err
+	}
+	return recs.Error()
+}
+
+// storedResult reads the result stored for request id, remembered at ms:
+// under its key (i/), or else in the record of the copy that brought it
+// (j/, one of those stored at ms); nil if neither holds it.
+func (sm *SM) storedResult(r pebble.Reader, ms int64, id []byte) ([]byte, error) {
+	v, err := get(r, sm.k.requestID(ms, id))
+	if err != nil || v != nil {
+		return v, err
+	}
+	var found []byte
+	err = sm.eachRequestRecordAt(r, ms, func(c *rspb.CopyChunk) bool {
+		for _, q := range c.GetRequests() {
+			if bytes.Equal(q.GetId(), id) {
+				found = q.GetResult()
+				return false
+			}
+		}
+		return true
+	})
+	return found, err
+}
+
+// eachRequestRecordAt calls fn with each record of copied request ids
+// stored at ms, until fn returns false.
+func (sm *SM) eachRequestRecordAt(r pebble.Reader, ms int64, fn func(*rspb.CopyChunk) bool) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestRecordsAt(ms), UpperBound: sm.k.requestRecordsAt(ms + 1)})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		c := &rspb.CopyChunk{}
+		if err == nil {
+			err = c.UnmarshalVT(v)
+		}
+		if err != nil {
+			return fmt.Errorf("replicaset: request record %x: %w", it.Key(), err)
+		}
+		if !fn(c) {
+			return nil
+		}
+	}
+	return it.Error()
 }
 
 // loadMemory reads the bucket records, the counts and the request ids in
@@ -536,33 +657,9 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 		return err
 	}
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
-	prefix := sm.k.requestIDs()
-	err = sm.reqs.load(func(add func(id []byte, at requestStamp, res []byte)) error {
-		it, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(cutoff), UpperBound: storage.PrefixEnd(prefix)})
-		if err != nil {
-			return err
-		}
-		for ok := it.First(); ok; ok = it.Next() {
-			k := it.Key()
-			if len(k) <= len(prefix)+8 {
-				_ = it.Close()
-				return fmt.Errorf("replicaset: request id key %x (a time and a non-empty id expected after the prefix)", k)
-			}
-			var bucket uint32
-			var rev uint64
-			v, err := it.ValueAndErr()
-			if err == nil {
-				bucket, rev, err = resultStamp(v)
-			}
-			if err != nil {
-				_ = it.Close()
-				return fmt.Errorf("replicaset: the result of request id key %x: %w", k, err)
-			}
-			add(k[len(prefix)+8:], requestStamp{ms: int64(binary.BigEndian.Uint64(k[len(prefix):])), bucket: bucket, rev: rev}, v)
-		}
-		return it.Close()
-	})
-	if err != nil {
+	if err := sm.reqs.load(func(add func(id []byte, at requestStamp, res []byte)) error {
+		return sm.eachStoredRequest(r, cutoff, add)
+	}); err != nil {
 		return err
 	}
 	sm.reqDropped = sm.requestsDroppedBefore(sm.clock)

@@ -19,11 +19,22 @@ import (
 	"github.com/shardkit/shardkit/tuple"
 )
 
-// storedRequestIDs counts the request ids the database holds.
+// storedRequestIDs counts the request ids the database holds: under keys
+// of their own, and in the records of copies.
 func (f *fixture) storedRequestIDs() int {
 	f.t.Helper()
 	n := 0
 	if err := scan(f.db, f.sm.k.requestIDs(), func(_, _ []byte) error { n++; return nil }); err != nil {
+		f.t.Fatal(err)
+	}
+	if err := scan(f.db, f.sm.k.requestRecords(), func(_, v []byte) error {
+		c := &rspb.CopyChunk{}
+		if err := c.UnmarshalVT(v); err != nil {
+			return err
+		}
+		n += len(c.GetRequests())
+		return nil
+	}); err != nil {
 		f.t.Fatal(err)
 	}
 	return n

@@ -84,6 +84,11 @@ func GroupPrefix(top string, group uint64) []byte {
 //	                                   (ms, the clock c/ at its entry): ids leave
 //	                                   the window in key order, a whole time slot
 //	                                   at a time, by one range deletion
+//	j/<ms:8><index:8><chunk:4>         the request ids a copy's chunk brought a
+//	                                   bucket, one record (a CopyChunk of its
+//	                                   requests) for all of them, under the time
+//	                                   of the copy's entry (index, the chunk's
+//	                                   place in it): they leave with i/'s slots
 //
 // Every sub-keyspace is its letter and '/'. <bucket:4> and <space:4> are
 // big-endian; <key> is the primary key in the tuple package's
@@ -100,4 +105,5 @@ const (
 	DataEvent     = 'e'
 	DataHistory   = 'h'
 	DataRequestID = 'i'
+	DataRequests  = 'j'
 )
