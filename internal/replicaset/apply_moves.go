@@ -244,7 +244,7 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 // record under that time (requestRecord), not a key each: a copy brings
 // them by the thousand, and a key each cost every member an insert into
 // its apply batch's index and then its memtable, and a flush
-// (docs/benchmarks.md, "Request results kept in memory").
+// (docs/benchmarks.md, "Copied request ids as one record").
 func (a *applier) rememberCopied(b uint32, reqs []*rspb.CopiedRequest) {
 	cutoff := a.sm.requestCutoff(a.now)
 	var kept []*rspb.CopiedRequest

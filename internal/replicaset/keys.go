@@ -98,7 +98,7 @@ func (k keys) requestID(ms int64, id []byte) []byte {
 // requestRecord is j/<ms:8><index:8><chunk:4>: the request ids the chunk
 // at place chunk of the copy entry at index brought, remembered at ms.
 func (k keys) requestRecord(ms int64, index uint64, chunk uint32) []byte {
-	out := binary.BigEndian.AppendUint64(k.sub(storage.DataRequests, 20), uint64(ms))
+	out := binary.BigEndian.AppendUint64(k.sub(storage.DataRequestRecord, 20), uint64(ms))
 	out = binary.BigEndian.AppendUint64(out, index)
 	return binary.BigEndian.AppendUint32(out, chunk)
 }
@@ -106,10 +106,10 @@ func (k keys) requestRecord(ms int64, index uint64, chunk uint32) []byte {
 // requestRecords is the prefix of every record of copied request ids,
 // and requestRecordsAt(ms) the first key of those remembered at ms or
 // later.
-func (k keys) requestRecords() []byte { return k.sub(storage.DataRequests, 0) }
+func (k keys) requestRecords() []byte { return k.sub(storage.DataRequestRecord, 0) }
 
 func (k keys) requestRecordsAt(ms int64) []byte {
-	return binary.BigEndian.AppendUint64(k.sub(storage.DataRequests, 8), uint64(ms))
+	return binary.BigEndian.AppendUint64(k.sub(storage.DataRequestRecord, 8), uint64(ms))
 }
 
 // requestIDs is the prefix of every request id, and requestIDsAt(ms) the

@@ -94,16 +94,16 @@ func GroupPrefix(top string, group uint64) []byte {
 // big-endian; <key> is the primary key in the tuple package's
 // order-preserving key codec.
 const (
-	DataSpace     = 's'
-	DataSchema    = 'v'
-	DataClock     = 'c'
-	DataBucket    = 'b'
-	DataTuple     = 't'
-	DataTombstone = 'x'
-	DataCount     = 'n'
-	DataRevision  = 'r'
-	DataEvent     = 'e'
-	DataHistory   = 'h'
-	DataRequestID = 'i'
-	DataRequests  = 'j'
+	DataSpace         = 's'
+	DataSchema        = 'v'
+	DataClock         = 'c'
+	DataBucket        = 'b'
+	DataTuple         = 't'
+	DataTombstone     = 'x'
+	DataCount         = 'n'
+	DataRevision      = 'r'
+	DataEvent         = 'e'
+	DataHistory       = 'h'
+	DataRequestID     = 'i'
+	DataRequestRecord = 'j'
 )
