@@ -624,7 +624,9 @@ func TestACopySendsTheKeptResultsOfItsSnapshotOnly(t *testing.T) {
 	for i := range 6 {
 		f.ok(&rspb.Batch{RequestId: requestID(byte(1 + i)), Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint(i), 1))}})
 		if i == 4 {
-			f.db.Flush() // some of them read from a table, some from the memtable
+			if err := f.db.Flush(); err != nil { // some of them read from a table, some from the memtable
+				t.Fatal(err)
+			}
 		}
 	}
 	snap := f.db.NewSnapshot()

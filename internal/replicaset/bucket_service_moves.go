@@ -531,32 +531,28 @@ func (b *bucketChunks) added(n int, tuple bool) error {
 }
 
 // eachRequest calls fn with each of a bucket's remembered request ids
-// (requestWindow.ofBuckets), its result, and its size, in key order; upTo
-// is the bucket's revision in snap. A result the window kept is taken from
+// (requestWindow.ofBuckets), its result as stored, and its size; upTo is
+// the bucket's revision in snap. A result the window kept is taken from
 // there if its batch's revision is at most upTo (so its write is in snap,
-// and the id too unless forgotten, which the window did first); the others
-// are read from snap (their keys, or the records of the copies that
-// brought them: requestRecord), and an id forgotten in snap is skipped.
-// The kept come first, oldest first; the others after, in key order,
-// read by one iterator seeking forward (a Get each cost the source 8 µs
-// an id).
+// and the id too unless forgotten, which the window did first). The
+// others are read from snap, after the kept ones: their keys by one
+// iterator seeking forward in key order (a Get each costs 8 µs an id),
+// then the records of the copies that brought the ids without a key
+// (requestRecord); an id in neither was forgotten in snap and is skipped.
+// Every result is sent as stored: the destination's leader checks it
+// (checkedCopy).
 func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint64, fn func(r *rspb.CopiedRequest, size int) error) error {
 	var keys [][]byte
-	var order []int
+	var order []int // ids[order[k]] is the id of keys[k]
 	for i, r := range ids {
 		if r.result != nil && r.rev != 0 && r.rev <= upTo {
+			if err := fn(&rspb.CopiedRequest{Id: r.id, Result: r.result}, len(r.id)+len(r.result)); err != nil {
+				return err
+			}
 			continue
 		}
 		keys = append(keys, s.sm.k.requestID(r.ms, r.id))
 		order = append(order, i)
-	}
-	for _, r := range ids {
-		if r.result != nil && r.rev != 0 && r.rev <= upTo {
-			// As stored: the destination's leader checks it (checkedCopy).
-			if err := fn(&rspb.CopiedRequest{Id: r.id, Result: r.result}, len(r.id)+len(r.result)); err != nil {
-				return err
-			}
-		}
 	}
 	if len(order) == 0 {
 		return nil
@@ -588,13 +584,12 @@ func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint6
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-		// As stored: the destination's leader checks it (checkedCopy).
 		if err := fn(&rspb.CopiedRequest{Id: ids[i].id, Result: bytes.Clone(v)}, len(ids[i].id)+len(v)); err != nil {
 			return err
 		}
 	}
-	// The ids a copy brought are in its records, one read for all those of
-	// a time; one in neither was forgotten in snap.
+	// The ids a copy brought are in its records: one read for all those
+	// of a time.
 	for _, ms := range slices.Sorted(maps.Keys(missed)) {
 		var ferr error
 		err := s.sm.eachRequestRecordAt(snap, ms, func(c *rspb.CopyChunk) bool {
