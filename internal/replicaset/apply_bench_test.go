@@ -274,7 +274,7 @@ func BenchmarkCopyTables(b *testing.B) {
 	cpu0, ok := processCPU()
 	b.ResetTimer()
 	for _, e := range entries {
-		if _, err := sm.CopyTables(db, e.GetCopyChunks().GetChunks()); err != nil {
+		if _, _, err := sm.CopyTables(db, e.GetCopyChunks().GetChunks()); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -366,7 +366,7 @@ func benchCopy(b *testing.B, written, tables bool) {
 		entries = copyEntries(b.N, copyPerTables)
 		for _, e := range entries {
 			cc := e.GetCopyChunks()
-			if cc.Tables, err = sm.CopyTables(db, cc.GetChunks()); err != nil {
+			if cc.Tables, cc.Summaries, err = sm.CopyTables(db, cc.GetChunks()); err != nil {
 				b.Fatal(err)
 			}
 		}

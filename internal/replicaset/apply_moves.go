@@ -213,7 +213,7 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 	var tabled map[uint32]*tableCopied
 	if len(cc.GetTables()) > 0 {
 		var refused error
-		tabled, refused = a.copyTables(cc.GetChunks(), cc.GetTables())
+		tabled, refused = a.copyTables(cc.GetChunks(), cc.GetTables(), cc.GetSummaries())
 		if a.err != nil {
 			return nil
 		}

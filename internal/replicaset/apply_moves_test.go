@@ -731,7 +731,7 @@ func TestWhatACopyCarriesAsStoredIsCheckedBeforeItIsKept(t *testing.T) {
 		if tc.event != nil {
 			chunks[0].Events, named = [][]byte{tc.event}, "event 0"
 		}
-		_, err := leader.checkedCopy(chunks)
+		_, _, err := leader.checkedCopy(chunks, nil)
 		if tc.atLeader == "" && err != nil || tc.atLeader != "" && (status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.atLeader) || !strings.Contains(err.Error(), named)) {
 			t.Fatalf("%s: the leader's check: %v, want InvalidArgument naming %s and %q", tc.name, err, named, tc.atLeader)
 		}

@@ -50,6 +50,21 @@ func (b *BucketService) leader(rsID string, bucket uint32) (*Storage, error) {
 // order of their keys (space id, then key), as a copy sends them, with
 // the bytes each takes in storage.
 func (s *Storage) eachTuple(r pebble.Reader, bucket uint32, fn func(t *rspb.CopiedTuple, size int) error) error {
+	at := s.sm.k.tupleSpaceAt()
+	return s.eachTupleRow(r, bucket, func(k, v []byte) error {
+		ver, t, err := decodeStored(v)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+		space := binary.BigEndian.Uint32(k[at:])
+		ct := &rspb.CopiedTuple{SpaceId: space, Key: append([]byte(nil), k[at+4:]...), Version: ver, Tuple: append([]byte(nil), t...)}
+		return fn(ct, len(k)+len(v))
+	})
+}
+
+// eachTupleRow calls fn with the key and stored value of every tuple of
+// bucket in r, in key order (both valid during the call).
+func (s *Storage) eachTupleRow(r pebble.Reader, bucket uint32, fn func(k, v []byte) error) error {
 	prefix := s.sm.k.bucketTuples(bucket)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: prefix, UpperBound: storage.PrefixEnd(prefix)})
 	if err != nil {
@@ -65,13 +80,7 @@ func (s *Storage) eachTuple(r pebble.Reader, bucket uint32, fn func(t *rspb.Copi
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-		ver, t, err := decodeStored(v)
-		if err != nil {
-			return status.Error(codes.Internal, err.Error())
-		}
-		space := binary.BigEndian.Uint32(k[len(prefix):])
-		ct := &rspb.CopiedTuple{SpaceId: space, Key: append([]byte(nil), k[len(prefix)+4:]...), Version: ver, Tuple: append([]byte(nil), t...)}
-		if err := fn(ct, len(k)+len(v)); err != nil {
+		if err := fn(k, v); err != nil {
 			return err
 		}
 	}

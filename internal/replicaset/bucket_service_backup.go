@@ -199,10 +199,10 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 
 // backupSender is a backup stream's flush: each part waits for elastic's
 // pace (with a limiter of its own) unless unpaced, then goes.
-func backupSender(ctx context.Context, elastic *elasticPace, unpaced bool, send func(*rspb.BackupBucketsResponse) error) func([]*rspb.CopyChunk, []*rspb.BucketRefusal) error {
+func backupSender(ctx context.Context, elastic *elasticPace, unpaced bool, send func(*rspb.BackupBucketsResponse) error) func(*rspb.SendBucketsResponse) error {
 	pace := &copyPace{elastic: elastic}
-	return func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error {
-		resp := &rspb.BackupBucketsResponse{Chunks: chunks, Refused: refused}
+	return func(part *rspb.SendBucketsResponse) error {
+		resp := &rspb.BackupBucketsResponse{Chunks: part.GetChunks(), Refused: part.GetRefused()}
 		if !unpaced {
 			if err := pace.wait(ctx, resp.SizeVT()); err != nil {
 				return err
@@ -241,11 +241,11 @@ func (b *BucketService) RestoreBuckets(ctx context.Context, req *rspb.RestoreBuc
 	}
 	// As a move's copy (ReceiveBuckets), the rows go as tables every
 	// member ingests, unless the replicaset copies tuple by tuple.
-	tables, err := s.checkedCopy(chunks)
+	cc, _, err := s.checkedCopy(chunks, nil)
 	if err != nil {
 		return nil, err
 	}
-	res, err := s.proposeCopy(ctx, chunks, tables)
+	res, err := s.proposeCopy(ctx, cc)
 	if err != nil {
 		return nil, err
 	}

@@ -32,8 +32,8 @@ func TestABackupRestoresIntoAnActiveBucket(t *testing.T) {
 	}
 	source := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: src.db}}
 	var chunks []*rspb.CopyChunk
-	ch := &chunker{limit: 2, flush: func(cs []*rspb.CopyChunk, _ []*rspb.BucketRefusal) error {
-		chunks = append(chunks, cs...)
+	ch := &chunker{limit: 2, flush: func(part *rspb.SendBucketsResponse) error {
+		chunks = append(chunks, part.GetChunks()...)
 		return nil
 	}}
 	if err := source.chunkBucket(src.db, ch, &rspb.CopyChunk{Bucket: b, Restore: true}, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b]); err != nil {
@@ -95,8 +95,8 @@ func changesSince(t *testing.T, f *fixture, b uint32, base uint64) ([]*rspb.Copy
 	t.Helper()
 	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
 	var chunks []*rspb.CopyChunk
-	ch := &chunker{limit: 2, flush: func(cs []*rspb.CopyChunk, _ []*rspb.BucketRefusal) error {
-		chunks = append(chunks, cs...)
+	ch := &chunker{limit: 2, flush: func(part *rspb.SendBucketsResponse) error {
+		chunks = append(chunks, part.GetChunks()...)
 		return nil
 	}}
 	sent, err := s.chunkChanges(f.db, ch, &rspb.CopyChunk{Bucket: b}, f.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], base)

@@ -151,12 +151,12 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		copiedBytes int64
 	)
 	// apply logs chunks as one entry and records their outcomes.
-	apply := func(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) error {
-		res, err := s.proposeCopy(ctx, chunks, tables)
+	apply := func(ctx context.Context, cc *rspb.CopyChunks) error {
+		res, err := s.proposeCopy(ctx, cc)
 		if err != nil {
 			return err
 		}
-		outs := res.Copies
+		chunks, outs := cc.GetChunks(), res.Copies
 		if len(outs) != len(chunks) {
 			return status.Errorf(codes.Internal, "replicaset: %d outcomes of a copy of %d chunks", len(outs), len(chunks))
 		}
@@ -194,7 +194,13 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if len(ask) == 0 {
 			return nil
 		}
-		stream, err := c.SendBuckets(ctx, &rspb.SendBucketsRequest{ReplicasetId: req.GetFrom(), Buckets: ask})
+		// A leader that copies tables asks the source to write them
+		// (docs/design/moves.md, "The source writes the tables").
+		sreq := &rspb.SendBucketsRequest{ReplicasetId: req.GetFrom(), Buckets: ask}
+		if s.cfg.CopyTables {
+			sreq.TableGroup, sreq.ChunkTuples = uint64(s.sm.group), CopyTableTuples
+		}
+		stream, err := c.SendBuckets(ctx, sreq)
 		if err != nil {
 			return err
 		}
@@ -214,6 +220,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		var wg sync.WaitGroup
 		slots := make(chan struct{}, CopyPipeline)
 		var pending []*rspb.CopyChunk
+		var pendingTables [][]byte // the source's tables of pending
 		pendingSize := 0
 		// Under mu: per bucket, the entries with its tuples proposed and
 		// not yet applied; the marks of buckets whose last chunk arrived,
@@ -225,16 +232,17 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			if len(pending) == 0 {
 				return
 			}
-			chunks, size := pending, pendingSize
-			pending, pendingSize = nil, 0
-			copiedBytes += int64(size)
-			tables, err := s.checkedCopy(chunks)
+			chunks, tables, size := pending, pendingTables, pendingSize
+			pending, pendingTables, pendingSize = nil, nil, 0
+			cc, tableSize, err := s.checkedCopy(chunks, tables)
 			if err != nil {
 				mu.Lock()
 				failed = cmp.Or(failed, err)
 				mu.Unlock()
 				return
 			}
+			size += tableSize
+			copiedBytes += int64(size)
 			if err := s.copyPace.wait(ctx, size); err != nil {
 				mu.Lock()
 				failed = cmp.Or(failed, err)
@@ -247,20 +255,20 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				inflight[c.GetBucket()]++
 			}
 			if failed == nil { // after a failure no bucket is marked: the stream is asked again
-				chunks = append(chunks, ready...) // marks of buckets whose tuples are all applied
+				cc.Chunks = append(cc.Chunks, ready...) // marks of buckets whose tuples are all applied
 				ready = nil
 			}
 			mu.Unlock()
 			wg.Go(func() {
 				defer func() { <-slots }()
-				err := apply(ctx, chunks, tables)
+				err := apply(ctx, cc)
 				mu.Lock()
 				defer mu.Unlock()
 				if err != nil {
 					failed = cmp.Or(failed, err)
 					return // its buckets' marks wait for a retry of the stream
 				}
-				for _, c := range chunks {
+				for _, c := range cc.GetChunks() {
 					b := c.GetBucket()
 					if c.GetLast() {
 						continue // a mark
@@ -299,6 +307,13 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 				}
 			}
 			mu.Unlock()
+			// The source's tables hold the rows of this response's chunks:
+			// they go in an entry of their own, with every chunk.
+			tabled := len(got.GetTables()) > 0
+			if tabled {
+				flush()
+				pendingTables = got.GetTables()
+			}
 			for _, ch := range got.GetChunks() {
 				if _, ok := index[ch.GetBucket()]; !ok {
 					continue // not asked for (a confused source): ignored
@@ -310,7 +325,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 					mark = &rspb.CopyChunk{Bucket: ch.GetBucket(), Generation: ch.GetGeneration(), Last: true, Revision: ch.GetRevision()}
 					ch.Last, ch.Revision = false, 0
 				}
-				if len(ch.GetTuples()) > 0 || len(ch.GetRequests()) > 0 || len(ch.GetEvents()) > 0 {
+				if tabled || len(ch.GetTuples()) > 0 || len(ch.GetRequests()) > 0 || len(ch.GetEvents()) > 0 {
 					pending = append(pending, ch)
 					for _, t := range ch.GetTuples() {
 						pendingSize += len(t.GetKey()) + len(t.GetTuple())
@@ -331,9 +346,12 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 					}
 					mu.Unlock()
 				}
-				if pendingSize >= MaxChunkBytes || tupleCount(pending) >= entryTuples {
+				if !tabled && (pendingSize >= MaxChunkBytes || tupleCount(pending) >= entryTuples) {
 					flush()
 				}
+			}
+			if tabled {
+				flush()
 			}
 		}
 		flush()
@@ -348,7 +366,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		if len(marks) == 0 {
 			return nil
 		}
-		return apply(ctx, marks, nil)
+		return apply(ctx, &rspb.CopyChunks{Chunks: marks})
 	})
 	if err != nil {
 		return nil, err
@@ -394,16 +412,24 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 	defer s.sending.give(n)
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
-	ch := &chunker{limit: int(req.GetChunkTuples()), flush: func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error {
-		return stream.Send(&rspb.SendBucketsResponse{Chunks: chunks, Refused: refused})
-	}}
+	ch := &chunker{limit: int(req.GetChunkTuples()), flush: stream.Send}
+	buckets := req.GetBuckets()
+	if g := req.GetTableGroup(); g != 0 {
+		// The rows go as tables keyed for the destination's group, the
+		// buckets in order, so that each table's keys are.
+		ch.tables = &sourceTables{dst: newKeys(g)}
+		buckets = slices.SortedFunc(slices.Values(buckets), func(x, y *rspb.BucketGeneration) int { return cmp.Compare(x.GetBucket(), y.GetBucket()) })
+	}
 	// The buckets' remembered request ids, in one walk of the window.
 	asked := map[uint32]bool{}
-	for _, bg := range req.GetBuckets() {
+	for _, bg := range buckets {
+		if asked[bg.GetBucket()] {
+			return status.Errorf(codes.InvalidArgument, "bucket %d is named twice", bg.GetBucket())
+		}
 		asked[bg.GetBucket()] = true
 	}
 	remembered := s.sm.reqs.ofBuckets(asked)
-	for _, bg := range req.GetBuckets() {
+	for _, bg := range buckets {
 		bucket := bg.GetBucket()
 		st, err := s.sm.BucketStateOf(snap, bucket)
 		if err != nil {
@@ -421,14 +447,17 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 }
 
 // chunker cuts a stream of buckets into chunks of at most limit tuples
-// (0: CopyChunkTuples) and about MaxChunkBytes, and hands each full part
-// of the stream, with the buckets refused so far, to flush.
+// (0: CopyChunkTuples; with tables, CopyTableTuples) and about
+// MaxChunkBytes, and hands each full part of the stream, with the buckets
+// refused so far, to flush; with tables, the chunks' rows go in the
+// part's tables.
 type chunker struct {
 	limit       int
 	count, size int
 	chunks      []*rspb.CopyChunk
 	refused     []*rspb.BucketRefusal
-	flush       func(chunks []*rspb.CopyChunk, refused []*rspb.BucketRefusal) error
+	tables      *sourceTables
+	flush       func(*rspb.SendBucketsResponse) error
 }
 
 // send flushes what the chunker holds, if anything.
@@ -436,9 +465,72 @@ func (c *chunker) send() error {
 	if len(c.chunks) == 0 && len(c.refused) == 0 {
 		return nil
 	}
-	err := c.flush(c.chunks, c.refused)
+	part := &rspb.SendBucketsResponse{Chunks: c.chunks, Refused: c.refused}
+	if c.tables != nil {
+		var err error
+		if part.Tables, err = c.tables.finish(); err != nil {
+			return status.Error(codes.Internal, err.Error())
+		}
+	}
+	err := c.flush(part)
 	c.chunks, c.refused, c.count, c.size = nil, nil, 0, 0
 	return err
+}
+
+// sourceTables are the tables of a part of a source's stream
+// (SendBucketsResponse.tables): its buckets' history and their tuples,
+// each as the destination keys them (dst). A history's table sorts before
+// the tuples' (e/ before t/), and each is written in key order: the
+// buckets go in order, each bucket's tuples and then its history.
+type sourceTables struct {
+	dst            keys
+	events, tuples *copyTable
+	key            []byte // a destination key being built
+}
+
+// tuple writes the tuple of bucket b at the source's key k (under src's
+// prefix), with its stored value v.
+func (t *sourceTables) tuple(src keys, b uint32, k, v []byte) error {
+	if t.tuples == nil {
+		t.tuples = newCopyTable()
+	}
+	t.key = append(append(t.key[:0], t.dst.prefix...), k[len(src.prefix):]...)
+	return t.tuples.set(t.dst, b, true, t.key, v)
+}
+
+// event writes an event of bucket b as stored, at its revision.
+func (t *sourceTables) event(b uint32, v []byte) error {
+	bucket, rev, err := eventStamp(v)
+	switch {
+	case err != nil:
+		return fmt.Errorf("replicaset: bucket %d's stored event: %w", b, err)
+	case bucket != b || rev == 0:
+		return fmt.Errorf("replicaset: bucket %d's stored event is of bucket %d, revision %d", b, bucket, rev)
+	}
+	if t.events == nil {
+		t.events = newCopyTable()
+	}
+	return t.events.set(t.dst, b, false, t.dst.event(b, rev), v)
+}
+
+// finish returns the tables written since the last finish, the history's
+// first.
+func (t *sourceTables) finish() ([][]byte, error) {
+	var out [][]byte
+	for _, ct := range []*copyTable{t.events, t.tuples} {
+		if ct == nil {
+			continue
+		}
+		sst, err := ct.finish()
+		if err != nil {
+			return nil, err
+		}
+		if sst != nil {
+			out = append(out, sst)
+		}
+	}
+	t.events, t.tuples = nil, nil
+	return out, nil
 }
 
 func (c *chunker) refuse(bucket uint32, reason string) {
@@ -452,10 +544,20 @@ func (c *chunker) refuse(bucket uint32, reason string) {
 func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered []rememberedID) error {
 	bucket := first.GetBucket()
 	bc := ch.bucket(first)
-	err := s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
-		bc.chunk.Tuples = append(bc.chunk.Tuples, t)
-		return bc.added(n, true)
-	})
+	var err error
+	if ch.tables != nil {
+		err = s.eachTupleRow(snap, bucket, func(k, v []byte) error {
+			if err := ch.tables.tuple(s.sm.k, bucket, k, v); err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+			return bc.added(len(k)+len(v), true)
+		})
+	} else {
+		err = s.eachTuple(snap, bucket, func(t *rspb.CopiedTuple, n int) error {
+			bc.chunk.Tuples = append(bc.chunk.Tuples, t)
+			return bc.added(n, true)
+		})
+	}
 	if err != nil {
 		return err
 	}
@@ -475,8 +577,15 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	// And its change history, for watchers behind it.
 	var evErr error
 	_, err = s.sm.EventBytes(snap, bucket, 0, func(v []byte) bool {
-		bc.chunk.Events = append(bc.chunk.Events, bytes.Clone(v)) // as stored: the destination's leader checks it (checkedCopy)
-		evErr = bc.added(len(v), false)
+		// As stored: the destination's leader checks it (checkedCopy).
+		if ch.tables != nil {
+			evErr = ch.tables.event(bucket, v)
+		} else {
+			bc.chunk.Events = append(bc.chunk.Events, bytes.Clone(v))
+		}
+		if evErr == nil {
+			evErr = bc.added(len(v), false)
+		}
 		return evErr == nil
 	})
 	if evErr != nil {
@@ -501,9 +610,12 @@ type bucketChunks struct {
 
 // bucket begins a bucket's chunks with first.
 func (c *chunker) bucket(first *rspb.CopyChunk) *bucketChunks {
-	limit := c.limit
-	if limit <= 0 || limit > CopyChunkTuples {
-		limit = CopyChunkTuples
+	limit, most := c.limit, CopyChunkTuples
+	if c.tables != nil {
+		most = CopyTableTuples
+	}
+	if limit <= 0 || limit > most {
+		limit = most
 	}
 	c.chunks = append(c.chunks, first)
 	return &bucketChunks{ch: c, first: first, chunk: first, limit: limit}

@@ -87,23 +87,40 @@ func (w *memWritable) Finish() error        { return nil }
 func (w *memWritable) Abort()               {}
 
 // copyTable writes sorted (strictly increasing) keys and their values as
-// an sstable.
+// an sstable, and sums up what it holds (CopyTableSummary).
 type copyTable struct {
 	out *memWritable
 	w   *sstable.Writer
 	n   int
+	sum *rspb.CopyTableSummary
 }
 
 func newCopyTable() *copyTable {
 	out := &memWritable{}
-	return &copyTable{out: out, w: sstable.NewWriter(out, sstable.WriterOptions{
+	return &copyTable{out: out, sum: &rspb.CopyTableSummary{}, w: sstable.NewWriter(out, sstable.WriterOptions{
 		TableFormat:  copyTableFormat,
 		FilterPolicy: bloom.FilterPolicy(copyFilterBits),
 	})}
 }
 
-func (t *copyTable) set(k, v []byte) error {
+// set writes the row of key k (of k's layout: kl) and value v, of bucket
+// b, a tuple's or a history's.
+func (t *copyTable) set(kl keys, b uint32, tuple bool, k, v []byte) error {
 	t.n++
+	var tb *rspb.CopyTableBucket
+	if n := len(t.sum.Buckets); n > 0 && t.sum.Buckets[n-1].Bucket == b && t.sum.Buckets[n-1].Tuples == tuple {
+		tb = t.sum.Buckets[n-1]
+	} else {
+		tb = &rspb.CopyTableBucket{Bucket: b, Tuples: tuple, First: bytes.Clone(k)}
+		t.sum.Buckets = append(t.sum.Buckets, tb)
+	}
+	tb.Last = append(tb.Last[:0], k...)
+	if tuple {
+		if tb.BySpace == nil {
+			tb.BySpace = map[uint32]uint64{}
+		}
+		tb.BySpace[binary.BigEndian.Uint32(k[kl.tupleSpaceAt():])]++
+	}
 	return t.w.Set(k, v)
 }
 
@@ -119,13 +136,13 @@ func (t *copyTable) finish() ([]byte, error) {
 }
 
 // CopyTables builds the tables of a copy entry (CopyChunks.tables) from
-// its chunks' tuples, in this replicaset's key layout, and takes the
-// tuples out of the chunks. It leaves out the keys r (this member's
-// database) holds a tuple or a tombstone of, and cuts a table wherever r
-// holds a tuple key of a bucket other than those around it (nil r:
-// none). The tuples may come in any order; of two of the same key the
-// first is kept.
-func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, error) {
+// its chunks' tuples and events, in this replicaset's key layout, with
+// their summaries (CopyChunks.summaries), and takes the tuples and events
+// out of the chunks. It leaves out the keys r (this member's database)
+// holds a tuple or a tombstone of, and cuts a table wherever r holds a
+// key of a bucket other than those around it (nil r: none). The tuples
+// may come in any order; of two of the same key the first is kept.
+func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, []*rspb.CopyTableSummary, error) {
 	var tuples, events []copyRow
 	for _, c := range chunks {
 		b := c.GetBucket()
@@ -135,7 +152,7 @@ func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, e
 		for _, v := range c.GetEvents() {
 			_, rev, err := eventStamp(v) // as the source stored it, checked (checkedCopy)
 			if err != nil {
-				return nil, fmt.Errorf("bucket %d: a copied event: %w", b, err)
+				return nil, nil, fmt.Errorf("bucket %d: a copied event: %w", b, err)
 			}
 			events = append(events, copyRow{b, sm.k.event(b, rev), v})
 		}
@@ -143,12 +160,92 @@ func (sm *SM) CopyTables(r pebble.Reader, chunks []*rspb.CopyChunk) ([][]byte, e
 	}
 	// The history's keys (e/) sort before the tuples' (t/), each in
 	// tables of their own.
-	evs, err := sm.copyTablesOf(r, events, false)
-	if err != nil {
-		return nil, err
+	var out entryTables
+	if err := sm.copyTablesOf(r, events, false, &out); err != nil {
+		return nil, nil, err
 	}
-	ts, err := sm.copyTablesOf(r, tuples, true)
-	return append(evs, ts...), err
+	err := sm.copyTablesOf(r, tuples, true, &out)
+	return out.tables, out.sums, err
+}
+
+// SourceTables checks the tables a source wrote of chunks
+// (SendBucketsResponse.tables) as every member would (openCopySST), and
+// every event in them whole, and returns the entry's tables and their
+// summaries: each as it came where r (this member's database) holds no
+// key in its range and no tombstone of one of its tuples, else its rows
+// in tables cut as CopyTables cuts them. size is the bytes of the rows.
+// A table refused is an errCopySST naming what is wrong.
+func (sm *SM) SourceTables(r pebble.Reader, chunks []*rspb.CopyChunk, tables [][]byte) (_ [][]byte, _ []*rspb.CopyTableSummary, size int, err error) {
+	named := map[uint32]bool{}
+	for _, c := range chunks {
+		if len(c.GetTuples()) > 0 || len(c.GetEvents()) > 0 {
+			return nil, nil, 0, fmt.Errorf("%w: bucket %d's chunk carries tuples or events beside the source's tables", errCopySST, c.GetBucket())
+		}
+		named[c.GetBucket()] = true
+	}
+	var out entryTables
+	var last []byte
+	for i, sst := range tables {
+		c, err := openCopySST(sm.k, named, sst, true)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("table %d of %d: %w", i+1, len(tables), err)
+		}
+		size += c.size
+		if last != nil && bytes.Compare(last, c.first) >= 0 {
+			c.close()
+			return nil, nil, 0, fmt.Errorf("%w: table %d of %d begins at %q, within or before the one before it (to %q)", errCopySST, i+1, len(tables), c.first, last)
+		}
+		last = c.last
+		held, err := holdsAny(r, c.first, append(bytes.Clone(c.last), 0))
+		if first, last, ok := c.tupleRange(); ok && err == nil && !held {
+			err = eachTombstone(r, sm.k, first, last, func([]byte) { held = true })
+		}
+		if err == nil && !held {
+			out.tables, out.sums = append(out.tables, sst), append(out.sums, c.summary())
+			c.close()
+			continue
+		}
+		// This member holds keys in the table's range: its rows are cut
+		// there, as the tables of tuples are.
+		var tuples, events []copyRow
+		if err == nil {
+			err = c.each(func(k, v []byte) error {
+				row := copyRow{binary.BigEndian.Uint32(k[sm.k.tupleBucketAt():]), bytes.Clone(k), bytes.Clone(v)}
+				if k[sm.k.tupleBucketAt()-2] == storage.DataTuple {
+					tuples = append(tuples, row)
+				} else {
+					events = append(events, row)
+				}
+				return nil
+			})
+		}
+		c.close()
+		if err == nil {
+			err = sm.copyTablesOf(r, events, false, &out)
+		}
+		if err == nil {
+			err = sm.copyTablesOf(r, tuples, true, &out)
+		}
+		if err != nil {
+			return nil, nil, 0, err
+		}
+	}
+	return out.tables, out.sums, size, nil
+}
+
+// entryTables are a copy entry's tables and their summaries, one each.
+type entryTables struct {
+	tables [][]byte
+	sums   []*rspb.CopyTableSummary
+}
+
+// add finishes t and adds it, unless it holds nothing.
+func (e *entryTables) add(t *copyTable) error {
+	sst, err := t.finish()
+	if sst != nil {
+		e.tables, e.sums = append(e.tables, sst), append(e.sums, t.sum)
+	}
+	return err
 }
 
 // copyRow is a key and value of a copy table, of bucket b.
@@ -157,11 +254,11 @@ type copyRow struct {
 	k, v []byte
 }
 
-// copyTablesOf builds the tables of rows, all tuples or all events, as
-// CopyTables says.
-func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]byte, error) {
+// copyTablesOf adds the tables of rows, all tuples or all events, to out,
+// as CopyTables says.
+func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool, out *entryTables) error {
 	if len(rows) == 0 {
-		return nil, nil
+		return nil
 	}
 	slices.SortStableFunc(rows, func(x, y copyRow) int { return bytes.Compare(x.k, y.k) })
 	rows = slices.CompactFunc(rows, func(x, y copyRow) bool { return bytes.Equal(x.k, y.k) })
@@ -176,26 +273,22 @@ func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]by
 				n++
 			}
 			if err := eachTombstone(r, sm.k, rows[i].k, rows[n-1].k, func(k []byte) { held = append(held, k) }); err != nil {
-				return nil, err
+				return err
 			}
 			i = n
 		}
 		if err := eachKey(r, rows[0].k, append(bytes.Clone(rows[len(rows)-1].k), 0), func(k []byte) { held = append(held, bytes.Clone(k)) }); err != nil {
-			return nil, err
+			return err
 		}
 		slices.SortFunc(held, bytes.Compare)
 	}
-	var out [][]byte
 	var t *copyTable  // the table being written
 	var run []copyRow // the rows since the last key held
 	cut := func() error {
 		if t == nil {
 			return nil
 		}
-		sst, err := t.finish()
-		if sst != nil {
-			out = append(out, sst)
-		}
+		err := out.add(t)
 		t = nil
 		return err
 	}
@@ -213,7 +306,7 @@ func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]by
 			if t == nil {
 				t = newCopyTable()
 			}
-			if err := t.set(row.k, row.v); err != nil {
+			if err := t.set(sm.k, row.b, tuples, row.k, row.v); err != nil {
 				return fmt.Errorf("replicaset: a copy table: %w", err)
 			}
 		}
@@ -232,7 +325,7 @@ func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]by
 		for len(held) > 0 && bytes.Compare(held[0], row.k) <= 0 {
 			skip = skip || bytes.Equal(held[0], row.k)
 			if err := endRun(); err != nil {
-				return nil, err
+				return err
 			}
 			held = held[1:]
 		}
@@ -241,23 +334,22 @@ func (sm *SM) copyTablesOf(r pebble.Reader, rows []copyRow, tuples bool) ([][]by
 		}
 	}
 	if err := endRun(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := cut(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return cut()
 }
 
 // copySST is one table of a copy entry, checked: every key a tuple's
 // (with a space id, its value a stored tuple) or a history's (an event's
 // revision) of a bucket the entry copies, under this group's prefix,
-// nothing but plain sets.
+// nothing but plain sets. Taken from its summary (summedCopySST), it is
+// read only when rows are left out of it (each).
 type copySST struct {
-	r           *sstable.Reader
+	r           *sstable.Reader // nil until read
 	sst         []byte
 	first, last []byte         // its smallest and largest keys
 	buckets     []*tableBucket // in key order
+	size        int            // its keys' and values' bytes, where read whole
 }
 
 // tableBucket is what a copy table holds of one bucket: its tuples, or
@@ -274,17 +366,20 @@ type tableBucket struct {
 var errCopySST = errors.New("replicaset: copy table refused")
 
 // openCopySST reads and checks a table of a copy entry, whose keys may be
-// of the buckets named. The caller closes it.
-func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err error) {
-	r, err := sstable.NewMemReader(sst, sstable.ReaderOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errCopySST, err)
+// of the buckets named; with events, it decodes every event whole and
+// checks it is of its key's bucket and revision (a source's table, read
+// by the leader: SourceTables). The caller closes it.
+func openCopySST(k keys, named map[uint32]bool, sst []byte, events bool) (_ *copySST, err error) {
+	c := &copySST{sst: sst}
+	if err := c.open(); err != nil {
+		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			_ = r.Close()
+			c.close()
 		}
 	}()
+	r := c.r
 	if f, err := r.TableFormat(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errCopySST, err)
 	} else if f > copyTableFormat {
@@ -306,10 +401,10 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err err
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errCopySST, err)
 	}
-	c := &copySST{r: r, sst: sst}
 	tp, ep := k.sub(storage.DataTuple, 0), k.sub(storage.DataEvent, 0)
 	var tb *tableBucket
 	err = c.each(func(key, v []byte) error {
+		c.size += len(key) + len(v)
 		tuple := bytes.HasPrefix(key, tp)
 		switch {
 		case tuple && len(key) < len(tp)+8:
@@ -322,6 +417,16 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err err
 		b := binary.BigEndian.Uint32(key[len(tp):])
 		if !named[b] {
 			return fmt.Errorf("%w: key %q is of bucket %d, which the entry does not copy", errCopySST, key, b)
+		}
+		if !tuple && events {
+			ev := &rspb.Event{}
+			rev := binary.BigEndian.Uint64(key[len(ep)+4:])
+			if err := ev.UnmarshalVT(v); err != nil {
+				return fmt.Errorf("%w: bucket %d's event %d is not an Event: %w", errCopySST, b, rev, err)
+			}
+			if ev.GetBucket() != b || ev.GetRevision() != rev || rev == 0 {
+				return fmt.Errorf("%w: the event at bucket %d's revision %d is of bucket %d, revision %d", errCopySST, b, rev, ev.GetBucket(), ev.GetRevision())
+			}
 		}
 		if tb == nil || tb.bucket != b || tb.tuples != tuple {
 			tb = &tableBucket{bucket: b, tuples: tuple, first: bytes.Clone(key), bySpace: map[uint32]int{}}
@@ -344,9 +449,95 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte) (_ *copySST, err err
 	return c, nil
 }
 
+// summedCopySST is a table of a copy entry as its summary says, unread:
+// the leader read or wrote it (SourceTables, CopyTables) and logged what
+// it holds, so a member takes that instead of reading every key. The
+// summary is checked as openCopySST checks a table's keys: its buckets
+// named, in key order, each range under its bucket's prefix.
+func summedCopySST(k keys, named map[uint32]bool, sst []byte, sum *rspb.CopyTableSummary) (*copySST, error) {
+	c := &copySST{sst: sst}
+	for _, sb := range sum.GetBuckets() {
+		b := sb.GetBucket()
+		tb := &tableBucket{bucket: b, tuples: sb.GetTuples(), first: sb.GetFirst(), last: sb.GetLast(), bySpace: map[uint32]int{}}
+		prefix := k.bucketTuples(b)
+		if !tb.tuples {
+			prefix = binary.BigEndian.AppendUint32(k.sub(storage.DataEvent, 4), b)
+		}
+		switch {
+		case !named[b]:
+			return nil, fmt.Errorf("%w: its summary names bucket %d, which the entry does not copy", errCopySST, b)
+		case !tb.tuples && len(sb.GetBySpace()) > 0:
+			return nil, fmt.Errorf("%w: its summary counts tuples in bucket %d's history", errCopySST, b)
+		case !bytes.HasPrefix(tb.first, prefix) || !bytes.HasPrefix(tb.last, prefix) || bytes.Compare(tb.first, tb.last) > 0:
+			return nil, fmt.Errorf("%w: its summary gives bucket %d the keys %q to %q, not a range of the bucket's", errCopySST, b, tb.first, tb.last)
+		case c.last != nil && bytes.Compare(c.last, tb.first) >= 0:
+			return nil, fmt.Errorf("%w: its summary gives bucket %d keys from %q, within or before the bucket before it (to %q)", errCopySST, b, tb.first, c.last)
+		}
+		for sp, n := range sb.GetBySpace() {
+			tb.bySpace[sp] += int(n)
+			tb.n += int(n)
+		}
+		if c.first == nil {
+			c.first = tb.first
+		}
+		c.last = tb.last
+		c.buckets = append(c.buckets, tb)
+	}
+	if len(c.buckets) == 0 {
+		return nil, fmt.Errorf("%w: its summary names no bucket", errCopySST)
+	}
+	return c, nil
+}
+
+// tupleRange is the range of the table's tuples: the first of its first
+// bucket of tuples to the last of its last (ok: it has tuples).
+func (c *copySST) tupleRange() (first, last []byte, ok bool) {
+	for _, tb := range c.buckets {
+		if !tb.tuples {
+			continue
+		}
+		if first == nil {
+			first = tb.first
+		}
+		last = tb.last
+	}
+	return first, last, first != nil
+}
+
+// summary is what the table holds, as an entry logs it.
+func (c *copySST) summary() *rspb.CopyTableSummary {
+	s := &rspb.CopyTableSummary{}
+	for _, tb := range c.buckets {
+		sb := &rspb.CopyTableBucket{Bucket: tb.bucket, Tuples: tb.tuples, First: tb.first, Last: tb.last}
+		if tb.tuples {
+			sb.BySpace = map[uint32]uint64{}
+			for sp, n := range tb.bySpace {
+				sb.BySpace[sp] = uint64(n)
+			}
+		}
+		s.Buckets = append(s.Buckets, sb)
+	}
+	return s
+}
+
+func (c *copySST) open() error {
+	if c.r != nil {
+		return nil
+	}
+	r, err := sstable.NewMemReader(c.sst, sstable.ReaderOptions{})
+	if err != nil {
+		return fmt.Errorf("%w: %w", errCopySST, err)
+	}
+	c.r = r
+	return nil
+}
+
 // each calls fn with every key and value in order (valid during the
 // call); a key of a kind other than a set is refused.
 func (c *copySST) each(fn func(k, v []byte) error) error {
+	if err := c.open(); err != nil {
+		return err
+	}
 	it, err := c.r.NewIter(sstable.NoTransforms, nil, nil, sstable.AssertNoBlobHandles)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errCopySST, err)
@@ -372,7 +563,11 @@ func (c *copySST) each(fn func(k, v []byte) error) error {
 	return nil
 }
 
-func (c *copySST) close() { _ = c.r.Close() }
+func (c *copySST) close() {
+	if c.r != nil {
+		_ = c.r.Close()
+	}
+}
 
 // SetIngestDir gives the state machine a directory of fs, beside its
 // database and on the same file system, for the copy tables it ingests;
@@ -452,7 +647,10 @@ type tableCopied struct {
 // does not know (dropped meanwhile), ingested together (or, without an
 // ingest directory, written into the apply batch). It returns per bucket
 // what the tables brought, or why they are refused, all of them.
-func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uint32]*tableCopied, error) {
+func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*rspb.CopyTableSummary) (map[uint32]*tableCopied, error) {
+	if len(sums) > 0 && len(sums) != len(tables) {
+		return nil, fmt.Errorf("%w: %d summaries of %d tables", errCopySST, len(sums), len(tables))
+	}
 	gens := map[uint32]map[uint64]bool{} // bucket -> its chunks' generations
 	named := map[uint32]bool{}
 	restore := map[uint32]bool{} // buckets restored from a backup
@@ -482,7 +680,13 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 		}
 	}()
 	for i, sst := range tables {
-		c, err := openCopySST(a.sm.k, named, sst)
+		var c *copySST
+		var err error
+		if len(sums) > 0 {
+			c, err = summedCopySST(a.sm.k, named, sst, sums[i])
+		} else {
+			c, err = openCopySST(a.sm.k, named, sst, false)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("table %d of %d: %w", i+1, len(tables), err)
 		}
@@ -507,6 +711,16 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 			a.err = err
 			return nil, nil
 		}
+		// The tuple keys of the tombstones in the range of its tuples, in
+		// order, in one look: those within a bucket's range are its rows
+		// to leave out.
+		var tombs [][]byte
+		if first, last, ok := c.tupleRange(); ok {
+			if err := eachTombstone(a.b, a.sm.k, first, last, func(k []byte) { tombs = append(tombs, k) }); err != nil {
+				a.err = err
+				return nil, nil
+			}
+		}
 		whole := !overlaps
 		for _, tb := range c.buckets {
 			b := tb.bucket
@@ -521,17 +735,21 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 				continue
 			}
 			n := len(held)
-			if err := eachKey(a.b, tb.first, append(bytes.Clone(tb.last), 0), func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
-				a.err = err
-				return nil, nil
+			if overlaps { // else nothing is held in the table's range
+				if err := eachKey(a.b, tb.first, append(bytes.Clone(tb.last), 0), func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
+					a.err = err
+					return nil, nil
+				}
 			}
 			if !tb.tuples {
 				// The history is read again when the bucket is next
 				// written (recordEvent).
 				delete(a.sm.hist, b)
-			} else if err := eachTombstone(a.b, a.sm.k, tb.first, tb.last, func(k []byte) { held[string(k)] = struct{}{} }); err != nil {
-				a.err = err
-				return nil, nil
+			} else {
+				i, _ := slices.BinarySearchFunc(tombs, tb.first, bytes.Compare)
+				for ; i < len(tombs) && bytes.Compare(tombs[i], tb.last) <= 0; i++ {
+					held[string(tombs[i])] = struct{}{}
+				}
 			}
 			if len(held) > n {
 				// A key written here, or a tuple key deleted here (whose
@@ -578,7 +796,7 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte) (map[uin
 					return nil
 				}
 				count(k)
-				return t.set(k, v)
+				return t.set(a.sm.k, binary.BigEndian.Uint32(k[prefix:]), tupleKey(k), k, v)
 			})
 			var rest []byte
 			if err == nil {

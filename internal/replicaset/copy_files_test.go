@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
@@ -169,15 +171,15 @@ func TestACopyTableWithoutAnIngestDirectoryGoesThroughTheBatch(t *testing.T) {
 // left out.
 func TestCopyTablesAreCheckedBeforeTheyAreIngested(t *testing.T) {
 	dst, chunk, _ := copyFixture(t)
-	other, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket + 1, Tuples: chunk}})
+	other, _, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket + 1, Tuples: chunk}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	first, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[:2]}})
+	first, _, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[:2]}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[1:]}})
+	second, _, err := dst.sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk[1:]}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,13 +214,13 @@ func TestTheLeadersTablesLeaveOutTheKeysItHolds(t *testing.T) {
 	dst, chunk, keyOf := copyFixture(t)
 	dst.ok(&rspb.Batch{Bucket: copyBucket, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: keyOf("c"),
 		Prev: &rspb.PrevFact{Found: true, Version: chunk[2].GetVersion(), Tuple: chunk[2].GetTuple()}}}})
-	tables, err := dst.sm.CopyTables(dst.db, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk}})
+	tables, _, err := dst.sm.CopyTables(dst.db, []*rspb.CopyChunk{{Bucket: copyBucket, Tuples: chunk}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
 	for _, sst := range tables {
-		c, err := openCopySST(dst.sm.k, map[uint32]bool{copyBucket: true}, sst)
+		c, err := openCopySST(dst.sm.k, map[uint32]bool{copyBucket: true}, sst, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -263,11 +265,11 @@ func TestTheLeadersTablesAreCutWhereItHoldsKeys(t *testing.T) {
 		chunks := func() []*rspb.CopyChunk {
 			return []*rspb.CopyChunk{{Bucket: 10, Tuples: copiedRows(t, "a", n)}, {Bucket: 12, Tuples: copiedRows(t, "a", n)}}
 		}
-		tables, err := f.sm.CopyTables(nil, chunks())
+		tables, _, err := f.sm.CopyTables(nil, chunks())
 		if err != nil || len(tables) != 1 {
 			t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
 		}
-		if tables, err = f.sm.CopyTables(f.db, chunks()); err != nil || len(tables) != 1 {
+		if tables, _, err = f.sm.CopyTables(f.db, chunks()); err != nil || len(tables) != 1 {
 			t.Fatalf("%d tables (%v) of two buckets with nothing between, want 1", len(tables), err)
 		}
 	}
@@ -275,7 +277,7 @@ func TestTheLeadersTablesAreCutWhereItHoldsKeys(t *testing.T) {
 	for _, c := range []struct {
 		rows, want int
 	}{{copyTableRows, 2}, {copyTableRows - 1, 1}} {
-		tables, err := f.sm.CopyTables(f.db, []*rspb.CopyChunk{{Bucket: 10, Tuples: copiedRows(t, "a", c.rows)}, {Bucket: 12, Tuples: copiedRows(t, "a", c.rows)}})
+		tables, _, err := f.sm.CopyTables(f.db, []*rspb.CopyChunk{{Bucket: 10, Tuples: copiedRows(t, "a", c.rows)}, {Bucket: 12, Tuples: copiedRows(t, "a", c.rows)}})
 		if err != nil || len(tables) != c.want {
 			t.Fatalf("%d tables (%v) of two buckets of %d rows with a tuple of this replicaset between, want %d", len(tables), err, c.rows, c.want)
 		}
@@ -303,7 +305,7 @@ func TestNoCopyTableIsIngestedOverAKeyHeldHere(t *testing.T) {
 				write()
 			}
 			chunks := []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 2, Tuples: rows}}
-			tables, err := dst.sm.CopyTables(dst.db, chunks)
+			tables, _, err := dst.sm.CopyTables(dst.db, chunks)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -343,7 +345,7 @@ func TestNoCopyTableIsIngestedOverAKeyHeldHere(t *testing.T) {
 func FuzzOpenCopySST(f *testing.F) {
 	k := newKeys(7)
 	sm := &SM{k: k}
-	good, err := sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
+	good, _, err := sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
 		{SpaceId: 1, Key: []byte("a"), Version: 1, Tuple: []byte("x")},
 		{SpaceId: 2, Key: []byte("b"), Version: 2, Tuple: []byte("y")},
 	}}})
@@ -354,7 +356,7 @@ func FuzzOpenCopySST(f *testing.F) {
 	f.Add(good[0][:len(good[0])/2])
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, sst []byte) {
-		c, err := openCopySST(k, map[uint32]bool{3: true}, sst)
+		c, err := openCopySST(k, map[uint32]bool{3: true}, sst, false)
 		if err != nil {
 			return
 		}
@@ -403,6 +405,234 @@ func TestABucketsHistoryMovesWithIt(t *testing.T) {
 			{Bucket: b, Generation: 2, Tuples: src.chunk(b), Events: evs}}}}})
 		if got, _ := history(dst); !slices.Equal(got, want) {
 			t.Fatalf("the destination keeps revisions %v, want %v", got, want)
+		}
+	}
+}
+
+// sourceParts streams buckets from src as a source asked for tables
+// keyed for group dst (SendBucketsRequest.table_group) sends them, in
+// parts of at most limit tuples.
+func sourceParts(t *testing.T, src *fixture, dst uint64, limit int, gen uint64, buckets ...uint32) []*rspb.SendBucketsResponse {
+	t.Helper()
+	source := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "src", DB: src.db}}
+	var parts []*rspb.SendBucketsResponse
+	ch := &chunker{limit: limit, tables: &sourceTables{dst: newKeys(dst)}, flush: func(part *rspb.SendBucketsResponse) error {
+		parts = append(parts, part)
+		return nil
+	}}
+	asked := map[uint32]bool{}
+	for _, b := range buckets {
+		asked[b] = true
+	}
+	remembered := src.sm.reqs.ofBuckets(asked)
+	for _, b := range buckets {
+		if err := source.chunkBucket(src.db, ch, &rspb.CopyChunk{Bucket: b, Generation: gen}, remembered[b]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ch.send(); err != nil {
+		t.Fatal(err)
+	}
+	return parts
+}
+
+// The source writes a bucket's tuples and history as tables with the
+// destination's keys, and the destination's leader logs them as they
+// came, with their summaries, where it holds no key in their range: the
+// destination then holds the same rows, history, counts and request ids
+// as the source, through one ingest. Where it holds a key there (a write
+// or a delete made during the copy), the leader cuts the tables as it
+// cuts its own, and the key keeps what the destination made of it.
+func TestTheSourcesTablesAreLoggedAsTheyCame(t *testing.T) {
+	const dstGroup = 9
+	src := newFixture(t)
+	src.setup()
+	id := requestID(1)
+	src.ok(&rspb.Batch{Bucket: 3, RequestId: id, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
+	for _, b := range []uint32{3, 5} {
+		for i := range 3 {
+			src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, fmt.Sprint("b", i), float64(b)))}})
+		}
+		src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst")
+	}
+	newDst := func() (*fixture, *Storage) {
+		dst := newFixtureOf(t, dstGroup)
+		dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+		for _, b := range []uint32{3, 5} {
+			dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
+		}
+		return dst, &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "dst", DB: dst.db, CopyTables: true}}
+	}
+	parts := sourceParts(t, src, dstGroup, 0, 2, 3, 5)
+	if len(parts) != 1 || len(parts[0].GetTables()) != 2 {
+		t.Fatalf("%d parts, the first with %d tables; want one part, a table of the history and one of the tuples", len(parts), len(parts[0].GetTables()))
+	}
+	for _, c := range parts[0].GetChunks() {
+		if len(c.GetTuples()) > 0 || len(c.GetEvents()) > 0 {
+			t.Fatalf("bucket %d's chunk carries %d tuples and %d events beside the tables", c.GetBucket(), len(c.GetTuples()), len(c.GetEvents()))
+		}
+	}
+
+	dst, leader := newDst()
+	cc, size, err := leader.checkedCopy(parts[0].GetChunks(), parts[0].GetTables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cc.GetTables()) != 2 || !bytes.Equal(cc.GetTables()[0], parts[0].GetTables()[0]) || !bytes.Equal(cc.GetTables()[1], parts[0].GetTables()[1]) {
+		t.Fatalf("the leader logs %d tables, want the source's 2 as they came", len(cc.GetTables()))
+	}
+	if len(cc.GetSummaries()) != 2 || size == 0 {
+		t.Fatalf("%d summaries, %d bytes of rows; want one summary a table and the rows' bytes", len(cc.GetSummaries()), size)
+	}
+	if s := cc.GetSummaries()[1].GetBuckets(); len(s) != 2 || s[0].GetBucket() != 3 || s[0].GetBySpace()[1] != 4 || s[1].GetBucket() != 5 || s[1].GetBySpace()[1] != 3 {
+		t.Fatalf("the tuples' summary %v, want bucket 3's 4 tuples and bucket 5's 3", s)
+	}
+	before := ingested(dst)
+	outs := dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})[0].Copies
+	copied := 0
+	for i, o := range outs {
+		if o.Refused != nil {
+			t.Fatalf("chunk %d refused: %v", i, o.Refused)
+		}
+		copied += o.Copied
+	}
+	if copied != 7 || ingested(dst)-before != 1 {
+		t.Fatalf("%d tuples copied in %d ingests, want 7 in one", copied, ingested(dst)-before)
+	}
+	history := func(f *fixture, b uint32) (revs []uint64) {
+		t.Helper()
+		if _, err := f.sm.Events(f.db, b, 0, func(ev *rspb.Event) bool { revs = append(revs, ev.GetRevision()); return true }); err != nil {
+			t.Fatal(err)
+		}
+		return revs
+	}
+	for _, b := range []uint32{3, 5} {
+		if got, want := rowsOf(t, dst, b), rowsOf(t, src, b); got != want {
+			t.Fatalf("bucket %d: the destination holds %s, the source %s", b, got, want)
+		}
+		if got, want := history(dst, b), history(src, b); !slices.Equal(got, want) || len(want) == 0 {
+			t.Fatalf("bucket %d: the destination keeps revisions %v, the source %v", b, got, want)
+		}
+		n, err := dst.sm.storedCount(dst.db, b, 1)
+		m, _ := src.sm.storedCount(src.db, b, 1)
+		if err != nil || n != m {
+			t.Fatalf("bucket %d: stored count %d (%v), the source's %d", b, n, err, m)
+		}
+	}
+	if !dst.sm.reqs.has(id) {
+		t.Fatal("the request id the source applied is not remembered at the destination")
+	}
+
+	// A destination that wrote b1 of bucket 5 during the copy.
+	dst, leader = newDst()
+	w := insertOp(t, offer(1, "b1", 50))
+	w.Kind, w.Prev = rspb.OpKind_OP_KIND_REPLACE, &rspb.PrevFact{}
+	dst.ok(&rspb.Batch{Bucket: 5, Ops: []*rspb.Op{w}})
+	// And deleted b2 of bucket 3.
+	b2 := key(t, tuple.Uint(1), tuple.String("b2"))
+	dst.ok(&rspb.Batch{Bucket: 3, PrevGeneration: 2, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: b2, Prev: prevOf(src, 3, b2)}}})
+	parts = sourceParts(t, src, dstGroup, 0, 2, 3, 5)
+	cc, _, err = leader.checkedCopy(parts[0].GetChunks(), parts[0].GetTables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Equal(cc.GetTables()[len(cc.GetTables())-1], parts[0].GetTables()[1]) {
+		t.Fatal("the leader logged the source's table of tuples over a key it holds")
+	}
+	for i, o := range dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})[0].Copies {
+		if o.Refused != nil {
+			t.Fatalf("chunk %d refused: %v", i, o.Refused)
+		}
+	}
+	if got, want := rowsOf(t, dst, 5), `"b0"=5 "b1"=50 "b2"=5`; got != want {
+		t.Fatalf("bucket 5 holds %s, want %s", got, want)
+	}
+	if got, want := rowsOf(t, dst, 3), `"a"=1 "b0"=3 "b1"=3`; got != want {
+		t.Fatalf("bucket 3 holds %s, want %s", got, want)
+	}
+}
+
+// What the leader takes from a source, and what a member takes from a
+// leader, is checked: a refusal names what is wrong, and the leader
+// logs nothing.
+func TestTheSourcesTablesAreChecked(t *testing.T) {
+	const dstGroup = 9
+	src := newFixture(t)
+	src.setup()
+	for _, b := range []uint32{3, 5} {
+		src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
+		src.setBucket(b, rspb.BucketState_STATE_SENDING, 2, "dst")
+	}
+	dst := newFixtureOf(t, dstGroup)
+	dst.apply(&rspb.Command{Op: &rspb.Command_SetSchema{SetSchema: &rspb.SetSchema{Version: 1, Spaces: []*metapb.Space{offersSpace(1)}}}})
+	for _, b := range []uint32{3, 5} {
+		dst.setBucket(b, rspb.BucketState_STATE_RECEIVING, 2, "src")
+	}
+	leader := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "dst", DB: dst.db, CopyTables: true}}
+	good := sourceParts(t, src, dstGroup, 0, 2, 3, 5)[0]
+	ownKeys := sourceParts(t, src, 7, 0, 2, 3, 5)[0]
+	// An event stored at a revision it does not name.
+	lying := newCopyTable()
+	ev, err := (&rspb.Event{Bucket: 3, Revision: 9}).MarshalVT()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lying.set(newKeys(dstGroup), 3, false, newKeys(dstGroup).event(3, 8), ev); err != nil {
+		t.Fatal(err)
+	}
+	lyingTable, err := lying.finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	withTuples := []*rspb.CopyChunk{{Bucket: 3, Generation: 2, Tuples: copiedRows(t, "z", 1)}, good.GetChunks()[1]}
+	for _, c := range []struct {
+		name   string
+		chunks []*rspb.CopyChunk
+		tables [][]byte
+		why    string
+	}{
+		{"tuples beside the tables", withTuples, good.GetTables(), "carries tuples or events beside the source's tables"},
+		{"the source's own keys", good.GetChunks(), ownKeys.GetTables(), "neither a tuple's nor a history's of this replicaset"},
+		{"a bucket not named", good.GetChunks()[:1], good.GetTables(), "which the entry does not copy"},
+		{"an event at another revision", good.GetChunks(), [][]byte{lyingTable}, "is of bucket 3, revision 9"},
+		{"tables out of order", good.GetChunks(), [][]byte{good.GetTables()[1], good.GetTables()[0]}, "within or before the one before it"},
+	} {
+		_, _, err := leader.checkedCopy(c.chunks, c.tables)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.why) {
+			t.Fatalf("%s: %v, want InvalidArgument naming %q", c.name, err, c.why)
+		}
+	}
+
+	cc, _, err := leader.checkedCopy(good.GetChunks(), good.GetTables())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := func(b uint32, tuples bool, first, last []byte) *rspb.CopyTableSummary {
+		return &rspb.CopyTableSummary{Buckets: []*rspb.CopyTableBucket{{Bucket: b, Tuples: tuples, First: first, Last: last}}}
+	}
+	k := newKeys(dstGroup)
+	for _, c := range []struct {
+		name string
+		sums []*rspb.CopyTableSummary
+		why  string
+	}{
+		{"one summary of two tables", cc.GetSummaries()[:1], "1 summaries of 2 tables"},
+		{"a bucket not named", []*rspb.CopyTableSummary{cc.GetSummaries()[0], sum(4, true, k.bucketTuples(4), k.bucketTuples(4))}, "names bucket 4, which the entry does not copy"},
+		{"keys of another bucket", []*rspb.CopyTableSummary{cc.GetSummaries()[0], sum(3, true, k.bucketTuples(3), k.bucketTuples(5))}, "not a range of the bucket's"},
+		{"buckets out of order", []*rspb.CopyTableSummary{cc.GetSummaries()[0], {Buckets: []*rspb.CopyTableBucket{
+			{Bucket: 5, Tuples: true, First: k.bucketTuples(5), Last: k.bucketTuples(5)},
+			{Bucket: 3, Tuples: true, First: k.bucketTuples(3), Last: k.bucketTuples(3)}}}}, "within or before the bucket before it"},
+		{"tuples in a history", []*rspb.CopyTableSummary{{Buckets: []*rspb.CopyTableBucket{{Bucket: 3, First: k.event(3, 1), Last: k.event(3, 1), BySpace: map[uint32]uint64{1: 1}}}}, cc.GetSummaries()[1]}, "counts tuples in bucket 3's history"},
+	} {
+		bad := &rspb.CopyChunks{Chunks: cc.GetChunks(), Tables: cc.GetTables(), Summaries: c.sums}
+		before := ingested(dst)
+		for i, o := range dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: bad}})[0].Copies {
+			if o.Refused == nil || !strings.Contains(o.Refused.Error(), c.why) {
+				t.Fatalf("%s: chunk %d: %v, want it refused: %q", c.name, i, o.Refused, c.why)
+			}
+		}
+		if ingested(dst) != before {
+			t.Fatalf("%s: a table was ingested", c.name)
 		}
 	}
 }

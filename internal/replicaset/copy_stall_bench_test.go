@@ -122,7 +122,7 @@ func benchCopyUnderWrites(b *testing.B, every uint32) {
 		if len(ws) > 0 {
 			apply(ws...)
 		}
-		if cc.Tables, err = sm.CopyTables(db, cc.GetChunks()); err != nil {
+		if cc.Tables, cc.Summaries, err = sm.CopyTables(db, cc.GetChunks()); err != nil {
 			b.Fatal(err)
 		}
 		apply(e)

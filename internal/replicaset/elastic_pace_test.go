@@ -243,7 +243,7 @@ func TestABackupStreamGoesAtTheElasticPaceUnlessUnpaced(t *testing.T) {
 	for _, unpaced := range []bool{true, false} {
 		sent := 0
 		flush := backupSender(t.Context(), e, unpaced, func(*rspb.BackupBucketsResponse) error { sent++; return nil })
-		if err := flush(part, nil); err != nil || sent != 1 {
+		if err := flush(&rspb.SendBucketsResponse{Chunks: part}); err != nil || sent != 1 {
 			t.Fatalf("unpaced %v: sent %d, %v", unpaced, sent, err)
 		}
 		want := int64(0)
@@ -257,7 +257,7 @@ func TestABackupStreamGoesAtTheElasticPaceUnlessUnpaced(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	e.rate = 1 // a pace that lets nothing through soon: the wait ends with the context
-	if err := backupSender(ctx, e, false, func(*rspb.BackupBucketsResponse) error { return nil })(part, nil); err == nil {
+	if err := backupSender(ctx, e, false, func(*rspb.BackupBucketsResponse) error { return nil })(&rspb.SendBucketsResponse{Chunks: part}); err == nil {
 		t.Fatal("a paced part sent after its context ended")
 	}
 }

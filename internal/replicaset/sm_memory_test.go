@@ -264,11 +264,10 @@ func TestTheSameLogGivesTheSameStateWhateverTheRuns(t *testing.T) {
 			cc := &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: moving, Generation: gen + 1, Last: true,
 				Tuples: []*rspb.CopiedTuple{{SpaceId: 1, Key: key(t, tp[0], tp[1]), Version: 5, Tuple: enc(tp)}}}}}
 			if fixtureCopyTables {
-				tables, err := (&SM{k: newKeys(7)}).CopyTables(nil, cc.GetChunks())
-				if err != nil {
+				var err error
+				if cc.Tables, cc.Summaries, err = (&SM{k: newKeys(7)}).CopyTables(nil, cc.GetChunks()); err != nil {
 					t.Fatal(err)
 				}
-				cc.Tables = tables
 			}
 			c = &rspb.Command{NowUnixMs: now, Op: &rspb.Command_CopyChunks{CopyChunks: cc}}
 		case 300:

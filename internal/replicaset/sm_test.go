@@ -39,13 +39,19 @@ var fixtureCopyTables bool
 
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
+	return newFixtureOf(t, 7)
+}
+
+// newFixtureOf is a fixture of a replicaset of group g.
+func newFixtureOf(t *testing.T, g multiraft.GroupID) *fixture {
+	t.Helper()
 	fs := vfs.NewMem()
 	db, err := storage.Open("db", storage.Options{FS: fs})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	sm, err := New(db, 7)
+	sm, err := New(db, g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,11 +70,10 @@ func (f *fixture) tabled(c *rspb.Command) *rspb.Command {
 	}
 	c = proto.CloneOf(c)
 	cc = c.GetCopyChunks()
-	tables, err := f.sm.CopyTables(nil, cc.GetChunks())
-	if err != nil {
+	var err error
+	if cc.Tables, cc.Summaries, err = f.sm.CopyTables(nil, cc.GetChunks()); err != nil {
 		f.t.Fatal(err)
 	}
-	cc.Tables = tables
 	return c
 }
 

@@ -473,29 +473,36 @@ func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
 
 // checkedCopy checks chunks of a copy or a restore whole (checkCopied:
 // what they carry as their source stored it goes in the log, or in
-// tables, as it came) and builds their tables when this replicaset copies
-// tables (CopyTables): what proposeCopy logs.
-func (s *Storage) checkedCopy(chunks []*rspb.CopyChunk) ([][]byte, error) {
+// tables, as it came) and makes the entry proposeCopy logs: with the
+// tables a source wrote of them (SourceTables, which size counts the rows
+// of), else with tables of their tuples when this replicaset copies
+// tables (CopyTables), else the chunks alone.
+func (s *Storage) checkedCopy(chunks []*rspb.CopyChunk, tables [][]byte) (cc *rspb.CopyChunks, size int, err error) {
 	if err := checkCopied(chunks, true); err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, 0, status.Error(codes.InvalidArgument, err.Error())
 	}
-	if !s.cfg.CopyTables {
-		return nil, nil
+	cc = &rspb.CopyChunks{Chunks: chunks}
+	switch {
+	case len(tables) > 0:
+		cc.Tables, cc.Summaries, size, err = s.sm.SourceTables(s.cfg.DB, chunks, tables)
+	case s.cfg.CopyTables:
+		cc.Tables, cc.Summaries, err = s.sm.CopyTables(s.cfg.DB, chunks)
 	}
-	tables, err := s.sm.CopyTables(s.cfg.DB, chunks)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
+	switch {
+	case errors.Is(err, errCopySST):
+		return nil, 0, status.Error(codes.InvalidArgument, err.Error())
+	case err != nil:
+		return nil, 0, status.Error(codes.Internal, err.Error())
 	}
-	return tables, nil
+	return cc, size, nil
 }
 
-// proposeCopy logs chunks of a copy or a restore, with their tables, as
-// one entry, counted in copyInLog: the clients' writes beside it are not
-// clean (writeDelay).
-func (s *Storage) proposeCopy(ctx context.Context, chunks []*rspb.CopyChunk, tables [][]byte) (Result, error) {
+// proposeCopy logs an entry of a copy or a restore, counted in
+// copyInLog: the clients' writes beside it are not clean (writeDelay).
+func (s *Storage) proposeCopy(ctx context.Context, cc *rspb.CopyChunks) (Result, error) {
 	s.copyInLog.proposed.Add(1)
 	defer s.copyInLog.answered.Add(1)
-	return s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: chunks, Tables: tables}}})
+	return s.propose(ctx, &rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})
 }
 
 func (s *Storage) applyBatch(ctx context.Context, batch *rspb.Batch) (*BatchOutcome, error) {

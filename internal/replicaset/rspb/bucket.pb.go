@@ -1147,8 +1147,14 @@ type SendBucketsRequest struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	ReplicasetId string                 `protobuf:"bytes,1,opt,name=replicaset_id,json=replicasetId,proto3" json:"replicaset_id,omitempty"`
 	Buckets      []*BucketGeneration    `protobuf:"bytes,2,rep,name=buckets,proto3" json:"buckets,omitempty"`
-	// Tuples per chunk (0: 1000).
-	ChunkTuples   uint32 `protobuf:"varint,3,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
+	// Tuples per chunk (0: 1000); with table_group, tuples per response
+	// (0, or above 8192: 8192).
+	ChunkTuples uint32 `protobuf:"varint,3,opt,name=chunk_tuples,json=chunkTuples,proto3" json:"chunk_tuples,omitempty"`
+	// Not 0: the buckets' tuples and history go as Pebble sstables keyed
+	// for this group (SendBucketsResponse.tables), not in the chunks. A
+	// source that does not know the field sends the chunks' tuples and
+	// events as before.
+	TableGroup    uint64 `protobuf:"varint,4,opt,name=table_group,json=tableGroup,proto3" json:"table_group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1200,6 +1206,13 @@ func (x *SendBucketsRequest) GetBuckets() []*BucketGeneration {
 func (x *SendBucketsRequest) GetChunkTuples() uint32 {
 	if x != nil {
 		return x.ChunkTuples
+	}
+	return 0
+}
+
+func (x *SendBucketsRequest) GetTableGroup() uint64 {
+	if x != nil {
+		return x.TableGroup
 	}
 	return 0
 }
@@ -1260,9 +1273,13 @@ func (x *BucketRefusal) GetReason() string {
 // SendBucketsResponse is a part of the stream: chunks as the destination
 // logs them (a bucket's last chunk has last set), and buckets refused.
 type SendBucketsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chunks        []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
-	Refused       []*BucketRefusal       `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Chunks  []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	Refused []*BucketRefusal       `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	// With SendBucketsRequest.table_group: the rows of this response's
+	// chunks, as CopyChunks.tables are (the history's table before the
+	// tuples'), written by the source from its snapshot.
+	Tables        [][]byte `protobuf:"bytes,3,rep,name=tables,proto3" json:"tables,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1307,6 +1324,13 @@ func (x *SendBucketsResponse) GetChunks() []*CopyChunk {
 func (x *SendBucketsResponse) GetRefused() []*BucketRefusal {
 	if x != nil {
 		return x.Refused
+	}
+	return nil
+}
+
+func (x *SendBucketsResponse) GetTables() [][]byte {
+	if x != nil {
+		return x.Tables
 	}
 	return nil
 }
@@ -1403,17 +1427,20 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"r\n" +
 	"\x16ReceiveBucketsResponse\x12@\n" +
 	"\aresults\x18\x01 \x03(\v2&.shardkit.replicaset.v1.BucketReceivedR\aresults\x12\x16\n" +
-	"\x06window\x18\x02 \x01(\rR\x06window\"\xa0\x01\n" +
+	"\x06window\x18\x02 \x01(\rR\x06window\"\xc1\x01\n" +
 	"\x12SendBucketsRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12B\n" +
 	"\abuckets\x18\x02 \x03(\v2(.shardkit.replicaset.v1.BucketGenerationR\abuckets\x12!\n" +
-	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\"?\n" +
+	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\x12\x1f\n" +
+	"\vtable_group\x18\x04 \x01(\x04R\n" +
+	"tableGroup\"?\n" +
 	"\rBucketRefusal\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
-	"\x06reason\x18\x02 \x01(\tR\x06reason\"\x91\x01\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa9\x01\n" +
 	"\x13SendBucketsResponse\x129\n" +
 	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12?\n" +
-	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused2\xcd\x06\n" +
+	"\arefused\x18\x02 \x03(\v2%.shardkit.replicaset.v1.BucketRefusalR\arefused\x12\x16\n" +
+	"\x06tables\x18\x03 \x03(\fR\x06tables2\xcd\x06\n" +
 	"\rBucketService\x12c\n" +
 	"\n" +
 	"SetBuckets\x12).shardkit.replicaset.v1.SetBucketsRequest\x1a*.shardkit.replicaset.v1.SetBucketsResponse\x12o\n" +

@@ -1126,6 +1126,11 @@ func (m *SendBucketsRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.TableGroup != 0 {
+		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TableGroup))
+		i--
+		dAtA[i] = 0x20
+	}
 	if m.ChunkTuples != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.ChunkTuples))
 		i--
@@ -1227,6 +1232,15 @@ func (m *SendBucketsResponse) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 	if m.unknownFields != nil {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
+	}
+	if len(m.Tables) > 0 {
+		for iNdEx := len(m.Tables) - 1; iNdEx >= 0; iNdEx-- {
+			i -= len(m.Tables[iNdEx])
+			copy(dAtA[i:], m.Tables[iNdEx])
+			i = protohelpers.EncodeVarint(dAtA, i, uint64(len(m.Tables[iNdEx])))
+			i--
+			dAtA[i] = 0x1a
+		}
 	}
 	if len(m.Refused) > 0 {
 		for iNdEx := len(m.Refused) - 1; iNdEx >= 0; iNdEx-- {
@@ -1698,6 +1712,9 @@ func (m *SendBucketsRequest) SizeVT() (n int) {
 	if m.ChunkTuples != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.ChunkTuples))
 	}
+	if m.TableGroup != 0 {
+		n += 1 + protohelpers.SizeOfVarint(uint64(m.TableGroup))
+	}
 	n += len(m.unknownFields)
 	return n
 }
@@ -1734,6 +1751,12 @@ func (m *SendBucketsResponse) SizeVT() (n int) {
 	if len(m.Refused) > 0 {
 		for _, e := range m.Refused {
 			l = e.SizeVT()
+			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
+		}
+	}
+	if len(m.Tables) > 0 {
+		for _, b := range m.Tables {
+			l = len(b)
 			n += 1 + l + protohelpers.SizeOfVarint(uint64(l))
 		}
 	}
@@ -4632,6 +4655,25 @@ func (m *SendBucketsRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 4:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field TableGroup", wireType)
+			}
+			m.TableGroup = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.TableGroup |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])
@@ -4852,6 +4894,38 @@ func (m *SendBucketsResponse) UnmarshalVT(dAtA []byte) error {
 			if err := m.Refused[len(m.Refused)-1].UnmarshalVT(dAtA[iNdEx:postIndex]); err != nil {
 				return err
 			}
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Tables", wireType)
+			}
+			var byteLen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				byteLen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if byteLen < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			postIndex := iNdEx + byteLen
+			if postIndex < 0 {
+				return protohelpers.ErrInvalidLength
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Tables = append(m.Tables, make([]byte, postIndex-iNdEx))
+			copy(m.Tables[len(m.Tables)-1], dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -215,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20, 0}
 }
 
 type BucketState_State int32
@@ -270,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{22, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -1036,14 +1036,21 @@ func (x *SetBuckets) GetSteps() []*SetBucket {
 type CopyChunks struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Chunks []*CopyChunk           `protobuf:"bytes,1,rep,name=chunks,proto3" json:"chunks,omitempty"`
-	// The chunks' tuples as Pebble sstables instead of in their tuples, in
-	// key order, each of one bucket: the destination's own tuple keys
-	// (t/<bucket><space><key> under its group's prefix), each value a
-	// stored tuple (version and encoding). Every member writes them to
-	// files and ingests them together (docs/design/moves.md, "The copy as
-	// files"), without the keys it holds a tuple or a tombstone of and the
-	// buckets it does not receive at their chunk's generation.
-	Tables        [][]byte `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	// The chunks' rows as Pebble sstables instead of in their tuples and
+	// events, in key order and apart, each of one or more of the chunks'
+	// buckets: the destination's own keys under its group's prefix, tuples
+	// (t/<bucket><space><key>, each value a stored tuple: version and
+	// encoding) or history (e/<bucket><revision>, each value an Event).
+	// Every member writes them to files and ingests them together
+	// (docs/design/moves.md, "The copy as files"), without the keys it
+	// holds a tuple or a tombstone of and the buckets it does not receive
+	// at their chunk's generation.
+	Tables [][]byte `protobuf:"bytes,2,rep,name=tables,proto3" json:"tables,omitempty"`
+	// What each table holds, one per table in the same order, as the
+	// leader wrote or read it: the members take it instead of reading the
+	// table, which they read only to leave rows out. Empty from a leader
+	// that does not send it: each member reads every table.
+	Summaries     []*CopyTableSummary `protobuf:"bytes,3,rep,name=summaries,proto3" json:"summaries,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1092,6 +1099,140 @@ func (x *CopyChunks) GetTables() [][]byte {
 	return nil
 }
 
+func (x *CopyChunks) GetSummaries() []*CopyTableSummary {
+	if x != nil {
+		return x.Summaries
+	}
+	return nil
+}
+
+// CopyTableSummary is what one copy table holds, bucket by bucket.
+type CopyTableSummary struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In key order: a bucket's history before its tuples, and a bucket
+	// whose rows two tables split is in both.
+	Buckets       []*CopyTableBucket `protobuf:"bytes,1,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyTableSummary) Reset() {
+	*x = CopyTableSummary{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyTableSummary) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyTableSummary) ProtoMessage() {}
+
+func (x *CopyTableSummary) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyTableSummary.ProtoReflect.Descriptor instead.
+func (*CopyTableSummary) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CopyTableSummary) GetBuckets() []*CopyTableBucket {
+	if x != nil {
+		return x.Buckets
+	}
+	return nil
+}
+
+// CopyTableBucket is what a copy table holds of one bucket: its tuples or
+// its history, from first to last key.
+type CopyTableBucket struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Bucket uint32                 `protobuf:"varint,1,opt,name=bucket,proto3" json:"bucket,omitempty"`
+	// Tuples (t/), or else the bucket's history (e/).
+	Tuples bool   `protobuf:"varint,2,opt,name=tuples,proto3" json:"tuples,omitempty"`
+	First  []byte `protobuf:"bytes,3,opt,name=first,proto3" json:"first,omitempty"`
+	Last   []byte `protobuf:"bytes,4,opt,name=last,proto3" json:"last,omitempty"`
+	// With tuples: how many of each space.
+	BySpace       map[uint32]uint64 `protobuf:"bytes,5,rep,name=by_space,json=bySpace,proto3" json:"by_space,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyTableBucket) Reset() {
+	*x = CopyTableBucket{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyTableBucket) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyTableBucket) ProtoMessage() {}
+
+func (x *CopyTableBucket) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyTableBucket.ProtoReflect.Descriptor instead.
+func (*CopyTableBucket) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CopyTableBucket) GetBucket() uint32 {
+	if x != nil {
+		return x.Bucket
+	}
+	return 0
+}
+
+func (x *CopyTableBucket) GetTuples() bool {
+	if x != nil {
+		return x.Tuples
+	}
+	return false
+}
+
+func (x *CopyTableBucket) GetFirst() []byte {
+	if x != nil {
+		return x.First
+	}
+	return nil
+}
+
+func (x *CopyTableBucket) GetLast() []byte {
+	if x != nil {
+		return x.Last
+	}
+	return nil
+}
+
+func (x *CopyTableBucket) GetBySpace() map[uint32]uint64 {
+	if x != nil {
+		return x.BySpace
+	}
+	return nil
+}
+
 type CopiedTuple struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	SpaceId uint32                 `protobuf:"varint,1,opt,name=space_id,json=spaceId,proto3" json:"space_id,omitempty"`
@@ -1105,7 +1246,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1258,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1271,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -1175,7 +1316,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1328,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1341,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -1238,7 +1379,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1250,7 +1391,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1263,7 +1404,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -1293,7 +1434,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1446,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1459,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -1357,7 +1498,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1510,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1523,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Condition) GetField() uint32 {
@@ -1432,7 +1573,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1585,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1598,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1552,7 +1693,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1564,7 +1705,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1577,7 +1718,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1640,7 +1781,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1793,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1806,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1707,7 +1848,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1860,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1873,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1796,7 +1937,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1949,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1962,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -1876,7 +2017,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +2029,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2042,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -1999,11 +2140,23 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\x06result\x18\x02 \x01(\fR\x06result\"E\n" +
 	"\n" +
 	"SetBuckets\x127\n" +
-	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"_\n" +
+	"\x05steps\x18\x01 \x03(\v2!.shardkit.replicaset.v1.SetBucketR\x05steps\"\xa7\x01\n" +
 	"\n" +
 	"CopyChunks\x129\n" +
 	"\x06chunks\x18\x01 \x03(\v2!.shardkit.replicaset.v1.CopyChunkR\x06chunks\x12\x16\n" +
-	"\x06tables\x18\x02 \x03(\fR\x06tables\"j\n" +
+	"\x06tables\x18\x02 \x03(\fR\x06tables\x12F\n" +
+	"\tsummaries\x18\x03 \x03(\v2(.shardkit.replicaset.v1.CopyTableSummaryR\tsummaries\"U\n" +
+	"\x10CopyTableSummary\x12A\n" +
+	"\abuckets\x18\x01 \x03(\v2'.shardkit.replicaset.v1.CopyTableBucketR\abuckets\"\xf8\x01\n" +
+	"\x0fCopyTableBucket\x12\x16\n" +
+	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
+	"\x06tuples\x18\x02 \x01(\bR\x06tuples\x12\x14\n" +
+	"\x05first\x18\x03 \x01(\fR\x05first\x12\x12\n" +
+	"\x04last\x18\x04 \x01(\fR\x04last\x12O\n" +
+	"\bby_space\x18\x05 \x03(\v24.shardkit.replicaset.v1.CopyTableBucket.BySpaceEntryR\abySpace\x1a:\n" +
+	"\fBySpaceEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\rR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"j\n" +
 	"\vCopiedTuple\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\x12\x18\n" +
@@ -2125,67 +2278,73 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
-	(OpKind)(0),            // 0: shardkit.replicaset.v1.OpKind
-	(Compare)(0),           // 1: shardkit.replicaset.v1.Compare
-	(Refusal_Code)(0),      // 2: shardkit.replicaset.v1.Refusal.Code
-	(BucketState_State)(0), // 3: shardkit.replicaset.v1.BucketState.State
-	(*Command)(nil),        // 4: shardkit.replicaset.v1.Command
-	(*SetHistory)(nil),     // 5: shardkit.replicaset.v1.SetHistory
-	(*SetBucket)(nil),      // 6: shardkit.replicaset.v1.SetBucket
-	(*CopyChunk)(nil),      // 7: shardkit.replicaset.v1.CopyChunk
-	(*TupleKey)(nil),       // 8: shardkit.replicaset.v1.TupleKey
-	(*Event)(nil),          // 9: shardkit.replicaset.v1.Event
-	(*EventOp)(nil),        // 10: shardkit.replicaset.v1.EventOp
-	(*CopiedRequest)(nil),  // 11: shardkit.replicaset.v1.CopiedRequest
-	(*SetBuckets)(nil),     // 12: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),     // 13: shardkit.replicaset.v1.CopyChunks
-	(*CopiedTuple)(nil),    // 14: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),       // 15: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),      // 16: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),  // 17: shardkit.replicaset.v1.CreateBuckets
-	(*Condition)(nil),      // 18: shardkit.replicaset.v1.Condition
-	(*Op)(nil),             // 19: shardkit.replicaset.v1.Op
-	(*Batch)(nil),          // 20: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),       // 21: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),        // 22: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),    // 23: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),    // 24: shardkit.replicaset.v1.BucketState
-	(*metapb.Space)(nil),   // 25: shardkit.meta.v1.Space
+	(OpKind)(0),              // 0: shardkit.replicaset.v1.OpKind
+	(Compare)(0),             // 1: shardkit.replicaset.v1.Compare
+	(Refusal_Code)(0),        // 2: shardkit.replicaset.v1.Refusal.Code
+	(BucketState_State)(0),   // 3: shardkit.replicaset.v1.BucketState.State
+	(*Command)(nil),          // 4: shardkit.replicaset.v1.Command
+	(*SetHistory)(nil),       // 5: shardkit.replicaset.v1.SetHistory
+	(*SetBucket)(nil),        // 6: shardkit.replicaset.v1.SetBucket
+	(*CopyChunk)(nil),        // 7: shardkit.replicaset.v1.CopyChunk
+	(*TupleKey)(nil),         // 8: shardkit.replicaset.v1.TupleKey
+	(*Event)(nil),            // 9: shardkit.replicaset.v1.Event
+	(*EventOp)(nil),          // 10: shardkit.replicaset.v1.EventOp
+	(*CopiedRequest)(nil),    // 11: shardkit.replicaset.v1.CopiedRequest
+	(*SetBuckets)(nil),       // 12: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),       // 13: shardkit.replicaset.v1.CopyChunks
+	(*CopyTableSummary)(nil), // 14: shardkit.replicaset.v1.CopyTableSummary
+	(*CopyTableBucket)(nil),  // 15: shardkit.replicaset.v1.CopyTableBucket
+	(*CopiedTuple)(nil),      // 16: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),         // 17: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),        // 18: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),    // 19: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),        // 20: shardkit.replicaset.v1.Condition
+	(*Op)(nil),               // 21: shardkit.replicaset.v1.Op
+	(*Batch)(nil),            // 22: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),         // 23: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),          // 24: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),      // 25: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),      // 26: shardkit.replicaset.v1.BucketState
+	nil,                      // 27: shardkit.replicaset.v1.CopyTableBucket.BySpaceEntry
+	(*metapb.Space)(nil),     // 28: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	20, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	16, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	17, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	22, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	18, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	19, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
 	12, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
 	13, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
 	5,  // 5: shardkit.replicaset.v1.Command.set_history:type_name -> shardkit.replicaset.v1.SetHistory
 	3,  // 6: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
 	3,  // 7: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	14, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	16, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
 	11, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
 	8,  // 10: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
 	10, // 11: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
 	0,  // 12: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
 	6,  // 13: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
 	7,  // 14: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	25, // 15: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 16: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 17: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	15, // 18: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	18, // 19: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	19, // 20: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	23, // 21: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 22: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	21, // 23: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	22, // 24: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 25: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	26, // [26:26] is the sub-list for method output_type
-	26, // [26:26] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	14, // 15: shardkit.replicaset.v1.CopyChunks.summaries:type_name -> shardkit.replicaset.v1.CopyTableSummary
+	15, // 16: shardkit.replicaset.v1.CopyTableSummary.buckets:type_name -> shardkit.replicaset.v1.CopyTableBucket
+	27, // 17: shardkit.replicaset.v1.CopyTableBucket.by_space:type_name -> shardkit.replicaset.v1.CopyTableBucket.BySpaceEntry
+	28, // 18: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 19: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 20: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	17, // 21: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	20, // 22: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	21, // 23: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	25, // 24: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 25: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	23, // 26: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	24, // 27: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 28: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	29, // [29:29] is the sub-list for method output_type
+	29, // [29:29] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -2201,14 +2360,14 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_CopyChunks)(nil),
 		(*Command_SetHistory)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[15].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
