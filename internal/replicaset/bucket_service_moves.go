@@ -473,6 +473,11 @@ func (c *chunker) send() error {
 		}
 	}
 	err := c.flush(part)
+	if c.tables != nil {
+		// flush (a stream's Send) encoded the part before it returned:
+		// its tables' buffers are written into again.
+		c.tables.reuse()
+	}
 	c.chunks, c.refused, c.count, c.size = nil, nil, 0, 0
 	return err
 }
@@ -486,13 +491,33 @@ type sourceTables struct {
 	dst            keys
 	events, tuples *copyTable
 	key            []byte // a destination key being built
+	// The buffers of the tables of the part being sent: a new buffer a
+	// table, grown by doubling, was a third of a source's table writing,
+	// so they come from and go back to sourceTableBuffers.
+	sent []*memWritable
+}
+
+// sourceTableBuffers are the buffers of the tables of sources' parts
+// sent, to write into again.
+var sourceTableBuffers = sync.Pool{New: func() any { return &memWritable{} }}
+
+// buffer is a buffer for a table.
+func (t *sourceTables) buffer() *memWritable { return sourceTableBuffers.Get().(*memWritable) }
+
+// reuse gives back the buffers of the tables finish returned: the part
+// that held them has been sent.
+func (t *sourceTables) reuse() {
+	for _, b := range t.sent {
+		sourceTableBuffers.Put(b)
+	}
+	t.sent = t.sent[:0]
 }
 
 // tuple writes the tuple of bucket b at the source's key k (under src's
 // prefix), with its stored value v.
 func (t *sourceTables) tuple(src keys, b uint32, k, v []byte) error {
 	if t.tuples == nil {
-		t.tuples = newCopyTable()
+		t.tuples = newCopyTableIn(t.buffer())
 	}
 	t.key = append(append(t.key[:0], t.dst.prefix...), k[len(src.prefix):]...)
 	return t.tuples.set(t.dst, b, true, t.key, v)
@@ -508,7 +533,7 @@ func (t *sourceTables) event(b uint32, v []byte) error {
 		return fmt.Errorf("replicaset: bucket %d's stored event is of bucket %d, revision %d", b, bucket, rev)
 	}
 	if t.events == nil {
-		t.events = newCopyTable()
+		t.events = newCopyTableIn(t.buffer())
 	}
 	return t.events.set(t.dst, b, false, t.dst.event(b, rev), v)
 }
@@ -528,6 +553,7 @@ func (t *sourceTables) finish() ([][]byte, error) {
 		if sst != nil {
 			out = append(out, sst)
 		}
+		t.sent = append(t.sent, ct.out)
 	}
 	t.events, t.tuples = nil, nil
 	return out, nil

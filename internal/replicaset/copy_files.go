@@ -95,8 +95,11 @@ type copyTable struct {
 	sum *rspb.CopyTableSummary
 }
 
-func newCopyTable() *copyTable {
-	out := &memWritable{}
+func newCopyTable() *copyTable { return newCopyTableIn(&memWritable{}) }
+
+// newCopyTableIn begins a table written into out, emptied first.
+func newCopyTableIn(out *memWritable) *copyTable {
+	out.buf.Reset()
 	return &copyTable{out: out, sum: &rspb.CopyTableSummary{}, w: sstable.NewWriter(out, sstable.WriterOptions{
 		TableFormat:  copyTableFormat,
 		FilterPolicy: bloom.FilterPolicy(copyFilterBits),

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/multiraft"
@@ -417,6 +418,7 @@ func sourceParts(t *testing.T, src *fixture, dst uint64, limit int, gen uint64, 
 	source := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "src", DB: src.db}}
 	var parts []*rspb.SendBucketsResponse
 	ch := &chunker{limit: limit, tables: &sourceTables{dst: newKeys(dst)}, flush: func(part *rspb.SendBucketsResponse) error {
+		part = proto.CloneOf(part) // its tables' buffers are written into again
 		parts = append(parts, part)
 		return nil
 	}}
@@ -521,6 +523,33 @@ func TestTheSourcesTablesAreLoggedAsTheyCame(t *testing.T) {
 	}
 	if !dst.sm.reqs.has(id) {
 		t.Fatal("the request id the source applied is not remembered at the destination")
+	}
+
+	// In parts of two tuples, each its own entry (the source writes each
+	// part's tables into the buffers of the part before).
+	dst, leader = newDst()
+	parts = sourceParts(t, src, dstGroup, 2, 2, 3, 5)
+	if len(parts) < 4 {
+		t.Fatalf("%d parts of 2 tuples, want at least 4", len(parts))
+	}
+	for i, p := range parts {
+		cc, _, err := leader.checkedCopy(p.GetChunks(), p.GetTables())
+		if err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+		for j, o := range dst.apply(&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: cc}})[0].Copies {
+			if o.Refused != nil {
+				t.Fatalf("part %d, chunk %d refused: %v", i, j, o.Refused)
+			}
+		}
+	}
+	for _, b := range []uint32{3, 5} {
+		if got, want := rowsOf(t, dst, b), rowsOf(t, src, b); got != want {
+			t.Fatalf("in parts, bucket %d: the destination holds %s, the source %s", b, got, want)
+		}
+		if got, want := history(dst, b), history(src, b); !slices.Equal(got, want) {
+			t.Fatalf("in parts, bucket %d: the destination keeps revisions %v, the source %v", b, got, want)
+		}
 	}
 
 	// A destination that wrote b1 of bucket 5 during the copy.
