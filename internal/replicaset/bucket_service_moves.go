@@ -195,7 +195,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 			return nil
 		}
 		// A leader that copies tables asks the source to write them
-		// (docs/design/moves.md, "The source writes the tables").
+		// (docs/design/moves.md, "The copy as files").
 		sreq := &rspb.SendBucketsRequest{ReplicasetId: req.GetFrom(), Buckets: ask}
 		if s.cfg.CopyTables {
 			sreq.TableGroup, sreq.ChunkTuples = uint64(s.sm.group), CopyTableTuples

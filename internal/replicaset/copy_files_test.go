@@ -3,6 +3,7 @@ package replicaset
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -346,25 +347,47 @@ func TestNoCopyTableIsIngestedOverAKeyHeldHere(t *testing.T) {
 func FuzzOpenCopySST(f *testing.F) {
 	k := newKeys(7)
 	sm := &SM{k: k}
-	good, _, err := sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
-		{SpaceId: 1, Key: []byte("a"), Version: 1, Tuple: []byte("x")},
-		{SpaceId: 2, Key: []byte("b"), Version: 2, Tuple: []byte("y")},
-	}}})
+	ev, err := (&rspb.Event{Bucket: 3, Revision: 1}).MarshalVT()
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(good[0])
-	f.Add(good[0][:len(good[0])/2])
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, sst []byte) {
-		c, err := openCopySST(k, map[uint32]bool{3: true}, sst, false)
+	good, _, err := sm.CopyTables(nil, []*rspb.CopyChunk{{Bucket: 3, Tuples: []*rspb.CopiedTuple{
+		{SpaceId: 1, Key: []byte("a"), Version: 1, Tuple: []byte("x")},
+		{SpaceId: 2, Key: []byte("b"), Version: 2, Tuple: []byte("y")},
+	}, Events: [][]byte{ev}}})
+	if err != nil || len(good) != 2 {
+		f.Fatalf("%d tables, %v; want the history's and the tuples'", len(good), err)
+	}
+	for _, g := range good {
+		f.Add(g, false)
+		f.Add(g, true)
+		f.Add(g[:len(g)/2], true)
+	}
+	f.Add([]byte{}, false)
+	f.Fuzz(func(t *testing.T, sst []byte, events bool) {
+		named := map[uint32]bool{3: true}
+		c, err := openCopySST(k, named, sst, events)
 		if err != nil {
 			return
 		}
 		defer c.close()
 		for _, tb := range c.buckets {
-			if tb.bucket != 3 || tb.n == 0 || bytes.Compare(tb.first, tb.last) > 0 || bytes.Compare(tb.first, c.first) < 0 || bytes.Compare(tb.last, c.last) > 0 {
+			if tb.bucket != 3 || tb.tuples && tb.n == 0 || bytes.Compare(tb.first, tb.last) > 0 || bytes.Compare(tb.first, c.first) < 0 || bytes.Compare(tb.last, c.last) > 0 {
 				t.Fatalf("table of bucket %d, %d keys, %q to %q (the table's: %q to %q)", tb.bucket, tb.n, tb.first, tb.last, c.first, c.last)
+			}
+		}
+		// What a member takes from the table's summary is what reading
+		// it gives.
+		s, err := summedCopySST(k, named, sst, c.summary())
+		if err != nil {
+			t.Fatalf("the summary of a table read: %v", err)
+		}
+		if len(s.buckets) != len(c.buckets) || !bytes.Equal(s.first, c.first) || !bytes.Equal(s.last, c.last) {
+			t.Fatalf("the summary gives %d buckets, %q to %q; the table %d, %q to %q", len(s.buckets), s.first, s.last, len(c.buckets), c.first, c.last)
+		}
+		for i, tb := range s.buckets {
+			if r := c.buckets[i]; tb.bucket != r.bucket || tb.tuples != r.tuples || tb.n != r.n || !maps.Equal(tb.bySpace, r.bySpace) {
+				t.Fatalf("bucket %d: the summary gives %+v, the table %+v", i, tb, r)
 			}
 		}
 	})
