@@ -200,8 +200,8 @@ func (sm *SM) SourceTables(r pebble.Reader, chunks []*rspb.CopyChunk, tables [][
 		}
 		last = c.last
 		held, err := holdsAny(r, c.first, append(bytes.Clone(c.last), 0))
-		if first, last, ok := c.tupleRange(); ok && err == nil && !held {
-			err = eachTombstone(r, sm.k, first, last, func([]byte) { held = true })
+		if from, to, ok := c.tupleRange(); ok && err == nil && !held {
+			err = eachTombstone(r, sm.k, from, to, func([]byte) { held = true })
 		}
 		if err == nil && !held {
 			out.tables, out.sums = append(out.tables, sst), append(out.sums, c.summary())
@@ -718,8 +718,8 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 		// order, in one look: those within a bucket's range are its rows
 		// to leave out.
 		var tombs [][]byte
-		if first, last, ok := c.tupleRange(); ok {
-			if err := eachTombstone(a.b, a.sm.k, first, last, func(k []byte) { tombs = append(tombs, k) }); err != nil {
+		if from, to, ok := c.tupleRange(); ok {
+			if err := eachTombstone(a.b, a.sm.k, from, to, func(k []byte) { tombs = append(tombs, k) }); err != nil {
 				a.err = err
 				return nil, nil
 			}
