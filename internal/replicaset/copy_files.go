@@ -20,10 +20,12 @@ import (
 )
 
 // The copy as files (docs/design/moves.md, "The copy as files"): the
-// tuples of a copy entry travel through the destination's log as Pebble
-// sstables of the destination's own tuple keys (CopyChunks.tables),
-// which every member writes to files beside its database and ingests
-// together, instead of applying each tuple through the apply batch.
+// rows and history of a copy entry travel through the destination's log
+// as Pebble sstables of the destination's own keys (CopyChunks.tables),
+// written by the source when its destination asks (sourceTables,
+// SourceTables) or else by the destination's leader (CopyTables), which
+// every member writes to files beside its database and ingests together,
+// instead of applying each tuple through the apply batch.
 //
 // A table holds no key its leader held (a tuple or a tombstone: a write
 // or a delete made during the copy; every member leaves them out again),
@@ -213,8 +215,8 @@ func (sm *SM) SourceTables(r pebble.Reader, chunks []*rspb.CopyChunk, tables [][
 		var tuples, events []copyRow
 		if err == nil {
 			err = c.each(func(k, v []byte) error {
-				row := copyRow{binary.BigEndian.Uint32(k[sm.k.tupleBucketAt():]), bytes.Clone(k), bytes.Clone(v)}
-				if k[sm.k.tupleBucketAt()-2] == storage.DataTuple {
+				row := copyRow{binary.BigEndian.Uint32(k[sm.k.bucketAt():]), bytes.Clone(k), bytes.Clone(v)}
+				if sm.k.isTuple(k) {
 					tuples = append(tuples, row)
 				} else {
 					events = append(events, row)
@@ -417,7 +419,7 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte, events bool) (_ *cop
 		case !tuple && (!bytes.HasPrefix(key, ep) || len(key) != len(ep)+12):
 			return fmt.Errorf("%w: key %q is neither a tuple's nor a history's of this replicaset", errCopySST, key)
 		}
-		b := binary.BigEndian.Uint32(key[len(tp):])
+		b := binary.BigEndian.Uint32(key[k.bucketAt():])
 		if !named[b] {
 			return fmt.Errorf("%w: key %q is of bucket %d, which the entry does not copy", errCopySST, key, b)
 		}
@@ -437,7 +439,7 @@ func openCopySST(k keys, named map[uint32]bool, sst []byte, events bool) (_ *cop
 		}
 		tb.last = append(tb.last[:0], key...)
 		if tuple {
-			tb.bySpace[binary.BigEndian.Uint32(key[len(tp)+4:])]++
+			tb.bySpace[binary.BigEndian.Uint32(key[k.tupleSpaceAt():])]++
 			tb.n++
 		}
 		return nil
@@ -699,7 +701,9 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 		}
 	}
 	schema := a.sm.Schema()
-	prefix := len(a.sm.k.sub(storage.DataTuple, 0))
+	k := a.sm.k
+	bucketOf := func(key []byte) uint32 { return binary.BigEndian.Uint32(key[k.bucketAt():]) }
+	spaceOf := func(key []byte) uint32 { return binary.BigEndian.Uint32(key[k.tupleSpaceAt():]) }
 	out := map[uint32]*tableCopied{}
 	skip := map[uint32]bool{}     // buckets not received here
 	held := map[string]struct{}{} // keys held here
@@ -766,21 +770,20 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 			}
 			a.sm.rows.dropBucket(a.sm.k, b)
 		}
-		tupleKey := func(k []byte) bool { return k[prefix-2] == storage.DataTuple }
-		keep := func(k []byte) bool {
-			if skip[binary.BigEndian.Uint32(k[prefix:])] {
+		keep := func(key []byte) bool {
+			if skip[bucketOf(key)] {
 				return false
 			}
-			_, h := held[string(k)]
-			return !h && (!tupleKey(k) || schema.ByID(binary.BigEndian.Uint32(k[prefix+4:])) != nil)
+			_, h := held[string(key)]
+			return !h && (!k.isTuple(key) || schema.ByID(spaceOf(key)) != nil)
 		}
-		count := func(k []byte) {
-			if !tupleKey(k) {
+		count := func(key []byte) {
+			if !k.isTuple(key) {
 				return
 			}
-			o := out[binary.BigEndian.Uint32(k[prefix:])]
+			o := out[bucketOf(key)]
 			o.copied++
-			o.bySpace[binary.BigEndian.Uint32(k[prefix+4:])]++
+			o.bySpace[spaceOf(key)]++
 		}
 		switch {
 		case whole && a.sm.ingestFS != nil:
@@ -794,12 +797,12 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 			}
 		case a.sm.ingestFS != nil && !overlaps:
 			t := newCopyTable()
-			err := c.each(func(k, v []byte) error {
-				if !keep(k) {
+			err := c.each(func(key, v []byte) error {
+				if !keep(key) {
 					return nil
 				}
-				count(k)
-				return t.set(a.sm.k, binary.BigEndian.Uint32(k[prefix:]), tupleKey(k), k, v)
+				count(key)
+				return t.set(k, bucketOf(key), k.isTuple(key), key, v)
 			})
 			var rest []byte
 			if err == nil {
@@ -813,12 +816,12 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 				ingest = append(ingest, rest)
 			}
 		default:
-			err := c.each(func(k, v []byte) error {
-				if !keep(k) {
+			err := c.each(func(key, v []byte) error {
+				if !keep(key) {
 					return nil
 				}
-				count(k)
-				a.setUncached(bytes.Clone(k), bytes.Clone(v))
+				count(key)
+				a.setUncached(bytes.Clone(key), bytes.Clone(v))
 				return a.err
 			})
 			if err != nil && a.err == nil {

@@ -67,11 +67,12 @@ func (k keys) revision(b uint32) []byte {
 
 func (k keys) revisions() []byte { return k.sub(storage.DataRevision, 0) }
 
-// tupleBucketAt is where a tuple key (t/<bucket:4><space:4><key>) or an
-// event key (e/<bucket:4><revision:8>) holds its bucket, tupleSpaceAt
-// where a tuple key holds its space id.
-func (k keys) tupleBucketAt() int { return len(k.prefix) + 2 }
-func (k keys) tupleSpaceAt() int  { return len(k.prefix) + 6 }
+// bucketAt is where a tuple key (t/<bucket:4><space:4><key>) or an event
+// key (e/<bucket:4><revision:8>) holds its bucket, tupleSpaceAt where a
+// tuple key holds its space id; isTuple tells a tuple key of the two.
+func (k keys) bucketAt() int           { return len(k.prefix) + 2 }
+func (k keys) tupleSpaceAt() int       { return len(k.prefix) + 6 }
+func (k keys) isTuple(key []byte) bool { return key[len(k.prefix)] == storage.DataTuple }
 
 // tuple is t/<bucket:4><space:4><key>.
 func (k keys) tuple(b, space uint32, key []byte) []byte {

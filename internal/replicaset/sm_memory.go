@@ -541,13 +541,9 @@ func (sm *SM) eachStoredRequest(r pebble.Reader, ms int64, fn func(id []byte, at
 			continue
 		}
 		k := recs.Key()
-		v, err := recs.ValueAndErr()
-		c := &rspb.CopyChunk{}
-		if err == nil {
-			err = c.UnmarshalVT(v)
-		}
+		c, err := requestRecordAt(recs)
 		if err != nil {
-			return fmt.Errorf("replicaset: request record %x: %w", k, err)
+			return err
 		}
 		for _, q := range c.GetRequests() {
 			_, rev, err := resultStamp(q.GetResult())
@@ -594,19 +590,28 @@ func (sm *SM) eachRequestRecordAt(r pebble.Reader, ms int64, fn func(*rspb.CopyC
 	}
 	defer it.Close()
 	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.ValueAndErr()
-		c := &rspb.CopyChunk{}
-		if err == nil {
-			err = c.UnmarshalVT(v)
-		}
+		c, err := requestRecordAt(it)
 		if err != nil {
-			return fmt.Errorf("replicaset: request record %x: %w", it.Key(), err)
+			return err
 		}
 		if !fn(c) {
 			return nil
 		}
 	}
 	return it.Error()
+}
+
+// requestRecordAt decodes the record of copied request ids at it.
+func requestRecordAt(it *pebble.Iterator) (*rspb.CopyChunk, error) {
+	v, err := it.ValueAndErr()
+	c := &rspb.CopyChunk{}
+	if err == nil {
+		err = c.UnmarshalVT(v)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("replicaset: request record %x: %w", it.Key(), err)
+	}
+	return c, nil
 }
 
 // loadMemory reads the bucket records, the counts and the request ids in

@@ -88,7 +88,9 @@ type StorageConfig struct {
 	// CopyRate alone bounds it. nil: it paces itself.
 	CopyPaceOff func() bool
 	// CopyTables makes the copy in log its tuples and history as tables
-	// (CopyChunks.tables), which every member ingests whole, instead of
+	// (CopyChunks.tables), written by the source (asked with
+	// SendBucketsRequest.table_group) or by this leader, which every
+	// member ingests whole, instead of
 	// tuples (CopyChunk.tuples) and events, which every member applies
 	// one by one (docs/design/moves.md, "The copy as files"). A server
 	// sets it unless run with --copy-tables=false. Every member applies
