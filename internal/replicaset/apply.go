@@ -291,8 +291,8 @@ func (a *applier) batch(c *rspb.Batch) *BatchOutcome {
 	sm := a.sm
 	id := c.GetRequestId()
 	if len(id) > 0 && sm.remembersRequests() {
-		if ms, ok := sm.reqs.lookup(id, sm.requestCutoff(a.now)); ok {
-			v, err := sm.storedResult(a.b, ms, id)
+		if ms, ok := sm.reqs.lookup(c.GetBucket(), id, sm.requestCutoff(a.now)); ok {
+			v, err := sm.storedResult(a.b, c.GetBucket(), ms, id)
 			if err != nil {
 				a.err = err
 				return nil

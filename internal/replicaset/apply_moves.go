@@ -252,7 +252,7 @@ func (a *applier) rememberCopied(b uint32, reqs []*rspb.CopiedRequest) {
 		if len(r.GetId()) == 0 || len(r.GetResult()) == 0 {
 			continue
 		}
-		if _, ok := a.sm.reqs.lookup(r.GetId(), cutoff); ok {
+		if _, ok := a.sm.reqs.lookup(b, r.GetId(), cutoff); ok {
 			continue
 		}
 		kept = append(kept, r)
@@ -276,6 +276,31 @@ func (a *applier) rememberCopied(b uint32, reqs []*rspb.CopiedRequest) {
 		_, rev, _ := resultStamp(r.GetResult())
 		a.sm.reqs.addLocked(r.GetId(), requestStamp{ms: a.now, bucket: b, rev: rev}, r.GetResult())
 	}
+}
+
+// rememberBlock remembers the block of request ids a chunk of bucket b
+// brought (copied_requests.go) as it came: stored as one record, under
+// this log's clock as rememberCopied's, and held in the window as it is.
+// Ids this replicaset knows already are kept in it too: a lookup finds
+// them either way, and a copy of the bucket onwards sends each once
+// (sortedRequests).
+func (a *applier) rememberBlock(b uint32, s *rspb.SortedRequests) {
+	blk := blockOf(s)
+	if blk.len() == 0 {
+		return
+	}
+	v, err := (&rspb.CopyChunk{Bucket: b, SortedRequests: s}).MarshalVT()
+	if err != nil {
+		a.err = err
+		return
+	}
+	r := &copiedRecord{ms: a.now, bucket: b, index: a.index, chunk: a.records, block: blk}
+	a.set(a.sm.k.requestRecord(r.ms, r.index, r.chunk), v)
+	a.records++
+	if a.err != nil {
+		return
+	}
+	a.sm.reqs.addRecord(r)
 }
 
 // copyTakes says whether a bucket of record st takes a copy's chunk (or
@@ -335,6 +360,7 @@ func (a *applier) copyChunk(c *rspb.CopyChunk, tabled *tableCopied) *CopyOutcome
 	}
 	a.copyEvents(b, c.GetEvents())
 	a.rememberCopied(b, c.GetRequests())
+	a.rememberBlock(b, c.GetSortedRequests())
 	if a.err != nil {
 		return nil
 	}

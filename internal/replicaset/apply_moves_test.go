@@ -533,10 +533,7 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	}
 
 	// The copy: the tuples and then the source's remembered ids.
-	var reqs []*rspb.CopiedRequest
-	if err := source.eachRequest(src.db, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], math.MaxUint64, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	reqs := requestsOf(t, source, src.db, src.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], math.MaxUint64)
 	if len(reqs) != 2 {
 		t.Fatalf("the source sends %d request ids of bucket %d, want 2", len(reqs), b)
 	}
@@ -558,10 +555,7 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	}
 	// Onward: the destination sends both ids with the bucket.
 	onward := &Storage{sm: dst.sm, cfg: StorageConfig{ReplicasetID: "r2", DB: dst.db}}
-	reqs = nil
-	if err := onward.eachRequest(dst.db, dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], math.MaxUint64, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	reqs = requestsOf(t, onward, dst.db, dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b], math.MaxUint64)
 	if len(reqs) != 2 {
 		t.Fatalf("the destination would send %d request ids on, want 2", len(reqs))
 	}
@@ -572,13 +566,10 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 		fromWindow[string(r.GetId())] = r.GetResult()
 	}
 	ids := dst.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b]
-	for i := range ids {
-		ids[i].result = nil
+	for i := range ids.ids {
+		ids.ids[i].result = nil
 	}
-	reqs = nil
-	if err := onward.eachRequest(dst.db, ids, math.MaxUint64, func(r *rspb.CopiedRequest, _ int) error { reqs = append(reqs, r); return nil }); err != nil {
-		t.Fatal(err)
-	}
+	reqs = requestsOf(t, onward, dst.db, ids, math.MaxUint64)
 	if len(reqs) != 2 {
 		t.Fatalf("read from the database, the destination would send %d request ids on, want 2", len(reqs))
 	}
@@ -596,7 +587,7 @@ func TestRequestIDsMoveWithTheirBucket(t *testing.T) {
 	if n := dst.storedRequestIDs(); n != 0 {
 		t.Fatalf("%d request ids stored after the window, want none", n)
 	}
-	if dst.sm.reqs.has(early) || dst.sm.reqs.has(late) {
+	if dst.sm.reqs.has(b, early) || dst.sm.reqs.has(b, late) {
 		t.Fatal("the window still holds the copied ids after it")
 	}
 }
@@ -637,7 +628,7 @@ func TestACopySendsTheKeptResultsOfItsSnapshotOnly(t *testing.T) {
 	}
 	after := requestID(9)
 	f.ok(&rspb.Batch{RequestId: after, Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "after", 1))}})
-	ids := f.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b]
+	ids := f.sm.reqs.ofBuckets(map[uint32]bool{b: true})[b].ids
 	read := make([]rememberedID, len(ids))
 	for i, r := range ids {
 		if r.result == nil {
@@ -649,14 +640,8 @@ func TestACopySendsTheKeptResultsOfItsSnapshotOnly(t *testing.T) {
 	s := &Storage{sm: f.sm, cfg: StorageConfig{ReplicasetID: "r1", DB: f.db}}
 	sent := func(ids []rememberedID) map[string][]byte {
 		out := map[string][]byte{}
-		if err := s.eachRequest(snap, ids, rev, func(r *rspb.CopiedRequest, n int) error {
-			if n != len(r.GetId())+len(r.GetResult()) {
-				t.Errorf("request id %x: size %d, want %d", r.GetId(), n, len(r.GetId())+len(r.GetResult()))
-			}
+		for _, r := range requestsOf(t, s, snap, remembered{ids: ids}, rev) {
 			out[string(r.GetId())] = r.GetResult()
-			return nil
-		}); err != nil {
-			t.Fatal(err)
 		}
 		return out
 	}
@@ -742,7 +727,7 @@ func TestWhatACopyCarriesAsStoredIsCheckedBeforeItIsKept(t *testing.T) {
 		if len(out) != 1 || out[0].Refused == nil || !strings.Contains(out[0].Refused.Error(), tc.atApply) {
 			t.Fatalf("%s: apply: %+v, want the chunk refused: %q", tc.name, out, tc.atApply)
 		}
-		if dst.sm.reqs.has(id) {
+		if dst.sm.reqs.has(b, id) {
 			t.Fatalf("%s: the refused chunk's request id is remembered", tc.name)
 		}
 		if _, found, _ := dst.sm.Get(dst.db, b, 1, chunks[0].GetTuples()[0].GetKey()); found {
@@ -755,11 +740,11 @@ func TestWhatACopyCarriesAsStoredIsCheckedBeforeItIsKept(t *testing.T) {
 		{Bucket: b, Generation: 2, Requests: []*rspb.CopiedRequest{{Id: id, Result: good}}}}}}})[0].Copies; len(out) != 1 || out[0].Refused != nil {
 		t.Fatalf("a good result: %+v", out)
 	}
-	at, ok := dst.sm.reqs.find(id)
+	at, ok := dst.sm.reqs.find(b, id)
 	if !ok || at.bucket != b || at.rev != 3 {
 		t.Fatalf("the copied id's stamp: %+v, %v; want bucket %d, revision 3", at, ok, b)
 	}
-	stored, err := dst.sm.storedResult(dst.db, at.ms, id)
+	stored, err := dst.sm.storedResult(dst.db, b, at.ms, id)
 	if err != nil || !bytes.Equal(stored, good) {
 		t.Fatalf("stored %x, %v; want the copied bytes %x", stored, err, good)
 	}
@@ -819,4 +804,18 @@ func TestABucketsRevisionContinuesAcrossMoves(t *testing.T) {
 	if r := src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "z", 1))}}); r.GetRevision() != 5 {
 		t.Fatalf("back on the first replicaset: revision %d, want 5", r.GetRevision())
 	}
+}
+
+// requestsOf is what eachRequest gives of a bucket's remembered ids, rem,
+// from r, as messages.
+func requestsOf(t *testing.T, s *Storage, r pebble.Reader, rem remembered, upTo uint64) []*rspb.CopiedRequest {
+	t.Helper()
+	var out []*rspb.CopiedRequest
+	if err := s.eachRequest(r, rem, upTo, 0, func(id, result []byte) error {
+		out = append(out, &rspb.CopiedRequest{Id: id, Result: result})
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
 }

@@ -140,11 +140,11 @@ func (s *Storage) appliedResult(snap pebble.Reader, b uint32, id []byte) (*rspb.
 	if len(id) == 0 {
 		return nil, nil
 	}
-	at, ok := s.sm.reqs.find(id)
+	at, ok := s.sm.reqs.find(b, id)
 	if !ok || at.bucket != b {
 		return nil, nil
 	}
-	v, err := s.sm.storedResult(snap, at.ms, id)
+	v, err := s.sm.storedResult(snap, b, at.ms, id)
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}

@@ -196,7 +196,7 @@ func (b *BucketService) ReceiveBuckets(ctx context.Context, req *rspb.ReceiveBuc
 		}
 		// A leader that copies tables asks the source to write them
 		// (docs/design/moves.md, "The copy as files").
-		sreq := &rspb.SendBucketsRequest{ReplicasetId: req.GetFrom(), Buckets: ask}
+		sreq := &rspb.SendBucketsRequest{ReplicasetId: req.GetFrom(), Buckets: ask, SortedRequests: true}
 		if s.cfg.CopyTables {
 			sreq.TableGroup, sreq.ChunkTuples = uint64(s.sm.group), CopyTableTuples
 		}
@@ -412,7 +412,7 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 	defer s.sending.give(n)
 	snap := s.cfg.DB.NewSnapshot()
 	defer snap.Close()
-	ch := &chunker{limit: int(req.GetChunkTuples()), flush: stream.Send}
+	ch := &chunker{limit: int(req.GetChunkTuples()), blocks: req.GetSortedRequests(), flush: stream.Send}
 	buckets := req.GetBuckets()
 	if g := req.GetTableGroup(); g != 0 {
 		// The rows go as tables keyed for the destination's group, the
@@ -452,6 +452,9 @@ func (b *BucketService) SendBuckets(req *rspb.SendBucketsRequest, stream grpc.Se
 // refused so far, to flush; with tables, the chunks' rows go in the
 // part's tables.
 type chunker struct {
+	// blocks: a bucket's request ids of requestIDLen bytes go in
+	// blocks (SortedRequests), not a message each.
+	blocks      bool
 	limit       int
 	count, size int
 	chunks      []*rspb.CopyChunk
@@ -567,7 +570,7 @@ func (c *chunker) refuse(bucket uint32, reason string) {
 // (its bucket, generation and restore flag): its tuples, every space,
 // then its remembered request ids, then its change history; the last
 // chunk carries its revision and has last set.
-func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered []rememberedID) error {
+func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered remembered) error {
 	bucket := first.GetBucket()
 	bc := ch.bucket(first)
 	var err error
@@ -593,11 +596,7 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	}
 	// The bucket's remembered request ids go with it, so that a retry
 	// of a write applied here is answered there too.
-	err = s.eachRequest(snap, remembered, rev, func(r *rspb.CopiedRequest, n int) error {
-		bc.chunk.Requests = append(bc.chunk.Requests, r)
-		return bc.added(n, false)
-	})
-	if err != nil {
+	if err := s.chunkRequests(snap, bc, remembered, rev, 0); err != nil {
 		return err
 	}
 	// And its change history, for watchers behind it.
@@ -668,23 +667,120 @@ func (b *bucketChunks) added(n int, tuple bool) error {
 	return nil
 }
 
+// chunkRequests adds a bucket's remembered request ids (rem) to its
+// chunks, with their results as stored, those whose batch made a
+// revision above after (0: all); upTo is the bucket's revision in snap
+// (eachRequest). Each goes once, in id order: those of requestIDLen bytes
+// in a block a chunk where the chunker sends blocks, else, and the others
+// always, one message an id.
+func (s *Storage) chunkRequests(snap pebble.Reader, bc *bucketChunks, rem remembered, upTo, after uint64) error {
+	n := len(rem.ids)
+	for _, r := range rem.copied {
+		n += r.block.len()
+	}
+	sorted := make([]copiedRequest, 0, n)
+	err := s.eachRequest(snap, rem, upTo, after, func(id, result []byte) error {
+		if len(id) == requestIDLen {
+			sorted = append(sorted, newCopiedRequest(id, result))
+			return nil
+		}
+		bc.chunk.Requests = append(bc.chunk.Requests, &rspb.CopiedRequest{Id: id, Result: result})
+		return bc.added(len(id)+len(result), false)
+	})
+	if err != nil {
+		return err
+	}
+	sorted = sortedRequests(sorted)
+	for i, r := range sorted {
+		if !bc.ch.blocks {
+			bc.chunk.Requests = append(bc.chunk.Requests, &rspb.CopiedRequest{Id: r.id, Result: r.result})
+			if err := bc.added(len(r.id)+len(r.result), false); err != nil {
+				return err
+			}
+			continue
+		}
+		if bc.chunk.SortedRequests == nil {
+			bc.chunk.SortedRequests = newSortedRequests(sorted[i:], MaxChunkBytes)
+		}
+		appendRequest(bc.chunk.SortedRequests, r.id, r.result)
+		if err := bc.added(len(r.id)+len(r.result)+4, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // eachRequest calls fn with each of a bucket's remembered request ids
-// (requestWindow.ofBuckets), its result as stored, and its size; upTo is
-// the bucket's revision in snap. A result the window kept is taken from
-// there if its batch's revision is at most upTo (so its write is in snap,
-// and the id too unless forgotten, which the window did first). The
-// others are read from snap, after the kept ones: their keys by one
-// iterator seeking forward in key order (a Get each costs 8 µs an id),
-// then the records of the copies that brought the ids without a key
-// (requestRecord); an id in neither was forgotten in snap and is skipped.
-// Every result is sent as stored: the destination's leader checks it
+// (requestWindow.ofBuckets) whose batch made a revision above after (0:
+// all), and its result as stored; upTo is the bucket's revision in snap.
+// A result the window kept is taken from there if its batch's revision is
+// at most upTo (so its write is in snap, and the id too unless forgotten,
+// which the window did first). The others are read from snap, after the
+// kept ones: their keys by one iterator seeking forward in key order (a
+// Get each costs 8 µs an id), then the records of the copies that brought
+// the ids without a key (requestRecord); an id in neither was forgotten in
+// snap and is skipped. Then the ids of the blocks copies brought, each
+// block's results from the window or else from its record in snap (a
+// block not in snap is skipped: forgotten, or copied after snap). Every
+// result is sent as stored: the destination's leader checks it
 // (checkedCopy).
-func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint64, fn func(r *rspb.CopiedRequest, size int) error) error {
+func (s *Storage) eachRequest(snap pebble.Reader, rem remembered, upTo, after uint64, fn func(id, result []byte) error) error {
+	if err := s.eachWindowRequest(snap, rem.ids, upTo, after, fn); err != nil {
+		return err
+	}
+	for _, r := range rem.copied {
+		blk := r.block
+		if blk.results == nil {
+			v, err := get(snap, s.sm.k.requestRecord(r.ms, r.index, r.chunk))
+			if err != nil {
+				return status.Error(codes.Internal, err.Error())
+			}
+			if v == nil {
+				continue
+			}
+			c := &rspb.CopyChunk{}
+			if err := c.UnmarshalVT(v); err != nil {
+				return status.Errorf(codes.Internal, "request record of bucket %d at %d ms: %v", r.bucket, r.ms, err)
+			}
+			blk = blockOf(c.GetSortedRequests())
+			if blk.len() != r.block.len() {
+				return status.Errorf(codes.Internal, "request record of bucket %d at %d ms holds %d ids, the window %d", r.bucket, r.ms, blk.len(), r.block.len())
+			}
+		}
+		for i := range blk.len() {
+			res := blk.result(i)
+			if after > 0 {
+				if _, rev, err := resultStamp(res); err != nil || rev <= after {
+					continue // checked when copied: err is never set
+				}
+			}
+			if err := fn(blk.id(i), res); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// eachWindowRequest is eachRequest's part for the window's own ids.
+func (s *Storage) eachWindowRequest(snap pebble.Reader, all []rememberedID, upTo, after uint64, fn func(id, result []byte) error) error {
+	ids := all
+	if after > 0 {
+		ids = nil
+		for _, r := range all {
+			// An id whose batch made a revision at or below after was
+			// remembered before it (the window knows each id's revision:
+			// the others are not read).
+			if r.rev == 0 || r.rev > after {
+				ids = append(ids, r)
+			}
+		}
+	}
 	var keys [][]byte
 	var order []int // ids[order[k]] is the id of keys[k]
 	for i, r := range ids {
 		if r.result != nil && r.rev != 0 && r.rev <= upTo {
-			if err := fn(&rspb.CopiedRequest{Id: r.id, Result: r.result}, len(r.id)+len(r.result)); err != nil {
+			if err := fn(r.id, r.result); err != nil {
 				return err
 			}
 			continue
@@ -722,7 +818,7 @@ func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint6
 		if err != nil {
 			return status.Error(codes.Internal, err.Error())
 		}
-		if err := fn(&rspb.CopiedRequest{Id: ids[i].id, Result: bytes.Clone(v)}, len(ids[i].id)+len(v)); err != nil {
+		if err := fn(ids[i].id, bytes.Clone(v)); err != nil {
 			return err
 		}
 	}
@@ -734,7 +830,7 @@ func (s *Storage) eachRequest(snap pebble.Reader, ids []rememberedID, upTo uint6
 			for _, q := range c.GetRequests() {
 				if missed[ms][string(q.GetId())] {
 					delete(missed[ms], string(q.GetId()))
-					if ferr = fn(q, len(q.GetId())+len(q.GetResult())); ferr != nil {
+					if ferr = fn(q.GetId(), q.GetResult()); ferr != nil {
 						return false
 					}
 				}

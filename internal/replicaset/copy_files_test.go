@@ -440,7 +440,7 @@ func sourceParts(t *testing.T, src *fixture, dst uint64, limit int, gen uint64, 
 	t.Helper()
 	source := &Storage{sm: src.sm, cfg: StorageConfig{ReplicasetID: "src", DB: src.db}}
 	var parts []*rspb.SendBucketsResponse
-	ch := &chunker{limit: limit, tables: &sourceTables{dst: newKeys(dst)}, flush: func(part *rspb.SendBucketsResponse) error {
+	ch := &chunker{limit: limit, blocks: true, tables: &sourceTables{dst: newKeys(dst)}, flush: func(part *rspb.SendBucketsResponse) error {
 		part = proto.CloneOf(part) // its tables' buffers are written into again
 		parts = append(parts, part)
 		return nil
@@ -544,7 +544,7 @@ func TestTheSourcesTablesAreLoggedAsTheyCame(t *testing.T) {
 			t.Fatalf("bucket %d: stored count %d (%v), the source's %d", b, n, err, m)
 		}
 	}
-	if !dst.sm.reqs.has(id) {
+	if !dst.sm.reqs.has(3, id) {
 		t.Fatal("the request id the source applied is not remembered at the destination")
 	}
 

@@ -50,6 +50,11 @@ type requestWindow struct {
 	order idQueue[requestKey]
 	other map[string]requestStamp
 	odd   idQueue[string]
+	// copied is the blocks of ids copies brought, in time order, and
+	// copiedBy the same by bucket: an id in them is of its block's
+	// bucket, and looked up there (copied_requests.go).
+	copied   []*copiedRecord
+	copiedBy map[uint32][]*copiedRecord
 	// kept is the bytes of results the queues hold (with those of ids
 	// forgotten whose block is not yet dropped), at most keepLimit
 	// (RequestResultsKept; 0 keeps none).
@@ -176,6 +181,17 @@ func checkCopied(chunks []*rspb.CopyChunk, full bool) error {
 				return fmt.Errorf("bucket %d: the result copied with request id %x is not a BatchResult: %w", c.GetBucket(), r.GetId(), err)
 			case bucket != c.GetBucket():
 				return fmt.Errorf("bucket %d: the result copied with request id %x is of bucket %d", c.GetBucket(), r.GetId(), bucket)
+			}
+		}
+		if s := c.GetSortedRequests(); s != nil {
+			var err error
+			if full {
+				err = blockOf(s).check(c.GetBucket())
+			} else {
+				err = blockOf(s).framing()
+			}
+			if err != nil {
+				return fmt.Errorf("bucket %d: the block of copied request ids: %w", c.GetBucket(), err)
 			}
 		}
 		for i, v := range c.GetEvents() {
@@ -310,17 +326,17 @@ type stampedID[K comparable] struct {
 // never empty).
 type resultSpan struct{ off, n uint32 }
 
-// load replaces the window's ids with those fill adds, at once for has,
+// load replaces the window's ids and blocks with those fill adds, at once for has,
 // and only when fill succeeds (a failed reload leaves the window as it
 // was, no smaller: has must never miss an id apply would find).
-func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp, res []byte)) error) error {
-	n := &requestWindow{at: map[requestKey]requestStamp{}, other: map[string]requestStamp{}, keepLimit: w.keepLimit}
-	if err := fill(n.addLocked); err != nil {
+func (w *requestWindow) load(fill func(add func(id []byte, at requestStamp, res []byte), addRecord func(*copiedRecord)) error) error {
+	n := &requestWindow{at: map[requestKey]requestStamp{}, other: map[string]requestStamp{}, copiedBy: map[uint32][]*copiedRecord{}, keepLimit: w.keepLimit}
+	if err := fill(n.addLocked, n.addRecordLocked); err != nil {
 		return err
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.at, w.order, w.other, w.odd, w.kept = n.at, n.order, n.other, n.odd, n.kept
+	w.at, w.order, w.other, w.odd, w.copied, w.copiedBy, w.kept = n.at, n.order, n.other, n.odd, n.copied, n.copiedBy, n.kept
 	return nil
 }
 
@@ -348,11 +364,66 @@ func (w *requestWindow) addLocked(id []byte, at requestStamp, res []byte) {
 	w.odd.push(stampedID[string]{requestStamp: at, id: s}, res)
 }
 
-// lookup returns when id was written, if that was at cutoff or later
-// (the apply loop only).
-func (w *requestWindow) lookup(id []byte, cutoff int64) (int64, bool) {
-	at, ok := w.stamp(id)
-	return at.ms, ok && at.ms >= cutoff
+// addRecord remembers the ids of a copy's block, r, in time order after
+// every block before it; it keeps r's results while the window has room
+// for them, and drops them from r otherwise.
+func (w *requestWindow) addRecord(r *copiedRecord) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.addRecordLocked(r)
+}
+
+func (w *requestWindow) addRecordLocked(r *copiedRecord) {
+	if w.kept+r.kept() > w.keepLimit {
+		r.block.results, r.block.ends = nil, nil
+	}
+	w.kept += r.kept()
+	if w.copiedBy == nil {
+		w.copiedBy = map[uint32][]*copiedRecord{}
+	}
+	w.copied = append(w.copied, r)
+	w.copiedBy[r.bucket] = append(w.copiedBy[r.bucket], r)
+}
+
+// lookup returns when id, written to bucket b, was written, if that was
+// at cutoff or later (the apply loop only). An id of a copy's block is
+// found only for its bucket.
+func (w *requestWindow) lookup(b uint32, id []byte, cutoff int64) (int64, bool) {
+	if at, ok := w.stamp(id); ok && at.ms >= cutoff {
+		return at.ms, true
+	}
+	// The newest block first: an older one holding the id too is older.
+	if r, _, ok := w.copiedIn(b, id); ok && r.ms >= cutoff {
+		return r.ms, true
+	}
+	return 0, false
+}
+
+// copiedAt finds id in a block of bucket b remembered at ms; any
+// goroutine.
+func (w *requestWindow) copiedAt(b uint32, ms int64, id []byte) (*copiedRecord, int, bool) {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	for _, r := range w.copiedBy[b] {
+		if r.ms != ms {
+			continue
+		}
+		if at, ok := r.block.find(id); ok {
+			return r, at, true
+		}
+	}
+	return nil, 0, false
+}
+
+// copiedIn finds id in the newest of bucket b's blocks that holds it.
+func (w *requestWindow) copiedIn(b uint32, id []byte) (*copiedRecord, int, bool) {
+	rs := w.copiedBy[b]
+	for i := len(rs) - 1; i >= 0; i-- {
+		if at, ok := rs[i].block.find(id); ok {
+			return rs[i], at, true
+		}
+	}
+	return nil, 0, false
 }
 
 func (w *requestWindow) stamp(id []byte) (requestStamp, bool) {
@@ -364,18 +435,27 @@ func (w *requestWindow) stamp(id []byte) (requestStamp, bool) {
 	return at, ok
 }
 
-// has reports whether id is in the window (written before its cutoff,
-// perhaps, but not yet forgotten); any goroutine.
-func (w *requestWindow) has(id []byte) bool {
-	_, ok := w.find(id)
+// has reports whether id, written to bucket b, is in the window (written
+// before its cutoff, perhaps, but not yet forgotten), as lookup finds it;
+// any goroutine.
+func (w *requestWindow) has(b uint32, id []byte) bool {
+	_, ok := w.find(b, id)
 	return ok
 }
 
-// find returns id's stamp if it is in the window; any goroutine.
-func (w *requestWindow) find(id []byte) (requestStamp, bool) {
+// find returns the stamp of id, written to bucket b, if it is in the
+// window, as lookup finds it; any goroutine. The stamp of an id of a
+// copy's block has no revision.
+func (w *requestWindow) find(b uint32, id []byte) (requestStamp, bool) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	return w.stamp(id)
+	if at, ok := w.stamp(id); ok {
+		return at, true
+	}
+	if r, _, ok := w.copiedIn(b, id); ok {
+		return requestStamp{ms: r.ms, bucket: b}, true
+	}
+	return requestStamp{}, false
 }
 
 // rememberedID is a request id in the window, when it was written and
@@ -388,41 +468,69 @@ type rememberedID struct {
 	result []byte
 }
 
+// remembered is what the window holds of a bucket: its ids, and the
+// blocks of ids copies brought it (not to be changed: they are the
+// window's).
+type remembered struct {
+	ids    []rememberedID
+	copied []*copiedRecord
+}
+
 // ofBuckets returns, for each of buckets, the ids in the window written
 // for it; any goroutine. It reads them from the queues' index by bucket,
 // under mu for reading (the apply loop's adds wait meanwhile), in O(the
 // ids of buckets): the window holds up to RequestIDWindow of writes, a
 // million ids and more, and a walk of all of them under mu would hold
 // every write of the replicaset for 10-100 ms at each copy stream or
-// backup.
-func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32][]rememberedID {
-	out := map[uint32][]rememberedID{}
+// backup. A bucket's ids of requestIDLen bytes share one allocation.
+func (w *requestWindow) ofBuckets(buckets map[uint32]bool) map[uint32]remembered {
+	out := map[uint32]remembered{}
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	for b := range buckets {
+		n := len(w.order.byBucket[b])
+		rem := remembered{ids: make([]rememberedID, 0, n+len(w.odd.byBucket[b]))}
+		ids := make([]byte, 0, requestIDLen*n)
 		w.order.ofBucket(b, func(s *stampedID[requestKey], res []byte) {
 			if w.at[s.id] == s.requestStamp {
-				out[b] = append(out[b], rememberedID{id: append([]byte(nil), s.id[:]...), ms: s.ms, rev: s.rev, result: res})
+				ids = append(ids, s.id[:]...)
+				rem.ids = append(rem.ids, rememberedID{id: ids[len(ids)-requestIDLen : len(ids) : len(ids)], ms: s.ms, rev: s.rev, result: res})
 			}
 		})
 		w.odd.ofBucket(b, func(s *stampedID[string], res []byte) {
 			if w.other[s.id] == s.requestStamp {
-				out[b] = append(out[b], rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev, result: res})
+				rem.ids = append(rem.ids, rememberedID{id: []byte(s.id), ms: s.ms, rev: s.rev, result: res})
 			}
 		})
+		rem.copied = slices.Clone(w.copiedBy[b])
+		if len(rem.ids) > 0 || rem.copied != nil {
+			out[b] = rem
+		}
 	}
 	return out
 }
 
 // forget drops the ids written before cutoff: O(ids dropped).
 func (w *requestWindow) forget(cutoff int64) {
-	if !w.order.expired(cutoff) && !w.odd.expired(cutoff) {
+	if !w.order.expired(cutoff) && !w.odd.expired(cutoff) && (len(w.copied) == 0 || w.copied[0].ms >= cutoff) {
 		return // nothing to drop (the apply loop reads its own queues without mu)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.kept -= w.order.forget(w.at, cutoff)
 	w.kept -= w.odd.forget(w.other, cutoff)
+	for len(w.copied) > 0 && w.copied[0].ms < cutoff {
+		r := w.copied[0]
+		w.kept -= r.kept()
+		// The oldest block of all is the oldest of its bucket's.
+		if rs := w.copiedBy[r.bucket]; len(rs) > 1 {
+			w.copiedBy[r.bucket] = rs[1:]
+		} else {
+			delete(w.copiedBy, r.bucket)
+		}
+		w.copied[0] = nil
+		w.copied = w.copied[1:]
+	}
 }
 
 // expired reports whether the oldest id in q was written before cutoff.
@@ -495,8 +603,9 @@ func (sm *SM) expireRequests(b *pebble.Batch) error {
 // eachStoredRequest calls fn with every request id stored in r as
 // remembered at ms or later (i/ a key each, j/ a record of a copy's), its
 // stamp and its result as stored, in the order of their times: the
-// window's queue is kept in time order.
-func (sm *SM) eachStoredRequest(r pebble.Reader, ms int64, fn func(id []byte, at requestStamp, res []byte)) error {
+// window's queue is kept in time order. A record's block of ids goes to
+// block whole, in the order of the records.
+func (sm *SM) eachStoredRequest(r pebble.Reader, ms int64, fn func(id []byte, at requestStamp, res []byte), block func(*copiedRecord)) error {
 	ids, err := r.NewIter(&pebble.IterOptions{LowerBound: sm.k.requestIDsAt(ms), UpperBound: storage.PrefixEnd(sm.k.requestIDs())})
 	if err != nil {
 		return err
@@ -545,6 +654,13 @@ func (sm *SM) eachStoredRequest(r pebble.Reader, ms int64, fn func(id []byte, at
 		if err != nil {
 			return err
 		}
+		if s := c.GetSortedRequests(); s != nil {
+			blk := blockOf(s)
+			if err := blk.framing(); err != nil {
+				return fmt.Errorf("replicaset: request record %x: its block: %w", k, err)
+			}
+			block(&copiedRecord{ms: recMs, bucket: c.GetBucket(), index: binary.BigEndian.Uint64(k[recPrefix+8:]), chunk: binary.BigEndian.Uint32(k[recPrefix+16:]), block: blk})
+		}
 		for _, q := range c.GetRequests() {
 			_, rev, err := resultStamp(q.GetResult())
 			if err != nil {
@@ -560,16 +676,41 @@ func (sm *SM) eachStoredRequest(r pebble.Reader, ms int64, fn func(id []byte, at
 	return recs.Error()
 }
 
-// storedResult reads the result stored for request id, remembered at ms:
-// under its key (i/), or else in the record of the copy that brought it
-// (j/, one of those stored at ms); nil if neither holds it.
-func (sm *SM) storedResult(r pebble.Reader, ms int64, id []byte) ([]byte, error) {
+// storedResult reads the result stored for request id of bucket b,
+// remembered at ms: under its key (i/), or else in the record of the copy
+// that brought it (j/): its block's, from the window if it kept the
+// block's results, else from the block's record; or one of those stored
+// at ms, looked through. Nil if none holds it.
+func (sm *SM) storedResult(r pebble.Reader, b uint32, ms int64, id []byte) ([]byte, error) {
 	v, err := get(r, sm.k.requestID(ms, id))
 	if err != nil || v != nil {
 		return v, err
 	}
+	if rec, at, ok := sm.reqs.copiedAt(b, ms, id); ok {
+		if res := rec.block.result(at); res != nil {
+			return res, nil
+		}
+		k := sm.k.requestRecord(rec.ms, rec.index, rec.chunk)
+		v, err := get(r, k)
+		if err != nil || v == nil {
+			return nil, err
+		}
+		c := &rspb.CopyChunk{}
+		if err := c.UnmarshalVT(v); err != nil {
+			return nil, fmt.Errorf("replicaset: request record %x: %w", k, err)
+		}
+		blk := blockOf(c.GetSortedRequests())
+		if at, ok := blk.find(id); ok {
+			return blk.result(at), nil
+		}
+		return nil, nil
+	}
 	var found []byte
 	err = sm.eachRequestRecordAt(r, ms, func(c *rspb.CopyChunk) bool {
+		if at, ok := blockOf(c.GetSortedRequests()).find(id); ok {
+			found = blockOf(c.GetSortedRequests()).result(at)
+			return false
+		}
 		for _, q := range c.GetRequests() {
 			if bytes.Equal(q.GetId(), id) {
 				found = q.GetResult()
@@ -662,8 +803,8 @@ func (sm *SM) loadMemory(r pebble.Reader) error {
 		return err
 	}
 	cutoff := max(sm.requestCutoff(sm.clock), 0)
-	if err := sm.reqs.load(func(add func(id []byte, at requestStamp, res []byte)) error {
-		return sm.eachStoredRequest(r, cutoff, add)
+	if err := sm.reqs.load(func(add func(id []byte, at requestStamp, res []byte), addRecord func(*copiedRecord)) error {
+		return sm.eachStoredRequest(r, cutoff, add, addRecord)
 	}); err != nil {
 		return err
 	}

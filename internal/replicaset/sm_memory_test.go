@@ -32,7 +32,7 @@ func (f *fixture) storedRequestIDs() int {
 		if err := c.UnmarshalVT(v); err != nil {
 			return err
 		}
-		n += len(c.GetRequests())
+		n += len(c.GetRequests()) + blockOf(c.GetSortedRequests()).len()
 		return nil
 	}); err != nil {
 		f.t.Fatal(err)
@@ -445,18 +445,21 @@ func describeOutcome(o any) string {
 func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 	var w requestWindow
 	id := []byte("0123456789abcdef")
-	if err := w.load(func(add func([]byte, requestStamp, []byte)) error { add(id, requestStamp{ms: 5}, nil); return nil }); err != nil {
+	if err := w.load(func(add func([]byte, requestStamp, []byte), _ func(*copiedRecord)) error {
+		add(id, requestStamp{ms: 5}, nil)
+		return nil
+	}); err != nil {
 		t.Fatal(err)
 	}
 	failed := errors.New("scan failed")
-	if err := w.load(func(add func([]byte, requestStamp, []byte)) error {
+	if err := w.load(func(add func([]byte, requestStamp, []byte), _ func(*copiedRecord)) error {
 		add([]byte("fedcba9876543210"), requestStamp{ms: 6}, nil)
 		return failed
 	}); !errors.Is(err, failed) {
 		t.Fatalf("a failed reload: %v, want its error", err)
 	}
-	if !w.has(id) || w.has([]byte("fedcba9876543210")) {
-		t.Fatalf("after a failed reload: has(old) %v, has(half-loaded) %v; want true, false", w.has(id), w.has([]byte("fedcba9876543210")))
+	if !w.has(0, id) || w.has(0, []byte("fedcba9876543210")) {
+		t.Fatalf("after a failed reload: has(old) %v, has(half-loaded) %v; want true, false", w.has(0, id), w.has(0, []byte("fedcba9876543210")))
 	}
 
 	f := newFixture(t)
@@ -465,7 +468,7 @@ func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 	go func() {
 		defer close(done)
 		for i := 0; i < 2000; i++ {
-			f.sm.reqs.has(id)
+			f.sm.reqs.has(1, id)
 		}
 	}()
 	for i := range 50 {
@@ -485,7 +488,7 @@ func TestTheRequestWindowIsNeverSmallerToItsReaders(t *testing.T) {
 // results again once dropped blocks have made room.
 func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 	w := requestWindow{keepLimit: 150_000}
-	if err := w.load(func(func([]byte, requestStamp, []byte)) error { return nil }); err != nil {
+	if err := w.load(func(func([]byte, requestStamp, []byte), func(*copiedRecord)) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
 	type added struct {
@@ -535,8 +538,10 @@ func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 		if w.order.base != base {
 			dropped++
 		}
-		got, want := w.ofBuckets(asked), walk(asked)
-		for b, ids := range got {
+		rems, want := w.ofBuckets(asked), walk(asked)
+		got := map[uint32][]rememberedID{}
+		for b, rem := range rems {
+			ids := rem.ids
 			for i, r := range ids {
 				switch {
 				case r.result == nil:
@@ -566,13 +571,13 @@ func TestTheWindowGivesABucketsIdsFromItsIndex(t *testing.T) {
 	if kept == 0 || notKept == 0 || keptAfterRefusal == 0 {
 		t.Fatalf("results handed out kept %d, not kept %d, kept again after the window was full %d: the limit was never reached, or never made room", kept, notKept, keptAfterRefusal)
 	}
-	if err := w.load(func(add func([]byte, requestStamp, []byte)) error {
+	if err := w.load(func(add func([]byte, requestStamp, []byte), _ func(*copiedRecord)) error {
 		add(fmt.Appendf(nil, "%016d", 1), requestStamp{ms: 500, bucket: 3}, []byte("a result"))
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if got := w.ofBuckets(asked); len(got) != 1 || len(got[3]) != 1 || got[3][0].ms != 500 || string(got[3][0].result) != "a result" || w.kept != len("a result") {
+	if got := w.ofBuckets(asked); len(got) != 1 || len(got[3].ids) != 1 || got[3].ids[0].ms != 500 || string(got[3].ids[0].result) != "a result" || w.kept != len("a result") {
 		t.Fatalf("after a reload ofBuckets gave %v (%d bytes of results kept), want the one id of bucket 3 with its result", got, w.kept)
 	}
 }

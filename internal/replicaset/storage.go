@@ -467,7 +467,7 @@ func (s *Storage) writeBatch(ctx context.Context, batch *rspb.Batch) (out *Batch
 // member has applied, since it is never behind the records readers see.
 // An abort this member has not applied yet only costs a retry.
 func (s *Storage) refuseFrozen(st *rspb.BucketState, batch *rspb.Batch) error {
-	if st.GetState() != rspb.BucketState_STATE_SENDING || s.sm.reqs.has(batch.GetRequestId()) {
+	if st.GetState() != rspb.BucketState_STATE_SENDING || s.sm.reqs.has(batch.GetBucket(), batch.GetRequestId()) {
 		return nil
 	}
 	return s.refused(batch.GetBucket(), sendingRefusal(batch.GetBucket(), st).GetRefusal())

@@ -1154,9 +1154,13 @@ type SendBucketsRequest struct {
 	// for this group (SendBucketsResponse.tables), not in the chunks. A
 	// source that does not know the field sends the chunks' tuples and
 	// events as before.
-	TableGroup    uint64 `protobuf:"varint,4,opt,name=table_group,json=tableGroup,proto3" json:"table_group,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	TableGroup uint64 `protobuf:"varint,4,opt,name=table_group,json=tableGroup,proto3" json:"table_group,omitempty"`
+	// The destination takes request ids in blocks (CopyChunk.sorted_requests).
+	// A source that does not know the field sends them one message an id,
+	// as to a destination that does not set it.
+	SortedRequests bool `protobuf:"varint,5,opt,name=sorted_requests,json=sortedRequests,proto3" json:"sorted_requests,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *SendBucketsRequest) Reset() {
@@ -1215,6 +1219,13 @@ func (x *SendBucketsRequest) GetTableGroup() uint64 {
 		return x.TableGroup
 	}
 	return 0
+}
+
+func (x *SendBucketsRequest) GetSortedRequests() bool {
+	if x != nil {
+		return x.SortedRequests
+	}
+	return false
 }
 
 // BucketRefusal: a bucket the source will not send, and why.
@@ -1427,13 +1438,14 @@ const file_internal_replicaset_rspb_bucket_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\x04R\x05value:\x028\x01\"r\n" +
 	"\x16ReceiveBucketsResponse\x12@\n" +
 	"\aresults\x18\x01 \x03(\v2&.shardkit.replicaset.v1.BucketReceivedR\aresults\x12\x16\n" +
-	"\x06window\x18\x02 \x01(\rR\x06window\"\xc1\x01\n" +
+	"\x06window\x18\x02 \x01(\rR\x06window\"\xea\x01\n" +
 	"\x12SendBucketsRequest\x12#\n" +
 	"\rreplicaset_id\x18\x01 \x01(\tR\freplicasetId\x12B\n" +
 	"\abuckets\x18\x02 \x03(\v2(.shardkit.replicaset.v1.BucketGenerationR\abuckets\x12!\n" +
 	"\fchunk_tuples\x18\x03 \x01(\rR\vchunkTuples\x12\x1f\n" +
 	"\vtable_group\x18\x04 \x01(\x04R\n" +
-	"tableGroup\"?\n" +
+	"tableGroup\x12'\n" +
+	"\x0fsorted_requests\x18\x05 \x01(\bR\x0esortedRequests\"?\n" +
 	"\rBucketRefusal\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa9\x01\n" +

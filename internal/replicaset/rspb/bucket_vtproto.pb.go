@@ -1126,6 +1126,16 @@ func (m *SendBucketsRequest) MarshalToSizedBufferVT(dAtA []byte) (int, error) {
 		i -= len(m.unknownFields)
 		copy(dAtA[i:], m.unknownFields)
 	}
+	if m.SortedRequests {
+		i--
+		if m.SortedRequests {
+			dAtA[i] = 1
+		} else {
+			dAtA[i] = 0
+		}
+		i--
+		dAtA[i] = 0x28
+	}
 	if m.TableGroup != 0 {
 		i = protohelpers.EncodeVarint(dAtA, i, uint64(m.TableGroup))
 		i--
@@ -1714,6 +1724,9 @@ func (m *SendBucketsRequest) SizeVT() (n int) {
 	}
 	if m.TableGroup != 0 {
 		n += 1 + protohelpers.SizeOfVarint(uint64(m.TableGroup))
+	}
+	if m.SortedRequests {
+		n += 2
 	}
 	n += len(m.unknownFields)
 	return n
@@ -4674,6 +4687,26 @@ func (m *SendBucketsRequest) UnmarshalVT(dAtA []byte) error {
 					break
 				}
 			}
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field SortedRequests", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return protohelpers.ErrIntOverflow
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.SortedRequests = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := protohelpers.Skip(dAtA[iNdEx:])

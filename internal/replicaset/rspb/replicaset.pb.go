@@ -215,7 +215,7 @@ func (x Refusal_Code) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Refusal_Code.Descriptor instead.
 func (Refusal_Code) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{21, 0}
 }
 
 type BucketState_State int32
@@ -270,7 +270,7 @@ func (x BucketState_State) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use BucketState_State.Descriptor instead.
 func (BucketState_State) EnumDescriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{22, 0}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{23, 0}
 }
 
 // Command is one entry of a replicaset group's log.
@@ -618,9 +618,17 @@ type CopyChunk struct {
 	Changes bool `protobuf:"varint,9,opt,name=changes,proto3" json:"changes,omitempty"`
 	// With changes: keys deleted after the base (held by none of this
 	// bucket's chunks' tuples).
-	Deleted       []*TupleKey `protobuf:"bytes,10,rep,name=deleted,proto3" json:"deleted,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Deleted []*TupleKey `protobuf:"bytes,10,rep,name=deleted,proto3" json:"deleted,omitempty"`
+	// On the last chunk (or the chunks before it, a bucket's ids being many):
+	// the request ids the source remembers for the bucket as requests
+	// holds them, but those of 16 bytes (every id the data service takes)
+	// in one block in order, which members keep as it came and look an id
+	// up in without decoding one message an id (docs/design/moves.md,
+	// "Copied request ids as blocks"). requests then holds ids of other
+	// lengths only.
+	SortedRequests *SortedRequests `protobuf:"bytes,11,opt,name=sorted_requests,json=sortedRequests,proto3" json:"sorted_requests,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *CopyChunk) Reset() {
@@ -723,6 +731,79 @@ func (x *CopyChunk) GetDeleted() []*TupleKey {
 	return nil
 }
 
+func (x *CopyChunk) GetSortedRequests() *SortedRequests {
+	if x != nil {
+		return x.SortedRequests
+	}
+	return nil
+}
+
+// SortedRequests is request ids of 16 bytes in ascending byte order, none
+// twice, with their results, in three blocks.
+type SortedRequests struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The ids one after another.
+	Ids []byte `protobuf:"bytes,1,opt,name=ids,proto3" json:"ids,omitempty"`
+	// Their results one after another, each as CopiedRequest.result: a
+	// BatchResult as the source stored it, of the chunk's bucket, not empty.
+	Results []byte `protobuf:"bytes,2,opt,name=results,proto3" json:"results,omitempty"`
+	// Where each id's result ends in results: a little-endian uint32 an id.
+	Ends          []byte `protobuf:"bytes,3,opt,name=ends,proto3" json:"ends,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SortedRequests) Reset() {
+	*x = SortedRequests{}
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SortedRequests) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SortedRequests) ProtoMessage() {}
+
+func (x *SortedRequests) ProtoReflect() protoreflect.Message {
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SortedRequests.ProtoReflect.Descriptor instead.
+func (*SortedRequests) Descriptor() ([]byte, []int) {
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SortedRequests) GetIds() []byte {
+	if x != nil {
+		return x.Ids
+	}
+	return nil
+}
+
+func (x *SortedRequests) GetResults() []byte {
+	if x != nil {
+		return x.Results
+	}
+	return nil
+}
+
+func (x *SortedRequests) GetEnds() []byte {
+	if x != nil {
+		return x.Ends
+	}
+	return nil
+}
+
 // TupleKey names one tuple of a bucket: its space and its key encoding.
 type TupleKey struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -734,7 +815,7 @@ type TupleKey struct {
 
 func (x *TupleKey) Reset() {
 	*x = TupleKey{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +827,7 @@ func (x *TupleKey) String() string {
 func (*TupleKey) ProtoMessage() {}
 
 func (x *TupleKey) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[4]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +840,7 @@ func (x *TupleKey) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TupleKey.ProtoReflect.Descriptor instead.
 func (*TupleKey) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{4}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TupleKey) GetSpaceId() uint32 {
@@ -790,7 +871,7 @@ type Event struct {
 
 func (x *Event) Reset() {
 	*x = Event{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +883,7 @@ func (x *Event) String() string {
 func (*Event) ProtoMessage() {}
 
 func (x *Event) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[5]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +896,7 @@ func (x *Event) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Event.ProtoReflect.Descriptor instead.
 func (*Event) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{5}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Event) GetBucket() uint32 {
@@ -862,7 +943,7 @@ type EventOp struct {
 
 func (x *EventOp) Reset() {
 	*x = EventOp{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -874,7 +955,7 @@ func (x *EventOp) String() string {
 func (*EventOp) ProtoMessage() {}
 
 func (x *EventOp) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[6]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -887,7 +968,7 @@ func (x *EventOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EventOp.ProtoReflect.Descriptor instead.
 func (*EventOp) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{6}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *EventOp) GetSpaceId() uint32 {
@@ -942,7 +1023,7 @@ type CopiedRequest struct {
 
 func (x *CopiedRequest) Reset() {
 	*x = CopiedRequest{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -954,7 +1035,7 @@ func (x *CopiedRequest) String() string {
 func (*CopiedRequest) ProtoMessage() {}
 
 func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[7]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -967,7 +1048,7 @@ func (x *CopiedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedRequest.ProtoReflect.Descriptor instead.
 func (*CopiedRequest) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{7}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CopiedRequest) GetId() []byte {
@@ -996,7 +1077,7 @@ type SetBuckets struct {
 
 func (x *SetBuckets) Reset() {
 	*x = SetBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1008,7 +1089,7 @@ func (x *SetBuckets) String() string {
 func (*SetBuckets) ProtoMessage() {}
 
 func (x *SetBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[8]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1021,7 +1102,7 @@ func (x *SetBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBuckets.ProtoReflect.Descriptor instead.
 func (*SetBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{8}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SetBuckets) GetSteps() []*SetBucket {
@@ -1057,7 +1138,7 @@ type CopyChunks struct {
 
 func (x *CopyChunks) Reset() {
 	*x = CopyChunks{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1150,7 @@ func (x *CopyChunks) String() string {
 func (*CopyChunks) ProtoMessage() {}
 
 func (x *CopyChunks) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[9]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1163,7 @@ func (x *CopyChunks) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyChunks.ProtoReflect.Descriptor instead.
 func (*CopyChunks) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{9}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CopyChunks) GetChunks() []*CopyChunk {
@@ -1118,7 +1199,7 @@ type CopyTableSummary struct {
 
 func (x *CopyTableSummary) Reset() {
 	*x = CopyTableSummary{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1211,7 @@ func (x *CopyTableSummary) String() string {
 func (*CopyTableSummary) ProtoMessage() {}
 
 func (x *CopyTableSummary) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[10]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1224,7 @@ func (x *CopyTableSummary) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyTableSummary.ProtoReflect.Descriptor instead.
 func (*CopyTableSummary) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{10}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CopyTableSummary) GetBuckets() []*CopyTableBucket {
@@ -1170,7 +1251,7 @@ type CopyTableBucket struct {
 
 func (x *CopyTableBucket) Reset() {
 	*x = CopyTableBucket{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1263,7 @@ func (x *CopyTableBucket) String() string {
 func (*CopyTableBucket) ProtoMessage() {}
 
 func (x *CopyTableBucket) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[11]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1276,7 @@ func (x *CopyTableBucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopyTableBucket.ProtoReflect.Descriptor instead.
 func (*CopyTableBucket) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{11}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *CopyTableBucket) GetBucket() uint32 {
@@ -1246,7 +1327,7 @@ type CopiedTuple struct {
 
 func (x *CopiedTuple) Reset() {
 	*x = CopiedTuple{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1258,7 +1339,7 @@ func (x *CopiedTuple) String() string {
 func (*CopiedTuple) ProtoMessage() {}
 
 func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[12]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1271,7 +1352,7 @@ func (x *CopiedTuple) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CopiedTuple.ProtoReflect.Descriptor instead.
 func (*CopiedTuple) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{12}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CopiedTuple) GetSpaceId() uint32 {
@@ -1316,7 +1397,7 @@ type PrevFact struct {
 
 func (x *PrevFact) Reset() {
 	*x = PrevFact{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1328,7 +1409,7 @@ func (x *PrevFact) String() string {
 func (*PrevFact) ProtoMessage() {}
 
 func (x *PrevFact) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[13]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1341,7 +1422,7 @@ func (x *PrevFact) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PrevFact.ProtoReflect.Descriptor instead.
 func (*PrevFact) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{13}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PrevFact) GetFound() bool {
@@ -1379,7 +1460,7 @@ type SetSchema struct {
 
 func (x *SetSchema) Reset() {
 	*x = SetSchema{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1391,7 +1472,7 @@ func (x *SetSchema) String() string {
 func (*SetSchema) ProtoMessage() {}
 
 func (x *SetSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[14]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1404,7 +1485,7 @@ func (x *SetSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetSchema.ProtoReflect.Descriptor instead.
 func (*SetSchema) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{14}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SetSchema) GetVersion() uint64 {
@@ -1434,7 +1515,7 @@ type CreateBuckets struct {
 
 func (x *CreateBuckets) Reset() {
 	*x = CreateBuckets{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1446,7 +1527,7 @@ func (x *CreateBuckets) String() string {
 func (*CreateBuckets) ProtoMessage() {}
 
 func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[15]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1459,7 +1540,7 @@ func (x *CreateBuckets) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBuckets.ProtoReflect.Descriptor instead.
 func (*CreateBuckets) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{15}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CreateBuckets) GetFirst() uint32 {
@@ -1498,7 +1579,7 @@ type Condition struct {
 
 func (x *Condition) Reset() {
 	*x = Condition{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1510,7 +1591,7 @@ func (x *Condition) String() string {
 func (*Condition) ProtoMessage() {}
 
 func (x *Condition) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[16]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1523,7 +1604,7 @@ func (x *Condition) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Condition.ProtoReflect.Descriptor instead.
 func (*Condition) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{16}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Condition) GetField() uint32 {
@@ -1573,7 +1654,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1585,7 +1666,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[17]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1598,7 +1679,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{17}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Op) GetKind() OpKind {
@@ -1693,7 +1774,7 @@ type Batch struct {
 
 func (x *Batch) Reset() {
 	*x = Batch{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1786,7 @@ func (x *Batch) String() string {
 func (*Batch) ProtoMessage() {}
 
 func (x *Batch) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[18]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1799,7 @@ func (x *Batch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Batch.ProtoReflect.Descriptor instead.
 func (*Batch) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{18}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Batch) GetRequestId() []byte {
@@ -1781,7 +1862,7 @@ type OpResult struct {
 
 func (x *OpResult) Reset() {
 	*x = OpResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1874,7 @@ func (x *OpResult) String() string {
 func (*OpResult) ProtoMessage() {}
 
 func (x *OpResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[19]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1887,7 @@ func (x *OpResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpResult.ProtoReflect.Descriptor instead.
 func (*OpResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{19}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *OpResult) GetFound() bool {
@@ -1848,7 +1929,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1860,7 +1941,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[20]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1873,7 +1954,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{20}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Refusal) GetCode() Refusal_Code {
@@ -1937,7 +2018,7 @@ type BatchResult struct {
 
 func (x *BatchResult) Reset() {
 	*x = BatchResult{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[21]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2030,7 @@ func (x *BatchResult) String() string {
 func (*BatchResult) ProtoMessage() {}
 
 func (x *BatchResult) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[21]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2043,7 @@ func (x *BatchResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
 func (*BatchResult) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{21}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *BatchResult) GetResults() []*OpResult {
@@ -2017,7 +2098,7 @@ type BucketState struct {
 
 func (x *BucketState) Reset() {
 	*x = BucketState{}
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[22]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2029,7 +2110,7 @@ func (x *BucketState) String() string {
 func (*BucketState) ProtoMessage() {}
 
 func (x *BucketState) ProtoReflect() protoreflect.Message {
-	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[22]
+	mi := &file_internal_replicaset_rspb_replicaset_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2042,7 +2123,7 @@ func (x *BucketState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BucketState.ProtoReflect.Descriptor instead.
 func (*BucketState) Descriptor() ([]byte, []int) {
-	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{22}
+	return file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *BucketState) GetState() BucketState_State {
@@ -2105,7 +2186,7 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"generation\x18\x03 \x01(\x04R\n" +
 	"generation\x12\x12\n" +
 	"\x04peer\x18\x04 \x01(\tR\x04peer\x12=\n" +
-	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xfb\x02\n" +
+	"\x04from\x18\x05 \x01(\x0e2).shardkit.replicaset.v1.BucketState.StateR\x04from\"\xcc\x03\n" +
 	"\tCopyChunk\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x1e\n" +
 	"\n" +
@@ -2119,7 +2200,12 @@ const file_internal_replicaset_rspb_replicaset_proto_rawDesc = "" +
 	"\arestore\x18\b \x01(\bR\arestore\x12\x18\n" +
 	"\achanges\x18\t \x01(\bR\achanges\x12:\n" +
 	"\adeleted\x18\n" +
-	" \x03(\v2 .shardkit.replicaset.v1.TupleKeyR\adeleted\"7\n" +
+	" \x03(\v2 .shardkit.replicaset.v1.TupleKeyR\adeleted\x12O\n" +
+	"\x0fsorted_requests\x18\v \x01(\v2&.shardkit.replicaset.v1.SortedRequestsR\x0esortedRequests\"P\n" +
+	"\x0eSortedRequests\x12\x10\n" +
+	"\x03ids\x18\x01 \x01(\fR\x03ids\x12\x18\n" +
+	"\aresults\x18\x02 \x01(\fR\aresults\x12\x12\n" +
+	"\x04ends\x18\x03 \x01(\fR\x04ends\"7\n" +
 	"\bTupleKey\x12\x19\n" +
 	"\bspace_id\x18\x01 \x01(\rR\aspaceId\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\fR\x03key\"\x90\x01\n" +
@@ -2278,7 +2364,7 @@ func file_internal_replicaset_rspb_replicaset_proto_rawDescGZIP() []byte {
 }
 
 var file_internal_replicaset_rspb_replicaset_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_internal_replicaset_rspb_replicaset_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(OpKind)(0),              // 0: shardkit.replicaset.v1.OpKind
 	(Compare)(0),             // 1: shardkit.replicaset.v1.Compare
@@ -2288,63 +2374,65 @@ var file_internal_replicaset_rspb_replicaset_proto_goTypes = []any{
 	(*SetHistory)(nil),       // 5: shardkit.replicaset.v1.SetHistory
 	(*SetBucket)(nil),        // 6: shardkit.replicaset.v1.SetBucket
 	(*CopyChunk)(nil),        // 7: shardkit.replicaset.v1.CopyChunk
-	(*TupleKey)(nil),         // 8: shardkit.replicaset.v1.TupleKey
-	(*Event)(nil),            // 9: shardkit.replicaset.v1.Event
-	(*EventOp)(nil),          // 10: shardkit.replicaset.v1.EventOp
-	(*CopiedRequest)(nil),    // 11: shardkit.replicaset.v1.CopiedRequest
-	(*SetBuckets)(nil),       // 12: shardkit.replicaset.v1.SetBuckets
-	(*CopyChunks)(nil),       // 13: shardkit.replicaset.v1.CopyChunks
-	(*CopyTableSummary)(nil), // 14: shardkit.replicaset.v1.CopyTableSummary
-	(*CopyTableBucket)(nil),  // 15: shardkit.replicaset.v1.CopyTableBucket
-	(*CopiedTuple)(nil),      // 16: shardkit.replicaset.v1.CopiedTuple
-	(*PrevFact)(nil),         // 17: shardkit.replicaset.v1.PrevFact
-	(*SetSchema)(nil),        // 18: shardkit.replicaset.v1.SetSchema
-	(*CreateBuckets)(nil),    // 19: shardkit.replicaset.v1.CreateBuckets
-	(*Condition)(nil),        // 20: shardkit.replicaset.v1.Condition
-	(*Op)(nil),               // 21: shardkit.replicaset.v1.Op
-	(*Batch)(nil),            // 22: shardkit.replicaset.v1.Batch
-	(*OpResult)(nil),         // 23: shardkit.replicaset.v1.OpResult
-	(*Refusal)(nil),          // 24: shardkit.replicaset.v1.Refusal
-	(*BatchResult)(nil),      // 25: shardkit.replicaset.v1.BatchResult
-	(*BucketState)(nil),      // 26: shardkit.replicaset.v1.BucketState
-	nil,                      // 27: shardkit.replicaset.v1.CopyTableBucket.BySpaceEntry
-	(*metapb.Space)(nil),     // 28: shardkit.meta.v1.Space
+	(*SortedRequests)(nil),   // 8: shardkit.replicaset.v1.SortedRequests
+	(*TupleKey)(nil),         // 9: shardkit.replicaset.v1.TupleKey
+	(*Event)(nil),            // 10: shardkit.replicaset.v1.Event
+	(*EventOp)(nil),          // 11: shardkit.replicaset.v1.EventOp
+	(*CopiedRequest)(nil),    // 12: shardkit.replicaset.v1.CopiedRequest
+	(*SetBuckets)(nil),       // 13: shardkit.replicaset.v1.SetBuckets
+	(*CopyChunks)(nil),       // 14: shardkit.replicaset.v1.CopyChunks
+	(*CopyTableSummary)(nil), // 15: shardkit.replicaset.v1.CopyTableSummary
+	(*CopyTableBucket)(nil),  // 16: shardkit.replicaset.v1.CopyTableBucket
+	(*CopiedTuple)(nil),      // 17: shardkit.replicaset.v1.CopiedTuple
+	(*PrevFact)(nil),         // 18: shardkit.replicaset.v1.PrevFact
+	(*SetSchema)(nil),        // 19: shardkit.replicaset.v1.SetSchema
+	(*CreateBuckets)(nil),    // 20: shardkit.replicaset.v1.CreateBuckets
+	(*Condition)(nil),        // 21: shardkit.replicaset.v1.Condition
+	(*Op)(nil),               // 22: shardkit.replicaset.v1.Op
+	(*Batch)(nil),            // 23: shardkit.replicaset.v1.Batch
+	(*OpResult)(nil),         // 24: shardkit.replicaset.v1.OpResult
+	(*Refusal)(nil),          // 25: shardkit.replicaset.v1.Refusal
+	(*BatchResult)(nil),      // 26: shardkit.replicaset.v1.BatchResult
+	(*BucketState)(nil),      // 27: shardkit.replicaset.v1.BucketState
+	nil,                      // 28: shardkit.replicaset.v1.CopyTableBucket.BySpaceEntry
+	(*metapb.Space)(nil),     // 29: shardkit.meta.v1.Space
 }
 var file_internal_replicaset_rspb_replicaset_proto_depIdxs = []int32{
-	22, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
-	18, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
-	19, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
-	12, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
-	13, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
+	23, // 0: shardkit.replicaset.v1.Command.batch:type_name -> shardkit.replicaset.v1.Batch
+	19, // 1: shardkit.replicaset.v1.Command.set_schema:type_name -> shardkit.replicaset.v1.SetSchema
+	20, // 2: shardkit.replicaset.v1.Command.create_buckets:type_name -> shardkit.replicaset.v1.CreateBuckets
+	13, // 3: shardkit.replicaset.v1.Command.set_buckets:type_name -> shardkit.replicaset.v1.SetBuckets
+	14, // 4: shardkit.replicaset.v1.Command.copy_chunks:type_name -> shardkit.replicaset.v1.CopyChunks
 	5,  // 5: shardkit.replicaset.v1.Command.set_history:type_name -> shardkit.replicaset.v1.SetHistory
 	3,  // 6: shardkit.replicaset.v1.SetBucket.state:type_name -> shardkit.replicaset.v1.BucketState.State
 	3,  // 7: shardkit.replicaset.v1.SetBucket.from:type_name -> shardkit.replicaset.v1.BucketState.State
-	16, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
-	11, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
-	8,  // 10: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
-	10, // 11: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
-	0,  // 12: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
-	6,  // 13: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
-	7,  // 14: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
-	14, // 15: shardkit.replicaset.v1.CopyChunks.summaries:type_name -> shardkit.replicaset.v1.CopyTableSummary
-	15, // 16: shardkit.replicaset.v1.CopyTableSummary.buckets:type_name -> shardkit.replicaset.v1.CopyTableBucket
-	27, // 17: shardkit.replicaset.v1.CopyTableBucket.by_space:type_name -> shardkit.replicaset.v1.CopyTableBucket.BySpaceEntry
-	28, // 18: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
-	1,  // 19: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
-	0,  // 20: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
-	17, // 21: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
-	20, // 22: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
-	21, // 23: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
-	25, // 24: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
-	2,  // 25: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
-	23, // 26: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
-	24, // 27: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
-	3,  // 28: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
-	29, // [29:29] is the sub-list for method output_type
-	29, // [29:29] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	17, // 8: shardkit.replicaset.v1.CopyChunk.tuples:type_name -> shardkit.replicaset.v1.CopiedTuple
+	12, // 9: shardkit.replicaset.v1.CopyChunk.requests:type_name -> shardkit.replicaset.v1.CopiedRequest
+	9,  // 10: shardkit.replicaset.v1.CopyChunk.deleted:type_name -> shardkit.replicaset.v1.TupleKey
+	8,  // 11: shardkit.replicaset.v1.CopyChunk.sorted_requests:type_name -> shardkit.replicaset.v1.SortedRequests
+	11, // 12: shardkit.replicaset.v1.Event.ops:type_name -> shardkit.replicaset.v1.EventOp
+	0,  // 13: shardkit.replicaset.v1.EventOp.kind:type_name -> shardkit.replicaset.v1.OpKind
+	6,  // 14: shardkit.replicaset.v1.SetBuckets.steps:type_name -> shardkit.replicaset.v1.SetBucket
+	7,  // 15: shardkit.replicaset.v1.CopyChunks.chunks:type_name -> shardkit.replicaset.v1.CopyChunk
+	15, // 16: shardkit.replicaset.v1.CopyChunks.summaries:type_name -> shardkit.replicaset.v1.CopyTableSummary
+	16, // 17: shardkit.replicaset.v1.CopyTableSummary.buckets:type_name -> shardkit.replicaset.v1.CopyTableBucket
+	28, // 18: shardkit.replicaset.v1.CopyTableBucket.by_space:type_name -> shardkit.replicaset.v1.CopyTableBucket.BySpaceEntry
+	29, // 19: shardkit.replicaset.v1.SetSchema.spaces:type_name -> shardkit.meta.v1.Space
+	1,  // 20: shardkit.replicaset.v1.Condition.compare:type_name -> shardkit.replicaset.v1.Compare
+	0,  // 21: shardkit.replicaset.v1.Op.kind:type_name -> shardkit.replicaset.v1.OpKind
+	18, // 22: shardkit.replicaset.v1.Op.prev:type_name -> shardkit.replicaset.v1.PrevFact
+	21, // 23: shardkit.replicaset.v1.Op.conditions:type_name -> shardkit.replicaset.v1.Condition
+	22, // 24: shardkit.replicaset.v1.Batch.ops:type_name -> shardkit.replicaset.v1.Op
+	26, // 25: shardkit.replicaset.v1.Batch.source_result:type_name -> shardkit.replicaset.v1.BatchResult
+	2,  // 26: shardkit.replicaset.v1.Refusal.code:type_name -> shardkit.replicaset.v1.Refusal.Code
+	24, // 27: shardkit.replicaset.v1.BatchResult.results:type_name -> shardkit.replicaset.v1.OpResult
+	25, // 28: shardkit.replicaset.v1.BatchResult.refusal:type_name -> shardkit.replicaset.v1.Refusal
+	3,  // 29: shardkit.replicaset.v1.BucketState.state:type_name -> shardkit.replicaset.v1.BucketState.State
+	30, // [30:30] is the sub-list for method output_type
+	30, // [30:30] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_internal_replicaset_rspb_replicaset_proto_init() }
@@ -2360,14 +2448,14 @@ func file_internal_replicaset_rspb_replicaset_proto_init() {
 		(*Command_CopyChunks)(nil),
 		(*Command_SetHistory)(nil),
 	}
-	file_internal_replicaset_rspb_replicaset_proto_msgTypes[17].OneofWrappers = []any{}
+	file_internal_replicaset_rspb_replicaset_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_internal_replicaset_rspb_replicaset_proto_rawDesc), len(file_internal_replicaset_rspb_replicaset_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
