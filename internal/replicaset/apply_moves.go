@@ -236,7 +236,9 @@ func (a *applier) copyChunks(cc *rspb.CopyChunks) []*CopyOutcome {
 }
 
 // rememberCopied remembers the request ids a chunk of bucket b brought
-// but those this replicaset knows already (it answered them itself, from
+// one message an id (those of other lengths than requestIDLen, and all
+// of a source or a backup that sends no blocks: rememberBlock takes the
+// blocks) but those this replicaset knows already (it answered them itself, from
 // the source's answer asked by a write), with their results as the
 // source stored them (copyChunks checked that each names the bucket:
 // checkCopied), stamped with this log's clock, not the source's:

@@ -103,7 +103,7 @@ func (b *BucketService) BackupBuckets(req *rspb.BackupBucketsRequest, stream grp
 // history does not reach back; its revision is below the base's, so it is
 // another cluster's or was restored since) is not sent: the caller sends
 // it whole.
-func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered remembered, base uint64) (bool, error) {
+func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, rem remembered, base uint64) (bool, error) {
 	bucket := first.GetBucket()
 	rev, err := s.sm.RevisionOf(snap, bucket)
 	if err != nil {
@@ -173,7 +173,7 @@ func (s *Storage) chunkChanges(snap pebble.Reader, ch *chunker, first *rspb.Copy
 	// remembered before the base's capture, and is in the base (a chain's
 	// restore takes the ids of every backup of it); every batch makes a
 	// revision, and a bucket's revisions go on across moves and restores.
-	if err := s.chunkRequests(snap, bc, remembered, rev, base); err != nil {
+	if err := s.chunkRequests(snap, bc, rem, rev, base); err != nil {
 		return false, err
 	}
 	for _, v := range events {

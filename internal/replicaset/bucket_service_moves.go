@@ -568,9 +568,10 @@ func (c *chunker) refuse(bucket uint32, reason string) {
 
 // chunkBucket streams one bucket from snap, in chunks shaped as first
 // (its bucket, generation and restore flag): its tuples, every space,
-// then its remembered request ids, then its change history; the last
+// then its remembered request ids (rem, what the window holds of the
+// bucket), then its change history; the last
 // chunk carries its revision and has last set.
-func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, remembered remembered) error {
+func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyChunk, rem remembered) error {
 	bucket := first.GetBucket()
 	bc := ch.bucket(first)
 	var err error
@@ -596,7 +597,7 @@ func (s *Storage) chunkBucket(snap pebble.Reader, ch *chunker, first *rspb.CopyC
 	}
 	// The bucket's remembered request ids go with it, so that a retry
 	// of a write applied here is answered there too.
-	if err := s.chunkRequests(snap, bc, remembered, rev, 0); err != nil {
+	if err := s.chunkRequests(snap, bc, rem, rev, 0); err != nil {
 		return err
 	}
 	// And its change history, for watchers behind it.

@@ -14,8 +14,9 @@ import (
 // source applied is answered, not applied again, wherever the bucket is
 // when the retry arrives. A copy brings them by the thousand (one a write
 // in the window), and each taken apart into a message, looked up and put
-// into the window one by one cost every member more than the copy's
-// tables. So those of requestIDLen bytes (every id the data service
+// into the window one by one would cost every member more than the
+// copy's tables (docs/benchmarks.md, "Copied request ids as blocks"). So
+// those of requestIDLen bytes (every id the data service
 // takes) go in one block a chunk (rspb.SortedRequests), in order, that
 // the destination's leader checks once and its members store and hold as
 // it came: a lookup is a binary search in the block of the write's

@@ -161,6 +161,8 @@ func storedVarint(v []byte) (x uint64, n int) {
 // the log or in its tables, Storage.checkedCopy: a source or a backup
 // file may send anything), or read by resultStamp and eventStamp (every
 // member at apply, which keeps the bytes and answers a retry from them).
+// A block of ids (SortedRequests) is checked whole by the leader, and
+// only its framing by the members.
 func checkCopied(chunks []*rspb.CopyChunk, full bool) error {
 	for _, c := range chunks {
 		for _, r := range c.GetRequests() {

@@ -590,7 +590,8 @@ type CopyChunk struct {
 	// The source has sent everything: the record becomes copied.
 	Last bool `protobuf:"varint,4,opt,name=last,proto3" json:"last,omitempty"`
 	// On the last chunk: the request ids the source remembers for the
-	// bucket, with their results. The destination remembers them too, so a
+	// bucket, with their results (but those in sorted_requests). The
+	// destination remembers them too, so a
 	// retry of a write the source applied is answered, not applied again,
 	// wherever the bucket is when it arrives.
 	Requests []*CopiedRequest `protobuf:"bytes,5,rep,name=requests,proto3" json:"requests,omitempty"`
