@@ -636,6 +636,14 @@ func (r *run) dumpOnFailure() {
 	if err != nil {
 		t.Logf("writing the report: %v", err)
 	}
+	if r.watch != nil {
+		p := filepath.Join(dir, "watch.txt")
+		if err := os.WriteFile(p, r.watch.dump(), 0o644); err != nil {
+			t.Logf("writing the watch's view: %v", err)
+		} else {
+			files = append(files, p)
+		}
+	}
 	for _, inst := range r.c.insts {
 		t.Logf("---- %s (%s) log tail ----\n%s", inst.Name, inst.Listen, inst.LogTail(40))
 	}

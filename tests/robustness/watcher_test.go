@@ -3,8 +3,10 @@ package robustness
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -115,6 +117,22 @@ func (w *watcher) observe(ev client.Event) {
 			w.values[v] = true
 		}
 	}
+}
+
+// dump is what the watch saw, for a failed run's report: each bucket's
+// revisions in order, each with its event.
+func (w *watcher) dump() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var b strings.Builder
+	for _, bucket := range slices.Sorted(maps.Keys(w.seen)) {
+		revs := w.seen[bucket]
+		fmt.Fprintf(&b, "bucket %d: %d revisions, the last %d\n", bucket, len(revs), w.last[bucket])
+		for _, rev := range slices.Sorted(maps.Keys(revs)) {
+			fmt.Fprintf(&b, "  %d %s\n", rev, revs[rev])
+		}
+	}
+	return []byte(b.String())
 }
 
 // missing returns the acknowledged writes the watch has not shown yet.
