@@ -730,23 +730,9 @@ func (s *Storage) eachRequest(snap pebble.Reader, rem remembered, upTo, after ui
 		return err
 	}
 	for _, r := range rem.copied {
-		blk := r.block
-		if blk.results == nil {
-			v, err := get(snap, s.sm.k.requestRecord(r.ms, r.index, r.chunk))
-			if err != nil {
-				return status.Error(codes.Internal, err.Error())
-			}
-			if v == nil {
-				continue
-			}
-			c := &rspb.CopyChunk{}
-			if err := c.UnmarshalVT(v); err != nil {
-				return status.Errorf(codes.Internal, "request record of bucket %d at %d ms: %v", r.bucket, r.ms, err)
-			}
-			blk = blockOf(c.GetSortedRequests())
-			if blk.len() != r.block.len() {
-				return status.Errorf(codes.Internal, "request record of bucket %d at %d ms holds %d ids, the window %d", r.bucket, r.ms, blk.len(), r.block.len())
-			}
+		blk, err := s.sm.heldBlock(snap, r)
+		if err != nil {
+			return status.Error(codes.Internal, err.Error())
 		}
 		for i := range blk.len() {
 			res := blk.result(i)

@@ -689,30 +689,15 @@ func (sm *SM) storedResult(r pebble.Reader, b uint32, ms int64, id []byte) ([]by
 		return v, err
 	}
 	if rec, at, ok := sm.reqs.copiedAt(b, ms, id); ok {
-		if res := rec.block.result(at); res != nil {
-			return res, nil
+		blk, err := sm.heldBlock(r, rec)
+		if err != nil || blk.len() == 0 {
+			return nil, err // no record: forgotten
 		}
-		k := sm.k.requestRecord(rec.ms, rec.index, rec.chunk)
-		v, err := get(r, k)
-		if err != nil || v == nil {
-			return nil, err
-		}
-		c := &rspb.CopyChunk{}
-		if err := c.UnmarshalVT(v); err != nil {
-			return nil, fmt.Errorf("replicaset: request record %x: %w", k, err)
-		}
-		blk := blockOf(c.GetSortedRequests())
-		if at, ok := blk.find(id); ok {
-			return blk.result(at), nil
-		}
-		return nil, nil
+		return blk.result(at), nil
 	}
+	// Else an id copied one message an id (rememberCopied).
 	var found []byte
 	err = sm.eachRequestRecordAt(r, ms, func(c *rspb.CopyChunk) bool {
-		if at, ok := blockOf(c.GetSortedRequests()).find(id); ok {
-			found = blockOf(c.GetSortedRequests()).result(at)
-			return false
-		}
 		for _, q := range c.GetRequests() {
 			if bytes.Equal(q.GetId(), id) {
 				found = q.GetResult()
@@ -722,6 +707,29 @@ func (sm *SM) storedResult(r pebble.Reader, b uint32, ms int64, id []byte) ([]by
 		return true
 	})
 	return found, err
+}
+
+// heldBlock is rec's block with its results: the window's, if it kept
+// them, else its record's in r (no id if r does not hold the record:
+// forgotten, or stored after r was read).
+func (sm *SM) heldBlock(r pebble.Reader, rec *copiedRecord) (requestBlock, error) {
+	if rec.block.results != nil {
+		return rec.block, nil
+	}
+	k := sm.k.requestRecord(rec.ms, rec.index, rec.chunk)
+	v, err := get(r, k)
+	if err != nil || v == nil {
+		return requestBlock{}, err
+	}
+	c := &rspb.CopyChunk{}
+	if err := c.UnmarshalVT(v); err != nil {
+		return requestBlock{}, fmt.Errorf("replicaset: request record %x: %w", k, err)
+	}
+	blk := blockOf(c.GetSortedRequests())
+	if blk.len() != rec.block.len() {
+		return requestBlock{}, fmt.Errorf("replicaset: request record %x holds %d ids, the window %d", k, blk.len(), rec.block.len())
+	}
+	return blk, nil
 }
 
 // eachRequestRecordAt calls fn with each record of copied request ids
