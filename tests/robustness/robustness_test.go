@@ -137,7 +137,8 @@ func configFromEnv(t *testing.T) runConfig {
 // them with SIGTERM, and cuts raft links (with failpoints). Then: every key's history is linearizable
 // (porcupine), no write is applied twice, no acknowledged write is lost,
 // no write that failed with ErrUnavailable is applied, the replicas
-// converge, and Count agrees with the keys present.
+// converge, Count agrees with the keys present, and each instance's
+// database, stopped, keeps the state machine's rules (verifyData).
 func TestRobustness(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the robustness test runs a cluster under faults for a minute or more; skipped with -short")
@@ -194,6 +195,8 @@ func TestRobustness(t *testing.T) {
 		}
 	}
 	r.prepare(ctx)
+	// Last of all, with the instances stopped: each database checked.
+	defer c.verifyData()
 	defer func() {
 		if r.cfg.replicasets > 1 && !t.Failed() {
 			r.auditBuckets(ctx)
