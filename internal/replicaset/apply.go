@@ -143,11 +143,34 @@ func (a *applier) delRange(prefix []byte) {
 	if a.err == nil {
 		end := storage.PrefixEnd(prefix)
 		a.sm.filters.dropRange(a.sm.k, prefix, end)
-		a.err = a.b.DeleteRange(prefix, end, nil)
+		a.deleteRange(prefix, end)
 		if a.err == nil {
 			a.sm.rows.stageRange(a.sm.k, prefix, end)
 		}
 	}
+}
+
+// deleteRange deletes [start, end) in the apply batch, and remembers
+// that it did (SM.deleted).
+func (a *applier) deleteRange(start, end []byte) {
+	if a.err == nil {
+		a.err = a.b.DeleteRange(start, end, nil)
+		a.sm.deleted = append(a.sm.deleted, keySpan{start: start, end: end})
+	}
+}
+
+// keySpan is the keys in [start, end).
+type keySpan struct{ start, end []byte }
+
+// deletedWithin tells whether this Apply call's batch deletes a range
+// that holds a key in [first, last].
+func (sm *SM) deletedWithin(first, last []byte) bool {
+	for _, d := range sm.deleted {
+		if bytes.Compare(d.start, last) <= 0 && bytes.Compare(first, d.end) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func refusal(code rspb.Refusal_Code, op int, format string, args ...any) *rspb.BatchResult {

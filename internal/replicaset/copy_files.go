@@ -729,6 +729,11 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 			}
 		}
 		whole := !overlaps
+		// A range this run's batch deletes (a cleanup of a bucket given
+		// away earlier in the run, a history cut short) would take an
+		// ingested table's rows with it when the batch commits, after
+		// the ingest: the rows go through the batch, after the deletion.
+		viaBatch := a.sm.deletedWithin(c.first, c.last)
 		for _, tb := range c.buckets {
 			b := tb.bucket
 			o := out[b]
@@ -786,7 +791,7 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 			o.bySpace[spaceOf(key)]++
 		}
 		switch {
-		case whole && a.sm.ingestFS != nil:
+		case whole && a.sm.ingestFS != nil && !viaBatch:
 			ingest = append(ingest, c.sst)
 			for _, tb := range c.buckets {
 				o := out[tb.bucket]
@@ -795,7 +800,7 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 					o.bySpace[sp] += uint64(n)
 				}
 			}
-		case a.sm.ingestFS != nil && !overlaps:
+		case a.sm.ingestFS != nil && !overlaps && !viaBatch:
 			t := newCopyTable()
 			err := c.each(func(key, v []byte) error {
 				if !keep(key) {

@@ -688,3 +688,42 @@ func TestTheSourcesTablesAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A bucket given away and received back within one apply run (a member
+// that catches up on many entries at once): the cleanup's range deletion
+// of the bucket's rows is in the run's batch, committed after the copy's
+// ingest, so an ingested table would be deleted by it. The copy's rows
+// go through the batch instead, after the deletion: every member holds
+// them, counted once.
+func TestACopyAfterItsBucketsCleanupInOneRunKeepsItsRows(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.setup()
+	dst.tables = true
+	for _, id := range []string{"a", "b"} {
+		dst.ok(&rspb.Batch{Bucket: copyBucket, Ops: []*rspb.Op{insertOp(t, offer(1, id, 1))}})
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		src.ok(&rspb.Batch{Bucket: copyBucket, Ops: []*rspb.Op{insertOp(t, offer(1, id, 2))}})
+	}
+	step := func(state rspb.BucketState_State, gen uint64) *rspb.Command {
+		return &rspb.Command{Op: &rspb.Command_SetBuckets{SetBuckets: &rspb.SetBuckets{Steps: []*rspb.SetBucket{{Bucket: copyBucket, State: state, Generation: gen, Peer: "src"}}}}}
+	}
+	before := ingested(dst)
+	out := dst.apply(
+		step(rspb.BucketState_STATE_SENDING, 2),
+		step(rspb.BucketState_STATE_GARBAGE, 2),
+		step(rspb.BucketState_STATE_RECEIVING, 3),
+		&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: copyBucket, Generation: 3, Tuples: src.chunk(copyBucket), Last: true}}}}},
+	)
+	if o := out[3].Copies; len(o) != 1 || o[0].Refused != nil || o[0].Copied != 3 {
+		t.Fatalf("copy = %+v, want 3 copied", o)
+	}
+	if got, want := rowsOf(t, dst, copyBucket), `"a"=2 "b"=2 "c"=2`; got != want {
+		t.Errorf("rows %s, want %s", got, want)
+	}
+	dst.verified("after the copy")
+	if n := ingested(dst) - before; n != 0 {
+		t.Fatalf("%d tables ingested under the run's deletion of the bucket, want none", n)
+	}
+}

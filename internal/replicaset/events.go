@@ -159,7 +159,7 @@ func (a *applier) trimHistory(b uint32, h *bucketHistory) {
 		return
 	}
 	if keep > 0 {
-		a.err = a.b.DeleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, keep), nil)
+		a.deleteRange(a.sm.k.event(b, 0), a.sm.k.event(b, keep))
 	}
 }
 
