@@ -323,6 +323,13 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 	if v, _ := c.read(down, g1, "before"); v != "x" {
 		t.Fatalf("node %d lost data from before it went down", down)
 	}
+	// What it applied, as its database holds it (read by offline checks).
+	c.mu.Lock()
+	stored, err := multiraft.AppliedIndex(c.nodes[down].db, g1)
+	c.mu.Unlock()
+	if applied := c.group(down, g1).Applied(); err != nil || stored != applied {
+		t.Fatalf("AppliedIndex = %d, %v; the member applied %d", stored, err, applied)
+	}
 	// It keeps working as a normal member afterwards.
 	c.mustPropose(g1, put("after", "y"))
 	c.waitConverged(g1, 1, 2, 3)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
 )
@@ -128,4 +129,23 @@ func decodeProposal(data []byte) (id uint64, cmd []byte, err error) {
 		return 0, nil, fmt.Errorf("%w: proposal of %d bytes is shorter than its id", ErrCorruptState, len(data))
 	}
 	return binary.BigEndian.Uint64(data), data[proposalIDLen:], nil
+}
+
+// AppliedIndex returns the index of the last entry group g applied, as r
+// holds it (0: none yet): for checks of a stopped instance's database,
+// which compare what members hold at one index.
+func AppliedIndex(r pebble.Reader, g GroupID) (uint64, error) {
+	v, closer, err := r.Get(groupKey(g, suffixApplied))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer closer.Close()
+	as, err := decodeApplied(v)
+	if err != nil {
+		return 0, fmt.Errorf("group %d: %w", g, err)
+	}
+	return as.Index, nil
 }
