@@ -135,6 +135,7 @@ func (a *applier) del(key []byte) {
 		a.err = a.b.Delete(key, nil)
 		if b, ok := a.sm.k.tupleBucket(key); ok && a.err == nil {
 			a.sm.rows.stage(b, key, nil)
+			a.sm.deleted = append(a.sm.deleted, keySpan{start: key})
 		}
 	}
 }
@@ -159,14 +160,18 @@ func (a *applier) deleteRange(start, end []byte) {
 	}
 }
 
-// keySpan is the keys in [start, end).
+// keySpan is the keys in [start, end), or the key start alone when end
+// is nil.
 type keySpan struct{ start, end []byte }
 
-// deletedWithin tells whether this Apply call's batch deletes a range
-// that holds a key in [first, last].
+// deletedWithin tells whether this Apply call's batch deletes a key in
+// [first, last].
 func (sm *SM) deletedWithin(first, last []byte) bool {
 	for _, d := range sm.deleted {
-		if bytes.Compare(d.start, last) <= 0 && bytes.Compare(first, d.end) < 0 {
+		if bytes.Compare(d.start, last) > 0 {
+			continue
+		}
+		if d.end == nil && bytes.Compare(first, d.start) <= 0 || d.end != nil && bytes.Compare(first, d.end) < 0 {
 			return true
 		}
 	}

@@ -729,10 +729,12 @@ func (a *applier) copyTables(chunks []*rspb.CopyChunk, tables [][]byte, sums []*
 			}
 		}
 		whole := !overlaps
-		// A range this run's batch deletes (a cleanup of a bucket given
-		// away earlier in the run, a history cut short) would take an
-		// ingested table's rows with it when the batch commits, after
-		// the ingest: the rows go through the batch, after the deletion.
+		// A key or range this run's batch deletes (a cleanup of a bucket
+		// given away earlier in the run, a history cut short, a tuple
+		// deleted before a restore's table) would take an ingested
+		// table's rows with it when the batch commits, after the ingest
+		// (no iterator of the batch shows such a key to leave out): the
+		// rows go through the batch, after the deletion.
 		viaBatch := a.sm.deletedWithin(c.first, c.last)
 		for _, tb := range c.buckets {
 			b := tb.bucket

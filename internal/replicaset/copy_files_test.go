@@ -727,3 +727,31 @@ func TestACopyAfterItsBucketsCleanupInOneRunKeepsItsRows(t *testing.T) {
 		t.Fatalf("%d tables ingested under the run's deletion of the bucket, want none", n)
 	}
 }
+
+// A key deleted earlier in the same apply run is absent when a restore's
+// table comes (it inserts where no tuple is): the table's row must
+// survive the batch's deletion, committed after the ingest, as it does on
+// a member that applied the two entries in two runs.
+func TestARestoreAfterADeleteInOneRunKeepsTheRow(t *testing.T) {
+	src, dst := newFixture(t), newFixture(t)
+	src.setup()
+	dst.setup()
+	dst.tables = true
+	const b = 5
+	for _, f := range []*fixture{src, dst} {
+		f.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "a", 1))}})
+	}
+	src.ok(&rspb.Batch{Bucket: b, Ops: []*rspb.Op{insertOp(t, offer(1, "b", 1))}})
+	ka := key(t, tuple.Uint(1), tuple.String("a"))
+	out := dst.apply(
+		&rspb.Command{Op: &rspb.Command_Batch{Batch: &rspb.Batch{Bucket: b, Ops: []*rspb.Op{{Kind: rspb.OpKind_OP_KIND_DELETE, SpaceId: 1, Key: ka}}}}},
+		&rspb.Command{Op: &rspb.Command_CopyChunks{CopyChunks: &rspb.CopyChunks{Chunks: []*rspb.CopyChunk{{Bucket: b, Restore: true, Tuples: src.chunk(b)}}}}},
+	)
+	if o := out[1].Copies; len(o) != 1 || o[0].Refused != nil || o[0].Copied != 2 {
+		t.Fatalf("restore = %+v, want 2 copied (a, deleted just before, and b)", o)
+	}
+	if got, want := rowsOf(t, dst, b), `"a"=1 "b"=1`; got != want {
+		t.Fatalf("rows %s, want %s", got, want)
+	}
+	dst.verified("after the restore")
+}

@@ -62,11 +62,12 @@ type SM struct {
 	changedBuckets map[uint32]struct{}    // records changed since the last commit
 	changedCounts  map[uint64]struct{}    // counts changed in this Apply call (countKey)
 	copies         map[uint32]*copyCursor // receiving buckets this member saw start receiving (apply_moves.go)
-	// deleted are the key ranges this Apply call's batch deletes
-	// (applier.deleteRange): no copy table is ingested over one
-	// (copy_files.go), since the batch commits after the ingest and its
-	// deletion would take the table's rows with it. (The request ids'
-	// expiry deletes i/ and j/ keys, which no table holds.)
+	// deleted are the key ranges and the tuple keys this Apply call's
+	// batch deletes (applier.deleteRange, applier.del): no copy table is
+	// ingested over one (copy_files.go), since the batch commits after
+	// the ingest and its deletion would take the table's rows with it.
+	// (Tombstones are deleted too, and the request ids' expiry deletes
+	// i/ and j/ keys, which no table holds.)
 	deleted        []keySpan
 	notifyOnCommit bool
 	reloadErr      error       // a reload after a dropped batch failed: Apply fails
