@@ -54,11 +54,13 @@ type runConfig struct {
 	nemesis     nemesisConfig
 }
 
-func configFromEnv(t *testing.T) runConfig {
+// configFromEnv is a run's configuration: the defaults (with
+// replicasets replicasets), changed by the environment variables.
+func configFromEnv(t *testing.T, replicasets int) runConfig {
 	t.Helper()
 	cfg := runConfig{
 		duration:    defaultDuration,
-		replicasets: 1,
+		replicasets: replicasets,
 		seed:        uint64(time.Now().UnixNano()),
 		out:         os.Getenv(envOut),
 		traffic: trafficConfig{
@@ -140,13 +142,28 @@ func configFromEnv(t *testing.T) runConfig {
 // converge, Count agrees with the keys present, and each instance's
 // database, stopped, keeps the state machine's rules (verifyData).
 func TestRobustness(t *testing.T) {
+	robustness(t, 1)
+}
+
+// TestRobustnessWithMoves is TestRobustness with two replicasets (six
+// instances), the keys' buckets moved between them at random while the
+// faults strike (moves_test.go), and an audit of the bucket records at
+// the end.
+func TestRobustnessWithMoves(t *testing.T) {
+	robustness(t, 2)
+}
+
+// robustness runs the robustness test on replicasets replicasets (unless
+// the environment names another number).
+func robustness(t *testing.T, replicasets int) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("the robustness test runs a cluster under faults for a minute or more; skipped with -short")
 	}
 	if runtime.GOOS != "linux" {
 		t.Skip("the robustness test finds workers through /proc (Linux only)")
 	}
-	cfg := configFromEnv(t)
+	cfg := configFromEnv(t, replicasets)
 	if d, ok := t.Deadline(); ok && time.Until(d) < cfg.duration+5*time.Minute {
 		t.Fatalf("%s=%v does not fit the test's deadline (%v left; it needs the duration plus about 5 minutes): pass a larger -timeout",
 			envDuration, cfg.duration, time.Until(d).Round(time.Second))
