@@ -303,6 +303,9 @@ func (r *run) prepare(ctx context.Context) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		_, err = r.c.admin.CreateSpace(cctx, spaceDef, true)
 		if err == nil {
+			_, err = r.c.admin.CreateSpace(cctx, resendSpaceDef, true)
+		}
+		if err == nil {
 			// A key outside the clients' range: the first write proves
 			// that buckets and schema reached the replicaset.
 			_, err = r.c.admin.Space(spaceName).Replace(cctx, tuple.Tuple{tuple.Uint(0), tuple.String("probe")})
@@ -346,12 +349,22 @@ func (r *run) traffic(ctx context.Context) bool {
 			}
 		})
 	}
+	var resends resendStats
+	wg.Go(func() { resends = r.resend(ctx, stop) })
 	stopClients := func() {
 		close(stop)
 		wg.Wait()
 		close(clientErrs)
 		for err := range clientErrs {
 			t.Errorf("client: %v", err)
+		}
+		t.Logf("resends: %d writes acknowledged, %d sent again and answered, %d with the first answer", resends.written, resends.resent, resends.same)
+		for i, p := range resends.problems {
+			if i == 10 {
+				t.Errorf("resend: ... and %d more", len(resends.problems)-10)
+				break
+			}
+			t.Errorf("resend: %s", p)
 		}
 	}
 	r.nem = newNemesis(r.c, r.cfg.nemesis, r.cfg.seed, r.h, t.Logf)
