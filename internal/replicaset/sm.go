@@ -234,6 +234,7 @@ func (sm *SM) Apply(b *pebble.Batch, entries []multiraft.Entry) ([]any, error) {
 	out := make([]any, len(entries))
 	notify := false
 	sm.filters.startApply()
+	clear(sm.deleted) // the last run's keys
 	sm.deleted = sm.deleted[:0]
 	for i, e := range entries {
 		cmd := &rspb.Command{}
