@@ -73,6 +73,7 @@ func newRootCmd(procs *proc.Registry) *cobra.Command {
 		newRebalanceCmd(), newReplicasetCmd(), newBucketCmd(), newReshardCmd(),
 		newCacheCmd(), newCertCmd(), newUserCmd(), newBackupCmd(),
 		newNumeratorCmd(), newBenchCmd(), newChangefeedCmd(), newSchedulerCmd(),
+		newCheckDataCmd(),
 	)
 	root.AddCommand(newDataCmds()...)
 	// cobra adds its completion command when the program runs; add it now,

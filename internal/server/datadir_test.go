@@ -2,7 +2,9 @@ package server_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,5 +189,74 @@ func TestALargeWriteIsSideloadedInTheDataDir(t *testing.T) {
 	}
 	if largest < int64(len(big)) {
 		t.Fatalf("sideloaded files %v: the largest holds %d bytes; want the write's %d or more", files, largest, len(big))
+	}
+}
+
+// CheckDataDir reads a stopped instance's data: its replicaset's data
+// sound, with its applied index and digest; a count broken on disk is
+// named with its bucket; a running instance's data dir is refused.
+func TestCheckDataDirFindsABrokenCount(t *testing.T) {
+	dir := t.TempDir()
+	l, addr := servertest.Listen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- server.RunInstance(ctx, server.InstanceConfig{Listener: l, DataDir: dir, ShutdownTimeout: 5 * time.Second}, "boot")
+	}()
+	c, err := client.New(ctx, client.Config{Peers: []string{addr}, Timeout: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pollOK(t, "the space", func() error {
+		_, err := c.CreateSpace(ctx, client.SpaceDef{Name: "kv", Format: tuple.Format{{Name: "k", Type: tuple.TypeUnsigned}, {Name: "v", Type: tuple.TypeString}},
+			PrimaryKey: []string{"k"}}, true)
+		return err
+	})
+	for i := range 20 {
+		pollOK(t, "a row", func() error {
+			_, err := c.Space("kv").Replace(ctx, tuple.Tuple{tuple.Uint(uint64(i)), tuple.String("v")})
+			return err
+		})
+	}
+	if _, err := server.CheckDataDir(dir); err == nil || !strings.Contains(err.Error(), "must be stopped first") {
+		t.Fatalf("CheckDataDir of a running instance's data dir: %v; want a refusal naming the running instance", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	groups, err := server.CheckDataDir(dir)
+	if err != nil || len(groups) != 1 || groups[0].Applied == 0 || len(groups[0].Problems) != 0 {
+		t.Fatalf("CheckDataDir = %+v, %v; want one replicaset's data, applied, sound", groups, err)
+	}
+	// One count raised by hand, on disk.
+	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := append(storage.GroupPrefix(storage.PrefixData, groups[0].Group), storage.DataCount, '/')
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: counts, UpperBound: storage.PrefixEnd(counts)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !it.First() {
+		t.Fatal("no count stored")
+	}
+	k := append([]byte(nil), it.Key()...)
+	n := binary.BigEndian.Uint64(it.Value())
+	_ = it.Close()
+	if err := db.Set(k, binary.BigEndian.AppendUint64(nil, n+1), pebble.Sync); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bucket := binary.BigEndian.Uint32(k[len(counts):])
+	groups, err = server.CheckDataDir(dir)
+	want := fmt.Sprintf("bucket %d (ACTIVE(generation 1, peer \"\")) holds %d tuples of space", bucket, n)
+	if err != nil || len(groups) != 1 || len(groups[0].Problems) != 1 || !strings.Contains(groups[0].Problems[0], want) || !strings.Contains(groups[0].Problems[0], fmt.Sprintf("but counts %d", n+1)) {
+		t.Fatalf("CheckDataDir after a count was raised = %+v, %v; want the problem %q... counts %d", groups, err, want, n+1)
 	}
 }

@@ -31,6 +31,10 @@ type Options struct {
 	// Every commit of the database waited meanwhile. It must not block.
 	// Nil: stalls are only logged, at debug level.
 	OnWriteStall func(reason string, took time.Duration)
+	// ReadOnly opens the database to read it only (an offline check):
+	// nothing is written, the write-ahead log is replayed in memory, and
+	// a database that does not exist is an error.
+	ReadOnly bool
 }
 
 // L0CompactionThreshold is Pebble's setting of when level 0 is compacted
@@ -86,6 +90,10 @@ func Open(dir string, o Options) (*pebble.DB, error) {
 		// in whichever goroutine found it (often a compaction), which no
 		// caller can recover. Corruption is reported to the owner instead.
 		EventListener: corruptionListener(o),
+		ReadOnly:      o.ReadOnly,
+	}
+	if o.ReadOnly {
+		opts.ErrorIfNotExists = true
 	}
 	// Level 0 is compacted, and holds the writes back, later than by
 	// Pebble's defaults (see the constants).

@@ -18,6 +18,7 @@ import (
 	"github.com/shardkit/shardkit/internal/mover"
 	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/tests/framework"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -480,6 +481,15 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	}
 	if len(stopped) > 0 {
 		t.Fatalf("supervisors exited: %v", stopped)
+	}
+	// Each member's data, stopped: counts, cleanups, and the members of
+	// a replicaset alike.
+	var insts []*framework.Instance
+	for _, inst := range c.insts {
+		insts = append(insts, inst.Instance)
+	}
+	if n := framework.CheckData(t, insts); n != 4 {
+		t.Errorf("the data check found %d replicas of a replicaset's data, want 4 (2 replicasets of 2)", n)
 	}
 }
 

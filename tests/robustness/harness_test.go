@@ -67,15 +67,13 @@ type cluster struct {
 	rf     int
 	logDir string
 	admin  *client.Client
-	// dataDirs maps an instance's name to its --data-dir.
-	dataDirs map[string]string
 }
 
 // Every instance gets env added to its environment (the deliberate
 // defect's failpoints).
 func newCluster(t *testing.T, n, rf int, logDir string, env []string) *cluster {
 	t.Helper()
-	c := &cluster{t: t, logDir: logDir, rf: rf, http: map[string]string{}, dataDirs: map[string]string{}}
+	c := &cluster{t: t, logDir: logDir, rf: rf, http: map[string]string{}}
 	all := framework.FreePorts(t, 2*n)
 	ports, httpPorts := all[:n], all[n:]
 	for i := range n {
@@ -83,7 +81,6 @@ func newCluster(t *testing.T, n, rf int, logDir string, env []string) *cluster {
 		name := fmt.Sprintf("n%d", i+1)
 		inst := &instance{Name: name, Listen: ports[i], Log: filepath.Join(logDir, name+".log"), Binary: binary, Env: env}
 		c.http[name] = httpPorts[i]
-		c.dataDirs[name] = dataDir
 		inst.Args = []string{
 			"--listen", inst.Listen, "--http-listen", httpPorts[i], "--peer", strings.Join(ports, ","), "--data-dir", dataDir,
 			"--instance-id", inst.Name, "--init-replication-factor", strconv.Itoa(rf),

@@ -1,0 +1,62 @@
+package server
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/shardkit/shardkit/internal/multiraft"
+	"github.com/shardkit/shardkit/internal/replicaset"
+	"github.com/shardkit/shardkit/internal/storage"
+)
+
+// GroupCheck is what CheckDataDir found of one replicaset's data.
+type GroupCheck struct {
+	// Group is the replicaset's Raft group.
+	Group uint64 `json:"group"`
+	// Applied is the index of the last entry of its log the instance
+	// applied.
+	Applied uint64 `json:"applied_index"`
+	// Digest is a digest of its every key and value
+	// (replicaset.DataDigest): members stopped at one applied index have
+	// one digest.
+	Digest string `json:"digest"`
+	// Problems are the rules of its data that it breaks, one a bucket
+	// (replicaset.VerifyData); none when it is sound.
+	Problems []string `json:"problems"`
+}
+
+// CheckDataDir checks the data of a stopped instance in dataDir (its
+// --data-dir), read only: each replicaset's data against the rules its
+// state machine keeps, with the applied index and a digest of it to
+// compare with the other members'. An instance still running holds the
+// database's lock: that is an error, as is a directory with no database.
+func CheckDataDir(dataDir string) ([]GroupCheck, error) {
+	db, err := storage.Open(filepath.Join(dataDir, "db"), storage.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open the database of %s (an instance using it must be stopped first): %w", dataDir, err)
+	}
+	defer db.Close()
+	groups, err := replicaset.DataGroups(db)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]GroupCheck, 0, len(groups))
+	for _, g := range groups {
+		c := GroupCheck{Group: g, Problems: []string{}}
+		if c.Applied, err = multiraft.AppliedIndex(db, multiraft.GroupID(g)); err != nil {
+			return nil, err
+		}
+		d, err := replicaset.DataDigest(db, g)
+		if err != nil {
+			return nil, fmt.Errorf("group %d: %w", g, err)
+		}
+		c.Digest = fmt.Sprintf("%016x", d)
+		bad, err := replicaset.VerifyData(db, g)
+		if err != nil {
+			return nil, fmt.Errorf("group %d: %w", g, err)
+		}
+		c.Problems = append(c.Problems, bad...)
+		out = append(out, c)
+	}
+	return out, nil
+}
