@@ -1,6 +1,7 @@
 package replicaset
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -15,8 +16,8 @@ import (
 
 // VerifyData checks one replicaset group's data, as r holds it, against
 // what the state machine keeps true of it between entries, and returns
-// one line per bucket that breaks it (none: the data is sound; an error:
-// r could not be read):
+// one line per rule broken, naming its bucket (none: the data is sound;
+// an error: r could not be read):
 //
 //   - a bucket's counts (n/) are the tuples it holds (t/), space by
 //     space, except while its copy is under way (RECEIVING, not copied:
@@ -129,10 +130,7 @@ func VerifyData(r pebble.Reader, group uint64) ([]string, error) {
 		spaces[s] = struct{}{}
 	}
 	for _, s := range slices.SortedFunc(maps.Keys(spaces), func(x, y spaceOf) int {
-		if x.bucket != y.bucket {
-			return int(x.bucket) - int(y.bucket)
-		}
-		return int(x.space) - int(y.space)
+		return cmp.Or(cmp.Compare(x.bucket, y.bucket), cmp.Compare(x.space, y.space))
 	}) {
 		st := records[s.bucket]
 		switch {

@@ -139,8 +139,10 @@ func configFromEnv(t *testing.T, replicasets int) runConfig {
 // them with SIGTERM, and cuts raft links (with failpoints). Then: every key's history is linearizable
 // (porcupine), no write is applied twice, no acknowledged write is lost,
 // no write that failed with ErrUnavailable is applied, the replicas
-// converge, Count agrees with the keys present, and each instance's
-// database, stopped, keeps the state machine's rules (verifyData).
+// converge, Count agrees with the keys present, a write sent again with
+// its request id is answered and not applied again (resend_test.go), and
+// each instance's data, stopped, keeps the state machine's rules
+// (verifyData).
 func TestRobustness(t *testing.T) {
 	robustness(t, 1)
 }
