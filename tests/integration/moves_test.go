@@ -251,8 +251,9 @@ func TestScaleOutAndDrainUnderLoad(t *testing.T) {
 // with a client of default settings and calls of a 5 s deadline, see no
 // error (the replicaset elects a leader and reports it to group 0, the
 // clients pass over the dead address and follow the members' redirects,
-// and a write retried after its bucket moved is deduplicated there), and
-// every acknowledged write is there.
+// and a write retried after its bucket moved is deduplicated there),
+// every acknowledged write is there, and every member's data passes
+// `shardkit check-data`.
 func TestAKilledSourceLeaderDuringAScaleOutFailsNoCall(t *testing.T) {
 	const buckets = 3000 // the default: a scale-out long enough to kill in
 	c := newCluster(t, 3, "--init-replication-factor", "3", "--init-bucket-count", fmt.Sprint(buckets))
@@ -282,6 +283,15 @@ func TestAKilledSourceLeaderDuringAScaleOutFailsNoCall(t *testing.T) {
 	})
 	ld.finish(t)
 	t.Logf("%d writes during the scale-out and the kill", ld.writes.Load())
+	// Each member's data, stopped: the killed leader's too, which caught
+	// up on the moves it missed.
+	var insts []*framework.Instance
+	for _, inst := range c.insts {
+		insts = append(insts, inst.Instance)
+	}
+	if n := framework.CheckData(t, insts); n != 6 {
+		t.Errorf("the data check found %d replicas of a replicaset's data, want 6 (2 replicasets of 3)", n)
+	}
 }
 
 // setFailpoint sets a failpoint on an instance's worker over HTTP.
