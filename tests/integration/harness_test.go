@@ -115,6 +115,20 @@ func newCluster(t *testing.T, n int, extra ...string) *cluster {
 	return c
 }
 
+// checkData stops every instance and checks its data dir
+// (framework.CheckData): want replicas of a replicaset's data in all.
+// The instances do not come back.
+func (c *cluster) checkData(t *testing.T, want int) {
+	t.Helper()
+	insts := make([]*framework.Instance, 0, len(c.insts))
+	for _, inst := range c.insts {
+		insts = append(insts, inst.Instance)
+	}
+	if n := framework.CheckData(t, insts); n != want {
+		t.Errorf("the data check found %d replicas of a replicaset's data, want %d", n, want)
+	}
+}
+
 // add allocates one more instance (not started).
 func (c *cluster) add(extra ...string) *instance {
 	addrs := framework.FreePorts(c.t, 2)

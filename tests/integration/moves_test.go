@@ -18,7 +18,6 @@ import (
 	"github.com/shardkit/shardkit/internal/mover"
 	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
-	"github.com/shardkit/shardkit/tests/framework"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -285,13 +284,7 @@ func TestAKilledSourceLeaderDuringAScaleOutFailsNoCall(t *testing.T) {
 	t.Logf("%d writes during the scale-out and the kill", ld.writes.Load())
 	// Each member's data, stopped: the killed leader's too, which caught
 	// up on the moves it missed.
-	var insts []*framework.Instance
-	for _, inst := range c.insts {
-		insts = append(insts, inst.Instance)
-	}
-	if n := framework.CheckData(t, insts); n != 6 {
-		t.Errorf("the data check found %d replicas of a replicaset's data, want 6 (2 replicasets of 3)", n)
-	}
+	c.checkData(t, 6)
 }
 
 // setFailpoint sets a failpoint on an instance's worker over HTTP.
@@ -494,13 +487,7 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 	}
 	// Each member's data, stopped: counts, cleanups, and the members of
 	// a replicaset alike.
-	var insts []*framework.Instance
-	for _, inst := range c.insts {
-		insts = append(insts, inst.Instance)
-	}
-	if n := framework.CheckData(t, insts); n != 4 {
-		t.Errorf("the data check found %d replicas of a replicaset's data, want 4 (2 replicasets of 2)", n)
-	}
+	c.checkData(t, 4)
 }
 
 // shardkitConfirmed runs a shardkit command again, for up to a minute,
