@@ -20,12 +20,16 @@ holds (but while its copy is under way), nothing left of a bucket given
 away or never held (tuples, tombstones, counts, revision, history),
 tombstones only in a bucket being received, and no change of the history
 above its bucket's revision. It prints each replicaset's Raft group, the
-index of the last entry the instance applied, and a digest of the
-replicaset's every key and value: members stopped at the same applied
-index must print the same digest (another one is a member whose data
-diverged). Each problem is printed with its bucket; exits 1 on any.
---format json prints {"data_dir","groups":[{"group","applied_index",
-"digest","problems":[...]}]}.`,
+index of the last entry the instance applied, the last of those that
+reached the replicaset's state machine (those after it, a new leader's
+empty entry or a configuration change, changed no data), and a digest of
+the replicaset's every key and value: members stopped at the same applied
+index must print the same digest, and so must members stopped at applied
+indexes a <= b where the one at b has its last command at or below a
+(another digest is a member whose data diverged). Each problem is printed
+with its bucket; exits 1 on any. --format json prints {"data_dir",
+"groups":[{"group","applied_index","last_command_index","digest",
+"problems":[...]}]}.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if dataDir == "" {
 				return usagef("check-data needs --data-dir, the data dir of a stopped instance")
@@ -57,7 +61,7 @@ diverged). Each problem is printed with its bucket; exits 1 on any.
 					if len(g.Problems) > 0 {
 						verdict = fmt.Sprintf("%d problems", len(g.Problems))
 					}
-					fmt.Fprintf(w, "group %d: applied index %d, digest %s: %s\n", g.Group, g.Applied, g.Digest, verdict)
+					fmt.Fprintf(w, "group %d: applied index %d (last command %d), digest %s: %s\n", g.Group, g.Applied, g.LastCommand, g.Digest, verdict)
 					for _, p := range g.Problems {
 						fmt.Fprintf(w, "  %s\n", p)
 					}

@@ -271,6 +271,8 @@ func TestLeadershipTransfer(t *testing.T) {
 	c.start()
 	lead := c.leader(g1)
 	c.mustPropose(g1, put("a", "1"))
+	c.waitConverged(g1, 1, 2, 3)
+	putAt := c.group(lead, g1).Applied() // the put's index: nothing came after it
 	target := lead%3 + 1
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -281,6 +283,21 @@ func TestLeadershipTransfer(t *testing.T) {
 	}
 	if got := c.leader(g1); got != target {
 		t.Fatalf("leader %d after transfer, want %d", got, target)
+	}
+	// The new leader's empty entry reached no state machine: every member,
+	// past it, has its last command at the put (read by offline checks,
+	// which compare members stopped on either side of such entries).
+	c.waitConverged(g1, 1, 2, 3)
+	for id := multiraft.NodeID(1); id <= 3; id++ {
+		applied := c.group(id, g1).Applied()
+		c.mu.Lock()
+		last, err := multiraft.LastCommandIndex(c.nodes[id].db, g1, applied)
+		atPut, err2 := multiraft.LastCommandIndex(c.nodes[id].db, g1, putAt)
+		c.mu.Unlock()
+		if err != nil || err2 != nil || last != putAt || atPut != putAt || applied <= putAt {
+			t.Fatalf("node %d: LastCommandIndex = %d at applied %d, %d at the put's index %d (%v, %v); want the put's",
+				id, last, applied, atPut, putAt, err, err2)
+		}
 	}
 	if r := c.mustPropose(g1, getCmd("a")); string(r.Value) != "1" {
 		t.Fatalf("after transfer a=%q, want 1", r.Value)
@@ -329,6 +346,14 @@ func TestSnapshotCatchUpAfterCompaction(t *testing.T) {
 	c.mu.Unlock()
 	if applied := c.group(down, g1).Applied(); err != nil || stored != applied {
 		t.Fatalf("AppliedIndex = %d, %v; the member applied %d", stored, err, applied)
+	}
+	// Below the compacted log's first entry nothing shows that an entry
+	// changed no data: the index is its own last command.
+	c.mu.Lock()
+	last, err := multiraft.LastCommandIndex(c.nodes[down].db, g1, st.FirstIndex-2)
+	c.mu.Unlock()
+	if err != nil || last != st.FirstIndex-2 {
+		t.Fatalf("LastCommandIndex(%d), below the log's first index %d = %d, %v; want itself", st.FirstIndex-2, st.FirstIndex, last, err)
 	}
 	// It keeps working as a normal member afterwards.
 	c.mustPropose(g1, put("after", "y"))

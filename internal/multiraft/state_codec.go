@@ -131,6 +131,41 @@ func decodeProposal(data []byte) (id uint64, cmd []byte, err error) {
 	return binary.BigEndian.Uint64(data), data[proposalIDLen:], nil
 }
 
+// LastCommandIndex returns the index of the last entry at or below
+// applied (the group's applied index, AppliedIndex) that reached group
+// g's state machine, as r holds g's log: the entries above it up to
+// applied, a new leader's empty entries and configuration changes,
+// changed none of its data. So members stopped at applied indexes a <= b
+// hold the same state machine data when the member at b has its last
+// command at or below a. Where the log does not show an entry (it was
+// compacted, or a snapshot put the member past it), the entry is taken
+// as one that did: the answer is never lower than what it can show.
+func LastCommandIndex(r pebble.Reader, g GroupID, applied uint64) (uint64, error) {
+	if applied == 0 {
+		return 0, nil
+	}
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: logKey(g, 0), UpperBound: logKey(g, applied+1)})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	want := applied
+	for ok := it.Last(); ok && want > 0; ok = it.Prev() {
+		e, _, sideloaded, err := decodeStoredEntry(it.Value())
+		if err != nil {
+			return 0, fmt.Errorf("%w: group %d: log entry at %x: %w", ErrCorruptState, g, it.Key(), err)
+		}
+		if e.GetIndex() != want {
+			break // a gap: entry want is not in the log
+		}
+		if e.GetType() == raftpb.EntryType_EntryNormal && (sideloaded || len(e.GetData()) > 0) {
+			return want, nil
+		}
+		want--
+	}
+	return want, it.Error()
+}
+
 // AppliedIndex returns the index of the last entry group g applied, as r
 // holds it (0: none yet): for checks of a stopped instance's database,
 // which compare what members hold at one index.

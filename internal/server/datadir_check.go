@@ -16,9 +16,17 @@ type GroupCheck struct {
 	// Applied is the index of the last entry of its log the instance
 	// applied.
 	Applied uint64 `json:"applied_index"`
+	// LastCommand is the index of the last entry at or below Applied that
+	// reached the replicaset's state machine
+	// (multiraft.LastCommandIndex): the entries above it, a new leader's
+	// empty entry or a configuration change, changed none of its data.
+	// Members stopped at applied indexes a <= b hold the same data when
+	// the one at b has its last command at or below a.
+	LastCommand uint64 `json:"last_command_index"`
 	// Digest is a digest of its every key and value
 	// (replicaset.DataDigest): members stopped at one applied index have
-	// one digest.
+	// one digest, and so do members stopped on either side of entries
+	// that changed no data (LastCommand).
 	Digest string `json:"digest"`
 	// Problems are the rules of its data that it breaks, one a bucket
 	// (replicaset.VerifyData); none when it is sound.
@@ -44,6 +52,9 @@ func CheckDataDir(dataDir string) ([]GroupCheck, error) {
 	for _, g := range groups {
 		c := GroupCheck{Group: g, Problems: []string{}}
 		if c.Applied, err = multiraft.AppliedIndex(db, multiraft.GroupID(g)); err != nil {
+			return nil, err
+		}
+		if c.LastCommand, err = multiraft.LastCommandIndex(db, multiraft.GroupID(g), c.Applied); err != nil {
 			return nil, err
 		}
 		d, err := replicaset.DataDigest(db, g)

@@ -193,7 +193,7 @@ func TestALargeWriteIsSideloadedInTheDataDir(t *testing.T) {
 }
 
 // CheckDataDir reads a stopped instance's data: its replicaset's data
-// sound, with its applied index and digest; a count broken on disk is
+// sound, with its applied index, last command and digest; a count broken on disk is
 // named with its bucket; a running instance's data dir is refused.
 func TestCheckDataDirFindsABrokenCount(t *testing.T) {
 	dir := t.TempDir()
@@ -228,8 +228,8 @@ func TestCheckDataDirFindsABrokenCount(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	groups, err := server.CheckDataDir(dir)
-	if err != nil || len(groups) != 1 || groups[0].Applied == 0 || len(groups[0].Problems) != 0 {
-		t.Fatalf("CheckDataDir = %+v, %v; want one replicaset's data, applied, sound", groups, err)
+	if err != nil || len(groups) != 1 || groups[0].Applied == 0 || groups[0].LastCommand == 0 || groups[0].LastCommand > groups[0].Applied || len(groups[0].Problems) != 0 {
+		t.Fatalf("CheckDataDir = %+v, %v; want one replicaset's data, applied, its last command at or below the applied index, sound", groups, err)
 	}
 	// One count raised by hand, on disk.
 	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})

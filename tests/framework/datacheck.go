@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"maps"
@@ -15,20 +16,23 @@ import (
 // dataCheck is `shardkit check-data --format json`'s answer.
 type dataCheck struct {
 	Groups []struct {
-		Group    uint64   `json:"group"`
-		Applied  uint64   `json:"applied_index"`
-		Digest   string   `json:"digest"`
-		Problems []string `json:"problems"`
+		Group       uint64   `json:"group"`
+		Applied     uint64   `json:"applied_index"`
+		LastCommand uint64   `json:"last_command_index"`
+		Digest      string   `json:"digest"`
+		Problems    []string `json:"problems"`
 	} `json:"groups"`
 }
 
 // CheckData stops every instance (SIGTERM, in parallel) and checks each
 // one's data dir with `shardkit check-data`, as an operator would: each
 // problem it names fails the test, with the instance and the replicaset's
-// group, and so do two members of a replicaset stopped at one applied
-// index with different digests (their data diverged). The instances do
-// not come back. It returns how many replicas of a replicaset's data it
-// checked.
+// group, and so do two members of a replicaset that hold different
+// digests where they must hold the same data: stopped at one applied
+// index, or a few entries apart where those entries changed no data (a
+// new leader's empty entry: the last command of the one further on is at
+// or below the other's applied index). The instances do not come back.
+// It returns how many replicas of a replicaset's data it checked.
 func CheckData(tb testing.TB, insts []*Instance) int {
 	tb.Helper()
 	var wg sync.WaitGroup
@@ -41,9 +45,9 @@ func CheckData(tb testing.TB, insts []*Instance) int {
 	}
 	wg.Wait()
 	type replica struct {
-		inst    string
-		applied uint64
-		digest  string
+		inst                 string
+		applied, lastCommand uint64
+		digest               string
 	}
 	byGroup := map[uint64][]replica{}
 	checked := 0
@@ -67,30 +71,36 @@ func CheckData(tb testing.TB, insts []*Instance) int {
 			for _, p := range g.Problems {
 				tb.Errorf("data check: %s, group %d: %s", inst.Name, g.Group, p)
 			}
-			byGroup[g.Group] = append(byGroup[g.Group], replica{inst.Name, g.Applied, g.Digest})
+			byGroup[g.Group] = append(byGroup[g.Group], replica{inst.Name, g.Applied, g.LastCommand, g.Digest})
 			checked++
 		}
 	}
-	// Members stopped at one applied index hold the same data. (They may
-	// stop a few entries apart: the last leader's, or a new leader's
-	// empty entry, not applied by a member that stopped first.)
-	compared := 0
+	// Members stopped at one applied index hold the same data, and so do
+	// members stopped a few entries apart (the last leader's, or a new
+	// leader's empty entry, not applied by a member that stopped first)
+	// where those entries changed no data.
+	compared, across, apart := 0, 0, 0
 	for _, g := range slices.Sorted(maps.Keys(byGroup)) {
-		atIndex := map[uint64][]replica{}
-		for _, r := range byGroup[g] {
-			atIndex[r.applied] = append(atIndex[r.applied], r)
-		}
-		for _, rs := range atIndex {
-			for i := 1; i < len(rs); i++ {
+		rs := byGroup[g]
+		slices.SortFunc(rs, func(a, b replica) int { return cmp.Compare(a.applied, b.applied) })
+		for i, a := range rs {
+			for _, b := range rs[i+1:] {
+				if b.lastCommand > a.applied {
+					apart++ // b applied a command a had not
+					continue
+				}
 				compared++
-				if rs[i].digest != rs[0].digest {
-					tb.Errorf("data check: group %d: %s and %s both applied up to index %d, yet hold different data (digests %s and %s)",
-						g, rs[0].inst, rs[i].inst, rs[i].applied, rs[0].digest, rs[i].digest)
+				if a.applied != b.applied {
+					across++
+				}
+				if a.digest != b.digest {
+					tb.Errorf("data check: group %d: %s (applied up to index %d) and %s (up to %d, its last command at %d) hold different data (digests %s and %s)",
+						g, a.inst, a.applied, b.inst, b.applied, b.lastCommand, a.digest, b.digest)
 				}
 			}
 		}
 	}
-	tb.Logf("data check: %d replicas of a replicaset's data checked, %d pairs of members at one applied index compared", checked, compared)
+	tb.Logf("data check: %d replicas of a replicaset's data checked; %d pairs of members compared (%d of them at different applied indexes, no command between), %d left apart (one applied a command the other had not)", checked, compared, across, apart)
 	return checked
 }
 
