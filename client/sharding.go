@@ -103,10 +103,18 @@ func (s Sharding) PinBucket(ctx context.Context, bucket uint32, pinned bool) err
 	})
 }
 
-// SetRebalancer changes the rebalancer's settings.
-func (s Sharding) SetRebalancer(ctx context.Context, settings *datav1.RebalancerSettings) error {
+// SetRebalancer changes the rebalancer's settings named in fields, by
+// their names in RebalancerSettings ("disabled", "threshold_percent",
+// "max_sending", "max_receiving", "copy_bytes_per_s", "copy_pace_off",
+// "paused_by_reshard"), to their values in settings; the others keep
+// theirs. Group 0 merges them as one command, so a change made meanwhile
+// by someone else to another setting stands. With no fields, every
+// setting is replaced by settings' (0 and false too): SetRebalancer(ctx,
+// &RebalancerSettings{CopyBytesPerS: n}) alone would also turn a disabled
+// rebalancer on.
+func (s Sharding) SetRebalancer(ctx context.Context, settings *datav1.RebalancerSettings, fields ...string) error {
 	return s.call(ctx, "set rebalancer", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
-		_, err := c.SetRebalancer(ctx, &datav1.SetRebalancerRequest{Settings: settings}, opts...)
+		_, err := c.SetRebalancer(ctx, &datav1.SetRebalancerRequest{Settings: settings, Fields: fields}, opts...)
 		return err
 	})
 }

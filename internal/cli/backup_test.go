@@ -265,7 +265,7 @@ func TestBackupDuringMovesCapturesEachBucketOnce(t *testing.T) {
 	}
 	// The copies run paced, so that each move stays under way (its source
 	// refusing its buckets) for many backups' time.
-	if err := cl.Sharding().SetRebalancer(t.Context(), &datav1.RebalancerSettings{CopyBytesPerS: 16 << 10}); err != nil {
+	if err := cl.Sharding().SetRebalancer(t.Context(), &datav1.RebalancerSettings{CopyBytesPerS: 16 << 10}, "copy_bytes_per_s"); err != nil {
 		t.Fatal(err)
 	}
 	start(1)

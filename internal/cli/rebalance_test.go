@@ -22,12 +22,13 @@ import (
 // fakeSharding answers RebalanceStatus with a fixed response.
 type fakeSharding struct {
 	datav1.UnimplementedShardingServiceServer
-	mu   sync.Mutex
-	resp *datav1.RebalanceStatusResponse
-	next []*datav1.RebalanceStatusResponse // the answers after resp, one per call; the last stays
-	sets int                               // SetRebalancer calls
-	last *datav1.RebalancerSettings        // the last settings sent
-	pins []string                          // PinBucket calls: "pin 4", "unpin 9"
+	mu         sync.Mutex
+	resp       *datav1.RebalanceStatusResponse
+	next       []*datav1.RebalanceStatusResponse // the answers after resp, one per call; the last stays
+	sets       int                               // SetRebalancer calls
+	last       *datav1.RebalancerSettings        // the last settings sent
+	lastFields []string                          // and the fields named
+	pins       []string                          // PinBucket calls: "pin 4", "unpin 9"
 }
 
 func (f *fakeSharding) PinBucket(_ context.Context, req *datav1.PinBucketRequest) (*datav1.PinBucketResponse, error) {
@@ -44,7 +45,7 @@ func (f *fakeSharding) SetRebalancer(_ context.Context, req *datav1.SetRebalance
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.sets++
-	f.last = req.GetSettings()
+	f.last, f.lastFields = req.GetSettings(), req.GetFields()
 	return &datav1.SetRebalancerResponse{}, nil
 }
 
@@ -113,14 +114,24 @@ func TestRebalanceStatusNotConfirmed(t *testing.T) {
 		t.Errorf("watch, stale then confirmed: exit %d\n%s%s", code, out, errOut)
 	}
 
-	// rebalance config writes back the settings it does not change as it
-	// read them: not from a stale view.
+	// rebalance config sends the settings given, by name, and nothing it
+	// read: a stale view changes nothing of it, and group 0 keeps the
+	// others as they are when it applies the change.
 	cfg := &fakeSharding{resp: balance(true)}
-	code, _, errOut = runMain(t, "rebalance", "config", "--max-sending", "5", "--peer", cfg.serve(t))
+	addr = cfg.serve(t)
+	code, out, errOut = runMain(t, "rebalance", "config", "--max-sending", "5", "--copy-pace", "off", "--enable", "--peer", addr)
+	cfg.mu.Lock()
+	if code != 0 || cfg.sets != 1 || cfg.last.GetMaxSending() != 5 || !cfg.last.GetCopyPaceOff() || cfg.last.GetDisabled() ||
+		strings.Join(cfg.lastFields, ",") != "disabled,max_sending,copy_pace_off" ||
+		!strings.Contains(out, "rebalancer: disabled=false max-sending=5 copy-pace=off (the other settings unchanged)") {
+		t.Errorf("config --max-sending 5 --copy-pace off --enable: exit %d, %d sets of %v naming %v, stdout %q, stderr %q", code, cfg.sets, cfg.last, cfg.lastFields, out, errOut)
+	}
+	cfg.mu.Unlock()
+	code, _, errOut = runMain(t, "rebalance", "config", "--peer", addr)
 	cfg.mu.Lock()
 	defer cfg.mu.Unlock()
-	if code != exitNoQuorum || cfg.sets != 0 || !strings.Contains(errOut, "could not read the current settings: no leader of group 0") {
-		t.Errorf("config on a stale view: exit %d, %d sets, stderr %q", code, cfg.sets, errOut)
+	if code != exitUsage || cfg.sets != 1 || !strings.Contains(errOut, "changes nothing without a flag") {
+		t.Errorf("config without a flag: exit %d, %d sets, stderr %q", code, cfg.sets, errOut)
 	}
 }
 
@@ -423,28 +434,30 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // During a reshard (the rebalancer paused by its start), other settings
-// send the pause back as read; the operator's own --enable or --disable
-// ends it. The status says whose the pause is.
+// do not name the pause or the rebalancer's switch, so both stand; the
+// operator's own --enable or --disable names the switch alone, which
+// group 0 takes as ending the pause (meta.MergeRebalancer). The status
+// says whose the pause is.
 func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
 	t.Parallel()
 	paused := balance(false)
 	paused.Settings.Disabled, paused.Settings.PausedByReshard = true, true
 	for _, c := range []struct {
 		args        []string
-		wantPaused  bool
+		wantFields  string
 		wantDisable bool
 	}{
-		{[]string{"--copy-rate", "4MiB"}, true, true},
-		{[]string{"--disable"}, false, true},
-		{[]string{"--enable"}, false, false},
+		{[]string{"--copy-rate", "4MiB"}, "copy_bytes_per_s", false},
+		{[]string{"--disable"}, "disabled", true},
+		{[]string{"--enable"}, "disabled", false},
 	} {
 		f := &fakeSharding{resp: paused}
 		code, _, errOut := runMain(t, append([]string{"rebalance", "config", "--peer", f.serve(t)}, c.args...)...)
 		f.mu.Lock()
-		got := f.last
+		got, fields := f.last, strings.Join(f.lastFields, ",")
 		f.mu.Unlock()
-		if code != 0 || got.GetPausedByReshard() != c.wantPaused || got.GetDisabled() != c.wantDisable {
-			t.Errorf("config %v: exit %d, sent %v; want paused_by_reshard %v, disabled %v (%s)", c.args, code, got, c.wantPaused, c.wantDisable, errOut)
+		if code != 0 || fields != c.wantFields || got.GetPausedByReshard() || got.GetDisabled() != c.wantDisable {
+			t.Errorf("config %v: exit %d, sent %v naming %s; want naming %s, disabled %v (%s)", c.args, code, got, fields, c.wantFields, c.wantDisable, errOut)
 		}
 	}
 	code, out, _ := runMain(t, "rebalance", "status", "--peer", (&fakeSharding{resp: paused}).serve(t))
@@ -454,8 +467,8 @@ func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
 }
 
 // --copy-pace off turns the copy's own pace off, auto on again; unset, it
-// is sent back as read; anything else is refused, naming the flag. The
-// status and the config's echo show it.
+// is not sent (group 0 keeps it); anything else is refused, naming the
+// flag. The status and the config's echo show it.
 func TestRebalanceConfigCopyPace(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -465,7 +478,6 @@ func TestRebalanceConfigCopyPace(t *testing.T) {
 	}{
 		{[]string{"--copy-pace", "off"}, false, true},
 		{[]string{"--copy-pace", "auto"}, true, false},
-		{[]string{"--copy-rate", "4MiB"}, true, true},
 	} {
 		st := balance(false)
 		st.Settings.CopyPaceOff = c.was
@@ -479,12 +491,20 @@ func TestRebalanceConfigCopyPace(t *testing.T) {
 			t.Errorf("config %v (was off: %v): exit %d, sent %v, printed %q; want copy_pace_off %v (%s)", c.args, c.was, code, got, out, c.wantOff, errOut)
 		}
 	}
+	f := &fakeSharding{resp: balance(false)}
+	code, out, errOut := runMain(t, "rebalance", "config", "--peer", f.serve(t), "--copy-rate", "4MiB")
+	f.mu.Lock()
+	fields := strings.Join(f.lastFields, ",")
+	f.mu.Unlock()
+	if code != 0 || fields != "copy_bytes_per_s" || strings.Contains(out, "copy-pace") {
+		t.Errorf("config --copy-rate 4MiB: exit %d, naming %s, printed %q; want the copy rate alone (%s)", code, fields, out, errOut)
+	}
 	if code, _, errOut := runMain(t, "rebalance", "config", "--peer", "127.0.0.1:1", "--copy-pace", "fast"); code == 0 || !strings.Contains(errOut, `invalid --copy-pace "fast"`) {
 		t.Errorf("--copy-pace fast: exit %d: %s", code, errOut)
 	}
 	st := balance(false)
 	st.Settings.CopyPaceOff = true
-	code, out, _ := runMain(t, "rebalance", "status", "--peer", (&fakeSharding{resp: st}).serve(t))
+	code, out, _ = runMain(t, "rebalance", "status", "--peer", (&fakeSharding{resp: st}).serve(t))
 	if code != 0 || !strings.Contains(out, "copy pace off)") {
 		t.Errorf("status with the pace off: exit %d\n%s", code, out)
 	}

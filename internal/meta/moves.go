@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/sharding"
@@ -237,5 +238,48 @@ func (s *State) BalanceGroups() []sharding.Group {
 		id := rs.GetReplicasetId()
 		out = append(out, sharding.Group{ID: id, Weight: rs.GetWeight(), Buckets: counts[id], Pinned: pinned[id]})
 	}
+	return out
+}
+
+// MergeRebalancer returns the rebalancer settings that set makes of cur:
+// set's rebalancer whole when it names no fields, else cur with the named
+// fields taken from set's rebalancer (a name no field has is left out:
+// the service refuses it before proposing). A reshard's pause holds only
+// while the rebalancer is disabled, and an operator's own enable or
+// disable (disabled named without paused_by_reshard) clears it: the
+// reshard's cleanup then leaves the rebalancer as the operator set it.
+func MergeRebalancer(cur *metapb.Rebalancer, set *metapb.SetRebalancer) *metapb.Rebalancer {
+	in := set.GetRebalancer()
+	if in == nil {
+		in = &metapb.Rebalancer{}
+	}
+	if len(set.GetFields()) == 0 {
+		out := proto.CloneOf(in)
+		out.PausedByReshard = out.GetPausedByReshard() && out.GetDisabled()
+		return out
+	}
+	out := proto.CloneOf(cur)
+	if out == nil {
+		out = &metapb.Rebalancer{}
+	}
+	src, dst := in.ProtoReflect(), out.ProtoReflect()
+	fds := dst.Descriptor().Fields()
+	named := map[string]bool{}
+	for _, name := range set.GetFields() {
+		fd := fds.ByName(protoreflect.Name(name))
+		if fd == nil {
+			continue
+		}
+		named[name] = true
+		if src.Has(fd) {
+			dst.Set(fd, src.Get(fd))
+		} else {
+			dst.Clear(fd)
+		}
+	}
+	if named["disabled"] && !named["paused_by_reshard"] {
+		out.PausedByReshard = false
+	}
+	out.PausedByReshard = out.GetPausedByReshard() && out.GetDisabled()
 	return out
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 )
 
@@ -229,5 +231,45 @@ func TestPinnedOn(t *testing.T) {
 	}
 	if got := st.PinnedOn("r2"); !slices.Equal(got, []uint32{4}) {
 		t.Errorf("r2: %v", got)
+	}
+}
+
+// A SetRebalancer naming fields sets those alone on what is in force; one
+// naming none replaces every setting. A reshard's pause holds only while
+// the rebalancer is off, and an operator's own switch (disabled named
+// without the pause) ends it.
+func TestMergeRebalancer(t *testing.T) {
+	cur := &metapb.Rebalancer{Disabled: true, PausedByReshard: true, ThresholdCentiPercent: 250, MaxSending: 7, CopyBytesPerS: 1 << 20}
+	for _, c := range []struct {
+		name string
+		set  *metapb.SetRebalancer
+		want *metapb.Rebalancer
+	}{
+		{"a copy rate alone", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{CopyBytesPerS: 4 << 20}, Fields: []string{"copy_bytes_per_s"}},
+			&metapb.Rebalancer{Disabled: true, PausedByReshard: true, ThresholdCentiPercent: 250, MaxSending: 7, CopyBytesPerS: 4 << 20}},
+		{"a zero named", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{MaxSending: 99}, Fields: []string{"max_sending", "copy_bytes_per_s"}},
+			&metapb.Rebalancer{Disabled: true, PausedByReshard: true, ThresholdCentiPercent: 250, MaxSending: 99}},
+		{"the operator's disable", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{Disabled: true, PausedByReshard: true}, Fields: []string{"disabled"}},
+			&metapb.Rebalancer{Disabled: true, ThresholdCentiPercent: 250, MaxSending: 7, CopyBytesPerS: 1 << 20}},
+		{"the operator's enable", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{}, Fields: []string{"disabled"}},
+			&metapb.Rebalancer{ThresholdCentiPercent: 250, MaxSending: 7, CopyBytesPerS: 1 << 20}},
+		{"a reshard's cleanup", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{}, Fields: []string{"disabled", "paused_by_reshard"}},
+			&metapb.Rebalancer{ThresholdCentiPercent: 250, MaxSending: 7, CopyBytesPerS: 1 << 20}},
+		{"a name no field has", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{MaxSending: 1}, Fields: []string{"copy_rate"}}, cur},
+		{"every setting", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{MaxReceiving: 3, PausedByReshard: true}},
+			&metapb.Rebalancer{MaxReceiving: 3}},
+	} {
+		before := proto.CloneOf(cur)
+		if got := MergeRebalancer(cur, c.set); !proto.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+		if !proto.Equal(cur, before) {
+			t.Fatalf("%s: the settings in force were changed in place: %v", c.name, cur)
+		}
+	}
+	// A reshard's start, from no settings at all.
+	start := &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{Disabled: true, PausedByReshard: true}, Fields: []string{"disabled", "paused_by_reshard"}}
+	if got := MergeRebalancer(nil, start); !got.GetDisabled() || !got.GetPausedByReshard() {
+		t.Errorf("a reshard's start from nothing: %v, want off and paused by it", got)
 	}
 }

@@ -282,7 +282,7 @@ func (t *txn) apply(c *metapb.Command) Result {
 		return t.pinBucket(op.PinBucket)
 	case *metapb.Command_SetRebalancer:
 		p := t.s.editProps()
-		p.Rebalancer = op.SetRebalancer.GetRebalancer()
+		p.Rebalancer = MergeRebalancer(p.GetRebalancer(), op.SetRebalancer)
 		t.putProps(p)
 		return Result{}
 	case *metapb.Command_CreateUser:

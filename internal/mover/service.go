@@ -1,15 +1,17 @@
 package mover
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/meta"
@@ -202,23 +204,51 @@ func (s *Service) PinBucket(ctx context.Context, req *datav1.PinBucketRequest) (
 // SetRebalancer implements ShardingService.
 func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRequest) (*datav1.SetRebalancerResponse, error) {
 	in := req.GetSettings()
-	if t := in.GetThresholdPercent(); !(t >= 0 && t <= 100) { // NaN too
+	var fields []string // metapb.Rebalancer's names of the fields to set; none: all
+	named := map[string]bool{}
+	for _, name := range req.GetFields() {
+		f, ok := rebalancerFields[name]
+		if !ok {
+			return nil, status.Errorf(codes.InvalidArgument, "unknown rebalancer setting %q: want one of %s", name, strings.Join(slices.Sorted(maps.Keys(rebalancerFields)), ", "))
+		}
+		if !named[name] {
+			named[name] = true
+			fields = append(fields, f)
+		}
+	}
+	all := len(fields) == 0
+	if t := in.GetThresholdPercent(); (all || named["threshold_percent"]) && !(t >= 0 && t <= 100) { // NaN too
 		return nil, status.Errorf(codes.InvalidArgument, "threshold %v%% is outside [0, 100]", t)
 	}
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
 		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS(),
-		CopyPaceOff: in.GetCopyPaceOff()}
-	// Sent back as read when other settings change during a reshard (a
-	// copy rate, say): the cleanup still turns on the rebalancer `reshard
-	// start` turned off. An operator's own --enable or --disable sends
-	// false, and stands.
-	r.PausedByReshard = in.GetPausedByReshard() && r.GetDisabled()
-	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
+		CopyPaceOff: in.GetCopyPaceOff(), PausedByReshard: in.GetPausedByReshard()}
+	// Group 0 merges the named fields into the settings in force when it
+	// applies the command (meta.MergeRebalancer): nothing read here is
+	// written back.
+	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r, Fields: fields}}}); err != nil {
 		return nil, err
 	}
-	s.m.log.Info("rebalancer settings", "disabled", r.GetDisabled(), "threshold_centi_percent", r.GetThresholdCentiPercent(),
-		"max_sending", r.GetMaxSending(), "max_receiving", r.GetMaxReceiving(), "copy_bytes_per_s", r.GetCopyBytesPerS(), "copy_pace_off", r.GetCopyPaceOff())
+	now := s.m.cfg.GroupZero.State().Props.GetRebalancer()
+	s.m.log.Info("rebalancer settings", "fields", fields, "disabled", now.GetDisabled(), "threshold_centi_percent", now.GetThresholdCentiPercent(),
+		"max_sending", now.GetMaxSending(), "max_receiving", now.GetMaxReceiving(), "copy_bytes_per_s", now.GetCopyBytesPerS(), "copy_pace_off", now.GetCopyPaceOff())
 	return &datav1.SetRebalancerResponse{}, nil
+}
+
+// pauseFields are the settings a reshard sets: it turns the rebalancer
+// off and marks the pause its own, and turns both back.
+var pauseFields = []string{"disabled", "paused_by_reshard"}
+
+// rebalancerFields maps the settings' names in a SetRebalancerRequest to
+// group 0's (metapb.Rebalancer).
+var rebalancerFields = map[string]string{
+	"disabled":          "disabled",
+	"threshold_percent": "threshold_centi_percent",
+	"max_sending":       "max_sending",
+	"max_receiving":     "max_receiving",
+	"copy_bytes_per_s":  "copy_bytes_per_s",
+	"paused_by_reshard": "paused_by_reshard",
+	"copy_pace_off":     "copy_pace_off",
 }
 
 // Reshard implements ShardingService: the seed's procedure, step by step.
@@ -337,13 +367,9 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 	}
 	// The rebalancer stays out of the way until the cleanup, which turns
 	// it on again only if this step turned it off.
-	if cur := st.Props.GetRebalancer(); !cur.GetDisabled() {
-		r := &metapb.Rebalancer{}
-		if cur != nil {
-			r = proto.CloneOf(cur) // every other setting stays
-		}
-		r.Disabled, r.PausedByReshard = true, true
-		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r}}}); err != nil {
+	if !st.Props.GetRebalancer().GetDisabled() {
+		r := &metapb.Rebalancer{Disabled: true, PausedByReshard: true} // every other setting stays
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r, Fields: pauseFields}}}); err != nil {
 			return 0, err
 		}
 	}
@@ -399,26 +425,18 @@ func (s *Service) awaitSwitches(ctx context.Context, asked int) (*datav1.Reshard
 // spaceCounts turns counts by space id into the seed's (space, count).
 func (s *Service) spaceCounts(bySpace map[uint32]uint64) []*datav1.SpaceCount {
 	names := map[uint32]string{}
+	var out []*datav1.SpaceCount
 	for _, sp := range s.m.cfg.GroupZero.State().Spaces {
 		names[sp.GetId()] = sp.GetName()
+		// Every space, 0 too, as the seed's copy and cleanup list them.
+		out = append(out, &datav1.SpaceCount{Space: sp.GetName(), Count: bySpace[sp.GetId()]})
 	}
-	var out []*datav1.SpaceCount
 	for id, n := range bySpace {
-		name := names[id]
-		if name == "" {
-			name = fmt.Sprintf("(dropped space %d)", id)
+		if names[id] == "" {
+			out = append(out, &datav1.SpaceCount{Space: fmt.Sprintf("(dropped space %d)", id), Count: n})
 		}
-		out = append(out, &datav1.SpaceCount{Space: name, Count: n})
 	}
-	slices.SortFunc(out, func(a, b *datav1.SpaceCount) int {
-		switch {
-		case a.GetSpace() < b.GetSpace():
-			return -1
-		case a.GetSpace() > b.GetSpace():
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b *datav1.SpaceCount) int { return cmp.Compare(a.GetSpace(), b.GetSpace()) })
 	return out
 }
 
@@ -580,9 +598,8 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 	if st := s.m.cfg.GroupZero.State(); st.Props.GetRebalancer().GetPausedByReshard() {
 		// Only what `reshard start` turned off: an operator's settings
 		// since (which clear the mark) stand.
-		on := proto.CloneOf(st.Props.GetRebalancer()) // every other setting stays
-		on.Disabled, on.PausedByReshard = false, false
-		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: on}}}); err != nil {
+		on := &metapb.Rebalancer{} // every other setting stays
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: on, Fields: pauseFields}}}); err != nil {
 			return nil, err
 		}
 		after = "the rebalancer is on again"

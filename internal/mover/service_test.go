@@ -229,6 +229,36 @@ func TestSetRebalancer(t *testing.T) {
 			t.Errorf("threshold %v: %v", ok, err)
 		}
 	}
+
+	// Named fields change those alone, merged into what is in force when
+	// group 0 applies them: the others stand, zero values included.
+	if err := set(&datav1.RebalancerSettings{Disabled: true, ThresholdPercent: 2.5, MaxSending: 7, MaxReceiving: 9}); err != nil {
+		t.Fatal(err)
+	}
+	setFields := func(in *datav1.RebalancerSettings, fields ...string) error {
+		_, err := s.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: in, Fields: fields})
+		return err
+	}
+	if err := setFields(&datav1.RebalancerSettings{CopyBytesPerS: 4 << 20, ThresholdPercent: math.NaN()}, "copy_bytes_per_s"); err != nil {
+		t.Fatalf("a copy rate alone (the threshold not named, not checked): %v", err)
+	}
+	want = &metapb.Rebalancer{Disabled: true, ThresholdCentiPercent: 250, MaxSending: 7, MaxReceiving: 9, CopyBytesPerS: 4 << 20}
+	if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
+		t.Fatalf("after a copy rate alone: %v, want %v (still disabled, every other setting kept)", got, want)
+	}
+	if err := setFields(&datav1.RebalancerSettings{MaxSending: 0, ThresholdPercent: 3}, "max_sending", "threshold_percent", "max_sending"); err != nil {
+		t.Fatal(err)
+	}
+	want = &metapb.Rebalancer{Disabled: true, ThresholdCentiPercent: 300, MaxReceiving: 9, CopyBytesPerS: 4 << 20}
+	if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
+		t.Fatalf("after max_sending 0 and a threshold: %v, want %v", got, want)
+	}
+	c.zero.takeProposals()
+	wantStatus(t, "an unknown setting", setFields(&datav1.RebalancerSettings{}, "copy_rate"), codes.InvalidArgument, `unknown rebalancer setting "copy_rate"`, "copy_bytes_per_s")
+	wantStatus(t, "a bad threshold named", setFields(&datav1.RebalancerSettings{ThresholdPercent: 101}, "threshold_percent"), codes.InvalidArgument, "threshold", "[0, 100]")
+	if p := c.zero.takeProposals(); len(p) != 0 {
+		t.Errorf("refused settings proposed %v", p)
+	}
 }
 
 // MoveBucket starts a move through group 0, which refuses what it does
@@ -295,12 +325,13 @@ func TestMoveBucketAndPinBucket(t *testing.T) {
 // The operator's procedure, step by step against the fakes: plan changes
 // nothing; start switches every planned bucket (the driver does it, and
 // leaves them to the operator); finish before copy is refused; copy,
-// finish and cleanup move the data and count it by space; the rebalancer
-// is on again at the end.
+// finish and cleanup move the data and count it by space, every space
+// (one with no rows counts 0, as the seed lists it); the rebalancer is on
+// again at the end.
 func TestReshardSteps(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t, 20, 1, 1)
-	for _, name := range []string{"first", "second"} {
+	for _, name := range []string{"first", "second", "third"} {
 		c.must(&metapb.Command{Op: &metapb.Command_CreateSpace{CreateSpace: &metapb.CreateSpace{Space: &metapb.Space{
 			Name: name, Format: []*metapb.Field{{Name: "id", Type: "unsigned"}}, PrimaryKey: []uint32{0}, ShardingKey: []uint32{0}}}}})
 	}
@@ -346,9 +377,17 @@ func TestReshardSteps(t *testing.T) {
 	}
 	_, err = step(datav1.ReshardStep_RESHARD_STEP_START)
 	wantStatus(t, "start again", err, codes.FailedPrecondition, "a reshard is under way (10 buckets switched)")
-	// An operator paces the copy mid-reshard (the CLI sends every setting
-	// back as read, the rebalancer off): the cleanup still turns it on.
+	// An operator paces the copy mid-reshard, naming the copy rate alone
+	// (as the CLI does), or sending every setting back as read (the
+	// rebalancer off): the cleanup still turns it on.
 	svc := NewService(c.mover(0), nil)
+	if _, err := svc.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: &datav1.RebalancerSettings{CopyBytesPerS: 32 << 20},
+		Fields: []string{"copy_bytes_per_s"}}); err != nil {
+		t.Fatal(err)
+	}
+	if r := c.zero.State().Props.GetRebalancer(); !r.GetPausedByReshard() || !r.GetDisabled() || r.GetCopyBytesPerS() != 32<<20 {
+		t.Errorf("the rebalancer after a copy rate named mid-reshard: %v, want still off and marked paused by the reshard", r)
+	}
 	if _, err := svc.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: &datav1.RebalancerSettings{
 		Disabled: true, ThresholdPercent: 100, MaxSending: 7, CopyBytesPerS: 64 << 20, PausedByReshard: true}}); err != nil {
 		t.Fatal(err)
@@ -364,7 +403,7 @@ func TestReshardSteps(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantCounts := seedCounts(moved...)
-	wantSpaces := []*datav1.SpaceCount{{Space: "first", Count: wantCounts[1]}, {Space: "second", Count: wantCounts[2]}}
+	wantSpaces := []*datav1.SpaceCount{{Space: "first", Count: wantCounts[1]}, {Space: "second", Count: wantCounts[2]}, {Space: "third"}}
 	if got := buckets(copied); !slices.Equal(got, moved) || !countsEqual(copied.GetCounts(), wantSpaces) {
 		t.Errorf("copy: %v, counts %v; want counts %v", got, copied.GetCounts(), wantSpaces)
 	}

@@ -308,7 +308,7 @@ func TestReshardStepByStepThenDrain(t *testing.T) {
 	if st, err := c.Sharding().Status(ctx); err != nil || !st.GetSettings().GetDisabled() || st.GetSettings().GetCopyBytesPerS() != copyRate {
 		t.Fatalf("rebalancer settings after the cleanup: %v, %v; want off as before, with the copy rate %d", st.GetSettings(), err, copyRate)
 	}
-	if err := c.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{CopyBytesPerS: copyRate}); err != nil {
+	if err := c.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: false}, "disabled"); err != nil { // on, the copy rate kept
 		t.Fatal(err)
 	}
 	if n, err := c.Count(ctx, "r"); err != nil || n != rows {

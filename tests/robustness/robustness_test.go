@@ -209,7 +209,7 @@ func robustness(t *testing.T, replicasets int) {
 	if cfg.replicasets > 1 {
 		// The random moves below are the test's; the rebalancer's 1500
 		// would keep the run from ending with no move in flight.
-		if err := c.admin.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: true}); err != nil {
+		if err := c.admin.Sharding().SetRebalancer(ctx, &datav1.RebalancerSettings{Disabled: true}, "disabled"); err != nil {
 			t.Fatalf("disable the rebalancer: %v", err)
 		}
 	}

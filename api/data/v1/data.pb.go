@@ -3799,8 +3799,15 @@ func (*PinBucketResponse) Descriptor() ([]byte, []int) {
 }
 
 type SetRebalancerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Settings      *RebalancerSettings    `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Settings *RebalancerSettings    `protobuf:"bytes,1,opt,name=settings,proto3" json:"settings,omitempty"`
+	// The settings to change, by their field names in RebalancerSettings
+	// ("disabled", "threshold_percent", "max_sending", "max_receiving",
+	// "copy_bytes_per_s", "paused_by_reshard", "copy_pace_off"): the others
+	// keep their values. Group 0 merges them in the one command it applies,
+	// so two clients changing different settings at once lose neither.
+	// Empty: every setting is replaced by settings' (0 and false too).
+	Fields        []string `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3838,6 +3845,13 @@ func (*SetRebalancerRequest) Descriptor() ([]byte, []int) {
 func (x *SetRebalancerRequest) GetSettings() *RebalancerSettings {
 	if x != nil {
 		return x.Settings
+	}
+	return nil
+}
+
+func (x *SetRebalancerRequest) GetFields() []string {
+	if x != nil {
+		return x.Fields
 	}
 	return nil
 }
@@ -4792,9 +4806,10 @@ const file_api_data_v1_data_proto_rawDesc = "" +
 	"\x10PinBucketRequest\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
 	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"\x13\n" +
-	"\x11PinBucketResponse\"X\n" +
+	"\x11PinBucketResponse\"p\n" +
 	"\x14SetRebalancerRequest\x12@\n" +
-	"\bsettings\x18\x01 \x01(\v2$.shardkit.data.v1.RebalancerSettingsR\bsettings\"\x17\n" +
+	"\bsettings\x18\x01 \x01(\v2$.shardkit.data.v1.RebalancerSettingsR\bsettings\x12\x16\n" +
+	"\x06fields\x18\x02 \x03(\tR\x06fields\"\x17\n" +
 	"\x15SetRebalancerResponse\"C\n" +
 	"\x0eReshardRequest\x121\n" +
 	"\x04step\x18\x01 \x01(\x0e2\x1d.shardkit.data.v1.ReshardStepR\x04step\"8\n" +

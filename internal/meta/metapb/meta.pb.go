@@ -1156,8 +1156,12 @@ func (x *PinBucket) GetPinned() bool {
 }
 
 type SetRebalancer struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rebalancer    *Rebalancer            `protobuf:"bytes,1,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Rebalancer *Rebalancer            `protobuf:"bytes,1,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
+	// The fields of rebalancer to set, by name ("disabled",
+	// "threshold_centi_percent", ...); the others keep the values in force
+	// when the command applies. Empty: rebalancer replaces them all.
+	Fields        []string `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1195,6 +1199,13 @@ func (*SetRebalancer) Descriptor() ([]byte, []int) {
 func (x *SetRebalancer) GetRebalancer() *Rebalancer {
 	if x != nil {
 		return x.Rebalancer
+	}
+	return nil
+}
+
+func (x *SetRebalancer) GetFields() []string {
+	if x != nil {
+		return x.Fields
 	}
 	return nil
 }
@@ -3158,11 +3169,12 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"generation\";\n" +
 	"\tPinBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
-	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"M\n" +
+	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"e\n" +
 	"\rSetRebalancer\x12<\n" +
 	"\n" +
 	"rebalancer\x18\x01 \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
-	"rebalancer\"K\n" +
+	"rebalancer\x12\x16\n" +
+	"\x06fields\x18\x02 \x03(\tR\x06fields\"K\n" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
