@@ -48,7 +48,8 @@ type Config struct {
 	// another instance (discarded when nil).
 	Logger *slog.Logger
 	// FailureDomain is where this client runs (e.g. dc=msk): an ro read
-	// goes to the replica sharing the most of it (R2, R6).
+	// goes to the replica sharing the most of it, a follower rather than
+	// the leader where one is as near (sharding.Nearest; R2, R6).
 	FailureDomain map[string]string
 	// Attempts bounds how many times one data call is tried (a redirect,
 	// an instance that does not answer). When zero, a call whose context

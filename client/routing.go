@@ -2,7 +2,6 @@ package client
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/retry"
 	"github.com/shardkit/shardkit/schema"
+	"github.com/shardkit/shardkit/sharding"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -210,7 +210,8 @@ func keyOf(sp *schema.Space, t tuple.Tuple) ([]tuple.Value, error) {
 }
 
 // addressFor returns where a call for bucket b goes: its replicaset's
-// leader (rw) or the nearest member (ro); "" when the table does not say.
+// leader (rw) or the nearest member, a follower where one is as near
+// (ro, sharding.Nearest); "" when the table does not say.
 func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 	if rt == nil || b == 0 || int(b) >= len(rt.buckets) {
 		return "", ""
@@ -223,8 +224,12 @@ func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 	leader := rt.leaders[rs]
 	members := rt.members[rs]
 	leaderFailed := leader != "" && c.rt.unreachable.Recent(leader)
-	live := make([]*datav1.Member, 0, len(members))
+	var live, known []*datav1.Member
 	for _, m := range members {
+		if m.GetAddress() == "" {
+			continue
+		}
+		known = append(known, m)
 		if !c.rt.unreachable.Recent(m.GetAddress()) {
 			live = append(live, m)
 		}
@@ -234,38 +239,11 @@ func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 		return rs, leader
 	}
 	if len(live) == 0 {
-		live = members
+		live = known
 	}
-	if m := c.nearest(live); m != "" {
-		return rs, m
+	isLeader := func(m *datav1.Member) bool { return m.GetAddress() == leader }
+	if m, ok := sharding.Nearest(c.cfg.FailureDomain, live, (*datav1.Member).GetFailureDomain, isLeader); ok {
+		return rs, m.GetAddress()
 	}
 	return rs, leader
-}
-
-// nearest picks the member sharing the most failure-domain values with
-// Config.FailureDomain, at random among equals.
-func (c *Client) nearest(members []*datav1.Member) string {
-	var best []string
-	score := -1
-	for _, m := range members {
-		if m.GetAddress() == "" {
-			continue
-		}
-		s := 0
-		for k, v := range c.cfg.FailureDomain {
-			if m.GetFailureDomain()[k] == v {
-				s++
-			}
-		}
-		switch {
-		case s > score:
-			best, score = []string{m.GetAddress()}, s
-		case s == score:
-			best = append(best, m.GetAddress())
-		}
-	}
-	if len(best) == 0 {
-		return ""
-	}
-	return best[rand.IntN(len(best))]
 }

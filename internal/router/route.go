@@ -1,9 +1,9 @@
 package router
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"google.golang.org/grpc"
@@ -14,6 +14,7 @@ import (
 	datav1 "github.com/shardkit/shardkit/api/data/v1"
 	"github.com/shardkit/shardkit/internal/forward"
 	"github.com/shardkit/shardkit/retry"
+	"github.com/shardkit/shardkit/sharding"
 )
 
 // target is where one attempt goes: this instance's storage, or addr.
@@ -64,47 +65,28 @@ func (r *Router) pick(rsID string, rw bool) (target, error) {
 		}
 		return target{addr: first}, nil
 	}
-	live := make([]Member, 0, len(rs.Members))
+	var live, known []Member
 	for _, m := range rs.Members {
+		if m.Address == "" {
+			continue
+		}
+		known = append(known, m)
 		if !r.unreachable.Recent(m.Address) {
 			live = append(live, m)
 		}
 	}
 	if len(live) == 0 {
-		live = rs.Members
+		live = known
 	}
-	m, ok := nearest(r.cfg.GroupZero.Self(), live)
+	r.mu.Lock()
+	leader := cmp.Or(r.leaders[rsID], rs.LeaderAddress)
+	r.mu.Unlock()
+	m, ok := sharding.Nearest(r.cfg.GroupZero.Self().FailureDomain, live,
+		func(m Member) map[string]string { return m.FailureDomain }, func(m Member) bool { return m.Address == leader })
 	if !ok {
 		return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no members; retry", rsID)
 	}
 	return target{addr: m.Address}, nil
-}
-
-// nearest picks the member sharing the most failure-domain values with
-// self (R2, R6: prefer a replica in our own zone), at random among equals.
-func nearest(self Member, members []Member) (Member, bool) {
-	best, score := []Member(nil), -1
-	for _, m := range members {
-		if m.Address == "" {
-			continue
-		}
-		s := 0
-		for k, v := range self.FailureDomain {
-			if m.FailureDomain[k] == v {
-				s++
-			}
-		}
-		switch {
-		case s > score:
-			best, score = []Member{m}, s
-		case s == score:
-			best = append(best, m)
-		}
-	}
-	if len(best) == 0 {
-		return Member{}, false
-	}
-	return best[rand.IntN(len(best))], true
 }
 
 // ReplicasetHeader names, on a call one router forwards to another, the
