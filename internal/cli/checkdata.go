@@ -15,7 +15,10 @@ func newCheckDataCmd() *cobra.Command {
 		Use:   "check-data --data-dir DIR [--format json]",
 		Short: "Check a stopped instance's data, offline",
 		Long: `Check the data of a stopped instance in DIR (its --data-dir), read only.
-For each replicaset it holds: every bucket's counts against the tuples it
+Group 0 (the cluster's own state: instances, replicasets, buckets' places,
+spaces, users) is printed first, with its applied index, last command and
+digest, to compare with the other instances'. For each replicaset it
+holds: every bucket's counts against the tuples it
 holds (but while its copy is under way), nothing left of a bucket given
 away or never held (tuples, tombstones, counts, revision, history),
 tombstones only in a bucket being received, and no change of the history

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
-	"hash/fnv"
 	"maps"
 	"slices"
 
@@ -195,15 +194,5 @@ func DataGroups(r pebble.Reader) ([]uint64, error) {
 // (multiraft.AppliedIndex) have one digest; two digests there are two
 // members whose data diverged.
 func DataDigest(r pebble.Reader, group uint64) (uint64, error) {
-	h := fnv.New64a()
-	var n [4]byte
-	err := scan(r, storage.GroupPrefix(storage.PrefixData, group), func(k, v []byte) error {
-		for _, b := range [][]byte{k, v} {
-			binary.BigEndian.PutUint32(n[:], uint32(len(b)))
-			h.Write(n[:])
-			h.Write(b)
-		}
-		return nil
-	})
-	return h.Sum64(), err
+	return storage.Digest(r, storage.GroupPrefix(storage.PrefixData, group))
 }

@@ -4,14 +4,17 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset"
 	"github.com/shardkit/shardkit/internal/storage"
 )
 
-// GroupCheck is what CheckDataDir found of one replicaset's data.
+// GroupCheck is what CheckDataDir found of one Raft group's state: group
+// 0's (the cluster's) or a replicaset's data.
 type GroupCheck struct {
-	// Group is the replicaset's Raft group.
+	// Group is the Raft group: 0 for the cluster's own state, else a
+	// replicaset's.
 	Group uint64 `json:"group"`
 	// Applied is the index of the last entry of its log the instance
 	// applied.
@@ -28,15 +31,16 @@ type GroupCheck struct {
 	// one digest, and so do members stopped on either side of entries
 	// that changed no data (LastCommand).
 	Digest string `json:"digest"`
-	// Problems are the rules of its data that it breaks, one a bucket
-	// (replicaset.VerifyData); none when it is sound.
+	// Problems are the rules of a replicaset's data that it breaks, one a
+	// bucket (replicaset.VerifyData); none when it is sound, and none
+	// checked of group 0.
 	Problems []string `json:"problems"`
 }
 
 // CheckDataDir checks the data of a stopped instance in dataDir (its
-// --data-dir), read only: each replicaset's data against the rules its
-// state machine keeps, with the applied index and a digest of it to
-// compare with the other members'. An instance still running holds the
+// --data-dir), read only: group 0's state (the cluster's), then each
+// replicaset's data against the rules its state machine keeps, each with
+// its applied index and a digest to compare with the other members'. An instance still running holds the
 // database's lock: that is an error, as is a directory with no database.
 func CheckDataDir(dataDir string) ([]GroupCheck, error) {
 	db, err := storage.Open(filepath.Join(dataDir, "db"), storage.Options{ReadOnly: true})
@@ -48,7 +52,24 @@ func CheckDataDir(dataDir string) ([]GroupCheck, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]GroupCheck, 0, len(groups))
+	out := make([]GroupCheck, 0, 1+len(groups))
+	// Group 0, the cluster's own state (every instance is a member): its
+	// digest alone, as its state machine keeps no rules to check here.
+	zero := GroupCheck{Group: uint64(cluster.GroupMeta), Problems: []string{}}
+	if zero.Applied, err = multiraft.AppliedIndex(db, cluster.GroupMeta); err != nil {
+		return nil, err
+	}
+	if zero.Applied > 0 {
+		if zero.LastCommand, err = multiraft.LastCommandIndex(db, cluster.GroupMeta, zero.Applied); err != nil {
+			return nil, err
+		}
+		d, err := storage.Digest(db, []byte(storage.PrefixMeta))
+		if err != nil {
+			return nil, fmt.Errorf("group 0: %w", err)
+		}
+		zero.Digest = fmt.Sprintf("%016x", d)
+		out = append(out, zero)
+	}
 	for _, g := range groups {
 		c := GroupCheck{Group: g, Problems: []string{}}
 		if c.Applied, err = multiraft.AppliedIndex(db, multiraft.GroupID(g)); err != nil {

@@ -228,9 +228,16 @@ func TestCheckDataDirFindsABrokenCount(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	groups, err := server.CheckDataDir(dir)
-	if err != nil || len(groups) != 1 || groups[0].Applied == 0 || groups[0].LastCommand == 0 || groups[0].LastCommand > groups[0].Applied || len(groups[0].Problems) != 0 {
-		t.Fatalf("CheckDataDir = %+v, %v; want one replicaset's data, applied, its last command at or below the applied index, sound", groups, err)
+	if err != nil || len(groups) != 2 || groups[0].Group != 0 || groups[1].Group == 0 {
+		t.Fatalf("CheckDataDir = %+v, %v; want group 0's state, then one replicaset's data", groups, err)
 	}
+	for _, g := range groups {
+		if g.Applied == 0 || g.LastCommand == 0 || g.LastCommand > g.Applied || len(g.Digest) != 16 || len(g.Problems) != 0 {
+			t.Fatalf("group %d: %+v; want applied, its last command at or below the applied index, a digest, sound", g.Group, g)
+		}
+	}
+	zeroDigest := groups[0].Digest
+	groups = groups[1:]
 	// One count raised by hand, on disk.
 	db, err := storage.Open(filepath.Join(dir, "db"), storage.Options{})
 	if err != nil {
@@ -255,8 +262,12 @@ func TestCheckDataDirFindsABrokenCount(t *testing.T) {
 	}
 	bucket := binary.BigEndian.Uint32(k[len(counts):])
 	groups, err = server.CheckDataDir(dir)
+	if err != nil || len(groups) != 2 || groups[0].Digest != zeroDigest {
+		t.Fatalf("CheckDataDir after a replicaset's count was raised = %+v, %v; want group 0's digest unchanged (%s)", groups, err, zeroDigest)
+	}
+	groups = groups[1:]
 	want := fmt.Sprintf("bucket %d (ACTIVE(generation 1, peer \"\")) holds %d tuples of space", bucket, n)
-	if err != nil || len(groups) != 1 || len(groups[0].Problems) != 1 || !strings.Contains(groups[0].Problems[0], want) || !strings.Contains(groups[0].Problems[0], fmt.Sprintf("but counts %d", n+1)) {
+	if len(groups[0].Problems) != 1 || !strings.Contains(groups[0].Problems[0], want) || !strings.Contains(groups[0].Problems[0], fmt.Sprintf("but counts %d", n+1)) {
 		t.Fatalf("CheckDataDir after a count was raised = %+v, %v; want the problem %q... counts %d", groups, err, want, n+1)
 	}
 }
