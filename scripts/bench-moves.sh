@@ -45,7 +45,9 @@
 #      summary line to the results file. The summary also gives, for the
 #      idle and the balanced runs, the mean synced raft persist (from each
 #      instance's /metrics) and the servers' CPU per write (/proc): what
-#      the doubled cluster costs on the same machine with no move running.
+#      the doubled cluster costs on the same machine with no move running;
+#      and for the scale out and the drain, the six instances' memtable
+#      flushes, ingests and tables ingested over the memtable (/metrics).
 #
 # Tuples moved per second = rows on the new replicaset at the end / the move
 # window. Write p99 "during the moves" is over the load runs that overlap the
@@ -452,6 +454,25 @@ persist_totals() {
     END { printf "%.6f %d\n", s, c }'
 }
 
+# storage_totals FIRST LAST: the memtable flushes, ingests and tables
+# ingested over the memtable (flushables) of instances FIRST..LAST
+# together so far, from their /metrics (an instance not yet started
+# counts 0).
+storage_totals() {
+  local n
+  for ((n = $1; n <= $2; n++)); do
+    curl -sS --max-time 5 "http://127.0.0.1:$((SHARDKIT_HTTP_PORT_BASE + n))/metrics" 2>/dev/null || true
+  done | awk '/^shardkit_storage_flushes_total / { f += $2 } /^shardkit_storage_ingests_total / { i += $2 }
+    /^shardkit_storage_flushable_tables_total / { t += $2 } END { printf "%d %d %d\n", f, i, t }'
+}
+
+# storage_delta BEFORE AFTER: "F flushes, I ingests, T tables over the
+# memtable" between two storage_totals.
+storage_delta() {
+  awk -v b="$1" -v a="$2" 'BEGIN { split(b, x, " "); split(a, y, " ")
+    printf "%d flushes, %d ingests, %d tables over the memtable\n", y[1] - x[1], y[2] - x[2], y[3] - x[3] }'
+}
+
 # persist_mean BEFORE AFTER SECONDS: "M ms, R/s": the mean synced persist
 # between two persist_totals, and how many a second over SECONDS.
 persist_mean() {
@@ -594,13 +615,13 @@ start_profiles() {
 start_load move
 log "replace load started (runs of $CHUNK, $CLIENTS clients); starting instances s4 s5 s6 in ${LEAD_IN}s"
 sleep "$LEAD_IN"
-T_SCALE=$EPOCHREALTIME
+T_SCALE=$EPOCHREALTIME STORE_SCALE0=$(storage_totals 1 6)
 for n in 4 5 6; do start_instance "$n"; done
 log "instances s4 s5 s6 started (supervisor pids ${SK_PIDS[*]:3})"
 start_profiles ""
 
 wait_moves scale move
-T_BALANCED=$T_DONE ST_SCALE=$ST
+T_BALANCED=$T_DONE ST_SCALE=$ST STORE_SCALE=$(storage_delta "$STORE_SCALE0" "$(storage_totals 1 6)")
 log "balanced: $(awk -v a="$T_SCALE" -v b="$T_BALANCED" 'BEGIN { printf "%.1f", b - a }') s after the scale out; letting the current load run end"
 end_load
 timeout 15 "$SK" rebalance status --peer "$SK_PEERS" >"$WORK/logs/rebalance-status-final.log" 2>&1 || true
@@ -642,14 +663,14 @@ if ((DRAIN == 1)); then
   start_load drain
   log "replace load started; setting $RS_NEW's weight to 0 in ${LEAD_IN}s"
   sleep "$LEAD_IN"
-  T_DRAIN=$EPOCHREALTIME D_TICKS0=$(server_ticks 1 6)
+  T_DRAIN=$EPOCHREALTIME D_TICKS0=$(server_ticks 1 6) STORE_DRAIN0=$(storage_totals 1 6)
   timeout 30 "$SK" replicaset weight "$RS_NEW" 0 --peer "$SK_PEERS" >"$WORK/logs/drain-weight.log" 2>&1 ||
     fail_log "replicaset weight $RS_NEW 0" "$WORK/logs/drain-weight.log" "failed"
   # One CPU profile at a time per process: the scale out's must be done.
   for p in "${PROFILE_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
   start_profiles -drain
   wait_moves drain drain
-  T_DRAINED=$T_DONE D_TICKS1=$(server_ticks 1 6)
+  T_DRAINED=$T_DONE D_TICKS1=$(server_ticks 1 6) STORE_DRAIN=$(storage_delta "$STORE_DRAIN0" "$(storage_totals 1 6)")
   log "drained: $(awk -v a="$T_DRAIN" -v b="$T_DRAINED" 'BEGIN { printf "%.1f", b - a }') s after the weight change; letting the current load run end"
   end_load
   counts
@@ -863,6 +884,7 @@ drain_report() {
     printf '%-44s %s ms\n' "drain: longest successful write" "$D_MAX"
     printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "drain: writes refused, logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
     printf '%-44s %s\n' "drain: mean time of a move's steps, ms" "$PHASES"
+    printf '%-44s %s\n' "drain: storage, six instances (/metrics)" "$STORE_DRAIN"
     printf "%-44s %s s, %s µs per tuple moved (weight 0 to drained, with the load's writes)\n" "drain: server CPU" "$D_CPU" "$D_CPU_TUPLE"
     printf '%-44s %s during the drain (%s calls)  (target 0)\n' "drain: client errors" "$ERRS" "$OPS"
     if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "drain: first error" "$FIRST_ERROR"; fi
@@ -915,6 +937,7 @@ SETTINGS=$(grep -o '"settings":{[^}]*}' <<<"$ST_SCALE" | head -n1) || SETTINGS='
   printf '%-44s idle %s, balanced %s (the instances, whole runs)\n' "server CPU-µs per write" "$IDLE_CPU" "${AFTER_CPU:-n/a}"
   printf '%-44s %s of %s buckets; p50 %s s, p99 %s s, max %s s (bucket %s)\n' "writes refused (SENDING to switch), logs" "$N_WINDOWS" "$N_MOVED" "$WIN_P50" "$WIN_P99" "$WIN_MAX" "$WIN_MAX_B"
   printf '%-44s %s\n' "mean time of a move's steps, ms (logs)" "$PHASES"
+  printf '%-44s %s\n' "storage during the moves, six (/metrics)" "$STORE_SCALE"
   printf '%-44s %s during the moves (%s calls), %s idle, %s balanced  (target 0)\n' "client errors" "$ERRS" "$OPS" "$IDLE_ERRS" "$AFTER_ERRS"
   if [[ -n $FIRST_ERROR ]]; then printf '%-44s %s\n' "first error" "$FIRST_ERROR"; fi
   if [[ -n $D_TEXT ]]; then printf '%s\n' "$D_TEXT"; fi

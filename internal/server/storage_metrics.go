@@ -24,6 +24,9 @@ type storageMetrics struct {
 	descMem    *prometheus.Desc
 	descDebt   *prometheus.Desc
 	descCompac *prometheus.Desc
+	descFlush  *prometheus.Desc
+	descIngest *prometheus.Desc
+	descFlushT *prometheus.Desc
 }
 
 func newStorageMetrics(reg prometheus.Registerer) *storageMetrics {
@@ -40,6 +43,9 @@ func newStorageMetrics(reg prometheus.Registerer) *storageMetrics {
 		descMem:    prometheus.NewDesc("shardkit_storage_memtables", "Memtables of this instance's database, the one being written and those waiting to be flushed.", nil, nil),
 		descDebt:   prometheus.NewDesc("shardkit_storage_compaction_debt_bytes", "Bytes this instance's database estimates it must compact to bring its levels into shape.", nil, nil),
 		descCompac: prometheus.NewDesc("shardkit_storage_compactions_running", "Compactions of this instance's database under way.", nil, nil),
+		descFlush:  prometheus.NewDesc("shardkit_storage_flushes_total", "Memtable flushes of this instance's database since it opened.", nil, nil),
+		descIngest: prometheus.NewDesc("shardkit_storage_ingests_total", "Ingests of tables (a bucket copy's) into this instance's database since it opened.", nil, nil),
+		descFlushT: prometheus.NewDesc("shardkit_storage_flushable_tables_total", "Tables ingested into this instance's database over keys still in its memtable, as flushables (each rotated the memtable, flushed before its time), since it opened.", nil, nil),
 	}
 	// Every reason is served from the start, at 0: a stall counter that
 	// appears only with the first stall cannot be told apart from one
@@ -80,6 +86,9 @@ func (m *storageMetrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.descMem
 	ch <- m.descDebt
 	ch <- m.descCompac
+	ch <- m.descFlush
+	ch <- m.descIngest
+	ch <- m.descFlushT
 }
 
 // Collect implements prometheus.Collector.
@@ -89,4 +98,7 @@ func (m *storageMetrics) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(m.descMem, prometheus.GaugeValue, float64(g.Memtables))
 	ch <- prometheus.MustNewConstMetric(m.descDebt, prometheus.GaugeValue, float64(g.CompactionDebt))
 	ch <- prometheus.MustNewConstMetric(m.descCompac, prometheus.GaugeValue, float64(g.Compactions))
+	ch <- prometheus.MustNewConstMetric(m.descFlush, prometheus.CounterValue, float64(g.Flushes))
+	ch <- prometheus.MustNewConstMetric(m.descIngest, prometheus.CounterValue, float64(g.Ingests))
+	ch <- prometheus.MustNewConstMetric(m.descFlushT, prometheus.CounterValue, float64(g.FlushableTables))
 }

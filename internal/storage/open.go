@@ -174,6 +174,12 @@ type Gauges struct {
 	CompactionDebt uint64
 	// Compactions under way.
 	Compactions int64
+	// Since the database opened: its memtables' flushes (those an ingest
+	// forced too); its ingests (a bucket copy's tables, one call each);
+	// and the tables ingested over keys in the memtable, as flushables,
+	// each one a memtable rotated and flushed before its time
+	// (docs/design/moves.md, "Why no table may overlap a held key").
+	Flushes, Ingests, FlushableTables uint64
 }
 
 // ReadGauges reads the gauges of an open database.
@@ -184,5 +190,9 @@ func ReadGauges(db *pebble.DB) Gauges {
 		Memtables:      m.MemTable.Count,
 		CompactionDebt: m.Compact.EstimatedDebt,
 		Compactions:    m.Compact.NumInProgress,
+
+		Flushes:         uint64(m.Flush.Count),
+		Ingests:         m.Ingest.Count,
+		FlushableTables: m.Flush.AsIngestTableCount,
 	}
 }

@@ -1,12 +1,15 @@
 package storage
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -139,5 +142,47 @@ func TestLevel0IsCompactedFromItsThresholdOfSublevels(t *testing.T) {
 			t.Fatalf("level 0 holds %d sublevels 10 s after a flush brought it to %d: not compacted", db.Metrics().Levels[0].Sublevels, trigger)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// ReadGauges counts the flushes and ingests since the database opened, and
+// the tables ingested over keys in the memtable (flushables): one over a
+// key written before it, none over a range the memtable has no key in.
+func TestReadGaugesCountsFlushesAndIngests(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := Open("db", Options{FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ingest := func(name, key string) {
+		t.Helper()
+		f, err := fs.Create(name, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := sstable.NewWriter(objstorageprovider.NewFileWritable(f), sstable.WriterOptions{TableFormat: db.TableFormat()})
+		if err := w.Set([]byte(key), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Ingest(context.Background(), []string{name}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g0 := ReadGauges(db)
+	if err := db.Set([]byte("a"), []byte("1"), pebble.NoSync); err != nil {
+		t.Fatal(err)
+	}
+	ingest("apart.sst", "z")   // no key of the memtable in its range
+	ingest("overlap.sst", "a") // over the memtable's a
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	g := ReadGauges(db)
+	if g.Ingests-g0.Ingests != 2 || g.FlushableTables-g0.FlushableTables != 1 || g.Flushes <= g0.Flushes {
+		t.Fatalf("after two ingests, one over the memtable, and a flush: %+v (from %+v); want 2 ingests, 1 flushable table, a flush or more", g, g0)
 	}
 }

@@ -39,7 +39,7 @@ func TestHTTPEndpoints(t *testing.T) {
 	code, body := httpGet(t, httpBase()+n.http+"/metrics")
 	_, body2 := httpGet(t, httpBase()+c.insts[1].http+"/metrics")
 	body += body2 // the governor's metrics are on the leader, whichever it is
-	for _, m := range []string{"shardkit_raft_term", "shardkit_raft_applied_index", "shardkit_raft_lease_reads_total", "shardkit_raft_read_indexes_total", "shardkit_raft_proposals_total", "shardkit_raft_proposal_batches_total", "shardkit_raft_persist_seconds_bucket{sync=\"true\"", "shardkit_raft_persist_bytes_count", "shardkit_raft_apply_seconds_count{group=\"meta\"}", "shardkit_instances{grade=\"Online\"} 2", "shardkit_rpc_server_seconds", "shardkit_storage_memtables", "shardkit_storage_l0_sublevels", "shardkit_storage_compaction_debt_bytes", "shardkit_governor_activities_total"} {
+	for _, m := range []string{"shardkit_raft_term", "shardkit_raft_applied_index", "shardkit_raft_lease_reads_total", "shardkit_raft_read_indexes_total", "shardkit_raft_proposals_total", "shardkit_raft_proposal_batches_total", "shardkit_raft_persist_seconds_bucket{sync=\"true\"", "shardkit_raft_persist_bytes_count", "shardkit_raft_apply_seconds_count{group=\"meta\"}", "shardkit_instances{grade=\"Online\"} 2", "shardkit_rpc_server_seconds", "shardkit_storage_memtables", "shardkit_storage_l0_sublevels", "shardkit_storage_compaction_debt_bytes", "shardkit_storage_flushes_total", "shardkit_storage_ingests_total", "shardkit_storage_flushable_tables_total", "shardkit_governor_activities_total"} {
 		if code != 200 || !strings.Contains(body, m) {
 			t.Fatalf("/metrics lacks %s (code %d)", m, code)
 		}
