@@ -224,25 +224,22 @@ func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 	leader := rt.leaders[rs]
 	members := rt.members[rs]
 	leaderFailed := leader != "" && c.rt.unreachable.Recent(leader)
-	var live, known []*datav1.Member
+	var known []*datav1.Member
+	down := map[string]bool{}
 	for _, m := range members {
 		if m.GetAddress() == "" {
 			continue
 		}
 		known = append(known, m)
-		if !c.rt.unreachable.Recent(m.GetAddress()) {
-			live = append(live, m)
-		}
+		down[m.GetAddress()] = c.rt.unreachable.Recent(m.GetAddress())
 	}
 	c.rt.mu.Unlock()
 	if rw && leader != "" && !leaderFailed {
 		return rs, leader
 	}
-	if len(live) == 0 {
-		live = known
-	}
 	isLeader := func(m *datav1.Member) bool { return m.GetAddress() == leader }
-	if m, ok := sharding.Nearest(c.cfg.FailureDomain, live, (*datav1.Member).GetFailureDomain, isLeader); ok {
+	isDown := func(m *datav1.Member) bool { return down[m.GetAddress()] }
+	if m, ok := sharding.Nearest(c.cfg.FailureDomain, known, (*datav1.Member).GetFailureDomain, isLeader, isDown); ok {
 		return rs, m.GetAddress()
 	}
 	return rs, leader

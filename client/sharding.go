@@ -111,7 +111,10 @@ func (s Sharding) PinBucket(ctx context.Context, bucket uint32, pinned bool) err
 // by someone else to another setting stands. With no fields, every
 // setting is replaced by settings' (0 and false too): SetRebalancer(ctx,
 // &RebalancerSettings{CopyBytesPerS: n}) alone would also turn a disabled
-// rebalancer on.
+// rebalancer on. An instance of a build before the names takes settings
+// whole even with fields: send the settings Status read with the named
+// ones changed (as `shardkit rebalance config` does) where builds may
+// differ.
 func (s Sharding) SetRebalancer(ctx context.Context, settings *datav1.RebalancerSettings, fields ...string) error {
 	return s.call(ctx, "set rebalancer", true, func(ctx context.Context, c datav1.ShardingServiceClient, opts ...grpc.CallOption) error {
 		_, err := c.SetRebalancer(ctx, &datav1.SetRebalancerRequest{Settings: settings, Fields: fields}, opts...)

@@ -35,7 +35,7 @@ func TestNearestPrefersAFollowerInTheCallersZone(t *testing.T) {
 		}
 		seen := map[string]bool{}
 		for range 200 {
-			m, ok := Nearest(self, c.members, func(m member) map[string]string { return m.domain }, isLeader)
+			m, ok := Nearest(self, c.members, func(m member) map[string]string { return m.domain }, isLeader, nil)
 			if !ok || !c.want[m.addr] {
 				t.Fatalf("%s: picked %q (%v), want one of %v", c.name, m.addr, ok, c.want)
 			}
@@ -45,7 +45,17 @@ func TestNearestPrefersAFollowerInTheCallersZone(t *testing.T) {
 			t.Errorf("%s: picked %v in 200 draws, want each of %v (at random among equals)", c.name, seen, c.want)
 		}
 	}
-	if _, ok := Nearest(self, nil, func(m member) map[string]string { return m.domain }, nil); ok {
+	if _, ok := Nearest(self, nil, func(m member) map[string]string { return m.domain }, nil, nil); ok {
 		t.Error("a member picked from none")
+	}
+	// A member down is passed over, even the nearest, unless all are.
+	down := func(m member) bool { return m.addr == "f0" || m.addr == "f1" }
+	for range 100 {
+		if m, _ := Nearest(self, []member{nearer, nearF, farF}, func(m member) map[string]string { return m.domain }, nil, down); m.addr != "f2" {
+			t.Fatalf("picked %q, down; want f2, the one up", m.addr)
+		}
+	}
+	if m, ok := Nearest(self, []member{nearer, nearF}, func(m member) map[string]string { return m.domain }, nil, down); !ok || m.addr != "f0" {
+		t.Fatalf("every member down: picked %q (%v), want the nearest, f0", m.addr, ok)
 	}
 }

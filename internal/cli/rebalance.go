@@ -289,6 +289,9 @@ a rebalance for the latency of the clients' calls on the same machines
 			if err != nil {
 				return err
 			}
+			if !enable && !disable && !fl.Changed("threshold") && !fl.Changed("max-sending") && !fl.Changed("max-receiving") && !fl.Changed("copy-rate") && !fl.Changed("copy-pace") {
+				return usagef("rebalance config changes nothing without a flag: give --enable, --disable, --threshold, --max-sending, --max-receiving, --copy-rate or --copy-pace (shardkit rebalance status shows the settings)")
+			}
 			var rateBytes int64
 			if cmd.Flags().Changed("copy-rate") {
 				var err error
@@ -296,15 +299,27 @@ a rebalance for the latency of the clients' calls on the same machines
 					return usagef("--copy-rate: %w", err)
 				}
 			}
-			// Only the settings given are sent, by name: group 0 sets them
-			// in the settings in force when it applies the change, so a
-			// change made meanwhile to another setting stands.
+			cl, err := f.client(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
+			defer cancel()
+			// The settings given are sent by name: group 0 sets them in the
+			// settings in force when it applies the change, so a change
+			// made meanwhile to another setting stands. The others go as
+			// read, when they can be, for an instance of a build before
+			// the names, which takes them whole.
 			s := &datav1.RebalancerSettings{}
+			if st, err := cl.Sharding().Status(ctx); err == nil && st.GetSettings() != nil {
+				s = st.GetSettings()
+			}
 			var fields, shown []string
 			if enable || disable {
 				// The operator's own choice: a reshard's pause no longer
 				// holds, and its cleanup leaves the rebalancer as set here.
-				s.Disabled = disable
+				s.Disabled, s.PausedByReshard = disable, false
 				fields = append(fields, "disabled")
 				shown = append(shown, fmt.Sprintf("disabled=%v", disable))
 			}
@@ -333,16 +348,6 @@ a rebalance for the latency of the clients' calls on the same machines
 				fields = append(fields, "copy_pace_off")
 				shown = append(shown, "copy-pace="+copyPace(paceOff))
 			}
-			if len(fields) == 0 {
-				return usagef("rebalance config changes nothing without a flag: give --enable, --disable, --threshold, --max-sending, --max-receiving, --copy-rate or --copy-pace (shardkit rebalance status shows the settings)")
-			}
-			cl, err := f.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cl.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), f.timeout)
-			defer cancel()
 			if err := cl.Sharding().SetRebalancer(ctx, s, fields...); err != nil {
 				return fmt.Errorf("rebalance config: %w", callError(f.timeout, err))
 			}

@@ -114,9 +114,9 @@ func TestRebalanceStatusNotConfirmed(t *testing.T) {
 		t.Errorf("watch, stale then confirmed: exit %d\n%s%s", code, out, errOut)
 	}
 
-	// rebalance config sends the settings given, by name, and nothing it
-	// read: a stale view changes nothing of it, and group 0 keeps the
-	// others as they are when it applies the change.
+	// rebalance config names the settings given; group 0 keeps the others
+	// as they are when it applies the change, so a stale view (the others
+	// go as read, for a build before the names) changes nothing of it.
 	cfg := &fakeSharding{resp: balance(true)}
 	addr = cfg.serve(t)
 	code, out, errOut = runMain(t, "rebalance", "config", "--max-sending", "5", "--copy-pace", "off", "--enable", "--peer", addr)
@@ -434,9 +434,10 @@ type writerFunc func([]byte) (int, error)
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 
 // During a reshard (the rebalancer paused by its start), other settings
-// do not name the pause or the rebalancer's switch, so both stand; the
-// operator's own --enable or --disable names the switch alone, which
-// group 0 takes as ending the pause (meta.MergeRebalancer). The status
+// do not name the pause or the rebalancer's switch, so both stand (and go
+// as read, for a build before the names); the operator's own --enable or
+// --disable names the switch alone, which group 0 takes as ending the
+// pause (meta.MergeRebalancer), and sends the pause ended. The status
 // says whose the pause is.
 func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
 	t.Parallel()
@@ -445,19 +446,20 @@ func TestRebalanceConfigKeepsAReshardsPause(t *testing.T) {
 	for _, c := range []struct {
 		args        []string
 		wantFields  string
+		wantPaused  bool
 		wantDisable bool
 	}{
-		{[]string{"--copy-rate", "4MiB"}, "copy_bytes_per_s", false},
-		{[]string{"--disable"}, "disabled", true},
-		{[]string{"--enable"}, "disabled", false},
+		{[]string{"--copy-rate", "4MiB"}, "copy_bytes_per_s", true, true},
+		{[]string{"--disable"}, "disabled", false, true},
+		{[]string{"--enable"}, "disabled", false, false},
 	} {
 		f := &fakeSharding{resp: paused}
 		code, _, errOut := runMain(t, append([]string{"rebalance", "config", "--peer", f.serve(t)}, c.args...)...)
 		f.mu.Lock()
 		got, fields := f.last, strings.Join(f.lastFields, ",")
 		f.mu.Unlock()
-		if code != 0 || fields != c.wantFields || got.GetPausedByReshard() || got.GetDisabled() != c.wantDisable {
-			t.Errorf("config %v: exit %d, sent %v naming %s; want naming %s, disabled %v (%s)", c.args, code, got, fields, c.wantFields, c.wantDisable, errOut)
+		if code != 0 || fields != c.wantFields || got.GetPausedByReshard() != c.wantPaused || got.GetDisabled() != c.wantDisable {
+			t.Errorf("config %v: exit %d, sent %v naming %s; want naming %s, paused_by_reshard %v, disabled %v (%s)", c.args, code, got, fields, c.wantFields, c.wantPaused, c.wantDisable, errOut)
 		}
 	}
 	code, out, _ := runMain(t, "rebalance", "status", "--peer", (&fakeSharding{resp: paused}).serve(t))

@@ -242,13 +242,18 @@ func (s *State) BalanceGroups() []sharding.Group {
 }
 
 // MergeRebalancer returns the rebalancer settings that set makes of cur:
-// set's rebalancer whole when it names no fields, else cur with the named
-// fields taken from set's rebalancer (a name no field has is left out:
-// the service refuses it before proposing). A reshard's pause holds only
-// while the rebalancer is disabled, and an operator's own enable or
-// disable (disabled named without paused_by_reshard) clears it: the
-// reshard's cleanup then leaves the rebalancer as the operator set it.
+// cur unchanged when set's condition does not hold (only_if_enabled,
+// only_if_paused_by_reshard); else set's rebalancer whole when it names
+// no fields, else cur with the named fields taken from set's rebalancer
+// (a name no field has is left out: the service refuses it before
+// proposing). A reshard's pause holds only while the rebalancer is
+// disabled, and an operator's own enable or disable (disabled named
+// without paused_by_reshard) clears it: the reshard's cleanup then leaves
+// the rebalancer as the operator set it.
 func MergeRebalancer(cur *metapb.Rebalancer, set *metapb.SetRebalancer) *metapb.Rebalancer {
+	if set.GetOnlyIfEnabled() && cur.GetDisabled() || set.GetOnlyIfPausedByReshard() && !cur.GetPausedByReshard() {
+		return cur
+	}
 	in := set.GetRebalancer()
 	if in == nil {
 		in = &metapb.Rebalancer{}

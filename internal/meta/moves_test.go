@@ -258,6 +258,10 @@ func TestMergeRebalancer(t *testing.T) {
 		{"a name no field has", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{MaxSending: 1}, Fields: []string{"copy_rate"}}, cur},
 		{"every setting", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{MaxReceiving: 3, PausedByReshard: true}},
 			&metapb.Rebalancer{MaxReceiving: 3}},
+		{"a reshard's cleanup, its pause still on", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{}, Fields: []string{"disabled", "paused_by_reshard"}, OnlyIfPausedByReshard: true},
+			&metapb.Rebalancer{ThresholdCentiPercent: 250, MaxSending: 7, CopyBytesPerS: 1 << 20}},
+		{"a reshard's start over an operator's disable", &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{Disabled: true, PausedByReshard: true},
+			Fields: []string{"disabled", "paused_by_reshard"}, OnlyIfEnabled: true}, cur},
 	} {
 		before := proto.CloneOf(cur)
 		if got := MergeRebalancer(cur, c.set); !proto.Equal(got, c.want) {
@@ -266,6 +270,13 @@ func TestMergeRebalancer(t *testing.T) {
 		if !proto.Equal(cur, before) {
 			t.Fatalf("%s: the settings in force were changed in place: %v", c.name, cur)
 		}
+	}
+	// A reshard's cleanup after the operator's own disable ended the
+	// pause: the operator's disable stands.
+	opOff := &metapb.Rebalancer{Disabled: true, MaxSending: 7}
+	cleanup := &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{}, Fields: []string{"disabled", "paused_by_reshard"}, OnlyIfPausedByReshard: true}
+	if got := MergeRebalancer(opOff, cleanup); !proto.Equal(got, opOff) {
+		t.Errorf("a reshard's cleanup after the operator's disable: %v, want %v", got, opOff)
 	}
 	// A reshard's start, from no settings at all.
 	start := &metapb.SetRebalancer{Rebalancer: &metapb.Rebalancer{Disabled: true, PausedByReshard: true}, Fields: []string{"disabled", "paused_by_reshard"}}

@@ -223,9 +223,11 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 	r := &metapb.Rebalancer{Disabled: in.GetDisabled(), ThresholdCentiPercent: uint32(math.Round(in.GetThresholdPercent() * 100)),
 		MaxSending: in.GetMaxSending(), MaxReceiving: in.GetMaxReceiving(), CopyBytesPerS: in.GetCopyBytesPerS(),
 		CopyPaceOff: in.GetCopyPaceOff(), PausedByReshard: in.GetPausedByReshard()}
+	if !all {
+		r = s.namedOver(r, fields)
+	}
 	// Group 0 merges the named fields into the settings in force when it
-	// applies the command (meta.MergeRebalancer): nothing read here is
-	// written back.
+	// applies the command (meta.MergeRebalancer).
 	if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r, Fields: fields}}}); err != nil {
 		return nil, err
 	}
@@ -233,6 +235,16 @@ func (s *Service) SetRebalancer(ctx context.Context, req *datav1.SetRebalancerRe
 	s.m.log.Info("rebalancer settings", "fields", fields, "disabled", now.GetDisabled(), "threshold_centi_percent", now.GetThresholdCentiPercent(),
 		"max_sending", now.GetMaxSending(), "max_receiving", now.GetMaxReceiving(), "copy_bytes_per_s", now.GetCopyBytesPerS(), "copy_pace_off", now.GetCopyPaceOff())
 	return &datav1.SetRebalancerResponse{}, nil
+}
+
+// namedOver returns the settings in force here with the fields named set
+// from r: what a named change sends whole beside its names, for a member
+// of group 0 of a build that takes it whole (one before the names),
+// which then ends up where the others do unless a change to another
+// setting is applied in between. Members that know the names take only
+// the named fields, from the settings in force when they apply it.
+func (s *Service) namedOver(r *metapb.Rebalancer, fields []string) *metapb.Rebalancer {
+	return meta.MergeRebalancer(s.m.cfg.GroupZero.State().Props.GetRebalancer(), &metapb.SetRebalancer{Rebalancer: r, Fields: fields})
 }
 
 // pauseFields are the settings a reshard sets: it turns the rebalancer
@@ -368,8 +380,11 @@ func (s *Service) startMoves(ctx context.Context) (int, error) {
 	// The rebalancer stays out of the way until the cleanup, which turns
 	// it on again only if this step turned it off.
 	if !st.Props.GetRebalancer().GetDisabled() {
-		r := &metapb.Rebalancer{Disabled: true, PausedByReshard: true} // every other setting stays
-		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: r, Fields: pauseFields}}}); err != nil {
+		// Every other setting stays; an operator's disable applied first
+		// stays the operator's (only_if_enabled).
+		r := s.namedOver(&metapb.Rebalancer{Disabled: true, PausedByReshard: true}, pauseFields)
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{
+			Rebalancer: r, Fields: pauseFields, OnlyIfEnabled: true}}}); err != nil {
 			return 0, err
 		}
 	}
@@ -591,18 +606,23 @@ func (s *Service) reshardCleanup(ctx context.Context) (*datav1.ReshardResponse, 
 			return nil, fmt.Errorf("clean up: %w", err)
 		}
 	}
-	after := "the rebalancer is off (shardkit rebalance config --enable turns it on)"
-	if !s.m.cfg.GroupZero.State().Props.GetRebalancer().GetDisabled() {
-		after = "the rebalancer is on"
-	}
-	if st := s.m.cfg.GroupZero.State(); st.Props.GetRebalancer().GetPausedByReshard() {
-		// Only what `reshard start` turned off: an operator's settings
-		// since (which clear the mark) stand.
-		on := &metapb.Rebalancer{} // every other setting stays
-		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{Rebalancer: on, Fields: pauseFields}}}); err != nil {
+	paused = s.m.cfg.GroupZero.State().Props.GetRebalancer().GetPausedByReshard()
+	if paused {
+		// Only what `reshard start` turned off, every other setting kept:
+		// an operator's own enable or disable applied first ended the
+		// pause, and stands (only_if_paused_by_reshard).
+		on := s.namedOver(&metapb.Rebalancer{}, pauseFields)
+		if _, err := s.propose(ctx, &metapb.Command{Op: &metapb.Command_SetRebalancer{SetRebalancer: &metapb.SetRebalancer{
+			Rebalancer: on, Fields: pauseFields, OnlyIfPausedByReshard: true}}}); err != nil {
 			return nil, err
 		}
+	}
+	after := "the rebalancer is off (shardkit rebalance config --enable turns it on)"
+	switch on := !s.m.cfg.GroupZero.State().Props.GetRebalancer().GetDisabled(); {
+	case on && paused:
 		after = "the rebalancer is on again"
+	case on:
+		after = "the rebalancer is on"
 	}
 	resp.Counts = s.spaceCounts(bySpace)
 	resp.Summary = fmt.Sprintf("%s cleaned up on %s old %s; %s", meta.Count(len(resp.Moves), "bucket"), agree(len(resp.Moves), "its", "their"), agree(len(resp.Moves), "replicaset", "replicasets"), after)

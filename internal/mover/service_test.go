@@ -239,12 +239,18 @@ func TestSetRebalancer(t *testing.T) {
 		_, err := s.SetRebalancer(t.Context(), &datav1.SetRebalancerRequest{Settings: in, Fields: fields})
 		return err
 	}
+	c.zero.takeProposals()
 	if err := setFields(&datav1.RebalancerSettings{CopyBytesPerS: 4 << 20, ThresholdPercent: math.NaN()}, "copy_bytes_per_s"); err != nil {
 		t.Fatalf("a copy rate alone (the threshold not named, not checked): %v", err)
 	}
 	want = &metapb.Rebalancer{Disabled: true, ThresholdCentiPercent: 250, MaxSending: 7, MaxReceiving: 9, CopyBytesPerS: 4 << 20}
 	if got := c.zero.State().Props.GetRebalancer(); !proto.Equal(got, want) {
 		t.Fatalf("after a copy rate alone: %v, want %v (still disabled, every other setting kept)", got, want)
+	}
+	// Beside the names goes the whole of what the proposer saw with them
+	// set: a member of a build before the names takes that whole.
+	if p := c.zero.takeProposals(); len(p) != 1 || !proto.Equal(p[0].GetSetRebalancer().GetRebalancer(), want) {
+		t.Fatalf("proposed %v, want the settings in force with the copy rate set, %v", p, want)
 	}
 	if err := setFields(&datav1.RebalancerSettings{MaxSending: 0, ThresholdPercent: 3}, "max_sending", "threshold_percent", "max_sending"); err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/grpc"
@@ -65,26 +66,15 @@ func (r *Router) pick(rsID string, rw bool) (target, error) {
 		}
 		return target{addr: first}, nil
 	}
-	var live, known []Member
-	for _, m := range rs.Members {
-		if m.Address == "" {
-			continue
-		}
-		known = append(known, m)
-		if !r.unreachable.Recent(m.Address) {
-			live = append(live, m)
-		}
-	}
-	if len(live) == 0 {
-		live = known
-	}
+	known := slices.DeleteFunc(slices.Clone(rs.Members), func(m Member) bool { return m.Address == "" })
 	r.mu.Lock()
 	leader := cmp.Or(r.leaders[rsID], rs.LeaderAddress)
 	r.mu.Unlock()
-	m, ok := sharding.Nearest(r.cfg.GroupZero.Self().FailureDomain, live,
-		func(m Member) map[string]string { return m.FailureDomain }, func(m Member) bool { return m.Address == leader })
+	m, ok := sharding.Nearest(r.cfg.GroupZero.Self().FailureDomain, known,
+		func(m Member) map[string]string { return m.FailureDomain }, func(m Member) bool { return m.Address == leader },
+		func(m Member) bool { return r.unreachable.Recent(m.Address) })
 	if !ok {
-		return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no members; retry", rsID)
+		return target{}, status.Errorf(codes.Unavailable, "replicaset %s has no member with an address; retry", rsID)
 	}
 	return target{addr: m.Address}, nil
 }

@@ -20,16 +20,17 @@ type GroupCheck struct {
 	// applied.
 	Applied uint64 `json:"applied_index"`
 	// LastCommand is the index of the last entry at or below Applied that
-	// reached the replicaset's state machine
+	// reached the group's state machine
 	// (multiraft.LastCommandIndex): the entries above it, a new leader's
 	// empty entry or a configuration change, changed none of its data.
 	// Members stopped at applied indexes a <= b hold the same data when
 	// the one at b has its last command at or below a.
 	LastCommand uint64 `json:"last_command_index"`
-	// Digest is a digest of its every key and value
-	// (replicaset.DataDigest): members stopped at one applied index have
-	// one digest, and so do members stopped on either side of entries
-	// that changed no data (LastCommand).
+	// Digest is a digest of its every key and value (storage.Digest of
+	// its keyspace; replicaset.DataDigest for a replicaset's): members
+	// stopped at one applied index have one digest, and so do members
+	// stopped on either side of entries that changed no data
+	// (LastCommand).
 	Digest string `json:"digest"`
 	// Problems are the rules of a replicaset's data that it breaks, one a
 	// bucket (replicaset.VerifyData); none when it is sound, and none

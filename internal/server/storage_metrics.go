@@ -45,7 +45,7 @@ func newStorageMetrics(reg prometheus.Registerer) *storageMetrics {
 		descCompac: prometheus.NewDesc("shardkit_storage_compactions_running", "Compactions of this instance's database under way.", nil, nil),
 		descFlush:  prometheus.NewDesc("shardkit_storage_flushes_total", "Memtable flushes of this instance's database since it opened.", nil, nil),
 		descIngest: prometheus.NewDesc("shardkit_storage_ingests_total", "Ingests of tables (a bucket copy's) into this instance's database since it opened.", nil, nil),
-		descFlushT: prometheus.NewDesc("shardkit_storage_flushable_tables_total", "Tables ingested into this instance's database over keys still in its memtable, as flushables (each rotated the memtable, flushed before its time), since it opened.", nil, nil),
+		descFlushT: prometheus.NewDesc("shardkit_storage_flushable_tables_total", "Tables ingested into this instance's database over keys still in its memtable, as flushables (each rotated the memtable, flushed before its time), since it opened; counted when the flushable is flushed.", nil, nil),
 	}
 	// Every reason is served from the start, at 0: a stall counter that
 	// appears only with the first stall cannot be told apart from one

@@ -491,8 +491,8 @@ func TestAMoveSurvivesAKillAtEveryStep(t *testing.T) {
 }
 
 // shardkitConfirmed runs a shardkit command again, for up to a minute,
-// while it exits 3: its answer (rebalance status), or the view it read
-// (rebalance config), was not confirmed with group 0's leader in time.
+// while it exits 3: its answer (rebalance status) was not confirmed with
+// group 0's leader in time.
 func shardkitConfirmed(timeout time.Duration, args ...string) (stdout, stderr string, code int) {
 	deadline := time.Now().Add(time.Minute)
 	for {

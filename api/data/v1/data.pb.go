@@ -2963,9 +2963,10 @@ type RebalancerSettings struct {
 	// while it receives buckets; 0: no limit.
 	CopyBytesPerS uint64 `protobuf:"varint,5,opt,name=copy_bytes_per_s,json=copyBytesPerS,proto3" json:"copy_bytes_per_s,omitempty"`
 	// The rebalancer is off because `reshard start` turned it off;
-	// `reshard cleanup` turns it on again. Kept as sent: a client that
-	// changes other settings sends it back as read, and an operator's own
-	// enable or disable sends false.
+	// `reshard cleanup` turns it on again. An operator's own enable or
+	// disable (disabled named without it, SetRebalancerRequest.fields)
+	// ends the pause; other settings changed leave it. Sent with every
+	// setting (no fields), it is kept as sent, while disabled.
 	PausedByReshard bool `protobuf:"varint,6,opt,name=paused_by_reshard,json=pausedByReshard,proto3" json:"paused_by_reshard,omitempty"`
 	// The copy does not pace itself from the destination's client writes
 	// (`rebalance config --copy-pace off`): copy_bytes_per_s alone bounds

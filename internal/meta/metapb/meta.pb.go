@@ -1156,14 +1156,24 @@ func (x *PinBucket) GetPinned() bool {
 }
 
 type SetRebalancer struct {
-	state      protoimpl.MessageState `protogen:"open.v1"`
-	Rebalancer *Rebalancer            `protobuf:"bytes,1,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The settings: whole when fields is empty. With fields, the proposer
+	// sends the settings it saw in force with the named ones set, so that a
+	// member of a build before fields, which takes rebalancer whole, ends
+	// up nearly where the others do.
+	Rebalancer *Rebalancer `protobuf:"bytes,1,opt,name=rebalancer,proto3" json:"rebalancer,omitempty"`
 	// The fields of rebalancer to set, by name ("disabled",
 	// "threshold_centi_percent", ...); the others keep the values in force
 	// when the command applies. Empty: rebalancer replaces them all.
-	Fields        []string `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Fields []string `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
+	// Apply only when, as the command applies, the rebalancer is on
+	// (reshard start's pause: it does not take over an operator's
+	// disable), or is off for a reshard's pause (reshard cleanup: it does
+	// not undo an operator's disable made since).
+	OnlyIfEnabled         bool `protobuf:"varint,3,opt,name=only_if_enabled,json=onlyIfEnabled,proto3" json:"only_if_enabled,omitempty"`
+	OnlyIfPausedByReshard bool `protobuf:"varint,4,opt,name=only_if_paused_by_reshard,json=onlyIfPausedByReshard,proto3" json:"only_if_paused_by_reshard,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *SetRebalancer) Reset() {
@@ -1208,6 +1218,20 @@ func (x *SetRebalancer) GetFields() []string {
 		return x.Fields
 	}
 	return nil
+}
+
+func (x *SetRebalancer) GetOnlyIfEnabled() bool {
+	if x != nil {
+		return x.OnlyIfEnabled
+	}
+	return false
+}
+
+func (x *SetRebalancer) GetOnlyIfPausedByReshard() bool {
+	if x != nil {
+		return x.OnlyIfPausedByReshard
+	}
+	return false
 }
 
 // Field is one field of a space's format.
@@ -3169,12 +3193,14 @@ const file_internal_meta_metapb_meta_proto_rawDesc = "" +
 	"generation\";\n" +
 	"\tPinBucket\x12\x16\n" +
 	"\x06bucket\x18\x01 \x01(\rR\x06bucket\x12\x16\n" +
-	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"e\n" +
+	"\x06pinned\x18\x02 \x01(\bR\x06pinned\"\xc7\x01\n" +
 	"\rSetRebalancer\x12<\n" +
 	"\n" +
 	"rebalancer\x18\x01 \x01(\v2\x1c.shardkit.meta.v1.RebalancerR\n" +
 	"rebalancer\x12\x16\n" +
-	"\x06fields\x18\x02 \x03(\tR\x06fields\"K\n" +
+	"\x06fields\x18\x02 \x03(\tR\x06fields\x12&\n" +
+	"\x0fonly_if_enabled\x18\x03 \x01(\bR\ronlyIfEnabled\x128\n" +
+	"\x19only_if_paused_by_reshard\x18\x04 \x01(\bR\x15onlyIfPausedByReshard\"K\n" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12\x1a\n" +
