@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -223,24 +224,21 @@ func (c *Client) addressFor(rt *routing, b uint32, rw bool) (string, string) {
 	c.rt.mu.Lock()
 	leader := rt.leaders[rs]
 	members := rt.members[rs]
-	leaderFailed := leader != "" && c.rt.unreachable.Recent(leader)
-	var known []*datav1.Member
-	down := map[string]bool{}
-	for _, m := range members {
-		if m.GetAddress() == "" {
-			continue
-		}
-		known = append(known, m)
-		down[m.GetAddress()] = c.rt.unreachable.Recent(m.GetAddress())
-	}
 	c.rt.mu.Unlock()
-	if rw && leader != "" && !leaderFailed {
+	if rw && leader != "" && !c.rt.unreachable.Recent(leader) {
 		return rs, leader
 	}
+	known := members
+	if slices.ContainsFunc(members, noAddress) {
+		known = slices.DeleteFunc(slices.Clone(members), noAddress)
+	}
 	isLeader := func(m *datav1.Member) bool { return m.GetAddress() == leader }
-	isDown := func(m *datav1.Member) bool { return down[m.GetAddress()] }
+	isDown := func(m *datav1.Member) bool { return c.rt.unreachable.Recent(m.GetAddress()) }
 	if m, ok := sharding.Nearest(c.cfg.FailureDomain, known, (*datav1.Member).GetFailureDomain, isLeader, isDown); ok {
 		return rs, m.GetAddress()
 	}
 	return rs, leader
 }
+
+// noAddress tells a member the routing table knows no address of.
+func noAddress(m *datav1.Member) bool { return m.GetAddress() == "" }

@@ -66,7 +66,10 @@ func (r *Router) pick(rsID string, rw bool) (target, error) {
 		}
 		return target{addr: first}, nil
 	}
-	known := slices.DeleteFunc(slices.Clone(rs.Members), func(m Member) bool { return m.Address == "" })
+	known := rs.Members
+	if noAddress := func(m Member) bool { return m.Address == "" }; slices.ContainsFunc(known, noAddress) {
+		known = slices.DeleteFunc(slices.Clone(known), noAddress)
+	}
 	r.mu.Lock()
 	leader := cmp.Or(r.leaders[rsID], rs.LeaderAddress)
 	r.mu.Unlock()
