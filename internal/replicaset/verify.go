@@ -187,12 +187,3 @@ func DataGroups(r pebble.Reader) ([]uint64, error) {
 	}
 	return out, it.Close()
 }
-
-// DataDigest is a digest of every key and value of one replicaset
-// group's data as r holds it. Every member applies the same entries to
-// the same state, so members stopped at one applied index
-// (multiraft.AppliedIndex) have one digest; two digests there are two
-// members whose data diverged.
-func DataDigest(r pebble.Reader, group uint64) (uint64, error) {
-	return storage.Digest(r, storage.GroupPrefix(storage.PrefixData, group))
-}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/shardkit/shardkit/internal/meta/metapb"
 	"github.com/shardkit/shardkit/internal/replicaset/rspb"
+	"github.com/shardkit/shardkit/internal/storage"
 	"github.com/shardkit/shardkit/tuple"
 )
 
@@ -119,8 +120,9 @@ func TestDataGroupsListsEveryReplicasetOfADatabase(t *testing.T) {
 	}
 }
 
-// Two members that applied the same entries have one digest; a write
-// that only one of them holds tells them apart.
+// Two members that applied the same entries have one digest of their
+// data (storage.Digest of the group's keyspace, as check-data reads it);
+// a tuple only one of them holds tells them apart.
 func TestDataDigestTellsMembersThatDiverged(t *testing.T) {
 	a, b := newFixture(t), newFixture(t)
 	for _, f := range []*fixture{a, b} {
@@ -129,7 +131,7 @@ func TestDataDigestTellsMembersThatDiverged(t *testing.T) {
 	}
 	digest := func(f *fixture) uint64 {
 		t.Helper()
-		d, err := DataDigest(f.db, uint64(f.sm.group))
+		d, err := storage.Digest(f.db, storage.GroupPrefix(storage.PrefixData, uint64(f.sm.group)))
 		if err != nil {
 			t.Fatal(err)
 		}

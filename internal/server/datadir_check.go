@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"path/filepath"
 
+	"github.com/cockroachdb/pebble/v2"
+
 	"github.com/shardkit/shardkit/internal/cluster"
 	"github.com/shardkit/shardkit/internal/multiraft"
 	"github.com/shardkit/shardkit/internal/replicaset"
@@ -27,7 +29,7 @@ type GroupCheck struct {
 	// the one at b has its last command at or below a.
 	LastCommand uint64 `json:"last_command_index"`
 	// Digest is a digest of its every key and value (storage.Digest of
-	// its keyspace; replicaset.DataDigest for a replicaset's): members
+	// its keyspace): members
 	// stopped at one applied index have one digest, and so do members
 	// stopped on either side of entries that changed no data
 	// (LastCommand).
@@ -41,8 +43,9 @@ type GroupCheck struct {
 // CheckDataDir checks the data of a stopped instance in dataDir (its
 // --data-dir), read only: group 0's state (the cluster's), then each
 // replicaset's data against the rules its state machine keeps, each with
-// its applied index and a digest to compare with the other members'. An instance still running holds the
-// database's lock: that is an error, as is a directory with no database.
+// its applied index and a digest to compare with the other members'. An
+// instance still running holds the database's lock: that is an error, as
+// is a directory with no database.
 func CheckDataDir(dataDir string) ([]GroupCheck, error) {
 	db, err := storage.Open(filepath.Join(dataDir, "db"), storage.Options{ReadOnly: true})
 	if err != nil {
@@ -56,40 +59,46 @@ func CheckDataDir(dataDir string) ([]GroupCheck, error) {
 	out := make([]GroupCheck, 0, 1+len(groups))
 	// Group 0, the cluster's own state (every instance is a member): its
 	// digest alone, as its state machine keeps no rules to check here.
-	zero := GroupCheck{Group: uint64(cluster.GroupMeta), Problems: []string{}}
-	if zero.Applied, err = multiraft.AppliedIndex(db, cluster.GroupMeta); err != nil {
+	zero, err := checkGroup(db, cluster.GroupMeta, []byte(storage.PrefixMeta), nil)
+	if err != nil {
 		return nil, err
 	}
 	if zero.Applied > 0 {
-		if zero.LastCommand, err = multiraft.LastCommandIndex(db, cluster.GroupMeta, zero.Applied); err != nil {
-			return nil, err
-		}
-		d, err := storage.Digest(db, []byte(storage.PrefixMeta))
-		if err != nil {
-			return nil, fmt.Errorf("group 0: %w", err)
-		}
-		zero.Digest = fmt.Sprintf("%016x", d)
 		out = append(out, zero)
 	}
 	for _, g := range groups {
-		c := GroupCheck{Group: g, Problems: []string{}}
-		if c.Applied, err = multiraft.AppliedIndex(db, multiraft.GroupID(g)); err != nil {
+		c, err := checkGroup(db, multiraft.GroupID(g), storage.GroupPrefix(storage.PrefixData, g), func() ([]string, error) { return replicaset.VerifyData(db, g) })
+		if err != nil {
 			return nil, err
 		}
-		if c.LastCommand, err = multiraft.LastCommandIndex(db, multiraft.GroupID(g), c.Applied); err != nil {
-			return nil, err
-		}
-		d, err := replicaset.DataDigest(db, g)
-		if err != nil {
-			return nil, fmt.Errorf("group %d: %w", g, err)
-		}
-		c.Digest = fmt.Sprintf("%016x", d)
-		bad, err := replicaset.VerifyData(db, g)
-		if err != nil {
-			return nil, fmt.Errorf("group %d: %w", g, err)
-		}
-		c.Problems = append(c.Problems, bad...)
 		out = append(out, c)
 	}
 	return out, nil
+}
+
+// checkGroup reads what CheckDataDir tells of group g, whose state
+// machine keeps its keys under prefix: its applied index, last command
+// and digest, and the problems verify finds (nil: none checked).
+func checkGroup(db *pebble.DB, g multiraft.GroupID, prefix []byte, verify func() ([]string, error)) (GroupCheck, error) {
+	c := GroupCheck{Group: uint64(g), Problems: []string{}}
+	var err error
+	if c.Applied, err = multiraft.AppliedIndex(db, g); err != nil {
+		return c, err
+	}
+	if c.LastCommand, err = multiraft.LastCommandIndex(db, g, c.Applied); err != nil {
+		return c, err
+	}
+	d, err := storage.Digest(db, prefix)
+	if err != nil {
+		return c, fmt.Errorf("group %d: %w", g, err)
+	}
+	c.Digest = fmt.Sprintf("%016x", d)
+	if verify != nil {
+		bad, err := verify()
+		if err != nil {
+			return c, fmt.Errorf("group %d: %w", g, err)
+		}
+		c.Problems = append(c.Problems, bad...)
+	}
+	return c, nil
 }
